@@ -1,0 +1,54 @@
+"""graphfront: OneFlow's lazy single-client programming model on PyTorch kernels.
+
+``import graphfront as flow``; decorate job functions with
+``@flow.global_function(type="train"|"predict")``, build them from ``flow.layers``,
+``flow.nn``, ``flow.math`` and ``flow.user_op_builder``; the first call compiles every
+job into a ``Job`` proto and later calls run the compiled plan.
+"""
+from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
+from graphfront import checkpoint
+from graphfront.array import cast, flatten, identity, reshape, reshape_like
+from graphfront.checkpoint import get_all_variables, load, load_variables
+from graphfront.framework.dtypes import (bfloat16, bool, char, convert_oneflow_dtype_to_numpy_dtype, double, dtype,
+                               dtypes, float, float16, float32, float64, half, int, int8, int16, int32, int64,
+                               long, uint8)
+from graphfront.framework.blob_desc import INVALID_SPLIT_AXIS, BlobDesc
+from graphfront.framework.errors import FeedError, GraphfrontError, JobBuildError
+from graphfront.framework.session import FunctionConfig, clear_default_session, global_function
+from graphfront.initializers import (constant_initializer, empty_initializer, glorot_normal_initializer,
+                                     glorot_uniform_initializer, kaiming_initializer, ones_initializer,
+                                     random_normal_initializer, random_uniform_initializer, truncated_normal,
+                                     truncated_normal_initializer, variance_scaling_initializer,
+                                     xavier_normal_initializer, xavier_uniform_initializer, zeros_initializer)
+from graphfront.math import add_n
+from graphfront.ops.builder import user_op_builder
+from graphfront.ops.builder import unique_str as _unique_str
+from graphfront.variables import get_variable
+from graphfront.watch import watch, watch_diff
+
+ExecutionConfig = function_config = FunctionConfig
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, name=None):
+    """Matrix product: rank 2 -> ``matmul``; equal ranks > 2 -> ``batch_matmul``."""
+    from graphfront.ops.builder import build_op
+    if len(a.shape) != len(b.shape):
+        if len(b.shape) == 2 and len(a.shape) > 2 and not transpose_a:
+            return build_op("broadcast_matmul", {"a": a, "b": b},
+                            {"transpose_a": False, "transpose_b": transpose_b, "alpha": float(alpha)},
+                            name=name, prefix="Matmul_")
+        raise ValueError(f"flow.matmul: ranks of a {a.shape} and b {b.shape} differ")
+    op_type = "matmul" if len(a.shape) == 2 else "batch_matmul"
+    return build_op(op_type, {"a": a, "b": b},
+                    {"transpose_a": transpose_a, "transpose_b": transpose_b, "alpha": float(alpha)},
+                    name=name, prefix="Matmul_")
+
+
+def manual_seed(seed):
+    """Seed the random generators graphfront draws from (initializers, dropout)."""
+    import torch
+    torch.manual_seed(seed)
+
+
+class train:  # noqa: N801 - OneFlow's module-like name
+    """``flow.train.CheckPoint`` lives in :mod:`graphfront.checkpoint`."""

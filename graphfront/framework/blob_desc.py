@@ -1,0 +1,118 @@
+"""``BlobDesc``: the lazy handle of a logical blob while a job is being built.
+
+A BlobDesc names a blob by its logical blob name (lbn, ``"op_name/blob_name"``) and
+carries what shape inference found: shape, dtype and placement. It holds no data;
+``+ - * /`` and unary minus build ops through ``flow.math``.
+"""
+from __future__ import annotations
+
+from graphfront.core import logical_blob_id_pb2
+
+INVALID_SPLIT_AXIS = -22
+
+
+class BlobDesc:
+    """A logical blob of the job being built (OneFlow's ``LazyConsistentBlob``).
+
+    Attributes:
+        logical_blob_name / lbn: ``"op_name/blob_name"``, e.g. ``"conv1/out_0"``.
+        shape: tuple of ints (static logical shape).
+        dtype: graphfront dtype.
+        parallel_conf: ``ParallelConf`` of the producing op.
+        job_name: the job the blob belongs to.
+    """
+
+    __slots__ = ("lbn", "shape", "dtype", "parallel_conf", "job_name", "is_dynamic", "distribute")
+
+    def __init__(self, lbn, shape, dtype, parallel_conf, job_name, is_dynamic=False):
+        self.lbn = lbn
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.parallel_conf = parallel_conf
+        self.job_name = job_name
+        self.is_dynamic = is_dynamic
+        self.distribute = None
+
+    @property
+    def logical_blob_name(self) -> str:
+        return self.lbn
+
+    @property
+    def unique_name(self) -> str:
+        return self.lbn
+
+    @property
+    def op_name(self) -> str:
+        return self.lbn.split("/", 1)[0]
+
+    @property
+    def blob_name(self) -> str:
+        return self.lbn.split("/", 1)[1]
+
+    @property
+    def lbi(self):
+        return logical_blob_id_pb2.LogicalBlobId(op_name=self.op_name, blob_name=self.blob_name)
+
+    @property
+    def split_axis(self) -> int:
+        return INVALID_SPLIT_AXIS
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def get_dtype(self):
+        return self.dtype
+
+    def with_distribute(self, distribute):
+        """Return a handle carrying a distribute hint (single device: values unchanged)."""
+        other = BlobDesc(self.lbn, self.shape, self.dtype, self.parallel_conf, self.job_name, self.is_dynamic)
+        other.distribute = distribute
+        return other
+
+    def IdenticalTo(self, other) -> bool:  # noqa: N802 - OneFlow's name
+        return isinstance(other, BlobDesc) and other.lbn == self.lbn
+
+    def __repr__(self):
+        return (f"BlobDesc(lbn={self.lbn!r}, shape={self.shape}, dtype={self.dtype!r}, "
+                f"device={self.parallel_conf.device_tag!r})")
+
+    # -- operators build ops -------------------------------------------------
+    def __add__(self, other):
+        from graphfront import math
+        return math.add(self, other)
+
+    def __radd__(self, other):
+        from graphfront import math
+        return math.add(other, self)
+
+    def __sub__(self, other):
+        from graphfront import math
+        return math.subtract(self, other)
+
+    def __rsub__(self, other):
+        from graphfront import math
+        return math.subtract(other, self)
+
+    def __mul__(self, other):
+        from graphfront import math
+        return math.multiply(self, other)
+
+    def __rmul__(self, other):
+        from graphfront import math
+        return math.multiply(other, self)
+
+    def __truediv__(self, other):
+        from graphfront import math
+        return math.divide(self, other)
+
+    def __rtruediv__(self, other):
+        from graphfront import math
+        return math.divide(other, self)
+
+    def __neg__(self):
+        from graphfront import math
+        return math.negative(self)
+
+    # Hashable by identity so blobs can key dicts (comparisons build no ops here).
+    __hash__ = object.__hash__

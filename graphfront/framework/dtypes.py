@@ -1,0 +1,108 @@
+"""graphfront dtype objects (``flow.float32``, ``flow.int32`` ...).
+
+Each dtype ties together the three names one element type has across the system:
+the OneFlow ``DataType`` enum value written into protos (see
+``shared/reference/protos.md`` §1), the numpy dtype used for feeds and fetches, and
+the torch dtype used by the kernels.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from graphfront.core import data_type_pb2
+
+DataType = data_type_pb2.DataType
+
+
+class dtype:
+    """A graphfront element type.
+
+    Attributes:
+        name: the single-client name (``"float32"``).
+        proto: the ``oneflow.DataType`` enum value (``DataType.kFloat`` = 2).
+        np: the numpy dtype, or None for types numpy cannot hold.
+        torch: the torch dtype, or None for types torch cannot hold.
+    """
+
+    __slots__ = ("name", "proto", "np", "torch")
+
+    def __init__(self, name, proto, np_dtype, torch_dtype):
+        self.name = name
+        self.proto = proto
+        self.np = None if np_dtype is None else np.dtype(np_dtype)
+        self.torch = torch_dtype
+
+    @property
+    def is_floating_point(self) -> bool:
+        return self.torch is not None and self.torch.is_floating_point
+
+    @property
+    def is_integer(self) -> bool:
+        return self.torch is not None and not self.torch.is_floating_point and self.torch is not torch.bool
+
+    def __repr__(self):
+        return f"graphfront.{self.name}"
+
+    def __reduce__(self):
+        return (from_name, (self.name,))
+
+
+bool = dtype("bool", DataType.kBool, np.bool_, torch.bool)  # noqa: A001 - OneFlow's name
+char = dtype("char", DataType.kChar, np.int8, torch.int8)
+float16 = half = dtype("float16", DataType.kFloat16, np.float16, torch.float16)
+bfloat16 = dtype("bfloat16", DataType.kBFloat16, None, torch.bfloat16)
+float32 = float = dtype("float32", DataType.kFloat, np.float32, torch.float32)  # noqa: A001
+float64 = double = dtype("float64", DataType.kDouble, np.float64, torch.float64)
+int8 = dtype("int8", DataType.kInt8, np.int8, torch.int8)
+int16 = dtype("int16", DataType.kInt16, np.int16, torch.int16)
+int32 = int = dtype("int32", DataType.kInt32, np.int32, torch.int32)  # noqa: A001
+int64 = long = dtype("int64", DataType.kInt64, np.int64, torch.int64)
+uint8 = dtype("uint8", DataType.kUInt8, np.uint8, torch.uint8)
+
+_ALL = [bool, char, float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8]
+_BY_PROTO = {d.proto: d for d in _ALL if d is not char}
+_BY_NAME = {d.name: d for d in _ALL}
+_BY_NP = {d.np: d for d in _ALL if d.np is not None and d is not char}
+_BY_TORCH = {d.torch: d for d in _ALL if d is not char}
+
+
+def dtypes():
+    """Return the list of all graphfront dtype objects."""
+    return list(_ALL)
+
+
+def from_name(name: str) -> dtype:
+    return _BY_NAME[name]
+
+
+def from_proto(value) -> dtype:
+    """Map a ``oneflow.DataType`` enum value to its dtype; ValueError if unsupported."""
+    try:
+        return _BY_PROTO[value]
+    except KeyError:
+        raise ValueError(f"unsupported DataType {DataType.Name(value) if value in DataType.values() else value}") from None
+
+
+def from_numpy(np_dtype) -> dtype:
+    """Map a numpy dtype to its graphfront dtype; ValueError if unsupported."""
+    try:
+        return _BY_NP[np.dtype(np_dtype)]
+    except KeyError:
+        raise ValueError(f"numpy dtype {np.dtype(np_dtype)} has no graphfront dtype") from None
+
+
+def from_torch(torch_dtype) -> dtype:
+    return _BY_TORCH[torch_dtype]
+
+
+def convert_oneflow_dtype_to_numpy_dtype(oneflow_dtype: dtype):
+    """Return the numpy dtype of a graphfront dtype; NotImplementedError if unmapped."""
+    if oneflow_dtype.np is None:
+        raise NotImplementedError(f"{oneflow_dtype} has no numpy dtype")
+    return oneflow_dtype.np
+
+
+def proto_name(value) -> str:
+    """``DataType.kFloat`` -> ``"kFloat"`` (for error messages)."""
+    return DataType.Name(value)

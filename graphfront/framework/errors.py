@@ -1,0 +1,64 @@
+"""Errors raised by graphfront, and how they point at the user's own source line.
+
+Every error raised while a job is built or fed names the op (or argument), what was
+expected and what was received, and ends with the user's line (the innermost stack
+frame outside the graphfront package), so that a user sees ``at train.py:42`` rather
+than a trace into the compiler.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class GraphfrontError(Exception):
+    """Base class of graphfront's own errors."""
+
+
+class JobBuildError(GraphfrontError, ValueError):
+    """A job could not be built: bad op type, argument, attr, shape, dtype or placement."""
+
+
+class FeedError(GraphfrontError, ValueError):
+    """A job was called with inputs that do not match its placeholders."""
+
+
+class OpCheckError(Exception):
+    """Raised inside shape inference or attr checks; turned into a JobBuildError by the caller."""
+
+
+def user_frame(skip_package: bool = True):
+    """Return ``(filename, lineno, function, source)`` of the innermost frame outside graphfront.
+
+    Falls back to the outermost frame when every frame is inside the package (e.g. a
+    job built by graphfront's own examples is still attributed to the example file).
+    """
+    frame = sys._getframe(1)
+    last = None
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        last = frame
+        inside = filename.startswith(_PACKAGE_DIR + os.sep)
+        if not (skip_package and inside) and not filename.startswith("<frozen"):
+            break
+        frame = frame.f_back
+    frame = frame or last
+    if frame is None:
+        return None
+    filename = frame.f_code.co_filename
+    lineno = frame.f_lineno
+    source = linecache.getline(filename, lineno).strip()
+    return filename, lineno, frame.f_code.co_name, source
+
+
+def format_location(loc) -> str:
+    if not loc:
+        return ""
+    filename, lineno, func, source = loc
+    text = f"\n  at {filename}:{lineno} in {func}"
+    if source:
+        text += f"\n    {source}"
+    return text

@@ -1,0 +1,377 @@
+"""``JobBuildAndInferCtx``: builds one Job proto op by op, inferring every BlobDesc.
+
+``add_op`` is OneFlow's ``CurJobAddOp``: it checks an ``OperatorConf`` against its
+op's registered schema (completing a ``UserOpConf`` with default attrs), checks that
+every input blob exists, infers the shape and dtype of every output, places the op and
+appends it to ``job.net.op``. All state lives in the Job proto: the BlobDesc of every
+lbn in ``job.helper.lbn2logical_blob_desc``, placements in ``job.placement``. A
+builder can therefore be re-opened over any Job (passes do exactly that).
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+from typing import NamedTuple
+
+from graphfront.framework import dtypes as _dt
+from graphfront.core import blob_desc_pb2, job_pb2, op_conf_pb2
+from graphfront.framework import scope as scope_mod
+from graphfront.framework.errors import JobBuildError, OpCheckError, format_location, user_frame
+from graphfront.ops import registry
+from graphfront.ops.system import lookup_system
+
+OperatorConf = op_conf_pb2.OperatorConf
+
+
+class TensorDesc(NamedTuple):
+    """Logical shape and dtype of a blob (the Python side of ``BlobDescProto``)."""
+
+    shape: tuple
+    dtype: _dt.dtype
+    is_dynamic: bool = False
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def to_proto(self) -> blob_desc_pb2.BlobDescProto:
+        p = blob_desc_pb2.BlobDescProto(data_type=self.dtype.proto, is_dynamic=self.is_dynamic)
+        p.shape.SetInParent()
+        p.shape.dim.extend(self.shape)
+        return p
+
+    @staticmethod
+    def from_proto(p) -> "TensorDesc":
+        return TensorDesc(tuple(int(d) for d in p.shape.dim), _dt.from_proto(p.data_type), p.is_dynamic)
+
+
+# ------------------------------------------------------------------ op conf views
+
+def op_kind(op_conf) -> str:
+    """``"user_conf"`` or the system conf field name (``"variable_conf"`` ...)."""
+    return op_conf.WhichOneof("op_type")
+
+
+def op_type_name(op_conf) -> str:
+    kind = op_kind(op_conf)
+    return op_conf.user_conf.op_type_name if kind == "user_conf" else kind
+
+
+def op_inputs(op_conf):
+    """List of ``(arg, index, lbn)`` for every input of an op, in argument order."""
+    kind = op_kind(op_conf)
+    if kind == "user_conf":
+        uc = op_conf.user_conf
+        order = list(uc.input_order) or sorted(uc.input)
+        return [(arg, i, lbn) for arg in order for i, lbn in enumerate(uc.input[arg].s)]
+    conf = getattr(op_conf, kind)
+    result = []
+    for field in lookup_system(kind).input_fields:
+        value = getattr(conf, field)
+        if isinstance(value, str):
+            result.append((field, 0, value))
+        else:
+            result.extend((field, i, v) for i, v in enumerate(value))
+    return result
+
+
+def op_outputs(op_conf):
+    """List of ``(arg, index, lbn)`` for every output of an op."""
+    kind = op_kind(op_conf)
+    if kind == "user_conf":
+        uc = op_conf.user_conf
+        order = list(uc.output_order) or sorted(uc.output)
+        return [(arg, i, lbn) for arg in order for i, lbn in enumerate(uc.output[arg].s)]
+    field = lookup_system(kind).output_field
+    if field is None:
+        return []
+    return [(field, 0, f"{op_conf.name}/{getattr(getattr(op_conf, kind), field)}")]
+
+
+def user_attrs(op_conf) -> dict:
+    """Decoded attrs of a completed user op conf: name -> Python value."""
+    return {k: registry.from_attr_value(v) for k, v in op_conf.user_conf.attr.items()}
+
+
+def check_and_complete(op_conf) -> registry.OpDef:
+    """Validate a user op conf against its OpDef and fill missing attrs with defaults.
+
+    Mirrors OneFlow's ``CheckAndCompleteUserOpConf``: unknown op types, unknown or
+    missing arguments, unknown attrs and attrs whose AttrValue type differs from the
+    declared type are rejected; ``input_order``/``output_order`` must list exactly the
+    present args. Raises OpCheckError with the reason.
+    """
+    uc = op_conf.user_conf
+    try:
+        opdef = registry.lookup(uc.op_type_name)
+    except KeyError as e:
+        raise OpCheckError(e.args[0]) from None
+    for direction, args, defs in (("input", uc.input, opdef.inputs), ("output", uc.output, opdef.outputs)):
+        names = {a.name for a in defs}
+        for arg in args:
+            if arg not in names:
+                raise OpCheckError(f"op type {opdef.op_type} has no {direction} '{arg}'; its {direction}s "
+                                   f"are {', '.join(sorted(names)) or '(none)'}")
+        for a in defs:
+            if not a.optional and (a.name not in args or len(args[a.name].s) == 0):
+                raise OpCheckError(f"op type {opdef.op_type} requires {direction} '{a.name}', which is missing")
+            if not a.repeated and a.name in args and len(args[a.name].s) > 1:
+                raise OpCheckError(f"{direction} '{a.name}' takes one blob, received {len(args[a.name].s)}")
+        order = uc.input_order if direction == "input" else uc.output_order
+        if not order:
+            order.extend(a.name for a in defs if a.name in args)
+        elif sorted(order) != sorted(args):
+            raise OpCheckError(f"{direction}_order {list(order)} does not match the {direction}s {sorted(args)}")
+    for name, av in uc.attr.items():
+        adef = opdef.attrs.get(name)
+        if adef is None:
+            raise OpCheckError(f"op type {opdef.op_type} has no attr '{name}'; its attrs are "
+                               f"{', '.join(opdef.attrs) or '(none)'}")
+        got = registry.attr_value_type(av)
+        if got != adef.type:
+            raise OpCheckError(f"attr '{name}' expects type {adef.type}, received an AttrValue of type {got}")
+    for name, adef in opdef.attrs.items():
+        if name not in uc.attr:
+            uc.attr[name].CopyFrom(registry.to_attr_value(adef.type, adef.default))
+        if adef.check is not None:
+            msg = adef.check(registry.from_attr_value(uc.attr[name]))
+            if msg:
+                raise OpCheckError(f"attr '{name}': {msg}")
+    return opdef
+
+
+class InferCtx:
+    """What an op's ``infer`` function sees: input descs, attrs, output setters."""
+
+    def __init__(self, op_conf, opdef, descs):
+        self.op_name = op_conf.name
+        self.op_type = opdef.op_type
+        self._uc = op_conf.user_conf
+        self._descs = descs
+        self.attrs = user_attrs(op_conf)
+        self.out = {}
+
+    def attr(self, name):
+        return self.attrs[name]
+
+    def has_input(self, name) -> bool:
+        return name in self._uc.input and len(self._uc.input[name].s) > 0
+
+    def input(self, name, i=0) -> TensorDesc:
+        if not self.has_input(name):
+            return None
+        return self._descs[self._uc.input[name].s[i]]
+
+    def inputs(self, name) -> list:
+        return [self._descs[lbn] for lbn in self._uc.input[name].s] if self.has_input(name) else []
+
+    def has_output(self, name) -> bool:
+        return name in self._uc.output
+
+    def output_count(self, name) -> int:
+        return len(self._uc.output[name].s) if name in self._uc.output else 0
+
+    def set_output(self, name, shape, dtype, i=None, is_dynamic=False):
+        if name not in self._uc.output:
+            return
+        shape = tuple(int(d) for d in shape)
+        idx = range(self.output_count(name)) if i is None else [i]
+        for j in idx:
+            self.out[self._uc.output[name].s[j]] = TensorDesc(shape, dtype, is_dynamic)
+
+    def check(self, cond, msg):
+        if not cond:
+            raise OpCheckError(msg)
+
+    def fail(self, msg):
+        raise OpCheckError(msg)
+
+
+class JobBuilder:
+    """``JobBuildAndInferCtx`` over one ``Job`` proto (see module docstring)."""
+
+    def __init__(self, job: job_pb2.Job, scope=None, session=None):
+        self.job = job
+        self.session = session
+        self.descs = {lbn: TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
+        self.ops = {op.name: op for op in job.net.op}
+        self.locations = {}  # op name -> user source location (for error messages only)
+        self._scopes = [scope or scope_mod.make_scope()]
+        self._placement_groups = {}
+        for group in job.placement.placement_group:
+            key = (group.parallel_conf.device_tag, tuple(group.parallel_conf.device_name))
+            self._placement_groups[key] = group
+
+    @property
+    def job_name(self) -> str:
+        return self.job.job_conf.job_name
+
+    @property
+    def is_train(self) -> bool:
+        return self.job.job_conf.HasField("train_conf")
+
+    # ---------------------------------------------------------------- scopes
+    @property
+    def scope(self) -> scope_mod.Scope:
+        return self._scopes[-1]
+
+    @contextlib.contextmanager
+    def scope_as(self, scope):
+        self._scopes.append(scope)
+        try:
+            yield scope
+        finally:
+            self._scopes.pop()
+
+    @contextlib.contextmanager
+    def scope_of_op(self, op_name, calculation_pass=None):
+        """Build under the placement of an existing op (used by passes)."""
+        op = self.ops[op_name]
+        ids = self.device_ids_of(op_name)
+        scope = self.scope.derive(device_tag=op.device_tag, device_ids=ids, namespace=(),
+                                  calculation_pass=calculation_pass or self.scope.calculation_pass)
+        with self.scope_as(scope):
+            yield scope
+
+    def device_ids_of(self, op_name) -> tuple:
+        for group in self.job.placement.placement_group:
+            if op_name in group.op_set.op_name:
+                return tuple(group.parallel_conf.device_name)
+        return ("0:0",)
+
+    # ---------------------------------------------------------------- blobs
+    def desc(self, lbn) -> TensorDesc:
+        try:
+            return self.descs[lbn]
+        except KeyError:
+            raise JobBuildError(f"blob '{lbn}' is not in job '{self.job_name}'") from None
+
+    def has_blob(self, lbn) -> bool:
+        return lbn in self.descs
+
+    def unique_op_name(self, base: str) -> str:
+        if base not in self.ops:
+            return base
+        for k in itertools.count(1):
+            name = f"{base}_{k}"
+            if name not in self.ops:
+                return name
+
+    # ---------------------------------------------------------------- CurJobAddOp
+    def add_op(self, op_conf, location=None):
+        """Check, infer and append ``op_conf``; returns it. Raises JobBuildError."""
+        location = location or user_frame()
+        kind = op_kind(op_conf)
+        type_name = op_type_name(op_conf) if kind else "?"
+
+        def fail(msg):
+            raise JobBuildError(f"op '{op_conf.name}' ({type_name}): {msg}{format_location(location)}") from None
+
+        if not op_conf.name:
+            fail("op name is empty")
+        if op_conf.name in self.ops:
+            fail(f"an op named '{op_conf.name}' already exists in job '{self.job_name}'; op names must be "
+                 "unique per job (pass a different name=)")
+        if kind is None:
+            fail("OperatorConf sets no op type")
+        if not op_conf.HasField("device_tag"):
+            op_conf.device_tag = self.scope.device_tag
+        if not op_conf.HasField("scope_symbol_id"):
+            op_conf.scope_symbol_id = self.scope.symbol_id
+        try:
+            if kind == "user_conf":
+                opdef = check_and_complete(op_conf)
+                self._check_inputs(op_conf)
+                ctx = InferCtx(op_conf, opdef, self.descs)
+                opdef.infer(ctx)
+                for _, _, lbn in op_outputs(op_conf):
+                    if lbn not in ctx.out:
+                        raise OpCheckError(f"shape inference left output '{lbn}' undefined")
+                new_descs = ctx.out
+            else:
+                sysdef = lookup_system(kind)
+                self._check_inputs(op_conf)
+                ins = {arg: self.descs[lbn] for arg, _, lbn in op_inputs(op_conf)}
+                result = sysdef.infer(getattr(op_conf, kind), ins, self.job.job_conf)
+                new_descs = {}
+                if result is not None:
+                    shape, dtype = result
+                    (_, _, lbn), = op_outputs(op_conf)
+                    new_descs[lbn] = TensorDesc(tuple(shape), dtype)
+        except (OpCheckError, KeyError, TypeError, ValueError) as e:
+            fail(e.args[0] if e.args else str(e))
+        for lbn, d in new_descs.items():
+            self.descs[lbn] = d
+            self.job.helper.lbn2logical_blob_desc[lbn].CopyFrom(d.to_proto())
+        self.job.net.op.append(op_conf)
+        added = self.job.net.op[-1]
+        self.ops[added.name] = added
+        self.locations[added.name] = location
+        self._place(added.name)
+        return added
+
+    def _check_inputs(self, op_conf):
+        for arg, i, lbn in op_inputs(op_conf):
+            if lbn not in self.descs:
+                raise OpCheckError(f"input '{arg}' refers to blob '{lbn}', which is not in job "
+                                   f"'{self.job_name}' (blobs of another job cannot be used)")
+
+    def _place(self, op_name):
+        scope = self.scope
+        key = (self.ops[op_name].device_tag, scope.device_ids)
+        group = self._placement_groups.get(key)
+        if group is None:
+            group = self.job.placement.placement_group.add()
+            group.parallel_conf.device_tag = key[0]
+            group.parallel_conf.device_name.extend(key[1])
+            self._placement_groups[key] = group
+        group.op_set.op_name.append(op_name)
+
+    def remove_ops(self, names):
+        """Drop ops (and their output BlobDescs and placements) from the job."""
+        names = set(names)
+        if not names:
+            return
+        for name in names:
+            for _, _, lbn in op_outputs(self.ops[name]):
+                self.descs.pop(lbn, None)
+                if lbn in self.job.helper.lbn2logical_blob_desc:
+                    del self.job.helper.lbn2logical_blob_desc[lbn]
+            del self.ops[name]
+        kept = [op for op in self.job.net.op if op.name not in names]
+        del self.job.net.op[:]
+        self.job.net.op.extend(kept)
+        self.ops = {op.name: op for op in self.job.net.op}
+        for group in self.job.placement.placement_group:
+            kept_names = [n for n in group.op_set.op_name if n not in names]
+            del group.op_set.op_name[:]
+            group.op_set.op_name.extend(kept_names)
+
+
+# ------------------------------------------------------------------ current builder
+
+_STACK: list = []
+
+
+def current() -> JobBuilder:
+    """The JobBuilder ops are added to right now; error when no job is being built."""
+    if not _STACK:
+        raise JobBuildError("no job is being built: ops can only be created inside a "
+                            "@flow.global_function body" + format_location(user_frame()))
+    return _STACK[-1]
+
+
+def is_building() -> bool:
+    return bool(_STACK)
+
+
+@contextlib.contextmanager
+def activate(builder: JobBuilder):
+    _STACK.append(builder)
+    try:
+        yield builder
+    finally:
+        _STACK.pop()

@@ -1,0 +1,357 @@
+"""Session, ``global_function`` and ``FunctionConfig``.
+
+``@flow.global_function(type="train"|"predict")`` registers a job with the default
+Session. The first call of any job starts the session (TryInit): every registered job
+is compiled — its body runs once inside a ``JobBuildAndInferCtx``, the Job is completed
+by the passes and lowered to a plan — and the variables are initialized. Each call
+then is a ``LazyRun``: feeds are checked against the placeholders, the plan runs, and
+results come back as the return annotation asks. Unlike OneFlow, a job decorated
+after the session started is compiled on its first call.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import itertools
+import threading
+
+import numpy as np
+import torch
+
+from graphfront.framework import dtypes as _dt
+from graphfront import typing as tp
+from graphfront.core import job_conf_pb2, job_pb2, op_conf_pb2
+from graphfront.framework import job_builder as jb
+from graphfront.framework import scope as scope_mod
+from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.errors import FeedError, JobBuildError, format_location, user_frame
+from graphfront.ops.builder import unique_str
+from graphfront.runtime.plan import Plan, device_of
+from graphfront.runtime.variables import VariableStore
+
+_session_ids = itertools.count()
+
+
+class FunctionConfig:
+    """Per-job configuration (``flow.FunctionConfig()``); setters are methods.
+
+    Supported: ``default_data_type(dtype)``, ``default_logical_view(view)``,
+    ``default_placement_scope(flow.scope.placement(...))``,
+    ``default_initializer_conf(dict or InitializerConf)``, ``allow_cpu_return_op(bool)``,
+    ``enable_cuda_graph(bool)`` (graphfront's switch for CUDA-graph replay on GPU) and
+    ``enable_passes(bool)`` (cleanup/fusion passes; autograd and optimizer always run).
+    """
+
+    def __init__(self):
+        self.job_config_proto = job_conf_pb2.JobConfigProto(job_name="")
+        self._placement_scope = None
+        self._allow_cpu_return_op = True
+        self._logical_view = "consistent"
+        self._cuda_graph = True
+        self._passes = True
+
+    def default_data_type(self, value):
+        if not isinstance(value, _dt.dtype):
+            raise TypeError(f"FunctionConfig.default_data_type expects a graphfront dtype, received {value!r}")
+        self.job_config_proto.default_data_type = value.proto
+
+    def default_logical_view(self, value):
+        from graphfront.scope import LogicalView
+        if not isinstance(value, LogicalView):
+            raise TypeError("FunctionConfig.default_logical_view expects flow.scope.consistent_view() or "
+                            f"flow.scope.mirrored_view(), received {value!r}")
+        self._logical_view = value.kind
+
+    def default_placement_scope(self, value):
+        from graphfront.scope import PlacementScope
+        if not isinstance(value, PlacementScope):
+            raise TypeError("FunctionConfig.default_placement_scope expects flow.scope.placement(tag, ids), "
+                            f"received {value!r}")
+        self._placement_scope = value
+
+    def default_initializer_conf(self, value):
+        from graphfront.core import initializer_conf_pb2
+        from google.protobuf import json_format
+        if isinstance(value, dict):
+            value = json_format.ParseDict(value, initializer_conf_pb2.InitializerConf())
+        self.job_config_proto.default_initializer_conf.CopyFrom(value)
+
+    def allow_cpu_return_op(self, value):
+        self._allow_cpu_return_op = bool(value)
+
+    def enable_cuda_graph(self, value=True):
+        self._cuda_graph = bool(value)
+
+    def enable_passes(self, value=True):
+        self._passes = bool(value)
+
+    def __getattr__(self, name):
+        raise AttributeError(f"FunctionConfig has no setting {name!r} in graphfront; supported: default_data_type, "
+                             "default_logical_view, default_placement_scope, default_initializer_conf, "
+                             "allow_cpu_return_op, enable_cuda_graph, enable_passes")
+
+
+class CompiledJob:
+    """A compiled job: user Job, completed Job, plan and I/O signature."""
+
+    def __init__(self, session, gf):
+        self.session = session
+        self.name = gf.name
+        self.placeholders = gf.placeholders
+        self.return_annotation = gf.return_annotation
+        job = job_pb2.Job()
+        job.job_conf.CopyFrom(gf.config.job_config_proto)
+        job.job_conf.job_name = gf.name
+        if gf.type == "train":
+            job.job_conf.train_conf.SetInParent()
+        else:
+            job.job_conf.predict_conf.SetInParent()
+        builder = jb.JobBuilder(job, session.default_scope(gf.config), session)
+        self.input_descs = []
+        with jb.activate(builder):
+            inputs = [_input_blob(builder, ph) for ph in self.placeholders]
+            ret = gf.func(*inputs)
+            try:
+                tp.check_structure(_strip_callback(self.return_annotation), ret,
+                                   f"job '{gf.name}' return value")
+            except TypeError as e:
+                raise JobBuildError(e.args[0] + format_location(builder.locations.get(
+                    next(iter(builder.ops), ""), None))) from None
+            self.return_structure = ret
+            for leaf in tp.leaves(ret):
+                _return_op(builder, leaf, gf.config)
+        self.user_job = copy.deepcopy(job)
+        from graphfront.passes import complete
+        self.job = complete(job, enable_passes=gf.config._passes)
+        self.locations = builder.locations
+        session.init_variables(self.job)
+        self.plan = Plan(self.job, session.variables, session.watchers)
+        by_name = {op.name: op for op in self.job.net.op}
+        self.input_devices = [device_of(by_name[n], builder.device_ids_of(n)) for n in self.plan.input_names]
+
+    # ------------------------------------------------------------------ LazyRun
+    def launch(self, args, kwargs):
+        loc = user_frame()
+        params = [p for p in self.placeholders]
+        if kwargs:
+            raise FeedError(f"job '{self.name}' takes positional arguments only, received keywords "
+                            f"{sorted(kwargs)}{format_location(loc)}")
+        if len(args) != len(params):
+            raise FeedError(f"job '{self.name}' expects {len(params)} argument(s), received {len(args)}"
+                            f"{format_location(loc)}")
+        feeds = [self._feed(i, ph, a, loc) for i, (ph, a) in enumerate(zip(params, args))]
+        with self.session.lock:
+            outs = self.plan(feeds)
+        arrays = [_to_numpy(t) for t in outs]
+        ann = self.return_annotation
+        if ann is inspect.Signature.empty:
+            return tp.Future(lambda wrap: tp.rebuild(self.return_structure, [wrap(a) for a in arrays]))
+        if isinstance(ann, tp._Alias) and ann.origin is tp.Callback:
+            value = tp.convert(ann.arg, tp.rebuild(self.return_structure, arrays))
+            return lambda callback: callback(value)
+        return tp.convert(ann, tp.rebuild(self.return_structure, arrays))
+
+    def _feed(self, i, ph, value, loc):
+        name = ph.param_name
+        if ph.list_input:
+            if not isinstance(value, (list, tuple)) or len(value) != 1:
+                raise FeedError(f"job '{self.name}' argument '{name}' (ListNumpy.Placeholder) expects a list with "
+                                f"one ndarray, received {type(value).__name__}{format_location(loc)}")
+            value = value[0]
+        if not isinstance(value, np.ndarray):
+            raise FeedError(f"job '{self.name}' argument '{name}' expects a numpy.ndarray of shape {ph.shape} and "
+                            f"dtype {ph.dtype.np}, received {type(value).__name__}{format_location(loc)}")
+        if ph.list_input:
+            ok = value.ndim == len(ph.shape) and value.size <= int(np.prod(ph.shape))
+        else:
+            ok = tuple(value.shape) == ph.shape
+        if not ok:
+            raise FeedError(f"job '{self.name}' argument '{name}': expected shape {ph.shape}, received "
+                            f"{tuple(value.shape)}{format_location(loc)}")
+        if value.dtype != ph.dtype.np:
+            raise FeedError(f"job '{self.name}' argument '{name}': expected dtype {ph.dtype.np} ({ph.dtype.name}), "
+                            f"received {value.dtype}; convert with .astype(np.{ph.dtype.np}){format_location(loc)}")
+        t = torch.from_numpy(np.ascontiguousarray(value))
+        device = self.input_devices[i]
+        return t if device.type == "cpu" else t.to(device, non_blocking=True)
+
+
+def _to_numpy(t):
+    t = t.detach()
+    if t.device.type != "cpu":
+        return t.cpu().numpy()
+    return t.numpy().copy()
+
+
+def _strip_callback(ann):
+    if ann is inspect.Signature.empty:
+        return tp.Bundle[tp.Numpy]
+    return ann
+
+
+def _input_blob(builder, ph):
+    conf = op_conf_pb2.OperatorConf(name=unique_str("Input_"))
+    ic = conf.input_conf
+    ic.out = "out"
+    ic.blob_conf.shape.dim.extend(ph.shape)
+    ic.blob_conf.data_type = ph.dtype.proto
+    ic.blob_conf.is_dynamic = ph.list_input
+    ic.blob_conf.nd_sbp.sbp_parallel.add().split_parallel.axis = 0
+    builder.add_op(conf)
+    lbn = f"{conf.name}/out"
+    return BlobDesc(lbn, ph.shape, ph.dtype, builder.scope.parallel_conf, builder.job_name, ph.list_input)
+
+
+def _return_op(builder, blob, config):
+    if not isinstance(blob, BlobDesc):
+        raise JobBuildError(f"job '{builder.job_name}' returns {type(blob).__name__}; only blobs (BlobDesc) can "
+                            "be returned")
+    conf = op_conf_pb2.OperatorConf(name=unique_str("Return_"))
+    setattr(conf.return_conf, "in", blob.lbn)
+    conf.return_conf.out = "out"
+    if config._allow_cpu_return_op:
+        conf.device_tag = "cpu"
+    builder.add_op(conf)
+
+
+class Session:
+    """Holds registered jobs, compiled jobs, variables and watch handlers."""
+
+    OPEN, RUNNING, CLOSED = "OPEN", "RUNNING", "CLOSED"
+
+    def __init__(self):
+        self.id = next(_session_ids)
+        self.status = self.OPEN
+        self.job_funcs = {}
+        self.jobs = {}
+        self.variables = VariableStore()
+        self.watchers = {}
+        self.gpu_device_num = 1
+        self.cpu_device_num = 1
+        self.lock = threading.RLock()
+
+    def default_scope(self, config) -> scope_mod.Scope:
+        if config._placement_scope is not None:
+            ps = config._placement_scope
+            return scope_mod.make_scope(ps.device_tag, ps.device_ids)
+        tag = "gpu" if self.gpu_device_num > 0 and torch.cuda.is_available() else "cpu"
+        return scope_mod.make_scope(tag, ("0:0",))
+
+    def register(self, gf):
+        self._check_open()
+        self.job_funcs[gf.name] = gf
+        self.jobs.pop(gf.name, None)
+
+    def _check_open(self):
+        if self.status == self.CLOSED:
+            raise RuntimeError(f"session {self.id} is closed (flow.clear_default_session() was called); decorate the "
+                               "job functions again to use them in the new default session")
+
+    def try_init(self):
+        """Compile every registered job not compiled yet; then the session is RUNNING."""
+        self._check_open()
+        for name in list(self.job_funcs):
+            self.compiled(name)
+        self.status = self.RUNNING
+
+    def compiled(self, name) -> CompiledJob:
+        self._check_open()
+        job = self.jobs.get(name)
+        if job is None:
+            gf = self.job_funcs[name]
+            job = self.jobs[name] = CompiledJob(self, gf)
+        return job
+
+    def init_variables(self, job):
+        """Create (and initialize) every variable of a completed job in the store."""
+        default_init = job.job_conf.default_initializer_conf if job.job_conf.HasField(
+            "default_initializer_conf") else None
+        ids = {}
+        for group in job.placement.placement_group:
+            for n in group.op_set.op_name:
+                ids[n] = tuple(group.parallel_conf.device_name)
+        for op in job.net.op:
+            if jb.op_kind(op) == "variable_conf":
+                d = jb.TensorDesc.from_proto(job.helper.lbn2logical_blob_desc[f"{op.name}/out"])
+                self.variables.ensure(op, d.shape, d.dtype, device_of(op, ids.get(op.name, ("0:0",))), default_init)
+
+    def close(self):
+        self.status = self.CLOSED
+        self.jobs.clear()
+
+
+_default_session = Session()
+
+
+def default_session() -> Session:
+    return _default_session
+
+
+def clear_default_session():
+    """Close the default session (drop jobs and variables) and open a fresh one."""
+    global _default_session
+    if jb.is_building():
+        raise RuntimeError("flow.clear_default_session() cannot be called inside a job function")
+    _default_session.close()
+    _default_session = Session()
+
+
+class GlobalFunction:
+    """The callable that ``@flow.global_function`` returns (see module docstring)."""
+
+    def __init__(self, func, type, config):
+        functools.update_wrapper(self, func)
+        self.func = func
+        self.name = func.__name__
+        self.type = type
+        self.config = copy.deepcopy(config)
+        self.session = default_session()
+        sig = inspect.signature(func)
+        self.placeholders = []
+        for p in sig.parameters.values():
+            ann = p.annotation
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TypeError(f"global function '{self.name}': *args/**kwargs are not supported")
+            if not isinstance(ann, tp.PlaceholderDef):
+                raise TypeError(f"global function '{self.name}': parameter '{p.name}' must be annotated with "
+                                f"tp.Numpy.Placeholder(shape, dtype) or tp.ListNumpy.Placeholder, received {ann!r}")
+            ph = copy.copy(ann)
+            ph.param_name = p.name
+            self.placeholders.append(ph)
+        self.return_annotation = sig.return_annotation
+        self.session.register(self)
+
+    def __call__(self, *args, **kwargs):
+        session = self.session
+        session._check_open()
+        if jb.is_building():
+            raise RuntimeError(f"job '{self.name}' cannot be called while another job is being built")
+        session.try_init()
+        return session.compiled(self.name).launch(args, kwargs)
+
+    @property
+    def compiled_job(self) -> CompiledJob:
+        """The compiled job (compiles the session first if needed)."""
+        self.session.try_init()
+        return self.session.compiled(self.name)
+
+
+def global_function(type="predict", function_config=None):  # noqa: A002 - OneFlow's name
+    """Decorator turning a Python function into a lazily compiled job.
+
+    Args:
+        type: ``"train"`` (autograd and optimizer passes run) or ``"predict"``.
+        function_config: a ``flow.FunctionConfig`` (deep-copied at decoration time).
+    Raises:
+        ValueError: for any other ``type``; TypeError for unannotated parameters.
+    """
+    if isinstance(type, FunctionConfig):
+        type, function_config = "predict", type
+    if type not in ("train", "predict"):
+        raise ValueError(f'global_function: type must be "train" or "predict", received {type!r}')
+    config = function_config or FunctionConfig()
+
+    def decorator(func):
+        return GlobalFunction(func, type, config)
+    return decorator

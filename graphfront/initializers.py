@@ -1,0 +1,147 @@
+"""Variable initializers: functions returning OneFlow ``InitializerConf`` protos.
+
+Each returns the proto that ``flow.get_variable(..., initializer=...)`` stores in
+``variable_conf.initializer`` (fields per ``shared/reference/protos.md`` §4); the
+values are drawn when the session initializes its variables
+(:mod:`graphfront.runtime.variables`).
+"""
+from __future__ import annotations
+
+import math
+
+from graphfront.framework import dtypes as _dt
+from graphfront.core import initializer_conf_pb2 as _pb
+
+InitializerConf = _pb.InitializerConf
+
+
+def _data_format(fmt: str) -> str:
+    if fmt in ("", None):
+        return ""
+    if fmt.startswith("NC") or fmt == "channels_first":
+        return "channels_first"
+    if fmt.startswith("N") or fmt == "channels_last":
+        return "channels_last"
+    raise ValueError(f"data_format must be '', NC..., N...C, channels_first or channels_last, received {fmt!r}")
+
+
+def constant_initializer(value=0, dtype=_dt.float32) -> InitializerConf:
+    """Fill with ``value`` (``constant_conf`` for floating dtypes, ``constant_int_conf`` for ints)."""
+    init = InitializerConf()
+    if dtype.is_floating_point:
+        init.constant_conf.value = float(value)
+    else:
+        init.constant_int_conf.value = int(value)
+    return init
+
+
+def zeros_initializer(dtype=_dt.float32) -> InitializerConf:
+    return constant_initializer(0.0, dtype)
+
+
+def ones_initializer(dtype=_dt.float32) -> InitializerConf:
+    return constant_initializer(1.0, dtype)
+
+
+def empty_initializer(dtype=_dt.float32) -> InitializerConf:
+    init = InitializerConf()
+    init.empty_conf.SetInParent()
+    return init
+
+
+def random_uniform_initializer(minval=0, maxval=1, dtype=_dt.float32) -> InitializerConf:
+    """Uniform on ``[minval, maxval)``."""
+    init = InitializerConf()
+    if dtype.is_floating_point:
+        init.random_uniform_conf.min = float(minval)
+        init.random_uniform_conf.max = float(maxval)
+    else:
+        init.random_uniform_int_conf.min = int(minval)
+        init.random_uniform_int_conf.max = int(maxval)
+    return init
+
+
+def random_normal_initializer(mean=0.0, stddev=1.0, seed=None, dtype=None) -> InitializerConf:
+    """Normal(mean, stddev). ``seed``/``dtype`` are accepted only as None (as OneFlow)."""
+    if seed is not None or dtype is not None:
+        raise ValueError("random_normal_initializer: seed and dtype must be None (set random_seed on the variable)")
+    init = InitializerConf()
+    init.random_normal_conf.mean = float(mean)
+    init.random_normal_conf.std = float(stddev)
+    return init
+
+
+def truncated_normal_initializer(mean=0.0, stddev=1.0) -> InitializerConf:
+    """Normal(mean, stddev) redrawn beyond two standard deviations."""
+    init = InitializerConf()
+    init.truncated_normal_conf.mean = float(mean)
+    init.truncated_normal_conf.std = float(stddev)
+    return init
+
+
+def truncated_normal(stddev=1.0) -> InitializerConf:
+    """Deprecated OneFlow helper: truncated normal with std ``stddev`` and mean 0."""
+    return truncated_normal_initializer(0.0, stddev)
+
+
+_MODES = {"fan_in": _pb.kFanIn, "fan_out": _pb.kFanOut, "fan_avg": _pb.kAverage}
+_DISTRIBUTIONS = {"truncated_normal": _pb.kTruncatedNormal, "random_normal": _pb.kRandomNormal,
+                  "random_uniform": _pb.kRandomUniform}
+
+
+def variance_scaling_initializer(scale=1.0, mode="fan_in", distribution="truncated_normal",
+                                 data_format="") -> InitializerConf:
+    """Variance scaling: variance ``scale / fan`` with fan from ``mode`` and the shape."""
+    if mode not in _MODES:
+        raise ValueError(f"variance_scaling_initializer: mode must be one of {list(_MODES)}, received {mode!r}")
+    if distribution not in _DISTRIBUTIONS:
+        raise ValueError(f"variance_scaling_initializer: distribution must be one of {list(_DISTRIBUTIONS)}, "
+                         f"received {distribution!r}")
+    init = InitializerConf()
+    vs = init.variance_scaling_conf
+    vs.scale = float(scale)
+    vs.variance_norm = _MODES[mode]
+    vs.distribution = _DISTRIBUTIONS[distribution]
+    vs.data_format = _data_format(data_format)
+    return init
+
+
+def xavier_uniform_initializer(data_format="") -> InitializerConf:
+    """Glorot/Xavier uniform: variance scaling 1.0, fan_avg, uniform."""
+    return variance_scaling_initializer(1.0, "fan_avg", "random_uniform", data_format)
+
+
+def xavier_normal_initializer(data_format="") -> InitializerConf:
+    """Glorot/Xavier normal: variance scaling 1.0, fan_avg, normal."""
+    return variance_scaling_initializer(1.0, "fan_avg", "random_normal", data_format)
+
+
+glorot_uniform_initializer = xavier_uniform_initializer
+glorot_normal_initializer = xavier_normal_initializer
+
+
+def kaiming_initializer(shape, distribution="random_normal", mode="fan_in", nonlinearity="leaky_relu",
+                        negative_slope=0.0, data_format="NCHW") -> InitializerConf:
+    """He initialization (He et al. 2015) resolved from ``shape`` into a normal/uniform initializer."""
+    fmt = _data_format(data_format)
+    if len(shape) < 2:
+        fan_in = fan_out = shape[0]
+    elif fmt == "channels_last":
+        r = math.prod(shape[1:-1])
+        fan_in, fan_out = shape[-1] * r, shape[0] * r
+    else:
+        r = math.prod(shape[2:])
+        fan_in, fan_out = shape[1] * r, shape[0] * r
+    fan = fan_in if mode == "fan_in" else fan_out
+    gains = {"linear": 1.0, "conv2d": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
+             "leaky_relu": math.sqrt(2.0 / (1 + negative_slope ** 2))}
+    if nonlinearity not in gains:
+        raise ValueError(f"kaiming_initializer: unknown nonlinearity {nonlinearity!r}")
+    std = gains[nonlinearity] / math.sqrt(fan)
+    if distribution == "random_normal":
+        return random_normal_initializer(0.0, std)
+    if distribution == "random_uniform":
+        bound = math.sqrt(3.0) * std
+        return random_uniform_initializer(-bound, bound)
+    raise ValueError(f"kaiming_initializer: distribution must be random_normal or random_uniform, "
+                     f"received {distribution!r}")

@@ -1,0 +1,5 @@
+"""The op library: the registry, the user-op builder and one module per op family.
+
+Importing this package registers every op family; see :mod:`graphfront.ops.registry`.
+"""
+from graphfront.ops import array_ops, math_ops, nn_ops, optimizer_ops  # noqa: F401

@@ -1,0 +1,532 @@
+"""Neural-network ops: convolution, bias_add, TF-style pooling, dropout, matmul,
+softmax and sparse softmax cross entropy (``shared/reference/user_ops.md`` §1).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from graphfront.framework import dtypes as _dt
+from graphfront.ops.common import like, norm_axis, same_dtype
+from graphfront.ops.registry import op
+
+_aten = torch.ops.aten
+
+# ------------------------------------------------------------------ convolution
+
+CONV_ATTRS = {"filters": ("int32", 0), "padding_before": "list_int32", "data_format": "string",
+              "kernel_size": "list_int32", "strides": "list_int32", "dilation_rate": "list_int32",
+              "groups": ("int32", 1)}
+CONV_GRAD_ATTRS = {"num_spatial_dims": ("int32", 0), "padding_before": "list_int32", "data_format": "string",
+                   "kernel_size": "list_int32", "strides": "list_int32", "dilation_rate": "list_int32",
+                   "groups": ("int32", 0)}
+
+
+def _check_conv_attrs(ctx, n):
+    fmt = ctx.attr("data_format")
+    ctx.check(fmt in ("channels_first", "channels_last"),
+              f"attr 'data_format' must be 'channels_first' or 'channels_last', received {fmt!r}")
+    for a in ("padding_before", "kernel_size", "strides", "dilation_rate"):
+        ctx.check(len(ctx.attr(a)) == n, f"attr '{a}' needs {n} entries, received {ctx.attr(a)}")
+    return fmt == "channels_first"
+
+
+def conv_out_size(size, k, pad, stride, dilation):
+    return (size + 2 * pad - ((k - 1) * dilation + 1) + stride) // stride
+
+
+def _conv_infer(n):
+    def infer(ctx):
+        first = _check_conv_attrs(ctx, n)
+        x, w = ctx.input("in"), ctx.input("weight")
+        ctx.check(len(x.shape) == n + 2, f"input 'in' expected rank {n + 2}, received shape {x.shape}")
+        filters, groups = ctx.attr("filters"), ctx.attr("groups")
+        ctx.check(groups > 0 and filters % groups == 0 and groups <= filters,
+                  f"attrs filters={filters}, groups={groups}: groups must be > 0 and divide filters")
+        cin = x.shape[1] if first else x.shape[-1]
+        ctx.check(cin % groups == 0, f"input 'in' has {cin} channels, not divisible by groups={groups}")
+        k = tuple(ctx.attr("kernel_size"))
+        expected = (filters, cin // groups) + k if first else (filters,) + k + (cin // groups,)
+        ctx.check(w.shape == expected, f"input 'weight' expected shape {expected} for input 'in' of shape "
+                                       f"{x.shape}, received {w.shape}")
+        same_dtype(ctx, "in", "weight")
+        if ctx.has_input("bias"):
+            ctx.check(ctx.input("bias").shape == (filters,),
+                      f"input 'bias' expected shape {(filters,)}, received {ctx.input('bias').shape}")
+        spatial = x.shape[2:] if first else x.shape[1:-1]
+        out = tuple(conv_out_size(s, kk, p, st, d) for s, kk, p, st, d in
+                    zip(spatial, k, ctx.attr("padding_before"), ctx.attr("strides"), ctx.attr("dilation_rate")))
+        ctx.check(all(o > 0 for o in out), f"output spatial size {out} is not positive for input 'in' of "
+                                           f"shape {x.shape} and kernel_size {k}")
+        shape = (x.shape[0], filters) + out if first else (x.shape[0],) + out + (filters,)
+        ctx.set_output("out", shape, x.dtype)
+    return infer
+
+
+def _to_first(t, n):
+    """channels_last -> channels_first (for tensors of rank n + 2)."""
+    return t.permute(0, n + 1, *range(1, n + 1))
+
+
+def _to_last(t, n):
+    return t.permute(0, *range(2, n + 2), 1)
+
+
+def _conv_kernel(n):
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[n]
+
+    def make(k):
+        args = dict(stride=k.attr("strides"), padding=k.attr("padding_before"),
+                    dilation=k.attr("dilation_rate"), groups=k.attr("groups"))
+        if k.attr("data_format") == "channels_first":
+            return lambda x, w, b, bm: conv(x, w, b, **args)
+        return lambda x, w, b, bm: _to_last(conv(_to_first(x, n), _to_first(w, n), b, **args), n)
+    return make
+
+
+def _conv_grad(n):
+    def grad(g):
+        attrs = {a: g.attr(a) for a in ("padding_before", "data_format", "kernel_size", "strides",
+                                          "dilation_rate", "groups")}
+        attrs["num_spatial_dims"] = n
+        dy = g.dout("out")
+        if g.has_input("bias") and g.needs("bias"):
+            g.set_grad("bias", g.emit("conv_bias_grad", {"dy": dy},
+                                      {"data_format": attrs["data_format"], "num_spatial_dims": n},
+                                      name=f"System-AutoGrad-{g.op_name}-BiasGrad"))
+        if g.needs("weight"):
+            g.set_grad("weight", g.emit("conv_filter_grad", {"dy": dy, "x": g.input("in")}, attrs,
+                                        name=f"System-AutoGrad-{g.op_name}-FilterGrad"))
+        if g.needs("in"):
+            g.set_grad("in", g.emit("conv_data_grad", {"dy": dy, "filter": g.input("weight"),
+                                                       "x_like": g.input("in")}, attrs,
+                                    name=f"System-AutoGrad-{g.op_name}-DataGrad"))
+    return grad
+
+
+for _n in (1, 2, 3):
+    op(f"conv{_n}d", inputs=["in", "weight", "bias?", "bias_multiplier?"], outputs=["out"], attrs=CONV_ATTRS,
+       infer=_conv_infer(_n), kernel=_conv_kernel(_n), grad=_conv_grad(_n))
+
+
+def _conv_backward_args(k):
+    n = k.attr("num_spatial_dims")
+    return n, dict(stride=k.attr("strides"), padding=k.attr("padding_before"), dilation=k.attr("dilation_rate"),
+                   transposed=False, output_padding=[0] * n, groups=k.attr("groups"))
+
+
+def _conv_data_grad_kernel(k):
+    n, a = _conv_backward_args(k)
+    first = k.attr("data_format") == "channels_first"
+
+    def data_grad(dy, w, x_like, add_to):
+        if not first:
+            dy, w, x_like = _to_first(dy, n), _to_first(w, n), _to_first(x_like, n)
+        dx = _aten.convolution_backward(dy, x_like, w, None, a["stride"], a["padding"], a["dilation"],
+                                        False, a["output_padding"], a["groups"], [True, False, False])[0]
+        dx = dx if first else _to_last(dx, n)
+        return dx if add_to is None else dx + add_to
+    return data_grad
+
+
+def _conv_filter_grad_kernel(k):
+    n, a = _conv_backward_args(k)
+    first = k.attr("data_format") == "channels_first"
+    wshape = k.output("filter_diff").shape
+    if not first:
+        wshape = (wshape[0], wshape[-1]) + tuple(wshape[1:-1])
+    placeholder = torch.empty(wshape, dtype=k.input("x").dtype.torch, device=k.device)
+
+    def filter_grad(dy, x):
+        if not first:
+            dy, x = _to_first(dy, n), _to_first(x, n)
+        dw = _aten.convolution_backward(dy, x, placeholder, None, a["stride"], a["padding"], a["dilation"],
+                                        False, a["output_padding"], a["groups"], [False, True, False])[1]
+        return dw if first else _to_last(dw, n)
+    return filter_grad
+
+
+def _conv_grad_infer_data(ctx):
+    n = ctx.attr("num_spatial_dims")
+    ctx.check(1 <= n <= 3, f"attr 'num_spatial_dims' must be 1..3, received {n}")
+    x = ctx.input("x_like")
+    ctx.check(len(x.shape) == n + 2 and len(ctx.input("dy").shape) == n + 2,
+              f"inputs 'dy' and 'x_like' must have rank {n + 2}")
+    ctx.set_output("dx", x.shape, x.dtype)
+
+
+def _conv_grad_infer_filter(ctx):
+    n = ctx.attr("num_spatial_dims")
+    dy, x = ctx.input("dy"), ctx.input("x")
+    k, groups = tuple(ctx.attr("kernel_size")), ctx.attr("groups")
+    if ctx.attr("data_format") == "channels_first":
+        shape = (dy.shape[1], x.shape[1] // groups) + k
+    else:
+        ctx.check(groups == 1, "channels_last conv_filter_grad requires groups == 1")
+        shape = (dy.shape[-1],) + k + (x.shape[-1] // groups,)
+    ctx.check(len(k) == n, f"attr 'kernel_size' needs {n} entries, received {list(k)}")
+    ctx.set_output("filter_diff", shape, x.dtype)
+
+
+def _conv_bias_grad_infer(ctx):
+    dy = ctx.input("dy")
+    c = dy.shape[1] if ctx.attr("data_format") == "channels_first" else dy.shape[-1]
+    ctx.set_output("bias_diff", (c,), dy.dtype)
+
+
+def _conv_bias_grad_kernel(k):
+    n = len(k.input("dy").shape)
+    axes = [0] + list(range(2, n)) if k.attr("data_format") == "channels_first" else list(range(n - 1))
+    return lambda dy: dy.sum(dim=axes)
+
+
+op("conv_data_grad", inputs=["dy", "filter", "x_like", "_add_to_output?"], outputs=["dx"], attrs=CONV_GRAD_ATTRS,
+   infer=_conv_grad_infer_data, kernel=_conv_data_grad_kernel)
+op("conv_filter_grad", inputs=["dy", "x"], outputs=["filter_diff"], attrs=CONV_GRAD_ATTRS,
+   infer=_conv_grad_infer_filter, kernel=_conv_filter_grad_kernel)
+op("conv_bias_grad", inputs=["dy"], outputs=["bias_diff"],
+   attrs={"data_format": "string", "num_spatial_dims": ("int32", 0)},
+   infer=_conv_bias_grad_infer, kernel=_conv_bias_grad_kernel)
+
+
+# ------------------------------------------------------------------ bias_add
+
+def _bias_add_infer(ctx):
+    a, b = ctx.input("a"), ctx.input("b")
+    axis = ctx.attr("axis")
+    ctx.check(0 <= axis < len(a.shape), f"attr 'axis' {axis} is out of range for input 'a' of shape {a.shape}")
+    ctx.check(len(b.shape) == 1 and b.shape[0] == a.shape[axis],
+              f"input 'b' expected shape {(a.shape[axis],)} (dim {axis} of input 'a' {a.shape}), received {b.shape}")
+    same_dtype(ctx, "a", "b")
+    ctx.set_output("out", a.shape, a.dtype)
+
+
+def _bias_add_kernel(k):
+    ndim = len(k.input("a").shape)
+    axis = k.attr("axis")
+    if axis == ndim - 1:
+        return torch.add
+    view = [1] * ndim
+    view[axis] = -1
+    return lambda a, b: a + b.view(view)
+
+
+def _bias_add_grad(g):
+    if g.needs("a"):
+        g.set_grad("a", g.dout("out"))
+    if g.needs("b"):
+        ndim = len(g.desc(g.input("a")).shape)
+        axes = [i for i in range(ndim) if i != g.attr("axis")]
+        g.set_grad("b", g.emit("reduce_sum", {"input_tensor": g.dout("out")}, {"axis": axes, "keepdims": False},
+                               name=f"{g.op_name}_grad"))
+
+
+op("bias_add", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=_bias_add_infer,
+   kernel=_bias_add_kernel, grad=_bias_add_grad)
+
+
+# ------------------------------------------------------------------ TF-style pooling
+
+POOL_ATTRS = {"padding": "string", "padding_before": "list_int32", "padding_after": "list_int32",
+              "data_format": "string", "pool_size": "list_int32", "strides": "list_int32", "ceil_mode": "bool"}
+
+
+def pool_geometry(spatial, attrs):
+    """Output sizes and (before, after) pads per spatial dim of a ``tf_*_pool`` op.
+
+    Rules of OneFlow's TF-style pooling: ``valid`` -> ``(n - k + s) // s``;
+    ``same_lower``/``same_upper`` -> ``ceil(n / s)`` with the needed pad split, the
+    larger half before for ``same_lower``; ``customized`` uses the attr pads and
+    ``ceil_mode``. Pads returned here make a floor-mode pool give exactly those sizes.
+    """
+    padding = attrs["padding"]
+    outs, pads = [], []
+    for i, n in enumerate(spatial):
+        k, s = attrs["pool_size"][i], attrs["strides"][i]
+        if padding == "valid":
+            out, before, after = (n - k + s) // s, 0, 0
+        elif padding in ("same_lower", "same_upper"):
+            out = -(-n // s)
+            total = max((out - 1) * s + k - n, 0)
+            before = (total + 1) // 2 if padding == "same_lower" else total // 2
+            after = total - before
+        elif padding == "customized":
+            before, after = attrs["padding_before"][i], attrs["padding_after"][i]
+            out = (n + before + after - k + s + (s - 1 if attrs["ceil_mode"] else 0)) // s
+        else:
+            raise ValueError(f"attr 'padding' must be valid, same_lower, same_upper or customized, "
+                             f"received {padding!r}")
+        # extend the trailing pad so that a floor-mode window count equals `out`
+        after = max(after, (out - 1) * s + k - n - before)
+        outs.append(out)
+        pads.append((before, after))
+    return outs, pads
+
+
+def _pool_infer(n):
+    def infer(ctx):
+        x = ctx.input("x")
+        fmt = ctx.attr("data_format")
+        ctx.check(fmt in ("channels_first", "channels_last"),
+                  f"attr 'data_format' must be 'channels_first' or 'channels_last', received {fmt!r}")
+        ctx.check(len(x.shape) == n + 2, f"input 'x' expected rank {n + 2}, received shape {x.shape}")
+        for a in ("pool_size", "strides"):
+            ctx.check(len(ctx.attr(a)) == n and all(v > 0 for v in ctx.attr(a)),
+                      f"attr '{a}' needs {n} positive entries, received {ctx.attr(a)}")
+        first = fmt == "channels_first"
+        spatial = x.shape[2:] if first else x.shape[1:-1]
+        outs, _ = pool_geometry(spatial, ctx.attrs)
+        ctx.check(all(o > 0 for o in outs), f"pooling window {ctx.attr('pool_size')} does not fit input 'x' "
+                                            f"of shape {x.shape}")
+        shape = x.shape[:2] + tuple(outs) if first else (x.shape[0],) + tuple(outs) + (x.shape[-1],)
+        ctx.set_output("y", shape, x.dtype)
+    return infer
+
+
+def _pool_fn(kind, n, k):
+    """A channels_first pooling function with explicit pads, per OneFlow's semantics."""
+    first = k.attr("data_format") == "channels_first"
+    x_shape = k.input("x").shape
+    spatial = x_shape[2:] if first else x_shape[1:-1]
+    _, pads = pool_geometry(spatial, k.attrs)
+    flat = [p for pair in reversed(pads) for p in pair]
+    padded = any(flat)
+    size, stride = k.attr("pool_size"), k.attr("strides")
+    if kind == "max":
+        pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[n]
+
+        def fn(x):
+            if padded:
+                x = F.pad(x, flat, value=-math.inf)
+            return pool(x, size, stride)
+    else:
+        pool = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[n]
+
+        def fn(x):
+            if not padded:
+                return pool(x, size, stride)
+            # average over the real (unpadded) elements of each window
+            ones = torch.ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype, device=x.device)
+            return pool(F.pad(x, flat), size, stride) / pool(F.pad(ones, flat), size, stride)
+
+    if first:
+        return fn
+    return lambda x: _to_last(fn(_to_first(x, n)), n)
+
+
+def _pool_kernel(kind, n):
+    return lambda k: _pool_fn(kind, n, k)
+
+
+def _pool_grad_kernel(kind, n):
+    def make(k):
+        fn = _pool_fn(kind, n, k)
+
+        def pool_grad(x, y, dy):
+            with torch.enable_grad():
+                xr = x.detach().requires_grad_(True)
+                return torch.autograd.grad(fn(xr), xr, dy)[0]
+        return pool_grad
+    return make
+
+
+for _kind in ("max", "avg"):
+    for _n in (1, 2, 3):
+        _name = f"tf_{_kind}_pool_{_n}d"
+        op(_name, inputs=["x"], outputs=["y"], attrs=POOL_ATTRS, infer=_pool_infer(_n),
+           kernel=_pool_kernel(_kind, _n),
+           grad=lambda g, t=_name: g.set_grad("x", g.emit(
+               f"{t}_grad", {"x": g.input("x"), "y": g.output("y"), "dy": g.dout("y")}, g.attrs)))
+        op(f"{_name}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=POOL_ATTRS, infer=like("x"),
+           kernel=_pool_grad_kernel(_kind, _n))
+
+
+# ------------------------------------------------------------------ dropout
+
+def _dropout_infer(ctx):
+    ctx.check(ctx.attr("rate") >= 0, f"attr 'rate' must be >= 0, received {ctx.attr('rate')}")
+    x = ctx.input("in")
+    ctx.set_output("out", x.shape, x.dtype)
+    ctx.set_output("mask", x.shape, _dt.int8)
+
+
+def _dropout_kernel(k):
+    rate = k.attr("rate")
+    scale = 1.0 / (1.0 - rate) if rate < 1 else 0.0
+
+    def dropout(x, add_to):
+        keep = torch.empty_like(x).bernoulli_(1.0 - rate)
+        out = x * keep * scale
+        if add_to is not None:
+            out = out + add_to
+        return out, keep.to(torch.int8)
+    return dropout
+
+
+def _dropout_grad(g):
+    rate = g.attr("rate")
+    g.set_grad("in", g.emit("dropout_grad", {"dy": g.dout("out"), "mask": g.output("mask")},
+                            {"scale": 1.0 / (1.0 - rate) if rate < 1 else 0.0}))
+
+
+op("dropout", inputs=["in", "_add_to_output?"], outputs=["out", "mask"], attrs={"rate": ("float", 0.0)},
+   infer=_dropout_infer, kernel=_dropout_kernel, grad=_dropout_grad)
+
+
+def _dropout_grad_infer(ctx):
+    dy, mask = ctx.input("dy"), ctx.input("mask")
+    ctx.check(ctx.attr("scale") > 1, f"attr 'scale' must be > 1, received {ctx.attr('scale')}")
+    ctx.check(mask.shape == dy.shape and mask.dtype is _dt.int8,
+              f"input 'mask' expected int8 of shape {dy.shape}, received {mask.dtype.name} {mask.shape}")
+    ctx.set_output("dx", dy.shape, dy.dtype)
+
+
+op("dropout_grad", inputs=["dy", "mask"], outputs=["dx"], attrs={"scale": ("float", 0.0)},
+   infer=_dropout_grad_infer,
+   kernel=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask * s))
+
+
+def _random_mask_like_kernel(k):
+    rate = k.attr("rate")
+    gen = torch.Generator(device=k.device)
+    gen.manual_seed(k.attr("seed"))
+    return lambda like_: (torch.rand(like_.shape, generator=gen, device=like_.device) >= rate).to(torch.int8)
+
+
+op("random_mask_like", inputs=["like"], outputs=["out"], attrs={"rate": ("float", 0.0), "seed": ("int64", 0)},
+   infer=lambda ctx: (ctx.check(0 <= ctx.attr("rate") < 1, f"attr 'rate' must be in [0, 1), received "
+                                                           f"{ctx.attr('rate')}"),
+                      ctx.set_output("out", ctx.input("like").shape, _dt.int8)),
+   kernel=_random_mask_like_kernel, no_grad=True)
+
+
+# ------------------------------------------------------------------ matmul
+
+MATMUL_ATTRS = {"transpose_a": ("bool", False), "transpose_b": ("bool", False), "alpha": ("double", 1.0)}
+
+
+def _matmul_infer(batch):
+    def infer(ctx):
+        a, b = ctx.input("a"), ctx.input("b")
+        ta, tb = ctx.attr("transpose_a"), ctx.attr("transpose_b")
+        if batch:
+            ctx.check(len(a.shape) == len(b.shape) and len(a.shape) > 2,
+                      f"inputs 'a' {a.shape} and 'b' {b.shape} must have the same rank > 2")
+            ctx.check(a.shape[:-2] == b.shape[:-2],
+                      f"batch dims of input 'a' {a.shape[:-2]} and 'b' {b.shape[:-2]} differ")
+        else:
+            ctx.check(len(a.shape) == 2, f"input 'a' expected rank 2, received shape {a.shape}")
+            ctx.check(len(b.shape) == 2, f"input 'b' expected rank 2, received shape {b.shape}")
+        m, ka = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
+        kb, nn = (b.shape[-1], b.shape[-2]) if tb else (b.shape[-2], b.shape[-1])
+        ctx.check(ka == kb, f"input 'b' expected {'last' if tb else 'first'} matrix dim {ka} (the inner dim of "
+                            f"input 'a' {a.shape}), received shape {b.shape}")
+        same_dtype(ctx, "a", "b")
+        ctx.set_output("out", a.shape[:-2] + (m, nn), a.dtype)
+    return infer
+
+
+def _matmul_kernel(k):
+    ta, tb, alpha = k.attr("transpose_a"), k.attr("transpose_b"), k.attr("alpha")
+
+    def mm(a, b, add_to):
+        out = torch.matmul(a.transpose(-1, -2) if ta else a, b.transpose(-1, -2) if tb else b)
+        if alpha != 1.0:
+            out = out * alpha
+        return out if add_to is None else out + add_to
+    if not ta and not tb and alpha == 1.0:
+        return lambda a, b, add_to: torch.matmul(a, b) if add_to is None else torch.matmul(a, b) + add_to
+    return mm
+
+
+def _matmul_grad(op_type):
+    def grad(g):
+        ta, tb, alpha = g.attr("transpose_a"), g.attr("transpose_b"), g.attr("alpha")
+        dy, a, b = g.dout("out"), g.input("a"), g.input("b")
+        if g.needs("a"):
+            ins, attrs = (({"a": dy, "b": b}, {"transpose_a": False, "transpose_b": not tb}) if not ta else
+                          ({"a": b, "b": dy}, {"transpose_a": tb, "transpose_b": True}))
+            g.set_grad("a", g.emit(op_type, ins, {**attrs, "alpha": alpha}, name=f"{g.op_name}_grad_a"))
+        if g.needs("b"):
+            ins, attrs = (({"a": a, "b": dy}, {"transpose_a": not ta, "transpose_b": False}) if not tb else
+                          ({"a": dy, "b": a}, {"transpose_a": True, "transpose_b": ta}))
+            g.set_grad("b", g.emit(op_type, ins, {**attrs, "alpha": alpha}, name=f"{g.op_name}_grad_b"))
+    return grad
+
+
+op("matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
+   infer=_matmul_infer(False), kernel=_matmul_kernel, grad=_matmul_grad("matmul"))
+op("batch_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
+   infer=_matmul_infer(True), kernel=_matmul_kernel, grad=_matmul_grad("batch_matmul"))
+
+
+# ------------------------------------------------------------------ softmax
+
+op("softmax", inputs=["in"], outputs=["out"], infer=like("in"),
+   kernel=lambda k: (lambda x: torch.softmax(x, -1)),
+   grad=lambda g: g.set_grad("in", g.emit("softmax_grad", {"y": g.output("out"), "dy": g.dout("out")})))
+
+
+def _softmax_grad_infer(ctx):
+    y, dy = ctx.input("y"), ctx.input("dy")
+    ctx.check(y.shape == dy.shape, f"input 'dy' expected shape {y.shape}, received {dy.shape}")
+    same_dtype(ctx, "y", "dy")
+    ctx.set_output("dx", y.shape, y.dtype)
+
+
+op("softmax_grad", inputs=["y", "dy"], outputs=["dx"], infer=_softmax_grad_infer,
+   kernel=lambda k: (lambda y, dy: _aten._softmax_backward_data(dy, y, -1, y.dtype)))
+
+
+# ------------------------------------------------------------------ sparse softmax cross entropy
+
+def _sce_infer(ctx):
+    pred, label = ctx.input("prediction"), ctx.input("label")
+    ctx.check(len(pred.shape) >= 2, f"input 'prediction' expected rank >= 2, received shape {pred.shape}")
+    ctx.check(label.shape == pred.shape[:-1],
+              f"input 'label' expected shape {pred.shape[:-1]} (prediction {pred.shape} without its last dim), "
+              f"received {label.shape}")
+    ctx.check(label.dtype.is_integer, f"input 'label' expected an integer dtype, received {label.dtype.name}")
+    ctx.check(pred.dtype.is_floating_point,
+              f"input 'prediction' expected a floating dtype, received {pred.dtype.name}")
+    depth = ctx.attr("depth")
+    ctx.check(depth == pred.shape[-1], f"attr 'depth' expected {pred.shape[-1]} (last dim of 'prediction'), "
+                                       f"received {depth}")
+    ctx.set_output("prob", pred.shape, pred.dtype)
+    ctx.set_output("out", label.shape, pred.dtype)
+
+
+def _sce_kernel(k):
+    def sce(pred, label):
+        logp = torch.log_softmax(pred, -1)
+        out = -logp.gather(-1, label.long().unsqueeze(-1)).squeeze(-1)
+        return logp.exp(), out
+    return sce
+
+
+def _sce_grad_kernel(k):
+    def sce_grad(label, dy, prob):
+        d = prob * dy.unsqueeze(-1)
+        return d.scatter_add_(-1, label.long().unsqueeze(-1), -dy.unsqueeze(-1))
+    return sce_grad
+
+
+def _sce_grad_infer(ctx):
+    label, dy, prob = ctx.input("label"), ctx.input("dy"), ctx.input("prob")
+    ctx.check(dy.shape == label.shape, f"input 'dy' expected shape {label.shape}, received {dy.shape}")
+    ctx.set_output("prediction_diff", prob.shape, prob.dtype)
+
+
+for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
+    op(_t, inputs=["prediction", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
+       infer=_sce_infer, kernel=_sce_kernel,
+       grad=lambda g, t=_t: g.needs("prediction") and g.set_grad("prediction", g.emit(
+           f"{t}_grad", {"label": g.input("label"), "dy": g.dout("out"), "prob": g.output("prob")},
+           {"depth": g.attr("depth")})))
+    op(f"{_t}_grad", inputs=["label", "dy", "prob"], outputs=["prediction_diff"], attrs={"depth": ("int64", 0)},
+       infer=_sce_grad_infer, kernel=_sce_grad_kernel)
+
+
+__all__ = ["pool_geometry", "conv_out_size", "norm_axis"]

@@ -1,0 +1,326 @@
+"""The user-op registry: one definition per op type.
+
+An op type is declared once with :func:`op`: its arguments (required ``"x"``,
+optional ``"bias?"``, repeated ``"in*"``), its attrs with OneFlow's attr types and
+defaults, its shape/dtype inference, its grad maker and its torch kernel. Everything
+else in graphfront (the builder, CurJobAddOp, autograd, the runtime, AutoTest)
+reads this registry and never special-cases an op by name.
+
+Attr types are OneFlow's (``shared/reference/protos.md`` §2.1): ``int32``, ``int64``,
+``bool``, ``float``, ``double``, ``string``, ``shape``, ``dtype`` and ``list_int32``,
+``list_int64``, ``list_float``, ``list_dtype``, ``list_shape``, ``list_string``.
+
+Contracts of the three functions an op supplies:
+
+* ``infer(ctx: InferCtx)``: reads ``ctx.input(arg)`` descs and ``ctx.attr(name)``,
+  calls ``ctx.set_output(arg, shape, dtype)`` for every requested output, and
+  ``ctx.check(cond, msg)`` / ``ctx.fail(msg)`` for build-time checks.
+* ``grad(g: GradCtx)``: emits backward ops with ``g.emit(...)`` and binds input
+  gradients with ``g.set_grad(arg, lbn)``; only for inputs where ``g.needs(arg)``.
+  ``grad=None`` with ``no_grad=False`` means "no grad function": autograd fails if it
+  reaches the op (as OneFlow's GradientFunctionNotFound).
+* ``kernel(k: KernelCtx) -> callable``: called once at lowering time with attrs and
+  descs; the returned callable receives one positional value per declared input
+  (a tensor, ``None`` for an absent optional input, a list for a repeated input) and
+  returns a tensor for a single declared output, a tuple over the declared outputs
+  otherwise (a list for a repeated output), or ``None`` for ops without outputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, Callable, Optional
+
+from graphfront.framework import dtypes as _dt
+from graphfront.core import user_op_attr_pb2
+from graphfront.framework.errors import OpCheckError
+
+AttrValue = user_op_attr_pb2.AttrValue
+
+# attr type name -> (AttrValue oneof member, AttrType enum value)
+ATTR_TYPES = {
+    "int32": ("at_int32", 1),
+    "int64": ("at_int64", 2),
+    "bool": ("at_bool", 3),
+    "float": ("at_float", 4),
+    "double": ("at_double", 5),
+    "string": ("at_string", 6),
+    "shape": ("at_shape", 7),
+    "dtype": ("at_data_type", 8),
+    "list_int32": ("at_list_int32", 9),
+    "list_int64": ("at_list_int64", 10),
+    "list_float": ("at_list_float", 11),
+    "list_dtype": ("at_list_data_type", 12),
+    "list_shape": ("at_list_shape", 13),
+    "list_string": ("at_list_string", 14),
+}
+_FIELD_TO_TYPE = {field: name for name, (field, _) in ATTR_TYPES.items()}
+_ZERO = {
+    "int32": 0, "int64": 0, "bool": False, "float": 0.0, "double": 0.0, "string": "",
+    "shape": (), "dtype": None, "list_int32": [], "list_int64": [], "list_float": [],
+    "list_dtype": [], "list_shape": [], "list_string": [],
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgDef:
+    name: str
+    optional: bool = False
+    repeated: bool = False
+
+    @staticmethod
+    def parse(spec: str) -> "ArgDef":
+        name = spec.rstrip("?*")
+        return ArgDef(name, optional="?" in spec, repeated="*" in spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttrDef:
+    name: str
+    type: str
+    default: Any
+    check: Optional[Callable[[Any], Optional[str]]] = None
+
+
+@dataclasses.dataclass
+class OpDef:
+    """Everything graphfront knows about one user op type."""
+
+    op_type: str
+    inputs: list
+    outputs: list
+    attrs: dict
+    infer: Callable
+    kernel: Optional[Callable]
+    grad: Optional[Callable] = None
+    no_grad: bool = False
+    mutates: tuple = ()
+    view: bool = False
+    doc: str = ""
+
+    def input_def(self, name):
+        return next((a for a in self.inputs if a.name == name), None)
+
+    def output_def(self, name):
+        return next((a for a in self.outputs if a.name == name), None)
+
+    @property
+    def has_grad(self) -> bool:
+        return self.grad is not None
+
+    def describe(self) -> str:
+        """A human-readable summary: args, attrs with types and defaults, grad."""
+        def arg(a):
+            return a.name + ("?" if a.optional else "") + ("*" if a.repeated else "")
+        lines = [f"op {self.op_type}: ({', '.join(arg(a) for a in self.inputs)}) -> "
+                 f"({', '.join(arg(a) for a in self.outputs)})"]
+        for a in self.attrs.values():
+            lines.append(f"  attr {a.name}: {a.type} = {a.default!r}")
+        grad = "yes" if self.has_grad else ("NoGrad" if self.no_grad else "no grad function")
+        lines.append(f"  grad: {grad}")
+        if self.mutates:
+            lines.append(f"  mutates: {', '.join(self.mutates)}")
+        return "\n".join(lines)
+
+
+_REGISTRY: dict = {}
+
+
+def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
+       no_grad=False, mutates=(), view=False, doc=""):
+    """Register a user op type. Returns its :class:`OpDef`.
+
+    ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
+    ``(type, default)`` pair or a ``(type, default, check)`` triple where ``check(v)``
+    returns an error message or None. ``mutates`` names the inputs the kernel updates
+    in place; ``view=True`` marks ops whose outputs may alias their inputs (the runtime
+    orders in-place updates after every reader of such aliases).
+    """
+    if op_type in _REGISTRY:
+        raise ValueError(f"op type {op_type!r} is already registered")
+    attr_defs = {}
+    for name, spec in (attrs or {}).items():
+        if isinstance(spec, str):
+            spec = (spec, _ZERO[spec])
+        type_, default, *rest = spec
+        if type_ not in ATTR_TYPES:
+            raise ValueError(f"op {op_type}: attr {name} has unknown type {type_!r}")
+        attr_defs[name] = AttrDef(name, type_, normalize_attr(op_type, name, type_, default),
+                                  rest[0] if rest else None)
+    opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
+                  attr_defs, infer, kernel, grad, no_grad, tuple(mutates), view, doc)
+    _REGISTRY[op_type] = opdef
+    return opdef
+
+
+def unregister(op_type: str) -> None:
+    """Remove an op type (for tests and for redefining a custom op interactively)."""
+    _REGISTRY.pop(op_type, None)
+
+
+def lookup(op_type: str) -> OpDef:
+    """Return the OpDef of ``op_type``; KeyError with close matches if unknown."""
+    _ensure_loaded()
+    try:
+        return _REGISTRY[op_type]
+    except KeyError:
+        close = difflib.get_close_matches(op_type, _REGISTRY, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise KeyError(f"unknown op type {op_type!r}{hint}") from None
+
+
+def has_op(op_type: str) -> bool:
+    _ensure_loaded()
+    return op_type in _REGISTRY
+
+
+def registered_op_types() -> list:
+    """Sorted list of every registered user op type."""
+    _ensure_loaded()
+    return sorted(_REGISTRY)
+
+
+def describe(op_type: str) -> str:
+    return lookup(op_type).describe()
+
+
+_loaded = False
+
+
+def _ensure_loaded():
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import graphfront.ops  # noqa: F401  (registers every op family)
+
+
+# --------------------------------------------------------------------------- attrs
+
+def normalize_attr(op_type, name, type_, value):
+    """Check a Python value against an attr type and return its canonical Python form.
+
+    int types take int (not bool); float/double take int or float; ``shape`` and list
+    types take list/tuple; ``dtype`` takes a graphfront dtype. Raises TypeError naming
+    the op, attr, expected type and received value.
+    """
+    def bad():
+        return TypeError(f"op {op_type}: attr '{name}' expects {type_}, received "
+                         f"{value!r} ({type(value).__name__})")
+
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool) or _is_np_int(v)
+
+    def is_num(v):
+        return is_int(v) or isinstance(v, float) or _is_np_float(v)
+
+    if type_ in ("int32", "int64"):
+        if not is_int(value):
+            raise bad()
+        return int(value)
+    if type_ == "bool":
+        if not isinstance(value, bool):
+            raise bad()
+        return value
+    if type_ in ("float", "double"):
+        if not is_num(value):
+            raise bad()
+        return float(value)
+    if type_ == "string":
+        if not isinstance(value, str):
+            raise bad()
+        return value
+    if type_ == "dtype":
+        if value is not None and not isinstance(value, _dt.dtype):
+            raise bad()
+        return value
+    if not isinstance(value, (list, tuple)):
+        raise bad()
+    if type_ == "shape":
+        if not all(is_int(v) for v in value):
+            raise bad()
+        return tuple(int(v) for v in value)
+    if type_ in ("list_int32", "list_int64"):
+        if not all(is_int(v) for v in value):
+            raise bad()
+        return [int(v) for v in value]
+    if type_ == "list_float":
+        if not all(is_num(v) for v in value):
+            raise bad()
+        return [float(v) for v in value]
+    if type_ == "list_string":
+        if not all(isinstance(v, str) for v in value):
+            raise bad()
+        return list(value)
+    if type_ == "list_dtype":
+        if not all(isinstance(v, _dt.dtype) for v in value):
+            raise bad()
+        return list(value)
+    if type_ == "list_shape":
+        if not all(isinstance(s, (list, tuple)) and all(is_int(v) for v in s) for s in value):
+            raise bad()
+        return [tuple(int(v) for v in s) for s in value]
+    raise bad()
+
+
+def _is_np_int(v):
+    import numpy as np
+    return isinstance(v, np.integer)
+
+
+def _is_np_float(v):
+    import numpy as np
+    return isinstance(v, np.floating)
+
+
+def to_attr_value(type_: str, value) -> AttrValue:
+    """Encode a canonical Python attr value as an ``AttrValue`` of the given type."""
+    av = AttrValue()
+    field = ATTR_TYPES[type_][0]
+    if type_ in ("int32", "int64", "bool", "float", "double", "string"):
+        setattr(av, field, value)
+    elif type_ == "shape":
+        av.at_shape.SetInParent()
+        av.at_shape.dim.extend(value)
+    elif type_ == "dtype":
+        av.at_data_type = value.proto if value is not None else 0
+    else:
+        lst = getattr(av, field)
+        lst.SetInParent()
+        if type_ == "list_dtype":
+            lst.val.extend(d.proto for d in value)
+        elif type_ == "list_shape":
+            for s in value:
+                lst.val.add().dim.extend(s)
+        else:
+            lst.val.extend(value)
+    return av
+
+
+def attr_value_type(av: AttrValue) -> Optional[str]:
+    """The attr type name of an AttrValue's set oneof member (None if unset)."""
+    field = av.WhichOneof("value")
+    return _FIELD_TO_TYPE.get(field) if field else None
+
+
+def from_attr_value(av: AttrValue):
+    """Decode an ``AttrValue`` into its canonical Python value."""
+    type_ = attr_value_type(av)
+    field = ATTR_TYPES[type_][0]
+    if type_ in ("int32", "int64", "bool", "float", "double", "string"):
+        return getattr(av, field)
+    if type_ == "shape":
+        return tuple(av.at_shape.dim)
+    if type_ == "dtype":
+        return _dt.from_proto(av.at_data_type) if av.at_data_type else None
+    vals = getattr(av, field).val
+    if type_ == "list_dtype":
+        return [_dt.from_proto(v) for v in vals]
+    if type_ == "list_shape":
+        return [tuple(s.dim) for s in vals]
+    return list(vals)
+
+
+def check(cond, msg):
+    """Raise an OpCheckError with ``msg`` when ``cond`` is false (for infer functions)."""
+    if not cond:
+        raise OpCheckError(msg)

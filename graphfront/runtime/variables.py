@@ -1,0 +1,138 @@
+"""Variable store and initializers.
+
+A Session keeps one tensor per variable op name, on the device of the variable's
+placement, shared by every job of the session. Tensors are created once and then only
+updated in place (by update ops, ``assign`` and ``flow.load_variables``), so compiled
+plans can bind them directly.
+
+Initializers implement OneFlow's ``InitializerConf`` kinds
+(``shared/reference/protos.md`` §4) with torch's RNG: uniform and normal draws,
+truncated normal (resampled beyond two standard deviations, as TensorFlow/OneFlow),
+and variance scaling with fans computed from the shape and ``data_format``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from graphfront.framework import dtypes as _dt
+from graphfront.core import initializer_conf_pb2
+from graphfront.framework.errors import JobBuildError
+
+VarianceNorm = initializer_conf_pb2.VarianceNorm
+RandomDistribution = initializer_conf_pb2.RandomDistribution
+
+
+def _fans(shape, data_format):
+    """(fan_in, fan_out) of a weight shape; channels_first ``[out, in, *k]``."""
+    if len(shape) < 2:
+        n = shape[0] if shape else 1
+        return n, n
+    if data_format == "channels_last":
+        receptive = math.prod(shape[1:-1])
+        return shape[-1] * receptive, shape[0] * receptive
+    receptive = math.prod(shape[2:])
+    return shape[1] * receptive, shape[0] * receptive
+
+
+def initial_value(init, shape, dtype, device, generator=None) -> torch.Tensor:
+    """A new tensor filled according to ``InitializerConf`` ``init``."""
+    kind = init.WhichOneof("type")
+    t = torch.empty(shape, dtype=dtype.torch, device=device)
+    if kind is None:
+        raise ValueError("initializer sets no type")
+    c = getattr(init, kind)
+    if kind == "constant_conf":
+        return t.fill_(c.value)
+    if kind == "constant_int_conf":
+        return t.fill_(c.value)
+    if kind == "empty_conf":
+        return t.zero_()
+    if kind in ("random_uniform_conf", "random_uniform_int_conf"):
+        if kind == "random_uniform_int_conf":
+            return t.random_(c.min, c.max, generator=generator)
+        return t.uniform_(c.min, c.max, generator=generator)
+    if kind == "random_normal_conf":
+        return t.normal_(c.mean, c.std, generator=generator)
+    if kind == "truncated_normal_conf":
+        return _truncated_normal(t, c.mean, c.std, generator)
+    if kind == "variance_scaling_conf":
+        fan_in, fan_out = _fans(shape, c.data_format)
+        fan = {VarianceNorm.kFanIn: fan_in, VarianceNorm.kFanOut: fan_out}.get(c.variance_norm,
+                                                                            (fan_in + fan_out) / 2.0)
+        scale = c.scale / max(1.0, fan)
+        if c.distribution == RandomDistribution.kRandomUniform:
+            limit = math.sqrt(3.0 * scale)
+            return t.uniform_(-limit, limit, generator=generator)
+        if c.distribution == RandomDistribution.kRandomNormal:
+            return t.normal_(0.0, math.sqrt(scale), generator=generator)
+        # truncated normal with the std corrected for the truncation at 2 sigma
+        return _truncated_normal(t, 0.0, math.sqrt(scale) / 0.87962566103423978, generator)
+    if kind in ("range_conf", "int_range_conf"):
+        axis = c.axis % len(shape) if shape else 0
+        n = shape[axis] if shape else 1
+        vals = c.start + c.stride * torch.arange(n, dtype=torch.float64)
+        view = [1] * len(shape)
+        if shape:
+            view[axis] = n
+        return t.copy_(vals.reshape(view).expand(shape).to(dtype.torch))
+    raise ValueError(f"initializer kind {kind!r} is not supported")
+
+
+def _truncated_normal(t, mean, std, generator):
+    t.normal_(0.0, 1.0, generator=generator)
+    while True:
+        bad = t.abs() > 2.0
+        if not bool(bad.any()):
+            break
+        t[bad] = torch.empty(int(bad.sum()), dtype=t.dtype, device=t.device).normal_(0.0, 1.0, generator=generator)
+    return t.mul_(std).add_(mean)
+
+
+class VariableStore:
+    """name -> tensor for every variable of a session (see module docstring)."""
+
+    def __init__(self):
+        self.tensors = {}
+        self.confs = {}
+
+    def __contains__(self, name):
+        return name in self.tensors
+
+    def names(self):
+        return list(self.tensors)
+
+    def ensure(self, op_conf, shape, dtype, device, default_initializer=None):
+        """Create and initialize variable ``op_conf.name`` unless it exists; check consistency."""
+        name = op_conf.name
+        if name in self.tensors:
+            t = self.tensors[name]
+            if tuple(t.shape) != tuple(shape) or _dt.from_torch(t.dtype) is not dtype:
+                raise JobBuildError(f"variable '{name}' exists with {_dt.from_torch(t.dtype).name} "
+                                    f"{tuple(t.shape)}; this job declares it as {dtype.name} {tuple(shape)}")
+            if t.device != device:
+                raise JobBuildError(f"variable '{name}' lives on {t.device}; this job places it on {device}")
+            return t
+        vc = op_conf.variable_conf
+        if vc.HasField("initializer"):
+            init = vc.initializer
+        elif default_initializer is not None:
+            init = default_initializer
+        else:
+            raise JobBuildError(f"variable '{name}' has no initializer and the job sets no "
+                                "default_initializer_conf")
+        generator = None
+        if vc.HasField("random_seed"):
+            generator = torch.Generator(device=device)
+            generator.manual_seed(vc.random_seed)
+        t = initial_value(init, tuple(shape), dtype, device, generator)
+        self.tensors[name] = t
+        self.confs[name] = op_conf
+        return t
+
+    def assign(self, name, value):
+        """Copy ``value`` (array-like) into variable ``name`` in place."""
+        t = self.tensors[name]
+        src = torch.as_tensor(value)
+        t.copy_(src.to(device=t.device, dtype=t.dtype))

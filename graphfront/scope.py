@@ -1,0 +1,112 @@
+"""``flow.scope``: placement, name scopes and logical views.
+
+``flow.scope.placement(device_tag, machine_device_ids)`` places the ops created inside
+it: ``device_tag`` is ``"cpu"`` or ``"gpu"`` and ``machine_device_ids`` is ``"0:0"``
+(machine 0, device 0), ``"0:0-3"`` or a list of such strings. graphfront runs one
+device per job, so only one device may be named. ``"gpu"`` without CUDA is an error
+at build time (OneFlow's CPU-only builds silently used the CPU instead).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from graphfront.framework import job_builder as jb
+from graphfront.framework import scope as _scope
+from graphfront.framework.errors import JobBuildError, format_location, user_frame
+
+
+class PlacementScope:
+    """Context manager returned by :func:`placement`; also a FunctionConfig value."""
+
+    def __init__(self, device_tag, machine_device_ids, hierarchy=None):
+        loc = user_frame()
+        if device_tag not in ("cpu", "gpu", "cuda"):
+            raise JobBuildError(f'flow.scope.placement: device_tag must be "cpu" or "gpu", received '
+                                f'{device_tag!r}{format_location(loc)}')
+        try:
+            ids = _scope.parse_device_ids(machine_device_ids)
+        except ValueError as e:
+            raise JobBuildError(e.args[0] + format_location(loc)) from None
+        if _scope.device_count(ids) != 1:
+            raise JobBuildError(f"flow.scope.placement: graphfront runs a job on one device, received "
+                                f"machine_device_ids={machine_device_ids!r}{format_location(loc)}")
+        self.device_tag = "gpu" if device_tag == "cuda" else device_tag
+        self.device_ids = ids
+        self._ctx = None
+
+    def __enter__(self):
+        if not jb.is_building():
+            return self
+        if self.device_tag == "gpu" and not torch.cuda.is_available():
+            raise JobBuildError(
+                'flow.scope.placement("gpu", ...): CUDA is not available on this machine '
+                "(torch.cuda.is_available() is False); place the job on the CPU with "
+                'flow.scope.placement("cpu", "0:0")' + format_location(user_frame()))
+        if self.device_tag == "gpu":
+            index = _scope.first_device_index(self.device_ids)
+            if index >= torch.cuda.device_count():
+                raise JobBuildError(f"flow.scope.placement: GPU {index} does not exist (this machine has "
+                                    f"{torch.cuda.device_count()}){format_location(user_frame())}")
+        builder = jb.current()
+        self._ctx = builder.scope_as(builder.scope.derive(device_tag=self.device_tag, device_ids=self.device_ids))
+        return self._ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self._ctx is not None:
+            ctx, self._ctx = self._ctx, None
+            return ctx.__exit__(*exc)
+        return False
+
+
+def placement(device_tag, machine_device_ids, hierarchy=None) -> PlacementScope:
+    """Place the ops built inside the ``with`` block on ``device_tag`` / ``machine_device_ids``."""
+    return PlacementScope(device_tag, machine_device_ids, hierarchy)
+
+
+@contextlib.contextmanager
+def namespace(name):
+    """Prefix the names of ops and variables created inside with ``name + "-"``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"flow.scope.namespace expects a non-empty str, received {name!r}")
+    builder = jb.current()
+    with builder.scope_as(builder.scope.derive(namespace=builder.scope.namespace + (name,))) as s:
+        yield s
+
+
+class LogicalView:
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __repr__(self):
+        return f"flow.scope.{self.kind}_view()"
+
+
+def consistent_view() -> LogicalView:
+    """The consistent (one logical blob) view; the only one a single device needs."""
+    return LogicalView("consistent")
+
+
+def mirrored_view() -> LogicalView:
+    """The mirrored view; on one device it behaves like the consistent view."""
+    return LogicalView("mirrored")
+
+
+def consistent_view_enabled() -> bool:
+    return True
+
+
+def mirrored_view_enabled() -> bool:
+    return False
+
+
+def current_scope():
+    """The Scope ops are built under right now (device_tag, device_ids, namespace)."""
+    return jb.current().scope

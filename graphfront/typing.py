@@ -1,0 +1,211 @@
+"""Annotations of global functions (``flow.typing``, alias ``tp``).
+
+Parameters are annotated with placeholders:
+
+* ``tp.Numpy.Placeholder(shape, dtype=flow.float)``: the call takes an
+  ``np.ndarray`` of exactly this shape and dtype (a static input op);
+* ``tp.ListNumpy.Placeholder(shape, dtype=flow.float)``: the call takes a list with
+  one ndarray whose shape equals the placeholder's (single device).
+
+Return annotations say how results come back: ``tp.Numpy`` (an ndarray),
+``tp.ListNumpy`` (a one-element list of ndarrays), ``typing.Tuple/List/Dict`` of
+those, ``tp.Bundle[T]`` (any nesting of list/tuple/dict), ``tp.Callback[T]`` (the
+call returns ``f(callback)`` and the callback receives the value), or no annotation
+(a future whose ``get()`` returns :class:`LocalBlob` objects).
+"""
+from __future__ import annotations
+
+import typing as _t
+
+import numpy as np
+
+from graphfront.framework import dtypes as _dt
+
+
+class PlaceholderDef:
+    """A parameter annotation: shape (tuple of positive ints) and dtype."""
+
+    list_input = False
+
+    def __init__(self, shape, dtype=_dt.float32):
+        if not isinstance(shape, tuple) or not shape or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+            raise ValueError(f"{type(self).__qualname__}: shape must be a non-empty tuple of positive ints, "
+                             f"received {shape!r}")
+        if not isinstance(dtype, _dt.dtype):
+            raise ValueError(f"{type(self).__qualname__}: dtype must be a graphfront dtype such as flow.float32, "
+                             f"received {dtype!r}")
+        self.shape = shape
+        self.dtype = dtype
+
+    def __repr__(self):
+        return f"{type(self).__qualname__}({self.shape}, dtype={self.dtype!r})"
+
+
+class Numpy:
+    """Return annotation: the blob's value as an ``np.ndarray``."""
+
+    class Placeholder(PlaceholderDef):
+        pass
+
+
+class ListNumpy:
+    """Return annotation: the blob's value as ``[np.ndarray]``."""
+
+    class Placeholder(PlaceholderDef):
+        list_input = True
+
+
+class _Generic:
+    def __class_getitem__(cls, item):
+        return _Alias(cls, item)
+
+
+class _Alias:
+    def __init__(self, origin, arg):
+        self.origin = origin
+        self.arg = arg
+
+    def __repr__(self):
+        return f"{self.origin.__name__}[{self.arg!r}]"
+
+
+class Callback(_Generic):
+    """``Callback[T]``: the call returns ``f(callback)``; callback receives the T value."""
+
+
+class Bundle(_Generic):
+    """``Bundle[Numpy]`` / ``Bundle[ListNumpy]``: any nesting of list/tuple/dict of blobs."""
+
+
+class LocalBlob:
+    """A fetched blob value (what a future's ``get()`` returns)."""
+
+    def __init__(self, array: np.ndarray, is_dynamic=False):
+        self._array = array
+        self.is_dynamic = is_dynamic
+
+    def numpy(self, parallel_id=None) -> np.ndarray:
+        return self._array
+
+    def numpy_list(self):
+        return [self._array]
+
+    ndarray = numpy
+    ndarray_list = numpy_list
+
+    def parallel_num(self) -> int:
+        return 1
+
+    def __getattr__(self, name):
+        return getattr(self._array, name)
+
+    def __array__(self, dtype=None, copy=None):
+        return self._array if dtype is None else self._array.astype(dtype)
+
+    def __repr__(self):
+        return f"LocalBlob({self._array!r})"
+
+
+class Future:
+    """Result of a call without return annotation: ``get()`` once, or ``async_get(cb)``."""
+
+    def __init__(self, produce):
+        self._produce = produce
+        self._taken = False
+
+    def get(self):
+        if self._taken:
+            raise RuntimeError("a job future's get() may be called only once")
+        self._taken = True
+        return self._produce(LocalBlob)
+
+    def async_get(self, callback):
+        callback(self.get())
+
+
+def convert(annotation, value):
+    """Turn a structure of fetched ndarrays into what ``annotation`` asks for."""
+    if annotation is None or annotation is type(None):
+        return None
+    if annotation is Numpy:
+        return value
+    if annotation is ListNumpy:
+        return [value]
+    if isinstance(annotation, _Alias) and annotation.origin is Bundle:
+        return _map(lambda a: convert(annotation.arg, a), value)
+    origin = _t.get_origin(annotation)
+    args = _t.get_args(annotation)
+    if origin is tuple:
+        return tuple(convert(a, v) for a, v in zip(args, value))
+    if origin is list:
+        return [convert(args[0], v) for v in value]
+    if origin is dict:
+        return {k: convert(args[1], v) for k, v in value.items()}
+    raise TypeError(f"unsupported return annotation {annotation!r}")
+
+
+def check_structure(annotation, value, path="return value"):
+    """Check at compile time that a job's returned structure fits its annotation.
+
+    Raises TypeError naming the mismatch. ``value`` leaves are BlobDesc objects.
+    """
+    from graphfront.framework.blob_desc import BlobDesc
+
+    if annotation in (None, type(None)):
+        if value is not None:
+            raise TypeError(f"{path}: the job is annotated to return None but returned {type(value).__name__}")
+        return
+    if isinstance(annotation, _Alias) and annotation.origin is Callback:
+        return check_structure(annotation.arg, value, path)
+    if annotation in (Numpy, ListNumpy):
+        if not isinstance(value, BlobDesc):
+            raise TypeError(f"{path}: annotated {annotation.__name__} expects a blob, received {type(value).__name__}")
+        return
+    if isinstance(annotation, _Alias) and annotation.origin is Bundle:
+        _map(lambda leaf: check_structure(annotation.arg, leaf, path), value)
+        return
+    origin, args = _t.get_origin(annotation), _t.get_args(annotation)
+    if origin is tuple:
+        if not isinstance(value, tuple) or len(value) != len(args):
+            raise TypeError(f"{path}: annotated Tuple of {len(args)} expects a tuple of that length, "
+                            f"received {type(value).__name__}")
+        for i, (a, v) in enumerate(zip(args, value)):
+            check_structure(a, v, f"{path}[{i}]")
+        return
+    if origin is list:
+        if not isinstance(value, list):
+            raise TypeError(f"{path}: annotated List expects a list, received {type(value).__name__}")
+        for i, v in enumerate(value):
+            check_structure(args[0], v, f"{path}[{i}]")
+        return
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"{path}: annotated Dict expects a dict, received {type(value).__name__}")
+        for k, v in value.items():
+            if type(k) is not args[0]:
+                raise TypeError(f"{path}: Dict key {k!r} is not of type {args[0].__name__}")
+            check_structure(args[1], v, f"{path}[{k!r}]")
+        return
+    raise TypeError(f"{path}: unsupported return annotation {annotation!r}")
+
+
+def _map(fn, value):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(fn, v) for v in value)
+    if isinstance(value, dict):
+        return {k: _map(fn, v) for k, v in value.items()}
+    return fn(value)
+
+
+def leaves(value):
+    """Blob leaves of a (nested list/tuple/dict) returned structure, in order."""
+    out = []
+    _map(out.append, value) if value is not None else None
+    return out
+
+
+def rebuild(value, fetched):
+    """Replace the leaves of ``value`` by ``fetched`` items, in order."""
+    it = iter(fetched)
+    return _map(lambda _: next(it), value) if value is not None else None

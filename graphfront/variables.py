@@ -1,0 +1,81 @@
+"""``flow.get_variable``: declare (or reuse) a variable in the job being built."""
+from __future__ import annotations
+
+from graphfront.framework import dtypes as _dt
+from graphfront.core import op_conf_pb2
+from graphfront.framework import job_builder as jb
+from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.errors import JobBuildError, format_location, user_frame
+
+
+def get_variable(name, shape=None, dtype=_dt.float32, initializer=None, regularizer=None, trainable=None,
+                 model_name=None, random_seed=None, nd_sbp=None, distribute=None, reuse=True) -> BlobDesc:
+    """Create a variable op ``<namespace prefix><name>`` and return its blob ``<name>/out``.
+
+    Args:
+        name: variable name (prefixed by ``flow.scope.namespace`` names joined with ``-``).
+        shape: list/tuple of ints (required).
+        dtype: graphfront dtype (default float32).
+        initializer: an ``InitializerConf`` from ``flow.*_initializer``; None uses the
+            job's ``default_initializer_conf`` (error if unset).
+        regularizer: a ``RegularizerConf`` from ``flow.regularizers``.
+        trainable: whether the optimizer updates it (default True).
+        random_seed: seed of this variable's initializer draw.
+        reuse: when False, an existing variable of the same name in this job is an error.
+    Variables are shared by name across the jobs of a session: each job gets its own
+    variable op, bound to one tensor in the session's variable store.
+    Raises:
+        JobBuildError: missing or invalid shape, or a redefinition with another
+            shape/dtype.
+    """
+    builder = jb.current()
+    full = builder.scope.prefix + name
+    loc = user_frame()
+    if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise JobBuildError(f"get_variable '{full}': shape must be a list/tuple of positive ints, received "
+                            f"{shape!r}{format_location(loc)}")
+    if full in builder.ops:
+        existing = builder.ops[full]
+        if jb.op_kind(existing) != "variable_conf":
+            raise JobBuildError(f"get_variable '{full}': an op of another kind has this name{format_location(loc)}")
+        if not reuse:
+            raise JobBuildError(f"get_variable '{full}' already exists in job '{builder.job_name}' and "
+                                f"reuse=False{format_location(loc)}")
+        d = builder.desc(f"{full}/out")
+        if d.shape != tuple(shape) or d.dtype is not dtype:
+            raise JobBuildError(f"get_variable '{full}': exists with {d.dtype.name} {d.shape}, requested "
+                                f"{dtype.name} {tuple(shape)}{format_location(loc)}")
+        return _blob(builder, full)
+    conf = op_conf_pb2.OperatorConf(name=full)
+    vc = conf.variable_conf
+    vc.out = "out"
+    vc.shape.dim.extend(shape)
+    vc.data_type = dtype.proto
+    if initializer is not None:
+        vc.initializer.CopyFrom(initializer)
+    if regularizer is not None:
+        vc.regularizer.CopyFrom(regularizer)
+    if trainable is not None:
+        vc.trainable = bool(trainable)
+    if model_name is not None:
+        vc.model_name = model_name
+    if random_seed is not None:
+        vc.random_seed = int(random_seed)
+    if nd_sbp is not None:
+        vc.nd_sbp.extend([nd_sbp] if isinstance(nd_sbp, str) else nd_sbp)
+    if builder.session is not None and full in builder.session.variables:
+        t = builder.session.variables.tensors[full]
+        if tuple(t.shape) != tuple(shape) or _dt.from_torch(t.dtype) is not dtype:
+            raise JobBuildError(f"get_variable '{full}': another job of this session declared it as "
+                                f"{_dt.from_torch(t.dtype).name} {tuple(t.shape)}, this job asks for "
+                                f"{dtype.name} {tuple(shape)}{format_location(loc)}")
+    builder.add_op(conf, location=loc)
+    return _blob(builder, full)
+
+
+def _blob(builder, name):
+    lbn = f"{name}/out"
+    d = builder.desc(lbn)
+    conf = builder.scope.parallel_conf
+    conf.device_tag = builder.ops[name].device_tag
+    return BlobDesc(lbn, d.shape, d.dtype, conf, builder.job_name)

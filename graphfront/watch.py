@@ -1,0 +1,74 @@
+"""``flow.watch`` and ``flow.watch_diff``: callbacks on blob values and gradients."""
+from __future__ import annotations
+
+import inspect
+import uuid
+
+from graphfront import typing as tp
+from graphfront.core import op_conf_pb2
+from graphfront.framework import job_builder as jb
+from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.ops.builder import unique_str
+
+
+def _handler(handler_or_prompt, blob):
+    if handler_or_prompt is None or isinstance(handler_or_prompt, str):
+        prompt = handler_or_prompt or blob.lbn
+
+        def show(value):
+            print(prompt, value)
+        return show
+    if not callable(handler_or_prompt):
+        raise JobBuildError(f"flow.watch: handler must be callable or a prompt string, received "
+                            f"{handler_or_prompt!r}{format_location(user_frame())}")
+    params = list(inspect.signature(handler_or_prompt).parameters.values())
+    if len(params) != 1:
+        raise JobBuildError(f"flow.watch: handler must take exactly one parameter, "
+                            f"{handler_or_prompt.__name__} takes {len(params)}{format_location(user_frame())}")
+    ann = params[0].annotation
+    if ann is tp.Numpy:
+        return handler_or_prompt
+    if ann is tp.ListNumpy:
+        return lambda value: handler_or_prompt([value])
+    return lambda value: handler_or_prompt(tp.LocalBlob(value))
+
+
+def _register(blob, handler_or_prompt):
+    if not isinstance(blob, BlobDesc):
+        raise JobBuildError(f"flow.watch expects a blob, received {type(blob).__name__}{format_location(user_frame())}")
+    builder = jb.current()
+    fn = _handler(handler_or_prompt, blob)
+    key = uuid.uuid4().hex
+    builder.session.watchers[key] = lambda t: fn(t.detach().cpu().numpy().copy())
+    return builder, key
+
+
+def watch(blob_watched, handler_or_prompt=None):
+    """Call ``handler(value)`` with the blob's value on every run of the job.
+
+    The handler takes one parameter: annotated ``tp.Numpy`` (an ndarray),
+    ``tp.ListNumpy`` (a one-element list) or unannotated (a LocalBlob); a string
+    prints the value after that prompt.
+    """
+    builder, key = _register(blob_watched, handler_or_prompt)
+    conf = op_conf_pb2.OperatorConf(name=unique_str("ForeignWatch_"), device_tag="cpu")
+    setattr(conf.foreign_watch_conf, "in", blob_watched.lbn)
+    conf.foreign_watch_conf.handler_uuid = key
+    builder.add_op(conf)
+
+
+def watch_diff(blob_watched, handler_or_prompt=None):
+    """Call ``handler(grad)`` with the gradient of the blob (train jobs) on every run.
+
+    The gradient is the one autograd computes for the blob, before the division by the
+    loss element count that variable gradients get.
+    """
+    builder, key = _register(blob_watched, handler_or_prompt)
+    if not builder.is_train:
+        raise JobBuildError(f"flow.watch_diff: job '{builder.job_name}' is a predict job"
+                            f"{format_location(user_frame())}")
+    info = builder.job.helper.lbi_diff_watcher_info.job_name2lbi_and_watcher_uuids[builder.job_name]
+    pair = info.lbi_and_uuid_pair.add()
+    pair.lbi.CopyFrom(blob_watched.lbi)
+    pair.watcher_uuid = key

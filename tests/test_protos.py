@@ -1,0 +1,236 @@
+"""Checks for the vendored OneFlow protobuf schema (protos/ -> graphfront/core)."""
+import filecmp
+import glob
+import importlib
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from google.protobuf import text_format
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROTO_DIR = os.path.join(REPO, "protos", "graphfront", "core")
+CORE_DIR = os.path.join(REPO, "graphfront", "core")
+
+from graphfront.core import (  # noqa: E402
+    data_type_pb2,
+    initializer_conf_pb2,
+    job_conf_pb2,
+    job_pb2,
+    op_conf_pb2,
+    user_op_attr_pb2,
+    variable_meta_info_pb2,
+)
+
+EXPECTED_MODULES = [
+    "blob_desc", "data_type", "initializer_conf", "interface_blob_conf",
+    "job", "job_conf", "learning_rate_schedule_conf", "logical_blob_id",
+    "op_conf", "placement", "regularizer_conf", "saved_model",
+    "sbp_parallel", "scope", "shape", "user_op_attr", "user_op_conf",
+    "variable_meta_info",
+]
+
+
+def _stems(directory, suffix):
+    return sorted(os.path.basename(p)[: -len(suffix)]
+                  for p in glob.glob(os.path.join(directory, "*" + suffix)))
+
+
+# ---------------------------------------------------------------------------
+# (a) generated code is in sync with the sources
+
+
+def test_sources_and_modules_match_expected_set():
+    assert _stems(PROTO_DIR, ".proto") == EXPECTED_MODULES
+    assert _stems(CORE_DIR, "_pb2.py") == EXPECTED_MODULES
+
+
+def test_regenerated_code_is_byte_identical(tmp_path):
+    subprocess.run(
+        [sys.executable, os.path.join(REPO, "protos", "generate.py"),
+         "--out", str(tmp_path)],
+        check=True, capture_output=True,
+    )
+    gen_dir = tmp_path / "graphfront" / "core"
+    generated = _stems(str(gen_dir), "_pb2.py")
+    shipped = _stems(CORE_DIR, "_pb2.py")
+    # every source produces a shipped module, and no shipped module is orphaned
+    assert generated == shipped
+    for stem in generated:
+        name = stem + "_pb2.py"
+        assert filecmp.cmp(str(gen_dir / name), os.path.join(CORE_DIR, name),
+                           shallow=False), name + " is stale; run protos/generate.py"
+
+
+@pytest.mark.parametrize("stem", EXPECTED_MODULES)
+def test_module_imports_with_oneflow_package(stem):
+    mod = importlib.import_module("graphfront.core.%s_pb2" % stem)
+    assert mod.DESCRIPTOR.package == "oneflow"
+    assert mod.DESCRIPTOR.name == "graphfront/core/%s.proto" % stem
+    with open(os.path.join(PROTO_DIR, stem + ".proto")) as f:
+        source = f.read()
+    assert 'syntax = "proto2";' in source
+    assert "package oneflow;" in source
+    assert "packed" not in source  # proto2 default: one tag per element
+
+
+# ---------------------------------------------------------------------------
+# (b) spot checks against protos.md
+
+
+def _field(msg_cls, name):
+    return msg_cls.DESCRIPTOR.fields_by_name[name]
+
+
+def test_operator_conf_numbers():
+    OperatorConf = op_conf_pb2.OperatorConf
+    expected = {
+        "name": 1, "device_tag": 4, "ctrl_in_op_name": 7, "scope_symbol_id": 8,
+        "user_conf": 199, "variable_conf": 122, "input_conf": 137,
+        "return_conf": 146, "output_conf": 138, "identity_conf": 290,
+        "learning_rate_schedule_conf": 298, "constant_like_conf": 339,
+        "shape_elem_cnt_conf": 132, "total_loss_instance_num_conf": 131,
+        "broadcast_to_compatible_with_conf": 525,
+    }
+    for name, number in expected.items():
+        assert _field(OperatorConf, name).number == number, name
+    oneof = OperatorConf.DESCRIPTOR.oneofs_by_name["op_type"]
+    assert _field(OperatorConf, "user_conf") in oneof.fields
+    assert len(oneof.fields) == 30
+    assert OperatorConf().device_tag == "invalid_device"
+    assert _field(OperatorConf, "name").is_required
+    assert _field(OperatorConf, "ctrl_in_op_name").is_repeated
+
+
+def test_attr_value_oneof_matches_attr_type():
+    AttrValue = user_op_attr_pb2.AttrValue
+    AttrType = user_op_attr_pb2.AttrType
+    oneof = AttrValue.DESCRIPTOR.oneofs_by_name["value"]
+    numbers = sorted(f.number for f in oneof.fields)
+    assert numbers == list(range(1, 15))
+    for f in oneof.fields:
+        # at_list_int32 <-> kAtListInt32, etc.
+        camel = "".join(part.capitalize() for part in f.name[3:].split("_"))
+        assert AttrType.Value("kAt" + camel) == f.number, f.name
+    for nested in ("ListInt32", "ListInt64", "ListFloat", "ListDataType",
+                   "ListShape", "ListString"):
+        val = AttrValue.DESCRIPTOR.nested_types_by_name[nested].fields_by_name["val"]
+        assert val.number == 1 and val.is_repeated
+
+
+def test_data_type_values():
+    DataType = data_type_pb2.DataType
+    assert DataType.Value("kInvalidDataType") == 0
+    assert DataType.Value("kFloat") == 2
+    assert DataType.Value("kInt64") == 6
+    assert DataType.Value("kBool") == 12
+    assert DataType.Value("kComplex128") == 21
+    assert len(DataType.keys()) == 22
+    assert data_type_pb2.OptInt64().value == -1
+
+
+def test_misc_numbers_and_defaults():
+    VMI = variable_meta_info_pb2.VariableMetaInfo
+    assert _field(VMI, "shape").number == 2
+    assert _field(VMI, "data_type").number == 3
+    assert 1 not in VMI.DESCRIPTOR.fields_by_number
+
+    JCP = job_conf_pb2.JobConfigProto
+    assert _field(JCP, "signature").number == 4000
+    assert _field(JCP, "flag_name2flag_value").number == 2000
+    assert JCP().default_data_type == data_type_pb2.kFloat
+    assert JCP().concurrency_width == 128
+    assert set(JCP.DESCRIPTOR.oneofs_by_name) == {"job_type", "default_initialize_conf"}
+
+    assert initializer_conf_pb2.TruncatedNormalInitializerConf().std == pytest.approx(0.05)
+    assert initializer_conf_pb2.RandomNormalInitializerConf().std == 1.0
+    assert op_conf_pb2.VariableOpConf().model_name == "weight"
+    assert op_conf_pb2.VariableOpConf().trainable is True
+    assert 8 not in op_conf_pb2.VariableOpConf.DESCRIPTOR.fields_by_number
+    assert op_conf_pb2.ShapeElemCntOpConf().data_type == data_type_pb2.kInt32
+    assert job_conf_pb2.TrainConf().loss_scale_factor == 1.0
+    assert job_conf_pb2.AdamModelUpdateConf().do_bias_correction is True
+    assert _field(job_conf_pb2.OptimizerConf, "adam_conf").number == 1004
+
+
+def test_unknown_fields_survive_round_trip():
+    # A trimmed-away op_type member (case_conf = 291) must be preserved.
+    op = op_conf_pb2.OperatorConf(name="x")
+    raw = op.SerializeToString() + bytes([0x9A, 0x12, 0x00])  # field 291, LEN, 0 bytes
+    parsed = op_conf_pb2.OperatorConf.FromString(raw)
+    assert parsed.SerializeToString() == raw
+
+
+# ---------------------------------------------------------------------------
+# (c) text-format round trip of a small job
+
+
+def _small_job():
+    job = job_pb2.Job()
+    job.job_conf.job_name = "train_job"
+    job.job_conf.predict_conf.SetInParent()
+    op = job.net.op.add()
+    op.name = "Conv_0"
+    op.device_tag = "gpu"
+    op.scope_symbol_id = 4
+    conf = op.user_conf
+    conf.op_type_name = "conv2d"
+    conf.input["in"].s.append("Input_0/out")
+    conf.input["weight"].s.append("Conv_0-weight/out")
+    conf.output["out"].s.append("Conv_0/out_0")
+    conf.input_order.extend(["in", "weight"])
+    conf.output_order.append("out")
+    conf.attr["kernel_size"].at_list_int32.val.extend([3, 3])
+    conf.attr["data_format"].at_string = "channels_first"
+    conf.attr["alpha"].at_double = 1
+    conf.attr["dtype"].at_data_type = data_type_pb2.kInt32
+    conf.attr["shape"].at_shape.dim.extend([-1, 784])
+    conf.attr["empty"].at_list_int64.SetInParent()
+
+    var = job.net.op.add()
+    var.name = "Conv_0-weight"
+    var.variable_conf.out = "out"
+    var.variable_conf.shape.dim.extend([8, 1, 3, 3])
+    var.variable_conf.data_type = data_type_pb2.kFloat
+    var.variable_conf.initializer.truncated_normal_conf.std = 0.1
+    return job
+
+
+def test_text_format_round_trip():
+    job = _small_job()
+    assert job.IsInitialized()
+    text = text_format.MessageToString(job, as_one_line=True)
+    assert 'op_type_name: "conv2d"' in text
+    assert 'attr { key: "kernel_size" value { at_list_int32 { val: 3 val: 3 } } }' in text
+    assert 'value { at_shape { dim: -1 dim: 784 } }' in text
+    assert 'value { at_data_type: kInt32 }' in text
+    # C++ prints "1", the Python printer "1.0"; both parse back the same.
+    assert re.search(r'key: "alpha" value \{ at_double: 1(\.0)? \}', text)
+    assert 'value { at_list_int64 { } }' in text
+    assert 'input { key: "in" value { s: "Input_0/out" } }' in text
+    assert text.index('key: "alpha"') < text.index('key: "shape"')  # maps sorted by key
+
+    back = text_format.Parse(text, job_pb2.Job())
+    assert back == job
+    multi = text_format.MessageToString(job)
+    assert text_format.Parse(multi, job_pb2.Job()) == job
+    assert job_pb2.Job.FromString(job.SerializeToString()) == job
+    assert back.net.op[0].user_conf.attr["empty"].WhichOneof("value") == "at_list_int64"
+    assert back.net.op[1].WhichOneof("op_type") == "variable_conf"
+
+
+def test_repeated_scalars_are_unpacked():
+    shape = job_pb2.Job().job_conf.signature.inputs["x"].blob_conf.shape
+    shape.dim.extend([2, 3])
+    # one tag (field 1, varint) per element rather than a packed run
+    assert shape.SerializeToString() == b"\x08\x02\x08\x03"
+
+
+def test_variable_meta_info_text():
+    meta = variable_meta_info_pb2.VariableMetaInfo()
+    meta.shape.dim.extend([10, 5])
+    meta.data_type = data_type_pb2.kFloat
+    assert text_format.MessageToString(meta) == (
+        "shape {\n  dim: 10\n  dim: 5\n}\ndata_type: kFloat\n")

@@ -7,7 +7,7 @@ job into a ``Job`` proto and later calls run the compiled plan.
 """
 from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
 from graphfront import checkpoint
-from graphfront.array import cast, flatten, identity, reshape, reshape_like
+from graphfront.array import *  # noqa: F401,F403 - flow.reshape, flow.concat, ...
 from graphfront.checkpoint import get_all_variables, load, load_variables
 from graphfront.framework.dtypes import (bfloat16, bool, char, convert_oneflow_dtype_to_numpy_dtype, double, dtype,
                                dtypes, float, float16, float32, float64, half, int, int8, int16, int32, int64,

@@ -5,6 +5,8 @@ import math
 
 from graphfront.ops.builder import build_op
 
+__all__ = ["reshape", "reshape_like", "flatten", "identity", "cast"]
+
 
 def reshape(x, shape, name=None):
     """Reshape ``x``; one -1 is resolved here so the ``reshape`` op gets a full shape."""

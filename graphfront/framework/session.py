@@ -92,43 +92,66 @@ class FunctionConfig:
                              "allow_cpu_return_op, enable_cuda_graph, enable_passes")
 
 
-class CompiledJob:
-    """A compiled job: user Job, completed Job, plan and I/O signature."""
+def trace(session, gf):
+    """Run a job function once inside a JobBuildAndInferCtx; return ``(builder, returned)``.
 
-    def __init__(self, session, gf):
-        self.session = session
-        self.name = gf.name
-        self.placeholders = gf.placeholders
-        self.return_annotation = gf.return_annotation
-        job = job_pb2.Job()
-        job.job_conf.CopyFrom(gf.config.job_config_proto)
-        job.job_conf.job_name = gf.name
-        if gf.type == "train":
-            job.job_conf.train_conf.SetInParent()
-        else:
-            job.job_conf.predict_conf.SetInParent()
-        builder = jb.JobBuilder(job, session.default_scope(gf.config), session)
-        self.input_descs = []
-        with jb.activate(builder):
-            inputs = [_input_blob(builder, ph) for ph in self.placeholders]
-            ret = gf.func(*inputs)
-            try:
-                tp.check_structure(_strip_callback(self.return_annotation), ret,
-                                   f"job '{gf.name}' return value")
-            except TypeError as e:
-                raise JobBuildError(e.args[0] + format_location(builder.locations.get(
-                    next(iter(builder.ops), ""), None))) from None
-            self.return_structure = ret
-            for leaf in tp.leaves(ret):
-                _return_op(builder, leaf, gf.config)
-        self.user_job = copy.deepcopy(job)
+    Placeholders become ``input_conf`` ops and every returned blob a ``return_conf`` op.
+    """
+    job = job_pb2.Job()
+    job.job_conf.CopyFrom(gf.config.job_config_proto)
+    job.job_conf.job_name = gf.name
+    if gf.type == "train":
+        job.job_conf.train_conf.SetInParent()
+    else:
+        job.job_conf.predict_conf.SetInParent()
+    builder = jb.JobBuilder(job, session.default_scope(gf.config), session)
+    with jb.activate(builder):
+        inputs = [_input_blob(builder, ph) for ph in gf.placeholders]
+        ret = gf.func(*inputs)
+        try:
+            tp.check_structure(_strip_callback(gf.return_annotation), ret, f"job '{gf.name}' return value")
+        except TypeError as e:
+            raise JobBuildError(e.args[0] + format_location(user_frame())) from None
+        for leaf in tp.leaves(ret):
+            _return_op(builder, leaf, gf.config)
+    return builder, ret
+
+
+class CompiledJob:
+    """A compiled job: the user Job, the completed Job, its plan and I/O signature.
+
+    Args:
+        session: the Session owning variables and watch handlers.
+        user_job: the Job as built (before completion); it is not modified.
+        placeholders: one PlaceholderDef (with ``param_name``) per input op, in job order.
+        return_structure: the returned structure whose leaves map to the return ops in order.
+        return_annotation: how results are converted (see :mod:`graphfront.typing`).
+        enable_passes: run the cleanup/fusion passes.
+    """
+
+    def __init__(self, session, user_job, placeholders, return_structure, return_annotation,
+                 enable_passes=True, locations=None):
         from graphfront.passes import complete
-        self.job = complete(job, enable_passes=gf.config._passes)
-        self.locations = builder.locations
+        self.session = session
+        self.name = user_job.job_conf.job_name
+        self.placeholders = placeholders
+        self.return_structure = return_structure
+        self.return_annotation = return_annotation
+        self.locations = locations or {}
+        self.user_job = user_job
+        self.job = complete(copy.deepcopy(user_job), enable_passes=enable_passes)
         session.init_variables(self.job)
         self.plan = Plan(self.job, session.variables, session.watchers)
         by_name = {op.name: op for op in self.job.net.op}
-        self.input_devices = [device_of(by_name[n], builder.device_ids_of(n)) for n in self.plan.input_names]
+        ids = {n: tuple(g.parallel_conf.device_name) for g in self.job.placement.placement_group
+               for n in g.op_set.op_name}
+        self.input_devices = [device_of(by_name[n], ids.get(n, ("0:0",))) for n in self.plan.input_names]
+
+    @classmethod
+    def from_function(cls, session, gf) -> "CompiledJob":
+        builder, ret = trace(session, gf)
+        return cls(session, builder.job, gf.placeholders, ret, gf.return_annotation,
+                   enable_passes=gf.config._passes, locations=builder.locations)
 
     # ------------------------------------------------------------------ LazyRun
     def launch(self, args, kwargs):
@@ -260,7 +283,7 @@ class Session:
         job = self.jobs.get(name)
         if job is None:
             gf = self.job_funcs[name]
-            job = self.jobs[name] = CompiledJob(self, gf)
+            job = self.jobs[name] = CompiledJob.from_function(self, gf)
         return job
 
     def init_variables(self, job):

@@ -156,7 +156,8 @@ class Plan:
             for _, _, lbn in jb.op_inputs(op):
                 last_use[lbn] = i
         lines = []
-        self.input_names, self.output_names = [], []
+        self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
+        self.output_names = []
         results = []
         devices = {}
 
@@ -182,8 +183,7 @@ class Plan:
                 lbn_device[lbn] = device
             comment = f"  # {op.name} ({jb.op_type_name(op)})"
             if kind == "input_conf":
-                lines.append(f"{names[outs[0][2]]} = feeds[{len(self.input_names)}]{comment}")
-                self.input_names.append(op.name)
+                lines.append(f"{names[outs[0][2]]} = feeds[{self.input_names.index(op.name)}]{comment}")
             elif kind == "variable_conf":
                 key = f"V{i}"
                 env[key] = variables.tensors[op.name]

@@ -354,6 +354,12 @@ class GlobalFunction:
         return session.compiled(self.name).launch(args, kwargs)
 
     @property
+    def graph(self):
+        """The completed job for inspection: ``print(job.graph)``, ``.table()``, ``.code()``, ``.proto``."""
+        from graphfront.framework.inspect import JobGraph
+        return JobGraph(self.compiled_job)
+
+    @property
     def compiled_job(self) -> CompiledJob:
         """The compiled job (compiles the session first if needed)."""
         self.session.try_init()

@@ -20,6 +20,7 @@ from graphfront.initializers import (constant_initializer, empty_initializer, gl
                                      random_normal_initializer, random_uniform_initializer, truncated_normal,
                                      truncated_normal_initializer, variance_scaling_initializer,
                                      xavier_normal_initializer, xavier_uniform_initializer, zeros_initializer)
+from graphfront.linalg import matmul
 from graphfront.math import add_n
 from graphfront.ops.builder import user_op_builder
 from graphfront.ops.builder import unique_str as _unique_str
@@ -27,21 +28,6 @@ from graphfront.variables import get_variable
 from graphfront.watch import watch, watch_diff
 
 ExecutionConfig = function_config = FunctionConfig
-
-
-def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, name=None):
-    """Matrix product: rank 2 -> ``matmul``; equal ranks > 2 -> ``batch_matmul``."""
-    from graphfront.ops.builder import build_op
-    if len(a.shape) != len(b.shape):
-        if len(b.shape) == 2 and len(a.shape) > 2 and not transpose_a:
-            return build_op("broadcast_matmul", {"a": a, "b": b},
-                            {"transpose_a": False, "transpose_b": transpose_b, "alpha": float(alpha)},
-                            name=name, prefix="Matmul_")
-        raise ValueError(f"flow.matmul: ranks of a {a.shape} and b {b.shape} differ")
-    op_type = "matmul" if len(a.shape) == 2 else "batch_matmul"
-    return build_op(op_type, {"a": a, "b": b},
-                    {"transpose_a": transpose_a, "transpose_b": transpose_b, "alpha": float(alpha)},
-                    name=name, prefix="Matmul_")
 
 
 def manual_seed(seed):

@@ -3,9 +3,25 @@
 Layout (``shared/reference/single_client_api.md`` §4.3): ``<path>/<variable>/out``
 raw C-order bytes, ``<path>/<variable>/meta`` a text ``VariableMetaInfo``, and
 ``<path>/snapshot_done``; written atomically by
-:mod:`graphfront.framework.checkpoint_io`.
+:mod:`graphfront.framework.checkpoint_io` (a crash leaves either the previous state of
+``path`` or the complete new checkpoint, never a half-written one).
+
+Typical use::
+
+    flow.checkpoint.save("ckpt")                       # every variable of the session
+    flow.load_variables(flow.checkpoint.get("ckpt"))   # resume
+
+Loading is checked variable by variable (:func:`load_variables`): a file that is
+missing, truncated or unparseable, and a shape or dtype that differs from the job's
+variable, raise :class:`CheckpointError` naming the variable, what the job expects
+and what the file holds; nothing is copied unless every value is good. Variables of
+the session that a *checkpoint* does not contain are always reported: a
+``MissingVariablesWarning`` listing them, or a :class:`CheckpointError` with
+``strict=True``; no variable is left at its random initial value silently.
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
@@ -14,6 +30,25 @@ from graphfront.framework import checkpoint_io
 from graphfront.framework import session as _session
 from graphfront.framework.checkpoint_io import CheckpointError, FileBackendVariableBlob
 from graphfront.typing import LocalBlob
+
+__all__ = ["CheckpointError", "FileBackendVariableBlob", "MissingVariablesWarning", "get", "get_all_variables",
+           "load", "load_variables", "save"]
+
+
+class MissingVariablesWarning(UserWarning):
+    """Some variables of the session were not in the checkpoint being loaded (they keep their values)."""
+
+
+class Checkpoint(dict):
+    """``{variable name: FileBackendVariableBlob}`` read from the checkpoint at ``path``.
+
+    A plain dict with one more attribute, ``path``: :func:`load_variables` uses it to
+    report the session's variables that the checkpoint lacks.
+    """
+
+    def __init__(self, path, blobs):
+        super().__init__(blobs)
+        self.path = path
 
 
 def _started_session():
@@ -26,50 +61,80 @@ def _started_session():
 
 
 def get_all_variables() -> dict:
-    """{variable name: LocalBlob} with a copy of every variable of the default session."""
+    """{variable name: LocalBlob} with a copy of every variable of the default session.
+
+    Starts (compiles) the default session first. Optimizer state (``<V>-momentum``
+    ...) and the train step counter ``System-Train-TrainStep-<job>`` are variables too.
+    """
     s = _started_session()
     return {name: LocalBlob(t.detach().cpu().numpy().copy()) for name, t in s.variables.tensors.items()}
 
 
-def save(path, var_dict=None):
-    """Save ``var_dict`` (default: every variable of the session) to ``path``.
+def variable_arrays(store) -> dict:
+    """{name: ndarray} with a host copy of every tensor of a ``VariableStore``."""
+    return {name: t.detach().cpu().numpy().copy() for name, t in store.tensors.items()}
 
-    ``path`` must not exist, be an empty directory, or be an earlier complete
-    checkpoint (which is replaced atomically). Raises CheckpointError otherwise.
+
+def save(path, var_dict=None):
+    """Save ``var_dict`` (default: every variable of the default session) to ``path``.
+
+    Args:
+        path: a directory that does not exist, is empty, or is an earlier complete
+            checkpoint (which is replaced atomically).
+        var_dict: ``{name: ndarray | LocalBlob | FileBackendVariableBlob}``; None saves
+            all variables of the default session (starting it first).
+    Raises:
+        CheckpointError: ``path`` is a file or a non-empty directory that is not a
+            checkpoint, or a name is not a single path component.
     """
     if var_dict is None:
-        s = _started_session()
-        arrays = {name: t.detach().cpu().numpy() for name, t in s.variables.tensors.items()}
+        arrays = variable_arrays(_started_session().variables)
     else:
         arrays = {name: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for name, v in var_dict.items()}
     checkpoint_io.save_checkpoint(path, arrays)
 
 
 def get(path):
-    """Read a checkpoint: {name: FileBackendVariableBlob} (or one blob for a variable dir)."""
-    return checkpoint_io.load_checkpoint(path)
+    """Read a checkpoint lazily.
 
-
-def load_variables(value_dict, ignore_mismatch=True):
-    """Copy values into the session's variables of the same names.
-
-    Accepts ndarrays, FileBackendVariableBlob and LocalBlob values. Every value is
-    checked (shape and dtype must equal the variable's) before any is copied, so a bad
-    value leaves the session unchanged. Names that are not variables are skipped, or
-    raise when ``ignore_mismatch=False``.
+    Returns a :class:`Checkpoint` ``{name: FileBackendVariableBlob}`` (data is read by
+    ``blob.numpy()``), or one ``FileBackendVariableBlob`` when ``path`` is a variable
+    directory (it holds an ``out`` file).
 
     Raises:
-        CheckpointError: a shape or dtype differs (names the variable, expected and found).
-        RuntimeError: an unknown name with ``ignore_mismatch=False``.
+        FileNotFoundError: nothing at ``path``.
+        CheckpointError: no ``snapshot_done`` (half-written), or a variable's ``out``
+            file is missing or its size disagrees with its ``meta``.
     """
-    s = _started_session()
+    result = checkpoint_io.load_checkpoint(path)
+    if isinstance(result, FileBackendVariableBlob):
+        return result
+    return Checkpoint(str(path), result)
+
+
+def load(path):
+    """``flow.load``: same as :func:`get`."""
+    return get(path)
+
+
+def stage_values(store, value_dict, *, ignore_mismatch=True, what="load_variables") -> dict:
+    """Check ``value_dict`` against the variables of ``store``; return ``{name: ndarray}``.
+
+    Nothing is modified. Every value must have exactly the variable's shape and dtype.
+
+    Raises:
+        CheckpointError: a shape or dtype differs (names the variable, the expected and
+            the found shape/dtype), or a file is missing/truncated.
+        RuntimeError: a name that is not a variable, with ``ignore_mismatch=False``.
+    """
     staged = {}
     for name, value in value_dict.items():
-        if name not in s.variables:
+        if name not in store:
             if not ignore_mismatch:
-                raise RuntimeError(f"load_variables: '{name}' is not a variable of the session")
+                raise RuntimeError(f"{what}: '{name}' is not a variable of the session; its variables are "
+                                   f"{sorted(store.names())}")
             continue
-        t = s.variables.tensors[name]
+        t = store.tensors[name]
         dtype = _dt.from_torch(t.dtype)
         shape = tuple(t.shape)
         if isinstance(value, FileBackendVariableBlob):
@@ -80,14 +145,66 @@ def load_variables(value_dict, ignore_mismatch=True):
         else:
             arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
             if tuple(arr.shape) != shape or arr.dtype != dtype.np:
+                try:
+                    found = _dt.from_numpy(arr.dtype).name
+                except ValueError:
+                    found = str(arr.dtype)
                 raise CheckpointError(f"variable '{name}': the job expects {dtype.name} {shape}, received "
-                                      f"{arr.dtype} {tuple(arr.shape)}")
+                                      f"{found} {tuple(arr.shape)}")
         staged[name] = arr
-    for name, arr in staged.items():
-        s.variables.assign(name, arr)
+    return staged
+
+
+def report_missing(store, value_dict, *, strict, source, stacklevel=3):
+    """Warn about (or with ``strict`` raise for) variables of ``store`` absent from ``value_dict``."""
+    missing = sorted(n for n in store.names() if n not in value_dict)
+    if not missing:
+        return missing
+    msg = (f"{len(missing)} variable(s) of the session are not in {source} and keep their current "
+           f"(initial) values: {', '.join(missing)}")
+    if strict:
+        raise CheckpointError(msg)
+    warnings.warn(msg, MissingVariablesWarning, stacklevel=stacklevel)
+    return missing
+
+
+def load_variables(value_dict, ignore_mismatch=True, strict=False):
+    """Copy values into the default session's variables of the same names.
+
+    Args:
+        value_dict: ``{name: ndarray | FileBackendVariableBlob | LocalBlob}``, typically
+            ``flow.checkpoint.get(path)``.
+        ignore_mismatch: skip names that are not variables (False: RuntimeError).
+        strict: every variable of the session must be in ``value_dict``
+            (CheckpointError listing the missing ones otherwise).
+
+    Every value is checked (shape and dtype must equal the variable's) before any is
+    copied, so a bad value leaves the session unchanged. When ``value_dict`` is a
+    checkpoint (from :func:`get`), the session's variables it does not contain are
+    listed in a :class:`MissingVariablesWarning` (an error with ``strict=True``).
+
+    Returns:
+        sorted names of the variables that were set.
+    Raises:
+        CheckpointError: a shape or dtype differs (names the variable, expected and
+            found), a checkpoint file is missing or truncated, or ``strict`` and a
+            variable is missing.
+        RuntimeError: an unknown name with ``ignore_mismatch=False``.
+    """
+    s = _started_session()
+    staged = stage_values(s.variables, value_dict, ignore_mismatch=ignore_mismatch)
+    if strict or isinstance(value_dict, Checkpoint):
+        source = f"checkpoint {value_dict.path!r}" if isinstance(value_dict, Checkpoint) else "the loaded values"
+        report_missing(s.variables, value_dict, strict=strict, source=source)
+    with s.lock:
+        for name, arr in staged.items():
+            s.variables.assign(name, arr)
     return sorted(staged)
 
 
-def load(path):
-    """``flow.load``: same as :func:`get`."""
-    return get(path)
+def restore(path, strict=False):
+    """Load the checkpoint at ``path`` into the default session (``load_variables(get(path))``).
+
+    Returns the sorted names of the variables that were set; see :func:`load_variables`.
+    """
+    return load_variables(get(path), strict=strict)

@@ -1,9 +1,56 @@
-"""Array ops: reshape family (``shared/reference/user_ops.md`` §1.11)."""
+"""Array ops: reshape family, transpose, concat/split, slicing, gather/scatter, padding,
+constant sources and small helpers.
+
+Op type, argument and attr names, attr types and grad wiring follow OneFlow v0.6.0
+(``shared/reference/user_ops.md`` §1.11 reshape family, §1.18 ``constant``, §1.21
+small helpers, §4.11 INDICES, §4.15 MISC sources, §4.18 PADDING, §4.25 UNARY).
+Kernels are PyTorch's; where OneFlow leaves a behaviour open the docstring of the
+family says what graphfront does.
+"""
 from __future__ import annotations
 
-from graphfront.ops.common import numel
+import torch
+import torch.nn.functional as F
+
+from graphfront.framework import dtypes as _dt
+from graphfront.ops.common import like, norm_axis, numel, same_dtype
 from graphfront.ops.registry import op
 
+# ============================================================== shared helpers
+
+
+def _check_integer(ctx, arg):
+    d = ctx.input(arg)
+    ctx.check(d.dtype.is_integer, f"input '{arg}' expected an integer (index) dtype, received {d.dtype.name}")
+    return d
+
+
+def _reshape_kernel(out_arg="out"):
+    """Kernel factory: reshape the sole input to the inferred shape of ``out_arg``."""
+    def make(k):
+        shape = tuple(k.output(out_arg).shape)
+        return lambda x, *rest: x.reshape(shape)
+    return make
+
+
+def _grad_reshape_like(in_arg="in", out_arg="out"):
+    """Grad maker: ``reshape_like`` of dy back to the forward input (``<op>_grad``)."""
+    def grad(g):
+        if g.needs(in_arg):
+            g.set_grad(in_arg, g.emit("reshape_like", {"in": g.dout(out_arg), "like": g.input(in_arg)}))
+    return grad
+
+
+def _vjp(fwd):
+    """``dx = vjp(fwd)(dy)`` for a forward that is linear in x; x is a zero tensor of ``x_shape``."""
+    def grad(dy, x_shape):
+        with torch.enable_grad():
+            x = torch.zeros(x_shape, dtype=dy.dtype, device=dy.device, requires_grad=True)
+            return torch.autograd.grad(fwd(x), x, dy)[0]
+    return grad
+
+
+# ============================================================== reshape family (§1.11)
 
 def _reshape_infer(ctx):
     d = ctx.input("in")
@@ -26,7 +73,7 @@ def _reshape_back(g):
 
 
 op("reshape", inputs=["in"], outputs=["out"], attrs={"shape": "shape"}, infer=_reshape_infer,
-   kernel=lambda k: (lambda x, s=tuple(k.output("out").shape): x.reshape(s)), grad=_reshape_back, view=True)
+   kernel=_reshape_kernel(), grad=_reshape_back, view=True)
 
 
 def _reshape_like_infer(ctx):
@@ -37,9 +84,7 @@ def _reshape_like_infer(ctx):
 
 
 op("reshape_like", inputs=["in", "like"], outputs=["out"], infer=_reshape_like_infer,
-   kernel=lambda k: (lambda x, like_, s=tuple(k.input("like").shape): x.reshape(s)),
-   grad=lambda g: g.needs("in") and g.set_grad(
-       "in", g.emit("reshape_like", {"in": g.dout("out"), "like": g.input("in")})), view=True)
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True)
 
 
 def _flatten_infer(ctx):
@@ -56,7 +101,1163 @@ def _flatten_infer(ctx):
 
 
 op("flatten", inputs=["in"], outputs=["out"], attrs={"start_dim": ("int32", 0), "end_dim": ("int32", -1)},
-   infer=_flatten_infer,
-   kernel=lambda k: (lambda x, s=tuple(k.output("out").shape): x.reshape(s)),
-   grad=lambda g: g.set_grad("in", g.emit("reshape_like", {"in": g.dout("out"), "like": g.input("in")})),
+   infer=_flatten_infer, kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True)
+
+
+def _squeeze_infer(ctx):
+    d = ctx.input("in")
+    n = len(d.shape)
+    axes = set()
+    for a in ctx.attr("axes"):
+        ctx.check(-n <= a < n, f"attr 'axes' entry {a} is out of range for input 'in' of shape {d.shape}")
+        a %= n
+        ctx.check(d.shape[a] == 1, f"attr 'axes' entry {a}: dim {a} of input 'in' {d.shape} is "
+                                   f"{d.shape[a]}, only size-1 dims can be squeezed")
+        axes.add(a)
+    ctx.set_output("out", tuple(s for i, s in enumerate(d.shape) if i not in axes), d.dtype)
+
+
+op("squeeze", inputs=["in"], outputs=["out"], attrs={"axes": "list_int32"}, infer=_squeeze_infer,
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True)
+
+
+def _expand_dims_infer(ctx):
+    d = ctx.input("in")
+    n = len(d.shape)
+    axis = ctx.attr("axis")
+    ctx.check(-(n + 1) <= axis <= n, f"attr 'axis' {axis} is out of range [{-(n + 1)}, {n}] for input "
+                                     f"'in' of shape {d.shape}")
+    axis = axis + n + 1 if axis < 0 else axis
+    ctx.set_output("out", d.shape[:axis] + (1,) + d.shape[axis:], d.dtype)
+
+
+op("expand_dims", inputs=["in"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=_expand_dims_infer,
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True)
+
+
+# ============================================================== transpose
+
+def _transpose_infer(ctx):
+    d = ctx.input("input")
+    perm = ctx.attr("perm")
+    n = len(d.shape)
+    ctx.check(sorted(perm) == list(range(n)),
+              f"attr 'perm' {perm} must be a permutation of 0..{n - 1} (input 'input' has shape {d.shape})")
+    ctx.set_output("output", tuple(d.shape[p] for p in perm), d.dtype)
+
+
+def _transpose_grad(g):
+    if g.needs("input"):
+        perm = g.attr("perm")
+        inverse = [0] * len(perm)
+        for i, p in enumerate(perm):
+            inverse[p] = i
+        g.set_grad("input", g.emit("transpose", {"input": g.dout("output")}, {"perm": inverse}))
+
+
+op("transpose", inputs=["input"], outputs=["output"], attrs={"perm": "list_int32"}, infer=_transpose_infer,
+   kernel=lambda k: (lambda x, p=tuple(k.attr("perm")): x.permute(p)), grad=_transpose_grad, view=True)
+
+
+# ============================================================== concat / split_like
+
+def _concat_infer(ctx):
+    ins = ctx.inputs("in")
+    first = ins[0]
+    n = len(first.shape)
+    ctx.check(n > 0, "input 'in_0' is rank 0; concat needs rank >= 1")
+    axis = norm_axis(ctx.attr("axis"), n, "attr 'axis'")
+    total = 0
+    for i, d in enumerate(ins):
+        ctx.check(d.dtype is first.dtype,
+                  f"input 'in_{i}' expected dtype {first.dtype.name} (as 'in_0'), received {d.dtype.name}")
+        ctx.check(len(d.shape) == n and all(a == b for j, (a, b) in enumerate(zip(d.shape, first.shape))
+                                            if j != axis),
+                  f"input 'in_{i}' of shape {d.shape} does not match input 'in_0' of shape {first.shape} "
+                  f"outside axis {axis}")
+        total += d.shape[axis]
+    dynamic = any(d.is_dynamic for d in ins)
+    if dynamic:
+        max_dim = ctx.attr("max_dim_size")
+        ctx.check(max_dim >= total, f"attr 'max_dim_size' {max_dim} is smaller than the concatenated size {total}")
+        total = max_dim
+    shape = first.shape[:axis] + (total,) + first.shape[axis + 1:]
+    ctx.set_output("out", shape, first.dtype, is_dynamic=dynamic)
+
+
+def _concat_kernel(k):
+    axis = norm_axis(k.attr("axis"), len(k.input("in").shape))
+    return lambda xs: torch.cat(xs, dim=axis)
+
+
+def _as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+def _concat_grad(g):
+    ins = g.inputs("in")
+    if not any(g.needs("in", i) for i in range(len(ins))):
+        return
+    outs = g.emit("split_like", {"in": g.dout("out"), "like": ins}, {"axis": g.attr("axis")},
+                  outputs=["out"], num={"out": len(ins)})
+    outs = _as_list(outs["out"] if isinstance(outs, dict) else outs)
+    for i, lbn in enumerate(outs):
+        if g.needs("in", i):
+            g.set_grad("in", lbn, i)
+
+
+op("concat", inputs=["in*"], outputs=["out"], attrs={"axis": ("int64", 0), "max_dim_size": ("int64", 0)},
+   infer=_concat_infer, kernel=_concat_kernel, grad=_concat_grad)
+
+
+def _split_like_infer(ctx):
+    x = ctx.input("in")
+    likes = ctx.inputs("like")
+    n = len(x.shape)
+    axis = norm_axis(ctx.attr("axis"), n, "attr 'axis'")
+    ctx.check(ctx.output_count("out") == len(likes),
+              f"output 'out' needs one blob per 'like' input ({len(likes)}), received {ctx.output_count('out')}")
+    total = 0
+    for i, d in enumerate(likes):
+        ctx.check(axis < len(d.shape) <= n and all(d.shape[j] == x.shape[j] for j in range(len(d.shape))
+                                                    if j != axis),
+                  f"input 'like_{i}' of shape {d.shape} does not match input 'in' of shape {x.shape} "
+                  f"outside axis {axis}")
+        total += d.shape[axis]
+        ctx.set_output("out", x.shape[:axis] + (d.shape[axis],) + x.shape[axis + 1:], x.dtype, i=i)
+    ctx.check(total == x.shape[axis], f"'like' inputs add up to {total} along axis {axis}, input 'in' of "
+                                      f"shape {x.shape} has {x.shape[axis]}")
+
+
+def _split_like_kernel(k):
+    axis = norm_axis(k.attr("axis"), len(k.input("in").shape))
+    sizes = [k.output("out", i).shape[axis] for i in range(k.output_count("out"))]
+    return lambda x, likes: list(torch.split(x, sizes, dim=axis))
+
+
+def _split_like_grad(g):
+    if not g.needs("in"):
+        return
+    parts = []
+    for i, lbn in enumerate(g.outputs("out")):
+        d = g.dout("out", i)
+        if d is None:
+            d = g.emit("zero_like", {"like": lbn}, name=f"{g.op_name}_zero_like_{i}")
+        parts.append(d)
+    axis = g.attr("axis")
+    in_shape = g.desc(g.input("in")).shape
+    g.set_grad("in", g.emit("concat", {"in": parts},
+                            {"axis": axis, "max_dim_size": in_shape[norm_axis(axis, len(in_shape))]}))
+
+
+op("split_like", inputs=["in", "like*"], outputs=["out*"], attrs={"axis": ("int64", 0)},
+   infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True)
+
+
+# ============================================================== slice family
+#
+# start/stop/step have one entry per dim and Python's slice semantics: negative start
+# and stop count from the end, both are clipped to the dim, a negative step walks
+# backwards (stop = -(dim + 1) means "through index 0").
+
+SLICE_ATTRS = {"start": "list_int64", "stop": "list_int64", "step": "list_int64"}
+
+
+def slice_ranges(shape, start, stop, step):
+    """One Python ``range`` of selected indices per dim (shared by the slice ops)."""
+    return [range(*slice(b, e, s).indices(n)) for n, b, e, s in zip(shape, start, stop, step)]
+
+
+def _check_slice_attrs(ctx, shape, what):
+    start, stop, step = ctx.attr("start"), ctx.attr("stop"), ctx.attr("step")
+    n = len(shape)
+    for name, v in (("start", start), ("stop", stop), ("step", step)):
+        ctx.check(len(v) == n, f"attr '{name}' needs {n} entries (one per dim of {what} {shape}), received {v}")
+    ctx.check(all(s != 0 for s in step), f"attr 'step' {step} must not contain 0")
+    return slice_ranges(shape, start, stop, step)
+
+
+def _positive_index(ranges):
+    """Basic-slicing index over the selected elements, and the dims a negative step flips."""
+    index, flips = [], []
+    for d, r in enumerate(ranges):
+        if r.step > 0 or len(r) == 0:
+            index.append(slice(r.start, r.stop, r.step) if r.step > 0 else slice(0, 0))
+        else:
+            index.append(slice(r[-1], r[0] + 1, -r.step))
+            flips.append(d)
+    return tuple(index), flips
+
+
+def _slice_fn(ranges):
+    index, flips = _positive_index(ranges)
+    if flips:
+        return lambda x: x[index].flip(flips)
+    return lambda x: x[index]
+
+
+def _slice_write_fn(ranges):
+    """``(dst, src) -> None`` writing ``src`` into the sliced region of ``dst`` in place."""
+    index, flips = _positive_index(ranges)
+    if flips:
+        def write(dst, src):
+            dst[index] = src.flip(flips)
+    else:
+        def write(dst, src):
+            dst[index] = src
+    return write
+
+
+def _slice_infer(ctx):
+    x = ctx.input("x")
+    ranges = _check_slice_attrs(ctx, x.shape, "input 'x'")
+    ctx.set_output("y", tuple(len(r) for r in ranges), x.dtype)
+
+
+def _kernel_ranges(k, shape):
+    return slice_ranges(shape, k.attr("start"), k.attr("stop"), k.attr("step"))
+
+
+def _slice_grad(g):
+    if g.needs("x"):
+        attrs = {a: g.attr(a) for a in SLICE_ATTRS}
+        g.set_grad("x", g.emit("slice_grad", {"dy": g.dout("y")},
+                               {"like_shape": g.desc(g.input("x")).shape, **attrs}))
+
+
+op("slice", inputs=["x"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_infer,
+   kernel=lambda k: _slice_fn(_kernel_ranges(k, k.input("x").shape)), grad=_slice_grad, view=True)
+
+
+def _slice_grad_infer(ctx):
+    dy = ctx.input("dy")
+    shape = ctx.attr("like_shape")
+    ranges = _check_slice_attrs(ctx, shape, "attr 'like_shape'")
+    expected = tuple(len(r) for r in ranges)
+    ctx.check(dy.shape == expected, f"input 'dy' expected shape {expected} (the slice of like_shape "
+                                    f"{shape}), received {dy.shape}")
+    ctx.set_output("dx", shape, dy.dtype)
+
+
+def _slice_grad_kernel(k):
+    shape = tuple(k.attr("like_shape"))
+    write = _slice_write_fn(_kernel_ranges(k, shape))
+
+    def slice_grad(dy):
+        dx = torch.zeros(shape, dtype=dy.dtype, device=dy.device)
+        write(dx, dy)
+        return dx
+    return slice_grad
+
+
+op("slice_grad", inputs=["dy"], outputs=["dx"], attrs={"like_shape": "shape", **SLICE_ATTRS},
+   infer=_slice_grad_infer, kernel=_slice_grad_kernel)
+
+
+def _slice_update_infer(ctx):
+    x, u = ctx.input("x"), ctx.input("update")
+    ranges = _check_slice_attrs(ctx, x.shape, "input 'x'")
+    expected = tuple(len(r) for r in ranges)
+    ctx.check(u.shape == expected, f"input 'update' expected shape {expected} (the slice of input 'x' "
+                                   f"{x.shape}), received {u.shape}")
+    same_dtype(ctx, "x", "update")
+    ctx.set_output("y", x.shape, x.dtype)
+
+
+def _slice_update_kernel(k):
+    write = _slice_write_fn(_kernel_ranges(k, k.input("x").shape))
+
+    def slice_update(x, update):
+        y = x.clone()
+        write(y, update)
+        return y
+    return slice_update
+
+
+def _slice_update_grad(g):
+    attrs = {a: g.attr(a) for a in SLICE_ATTRS}
+    dy = g.dout("y")
+    if g.needs("update"):
+        g.set_grad("update", g.emit("slice", {"x": dy}, attrs, name=f"{g.op_name}_update_grad"))
+    if g.needs("x"):
+        zeros = g.emit("zero_like", {"like": g.input("update")}, name=f"{g.op_name}_zero_like")
+        g.set_grad("x", g.emit("slice_update", {"x": dy, "update": zeros}, attrs, name=f"{g.op_name}_x_grad"))
+
+
+op("slice_update", inputs=["x", "update"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_update_infer,
+   kernel=_slice_update_kernel, grad=_slice_update_grad)
+
+
+# ============================================================== narrow (+ narrow_grad)
+
+NARROW_ATTRS = {"dim": ("int64", 0), "start": ("int64", 0), "length": ("int64", 0)}
+
+
+def _narrow_range(ctx, shape, what):
+    n = len(shape)
+    dim = norm_axis(ctx.attr("dim"), n, "attr 'dim'")
+    start, length = ctx.attr("start"), ctx.attr("length")
+    size = shape[dim]
+    ctx.check(-size <= start < size or (start == 0 and size == 0),
+              f"attr 'start' {start} is out of range for dim {dim} of {what} {shape}")
+    start %= max(size, 1)
+    ctx.check(0 <= length <= size - start,
+              f"attr 'length' {length} must be in [0, {size - start}] (dim {dim} of {what} {shape} from start "
+              f"{start})")
+    return dim, start, length
+
+
+def _narrow_infer(ctx):
+    x = ctx.input("in")
+    dim, start, length = _narrow_range(ctx, x.shape, "input 'in'")
+    ctx.set_output("out", x.shape[:dim] + (length,) + x.shape[dim + 1:], x.dtype)
+
+
+def _narrow_kernel(k):
+    shape = k.input("in").shape
+    dim = k.attr("dim") % len(shape)
+    start = k.attr("start") % max(shape[dim], 1)
+    return lambda x: x.narrow(dim, start, k.attr("length"))
+
+
+op("narrow", inputs=["in"], outputs=["out"], attrs=NARROW_ATTRS, infer=_narrow_infer, kernel=_narrow_kernel,
+   grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
+       "narrow_grad", {"dy": g.dout("out"), "like": g.input("in")}, {a: g.attr(a) for a in NARROW_ATTRS})),
    view=True)
+
+
+def _narrow_grad_infer(ctx):
+    dy, like_ = ctx.input("dy"), ctx.input("like")
+    dim, start, length = _narrow_range(ctx, like_.shape, "input 'like'")
+    expected = like_.shape[:dim] + (length,) + like_.shape[dim + 1:]
+    ctx.check(dy.shape == expected, f"input 'dy' expected shape {expected}, received {dy.shape}")
+    ctx.set_output("dx", like_.shape, dy.dtype)
+
+
+def _narrow_grad_kernel(k):
+    shape = k.input("like").shape
+    dim = k.attr("dim") % len(shape)
+    start = k.attr("start") % max(shape[dim], 1)
+
+    def narrow_grad(dy, like_):
+        dx = torch.zeros(shape, dtype=dy.dtype, device=dy.device)
+        dx.narrow(dim, start, k.attr("length")).copy_(dy)
+        return dx
+    return narrow_grad
+
+
+op("narrow_grad", inputs=["dy", "like"], outputs=["dx"], attrs=NARROW_ATTRS, infer=_narrow_grad_infer,
+   kernel=_narrow_grad_kernel)
+
+
+# ============================================================== gather family
+#
+# Index inputs take any integer dtype. gather/batch_gather/gather_nd/dim_gather fail at
+# run time on an out-of-range index (PyTorch's check); the segment-sum and scatter
+# ops drop contributions whose index is out of range, as OneFlow's kernels do for
+# segment ids.
+
+def _gather_infer(ctx):
+    x = ctx.input("in")
+    idx = _check_integer(ctx, "indices")
+    axis = norm_axis(ctx.attr("axis"), len(x.shape), "attr 'axis'")
+    ctx.check(len(x.shape) > 0, "input 'in' is rank 0; gather needs rank >= 1")
+    ctx.set_output("out", x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+
+
+def _gather_kernel(k):
+    axis = norm_axis(k.attr("axis"), len(k.input("in").shape))
+    shape = tuple(k.output("out").shape)
+    return lambda x, idx: torch.index_select(x, axis, idx.reshape(-1).long()).reshape(shape)
+
+
+def _gather_grad(g):
+    if g.needs("in"):
+        g.set_grad("in", g.emit("unsorted_segment_sum_like",
+                                {"data": g.dout("out"), "segment_ids": g.input("indices"), "like": g.input("in")},
+                                {"axis": g.attr("axis")}))
+
+
+op("gather", inputs=["in", "indices"], outputs=["out"], attrs={"axis": ("int64", 0)}, infer=_gather_infer,
+   kernel=_gather_kernel, grad=_gather_grad)
+
+
+def _segment_geometry(ctx, data, ids, axis):
+    n = len(data.shape)
+    axis = norm_axis(axis, n, "attr 'axis'")
+    k = len(ids.shape)
+    ctx.check(data.shape[axis:axis + k] == ids.shape,
+              f"input 'segment_ids' of shape {ids.shape} must equal dims {axis}..{axis + k - 1} of input "
+              f"'data' {data.shape}")
+    return axis, k
+
+
+def _segment_sum_fn(data_shape, ids_shape, axis, out_shape):
+    """``(data, ids) -> out``: sum ``data`` slices into ``out`` rows ``ids`` along ``axis``."""
+    outer = numel(data_shape[:axis])
+    count = numel(ids_shape)
+    inner = numel(data_shape[axis + len(ids_shape):])
+    segments = out_shape[axis]
+
+    def segment_sum(data, ids):
+        out = torch.zeros((outer, segments, inner), dtype=data.dtype, device=data.device)
+        ids = ids.reshape(-1).long()
+        src = data.reshape(outer, count, inner)
+        valid = (ids >= 0) & (ids < segments)
+        if not bool(valid.all()):
+            ids, src = ids[valid], src[:, valid]
+        out.index_add_(1, ids, src)
+        return out.reshape(out_shape)
+    return segment_sum
+
+
+def _unsorted_segment_sum_infer(ctx):
+    data, ids = ctx.input("data"), _check_integer(ctx, "segment_ids")
+    axis, k = _segment_geometry(ctx, data, ids, ctx.attr("axis"))
+    segments = ctx.attr("num_segments")
+    ctx.check(segments >= 1, f"attr 'num_segments' must be >= 1, received {segments}")
+    ctx.set_output("out", data.shape[:axis] + (segments,) + data.shape[axis + k:], data.dtype)
+
+
+def _unsorted_segment_sum_kernel(k):
+    data, ids = k.input("data").shape, k.input("segment_ids").shape
+    return _segment_sum_fn(data, ids, norm_axis(k.attr("axis"), len(data)), k.output("out").shape)
+
+
+op("unsorted_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
+   attrs={"axis": ("int64", 0), "num_segments": ("int64", 0)},
+   infer=_unsorted_segment_sum_infer, kernel=_unsorted_segment_sum_kernel,
+   grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
+       "gather", {"in": g.dout("out"), "indices": g.input("segment_ids")}, {"axis": g.attr("axis")})))
+
+
+def _unsorted_segment_sum_like_infer(ctx):
+    data, ids, like_ = ctx.input("data"), _check_integer(ctx, "segment_ids"), ctx.input("like")
+    axis, k = _segment_geometry(ctx, data, ids, ctx.attr("axis"))
+    ctx.check(len(like_.shape) == len(data.shape) - k + 1 and like_.shape[:axis] == data.shape[:axis]
+              and like_.shape[axis + 1:] == data.shape[axis + k:],
+              f"input 'like' of shape {like_.shape} does not fit input 'data' {data.shape} with 'segment_ids' "
+              f"{ids.shape} at axis {axis}")
+    ctx.set_output("out", like_.shape, data.dtype)
+
+
+def _unsorted_segment_sum_like_kernel(k):
+    data, ids = k.input("data").shape, k.input("segment_ids").shape
+    fn = _segment_sum_fn(data, ids, norm_axis(k.attr("axis"), len(data)), k.output("out").shape)
+    return lambda data_, ids_, like_: fn(data_, ids_)
+
+
+op("unsorted_segment_sum_like", inputs=["data", "segment_ids", "like"], outputs=["out"],
+   attrs={"axis": ("int64", 0)}, infer=_unsorted_segment_sum_like_infer,
+   kernel=_unsorted_segment_sum_like_kernel)
+
+
+def _batch_dims(ctx, x, idx, x_arg):
+    b = len(idx.shape) - 1
+    ctx.check(len(idx.shape) >= 1 and len(x.shape) >= len(idx.shape) and x.shape[:b] == idx.shape[:b],
+              f"input '{x_arg}' of shape {x.shape} and indices of shape {idx.shape} must share the leading "
+              f"(batch) dims {idx.shape[:b]}")
+    return b
+
+
+def _batch_gather_infer(ctx):
+    x, idx = ctx.input("in"), _check_integer(ctx, "indices")
+    b = _batch_dims(ctx, x, idx, "in")
+    ctx.set_output("out", idx.shape + x.shape[b + 1:], x.dtype)
+
+
+def _batch_gather_kernel(k):
+    x_shape, i_shape = k.input("in").shape, k.input("indices").shape
+    b = len(i_shape) - 1
+    batch, inner = numel(x_shape[:b]), numel(x_shape[b + 1:])
+    count = i_shape[-1]
+    out_shape = tuple(k.output("out").shape)
+
+    def batch_gather(x, idx):
+        src = x.reshape(batch, x_shape[b], inner)
+        index = idx.reshape(batch, count, 1).long().expand(batch, count, inner)
+        return torch.gather(src, 1, index).reshape(out_shape)
+    return batch_gather
+
+
+op("batch_gather", inputs=["in", "indices"], outputs=["out"], infer=_batch_gather_infer,
+   kernel=_batch_gather_kernel,
+   grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
+       "unsorted_batch_segment_sum", {"data": g.dout("out"), "segment_ids": g.input("indices")},
+       {"num_segments": g.desc(g.input("in")).shape[len(g.desc(g.input("indices")).shape) - 1]})))
+
+
+def _unsorted_batch_segment_sum_infer(ctx):
+    data, ids = ctx.input("data"), _check_integer(ctx, "segment_ids")
+    b = _batch_dims(ctx, data, ids, "data")
+    ctx.check(data.shape[b] == ids.shape[-1], f"input 'data' of shape {data.shape} expected dim {b} = "
+                                              f"{ids.shape[-1]} (last dim of 'segment_ids' {ids.shape})")
+    segments = ctx.attr("num_segments")
+    ctx.check(segments >= 1, f"attr 'num_segments' must be >= 1, received {segments}")
+    ctx.set_output("out", ids.shape[:-1] + (segments,) + data.shape[b + 1:], data.dtype)
+
+
+def _unsorted_batch_segment_sum_kernel(k):
+    d_shape, i_shape = k.input("data").shape, k.input("segment_ids").shape
+    b = len(i_shape) - 1
+    batch, inner, count = numel(d_shape[:b]), numel(d_shape[b + 1:]), i_shape[-1]
+    segments = k.attr("num_segments")
+    out_shape = tuple(k.output("out").shape)
+
+    def batch_segment_sum(data, ids):
+        ids = ids.reshape(batch, count).long()
+        src = data.reshape(batch, count, inner)
+        valid = (ids >= 0) & (ids < segments)
+        if not bool(valid.all()):
+            src = src * valid.unsqueeze(-1).to(src.dtype)
+            ids = torch.where(valid, ids, torch.zeros_like(ids))
+        out = torch.zeros((batch, segments, inner), dtype=data.dtype, device=data.device)
+        out.scatter_add_(1, ids.unsqueeze(-1).expand(batch, count, inner), src)
+        return out.reshape(out_shape)
+    return batch_segment_sum
+
+
+op("unsorted_batch_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
+   attrs={"num_segments": ("int64", 0)}, infer=_unsorted_batch_segment_sum_infer,
+   kernel=_unsorted_batch_segment_sum_kernel,
+   grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
+       "batch_gather", {"in": g.dout("out"), "indices": g.input("segment_ids")})))
+
+
+# ---------------------------------------------------------------- *_nd (tf.gather_nd style)
+
+def _nd_geometry(ctx, shape, idx, what):
+    ctx.check(len(idx.shape) >= 1, f"input 'indices' must have rank >= 1, received shape {idx.shape}")
+    k = idx.shape[-1]
+    ctx.check(k <= len(shape), f"last dim of input 'indices' {idx.shape} is {k}, larger than the rank of "
+                               f"{what} {tuple(shape)}")
+    return k
+
+
+def _nd_linear(shape, k):
+    """``idx -> flat row ids`` of the first ``k`` dims of ``shape`` (row-major)."""
+    strides = []
+    acc = 1
+    for d in reversed(shape[:k]):
+        strides.insert(0, acc)
+        acc *= d
+    rows = acc
+
+    def linear(idx):
+        idx = idx.reshape(-1, k).long()
+        if k == 0:
+            return torch.zeros(idx.shape[0], dtype=torch.long, device=idx.device)
+        return (idx * torch.tensor(strides, dtype=torch.long, device=idx.device)).sum(-1)
+    return linear, rows
+
+
+def _gather_nd_infer(ctx):
+    params, idx = ctx.input("params"), _check_integer(ctx, "indices")
+    k = _nd_geometry(ctx, params.shape, idx, "input 'params'")
+    ctx.set_output("out", idx.shape[:-1] + params.shape[k:], params.dtype)
+
+
+def _gather_nd_kernel(k):
+    p_shape = k.input("params").shape
+    depth = k.input("indices").shape[-1]
+    linear, rows = _nd_linear(p_shape, depth)
+    out_shape = tuple(k.output("out").shape)
+    return lambda params, idx: params.reshape(rows, -1)[linear(idx)].reshape(out_shape)
+
+
+op("gather_nd", inputs=["params", "indices"], outputs=["out"], infer=_gather_nd_infer, kernel=_gather_nd_kernel,
+   grad=lambda g: g.needs("params") and g.set_grad("params", g.emit(
+       "scatter_nd_like", {"like": g.input("params"), "indices": g.input("indices"), "updates": g.dout("out")})))
+
+
+def _check_updates(ctx, shape, idx, k):
+    u = ctx.input("updates")
+    expected = idx.shape[:-1] + tuple(shape[k:])
+    ctx.check(u.shape == expected, f"input 'updates' expected shape {expected} (indices {idx.shape} into "
+                                   f"shape {tuple(shape)}), received {u.shape}")
+    return u
+
+
+def _scatter_add_fn(shape, depth, mode):
+    """``(base, idx, updates) -> out``: rows of ``base`` at ``idx`` get ``updates`` added or written."""
+    linear, rows = _nd_linear(shape, depth)
+    shape = tuple(shape)
+
+    def scatter(base, idx, updates):
+        out = base.reshape(rows, -1)
+        ids = linear(idx)
+        src = updates.reshape(ids.shape[0], -1)
+        valid = (ids >= 0) & (ids < rows)
+        if not bool(valid.all()):
+            ids, src = ids[valid], src[valid]
+        if mode == "add":
+            out.index_add_(0, ids, src)
+        else:
+            out[ids] = src
+        return out.reshape(shape)
+    return scatter
+
+
+def _scatter_nd_infer(ctx):
+    idx = _check_integer(ctx, "indices")
+    shape = ctx.attr("shape")
+    ctx.check(len(shape) >= 1 and all(s >= 1 for s in shape), f"attr 'shape' must be a non-empty list of "
+                                                               f"positive dims, received {tuple(shape)}")
+    k = _nd_geometry(ctx, shape, idx, "attr 'shape'")
+    u = _check_updates(ctx, shape, idx, k)
+    ctx.set_output("out", shape, u.dtype)
+
+
+def _scatter_nd_kernel(k):
+    shape = tuple(k.attr("shape"))
+    fn = _scatter_add_fn(shape, k.input("indices").shape[-1], "add")
+    return lambda idx, updates: fn(torch.zeros(shape, dtype=updates.dtype, device=updates.device), idx, updates)
+
+
+op("scatter_nd", inputs=["indices", "updates"], outputs=["out"], attrs={"shape": "shape"},
+   infer=_scatter_nd_infer, kernel=_scatter_nd_kernel,
+   grad=lambda g: g.needs("updates") and g.set_grad("updates", g.emit(
+       "gather_nd", {"params": g.dout("out"), "indices": g.input("indices")})))
+
+
+def _scatter_nd_like_infer(ctx):
+    like_, idx = ctx.input("like"), _check_integer(ctx, "indices")
+    k = _nd_geometry(ctx, like_.shape, idx, "input 'like'")
+    u = _check_updates(ctx, like_.shape, idx, k)
+    ctx.set_output("out", like_.shape, u.dtype)
+
+
+def _scatter_nd_like_kernel(k):
+    shape = tuple(k.input("like").shape)
+    fn = _scatter_add_fn(shape, k.input("indices").shape[-1], "add")
+    return lambda like_, idx, updates: fn(torch.zeros(shape, dtype=updates.dtype, device=updates.device),
+                                          idx, updates)
+
+
+op("scatter_nd_like", inputs=["like", "indices", "updates"], outputs=["out"], infer=_scatter_nd_like_infer,
+   kernel=_scatter_nd_like_kernel)
+
+
+def _tensor_scatter_nd_infer(ctx):
+    params, idx = ctx.input("params"), _check_integer(ctx, "indices")
+    k = _nd_geometry(ctx, params.shape, idx, "input 'params'")
+    _check_updates(ctx, params.shape, idx, k)
+    same_dtype(ctx, "params", "updates")
+    ctx.set_output("out", params.shape, params.dtype)
+
+
+def _tensor_scatter_nd_kernel(mode):
+    def make(k):
+        fn = _scatter_add_fn(k.input("params").shape, k.input("indices").shape[-1], mode)
+        return lambda params, updates, idx: fn(params.clone(), idx, updates)
+    return make
+
+
+def _tensor_scatter_nd_add_grad(g):
+    if g.needs("params"):
+        g.set_grad("params", g.dout("out"))
+    if g.needs("updates"):
+        g.set_grad("updates", g.emit("gather_nd", {"params": g.dout("out"), "indices": g.input("indices")},
+                                     name=f"{g.op_name}_updates_grad"))
+
+
+def _tensor_scatter_nd_update_grad(g):
+    dy, idx = g.dout("out"), g.input("indices")
+    if g.needs("updates"):
+        g.set_grad("updates", g.emit("gather_nd", {"params": dy, "indices": idx}, name=f"{g.op_name}_updates_grad"))
+    if g.needs("params"):
+        zeros = g.emit("zero_like", {"like": g.input("updates")}, name=f"{g.op_name}_zero_updates")
+        g.set_grad("params", g.emit("tensor_scatter_nd_update", {"params": dy, "updates": zeros, "indices": idx},
+                                    name=f"{g.op_name}_params_grad"))
+
+
+op("tensor_scatter_nd_add", inputs=["params", "updates", "indices"], outputs=["out"],
+   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("add"), grad=_tensor_scatter_nd_add_grad)
+op("tensor_scatter_nd_update", inputs=["params", "updates", "indices"], outputs=["out"],
+   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("update"),
+   grad=_tensor_scatter_nd_update_grad)
+
+
+# ---------------------------------------------------------------- dim_gather (torch.gather)
+
+def _dim_index_check(ctx, x, idx, x_arg):
+    n = len(x.shape)
+    dim = norm_axis(ctx.attr("dim"), n, "attr 'dim'")
+    ctx.check(len(idx.shape) == n, f"input 'index' must have the rank of input '{x_arg}' {x.shape}, received "
+                                   f"shape {idx.shape}")
+    ctx.check(all(i <= s for d, (i, s) in enumerate(zip(idx.shape, x.shape)) if d != dim),
+              f"input 'index' of shape {idx.shape} exceeds input '{x_arg}' {x.shape} outside dim {dim}")
+    return dim
+
+
+def _dim_gather_infer(ctx):
+    x, idx = ctx.input("input"), _check_integer(ctx, "index")
+    _dim_index_check(ctx, x, idx, "input")
+    ctx.set_output("output", idx.shape, x.dtype)
+
+
+op("dim_gather", inputs=["input", "index"], outputs=["output"], attrs={"dim": ("int32", 0)},
+   infer=_dim_gather_infer,
+   kernel=lambda k: (lambda x, idx, d=norm_axis(k.attr("dim"), len(k.input("input").shape)):
+                     torch.gather(x, d, idx.long())),
+   grad=lambda g: g.needs("input") and g.set_grad("input", g.emit(
+       "dim_scatter_add_like", {"like": g.input("input"), "index": g.input("index"), "src": g.dout("output")},
+       {"dim": g.attr("dim")})))
+
+
+def _dim_scatter_add_like_infer(ctx):
+    like_, idx, src = ctx.input("like"), _check_integer(ctx, "index"), ctx.input("src")
+    _dim_index_check(ctx, like_, idx, "like")
+    ctx.check(src.shape == idx.shape, f"input 'src' expected shape {idx.shape} (as 'index'), received {src.shape}")
+    ctx.set_output("output", like_.shape, src.dtype)
+
+
+def _dim_scatter_add_like_kernel(k):
+    shape = tuple(k.input("like").shape)
+    dim = norm_axis(k.attr("dim"), len(shape))
+    return lambda like_, idx, src: torch.zeros(shape, dtype=src.dtype, device=src.device).scatter_add_(
+        dim, idx.long(), src)
+
+
+op("dim_scatter_add_like", inputs=["like", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
+   infer=_dim_scatter_add_like_infer, kernel=_dim_scatter_add_like_kernel)
+
+
+# ============================================================== expand (+ expand_grad)
+#
+# ``logical_in_shape`` is the input shape, ``logical_expand_shape`` the output shape
+# (torch.expand rules: new leading dims, size-1 dims broadcast; -1 keeps a dim).
+
+EXPAND_ATTRS = {"logical_in_shape": "list_int32", "logical_expand_shape": "list_int32"}
+
+
+def _expand_shape(ctx, in_shape, expand, what):
+    offset = len(expand) - len(in_shape)
+    ctx.check(offset >= 0, f"attr 'logical_expand_shape' {expand} has fewer dims than {what} {in_shape}")
+    out = []
+    for i, e in enumerate(expand):
+        if i < offset:
+            ctx.check(e >= 1, f"attr 'logical_expand_shape' {expand}: new leading dim {i} must be >= 1")
+            out.append(e)
+            continue
+        s = in_shape[i - offset]
+        if e == -1:
+            e = s
+        ctx.check(e == s or s == 1, f"attr 'logical_expand_shape' {expand}: dim {i} of size {s} in {what} "
+                                    f"{in_shape} can only expand from 1")
+        out.append(e)
+    return tuple(out)
+
+
+def _expand_infer(ctx):
+    x = ctx.input("in")
+    logical_in = tuple(ctx.attr("logical_in_shape"))
+    ctx.check(logical_in == x.shape, f"attr 'logical_in_shape' {logical_in} differs from the shape {x.shape} of "
+                                     f"input 'in'")
+    ctx.set_output("out", _expand_shape(ctx, x.shape, ctx.attr("logical_expand_shape"), "input 'in'"), x.dtype)
+
+
+op("expand", inputs=["in"], outputs=["out"], attrs=EXPAND_ATTRS, infer=_expand_infer,
+   kernel=lambda k: (lambda x, s=tuple(k.output("out").shape): x.expand(s)),
+   grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
+       "expand_grad", {"in": g.dout("out")},
+       {"logical_out_shape": list(g.desc(g.input("in")).shape),
+        "logical_expand_shape": g.attr("logical_expand_shape")})),
+   view=True)
+
+
+def _expand_grad_infer(ctx):
+    dy = ctx.input("in")
+    out_shape = tuple(ctx.attr("logical_out_shape"))
+    expected = _expand_shape(ctx, out_shape, ctx.attr("logical_expand_shape"), "attr 'logical_out_shape'")
+    ctx.check(dy.shape == expected, f"input 'in' expected shape {expected}, received {dy.shape}")
+    ctx.set_output("out", out_shape, dy.dtype)
+
+
+def _expand_grad_kernel(k):
+    out_shape = tuple(k.attr("logical_out_shape"))
+    in_shape = k.input("in").shape
+    offset = len(in_shape) - len(out_shape)
+    axes = tuple(i for i in range(len(in_shape)) if i < offset or (out_shape[i - offset] == 1 and in_shape[i] != 1))
+    if not axes:
+        return lambda dy: dy.reshape(out_shape)
+    return lambda dy: dy.sum(dim=axes, keepdim=True).reshape(out_shape)
+
+
+op("expand_grad", inputs=["in"], outputs=["out"],
+   attrs={"logical_out_shape": "list_int32", "logical_expand_shape": "list_int32"},
+   infer=_expand_grad_infer, kernel=_expand_grad_kernel)
+
+
+# ============================================================== padding (§4.18, §1.21)
+
+def _pad_value(dtype, floating, integral):
+    return floating if dtype.is_floating_point else integral
+
+
+PAD_ATTRS = {"padding_before": "list_int64", "padding_after": "list_int64",
+             "floating_constant_value": ("double", 0.0), "integral_constant_value": ("int64", 0)}
+
+
+def _pad_lists(ctx, n, what):
+    before, after = ctx.attr("padding_before"), ctx.attr("padding_after")
+    for name, v in (("padding_before", before), ("padding_after", after)):
+        ctx.check(len(v) == n, f"attr '{name}' needs {n} entries (one per dim of {what}), received {v}")
+        ctx.check(all(p >= 0 for p in v), f"attr '{name}' {v} must not be negative")
+    return before, after
+
+
+def _torch_pads(before, after):
+    """Per-dim (before, after) lists -> F.pad's flat list, last dim first."""
+    return [p for b, a in zip(reversed(before), reversed(after)) for p in (b, a)]
+
+
+def _pad_infer(ctx):
+    x = ctx.input("x")
+    before, after = _pad_lists(ctx, len(x.shape), f"input 'x' {x.shape}")
+    ctx.set_output("y", tuple(s + b + a for s, b, a in zip(x.shape, before, after)), x.dtype)
+
+
+def _pad_kernel(k):
+    pads = _torch_pads(k.attr("padding_before"), k.attr("padding_after"))
+    value = _pad_value(k.input("x").dtype, k.attr("floating_constant_value"), k.attr("integral_constant_value"))
+    return lambda x: F.pad(x, pads, value=value)
+
+
+def _pad_attrs(g):
+    return {a: g.attr(a) for a in PAD_ATTRS}
+
+
+op("pad", inputs=["x"], outputs=["y"], attrs=PAD_ATTRS, infer=_pad_infer, kernel=_pad_kernel,
+   grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("pad_grad", {"dy": g.dout("y")}, _pad_attrs(g))))
+
+
+def _pad_grad_infer(ctx):
+    dy = ctx.input("dy")
+    before, after = _pad_lists(ctx, len(dy.shape), f"input 'dy' {dy.shape}")
+    shape = tuple(s - b - a for s, b, a in zip(dy.shape, before, after))
+    ctx.check(all(s >= 0 for s in shape), f"paddings {before}/{after} are larger than input 'dy' {dy.shape}")
+    ctx.set_output("dx", shape, dy.dtype)
+
+
+def _pad_grad_kernel(k):
+    index = tuple(slice(b, s - a) for s, b, a in zip(k.input("dy").shape, k.attr("padding_before"),
+                                                     k.attr("padding_after")))
+    return lambda dy: dy[index]
+
+
+op("pad_grad", inputs=["dy"], outputs=["dx"], attrs=PAD_ATTRS, infer=_pad_grad_infer, kernel=_pad_grad_kernel,
+   grad=lambda g: g.needs("dy") and g.set_grad("dy", g.emit("pad", {"x": g.dout("dx")}, _pad_attrs(g))),
+   view=True)
+
+
+# ---------------------------------------------------------------- constant/reflection/replication padNd
+#
+# ``padding`` follows torch.nn.functional.pad: [left, right] for 1d (N, C, W);
+# [left, right, top, bottom] for 2d (N, C, H, W); + [front, back] for 3d.
+
+def _padnd_check(ctx, x_arg, n, mode):
+    x = ctx.input(x_arg)
+    ctx.check(len(x.shape) == n + 2, f"input '{x_arg}' expected rank {n + 2} (N, C + {n} spatial dims), "
+                                     f"received shape {x.shape}")
+    padding = ctx.attr("padding")
+    ctx.check(len(padding) == 2 * n and all(p >= 0 for p in padding),
+              f"attr 'padding' needs {2 * n} non-negative entries, received {padding}")
+    return x, padding
+
+
+def _padded_shape(shape, padding, sign=1):
+    shape = list(shape)
+    for i in range(len(padding) // 2):
+        shape[-1 - i] += sign * (padding[2 * i] + padding[2 * i + 1])
+    return tuple(shape)
+
+
+def _padnd_infer(n, mode):
+    def infer(ctx):
+        x, padding = _padnd_check(ctx, "x", n, mode)
+        for i in range(n):
+            size = x.shape[-1 - i]
+            lo, hi = padding[2 * i], padding[2 * i + 1]
+            if mode == "reflect":
+                ctx.check(lo < size and hi < size, f"attr 'padding' {padding}: reflection pads must be smaller "
+                                                   f"than the padded dim ({size}) of input 'x' {x.shape}")
+            elif mode == "replicate":
+                ctx.check(size > 0 or lo + hi == 0, f"input 'x' {x.shape} has an empty dim to replicate")
+        ctx.set_output("y", _padded_shape(x.shape, padding), x.dtype)
+    return infer
+
+
+def _padnd_grad_infer(n, mode):
+    def infer(ctx):
+        dy, padding = _padnd_check(ctx, "dy", n, mode)
+        shape = _padded_shape(dy.shape, padding, -1)
+        ctx.check(all(s >= 0 for s in shape), f"attr 'padding' {padding} is larger than input 'dy' {dy.shape}")
+        ctx.set_output("dx", shape, dy.dtype)
+    return infer
+
+
+def _padnd_kernel(mode):
+    def make(k):
+        padding = list(k.attr("padding"))
+        if mode == "constant":
+            value = _pad_value(k.input("x").dtype, k.attr("floating_value"), k.attr("integral_value"))
+            return lambda x: F.pad(x, padding, value=value)
+        return lambda x: F.pad(x, padding, mode=mode)
+    return make
+
+
+def _padnd_grad_kernel(mode):
+    def make(k):
+        padding = list(k.attr("padding"))
+        if mode == "constant":
+            crop = [-p for p in padding]
+            return lambda dy: F.pad(dy, crop)
+        shape = tuple(k.output("dx").shape)
+        vjp = _vjp(lambda x: F.pad(x, padding, mode=mode))
+        return lambda dy: vjp(dy, shape)
+    return make
+
+
+CONSTANT_PAD_ATTRS = {"padding": "list_int64", "floating_value": ("double", 0.0), "integral_value": ("int64", 0)}
+
+
+def _padnd_family(name, n, mode, attrs):
+    op(name, inputs=["x"], outputs=["y"], attrs=attrs, infer=_padnd_infer(n, mode), kernel=_padnd_kernel(mode),
+       grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
+           f"{name}_grad", {"dy": g.dout("y")}, {a: g.attr(a) for a in attrs})))
+    op(f"{name}_grad", inputs=["dy"], outputs=["dx"], attrs=attrs, infer=_padnd_grad_infer(n, mode),
+       kernel=_padnd_grad_kernel(mode))
+
+
+for _n in (1, 2, 3):
+    _padnd_family(f"constant_pad{_n}d", _n, "constant", CONSTANT_PAD_ATTRS)
+_padnd_family("reflection_pad2d", 2, "reflect", {"padding": "list_int64"})
+_padnd_family("replication_pad2d", 2, "replicate", {"padding": "list_int64"})
+
+
+# ============================================================== roll / flip / diag
+
+def _roll_infer(ctx):
+    x = ctx.input("in")
+    shifts, dims = ctx.attr("shifts"), ctx.attr("dims")
+    if dims:
+        ctx.check(len(shifts) == len(dims), f"attrs 'shifts' {shifts} and 'dims' {dims} need the same length")
+        for d in dims:
+            norm_axis(d, len(x.shape), "attr 'dims' entry")
+    else:
+        ctx.check(len(shifts) == 1, f"with empty 'dims', attr 'shifts' needs one entry (roll of the flattened "
+                                    f"input), received {shifts}")
+    ctx.set_output("out", x.shape, x.dtype)
+
+
+def _roll_kernel(k):
+    shifts, dims = tuple(k.attr("shifts")), tuple(k.attr("dims"))
+    if not dims:
+        return lambda x: torch.roll(x, shifts[0])
+    return lambda x: torch.roll(x, shifts, dims)
+
+
+op("roll", inputs=["in"], outputs=["out"], attrs={"shifts": "list_int32", "dims": "list_int32"},
+   infer=_roll_infer, kernel=_roll_kernel,
+   grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
+       "roll", {"in": g.dout("out")}, {"shifts": [-s for s in g.attr("shifts")], "dims": g.attr("dims")})))
+
+
+def _flip_infer(x_arg, y_arg):
+    def infer(ctx):
+        x = ctx.input(x_arg)
+        dims = [norm_axis(d, len(x.shape), "attr 'dims' entry") for d in ctx.attr("dims")]
+        ctx.check(len(set(dims)) == len(dims), f"attr 'dims' {ctx.attr('dims')} names a dim twice")
+        ctx.set_output(y_arg, x.shape, x.dtype)
+    return infer
+
+
+def _flip_kernel(x_arg):
+    return lambda k: (lambda x, d=[norm_axis(a, len(k.input(x_arg).shape)) for a in k.attr("dims")]:
+                      torch.flip(x, d))
+
+
+# v0.6.0 registers no grad function for ``flip`` (user_ops.md §4.25, §5.7); ``flip_grad``
+# exists as its own op. flow.reverse uses ``slice`` with step -1, which is differentiable.
+op("flip", inputs=["x"], outputs=["y"], attrs={"dims": "list_int32"}, infer=_flip_infer("x", "y"),
+   kernel=_flip_kernel("x"))
+op("flip_grad", inputs=["dy"], outputs=["dx"], attrs={"dims": "list_int32"}, infer=_flip_infer("dy", "dx"),
+   kernel=_flip_kernel("dy"))
+
+
+def _diag_shape(ctx, shape, d):
+    if len(shape) == 1:
+        n = shape[0] + abs(d)
+        return (n, n)
+    rows, cols = shape
+    size = min(rows, cols - d) if d >= 0 else min(rows + d, cols)
+    ctx.check(size > 0, f"attr 'diagonal' {d} is outside the matrix of shape {shape}")
+    return (size,)
+
+
+def _diag_infer(ctx):
+    x = ctx.input("in")
+    ctx.check(len(x.shape) in (1, 2), f"input 'in' expected rank 1 or 2, received shape {x.shape}")
+    ctx.set_output("out", _diag_shape(ctx, x.shape, ctx.attr("diagonal")), x.dtype)
+
+
+def _diag_grad_infer(ctx):
+    dy, x = ctx.input("dy"), ctx.input("in")
+    ctx.check(len(x.shape) in (1, 2), f"input 'in' expected rank 1 or 2, received shape {x.shape}")
+    expected = _diag_shape(ctx, x.shape, ctx.attr("diagonal"))
+    ctx.check(dy.shape == expected, f"input 'dy' expected shape {expected}, received {dy.shape}")
+    ctx.set_output("dx", x.shape, dy.dtype)
+
+
+def _diag_grad_kernel(k):
+    d = k.attr("diagonal")
+    shape = tuple(k.input("in").shape)
+    if len(shape) == 1:
+        return lambda dy, x: torch.diagonal(dy, d).clone()
+
+    def diag_grad(dy, x):
+        dx = torch.zeros(shape, dtype=dy.dtype, device=dy.device)
+        torch.diagonal(dx, d).copy_(dy)
+        return dx
+    return diag_grad
+
+
+op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer,
+   kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.diag(x, d)),
+   grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
+       "diag_grad", {"dy": g.dout("out"), "in": g.input("in")}, {"diagonal": g.attr("diagonal")})))
+op("diag_grad", inputs=["dy", "in"], outputs=["dx"], attrs={"diagonal": ("int32", 0)}, infer=_diag_grad_infer,
+   kernel=_diag_grad_kernel)
+
+
+# ============================================================== identities
+
+def _tuple_identity_infer(ctx):
+    ins = ctx.inputs("in")
+    ctx.check(ctx.output_count("out") == len(ins),
+              f"output 'out' needs one blob per input ({len(ins)}), received {ctx.output_count('out')}")
+    for i, d in enumerate(ins):
+        ctx.set_output("out", d.shape, d.dtype, i=i, is_dynamic=d.is_dynamic)
+
+
+def _tuple_identity_grad(g):
+    for i in range(len(g.inputs("in"))):
+        if g.needs("in", i):
+            g.set_grad("in", g.dout("out", i), i)
+
+
+op("tuple_identity", inputs=["in*"], outputs=["out*"], infer=_tuple_identity_infer,
+   kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True)
+
+
+# ============================================================== constant sources and *_like (NoGrad)
+
+def _dtype_attr(ctx, default=None):
+    dtype = ctx.attr("dtype") or default
+    ctx.check(dtype is not None, "attr 'dtype' must be set")
+    return dtype
+
+
+def _constant_infer(ctx):
+    dtype = _dtype_attr(ctx)
+    shape = ctx.attr("shape")
+    ctx.check(all(s >= 0 for s in shape), f"attr 'shape' {tuple(shape)} has a negative dim")
+    ctx.set_output("out", shape, dtype)
+
+
+def _constant_kernel(k):
+    dtype = k.attr("dtype")
+    value = k.attr("floating_value") if k.attr("is_floating_value") else k.attr("integer_value")
+    shape, device = tuple(k.attr("shape")), k.device
+    return lambda: torch.full(shape, value, dtype=dtype.torch, device=device)
+
+
+op("constant", outputs=["out"],
+   attrs={"floating_value": ("double", 0.0), "integer_value": ("int64", 0), "is_floating_value": ("bool", False),
+          "dtype": "dtype", "shape": "shape", "nd_sbp": "list_string"},
+   infer=_constant_infer, kernel=_constant_kernel, no_grad=True)
+
+op("zero_like", inputs=["like"], outputs=["out"], infer=like("like"),
+   kernel=lambda k: torch.zeros_like, no_grad=True)
+
+# v0.6.0 declares ones_like as ``x -> y`` (its C++ inference reads ``like``/``out``,
+# a bug). graphfront keeps the declared signature, the one a conf is checked against,
+# and infers ``y`` from ``x`` consistently.
+op("ones_like", inputs=["x"], outputs=["y"], infer=like("x"), kernel=lambda k: torch.ones_like, no_grad=True)
+
+
+def _one_hot_infer(ctx):
+    idx = _check_integer(ctx, "indices")
+    depth = ctx.attr("depth")
+    ctx.check(depth >= 1, f"attr 'depth' must be >= 1, received {depth}")
+    ctx.set_output("out", idx.shape + (depth,), _dtype_attr(ctx))
+
+
+def _one_hot_kernel(k):
+    """Rows whose index is outside [0, depth) are all ``off_value``."""
+    dtype, depth = k.attr("dtype"), k.attr("depth")
+    on = k.attr("floating_on_value") if dtype.is_floating_point else k.attr("integer_on_value")
+    off = k.attr("floating_off_value") if dtype.is_floating_point else k.attr("integer_off_value")
+
+    def one_hot(idx):
+        hot = idx.long().unsqueeze(-1) == torch.arange(depth, device=idx.device)
+        return torch.where(hot, torch.tensor(on, dtype=dtype.torch, device=idx.device),
+                           torch.tensor(off, dtype=dtype.torch, device=idx.device))
+    return one_hot
+
+
+op("one_hot", inputs=["indices"], outputs=["out"],
+   attrs={"depth": ("int64", 0), "floating_on_value": ("double", 0.0), "integer_on_value": ("int64", 0),
+          "floating_off_value": ("double", 0.0), "integer_off_value": ("int64", 0), "dtype": "dtype"},
+   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True)
+
+
+ARANGE_ATTRS = {"integer_start": ("int64", 0), "integer_delta": ("int64", 0), "integer_limit": ("int64", 0),
+                "float_start": ("double", 0.0), "float_delta": ("double", 0.0), "float_limit": ("double", 0.0),
+                "dtype": "dtype", "nd_sbp": "list_string"}
+
+
+def _arange_bounds(attrs, dtype):
+    prefix = "float" if dtype.is_floating_point else "integer"
+    return attrs[f"{prefix}_start"], attrs[f"{prefix}_limit"], attrs[f"{prefix}_delta"], prefix
+
+
+def _arange_count(start, limit, delta):
+    import math
+    return max(math.ceil((limit - start) / delta), 0)
+
+
+def _arange_infer(ctx):
+    dtype = _dtype_attr(ctx)
+    start, limit, delta, prefix = _arange_bounds(ctx.attrs, dtype)
+    ctx.check(delta != 0, f"attr '{prefix}_delta' must not be 0")
+    count = _arange_count(start, limit, delta)
+    ctx.check(count > 0, f"arange from {start} to {limit} by {delta} produces no elements")
+    ctx.set_output("out", (count,), dtype)
+
+
+def _arange_kernel(k):
+    dtype = k.attr("dtype")
+    start, limit, delta, _ = _arange_bounds(k.attrs, dtype)
+    count, device = k.output("out").shape[0], k.device
+    # start + i * delta (not torch.arange's accumulated float steps) so the count matches inference
+    return lambda: (start + torch.arange(count, dtype=torch.float64 if dtype.is_floating_point else torch.int64,
+                                         device=device) * delta).to(dtype.torch)
+
+
+op("arange", outputs=["out"], attrs=ARANGE_ATTRS, infer=_arange_infer, kernel=_arange_kernel, no_grad=True)
+
+
+def _eye_infer(ctx):
+    rows, cols = ctx.attr("rows"), ctx.attr("cols")
+    ctx.check(rows >= 0 and cols >= 0, f"attrs rows={rows}, cols={cols} must be >= 0")
+    ctx.set_output("out", (rows, cols), _dtype_attr(ctx))
+
+
+op("eye", outputs=["out"], attrs={"rows": ("int64", 0), "cols": ("int64", 0), "dtype": "dtype",
+                                  "nd_sbp": "list_string"},
+   infer=_eye_infer,
+   kernel=lambda k: (lambda r=k.attr("rows"), c=k.attr("cols"), t=k.attr("dtype").torch, dev=k.device:
+                     torch.eye(r, c, dtype=t, device=dev)),
+   no_grad=True)

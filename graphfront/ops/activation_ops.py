@@ -1,0 +1,248 @@
+"""Activation ops: leaky_relu, elu, celu, gelu, hard*, mish, silu, selu, softsign, prelu.
+
+Names, arguments, attrs and grad wiring follow OneFlow v0.6.0
+(``shared/reference/user_ops.md`` §4.4 prelu/tf_prelu, §4.24 hardtanh, §4.25 the
+unary group). Every activation here is ``in -> out`` except ``leaky_relu`` (``x -> y``);
+its grad op ``<op>_grad`` takes the forward input ``x`` and ``dy`` (``hardtanh_grad``
+takes the forward output ``y``) and copies the forward attrs. Formulas are the usual
+definitions (PyTorch's ``torch.nn.functional`` documents the same ones); each grad
+kernel is the closed-form derivative, with PyTorch's choice at the kinks (the
+derivative at ``x == 0`` of leaky_relu/elu/celu is the left one, hardswish uses
+``x <= 3`` for the middle piece).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from graphfront.ops.common import same_dtype
+from graphfront.ops.registry import op
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _float_input(ctx, arg):
+    d = ctx.input(arg)
+    ctx.check(d.dtype.is_floating_point, f"input '{arg}' expected a floating dtype, received {d.dtype.name}")
+    return d
+
+
+def grad_like(src):
+    """Inference of a ``(src, dy) -> dx`` grad op: dy must match ``src``; dx = src."""
+    def infer(ctx):
+        s, dy = ctx.input(src), ctx.input("dy")
+        ctx.check(dy.shape == s.shape, f"input 'dy' expected shape {s.shape} (as '{src}'), received {dy.shape}")
+        same_dtype(ctx, src, "dy")
+        ctx.set_output("dx", s.shape, s.dtype)
+    return infer
+
+
+def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", doc=""):
+    """Register an elementwise activation ``name`` and its ``name_grad``.
+
+    ``fwd(attrs) -> callable(x)`` and ``bwd(attrs) -> callable(src, dy)`` are built once
+    per op at lowering time from the op's attr dict. ``grad_src`` is ``"x"`` (the grad
+    op gets the forward input) or ``"y"`` (the forward output).
+    """
+    i, o = args
+    attr_names = list(attrs or {})
+
+    def infer(ctx):
+        d = _float_input(ctx, i)
+        ctx.set_output(o, d.shape, d.dtype)
+
+    def grad(g):
+        if not g.needs(i) or g.dout(o) is None:
+            return
+        src = g.input(i) if grad_src == "x" else g.output(o)
+        g.set_grad(i, g.emit(f"{name}_grad", {grad_src: src, "dy": g.dout(o)},
+                             {a: g.attr(a) for a in attr_names}))
+
+    op(name, inputs=[i], outputs=[o], attrs=attrs, infer=infer, kernel=lambda k: fwd(k.attrs), grad=grad,
+       doc=doc)
+    op(f"{name}_grad", inputs=[grad_src, "dy"], outputs=["dx"], attrs=attrs, infer=grad_like(grad_src),
+       kernel=lambda k: bwd(k.attrs), doc=f"gradient of {name}")
+
+
+def _zero(t):
+    return torch.zeros((), dtype=t.dtype, device=t.device)
+
+
+def _nonzero_alpha(v):
+    return None if v != 0 else "must be non-zero (celu divides by alpha)"
+
+
+# ------------------------------------------------------------------ piecewise-linear family
+
+activation(
+    "leaky_relu",
+    lambda a: (lambda x, s=a["alpha"]: F.leaky_relu(x, s)),
+    lambda a: (lambda x, dy, s=a["alpha"]: torch.where(x > 0, dy, dy * s)),
+    args=("x", "y"), attrs={"alpha": ("float", 0.0)},
+    doc="y = x if x > 0 else alpha * x")
+
+activation(
+    "hardtanh",
+    lambda a: (lambda x, lo=a["min_val"], hi=a["max_val"]: F.hardtanh(x, lo, hi)),
+    lambda a: (lambda y, dy, lo=a["min_val"], hi=a["max_val"]:
+               torch.where((y > lo) & (y < hi), dy, _zero(dy))),
+    attrs={"min_val": ("double", 0.0), "max_val": ("double", 0.0)}, grad_src="y",
+    doc="out = clamp(in, min_val, max_val); the grad passes dy where min_val < y < max_val")
+
+activation(
+    "hardsigmoid",
+    lambda a: F.hardsigmoid,
+    lambda a: (lambda x, dy: torch.where((x > -3) & (x < 3), dy / 6, _zero(dy))),
+    doc="out = relu6(in + 3) / 6")
+
+
+def _hardswish_grad(x, dy):
+    mid = dy * (x / 3 + 0.5)
+    return torch.where(x < -3, _zero(dy), torch.where(x <= 3, mid, dy))
+
+
+activation("hardswish", lambda a: F.hardswish, lambda a: _hardswish_grad, doc="out = in * relu6(in + 3) / 6")
+
+# ------------------------------------------------------------------ exponential family
+
+activation(
+    "elu",
+    lambda a: (lambda x, al=a["alpha"]: F.elu(x, al)),
+    lambda a: (lambda x, dy, al=a["alpha"]: torch.where(x > 0, dy, dy * al * torch.exp(x))),
+    attrs={"alpha": ("double", 0.0)},
+    doc="out = in if in > 0 else alpha * (exp(in) - 1)")
+
+activation(
+    "celu",
+    lambda a: (lambda x, al=a["alpha"]: F.celu(x, al)),
+    lambda a: (lambda x, dy, al=a["alpha"]: torch.where(x > 0, dy, dy * torch.exp(x / al))),
+    attrs={"alpha": ("double", 0.0, _nonzero_alpha)},
+    doc="out = max(0, in) + min(0, alpha * (exp(in / alpha) - 1))")
+
+activation(
+    "selu",
+    lambda a: F.selu,
+    lambda a: (lambda x, dy: torch.where(x > 0, dy * SELU_SCALE, dy * (SELU_SCALE * SELU_ALPHA) * torch.exp(x))),
+    doc=f"out = scale * (max(0, in) + min(0, alpha * (exp(in) - 1))), alpha={SELU_ALPHA}, scale={SELU_SCALE}")
+
+
+def _gelu_grad(x, dy):
+    cdf = 0.5 * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))))
+    pdf = torch.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+    return dy * (cdf + x * pdf)
+
+
+activation("gelu", lambda a: F.gelu, lambda a: _gelu_grad, doc="out = in * Phi(in) (exact, erf form)")
+
+
+def _silu_grad(x, dy):
+    s = torch.sigmoid(x)
+    return dy * s * (1 + x * (1 - s))
+
+
+activation("silu", lambda a: F.silu, lambda a: _silu_grad, doc="out = in * sigmoid(in)")
+
+
+def _mish_grad(x, dy):
+    t = torch.tanh(F.softplus(x))
+    return dy * (t + x * (1 - t * t) * torch.sigmoid(x))
+
+
+activation("mish", lambda a: F.mish, lambda a: _mish_grad, doc="out = in * tanh(softplus(in))")
+
+activation(
+    "softsign",
+    lambda a: F.softsign,
+    lambda a: (lambda x, dy: dy / torch.square(1 + torch.abs(x))),
+    doc="out = in / (1 + |in|)")
+
+
+# ------------------------------------------------------------------ prelu / tf_prelu
+
+def _prelu_infer(ctx):
+    x, alpha = _float_input(ctx, "x"), ctx.input("alpha")
+    same_dtype(ctx, "x", "alpha")
+    c = x.shape[1] if len(x.shape) >= 2 else 1
+    ctx.check(len(alpha.shape) == 1 and alpha.shape[0] in (1, c),
+              f"input 'alpha' expected shape (1,) or ({c},) (dim 1 of input 'x' {x.shape}), received {alpha.shape}")
+    ctx.set_output("y", x.shape, x.dtype)
+
+
+def _prelu_view(x, alpha):
+    """alpha (C,) viewed to broadcast along dim 1 of x."""
+    if x.dim() < 2 or alpha.numel() == 1:
+        return alpha.reshape(())
+    return alpha.reshape((1, -1) + (1,) * (x.dim() - 2))
+
+
+def _prelu_kernel(k):
+    return lambda x, alpha: torch.where(x > 0, x, x * _prelu_view(x, alpha))
+
+
+def _prelu_grad_kernel(k):
+    def prelu_grad(x, dy, alpha):
+        a = _prelu_view(x, alpha)
+        dx = torch.where(x > 0, dy, dy * a)
+        da = torch.where(x > 0, _zero(dy), dy * x)
+        if alpha.numel() == 1 or x.dim() < 2:
+            return dx, da.sum().reshape(alpha.shape)
+        return dx, da.sum(dim=[d for d in range(x.dim()) if d != 1])
+    return prelu_grad
+
+
+def _tf_prelu_infer(ctx):
+    x, alpha = _float_input(ctx, "x"), ctx.input("alpha")
+    same_dtype(ctx, "x", "alpha")
+    ok = len(alpha.shape) == len(x.shape) - 1 and all(a in (1, s) for a, s in zip(alpha.shape, x.shape[1:]))
+    ctx.check(ok, f"input 'alpha' expected shape {x.shape[1:]} (input 'x' {x.shape} without its batch dim; "
+                  f"shared axes may be 1), received {alpha.shape}")
+    ctx.set_output("y", x.shape, x.dtype)
+
+
+def _tf_prelu_kernel(k):
+    return lambda x, alpha: torch.where(x > 0, x, x * alpha)
+
+
+def _tf_prelu_grad_kernel(k):
+    ashape = tuple(k.input("alpha").shape)
+
+    def tf_prelu_grad(x, dy, alpha):
+        dx = torch.where(x > 0, dy, dy * alpha)
+        da = torch.where(x > 0, _zero(dy), dy * x)
+        axes = [0] + [i + 1 for i, a in enumerate(ashape) if a == 1 and x.shape[i + 1] != 1]
+        return dx, da.sum(dim=axes, keepdim=True).reshape(ashape)
+    return tf_prelu_grad
+
+
+def _prelu_grad_infer(ctx):
+    x, dy, alpha = ctx.input("x"), ctx.input("dy"), ctx.input("alpha")
+    ctx.check(dy.shape == x.shape, f"input 'dy' expected shape {x.shape} (as 'x'), received {dy.shape}")
+    ctx.set_output("dx", x.shape, x.dtype)
+    ctx.set_output("alpha_diff", alpha.shape, alpha.dtype)
+
+
+def _prelu_family_grad(op_type):
+    def grad(g):
+        if g.dout("y") is None or not (g.needs("x") or g.needs("alpha")):
+            return
+        outs = g.emit(f"{op_type}_grad", {"x": g.input("x"), "dy": g.dout("y"), "alpha": g.input("alpha")},
+                      outputs=["dx", "alpha_diff"])
+        if g.needs("x"):
+            g.set_grad("x", outs["dx"])
+        if g.needs("alpha"):
+            g.set_grad("alpha", g.emit("identity", {"in": outs["alpha_diff"]},
+                                       name=f"{g.op_name}_alpha_grad_identity"))
+    return grad
+
+
+op("prelu", inputs=["x", "alpha"], outputs=["y"], infer=_prelu_infer, kernel=_prelu_kernel,
+   grad=_prelu_family_grad("prelu"), doc="y = x if x > 0 else alpha[c] * x, c = dim 1 of x")
+op("prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
+   kernel=_prelu_grad_kernel)
+op("tf_prelu", inputs=["x", "alpha"], outputs=["y"], infer=_tf_prelu_infer, kernel=_tf_prelu_kernel,
+   grad=_prelu_family_grad("tf_prelu"), doc="y = x if x > 0 else alpha * x, alpha broadcast over x.shape[1:]")
+op("tf_prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
+   kernel=_tf_prelu_grad_kernel)

@@ -1,0 +1,408 @@
+"""Softmax-family and loss ops: log_softmax, softmax / sigmoid / sparse / binary cross
+entropy, kl_div_loss, smooth_l1_loss, nll.
+
+Names, arguments, attrs and grad wiring follow OneFlow v0.6.0
+(``shared/reference/user_ops.md`` §4.7 cross entropy, §4.12 loss, §4.15 nll, §4.23
+softmax). All losses here are unreduced (per element or per example); the ``flow.nn``
+wrappers apply the reduction. Only the prediction-side input gets a gradient (labels,
+targets and weights get none), as in OneFlow. Formulas are the standard ones, written
+as PyTorch documents them for ``torch.nn.functional`` (BCE clamps ``log`` at -100).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from graphfront.ops.common import same_dtype
+from graphfront.ops.registry import op
+
+
+def _float(ctx, arg):
+    d = ctx.input(arg)
+    ctx.check(d.dtype.is_floating_point, f"input '{arg}' expected a floating dtype, received {d.dtype.name}")
+    return d
+
+
+def _shape_as(ctx, arg, ref, what=None):
+    a, r = ctx.input(arg), ctx.input(ref)
+    ctx.check(a.shape == r.shape, f"input '{arg}' expected shape {r.shape} ({what or 'as ' + repr(ref)}), "
+                                  f"received {a.shape}")
+
+
+def _needs_grad(g, arg, out):
+    return g.needs(arg) and g.dout(out) is not None
+
+
+# ------------------------------------------------------------------ log_softmax
+
+def _log_softmax_infer(ctx):
+    x = _float(ctx, "in")
+    ctx.check(len(x.shape) >= 1, "input 'in' must have rank >= 1")
+    ctx.set_output("prob", x.shape, x.dtype)
+
+
+def _log_softmax_grad_infer(ctx):
+    _shape_as(ctx, "dy", "prob")
+    same_dtype(ctx, "prob", "dy")
+    ctx.set_output("dx", ctx.input("prob").shape, ctx.input("prob").dtype)
+
+
+op("log_softmax", inputs=["in"], outputs=["prob"], infer=_log_softmax_infer,
+   kernel=lambda k: (lambda x: torch.log_softmax(x, -1)),
+   grad=lambda g: _needs_grad(g, "in", "prob") and g.set_grad("in", g.emit(
+       "log_softmax_grad", {"prob": g.output("prob"), "dy": g.dout("prob")})),
+   doc="prob = x - logsumexp(x) over the last axis (the log-probabilities)")
+op("log_softmax_grad", inputs=["prob", "dy"], outputs=["dx"], infer=_log_softmax_grad_infer,
+   kernel=lambda k: (lambda prob, dy: dy - torch.exp(prob) * dy.sum(-1, keepdim=True)),
+   doc="dx = dy - softmax * sum(dy) over the last axis")
+
+
+# ------------------------------------------------------------------ softmax_cross_entropy (dense labels)
+
+def _sce_infer(ctx):
+    pred = _float(ctx, "prediction")
+    ctx.check(len(pred.shape) >= 2, f"input 'prediction' expected rank >= 2, received shape {pred.shape}")
+    _shape_as(ctx, "label", "prediction")
+    same_dtype(ctx, "prediction", "label")
+    ctx.set_output("prob", pred.shape, pred.dtype)
+    ctx.set_output("out", pred.shape[:-1], pred.dtype)
+
+
+def _sce_kernel(k):
+    def sce(pred, label):
+        logp = torch.log_softmax(pred, -1)
+        return logp.exp(), -(label * logp).sum(-1)
+    return sce
+
+
+def _sce_grad_infer(ctx):
+    prob, label, dy = ctx.input("prob"), ctx.input("label"), ctx.input("dy")
+    ctx.check(label.shape == prob.shape, f"input 'label' expected shape {prob.shape}, received {label.shape}")
+    ctx.check(dy.shape == prob.shape[:-1], f"input 'dy' expected shape {prob.shape[:-1]}, received {dy.shape}")
+    ctx.set_output("prediction_diff", prob.shape, prob.dtype)
+
+
+def _sce_grad_kernel(k):
+    # exact derivative of -sum(label * log_softmax(p)): dy * (prob * sum(label) - label);
+    # equals dy * (prob - label) when each label row sums to 1.
+    def sce_grad(prob, label, dy):
+        d = dy.unsqueeze(-1)
+        return d * (prob * label.sum(-1, keepdim=True) - label)
+    return sce_grad
+
+
+op("softmax_cross_entropy", inputs=["prediction", "label"], outputs=["prob", "out"], infer=_sce_infer,
+   kernel=_sce_kernel,
+   grad=lambda g: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
+       "softmax_cross_entropy_grad", {"prob": g.output("prob"), "label": g.input("label"), "dy": g.dout("out")})),
+   doc="prob = softmax(prediction); out = -sum(label * log(prob)) over the last axis")
+op("softmax_cross_entropy_grad", inputs=["prob", "label", "dy"], outputs=["prediction_diff"],
+   infer=_sce_grad_infer, kernel=_sce_grad_kernel)
+
+
+# ------------------------------------------------------------------ sigmoid_cross_entropy
+
+def _sigmoid_ce_infer(ctx):
+    pred = _float(ctx, "prediction")
+    _shape_as(ctx, "label", "prediction")
+    ctx.set_output("loss", pred.shape, pred.dtype)
+
+
+def _sigmoid_ce_kernel(k):
+    return lambda x, z: F.binary_cross_entropy_with_logits(x, z.to(x.dtype), reduction="none")
+
+
+def _sigmoid_ce_grad_infer(ctx):
+    _shape_as(ctx, "label", "prediction")
+    _shape_as(ctx, "loss_diff", "prediction")
+    ctx.set_output("prediction_diff", ctx.input("prediction").shape, ctx.input("prediction").dtype)
+
+
+op("sigmoid_cross_entropy", inputs=["prediction", "label"], outputs=["loss"], infer=_sigmoid_ce_infer,
+   kernel=_sigmoid_ce_kernel,
+   grad=lambda g: _needs_grad(g, "prediction", "loss") and g.set_grad("prediction", g.emit(
+       "sigmoid_cross_entropy_grad", {"prediction": g.input("prediction"), "label": g.input("label"),
+                                      "loss_diff": g.dout("loss")})),
+   doc="loss = max(x, 0) - x * z + log(1 + exp(-|x|)), x = prediction (logits), z = label")
+op("sigmoid_cross_entropy_grad", inputs=["prediction", "label", "loss_diff"], outputs=["prediction_diff"],
+   infer=_sigmoid_ce_grad_infer,
+   kernel=lambda k: (lambda x, z, dl: (torch.sigmoid(x) - z.to(x.dtype)) * dl))
+
+
+# ------------------------------------------------------------------ sparse_cross_entropy (probabilities)
+
+def _sparse_ce_infer(ctx):
+    pred, label = _float(ctx, "prediction"), ctx.input("label")
+    ctx.check(len(pred.shape) >= 2, f"input 'prediction' expected rank >= 2, received shape {pred.shape}")
+    ctx.check(label.dtype.is_integer, f"input 'label' expected an integer dtype, received {label.dtype.name}")
+    ctx.check(label.shape == pred.shape[:-1],
+              f"input 'label' expected shape {pred.shape[:-1]} (prediction {pred.shape} without its last dim), "
+              f"received {label.shape}")
+    depth = ctx.attr("depth")
+    ctx.check(depth == pred.shape[-1], f"attr 'depth' expected {pred.shape[-1]} (last dim of 'prediction'), "
+                                       f"received {depth}")
+    ctx.set_output("out", label.shape, pred.dtype)
+
+
+def _sparse_ce_kernel(k):
+    return lambda p, label: -torch.log(p.gather(-1, label.long().unsqueeze(-1)).squeeze(-1))
+
+
+def _sparse_ce_grad_infer(ctx):
+    pred, label, dy = ctx.input("prediction"), ctx.input("label"), ctx.input("dy")
+    ctx.check(dy.shape == label.shape, f"input 'dy' expected shape {label.shape} (as 'label'), received {dy.shape}")
+    ctx.set_output("prediction_diff", pred.shape, pred.dtype)
+
+
+def _sparse_ce_grad_kernel(k):
+    def sparse_ce_grad(p, label, dy):
+        idx = label.long().unsqueeze(-1)
+        return torch.zeros_like(p).scatter_(-1, idx, -dy.unsqueeze(-1) / p.gather(-1, idx))
+    return sparse_ce_grad
+
+
+for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
+    op(_t, inputs=["prediction", "label"], outputs=["out"], attrs={"depth": ("int64", 0)}, infer=_sparse_ce_infer,
+       kernel=_sparse_ce_kernel,
+       grad=lambda g, t=_t: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
+           f"{t}_grad", {"prediction": g.input("prediction"), "label": g.input("label"), "dy": g.dout("out")},
+           {"depth": g.attr("depth")})),
+       doc="out = -log(prediction[..., label]); prediction holds probabilities")
+    op(f"{_t}_grad", inputs=["prediction", "label", "dy"], outputs=["prediction_diff"],
+       attrs={"depth": ("int64", 0)}, infer=_sparse_ce_grad_infer, kernel=_sparse_ce_grad_kernel)
+
+
+# ------------------------------------------------------------------ binary cross entropy
+
+def _bce_infer(ctx):
+    x = _float(ctx, "input")
+    _shape_as(ctx, "target", "input")
+    same_dtype(ctx, "input", "target", "weight")
+    if ctx.has_input("weight"):
+        _shape_as(ctx, "weight", "input")
+    ctx.set_output("out", x.shape, x.dtype)
+
+
+def _bce(x, t, w):
+    out = F.binary_cross_entropy(x, t, reduction="none")
+    return out if w is None else out * w
+
+
+def _bce_grad(x, t, w, dy):
+    # d/dx of -(t log x + (1 - t) log(1 - x)) = (x - t) / (x (1 - x)), denominator clamped at 1e-12
+    d = dy * (x - t) / torch.clamp((1 - x) * x, min=1e-12)
+    return d if w is None else d * w
+
+
+def _bce_grad_infer(ctx):
+    for a in ("target", "dy", "weight"):
+        if ctx.has_input(a):
+            _shape_as(ctx, a, "input")
+    ctx.set_output("dx", ctx.input("input").shape, ctx.input("input").dtype)
+
+
+op("binary_cross_entropy", inputs=["input", "target", "weight?"], outputs=["out"], infer=_bce_infer,
+   kernel=lambda k: _bce,
+   grad=lambda g: _needs_grad(g, "input", "out") and g.set_grad("input", g.emit(
+       "binary_cross_entropy_grad", {"input": g.input("input"), "target": g.input("target"),
+                                     "weight": g.input("weight") if g.has_input("weight") else None,
+                                     "dy": g.dout("out")})),
+   doc="out = -weight * (target * log(input) + (1 - target) * log(1 - input)), logs clamped at -100")
+op("binary_cross_entropy_grad", inputs=["input", "target", "weight?", "dy"], outputs=["dx"],
+   infer=_bce_grad_infer, kernel=lambda k: _bce_grad)
+
+
+def _bce_logits_infer(ctx):
+    x = _float(ctx, "input")
+    _shape_as(ctx, "target", "input")
+    same_dtype(ctx, "input", "target", "weight", "pos_weight")
+    if ctx.has_input("weight"):
+        _shape_as(ctx, "weight", "input")
+    has_pw = ctx.attr("has_pos_weight")
+    ctx.check(has_pw == ctx.has_input("pos_weight"),
+              f"attr 'has_pos_weight' is {has_pw} but input 'pos_weight' is "
+              f"{'given' if ctx.has_input('pos_weight') else 'absent'}")
+    if has_pw:
+        pw = ctx.input("pos_weight")
+        ctx.check(len(x.shape) >= 1 and pw.shape == (x.shape[-1],),
+                  f"input 'pos_weight' expected shape {(x.shape[-1],) if x.shape else ()} (last dim of input), "
+                  f"received {pw.shape}")
+    ctx.set_output("out", x.shape, x.dtype)
+
+
+def _bce_logits(x, t, w, pw):
+    return F.binary_cross_entropy_with_logits(x, t, w, reduction="none", pos_weight=pw)
+
+
+def _bce_logits_grad(x, t, w, pw, dy):
+    # loss = (1 - t) x + (1 + (pw - 1) t) softplus(-x)  =>  d/dx = (1 - t) - (1 + (pw - 1) t) sigmoid(-x)
+    if pw is None:
+        d = torch.sigmoid(x) - t
+    else:
+        d = (1 - t) - (1 + (pw - 1) * t) * torch.sigmoid(-x)
+    d = d * dy
+    return d if w is None else d * w
+
+
+def _bce_logits_grad_infer(ctx):
+    for a in ("target", "dy", "weight"):
+        if ctx.has_input(a):
+            _shape_as(ctx, a, "input")
+    ctx.set_output("dx", ctx.input("input").shape, ctx.input("input").dtype)
+
+
+def _bce_logits_grad_maker(g):
+    if not _needs_grad(g, "input", "out"):
+        return
+    opt = {a: (g.input(a) if g.has_input(a) else None) for a in ("weight", "pos_weight")}
+    g.set_grad("input", g.emit(
+        "binary_cross_entropy_with_logits_grad",
+        {"input": g.input("input"), "target": g.input("target"), **opt, "dy": g.dout("out")},
+        {"has_pos_weight": g.attr("has_pos_weight")}))
+
+
+op("binary_cross_entropy_with_logits", inputs=["input", "target", "weight?", "pos_weight?"], outputs=["out"],
+   attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_infer, kernel=lambda k: _bce_logits,
+   grad=_bce_logits_grad_maker,
+   doc="out = weight * ((1 - t) x + (1 + (pos_weight - 1) t) log(1 + exp(-x))), x = input, t = target; "
+       "pos_weight (C,) applies along the last axis")
+op("binary_cross_entropy_with_logits_grad", inputs=["input", "target", "weight?", "pos_weight?", "dy"],
+   outputs=["dx"], attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_grad_infer,
+   kernel=lambda k: _bce_logits_grad)
+
+
+# ------------------------------------------------------------------ kl_div_loss, smooth_l1_loss
+
+def _pair_infer(ctx):
+    x = _float(ctx, "input")
+    _shape_as(ctx, "target", "input")
+    same_dtype(ctx, "input", "target")
+    ctx.set_output("out", x.shape, x.dtype)
+
+
+def _pair_grad_infer(ctx):
+    _shape_as(ctx, "target", "input")
+    _shape_as(ctx, "dy", "input")
+    ctx.set_output("dx", ctx.input("input").shape, ctx.input("input").dtype)
+
+
+def _pair_grad(op_type, attr_names):
+    def grad(g):
+        if _needs_grad(g, "input", "out"):
+            g.set_grad("input", g.emit(f"{op_type}_grad", {"input": g.input("input"), "target": g.input("target"),
+                                                           "dy": g.dout("out")},
+                                       {a: g.attr(a) for a in attr_names}))
+    return grad
+
+
+def _kl_div_kernel(k):
+    log_target = k.attr("log_target")
+    return lambda x, t: F.kl_div(x, t, reduction="none", log_target=log_target)
+
+
+def _kl_div_grad_kernel(k):
+    if k.attr("log_target"):
+        return lambda x, t, dy: -torch.exp(t) * dy
+    return lambda x, t, dy: -t * dy
+
+
+op("kl_div_loss", inputs=["input", "target"], outputs=["out"], attrs={"log_target": ("bool", False)},
+   infer=_pair_infer, kernel=_kl_div_kernel, grad=_pair_grad("kl_div_loss", ["log_target"]),
+   doc="out = target * (log(target) - input) (0 where target == 0); with log_target: "
+       "exp(target) * (target - input)")
+op("kl_div_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"log_target": ("bool", False)},
+   infer=_pair_grad_infer, kernel=_kl_div_grad_kernel)
+
+
+def _nonneg(v):
+    return None if v >= 0 else f"must be >= 0, received {v}"
+
+
+def _smooth_l1_kernel(k):
+    beta = k.attr("beta")
+    return lambda x, t: F.smooth_l1_loss(x, t, reduction="none", beta=beta)
+
+
+def _smooth_l1_grad_kernel(k):
+    beta = k.attr("beta")
+
+    def smooth_l1_grad(x, t, dy):
+        d = x - t
+        if beta == 0:
+            return torch.sign(d) * dy
+        return torch.where(d.abs() < beta, d / beta, torch.sign(d)) * dy
+    return smooth_l1_grad
+
+
+op("smooth_l1_loss", inputs=["input", "target"], outputs=["out"], attrs={"beta": ("float", 0.0, _nonneg)},
+   infer=_pair_infer, kernel=_smooth_l1_kernel, grad=_pair_grad("smooth_l1_loss", ["beta"]),
+   doc="d = |input - target|; out = 0.5 d^2 / beta if d < beta else d - 0.5 beta")
+op("smooth_l1_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"beta": ("float", 0.0, _nonneg)},
+   infer=_pair_grad_infer, kernel=_smooth_l1_grad_kernel)
+
+
+# ------------------------------------------------------------------ nll
+
+def _nll_infer(ctx):
+    x, t = _float(ctx, "input"), ctx.input("target")
+    ctx.check(len(x.shape) == 2, f"input 'input' expected rank 2 (N, C), received shape {x.shape}")
+    ctx.check(t.dtype.is_integer, f"input 'target' expected an integer dtype, received {t.dtype.name}")
+    ctx.check(t.shape == x.shape[:1], f"input 'target' expected shape {x.shape[:1]}, received {t.shape}")
+    if ctx.has_input("weight"):
+        w = ctx.input("weight")
+        ctx.check(w.shape == x.shape[1:], f"input 'weight' expected shape {x.shape[1:]} (one per class), "
+                                          f"received {w.shape}")
+        same_dtype(ctx, "input", "weight")
+    ctx.set_output("out", t.shape, x.dtype)
+    ctx.set_output("total_weight", (1,), x.dtype)
+
+
+def _nll_weights(x, t, w, ignore):
+    """Per-example weight: weight[target] (1 without weight), 0 where target == ignore_index."""
+    valid = t != ignore
+    safe = torch.where(valid, t.long(), torch.zeros((), dtype=torch.long, device=t.device))
+    per = torch.ones(t.shape, dtype=x.dtype, device=x.device) if w is None else w[safe]
+    return safe, per * valid.to(x.dtype)
+
+
+def _nll_kernel(k):
+    ignore = k.attr("ignore_index")
+
+    def nll(x, t, w):
+        safe, per = _nll_weights(x, t, w, ignore)
+        out = -x.gather(1, safe.unsqueeze(1)).squeeze(1) * per
+        return out, per.sum().reshape(1)
+    return nll
+
+
+def _nll_grad_infer(ctx):
+    x, t, dy = ctx.input("input"), ctx.input("target"), ctx.input("dy")
+    ctx.check(dy.shape == t.shape, f"input 'dy' expected shape {t.shape} (as 'target'), received {dy.shape}")
+    ctx.set_output("dx", x.shape, x.dtype)
+
+
+def _nll_grad_kernel(k):
+    ignore = k.attr("ignore_index")
+
+    def nll_grad(x, t, total_weight, w, dy):
+        safe, per = _nll_weights(x, t, w, ignore)
+        return torch.zeros_like(x).scatter_(1, safe.unsqueeze(1), (-dy * per).unsqueeze(1))
+    return nll_grad
+
+
+def _nll_grad_maker(g):
+    if _needs_grad(g, "input", "out"):
+        g.set_grad("input", g.emit(
+            "nll_grad", {"input": g.input("input"), "target": g.input("target"),
+                         "total_weight": g.output("total_weight"),
+                         "weight": g.input("weight") if g.has_input("weight") else None, "dy": g.dout("out")},
+            {"ignore_index": g.attr("ignore_index")}))
+
+
+op("nll", inputs=["input", "target", "weight?"], outputs=["out", "total_weight"],
+   attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=_nll_kernel, grad=_nll_grad_maker,
+   doc="out[n] = -weight[t] * input[n, t] with t = target[n] (0 where t == ignore_index); "
+       "total_weight = sum of those weights (shape (1,)), the divisor of a mean reduction")
+op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outputs=["dx"],
+   attrs={"ignore_index": ("int64", 0)}, infer=_nll_grad_infer, kernel=_nll_grad_kernel)
+

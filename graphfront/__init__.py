@@ -6,7 +6,7 @@
 job into a ``Job`` proto and later calls run the compiled plan.
 """
 from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
-from graphfront import checkpoint
+from graphfront import checkpoint, experimental, saved_model, serving, train
 from graphfront.array import *  # noqa: F401,F403 - flow.reshape, flow.concat, ...
 from graphfront.checkpoint import get_all_variables, load, load_variables
 from graphfront.framework.dtypes import (bfloat16, bool, char, convert_oneflow_dtype_to_numpy_dtype, double, dtype,
@@ -24,6 +24,7 @@ from graphfront.linalg import matmul
 from graphfront.math import add_n
 from graphfront.ops.builder import user_op_builder
 from graphfront.ops.builder import unique_str as _unique_str
+from graphfront.profile import profile  # flow.profile(job_func, *feeds, runs=...): per-op time table
 from graphfront.variables import get_variable
 from graphfront.watch import watch, watch_diff
 
@@ -34,7 +35,3 @@ def manual_seed(seed):
     """Seed the random generators graphfront draws from (initializers, dropout)."""
     import torch
     torch.manual_seed(seed)
-
-
-class train:  # noqa: N801 - OneFlow's module-like name
-    """``flow.train.CheckPoint`` lives in :mod:`graphfront.checkpoint`."""

@@ -1,15 +1,103 @@
-"""Array wrappers (``flow.reshape``, ``flow.flatten``, ``flow.identity``, ``flow.cast`` ...)."""
+"""Array wrappers, star-exported as ``flow.*`` (``flow.reshape``, ``flow.concat``, ``flow.gather`` ...).
+
+Thin wrappers in OneFlow v0.6.0's single-client signatures
+(``shared/reference/single_client_api.md`` §flow): they check the user's arguments,
+turn them into the attrs of the op named in each docstring and return its output
+blob(s). Shapes, dtypes and grads are defined once in :mod:`graphfront.ops.array_ops`;
+build-time errors of those ops name the op, the argument, what was expected and what
+was received.
+
+graphfront additions beyond single-client's names: ``split`` (TF-style, built from
+``slice``), ``batch_gather``, ``constant_pad1d``/``constant_pad3d``, ``roll``, ``flip``,
+``narrow`` and ``eye`` (the ops exist in v0.6.0; their wrappers follow OneFlow's later
+``flow.*`` signatures).
+"""
 from __future__ import annotations
 
+import builtins
 import math
+import numbers
 
-from graphfront.ops.builder import build_op
+from graphfront.core import op_conf_pb2
+from graphfront.framework import dtypes as _dt
+from graphfront.framework import job_builder as jb
+from graphfront.framework.blob_desc import BlobDesc
+from graphfront.ops.builder import build_op, unique_str
 
-__all__ = ["reshape", "reshape_like", "flatten", "identity", "cast"]
+__all__ = [
+    "reshape", "reshape_like", "flatten", "identity", "identity_n", "cast", "transpose", "concat", "split",
+    "stack", "slice", "slice_v2", "slice_update", "reverse", "gather", "batch_gather", "gather_nd", "scatter_nd",
+    "tensor_scatter_nd_add", "tensor_scatter_nd_update", "unsorted_segment_sum", "unsorted_segment_sum_like",
+    "unsorted_batch_segment_sum", "dim_gather", "squeeze", "expand_dims", "expand", "broadcast_like", "pad",
+    "pad_grad", "constant_pad1d", "constant_pad2d", "constant_pad3d", "zero_pad2d", "reflection_pad2d",
+    "replication_pad2d", "one_hot", "constant", "zeros", "ones", "constant_like", "ones_like", "zeros_like",
+    "range", "eye", "diag", "roll", "flip", "narrow",
+]
 
+_range = builtins.range
+
+
+def _blob(x, fn, arg="x"):
+    if not isinstance(x, BlobDesc):
+        raise TypeError(f"flow.{fn}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
+    return x
+
+
+def _blobs(xs, fn, arg):
+    if isinstance(xs, BlobDesc) or not isinstance(xs, (list, tuple)) or not xs:
+        raise TypeError(f"flow.{fn}: argument '{arg}' expects a non-empty list of blobs, received {xs!r}")
+    for i, x in enumerate(xs):
+        _blob(x, fn, f"{arg}[{i}]")
+    return list(xs)
+
+
+def _int(v, fn, arg):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"flow.{fn}: argument '{arg}' expects an int, received {v!r}")
+    return int(v)
+
+
+def _ints(v, fn, arg):
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return [int(v)]
+    if not isinstance(v, (list, tuple)):
+        raise TypeError(f"flow.{fn}: argument '{arg}' expects an int or a list of ints, received {v!r}")
+    return [_int(e, fn, arg) for e in v]
+
+
+def _axis(axis, ndim, fn, arg="axis"):
+    """Normalize a possibly negative axis of a rank-``ndim`` blob (ValueError when out of range)."""
+    axis = _int(axis, fn, arg)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"flow.{fn}: {arg} {axis} is out of range for a rank-{ndim} blob")
+    return axis % ndim
+
+
+def _dtype(dtype, fn, arg="dtype"):
+    if not isinstance(dtype, _dt.dtype):
+        raise TypeError(f"flow.{fn}: argument '{arg}' expects a graphfront dtype such as flow.float32, "
+                        f"received {dtype!r}")
+    return dtype
+
+
+def _number(v, fn, arg):
+    if isinstance(v, bool) or not isinstance(v, numbers.Number):
+        raise TypeError(f"flow.{fn}: argument '{arg}' expects an int or float, received {v!r}")
+    return v
+
+
+def _sub_name(name, suffix):
+    return None if name is None else f"{name}{suffix}"
+
+
+# ------------------------------------------------------------------ reshape family
 
 def reshape(x, shape, name=None):
-    """Reshape ``x``; one -1 is resolved here so the ``reshape`` op gets a full shape."""
+    """Reshape ``x`` to ``shape`` (op ``reshape``; one -1 is resolved here, so the op gets a full shape).
+
+    Raises ValueError when ``shape`` has several -1 or a different element count.
+    """
+    _blob(x, "reshape")
     shape = list(shape)
     if shape.count(-1) > 1:
         raise ValueError(f"flow.reshape: shape {tuple(shape)} may contain at most one -1")
@@ -23,21 +111,631 @@ def reshape(x, shape, name=None):
 
 
 def reshape_like(x, like, name=None):
-    return build_op("reshape_like", {"in": x, "like": like}, name=name, prefix="ReshapeLike_")
+    """``x`` reshaped to ``like``'s shape (op ``reshape_like``; element counts must match)."""
+    return build_op("reshape_like", {"in": _blob(x, "reshape_like"), "like": _blob(like, "reshape_like", "like")},
+                    name=name, prefix="ReshapeLike_")
 
 
 def flatten(input, start_dim=0, end_dim=-1, name=None):  # noqa: A002 - OneFlow's name
-    """Merge dims ``start_dim..end_dim`` (inclusive) into one (op ``flatten``)."""
-    return build_op("flatten", {"in": input}, {"start_dim": start_dim, "end_dim": end_dim}, name=name,
-                    prefix="Flatten_")
+    """Merge dims ``start_dim..end_dim`` (inclusive) into one (op ``flatten``; start_dim >= 0)."""
+    return build_op("flatten", {"in": _blob(input, "flatten", "input")}, {"start_dim": start_dim, "end_dim": end_dim},
+                    name=name, prefix="Flatten_")
+
+
+def squeeze(input, axis=None, name=None):  # noqa: A002
+    """Remove size-1 dims (op ``squeeze``, attr ``axes``): all of them when ``axis`` is None.
+
+    ``axis``: an int or a list of ints, negatives allowed. Listing a dim whose size is not
+    1 is a build error.
+    """
+    _blob(input, "squeeze", "input")
+    if axis is None:
+        axes = [i for i, s in enumerate(input.shape) if s == 1]
+    else:
+        axes = [_axis(a, len(input.shape), "squeeze") for a in _ints(axis, "squeeze", "axis")]
+    return build_op("squeeze", {"in": input}, {"axes": axes}, name=name, prefix="Squeeze_")
+
+
+def expand_dims(input, axis, name=None):  # noqa: A002
+    """Insert a size-1 dim at ``axis`` in [-rank-1, rank] (op ``expand_dims``)."""
+    _blob(input, "expand_dims", "input")
+    n = len(input.shape)
+    axis = _int(axis, "expand_dims", "axis")
+    if not -(n + 1) <= axis <= n:
+        raise ValueError(f"flow.expand_dims: axis {axis} is out of range [{-(n + 1)}, {n}] for a rank-{n} blob")
+    return build_op("expand_dims", {"in": input}, {"axis": axis % (n + 1)}, name=name, prefix="ExpandDims_")
+
+
+def expand(x, expand_size, name=None):
+    """Broadcast ``x`` to ``expand_size`` (torch.expand rules; -1 keeps a dim; new dims lead).
+
+    Op ``expand`` with ``logical_in_shape`` = x.shape and ``logical_expand_shape`` = the
+    resolved output shape. Its grad ``expand_grad`` sums dy over the expanded dims.
+    """
+    _blob(x, "expand")
+    size = _ints(expand_size, "expand", "expand_size")
+    offset = len(size) - len(x.shape)
+    if offset < 0:
+        raise ValueError(f"flow.expand: expand_size {size} has fewer dims than x {x.shape}")
+    resolved = [x.shape[i - offset] if e == -1 and i >= offset else e for i, e in enumerate(size)]
+    return build_op("expand", {"in": x}, {"logical_in_shape": list(x.shape), "logical_expand_shape": resolved},
+                    name=name, prefix="Expand_")
+
+
+def broadcast_like(x, like, broadcast_axes=None, name=None):
+    """Broadcast ``x`` to ``like``'s shape along ``broadcast_axes`` (op ``broadcast_like``).
+
+    ``broadcast_axes`` None: every axis where ``x`` (left-padded with 1s to ``like``'s rank)
+    differs from ``like`` (for a one-element ``x`` that is every axis, OneFlow's default).
+    """
+    _blob(x, "broadcast_like")
+    _blob(like, "broadcast_like", "like")
+    if broadcast_axes is None:
+        padded = (1,) * (len(like.shape) - len(x.shape)) + tuple(x.shape)
+        broadcast_axes = [i for i, (a, b) in enumerate(zip(padded, like.shape)) if a != b] or \
+            list(_range(len(like.shape)))
+    return build_op("broadcast_like", {"x": x, "like": like}, {"broadcast_axes": _ints(broadcast_axes, "broadcast_like",
+                                                                                      "broadcast_axes")},
+                    outputs=("y",), name=name, prefix="BroadcastLike_")
 
 
 def identity(x, name=None):
-    return build_op("identity", {"in": x}, name=name, prefix="Identity_")
+    """A new blob equal to ``x`` (op ``identity``)."""
+    return build_op("identity", {"in": _blob(x, "identity")}, name=name, prefix="Identity_")
+
+
+def identity_n(inputs, name=None):
+    """Identity over a list of blobs (op ``tuple_identity``, one ``out`` per input); returns a tuple."""
+    inputs = _blobs(inputs, "identity_n", "inputs")
+    outs = build_op("tuple_identity", {"in": inputs}, name=name, prefix="IdentityN_", num={"out": len(inputs)})
+    return outs if isinstance(outs, tuple) else (outs,)
 
 
 def cast(x, dtype, name=None):
-    """Convert ``x`` to ``dtype``; returns ``x`` itself when it already has that dtype."""
+    """Convert ``x`` to ``dtype`` (op ``cast``); returns ``x`` itself when it already has that dtype."""
+    _blob(x, "cast")
+    _dtype(dtype, "cast")
     if x.dtype is dtype:
         return x
     return build_op("cast", {"in": x}, {"dtype": dtype}, name=name, prefix="Cast_")
+
+
+# ------------------------------------------------------------------ transpose / concat / split / stack
+
+def transpose(a, perm=None, conjugate=False, batch_axis_non_change=False, name=None):
+    """Permute the dims of ``a``: output dim i = input dim ``perm[i]`` (op ``transpose``).
+
+    ``perm`` is required and must be a permutation of 0..rank-1 (checked by the op);
+    ``conjugate`` must be False.
+    """
+    _blob(a, "transpose", "a")
+    if perm is None:
+        raise ValueError("flow.transpose: perm is required (a permutation of the dims of a)")
+    if conjugate:
+        raise NotImplementedError("flow.transpose: conjugate=True is not supported")
+    return build_op("transpose", {"input": a}, {"perm": _ints(perm, "transpose", "perm")}, outputs=("output",),
+                    name=name, prefix="Transpose_")
+
+
+def concat(inputs=None, axis=0, max_dim_size=None, name=None, values=None):
+    """Concatenate blobs along ``axis`` (negatives allowed) (op ``concat``).
+
+    ``values`` is an alias of ``inputs``; a one-element list is returned as is.
+    ``max_dim_size`` (default: the concatenated size) bounds the output dim for dynamic
+    inputs. Inputs must share dtype, rank and every dim but ``axis`` (build error).
+    """
+    if inputs is None:
+        inputs = values
+    inputs = _blobs(inputs, "concat", "inputs")
+    if len(inputs) == 1:
+        return inputs[0]
+    axis = _int(axis, "concat", "axis")
+    if max_dim_size is None:
+        n = len(inputs[0].shape)
+        ax = axis % n if n and -n <= axis < n else None
+        max_dim_size = 0 if ax is None else builtins.sum(
+            x.shape[ax] if len(x.shape) > ax else 0 for x in inputs)
+    return build_op("concat", {"in": inputs}, {"axis": axis, "max_dim_size": max_dim_size}, name=name,
+                    prefix="Concat_")
+
+
+def split(x, num_or_size_splits, axis=0, name=None):
+    """Split ``x`` along ``axis`` into a list of blobs (one ``slice`` op each).
+
+    ``num_or_size_splits``: an int n (the dim must divide evenly into n parts) or a list
+    of sizes summing to the dim (one entry may be -1: the rest), as tf.split.
+    """
+    _blob(x, "split")
+    axis = _axis(axis, len(x.shape), "split")
+    dim = x.shape[axis]
+    if isinstance(num_or_size_splits, numbers.Integral) and not isinstance(num_or_size_splits, bool):
+        n = int(num_or_size_splits)
+        if n < 1 or dim % n:
+            raise ValueError(f"flow.split: dim {axis} of x {x.shape} ({dim}) cannot be split into {n} equal parts")
+        sizes = [dim // n] * n
+    else:
+        sizes = _ints(num_or_size_splits, "split", "num_or_size_splits")
+        if sizes.count(-1) == 1:
+            sizes[sizes.index(-1)] = dim - builtins.sum(s for s in sizes if s != -1)
+        if any(s < 0 for s in sizes) or builtins.sum(sizes) != dim:
+            raise ValueError(f"flow.split: sizes {num_or_size_splits} do not add up to dim {axis} of x {x.shape} "
+                             f"({dim})")
+    outs, begin = [], 0
+    for i, s in enumerate(sizes):
+        tup = [(None, None, None)] * len(x.shape)
+        tup[axis] = (begin, begin + s, 1)
+        outs.append(slice_v2(x, tup, name=_sub_name(name, f"_{i}")))
+        begin += s
+    return outs
+
+
+def stack(inputs, axis=0, name=None):
+    """Stack same-shaped blobs along a new dim ``axis`` in [-rank-1, rank] (``expand_dims`` + ``concat``)."""
+    inputs = _blobs(inputs, "stack", "inputs")
+    n = len(inputs[0].shape)
+    axis = _int(axis, "stack", "axis")
+    if not -(n + 1) <= axis <= n:
+        raise ValueError(f"flow.stack: axis {axis} is out of range [{-(n + 1)}, {n}] for rank-{n} inputs")
+    axis %= n + 1
+    for i, x in enumerate(inputs):
+        if x.shape != inputs[0].shape:
+            raise ValueError(f"flow.stack: inputs[{i}] has shape {x.shape}, inputs[0] has {inputs[0].shape}")
+    name = name or unique_str("Stack_")
+    expanded = [expand_dims(x, axis, name=f"{name}-expand_dims_{i}") for i, x in enumerate(inputs)]
+    if len(expanded) == 1:
+        return expanded[0]
+    return concat(expanded, axis=axis, name=name)
+
+
+# ------------------------------------------------------------------ slicing
+
+def _slice_attrs(x, slice_tup_list, fn):
+    """(start, stop, step) lists of the ``slice`` op from per-dim tuples (None = default)."""
+    tups = list(slice_tup_list)
+    n = len(x.shape)
+    if len(tups) > n:
+        raise ValueError(f"flow.{fn}: {len(tups)} slice tuples for a rank-{n} blob {x.shape}")
+    tups += [(None, None, None)] * (n - len(tups))
+    start, stop, step = [], [], []
+    for d, (tup, size) in enumerate(zip(tups, x.shape)):
+        if tup is None:
+            tup = (None, None, None)
+        if not isinstance(tup, (list, tuple)) or len(tup) != 3:
+            raise ValueError(f"flow.{fn}: entry {d} must be a (start, stop, step) tuple, received {tup!r}")
+        b, e, s = tup
+        s = 1 if s is None else _int(s, fn, "step")
+        if s == 0:
+            raise ValueError(f"flow.{fn}: step of dim {d} must not be 0")
+        b = (0 if s > 0 else -1) if b is None else _int(b, fn, "start")
+        e = (size if s > 0 else -(size + 1)) if e is None else _int(e, fn, "stop")
+        start.append(b)
+        stop.append(e)
+        step.append(s)
+    return {"start": start, "stop": stop, "step": step}
+
+
+def slice_v2(x, slice_tup_list, name=None):
+    """Python-style slicing with one (start, stop, step) tuple per dim (op ``slice``).
+
+    Entries may be None (whole range); missing trailing dims are taken whole; negative
+    start/stop count from the end; a negative step walks backwards. Grad: ``slice_grad``.
+    """
+    _blob(x, "slice_v2")
+    return build_op("slice", {"x": x}, _slice_attrs(x, slice_tup_list, "slice_v2"), outputs=("y",), name=name,
+                    prefix="Slice_")
+
+
+def slice(x, begin, size, name=None):  # noqa: A001 - OneFlow's name
+    """TF-style slice: ``size[d]`` elements from ``begin[d]`` per dim (op ``slice``).
+
+    ``begin[d]`` None means 0; ``size[d]`` None or -1 means "to the end of the dim".
+    """
+    _blob(x, "slice")
+    n = len(x.shape)
+    begin, size = list(begin), list(size)
+    if len(begin) != n or len(size) != n:
+        raise ValueError(f"flow.slice: begin {begin} and size {size} need {n} entries (x has shape {x.shape})")
+    tups = []
+    for d, (b, s, dim) in enumerate(zip(begin, size, x.shape)):
+        b = 0 if b is None else _int(b, "slice", "begin")
+        if not -dim <= b < max(dim, 1):
+            raise ValueError(f"flow.slice: begin[{d}] = {b} is out of range for dim {d} of x {x.shape}")
+        b %= max(dim, 1)
+        e = dim if s is None or s == -1 else b + _int(s, "slice", "size")
+        tups.append((b, e, 1))
+    return slice_v2(x, tups, name=name)
+
+
+def reverse(input, axis, name=None):  # noqa: A002
+    """Reverse ``input`` along ``axis`` (an int or a list) (op ``slice`` with step -1, differentiable)."""
+    _blob(input, "reverse", "input")
+    axes = {_axis(a, len(input.shape), "reverse") for a in _ints(axis, "reverse", "axis")}
+    tups = [(None, None, -1) if d in axes else (None, None, None) for d in _range(len(input.shape))]
+    return build_op("slice", {"x": input}, _slice_attrs(input, tups, "reverse"), outputs=("y",), name=name,
+                    prefix="Reverse_")
+
+
+def slice_update(x, update, slice_tup_list, name=None):
+    """``x`` with the region given by ``slice_tup_list`` replaced by ``update`` (op ``slice_update``).
+
+    ``update`` must have the region's shape and ``x``'s dtype.
+    """
+    _blob(x, "slice_update")
+    _blob(update, "slice_update", "update")
+    return build_op("slice_update", {"x": x, "update": update}, _slice_attrs(x, slice_tup_list, "slice_update"),
+                    outputs=("y",), name=name, prefix="SliceUpdate_")
+
+
+def narrow(x, dim, start, length, name=None):
+    """``length`` elements of dim ``dim`` from ``start`` (op ``narrow``; grad ``narrow_grad``)."""
+    _blob(x, "narrow")
+    return build_op("narrow", {"in": x}, {"dim": _int(dim, "narrow", "dim"), "start": _int(start, "narrow", "start"),
+                                          "length": _int(length, "narrow", "length")}, name=name, prefix="Narrow_")
+
+
+# ------------------------------------------------------------------ gather / scatter
+
+def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None):
+    """Gather slices of ``params`` along ``axis`` at integer ``indices``.
+
+    Output shape: params.shape[:axis] + indices.shape + params.shape[axis+1:] (op
+    ``gather``). ``axis`` defaults to ``batch_dims``; with ``batch_dims`` > 0 and
+    ``axis == batch_dims`` the op is ``batch_gather`` (leading dims shared).
+    """
+    _blob(params, "gather", "params")
+    _blob(indices, "gather", "indices")
+    batch_dims = _int(batch_dims, "gather", "batch_dims")
+    axis = batch_dims if axis is None else _int(axis, "gather", "axis")
+    if axis < 0:
+        axis += len(params.shape)
+    if batch_dims > 0:
+        if axis != batch_dims:
+            raise NotImplementedError(f"flow.gather: with batch_dims={batch_dims} only axis={batch_dims} is "
+                                      f"supported, received {axis}")
+        if batch_dims != len(indices.shape) - 1:
+            raise ValueError(f"flow.gather: batch_dims={batch_dims} needs indices of rank {batch_dims + 1}, "
+                             f"received shape {indices.shape}")
+        return batch_gather(params, indices, name=name)
+    return build_op("gather", {"in": params, "indices": indices}, {"axis": axis}, name=name, prefix="Gather_")
+
+
+def batch_gather(params, indices, name=None):
+    """Per-batch gather: params (B..., N, ...) and indices (B..., K) -> (B..., K, ...) (op ``batch_gather``)."""
+    _blob(params, "batch_gather", "params")
+    _blob(indices, "batch_gather", "indices")
+    return build_op("batch_gather", {"in": params, "indices": indices}, name=name, prefix="BatchGather_")
+
+
+def gather_nd(params, indices, name=None):
+    """tf.gather_nd: rows of ``params`` indexed by the last dim k of ``indices`` (op ``gather_nd``).
+
+    Output shape: indices.shape[:-1] + params.shape[k:].
+    """
+    return build_op("gather_nd", {"params": _blob(params, "gather_nd", "params"),
+                                  "indices": _blob(indices, "gather_nd", "indices")}, name=name, prefix="GatherNd_")
+
+
+def scatter_nd(indices, updates, shape, name=None):
+    """Zeros of ``shape`` with ``updates`` added at ``indices`` (op ``scatter_nd``; duplicates add up)."""
+    _blob(indices, "scatter_nd", "indices")
+    _blob(updates, "scatter_nd", "updates")
+    return build_op("scatter_nd", {"indices": indices, "updates": updates},
+                    {"shape": tuple(_ints(shape, "scatter_nd", "shape"))}, name=name, prefix="ScatterNd_")
+
+
+def tensor_scatter_nd_add(params, indices, updates, name=None):
+    """Copy of ``params`` with ``updates`` added at ``indices`` (op ``tensor_scatter_nd_add``)."""
+    _blob(params, "tensor_scatter_nd_add", "params")
+    return build_op("tensor_scatter_nd_add", {"params": params,
+                                              "updates": _blob(updates, "tensor_scatter_nd_add", "updates"),
+                                              "indices": _blob(indices, "tensor_scatter_nd_add", "indices")},
+                    name=name, prefix="TensorScatterNdAdd_")
+
+
+def tensor_scatter_nd_update(params, indices, updates, name=None):
+    """Copy of ``params`` with ``updates`` written at ``indices`` (op ``tensor_scatter_nd_update``)."""
+    _blob(params, "tensor_scatter_nd_update", "params")
+    return build_op("tensor_scatter_nd_update", {"params": params,
+                                                 "updates": _blob(updates, "tensor_scatter_nd_update", "updates"),
+                                                 "indices": _blob(indices, "tensor_scatter_nd_update", "indices")},
+                    name=name, prefix="TensorScatterNdUpdate_")
+
+
+def unsorted_segment_sum(data, segment_ids, num_segments, axis=0, name=None):
+    """Sum slices of ``data`` into ``num_segments`` rows by ``segment_ids`` along ``axis``.
+
+    Op ``unsorted_segment_sum``; out shape = data.shape[:axis] + (num_segments,) +
+    data.shape[axis + segment_ids.ndim:]; ids outside [0, num_segments) are dropped.
+    """
+    _blob(data, "unsorted_segment_sum", "data")
+    _blob(segment_ids, "unsorted_segment_sum", "segment_ids")
+    return build_op("unsorted_segment_sum", {"data": data, "segment_ids": segment_ids},
+                    {"axis": _int(axis, "unsorted_segment_sum", "axis"),
+                     "num_segments": _int(num_segments, "unsorted_segment_sum", "num_segments")},
+                    name=name, prefix="UnsortedSegmentSum_")
+
+
+def unsorted_segment_sum_like(data, segment_ids, like, axis=0, name=None):
+    """``unsorted_segment_sum`` whose output shape is ``like``'s (op ``unsorted_segment_sum_like``)."""
+    _blob(data, "unsorted_segment_sum_like", "data")
+    _blob(segment_ids, "unsorted_segment_sum_like", "segment_ids")
+    _blob(like, "unsorted_segment_sum_like", "like")
+    return build_op("unsorted_segment_sum_like", {"data": data, "segment_ids": segment_ids, "like": like},
+                    {"axis": _int(axis, "unsorted_segment_sum_like", "axis")}, name=name,
+                    prefix="UnsortedSegmentSumLike_")
+
+
+def unsorted_batch_segment_sum(data, segment_ids, num_segments, name=None):
+    """Per-batch segment sum: data (B..., K, ...), segment_ids (B..., K) -> (B..., num_segments, ...)."""
+    _blob(data, "unsorted_batch_segment_sum", "data")
+    _blob(segment_ids, "unsorted_batch_segment_sum", "segment_ids")
+    return build_op("unsorted_batch_segment_sum", {"data": data, "segment_ids": segment_ids},
+                    {"num_segments": _int(num_segments, "unsorted_batch_segment_sum", "num_segments")},
+                    name=name, prefix="UnsortedBatchSegmentSum_")
+
+
+def dim_gather(input, dim, index, name=None):  # noqa: A002
+    """torch.gather: output[i][j] = input[index[i][j]][j] for dim 0, etc. (op ``dim_gather``).
+
+    ``index`` has ``input``'s rank and at most its size outside ``dim``; output has its shape.
+    """
+    _blob(input, "dim_gather", "input")
+    _blob(index, "dim_gather", "index")
+    return build_op("dim_gather", {"input": input, "index": index}, {"dim": _int(dim, "dim_gather", "dim")},
+                    outputs=("output",), name=name, prefix="DimGather_")
+
+
+# ------------------------------------------------------------------ padding
+
+def _pad_value_attrs(x, value, floating, integral, fn):
+    _number(value, fn, "constant_value")
+    if x.dtype.is_floating_point:
+        return {floating: float(value), integral: 0}
+    return {floating: 0.0, integral: int(value)}
+
+
+def _pairs(paddings, n, fn):
+    pairs = list(paddings)
+    if len(pairs) != n:
+        raise ValueError(f"flow.{fn}: paddings needs {n} (before, after) pairs, received {paddings!r}")
+    out = []
+    for p in pairs:
+        if not isinstance(p, (list, tuple)) or len(p) != 2:
+            raise ValueError(f"flow.{fn}: each padding must be a (before, after) pair, received {p!r}")
+        out.append((_int(p[0], fn, "paddings"), _int(p[1], fn, "paddings")))
+    return out
+
+
+def pad(x, paddings, constant_value=0, name=None):
+    """Constant padding with one (before, after) pair per dim (op ``pad``; grad ``pad_grad``).
+
+    Output dim d = x.shape[d] + before[d] + after[d]; ``constant_value`` goes to
+    ``floating_constant_value`` for floating ``x`` and ``integral_constant_value`` otherwise.
+    """
+    _blob(x, "pad")
+    pairs = _pairs(paddings, len(x.shape), "pad")
+    attrs = {"padding_before": [b for b, _ in pairs], "padding_after": [a for _, a in pairs]}
+    attrs.update(_pad_value_attrs(x, constant_value, "floating_constant_value", "integral_constant_value", "pad"))
+    return build_op("pad", {"x": x}, attrs, outputs=("y",), name=name, prefix="Pad_")
+
+
+def pad_grad(x, paddings, constant_value=0, name=None):
+    """Crop the (before, after) border off each dim of ``x`` (op ``pad_grad``, the gradient of ``pad``)."""
+    _blob(x, "pad_grad")
+    pairs = _pairs(paddings, len(x.shape), "pad_grad")
+    attrs = {"padding_before": [b for b, _ in pairs], "padding_after": [a for _, a in pairs]}
+    attrs.update(_pad_value_attrs(x, constant_value, "floating_constant_value", "integral_constant_value",
+                                  "pad_grad"))
+    return build_op("pad_grad", {"dy": x}, attrs, outputs=("dx",), name=name, prefix="PadGrad_")
+
+
+def _padding_list(padding, n, fn):
+    if isinstance(padding, numbers.Integral) and not isinstance(padding, bool):
+        return [int(padding)] * (2 * n)
+    padding = _ints(padding, fn, "padding")
+    if len(padding) != 2 * n:
+        raise ValueError(f"flow.{fn}: padding needs an int or {2 * n} ints, received {padding}")
+    return padding
+
+
+def _constant_padnd(n, x, padding, constant_value, name, fn, prefix):
+    _blob(x, fn)
+    attrs = {"padding": _padding_list(padding, n, fn)}
+    attrs.update(_pad_value_attrs(x, constant_value, "floating_value", "integral_value", fn))
+    return build_op(f"constant_pad{n}d", {"x": x}, attrs, outputs=("y",), name=name, prefix=prefix)
+
+
+def constant_pad1d(x, padding, constant_value=0, name=None):
+    """Pad W of an (N, C, W) blob by padding = int or [left, right] (op ``constant_pad1d``)."""
+    return _constant_padnd(1, x, padding, constant_value, name, "constant_pad1d", "Constant_Pad1d_")
+
+
+def constant_pad2d(x, padding, constant_value=0, name=None):
+    """Pad H/W of an NCHW blob by padding = int or [left, right, top, bottom] (op ``constant_pad2d``)."""
+    return _constant_padnd(2, x, padding, constant_value, name, "constant_pad2d", "Constant_Pad2d_")
+
+
+def constant_pad3d(x, padding, constant_value=0, name=None):
+    """Pad D/H/W of an NCDHW blob; padding = int or [left, right, top, bottom, front, back]."""
+    return _constant_padnd(3, x, padding, constant_value, name, "constant_pad3d", "Constant_Pad3d_")
+
+
+def zero_pad2d(x, padding, name=None):
+    """``constant_pad2d`` with value 0."""
+    return _constant_padnd(2, x, padding, 0, name, "zero_pad2d", "Zero_Pad2d_")
+
+
+def reflection_pad2d(x, padding, name=None):
+    """Reflect-pad H/W of an NCHW blob; padding = int or [left, right, top, bottom], each < the dim."""
+    _blob(x, "reflection_pad2d")
+    return build_op("reflection_pad2d", {"x": x}, {"padding": _padding_list(padding, 2, "reflection_pad2d")},
+                    outputs=("y",), name=name, prefix="Reflection_Pad2d_")
+
+
+def replication_pad2d(x, padding, name=None):
+    """Edge-replicate-pad H/W of an NCHW blob; padding = int or [left, right, top, bottom]."""
+    _blob(x, "replication_pad2d")
+    return build_op("replication_pad2d", {"x": x}, {"padding": _padding_list(padding, 2, "replication_pad2d")},
+                    outputs=("y",), name=name, prefix="Replication_Pad2d_")
+
+
+# ------------------------------------------------------------------ constants
+
+def _value_attrs(value, float_key, int_key, fn, arg):
+    _number(value, fn, arg)
+    if isinstance(value, numbers.Integral):
+        return {float_key: 0.0, int_key: int(value)}, False
+    return {float_key: float(value), int_key: 0}, True
+
+
+def constant(value, dtype=None, shape=None, name=None):
+    """A blob of ``shape`` (default rank 0) filled with ``value`` (op ``constant``, NoGrad).
+
+    ``dtype`` is required. A float ``value`` sets ``is_floating_value``/``floating_value``,
+    an int sets ``integer_value``.
+    """
+    if dtype is None:
+        raise ValueError("flow.constant: dtype is required (e.g. dtype=flow.float32)")
+    _dtype(dtype, "constant")
+    attrs, is_float = _value_attrs(value, "floating_value", "integer_value", "constant", "value")
+    shape = () if shape is None else tuple(_ints(shape, "constant", "shape"))
+    return build_op("constant", {}, {**attrs, "is_floating_value": is_float, "dtype": dtype, "shape": shape},
+                    name=name, prefix="Constant_")
+
+
+def zeros(shape, dtype=None, name=None):
+    """Zeros of ``shape`` (dtype default float32), via ``flow.constant``."""
+    dtype = _dt.float32 if dtype is None else _dtype(dtype, "zeros")
+    return constant(0.0 if dtype.is_floating_point else 0, dtype, shape, name=name or unique_str("Zeros_"))
+
+
+def ones(shape, dtype=None, name=None):
+    """Ones of ``shape`` (dtype default float32), via ``flow.constant``."""
+    dtype = _dt.float32 if dtype is None else _dtype(dtype, "ones")
+    return constant(1.0 if dtype.is_floating_point else 1, dtype, shape, name=name or unique_str("Ones_"))
+
+
+def constant_like(like, value, dtype=None, name=None):
+    """A blob shaped like ``like`` filled with ``value`` (dtype default: like's).
+
+    Built as OneFlow builds it: the system op ``constant_like_conf`` (an int ``value``
+    sets ``int_operand``, a float ``float_operand``); it has no gradient.
+    """
+    _blob(like, "constant_like", "like")
+    _number(value, "constant_like", "value")
+    if dtype is not None:
+        _dtype(dtype, "constant_like")
+    builder = jb.current()
+    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("ConstantLike_")))
+    c = conf.constant_like_conf
+    c.like = like.lbn
+    c.out = "out"
+    if dtype is not None:
+        c.data_type = dtype.proto
+    if isinstance(value, numbers.Integral):
+        c.int_operand = int(value)
+    else:
+        c.float_operand = float(value)
+    added = builder.add_op(conf)
+    lbn = f"{added.name}/out"
+    d = builder.desc(lbn)
+    parallel_conf = builder.scope.parallel_conf
+    parallel_conf.device_tag = added.device_tag
+    return BlobDesc(lbn, d.shape, d.dtype, parallel_conf, builder.job_name)
+
+
+def ones_like(like, dtype=None, name=None):
+    """``constant_like(like, 1, dtype)``."""
+    return constant_like(like, 1, dtype, name=name)
+
+
+def zeros_like(like, dtype=None, name=None):
+    """``constant_like(like, 0, dtype)``."""
+    return constant_like(like, 0, dtype, name=name)
+
+
+def one_hot(indices, depth, on_value=1, off_value=0, axis=-1, dtype=None, name=None):
+    """One-hot encode integer ``indices`` into ``depth`` classes (op ``one_hot``, NoGrad).
+
+    The new dim goes last (``axis`` = -1) or at ``axis`` (a ``transpose`` follows).
+    ``dtype`` is required; on/off values go to the floating or integer attrs by ``dtype``.
+    Indices outside [0, depth) give rows of ``off_value``.
+    """
+    _blob(indices, "one_hot", "indices")
+    if dtype is None:
+        raise ValueError("flow.one_hot: dtype is required (e.g. dtype=flow.float32)")
+    _dtype(dtype, "one_hot")
+    n = len(indices.shape)
+    axis = _int(axis, "one_hot", "axis")
+    if not -(n + 1) <= axis <= n:
+        raise ValueError(f"flow.one_hot: axis {axis} is out of range [{-(n + 1)}, {n}] for indices of rank {n}")
+    axis %= n + 1
+    _number(on_value, "one_hot", "on_value")
+    _number(off_value, "one_hot", "off_value")
+    fp = dtype.is_floating_point
+    attrs = {"depth": _int(depth, "one_hot", "depth"), "dtype": dtype,
+             "floating_on_value": float(on_value) if fp else 0.0, "integer_on_value": 0 if fp else int(on_value),
+             "floating_off_value": float(off_value) if fp else 0.0, "integer_off_value": 0 if fp else int(off_value)}
+    out = build_op("one_hot", {"indices": indices}, attrs, name=name, prefix="OneHot_")
+    if axis == n:
+        return out
+    perm = list(_range(n))
+    perm.insert(axis, n)
+    return transpose(out, perm, name=_sub_name(name, "_transpose"))
+
+
+def range(start, limit=None, delta=1, dtype=None, name="range"):  # noqa: A001 - OneFlow's name
+    """1-D [start, limit) by ``delta`` (op ``arange``, NoGrad); one argument means [0, start).
+
+    ``dtype`` defaults to int64 for int arguments (float32 when any is a float); floating
+    dtypes use the ``float_*`` attrs, integer ones the ``integer_*`` attrs. The default op
+    name is OneFlow's fixed ``"range"``; a second unnamed range in one job gets a unique
+    name instead of a name clash.
+    """
+    if limit is None:
+        start, limit = 0, start
+    for arg, v in (("start", start), ("limit", limit), ("delta", delta)):
+        _number(v, "range", arg)
+    if dtype is None:
+        dtype = _dt.int64 if all(isinstance(v, numbers.Integral) for v in (start, limit, delta)) else _dt.float32
+    _dtype(dtype, "range")
+    if dtype.is_floating_point:
+        attrs = {"float_start": float(start), "float_limit": float(limit), "float_delta": float(delta)}
+    else:
+        attrs = {"integer_start": _int(start, "range", "start"), "integer_limit": _int(limit, "range", "limit"),
+                 "integer_delta": _int(delta, "range", "delta")}
+    if name == "range" and jb.is_building() and jb.current().scope.prefix + name in jb.current().ops:
+        name = unique_str("range_")
+    return build_op("arange", {}, {**attrs, "dtype": dtype}, name=name)
+
+
+def eye(rows, cols=None, dtype=None, name=None):
+    """Identity matrix of ``rows`` x ``cols`` (default square; dtype default float32) (op ``eye``)."""
+    rows = _int(rows, "eye", "rows")
+    cols = rows if cols is None else _int(cols, "eye", "cols")
+    dtype = _dt.float32 if dtype is None else _dtype(dtype, "eye")
+    return build_op("eye", {}, {"rows": rows, "cols": cols, "dtype": dtype}, name=name, prefix="Eye_")
+
+
+# ------------------------------------------------------------------ misc
+
+def diag(input, diagonal=0, name=None):  # noqa: A002
+    """Diagonal ``diagonal`` of a matrix, or the square matrix with a vector on it (op ``diag``)."""
+    _blob(input, "diag", "input")
+    return build_op("diag", {"in": input}, {"diagonal": _int(diagonal, "diag", "diagonal")}, name=name,
+                    prefix="Diag_")
+
+
+def roll(x, shifts, dims=None, name=None):
+    """Roll ``x`` by ``shifts`` along ``dims`` (int or lists; dims None rolls the flattened blob) (op ``roll``)."""
+    _blob(x, "roll")
+    shifts = _ints(shifts, "roll", "shifts")
+    dims = [] if dims is None else _ints(dims, "roll", "dims")
+    return build_op("roll", {"in": x}, {"shifts": shifts, "dims": dims}, name=name, prefix="Roll_")
+
+
+def flip(x, dims, name=None):
+    """Reverse ``x`` along ``dims`` (op ``flip``; v0.6.0 gives it no gradient: use ``flow.reverse`` to train)."""
+    _blob(x, "flip")
+    return build_op("flip", {"x": x}, {"dims": _ints(dims, "flip", "dims")}, outputs=("y",), name=name,
+                    prefix="Flip_")

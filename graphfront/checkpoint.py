@@ -160,11 +160,11 @@ def report_missing(store, value_dict, *, strict, source, stacklevel=3):
     missing = sorted(n for n in store.names() if n not in value_dict)
     if not missing:
         return missing
-    msg = (f"{len(missing)} variable(s) of the session are not in {source} and keep their current "
-           f"(initial) values: {', '.join(missing)}")
+    head = f"{len(missing)} variable(s) of the session are not in {source}"
     if strict:
-        raise CheckpointError(msg)
-    warnings.warn(msg, MissingVariablesWarning, stacklevel=stacklevel)
+        raise CheckpointError(f"{head} (strict=True, nothing was loaded): {', '.join(missing)}")
+    warnings.warn(f"{head} and keep their current (initial) values: {', '.join(missing)}",
+                  MissingVariablesWarning, stacklevel=stacklevel)
     return missing
 
 
@@ -179,9 +179,10 @@ def load_variables(value_dict, ignore_mismatch=True, strict=False):
             (CheckpointError listing the missing ones otherwise).
 
     Every value is checked (shape and dtype must equal the variable's) before any is
-    copied, so a bad value leaves the session unchanged. When ``value_dict`` is a
-    checkpoint (from :func:`get`), the session's variables it does not contain are
-    listed in a :class:`MissingVariablesWarning` (an error with ``strict=True``).
+    copied, so a bad value leaves the session unchanged. When the values come from
+    disk (a checkpoint from :func:`get`, or any ``FileBackendVariableBlob`` value), the
+    session's variables that ``value_dict`` does not contain are listed in a
+    :class:`MissingVariablesWarning` (an error with ``strict=True``).
 
     Returns:
         sorted names of the variables that were set.
@@ -193,7 +194,9 @@ def load_variables(value_dict, ignore_mismatch=True, strict=False):
     """
     s = _started_session()
     staged = stage_values(s.variables, value_dict, ignore_mismatch=ignore_mismatch)
-    if strict or isinstance(value_dict, Checkpoint):
+    from_disk = isinstance(value_dict, Checkpoint) or any(
+        isinstance(v, FileBackendVariableBlob) for v in value_dict.values())
+    if strict or from_disk:
         source = f"checkpoint {value_dict.path!r}" if isinstance(value_dict, Checkpoint) else "the loaded values"
         report_missing(s.variables, value_dict, strict=strict, source=source)
     with s.lock:

@@ -115,3 +115,145 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
         from graphfront import array
         out = array.reshape(out, inputs.shape[:-1] + (units,))
     return out
+
+
+# ------------------------------------------------------------------ normalization layers
+
+def _param_dtype(dtype):
+    from graphfront.ops.norm_ops import param_dtype
+    return param_dtype(dtype)
+
+
+def _fail(msg):
+    raise JobBuildError(msg + format_location(user_frame()))
+
+
+def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=True, scale=True,
+                        beta_initializer=None, gamma_initializer=None, beta_regularizer=None, gamma_regularizer=None,
+                        moving_mean_initializer=None, moving_variance_initializer=None, trainable=True,
+                        training=True, name="BatchNorm", gamma_name=None, beta_name=None, moving_mean_name=None,
+                        moving_variance_name=None):
+    """Batch normalization over every axis of ``inputs`` but ``axis`` (default -1: channels last;
+    pass axis=1 for NCHW).
+
+    Variables, shape (C,) with C = inputs.shape[axis] (float32 for float16 inputs), created in
+    ``flow.scope.namespace(name)``: ``<name>-beta`` (zeros) and ``<name>-gamma`` (ones), both
+    ``trainable``; ``<name>-moving_mean`` (zeros) and ``<name>-moving_variance`` (ones), never
+    trainable. ``center=False``/``scale=False`` use ``constant`` ops (0 / 1) instead of beta/gamma.
+
+    Emits one ``normalization`` op named ``name`` (inputs x, moving_mean, moving_variance,
+    gamma, beta; attrs axis, epsilon, training, momentum). ``training`` is forced False in
+    predict jobs and when ``trainable=False``; when training, the op also outputs ``mean`` and
+    ``inv_variance`` and updates the moving statistics in place: moving = moving * momentum +
+    batch * (1 - momentum) (``momentum`` is the *keep* ratio, PyTorch's is 1 - momentum), the
+    variance one with the unbiased batch variance. OneFlow emits this op on GPU placements
+    and composes moments/assign ops on CPU; graphfront runs the op on both.
+
+    Returns y, shape and dtype of ``inputs``. Raises JobBuildError on a bad axis, momentum
+    outside [0, 1] or epsilon <= 0.
+    """
+    from graphfront import array
+    from graphfront.framework import job_builder as jb
+    ndim = len(inputs.shape)
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
+        _fail(f"layers.batch_normalization '{name}': axis {axis!r} is out of range for inputs of shape {inputs.shape}")
+    axis %= ndim
+    if not 0.0 <= float(momentum) <= 1.0:
+        _fail(f"layers.batch_normalization '{name}': momentum must be in [0, 1] (the fraction of the moving "
+              f"statistics kept per step), received {momentum}")
+    if not float(epsilon) > 0:
+        _fail(f"layers.batch_normalization '{name}': epsilon must be > 0, received {epsilon}")
+    c = inputs.shape[axis]
+    pdtype = _param_dtype(inputs.dtype)
+    with scope.namespace(name):
+        if center:
+            beta = get_variable(beta_name or "beta", [c], pdtype, beta_initializer or initializers.zeros_initializer(),
+                                beta_regularizer, trainable)
+        else:
+            beta = array.constant(0.0, pdtype, [c], name="beta")
+        if scale:
+            gamma = get_variable(gamma_name or "gamma", [c], pdtype,
+                                 gamma_initializer or initializers.ones_initializer(), gamma_regularizer, trainable)
+        else:
+            gamma = array.constant(1.0, pdtype, [c], name="gamma")
+        moving_mean = get_variable(moving_mean_name or "moving_mean", [c], pdtype,
+                                   moving_mean_initializer or initializers.zeros_initializer(), trainable=False)
+        moving_variance = get_variable(moving_variance_name or "moving_variance", [c], pdtype,
+                                       moving_variance_initializer or initializers.ones_initializer(), trainable=False)
+    training = bool(training) and bool(trainable) and jb.current().is_train
+    outputs = ("y", "mean", "inv_variance") if training else ("y",)
+    outs = build_op("normalization", {"x": inputs, "moving_mean": moving_mean, "moving_variance": moving_variance,
+                                      "gamma": gamma, "beta": beta},
+                    {"axis": axis, "epsilon": float(epsilon), "training": training, "momentum": float(momentum)},
+                    outputs=outputs, name=name)
+    return outs[0] if training else outs
+
+
+def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=1, begin_params_axis=-1,
+               epsilon=1e-05, name="LayerNorm"):
+    """Layer normalization over axes >= ``begin_norm_axis`` (biased variance) with variables
+    ``<name>-beta`` (zeros, if ``center``) and ``<name>-gamma`` (ones, if ``scale``) of shape
+    ``inputs.shape[begin_params_axis:]``, created in ``flow.scope.namespace(name)``.
+
+    Emits one ``layer_norm`` op named ``name`` (outputs y, mean, inv_variance and, with
+    ``scale``, normalized); OneFlow's CPU path composes it from moments and arithmetic,
+    graphfront runs the op on CPU and GPU. Returns y (shape of ``inputs``).
+    """
+    ndim = len(inputs.shape)
+    for what, a in (("begin_norm_axis", begin_norm_axis), ("begin_params_axis", begin_params_axis)):
+        if isinstance(a, bool) or not isinstance(a, int) or not -ndim <= a < ndim:
+            _fail(f"layers.layer_norm '{name}': {what} {a!r} is out of range for inputs of shape {inputs.shape}")
+    pshape = list(inputs.shape[begin_params_axis % ndim:])
+    with scope.namespace(name):
+        beta = get_variable("beta", pshape, inputs.dtype, initializers.zeros_initializer(),
+                            trainable=trainable) if center else None
+        gamma = get_variable("gamma", pshape, inputs.dtype, initializers.ones_initializer(),
+                             trainable=trainable) if scale else None
+    outputs = ("y", "mean", "inv_variance") + (("normalized",) if scale else ())
+    outs = build_op("layer_norm", {"x": inputs, "beta": beta, "gamma": gamma},
+                    {"center": bool(center), "scale": bool(scale), "begin_norm_axis": begin_norm_axis,
+                     "begin_params_axis": begin_params_axis, "epsilon": float(epsilon)},
+                    outputs=outputs, name=name)
+    return outs[0]
+
+
+# ------------------------------------------------------------------ prelu, upsample
+
+def prelu(inputs, alpha_initializer=None, alpha_regularizer=None, shared_axes=None, trainable=True, name="PRelu",
+          model_distribute=None):
+    """Parametric ReLU: y = x if x > 0 else alpha * x, with variable ``<name>-alpha`` (default init
+    0) of shape ``inputs.shape[1:]`` where each axis in ``shared_axes`` (axes of ``inputs``,
+    1..rank-1) is 1 (alpha shared along it). Op ``tf_prelu`` named ``name``."""
+    ndim = len(inputs.shape)
+    shape = list(inputs.shape[1:])
+    for a in shared_axes or ():
+        if isinstance(a, bool) or not isinstance(a, int) or not 1 <= a < ndim:
+            _fail(f"layers.prelu '{name}': shared_axes entries must be axes 1..{ndim - 1} of inputs "
+                  f"{inputs.shape}, received {shared_axes!r}")
+        shape[a - 1] = 1
+    with scope.namespace(name):
+        alpha = get_variable("alpha", shape, inputs.dtype, alpha_initializer or initializers.constant_initializer(0),
+                             alpha_regularizer, trainable)
+    return build_op("tf_prelu", {"x": inputs, "alpha": alpha}, outputs=("y",), name=name)
+
+
+def upsample_2d(x, size=(2, 2), align_corners=False, data_format="NCHW", interpolation="nearest",
+                name="Upsample2D"):
+    """Upsample a rank-4 blob by integer factors ``size`` = (h_scale, w_scale) (or one int):
+    output (N, C, H*h, W*w) for NCHW, (N, H*h, W*w, C) for NHWC. ``interpolation``: "nearest"
+    or "bilinear" (``align_corners`` applies to bilinear). Op ``upsample`` named ``name``."""
+    if isinstance(size, int):
+        size = (size, size)
+    size = tuple(size)
+    if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size):
+        _fail(f"layers.upsample_2d '{name}': size must be a positive int or two positive ints, received {size!r}")
+    if interpolation not in ("nearest", "bilinear"):
+        _fail(f"layers.upsample_2d '{name}': interpolation must be 'nearest' or 'bilinear', "
+              f"received {interpolation!r}")
+    if data_format.upper() not in ("NCHW", "NHWC", "CHANNELS_FIRST", "CHANNELS_LAST"):
+        _fail(f"layers.upsample_2d '{name}': data_format must be 'NCHW' or 'NHWC', received {data_format!r}")
+    fmt = "channels_first" if data_format.upper() in ("NCHW", "CHANNELS_FIRST") else "channels_last"
+    return build_op("upsample", {"x": x}, {"height_scale": float(size[0]), "width_scale": float(size[1]),
+                                           "align_corners": bool(align_corners), "data_format": fmt,
+                                           "interpolation": interpolation},
+                    outputs=("y",), name=name)

@@ -1,15 +1,16 @@
-"""``flow.nn``: convolution, pooling, activations, dropout, softmax and losses.
+"""``flow.nn``: convolution, pooling, activations, dropout, softmax, losses and normalization.
 
 Thin wrappers in OneFlow's signatures (``shared/reference/single_client_api.md``
 §flow.nn, ``user_ops.md`` §1 for the op each emits).
 """
 from __future__ import annotations
 
+import numbers
 import random
 
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
-from graphfront.ops.builder import build_op
+from graphfront.ops.builder import build_op, unique_str
 from graphfront.ops.nn_ops import conv_out_size
 
 
@@ -72,7 +73,7 @@ def conv_nd(n, input, filters, strides, padding, data_format, dilations, groups,
         else:
             explicit = pairs
     if explicit is not None:
-        full = [(0, 0)] + explicit + [(0, 0)] if first else [(0, 0)] + explicit + [(0, 0)]
+        full = [(0, 0), (0, 0)] + explicit if first else [(0, 0)] + explicit + [(0, 0)]
         input = pad(input, full)
         pads_before = [0] * n
     attrs = {"filters": filters.shape[0], "padding_before": pads_before,
@@ -228,3 +229,498 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
                           {"depth": logits.shape[-1]}, outputs=("prob", "out"), name=name,
                           prefix="SparseSoftmaxCrossEntropy_")
     return out
+
+
+# ================================================================== activations
+# Ops in graphfront/ops/activation_ops.py (user_ops.md §4.4, §4.24, §4.25).
+
+def _check_blob(x, fn, arg="x"):
+    if not isinstance(x, BlobDesc):
+        raise TypeError(f"flow.nn.{fn}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
+
+
+def _number(v, fn, arg):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"flow.nn.{fn}: argument '{arg}' expects a Python number, received {type(v).__name__} {v!r}")
+    return float(v)
+
+
+def _activation(op_type, fn, x, attrs, name, prefix, args=("in", "out")):
+    _check_blob(x, fn)
+    return build_op(op_type, {args[0]: x}, attrs, outputs=(args[1],), name=name, prefix=prefix)
+
+
+def leaky_relu(x, alpha=0.2, name=None):
+    """max(x, alpha * x) elementwise (op ``leaky_relu``: x -> y, attr ``alpha`` float).
+    Same shape and dtype as ``x`` (floating). Grad: ``leaky_relu_grad``."""
+    return _activation("leaky_relu", "leaky_relu", x, {"alpha": _number(alpha, "leaky_relu", "alpha")}, name,
+                       "LeakyRelu_", args=("x", "y"))
+
+
+def elu(x, alpha=1.0, name=None):
+    """x if x > 0 else alpha * (exp(x) - 1) (op ``elu``: in -> out, attr ``alpha`` double)."""
+    return _activation("elu", "elu", x, {"alpha": _number(alpha, "elu", "alpha")}, name, "Elu_")
+
+
+def celu(x, alpha=1.0, name=None):
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)) (op ``celu``, attr ``alpha`` double, non-zero).
+
+    graphfront extension: OneFlow 0.6.0 has the op but no single-client wrapper."""
+    alpha = _number(alpha, "celu", "alpha")
+    if alpha == 0:
+        raise ValueError("flow.nn.celu: alpha must be non-zero, received 0")
+    return _activation("celu", "celu", x, {"alpha": alpha}, name, "Celu_")
+
+
+def selu(x, name=None):
+    """scale * (max(0, x) + min(0, alpha * (exp(x) - 1))) with the SELU constants (op ``selu``).
+    graphfront extension (op without a single-client wrapper in OneFlow 0.6.0)."""
+    return _activation("selu", "selu", x, {}, name, "Selu_")
+
+
+def silu(x, name=None):
+    """x * sigmoid(x) (op ``silu``). graphfront extension (op without a single-client wrapper)."""
+    return _activation("silu", "silu", x, {}, name, "Silu_")
+
+
+def softsign(x, name=None):
+    """x / (1 + |x|) (op ``softsign``). graphfront extension (op without a single-client wrapper)."""
+    return _activation("softsign", "softsign", x, {}, name, "Softsign_")
+
+
+def hardsigmoid(x, name=None):
+    """relu6(x + 3) / 6 (op ``hardsigmoid``: in -> out)."""
+    return _activation("hardsigmoid", "hardsigmoid", x, {}, name, "HardSigmoid_")
+
+
+def hardswish(x, name=None):
+    """x * relu6(x + 3) / 6 (op ``hardswish``: in -> out)."""
+    return _activation("hardswish", "hardswish", x, {}, name, "HardSwish_")
+
+
+def hardtanh(x, min_val=-1.0, max_val=1.0, name=None):
+    """clamp(x, min_val, max_val) (op ``hardtanh``: in -> out, attrs ``min_val``/``max_val`` double).
+
+    Raises ValueError when min_val > max_val. Grad: ``hardtanh_grad`` from the output ``y``."""
+    lo, hi = _number(min_val, "hardtanh", "min_val"), _number(max_val, "hardtanh", "max_val")
+    if lo > hi:
+        raise ValueError(f"flow.nn.hardtanh: min_val ({lo}) must be <= max_val ({hi})")
+    return _activation("hardtanh", "hardtanh", x, {"min_val": lo, "max_val": hi}, name, "Hardtanh_")
+
+
+def relu6(x, name=None):
+    """min(max(x, 0), 6): ``hardtanh`` with min_val=0, max_val=6 (as OneFlow)."""
+    return _activation("hardtanh", "relu6", x, {"min_val": 0.0, "max_val": 6.0}, name, "Relu6_")
+
+
+def mish(x, name=None):
+    """x * tanh(softplus(x)) (op ``mish``). OneFlow's single-client wrapper composes softplus,
+    tanh and multiply; graphfront emits the v0.6.0 ``mish`` op (same values)."""
+    return _activation("mish", "mish", x, {}, name, "Mish_")
+
+
+def swish(x, beta=1.0, name=None):
+    """x * sigmoid(beta * x), composed as OneFlow does: ``scalar_mul`` (beta != 1),
+    ``sigmoid``, then ``multiply``; ops named ``<name>_*`` (default name ``Swish_<uid>``)."""
+    from graphfront import math as _math
+    _check_blob(x, "swish")
+    beta = _number(beta, "swish", "beta")
+    name = name or unique_str("Swish_")
+    t = x if beta == 1.0 else _math.multiply(x, beta, name=f"{name}_beta_mul")
+    return _math.multiply(x, _math.sigmoid(t, name=f"{name}_sigmoid"), name=f"{name}_mul")
+
+
+def prelu(x, alpha, name=None):
+    """x if x > 0 else alpha[c] * x with ``alpha`` of shape (C,) (C = dim 1 of ``x``) or (1,)
+    (op ``prelu``). graphfront extension: the op's single-client users are eager modules;
+    ``flow.layers.prelu`` (op ``tf_prelu``) is the lazy layer."""
+    _check_blob(x, "prelu")
+    _check_blob(alpha, "prelu", "alpha")
+    return build_op("prelu", {"x": x, "alpha": alpha}, outputs=("y",), name=name, prefix="PRelu_")
+
+
+# ================================================================== softmax family and losses
+# Ops in graphfront/ops/loss_ops.py (user_ops.md §4.7, §4.12, §4.15, §4.23).
+
+def _last_axis(fn, x, axis, body, name):
+    """Apply ``body`` (a last-axis op) along ``axis``, with ``transpose`` pairs for other axes."""
+    ndim = len(x.shape)
+    if axis is None or axis in (-1, ndim - 1):
+        return body(x)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"flow.nn.{fn}: axis {axis} is out of range for a rank-{ndim} input")
+    from graphfront import array
+    perm = list(range(ndim))
+    perm[axis % ndim], perm[-1] = perm[-1], perm[axis % ndim]
+    t = array.transpose(x, perm, name=None if name is None else f"{name}_transpose_in")
+    return array.transpose(body(t), perm, name=None if name is None else f"{name}_transpose_out")
+
+
+def logsoftmax(logits, axis=None, name=None):
+    """log(softmax(logits)) along ``axis`` (default last).
+
+    OneFlow's single-client wrapper composes ``log(softmax(x))``; graphfront emits the
+    v0.6.0 ``log_softmax`` op (in -> prob; stable x - logsumexp(x)), with ``transpose``
+    pairs for a non-last axis as ``flow.nn.softmax`` does.
+    """
+    _check_blob(logits, "logsoftmax", "logits")
+    return _last_axis("logsoftmax", logits, axis,
+                      lambda t: build_op("log_softmax", {"in": t}, outputs=("prob",), name=name,
+                                         prefix="LogSoftmax_"), name)
+
+
+def _check_same(fn, a, b, an, bn, dtype=True):
+    if a.shape != b.shape:
+        raise ValueError(f"flow.nn.{fn}: '{bn}' must have the shape of '{an}' {a.shape}, received {b.shape}")
+    if dtype and a.dtype is not b.dtype:
+        raise ValueError(f"flow.nn.{fn}: '{bn}' must have the dtype of '{an}' ({a.dtype.name}), "
+                         f"received {b.dtype.name}")
+
+
+def softmax_cross_entropy_with_logits(labels, logits, name=None):
+    """Per-example softmax cross entropy with dense ``labels`` (a distribution per row).
+
+    ``logits``/``labels``: same shape (N, ..., C) and dtype. Returns shape (N, ...)
+    ``-sum(labels * log_softmax(logits), -1)`` (op ``softmax_cross_entropy``; its ``prob``
+    output is dropped)."""
+    _check_blob(labels, "softmax_cross_entropy_with_logits", "labels")
+    _check_blob(logits, "softmax_cross_entropy_with_logits", "logits")
+    _check_same("softmax_cross_entropy_with_logits", logits, labels, "logits", "labels")
+    _prob, out = build_op("softmax_cross_entropy", {"prediction": logits, "label": labels},
+                          outputs=("prob", "out"), name=name, prefix="SoftmaxCrossEntropy_")
+    return out
+
+
+def sigmoid_cross_entropy_with_logits(labels, logits, name=None):
+    """Elementwise ``max(x, 0) - x * z + log(1 + exp(-|x|))`` for logits x and labels z of the
+    same shape (op ``sigmoid_cross_entropy``: prediction, label -> loss)."""
+    _check_blob(labels, "sigmoid_cross_entropy_with_logits", "labels")
+    _check_blob(logits, "sigmoid_cross_entropy_with_logits", "logits")
+    _check_same("sigmoid_cross_entropy_with_logits", logits, labels, "logits", "labels", dtype=False)
+    return build_op("sigmoid_cross_entropy", {"prediction": logits, "label": labels}, outputs=("loss",),
+                    name=name, prefix="SigmoidCrossEntropy_")
+
+
+def sparse_cross_entropy(labels, prediction, name=None):
+    """Per-example ``-log(prediction[..., label])`` on *probabilities* (no softmax).
+
+    ``prediction``: (N, ..., C) float; ``labels``: integer of shape (N, ...) or (N, ..., 1)
+    (trailing 1 dropped with a ``reshape``). Op ``sparse_cross_entropy`` (depth = C)."""
+    _check_blob(labels, "sparse_cross_entropy", "labels")
+    _check_blob(prediction, "sparse_cross_entropy", "prediction")
+    if len(labels.shape) == len(prediction.shape) and labels.shape[-1] == 1:
+        from graphfront import array
+        labels = array.reshape(labels, labels.shape[:-1])
+    return build_op("sparse_cross_entropy", {"prediction": prediction, "label": labels},
+                    {"depth": prediction.shape[-1]}, name=name, prefix="SparseCrossEntropy_")
+
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _reduction(fn, reduction):
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"flow.nn.{fn}: reduction must be one of {_REDUCTIONS}, received {reduction!r}")
+
+
+def _reduce_loss(loss, reduction, name):
+    """``none`` -> as is; ``mean``/``sum`` over every element -> a rank-0 blob."""
+    from graphfront import math as _math
+    if reduction == "mean":
+        return _math.reduce_mean(loss, name=f"{name}_reduce_mean")
+    if reduction == "sum":
+        return _math.reduce_sum(loss, name=f"{name}_reduce_sum")
+    return loss
+
+
+def _weighted(loss, weight, name, fn):
+    from graphfront import math as _math
+    if weight is None:
+        return loss
+    _check_blob(weight, fn, "weight")
+    return _math.multiply(loss, weight, name=f"{name}_weight_mul")
+
+
+def BCELoss(input, target, weight=None, reduction="mean", name=None):  # noqa: N802,A002 - OneFlow's names
+    """Binary cross entropy on probabilities: ``-w (t log x + (1 - t) log(1 - x))``, logs
+    clamped at -100, then ``reduction`` ("none" | "mean" | "sum" over all elements).
+
+    ``input``/``target``: same shape; ``weight`` of that shape goes into the op, any other
+    broadcastable shape multiplies the unweighted loss. OneFlow's single-client wrapper
+    composes log/multiply ops; graphfront emits the v0.6.0 ``binary_cross_entropy`` op
+    (same values, finite at 0 and 1). Ops are named ``<name>*`` (default ``BCELoss_<uid>``).
+    """
+    fn = "BCELoss"
+    _check_blob(input, fn, "input")
+    _check_blob(target, fn, "target")
+    _check_same(fn, input, target, "input", "target")
+    _reduction(fn, reduction)
+    name = name or unique_str("BCELoss_")
+    into_op = weight is not None and isinstance(weight, BlobDesc) and weight.shape == input.shape
+    loss = build_op("binary_cross_entropy", {"input": input, "target": target, "weight": weight if into_op else None},
+                    name=name)
+    if not into_op:
+        loss = _weighted(loss, weight, name, fn)
+    return _reduce_loss(loss, reduction, name)
+
+
+def BCEWithLogitsLoss(input, target, weight=None, pos_weight=None, reduction="mean", name=None):  # noqa: N802,A002
+    """Binary cross entropy on logits x: ``w ((1 - t) x + (1 + (p - 1) t) log(1 + exp(-x)))``
+    (stable form), ``p`` = ``pos_weight`` of shape (C,) along the last axis, then ``reduction``.
+
+    OneFlow's single-client wrapper composes it from elementwise math; graphfront emits the
+    v0.6.0 ``binary_cross_entropy_with_logits`` op (same values; attr ``has_pos_weight``)."""
+    fn = "BCEWithLogitsLoss"
+    _check_blob(input, fn, "input")
+    _check_blob(target, fn, "target")
+    _check_same(fn, input, target, "input", "target")
+    _reduction(fn, reduction)
+    if pos_weight is not None:
+        _check_blob(pos_weight, fn, "pos_weight")
+        if pos_weight.shape != (input.shape[-1],):
+            raise ValueError(f"flow.nn.{fn}: pos_weight must have shape {(input.shape[-1],)} (the last dim of "
+                             f"input), received {pos_weight.shape}")
+    name = name or unique_str("BCEWithLogitsLoss_")
+    into_op = weight is not None and isinstance(weight, BlobDesc) and weight.shape == input.shape
+    loss = build_op("binary_cross_entropy_with_logits",
+                    {"input": input, "target": target, "weight": weight if into_op else None,
+                     "pos_weight": pos_weight}, {"has_pos_weight": pos_weight is not None}, name=name)
+    if not into_op:
+        loss = _weighted(loss, weight, name, fn)
+    return _reduce_loss(loss, reduction, name)
+
+
+def MSELoss(input, target, reduction="mean", name=None):  # noqa: N802,A002 - OneFlow's names
+    """(target - input)^2 elementwise, then ``reduction``; composed (as OneFlow) of
+    ``broadcast_sub`` + ``square`` (+ reduce)."""
+    from graphfront import math as _math
+    fn = "MSELoss"
+    _check_blob(input, fn, "input")
+    _check_blob(target, fn, "target")
+    _check_same(fn, input, target, "input", "target")
+    _reduction(fn, reduction)
+    name = name or unique_str("MSELoss_")
+    diff = _math.subtract(target, input, name=f"{name}_sub")
+    return _reduce_loss(_math.square(diff, name=f"{name}_square"), reduction, name)
+
+
+def L1Loss(input, target, reduction="mean", name=None):  # noqa: N802,A002 - OneFlow's names
+    """|target - input| elementwise, then ``reduction``; composed (as OneFlow) of
+    ``broadcast_sub`` + ``abs`` (+ reduce)."""
+    from graphfront import math as _math
+    fn = "L1Loss"
+    _check_blob(input, fn, "input")
+    _check_blob(target, fn, "target")
+    _check_same(fn, input, target, "input", "target")
+    _reduction(fn, reduction)
+    name = name or unique_str("L1Loss_")
+    diff = _math.subtract(target, input, name=f"{name}_sub")
+    return _reduce_loss(_math.abs(diff, name=f"{name}_abs"), reduction, name)
+
+
+def KLDivLoss(input, target, log_target=False, reduction="mean", name=None):  # noqa: N802,A002
+    """Pointwise KL divergence with ``input`` = log-probabilities: ``t (log t - input)``
+    (0 where t == 0), or ``exp(t) (t - input)`` with ``log_target``; then ``reduction``
+    ("mean" averages over every element, as PyTorch's default).
+
+    OneFlow's single-client wrapper composes log/where ops; graphfront emits the v0.6.0
+    ``kl_div_loss`` op (same values)."""
+    fn = "KLDivLoss"
+    _check_blob(input, fn, "input")
+    _check_blob(target, fn, "target")
+    _check_same(fn, input, target, "input", "target")
+    _reduction(fn, reduction)
+    if not isinstance(log_target, bool):
+        raise TypeError(f"flow.nn.{fn}: log_target expects a bool, received {log_target!r}")
+    name = name or unique_str("KLDivLoss_")
+    loss = build_op("kl_div_loss", {"input": input, "target": target}, {"log_target": log_target}, name=name)
+    return _reduce_loss(loss, reduction, name)
+
+
+def MarginRankingLoss(input1, input2, target, margin=0.0, reduction="mean", name=None):  # noqa: N802
+    """max(0, -target * (input1 - input2) + margin) elementwise, then ``reduction``; composed of
+    ``broadcast_sub``, ``multiply``/``broadcast_mul``, ``negative``, ``scalar_add`` and ``relu``."""
+    from graphfront import math as _math
+    fn = "MarginRankingLoss"
+    for arg, v in (("input1", input1), ("input2", input2), ("target", target)):
+        _check_blob(v, fn, arg)
+    _check_same(fn, input1, input2, "input1", "input2")
+    margin = _number(margin, fn, "margin")
+    _reduction(fn, reduction)
+    name = name or unique_str("MarginRankingLoss_")
+    diff = _math.subtract(input1, input2, name=f"{name}_sub")
+    neg = _math.negative(_math.multiply(target, diff, name=f"{name}_mul"), name=f"{name}_neg")
+    loss = relu(_math.add(neg, margin, name=f"{name}_add_margin") if margin else neg, name=f"{name}_relu")
+    return _reduce_loss(loss, reduction, name)
+
+
+def smooth_l1_loss(prediction, label, beta=1.0, name=None):
+    """Elementwise smooth L1 (Huber) loss: with d = |prediction - label|,
+    ``0.5 d^2 / beta`` if d < beta else ``d - 0.5 beta`` (op ``smooth_l1_loss``, attr ``beta``
+    float >= 0; beta = 0 is plain L1). Unreduced, same shape as ``prediction``."""
+    fn = "smooth_l1_loss"
+    _check_blob(prediction, fn, "prediction")
+    _check_blob(label, fn, "label")
+    _check_same(fn, prediction, label, "prediction", "label")
+    beta = _number(beta, fn, "beta")
+    if beta < 0:
+        raise ValueError(f"flow.smooth_l1_loss: beta must be >= 0, received {beta}")
+    return build_op("smooth_l1_loss", {"input": prediction, "target": label}, {"beta": beta}, name=name,
+                    prefix="SmoothL1Loss_")
+
+
+# ================================================================== normalization
+# Ops in graphfront/ops/norm_ops.py (user_ops.md §1.14, §4.16).
+
+def moments(x, axes, keepdims=False, name=None):
+    """(mean, variance) of ``x`` over ``axes`` (a list of ints), variance = mean((x - mean)^2)
+    (population variance). Composite of ``flow.math.reduce_mean`` / ``reduce_variance``
+    built inside ``flow.scope.namespace(name)`` (default ``Moments_<uid>``)."""
+    from graphfront import math as _math
+    from graphfront import scope as _scope
+    _check_blob(x, "moments")
+    if isinstance(axes, int) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
+        raise TypeError(f"flow.nn.moments: axes expects a list of ints, received {axes!r}")
+    with _scope.namespace(name or unique_str("Moments_")):
+        mean = _math.reduce_mean(x, list(axes), keepdims, name="mean")
+        variance = _math.reduce_variance(x, list(axes), keepdims, name="variance")
+    return mean, variance
+
+
+def batch_normalization(x, mean, variance, offset=None, scale=None, variance_epsilon=1e-05, axis=1, name=None):
+    """(x - mean) * rsqrt(variance + variance_epsilon) * scale + offset with (C,) statistics
+    along ``axis`` (C = x.shape[axis]); ``offset``/``scale`` optional.
+
+    Composed of ``reshape``, ``broadcast_sub``, ``scalar_add``, ``rsqrt`` and
+    ``broadcast_mul``/``broadcast_add`` ops, as OneFlow's CPU path (its GPU path emits a
+    ``normalization`` op with training=False, which gives no gradient to ``mean`` and
+    ``variance``; the composite differentiates every input). Raises ValueError on a bad
+    axis or statistics of the wrong shape."""
+    from graphfront import array
+    from graphfront import math as _math
+    fn = "batch_normalization"
+    _check_blob(x, fn)
+    ndim = len(x.shape)
+    if not isinstance(axis, int) or not -ndim <= axis < ndim:
+        raise ValueError(f"flow.nn.{fn}: axis {axis!r} is out of range for x of shape {x.shape}")
+    axis %= ndim
+    c = x.shape[axis]
+    name = name or unique_str("BatchNorm_")
+    view = [1] * ndim
+    view[axis] = c
+
+    def param(blob, arg):
+        _check_blob(blob, fn, arg)
+        if blob.shape not in ((c,), tuple(view)):
+            raise ValueError(f"flow.nn.{fn}: '{arg}' must have shape {(c,)} (dim {axis} of x {x.shape}), "
+                             f"received {blob.shape}")
+        return blob if blob.shape == tuple(view) else array.reshape(blob, view, name=f"{name}_{arg}_reshape")
+
+    inv = _math.rsqrt(_math.add(param(variance, "variance"), _number(variance_epsilon, fn, "variance_epsilon"),
+                                name=f"{name}_add_epsilon"), name=f"{name}_rsqrt")
+    y = _math.multiply(_math.subtract(x, param(mean, "mean"), name=f"{name}_sub_mean"), inv, name=f"{name}_mul_inv")
+    if scale is not None:
+        y = _math.multiply(y, param(scale, "scale"), name=f"{name}_mul_scale")
+    if offset is not None:
+        y = _math.add(y, param(offset, "offset"), name=f"{name}_add_offset")
+    return y
+
+
+def layer_norm(inputs, gamma=None, beta=None, begin_norm_axis=1, begin_params_axis=-1, epsilon=1e-05, name=None):
+    """Layer normalization with caller-supplied ``gamma``/``beta`` (op ``layer_norm``).
+
+    Normalizes over axes >= ``begin_norm_axis`` with the biased variance; ``gamma``/``beta``
+    (optional) have shape ``inputs.shape[begin_params_axis:]``. graphfront emits the
+    ``layer_norm`` op on CPU and GPU (OneFlow's CPU path composes moments and arithmetic).
+    Returns y, same shape as ``inputs``."""
+    fn = "layer_norm"
+    _check_blob(inputs, fn, "inputs")
+    for arg, v in (("gamma", gamma), ("beta", beta)):
+        if v is not None:
+            _check_blob(v, fn, arg)
+    outputs = ("y", "mean", "inv_variance") + (("normalized",) if gamma is not None else ())
+    attrs = {"center": beta is not None, "scale": gamma is not None, "begin_norm_axis": begin_norm_axis,
+             "begin_params_axis": begin_params_axis, "epsilon": _number(epsilon, fn, "epsilon")}
+    outs = build_op("layer_norm", {"x": inputs, "beta": beta, "gamma": gamma}, attrs, outputs=outputs, name=name,
+                    prefix="LayerNorm_")
+    return outs[0]
+
+
+# ================================================================== transposed convolution
+# Ops in graphfront/ops/deconv_ops.py (user_ops.md §4.6).
+
+def _deconv(fn, value, filter, input, filters, strides, dilations, data_format, name):  # noqa: A002
+    x = value if value is not None else input
+    w = filter if filter is not None else filters
+    _check_blob(x, fn, "value/input")
+    _check_blob(w, fn, "filter/filters")
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise ValueError(f"flow.nn.{fn}: input and filter must be rank 4, received {x.shape} and {w.shape}")
+    first = _channels_first(data_format)
+    if (x.shape[1] if first else x.shape[-1]) != w.shape[0]:
+        raise ValueError(f"flow.nn.{fn}: filter {w.shape} must have the input's {x.shape[1] if first else x.shape[-1]} "
+                         f"channels as its first dim (in_channels, out_channels, kh, kw)")
+    kernel = list(w.shape[2:]) if first else list(w.shape[1:-1])
+    strides = _tuple(strides if strides is not None else 1, 2, "strides")
+    dilations = _tuple(dilations if dilations is not None else 1, 2, "dilations")
+    spatial = list(x.shape[2:]) if first else list(x.shape[1:-1])
+    filters_ = w.shape[1] if first else w.shape[-1]
+    return x, w, first, kernel, strides, dilations, spatial, filters_
+
+
+def _build_deconv(x, w, first, kernel, strides, dilations, pads, output_padding, filters_, name):
+    attrs = {"filters": filters_, "padding_before": pads, "data_format": "channels_first" if first else "channels_last",
+             "kernel_size": kernel, "output_padding": output_padding, "strides": strides, "dilation_rate": dilations}
+    return build_op("deconv2d", {"in": x, "weight": w}, attrs, name=name, prefix="Deconv2d_")
+
+
+def conv2d_transpose(value=None, filter=None, output_shape=None, strides=None, padding="VALID",  # noqa: A002
+                     data_format="NCHW", name=None, input=None, filters=None, dilations=None):  # noqa: A002
+    """Transposed 2-D convolution (op ``deconv2d``) of ``value`` (alias ``input``) with ``filter``
+    (alias ``filters``) of shape (in_channels, out_channels, kh, kw) for NCHW
+    ((in_channels, kh, kw, out_channels) for NHWC), producing exactly ``output_shape``.
+
+    Per spatial dim, with total = (n - 1) * s + dilation * (k - 1) + 1 - out: "VALID" uses no
+    padding and output_padding = -total; "SAME" uses padding ceil(total / 2) on each side and
+    output_padding = 2 * padding - total. output_padding must end up in [0, stride).
+    Raises ValueError when ``output_shape`` cannot be produced that way.
+    """
+    fn = "conv2d_transpose"
+    x, w, first, kernel, strides, dilations, spatial, filters_ = _deconv(
+        fn, value, filter, input, filters, strides, dilations, data_format, name)
+    if output_shape is None or len(output_shape) != 4:
+        raise ValueError(f"flow.nn.{fn}: output_shape must be the full rank-4 output shape, received {output_shape!r}")
+    out_channels = output_shape[1] if first else output_shape[-1]
+    if output_shape[0] != x.shape[0] or out_channels != filters_:
+        raise ValueError(f"flow.nn.{fn}: output_shape {tuple(output_shape)} must keep the batch size {x.shape[0]} and "
+                         f"have the filter's {filters_} output channels")
+    out = list(output_shape[2:]) if first else list(output_shape[1:-1])
+    mode = padding.upper() if isinstance(padding, str) else None
+    if mode not in ("VALID", "SAME"):
+        raise ValueError(f'flow.nn.{fn}: padding must be "VALID" or "SAME", received {padding!r}')
+    pads, ops = [], []
+    for i in range(2):
+        total = (spatial[i] - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1 - out[i]
+        p = 0 if mode == "VALID" else max(0, -(-total // 2))
+        o = 2 * p - total
+        if not 0 <= o < strides[i]:
+            raise ValueError(f"flow.nn.{fn}: output size {out[i]} of spatial dim {i} cannot be produced from input "
+                             f"size {spatial[i]} with kernel {kernel[i]}, stride {strides[i]}, dilation "
+                             f"{dilations[i]} and padding {mode}")
+        pads.append(p)
+        ops.append(o)
+    return _build_deconv(x, w, first, kernel, strides, dilations, pads, ops, filters_, name)
+
+
+def torch_conv2d_transpose(value=None, filter=None, output_padding=None, strides=None, padding_needed=None,  # noqa
+                           data_format="NCHW", name=None, input=None, filters=None, dilations=None):  # noqa: A002
+    """Transposed 2-D convolution parameterized like PyTorch's ``conv_transpose2d``:
+    ``padding_needed`` is the padding removed on each side (PyTorch's ``padding``) and
+    ``output_padding`` the extra size added at the end (both int or 2 ints, default 0).
+    Op ``deconv2d``; filter layout as :func:`conv2d_transpose`."""
+    fn = "torch_conv2d_transpose"
+    x, w, first, kernel, strides, dilations, _spatial, filters_ = _deconv(
+        fn, value, filter, input, filters, strides, dilations, data_format, name)
+    pads = _tuple(padding_needed if padding_needed is not None else 0, 2, "padding_needed")
+    ops = _tuple(output_padding if output_padding is not None else 0, 2, "output_padding")
+    return _build_deconv(x, w, first, kernel, strides, dilations, pads, ops, filters_, name)

@@ -1,60 +1,361 @@
-"""``flow.optimizer``: optimizers and learning-rate schedulers.
+"""``flow.optimizer``: optimizers, learning-rate schedulers, warmup, clipping, loss scale.
 
-An optimizer's ``minimize(loss)`` only records an ``OptimizerConf`` in the current
-job's ``train_conf`` and adds the loss to ``train_conf.loss_lbn`` (OneFlow's
-single-client behaviour, ``shared/reference/user_ops.md`` §2.1); the optimizer pass
-turns it into learning-rate and update ops when the job is completed.
+Signatures and defaults are OneFlow v0.6.0 single-client's
+(``shared/reference/single_client_api.md`` §flow.optimizer, §3.5). An optimizer's
+``minimize(loss)`` only records an ``OptimizerConf`` in the current job's
+``train_conf`` and adds the loss to ``train_conf.loss_lbn`` (``user_ops.md`` §2.1);
+the optimizer pass (:mod:`graphfront.passes.optimizer`) turns it into learning-rate
+and update ops when the job is completed. The update formulas are documented in
+:mod:`graphfront.ops.optimizer_ops`, the learning-rate formulas in
+:func:`graphfront.ops.system.learning_rate_at`.
+
+Schedulers fill ``base_learning_rate``, one ``learning_rate_decay`` case and an optional
+``warmup_conf`` (``warmup.constant(steps, multiplier)`` / ``warmup.linear(steps,
+start_multiplier)``). ``CustomScheduler(lbn)`` names a float32 ``(1,)`` blob of the
+job that holds the learning rate of every step instead.
 """
 from __future__ import annotations
 
+import numbers
+import warnings
+
+from graphfront import losses as _losses
 from graphfront.core import job_conf_pb2, learning_rate_schedule_conf_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 
+_lr_pb = learning_rate_schedule_conf_pb2
+
+
+# ------------------------------------------------------------------ argument checks
+
+def _number(where, name, value, low=None, high=None, low_open=False):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where}: {name} expects a number, received {value!r} ({type(value).__name__})")
+    value = float(value)
+    if low is not None and (value < low or (low_open and value == low)):
+        raise ValueError(f"{where}: {name} must be {'>' if low_open else '>='} {low}, received {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{where}: {name} must be <= {high}, received {value}")
+    return value
+
+
+def _positive_int(where, name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{where}: {name} expects a positive int, received {value!r}")
+    return int(value)
+
+
+def _int_list(where, name, values):
+    if not isinstance(values, (list, tuple)) or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values):
+        raise TypeError(f"{where}: {name} expects a list of ints, received {values!r}")
+    values = [int(v) for v in values]
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise ValueError(f"{where}: {name} must be strictly increasing, received {values}")
+    return values
+
+
+# ------------------------------------------------------------------ warmup
+
+class warmup:  # noqa: N801 - OneFlow's submodule name
+    """``flow.optimizer.warmup``: ``WarmupConf`` builders for a scheduler's ``warmup=``.
+
+    During the first ``steps`` train steps the LR is the scheduler's base LR times the
+    warmup multiplier; the decay takes over at step ``steps`` (evaluated at the raw step,
+    see :func:`graphfront.ops.system.learning_rate_at`).
+    """
+
+    @staticmethod
+    def constant(steps, multiplier):
+        """LR = base LR * ``multiplier`` while ``step < steps``."""
+        conf = _lr_pb.WarmupConf()
+        conf.constant_conf.warmup_batches = _positive_int("warmup.constant", "steps", steps)
+        conf.constant_conf.multiplier = _number("warmup.constant", "multiplier", multiplier, 0.0, low_open=True)
+        return conf
+
+    @staticmethod
+    def linear(steps, start_multiplier):
+        """LR = base LR * (start + (1 - start) * step / steps) while ``step < steps``."""
+        conf = _lr_pb.WarmupConf()
+        conf.linear_conf.warmup_batches = _positive_int("warmup.linear", "steps", steps)
+        conf.linear_conf.start_multiplier = _number("warmup.linear", "start_multiplier", start_multiplier, 0.0, 1.0)
+        return conf
+
 
 # ------------------------------------------------------------------ schedulers
 
 class LrScheduler:
-    """Base learning-rate scheduler: fills the LR fields of an ``OptimizerConf``."""
+    """Base learning-rate scheduler: fills the LR fields of an ``OptimizerConf``.
 
-    def __init__(self, base_lr, warmup=None):
-        self.base_lr = float(base_lr)
+    Attributes: ``base_lr`` (float or None), ``lr_lbn`` (a blob name or None),
+    ``warmup`` (a ``WarmupConf`` or None). Subclasses override
+    ``learning_rate_decay_conf``.
+    """
+
+    def __init__(self, base_lr=None, lr_lbn=None, warmup=None):
+        where = type(self).__name__
+        if lr_lbn is None:
+            base_lr = _number(where, "base_lr", base_lr, 0.0)
+        if warmup is not None and not isinstance(warmup, _lr_pb.WarmupConf):
+            raise TypeError(f"{where}: warmup expects flow.optimizer.warmup.constant(...) or .linear(...), "
+                            f"received {warmup!r}")
+        self.base_lr = base_lr
+        self.lr_lbn = lr_lbn
         self.warmup = warmup
+
+    @property
+    def warmup_conf(self):
+        return self.warmup
 
     @property
     def learning_rate_decay_conf(self):
         return None
 
     def SetLrFieldsInOptimizerConf(self, optimizer_conf):  # noqa: N802 - OneFlow's name
+        if self.lr_lbn is not None:
+            optimizer_conf.learning_rate_lbn = self.lr_lbn
+            return
         optimizer_conf.base_learning_rate = self.base_lr
+        if self.warmup_conf is not None:
+            optimizer_conf.warmup_conf.CopyFrom(self.warmup_conf)
         decay = self.learning_rate_decay_conf
         if decay is not None:
             optimizer_conf.learning_rate_decay.CopyFrom(decay)
-        if self.warmup is not None:
-            optimizer_conf.warmup_conf.CopyFrom(self.warmup)
 
 
-class PiecewiseConstantScheduler(LrScheduler):
-    """``values[i]`` while ``boundaries[i-1] <= step < boundaries[i]``; base LR = values[0]."""
+class CosineScheduler(LrScheduler):
+    """``base_lr * ((1 - alpha) * 0.5 * (1 + cos(pi * min(step, steps) / steps)) + alpha)``."""
 
-    def __init__(self, boundaries, values, warmup=None):
-        if len(values) != len(boundaries) + 1:
-            raise ValueError(f"PiecewiseConstantScheduler: len(values) must be len(boundaries) + 1, received "
-                             f"{len(values)} values for {len(boundaries)} boundaries")
-        super().__init__(values[0], warmup)
-        self.boundaries = list(boundaries)
-        self.values = list(values)
+    def __init__(self, base_lr, steps, alpha=0.0, warmup=None):
+        super().__init__(base_lr=base_lr, warmup=warmup)
+        self.steps = _positive_int("CosineScheduler", "steps", steps)
+        self.alpha = _number("CosineScheduler", "alpha", alpha)
 
     @property
     def learning_rate_decay_conf(self):
-        conf = learning_rate_schedule_conf_pb2.LearningRateDecayConf()
+        conf = _lr_pb.LearningRateDecayConf()
+        conf.cosine_conf.decay_batches = self.steps
+        conf.cosine_conf.alpha = self.alpha
+        return conf
+
+
+class CustomScheduler(LrScheduler):
+    """The learning rate of every step is read from blob ``lbn`` (a name or a BlobDesc).
+
+    Limits: the blob must belong to the train job being built, be float32 of shape
+    ``(1,)`` (checked when the job is completed) and is not differentiated (compute it
+    from placeholders or non-trainable blobs). No warmup or decay is applied on top.
+    OneFlow v0.6.0's job completion overwrote this blob with a schedule of base LR 0;
+    graphfront uses it as documented.
+    """
+
+    def __init__(self, lbn):
+        if isinstance(lbn, BlobDesc):
+            lbn = lbn.lbn
+        if not isinstance(lbn, str) or "/" not in lbn:
+            raise TypeError(f"CustomScheduler: lbn expects a blob or a logical blob name 'op/blob', received {lbn!r}")
+        super().__init__(lr_lbn=lbn)
+
+
+class PiecewiseConstantScheduler(LrScheduler):
+    """``values[i]`` for ``boundaries[i-1] < step <= boundaries[i]`` (``values[0]`` up to and
+    including ``boundaries[0]``, TF's convention); base LR = ``values[0]``."""
+
+    def __init__(self, boundaries, values, warmup=None):
+        where = "PiecewiseConstantScheduler"
+        boundaries = _int_list(where, "boundaries", boundaries)
+        if not isinstance(values, (list, tuple)) or len(values) != len(boundaries) + 1:
+            raise ValueError(f"{where}: len(values) must be len(boundaries) + 1 = {len(boundaries) + 1}, received "
+                             f"{values!r}")
+        values = [_number(where, "values[]", v) for v in values]
+        super().__init__(base_lr=values[0], warmup=warmup)
+        self.boundaries = boundaries
+        self.values = values
+
+    @property
+    def learning_rate_decay_conf(self):
+        conf = _lr_pb.LearningRateDecayConf()
         conf.piecewise_constant_conf.boundaries.extend(self.boundaries)
         conf.piecewise_constant_conf.values.extend(self.values)
         return conf
 
 
+class PiecewiseScalingScheduler(LrScheduler):
+    """``base_lr * scale[i-1]`` for ``boundaries[i-1] < step <= boundaries[i]`` (``base_lr``
+    up to and including ``boundaries[0]``). A scalar ``scale`` is used after every boundary."""
+
+    def __init__(self, base_lr, boundaries, scale, warmup=None):
+        where = "PiecewiseScalingScheduler"
+        super().__init__(base_lr=base_lr, warmup=warmup)
+        self.boundaries = _int_list(where, "boundaries", boundaries)
+        if not isinstance(scale, (list, tuple)):
+            scale = [scale] * len(self.boundaries)
+        if len(scale) != len(self.boundaries):
+            raise ValueError(f"{where}: len(scale) must equal len(boundaries) = {len(self.boundaries)}, received "
+                             f"{list(scale)!r}")
+        self.scale = [1.0] + [_number(where, "scale[]", s) for s in scale]
+
+    @property
+    def learning_rate_decay_conf(self):
+        conf = _lr_pb.LearningRateDecayConf()
+        conf.piecewise_scaling_conf.boundaries.extend(self.boundaries)
+        conf.piecewise_scaling_conf.scales.extend(self.scale)
+        return conf
+
+
+class PolynomialScheduler(LrScheduler):
+    """``(base_lr - end) * (1 - t / steps') ** power + end``: ``t = min(step, steps)``; with
+    ``cycle`` the decay restarts: ``steps' = steps * ceil(step / steps)``."""
+
+    def __init__(self, base_lr, steps, end_learning_rate=0.0001, power=1.0, cycle=False, warmup=None):
+        where = type(self).__name__
+        super().__init__(base_lr=base_lr, warmup=warmup)
+        self.steps = _positive_int(where, "steps", steps)
+        self.end_learning_rate = _number(where, "end_learning_rate", end_learning_rate)
+        self.power = _number(where, "power", power)
+        self.cycle = bool(cycle)
+
+    @property
+    def learning_rate_decay_conf(self):
+        conf = _lr_pb.LearningRateDecayConf()
+        c = conf.polynomial_conf
+        c.decay_batches = self.steps
+        c.end_learning_rate = self.end_learning_rate
+        c.power = self.power
+        c.cycle = self.cycle
+        return conf
+
+
+class PolynomialSchduler(PolynomialScheduler):
+    """Deprecated misspelled alias of :class:`PolynomialScheduler` (warns)."""
+
+    def __init__(self, base_lr, steps, end_learning_rate=0.0001, power=1.0, cycle=False, warmup=None):
+        warnings.warn("flow.optimizer.PolynomialSchduler is deprecated, use flow.optimizer.PolynomialScheduler",
+                      DeprecationWarning, stacklevel=2)
+        super().__init__(base_lr, steps, end_learning_rate, power, cycle, warmup)
+
+
+class LinearCosineScheduler(LrScheduler):
+    """``base_lr * ((alpha + (steps - t) / steps) * 0.5 * (1 + cos(2 pi num_periods t / steps)) + beta)``,
+    ``t = min(step, steps)``."""
+
+    def __init__(self, base_lr, steps, num_periods=0.5, alpha=0.0, beta=0.001, warmup=None):
+        where = "LinearCosineScheduler"
+        super().__init__(base_lr=base_lr, warmup=warmup)
+        self.steps = _positive_int(where, "steps", steps)
+        self.num_periods = _number(where, "num_periods", num_periods)
+        self.alpha = _number(where, "alpha", alpha)
+        self.beta = _number(where, "beta", beta)
+
+    @property
+    def learning_rate_decay_conf(self):
+        conf = _lr_pb.LearningRateDecayConf()
+        c = conf.linear_cosine_conf
+        c.decay_batches = self.steps
+        c.num_periods = self.num_periods
+        c.alpha = self.alpha
+        c.beta = self.beta
+        return conf
+
+
+class _RateDecayScheduler(LrScheduler):
+    _field = ""
+
+    def __init__(self, base_lr, steps, decay_rate, staircase=False, warmup=None):
+        where = type(self).__name__
+        super().__init__(base_lr=base_lr, warmup=warmup)
+        self.steps = _positive_int(where, "steps", steps)
+        self.decay_rate = _number(where, "decay_rate", decay_rate)
+        self.staircase = bool(staircase)
+
+    @property
+    def learning_rate_decay_conf(self):
+        conf = _lr_pb.LearningRateDecayConf()
+        c = getattr(conf, self._field)
+        c.decay_batches = self.steps
+        c.decay_rate = self.decay_rate
+        c.staircase = self.staircase
+        return conf
+
+
+class ExponentialScheduler(_RateDecayScheduler):
+    """``base_lr * decay_rate ** p``, ``p = step / steps`` (``floor`` when ``staircase``)."""
+    _field = "exponential_conf"
+
+
+class InverseTimeScheduler(_RateDecayScheduler):
+    """``base_lr / (1 + decay_rate * p)``, ``p = step / steps`` (``floor`` when ``staircase``)."""
+    _field = "inverse_time_conf"
+
+
+class NaturalExpScheduler(_RateDecayScheduler):
+    """``base_lr * exp(-decay_rate * p)``, ``p = step / steps`` (``floor`` when ``staircase``).
+
+    (OneFlow v0.6.0's class fails when used; graphfront's works.)"""
+    _field = "natural_exp_conf"
+
+
+# ------------------------------------------------------------------ clipping and loss scale
+
+class grad_clipping:  # noqa: N801 - OneFlow's submodule name
+    """``flow.optimizer.grad_clipping``."""
+
+    class by_global_norm:  # noqa: N801
+        """Scale all gradients of an optimizer by ``min(1, clip_norm / global_norm)`` where
+        ``global_norm`` is the L2 norm of all of them together (the factor of
+        ``torch.nn.utils.clip_grad_norm_``). Pass as ``grad_clipping=``."""
+
+        def __init__(self, clip_norm):
+            self.clip_norm = _number("grad_clipping.by_global_norm", "clip_norm", clip_norm, 0.0, low_open=True)
+
+        @property
+        def clip_conf(self):
+            conf = job_conf_pb2.ClipConf()
+            conf.clip_by_global_norm.clip_norm = self.clip_norm
+            return conf
+
+
+class loss_scale:  # noqa: N801 - OneFlow's submodule name
+    """``flow.optimizer.loss_scale``: loss-scale policies for ``loss_scale_policy=``."""
+
+    class LossScalePolicy:
+        def SetLossScaleFieldsInTrainConf(self, train_conf):  # noqa: N802
+            raise NotImplementedError
+
+    class static_loss_scale(LossScalePolicy):  # noqa: N801
+        """The loss gradient is seeded with ``loss_scale_factor`` and every variable
+        gradient divided by it (same as ``loss_scale_factor=``)."""
+
+        def __init__(self, loss_scale_factor):
+            self.loss_scale_factor = _number("loss_scale.static_loss_scale", "loss_scale_factor",
+                                             loss_scale_factor, 0.0, low_open=True)
+
+        def SetLossScaleFieldsInTrainConf(self, train_conf):  # noqa: N802
+            train_conf.loss_scale_factor = self.loss_scale_factor
+
+    class dynamic_loss_scale(LossScalePolicy):  # noqa: N801
+        """Dynamic loss scaling (initial scale 2**30, grown by ``multiplier`` every
+        ``increment_period`` good steps). Recorded in ``TrainConf.dynamic_loss_scale_policy``
+        but not executed by graphfront yet: ``minimize`` raises NotImplementedError."""
+
+        def __init__(self, initial_loss_scale=2 ** 30, increment_period=2000, multiplier=2.0):
+            self.initial_loss_scale = _number("dynamic_loss_scale", "initial_loss_scale", initial_loss_scale, 0.0,
+                                              low_open=True)
+            self.increment_period = _positive_int("dynamic_loss_scale", "increment_period", increment_period)
+            self.multiplier = _number("dynamic_loss_scale", "multiplier", multiplier, 1.0, low_open=True)
+
+        def SetLossScaleFieldsInTrainConf(self, train_conf):  # noqa: N802
+            p = train_conf.dynamic_loss_scale_policy
+            p.initial_loss_scale = self.initial_loss_scale
+            p.increment_period = self.increment_period
+            p.multiplier = self.multiplier
+
+
 # ------------------------------------------------------------------ optimizers
+
+_ClipByGlobalNorm = grad_clipping.by_global_norm
 
 def _variables_of_current_job():
     builder = jb.current()
@@ -65,73 +366,357 @@ GetVariablesForCurrentJob = _variables_of_current_job
 
 
 class Optimizer:
-    """Base optimizer: ``minimize(loss)`` records this optimizer in the train job."""
+    """Base of every optimizer: ``minimize(loss)`` records ``train_conf`` in the train job."""
 
-    def __init__(self, lr_scheduler, loss_scale_factor=None, grad_clipping=None, train_step_lbn=None,
-                 loss_scale_policy=None, variables=GetVariablesForCurrentJob):
-        if not isinstance(lr_scheduler, LrScheduler):
-            raise TypeError(f"{type(self).__name__}: lr_scheduler must be a flow.optimizer scheduler such as "
-                            f"PiecewiseConstantScheduler([], [0.1]), received {lr_scheduler!r}")
-        self.lr_scheduler = lr_scheduler
-        self.loss_scale_factor = loss_scale_factor
-        self.grad_clipping = grad_clipping
+    def __init__(self, loss_scale_factor=None, train_step_lbn=None, loss_scale_policy=None):
+        where = type(self).__name__
+        if loss_scale_factor is not None:
+            if loss_scale_policy is not None:
+                raise ValueError(f"{where}: give loss_scale_factor or loss_scale_policy, not both")
+            loss_scale_policy = loss_scale.static_loss_scale(loss_scale_factor)
+        if loss_scale_policy is not None and not isinstance(loss_scale_policy, loss_scale.LossScalePolicy):
+            raise TypeError(f"{where}: loss_scale_policy expects flow.optimizer.loss_scale.static_loss_scale(...) "
+                            f"or dynamic_loss_scale(...), received {loss_scale_policy!r}")
+        if isinstance(train_step_lbn, BlobDesc):
+            train_step_lbn = train_step_lbn.lbn
         self.train_step_lbn = train_step_lbn
         self.loss_scale_policy = loss_scale_policy
-        self.variables = variables
 
-    def Variables(self):  # noqa: N802
-        v = self.variables
-        return list(v()) if callable(v) else list(v)
-
-    def _fill(self, conf):
-        """Set the algorithm's oneof case of ``conf`` (subclasses)."""
+    def _AddOptimizerConfInTrainConf(self, train_conf):  # noqa: N802
         raise NotImplementedError
 
-    def optimizer_conf(self) -> job_conf_pb2.OptimizerConf:
-        conf = job_conf_pb2.OptimizerConf()
-        conf.variable_op_names.extend(self.Variables())
-        self.lr_scheduler.SetLrFieldsInOptimizerConf(conf)
-        if self.grad_clipping is not None:
-            conf.clip_conf.CopyFrom(self.grad_clipping)
-        self._fill(conf)
+    @property
+    def train_conf(self) -> job_conf_pb2.TrainConf:
+        """The ``TrainConf`` this optimizer contributes (evaluates ``Variables()`` now)."""
+        conf = job_conf_pb2.TrainConf()
+        if self.train_step_lbn is not None:
+            conf.train_step_lbn = self.train_step_lbn
+        if self.loss_scale_policy is not None:
+            self.loss_scale_policy.SetLossScaleFieldsInTrainConf(conf)
+        self._AddOptimizerConfInTrainConf(conf)
         return conf
 
     def minimize(self, loss):
-        """Record this optimizer and ``loss`` (a blob or a list of blobs) in the train job."""
+        """Record this optimizer and ``loss`` (a blob or a list of blobs) in the train job.
+
+        Raises:
+            JobBuildError: outside a train job, a loss that is not a floating-point blob,
+                unknown variable names, or variables already given to another optimizer.
+            NotImplementedError: with ``loss_scale.dynamic_loss_scale``.
+        """
         loc = user_frame()
+        where = f"{type(self).__name__}.minimize"
+        if not jb.is_building():
+            raise JobBuildError(f"{where} must be called inside a @flow.global_function(type=\"train\") job body"
+                                f"{format_location(loc)}")
         builder = jb.current()
         if not builder.is_train:
-            raise JobBuildError(f"{type(self).__name__}.minimize: job '{builder.job_name}' is a predict job; use "
+            raise JobBuildError(f"{where}: job '{builder.job_name}' is a predict job; use "
                                 f'@flow.global_function(type="train"){format_location(loc)}')
+        if isinstance(self.loss_scale_policy, loss_scale.dynamic_loss_scale):
+            raise NotImplementedError(
+                f"{where}: flow.optimizer.loss_scale.dynamic_loss_scale is not supported by graphfront yet (it needs "
+                "the count_not_finite/dynamic_loss_scale_schedule pipeline); use loss_scale_factor=f or "
+                "loss_scale.static_loss_scale(f)")
         losses = list(loss) if isinstance(loss, (list, tuple)) else [loss]
         for blob in losses:
             if not isinstance(blob, BlobDesc):
-                raise JobBuildError(f"{type(self).__name__}.minimize expects a loss blob, received "
-                                    f"{type(blob).__name__}{format_location(loc)}")
+                raise JobBuildError(f"{where} expects a loss blob, received {type(blob).__name__}"
+                                    f"{format_location(loc)}")
             if not blob.dtype.is_floating_point:
-                raise JobBuildError(f"{type(self).__name__}.minimize: loss '{blob.lbn}' must be floating point, "
-                                    f"received {blob.dtype.name}{format_location(loc)}")
+                raise JobBuildError(f"{where}: loss '{blob.lbn}' must be floating point, received "
+                                    f"{blob.dtype.name}{format_location(loc)}")
+        new = self.train_conf
         tc = builder.job.job_conf.train_conf
-        tc.optimizer_conf.add().CopyFrom(self.optimizer_conf())
-        tc.loss_lbn.extend(b.lbn for b in losses)
-        if self.train_step_lbn:
-            tc.train_step_lbn = self.train_step_lbn
-        if self.loss_scale_factor is not None:
-            tc.loss_scale_factor = float(self.loss_scale_factor)
+        variables = {op.name for op in builder.job.net.op if jb.op_kind(op) == "variable_conf"}
+        taken = {v for c in tc.optimizer_conf for v in c.variable_op_names}
+        for conf in new.optimizer_conf:
+            unknown = [v for v in conf.variable_op_names if v not in variables]
+            if unknown:
+                raise JobBuildError(f"{where}: {unknown} are not variables of job '{builder.job_name}' (create them "
+                                    f"with flow.get_variable before minimize){format_location(loc)}")
+            twice = sorted(taken.intersection(conf.variable_op_names))
+            if twice:
+                raise JobBuildError(f"{where}: variables {twice} are already updated by another optimizer of job "
+                                    f"'{builder.job_name}'; give each optimizer its own variables= or use "
+                                    f"flow.optimizer.CombinedOptimizer{format_location(loc)}")
+        tc.optimizer_conf.extend(new.optimizer_conf)
+        for blob in losses:
+            _losses.add_loss(blob)
+        if new.train_step_lbn:
+            tc.train_step_lbn = new.train_step_lbn
+        if new.HasField("loss_scale_factor"):
+            tc.loss_scale_factor = new.loss_scale_factor
 
 
-class SGD(Optimizer):
-    """Stochastic gradient descent; ``momentum=0`` -> ``sgd_update``, else ``momentum_update``
-    with ``beta = momentum`` (OneFlow's default momentum is 0.9)."""
+class _SingleOptimizer(Optimizer):
+    """One ``OptimizerConf``: LR scheduler, clipping, variables, algorithm fields."""
+
+    def __init__(self, lr_scheduler, loss_scale_factor=None, grad_clipping=None, train_step_lbn=None,
+                 loss_scale_policy=None, variables=GetVariablesForCurrentJob):
+        super().__init__(loss_scale_factor, train_step_lbn, loss_scale_policy)
+        where = type(self).__name__
+        if not isinstance(lr_scheduler, LrScheduler):
+            raise TypeError(f"{where}: lr_scheduler must be a flow.optimizer scheduler such as "
+                            f"PiecewiseConstantScheduler([], [0.1]), received {lr_scheduler!r}")
+        if grad_clipping is not None and not isinstance(grad_clipping, (_ClipByGlobalNorm, job_conf_pb2.ClipConf)):
+            raise TypeError(f"{where}: grad_clipping expects flow.optimizer.grad_clipping.by_global_norm(clip_norm), "
+                            f"received {grad_clipping!r}")
+        self.lr_scheduler = lr_scheduler
+        self.grad_clipping = grad_clipping
+        self.variables = variables
+
+    def Variables(self):  # noqa: N802
+        """Variable op names this optimizer updates (a callable is evaluated now)."""
+        v = self.variables
+        names = v() if callable(v) else v
+        if isinstance(names, str):
+            names = [names]
+        return list(names)
+
+    def _SetSpecificFieldsInOptimizerConf(self, conf):  # noqa: N802
+        raise NotImplementedError
+
+    def _AddOptimizerConfInTrainConf(self, train_conf):  # noqa: N802
+        conf = train_conf.optimizer_conf.add()
+        self.lr_scheduler.SetLrFieldsInOptimizerConf(conf)
+        if self.grad_clipping is not None:
+            clip = self.grad_clipping
+            conf.clip_conf.CopyFrom(clip if isinstance(clip, job_conf_pb2.ClipConf) else clip.clip_conf)
+        conf.variable_op_names.extend(self.Variables())
+        self._SetSpecificFieldsInOptimizerConf(conf)
+
+
+class _WeightDecayMixin:
+    """``weight_decay`` with ``weight_decay_includes`` / ``weight_decay_excludes`` (a regex
+    or a list of regexes matched anywhere in the variable name; not both)."""
+
+    def _init_weight_decay(self, weight_decay, includes, excludes):
+        where = type(self).__name__
+        if includes is not None and excludes is not None:
+            raise ValueError(f"{where}: weight_decay_includes and weight_decay_excludes are mutually exclusive")
+
+        def patterns(name, value):
+            if value is None:
+                return None
+            value = [value] if isinstance(value, str) else list(value)
+            if not all(isinstance(p, str) for p in value):
+                raise TypeError(f"{where}: {name} expects a str or a list of str, received {value!r}")
+            return value
+        self.weight_decay = None if weight_decay is None else _number(where, "weight_decay", weight_decay, 0.0)
+        self.weight_decay_includes = patterns("weight_decay_includes", includes)
+        self.weight_decay_excludes = patterns("weight_decay_excludes", excludes)
+
+    def _AddWeightDecayConf(self, conf):  # noqa: N802
+        if self.weight_decay is None:
+            return
+        wd = conf.weight_decay_conf
+        wd.weight_decay_rate = self.weight_decay
+        if self.weight_decay_includes is not None:
+            wd.includes.pattern.extend(self.weight_decay_includes)
+        elif self.weight_decay_excludes is not None:
+            wd.excludes.pattern.extend(self.weight_decay_excludes)
+
+
+class SGD(_SingleOptimizer):
+    """SGD: ``momentum == 0`` -> ``naive_conf`` (``sgd_update``), else ``momentum_conf``
+    with ``beta = momentum`` (``momentum_update``). OneFlow's default momentum is 0.9."""
 
     def __init__(self, lr_scheduler, loss_scale_factor=None, momentum=0.9, grad_clipping=None,
                  train_step_lbn=None, loss_scale_policy=None, variables=GetVariablesForCurrentJob):
         super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, train_step_lbn, loss_scale_policy,
                          variables)
-        self.momentum = momentum
+        self.momentum = _number(type(self).__name__, "momentum", momentum, 0.0, 1.0)
 
-    def _fill(self, conf):
+    def _SetSpecificFieldsInOptimizerConf(self, conf):  # noqa: N802
         if self.momentum == 0:
             conf.naive_conf.SetInParent()
         else:
-            conf.momentum_conf.beta = float(self.momentum)
+            conf.momentum_conf.beta = self.momentum
+
+
+class SGDW(SGD, _WeightDecayMixin):
+    """SGD / momentum SGD with decoupled weight decay ``w -= lr * weight_decay * w``."""
+
+    def __init__(self, lr_scheduler, loss_scale_factor=None, momentum=0.9, weight_decay=None,
+                 weight_decay_includes=None, weight_decay_excludes=None, grad_clipping=None, train_step_lbn=None,
+                 loss_scale_policy=None, variables=GetVariablesForCurrentJob):
+        super().__init__(lr_scheduler, loss_scale_factor, momentum, grad_clipping, train_step_lbn,
+                         loss_scale_policy, variables)
+        self._init_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
+
+    def _SetSpecificFieldsInOptimizerConf(self, conf):  # noqa: N802
+        super()._SetSpecificFieldsInOptimizerConf(conf)
+        self._AddWeightDecayConf(conf)
+
+
+class Adam(_SingleOptimizer):
+    """Adam (``adam_conf``). Note OneFlow's default ``do_bias_correction=False``."""
+
+    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-08, do_bias_correction=False,
+                 loss_scale_factor=None, grad_clipping=None, train_step_lbn=None, loss_scale_policy=None,
+                 variables=GetVariablesForCurrentJob):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, train_step_lbn, loss_scale_policy,
+                         variables)
+        where = type(self).__name__
+        self.beta1 = _number(where, "beta1", beta1, 0.0, 1.0)
+        self.beta2 = _number(where, "beta2", beta2, 0.0, 1.0)
+        self.epsilon = _number(where, "epsilon", epsilon, 0.0)
+        self.do_bias_correction = bool(do_bias_correction)
+
+    def _SetSpecificFieldsInOptimizerConf(self, conf):  # noqa: N802
+        c = conf.adam_conf
+        c.beta1, c.beta2, c.epsilon = self.beta1, self.beta2, self.epsilon
+        c.do_bias_correction = self.do_bias_correction
+
+
+class AdamW(Adam, _WeightDecayMixin):
+    """Adam with decoupled weight decay (``torch.optim.AdamW`` when ``do_bias_correction``)."""
+
+    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-08, do_bias_correction=False,
+                 loss_scale_factor=None, weight_decay=None, weight_decay_includes=None, weight_decay_excludes=None,
+                 grad_clipping=None, train_step_lbn=None, loss_scale_policy=None,
+                 variables=GetVariablesForCurrentJob):
+        super().__init__(lr_scheduler, beta1, beta2, epsilon, do_bias_correction, loss_scale_factor,
+                         grad_clipping, train_step_lbn, loss_scale_policy, variables)
+        self._init_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
+
+    def _SetSpecificFieldsInOptimizerConf(self, conf):  # noqa: N802
+        super()._SetSpecificFieldsInOptimizerConf(conf)
+        self._AddWeightDecayConf(conf)
+
+
+class LazyAdam(_SingleOptimizer):
+    """Lazy Adam (``lazy_adam_conf``; bias correction on, the proto default). graphfront
+    applies it as dense Adam (``adam_update``); there is no sparse gradient path."""
+
+    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-08, loss_scale_factor=None,
+                 grad_clipping=None, train_step_lbn=None, loss_scale_policy=None,
+                 variables=GetVariablesForCurrentJob):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, train_step_lbn, loss_scale_policy,
+                         variables)
+        where = type(self).__name__
+        self.beta1 = _number(where, "beta1", beta1, 0.0, 1.0)
+        self.beta2 = _number(where, "beta2", beta2, 0.0, 1.0)
+        self.epsilon = _number(where, "epsilon", epsilon, 0.0)
+
+    def _SetSpecificFieldsInOptimizerConf(self, conf):  # noqa: N802
+        c = conf.lazy_adam_conf
+        c.beta1, c.beta2, c.epsilon = self.beta1, self.beta2, self.epsilon
+
+
+class RMSProp(_SingleOptimizer):
+    """RMSProp (``rmsprop_conf``): ``decay_rate`` is torch's ``alpha``; epsilon is added
+    inside the square root (OneFlow)."""
+
+    def __init__(self, lr_scheduler, decay_rate=0.99, epsilon=1e-08, centered=False, loss_scale_factor=None,
+                 grad_clipping=None, train_step_lbn=None, loss_scale_policy=None,
+                 variables=GetVariablesForCurrentJob):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, train_step_lbn, loss_scale_policy,
+                         variables)
+        where = type(self).__name__
+        self.decay_rate = _number(where, "decay_rate", decay_rate, 0.0, 1.0)
+        self.epsilon = _number(where, "epsilon", epsilon, 0.0)
+        self.centered = bool(centered)
+
+    def _SetSpecificFieldsInOptimizerConf(self, conf):  # noqa: N802
+        c = conf.rmsprop_conf
+        c.decay_rate, c.epsilon, c.centered = self.decay_rate, self.epsilon, self.centered
+
+
+class LARS(_SingleOptimizer, _WeightDecayMixin):
+    """LARS (``lars_conf``): layer-wise trust ratio with momentum."""
+
+    def __init__(self, lr_scheduler, momentum_beta=0.9, epsilon=1e-09, lars_coefficient=0.0001,
+                 loss_scale_factor=None, weight_decay=None, weight_decay_includes=None, weight_decay_excludes=None,
+                 grad_clipping=None, train_step_lbn=None, loss_scale_policy=None,
+                 variables=GetVariablesForCurrentJob):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, train_step_lbn, loss_scale_policy,
+                         variables)
+        where = type(self).__name__
+        self.momentum_beta = _number(where, "momentum_beta", momentum_beta, 0.0, 1.0)
+        self.epsilon = _number(where, "epsilon", epsilon, 0.0)
+        self.lars_coefficient = _number(where, "lars_coefficient", lars_coefficient, 0.0)
+        self._init_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
+
+    def _SetSpecificFieldsInOptimizerConf(self, conf):  # noqa: N802
+        c = conf.lars_conf
+        c.momentum_beta, c.epsilon, c.lars_coefficient = self.momentum_beta, self.epsilon, self.lars_coefficient
+        self._AddWeightDecayConf(conf)
+
+
+class LAMB(_SingleOptimizer, _WeightDecayMixin):
+    """LAMB (``lamb_conf``): Adam direction scaled by the layer-wise trust ratio."""
+
+    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-06, loss_scale_factor=None,
+                 weight_decay=None, weight_decay_includes=None, weight_decay_excludes=None, grad_clipping=None,
+                 train_step_lbn=None, loss_scale_policy=None, variables=GetVariablesForCurrentJob):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, train_step_lbn, loss_scale_policy,
+                         variables)
+        where = type(self).__name__
+        self.beta1 = _number(where, "beta1", beta1, 0.0, 1.0)
+        self.beta2 = _number(where, "beta2", beta2, 0.0, 1.0)
+        self.epsilon = _number(where, "epsilon", epsilon, 0.0)
+        self._init_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
+
+    def _SetSpecificFieldsInOptimizerConf(self, conf):  # noqa: N802
+        c = conf.lamb_conf
+        c.beta1, c.beta2, c.epsilon = self.beta1, self.beta2, self.epsilon
+        self._AddWeightDecayConf(conf)
+
+
+class Adagrad(_SingleOptimizer, _WeightDecayMixin):
+    """Adagrad (``adagrad_conf``; ``torch.optim.Adagrad``'s ``lr_decay``,
+    ``initial_accumulator_value``, ``eps``). A graphfront extension: OneFlow v0.6.0 has the
+    conf and the ``adagrad_update`` op but no single-client class; defaults are the
+    ``AdagradModelUpdateConf`` defaults. ``weight_decay`` is decoupled."""
+
+    def __init__(self, lr_scheduler, lr_decay=0.0, initial_accumulator_value=0.0, epsilon=1e-10,
+                 loss_scale_factor=None, weight_decay=None, weight_decay_includes=None, weight_decay_excludes=None,
+                 grad_clipping=None, train_step_lbn=None, loss_scale_policy=None,
+                 variables=GetVariablesForCurrentJob):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, train_step_lbn, loss_scale_policy,
+                         variables)
+        where = type(self).__name__
+        self.lr_decay = _number(where, "lr_decay", lr_decay, 0.0)
+        self.initial_accumulator_value = _number(where, "initial_accumulator_value", initial_accumulator_value, 0.0)
+        self.epsilon = _number(where, "epsilon", epsilon, 0.0)
+        self._init_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
+
+    def _SetSpecificFieldsInOptimizerConf(self, conf):  # noqa: N802
+        c = conf.adagrad_conf
+        c.lr_decay, c.initial_accumulator_value, c.epsilon = (self.lr_decay, self.initial_accumulator_value,
+                                                              self.epsilon)
+        self._AddWeightDecayConf(conf)
+
+
+class CombinedOptimizer(Optimizer):
+    """Several optimizers in one train job, each over its own (disjoint) ``variables``.
+
+    Loss scale and train step are set on the combined optimizer only.
+    """
+
+    def __init__(self, optimizers, loss_scale_factor=None, train_step_lbn=None, loss_scale_policy=None):
+        super().__init__(loss_scale_factor, train_step_lbn, loss_scale_policy)
+        optimizers = list(optimizers)
+        for i, o in enumerate(optimizers):
+            if not isinstance(o, _SingleOptimizer):
+                raise TypeError(f"CombinedOptimizer: optimizers[{i}] expects a single optimizer (SGD, Adam, ...), "
+                                f"received {o!r}")
+            if o.train_step_lbn is not None or o.loss_scale_policy is not None:
+                raise ValueError(f"CombinedOptimizer: optimizers[{i}] ({type(o).__name__}) sets train_step_lbn or a "
+                                 "loss scale; set them on the CombinedOptimizer instead")
+        self.optimizers = optimizers
+
+    def Variables(self):  # noqa: N802
+        return [v for o in self.optimizers for v in o.Variables()]
+
+    def _AddOptimizerConfInTrainConf(self, train_conf):  # noqa: N802
+        seen = {}
+        for i, o in enumerate(self.optimizers):
+            o._AddOptimizerConfInTrainConf(train_conf)
+            for v in train_conf.optimizer_conf[-1].variable_op_names:
+                if v in seen:
+                    raise JobBuildError(f"CombinedOptimizer: variable '{v}' is given to optimizers[{seen[v]}] and "
+                                        f"optimizers[{i}]; the variable lists must be disjoint")
+                seen[v] = i

@@ -227,3 +227,22 @@ def test_watch_delivers_values_each_run():
     job(np.array([3, -3, 1], np.float32))
     np.testing.assert_array_equal(seen[0], [0, 0, 1])
     np.testing.assert_array_equal(seen[1], [3, 0, 1])
+
+
+def test_blob_used_twice_by_one_op_gets_both_gradients():
+    grads = {}
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.constant_initializer(2.0))
+
+        def keep(g: tp.Numpy):
+            grads["w"] = g
+        flow.watch_diff(w, keep)
+        loss = flow.math.reduce_sum(w * w + x * w)   # d/dw = 2w + x
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]), momentum=0).minimize(loss)
+        return loss
+
+    x = np.array([1, 2, 3], np.float32)
+    job(x)
+    np.testing.assert_allclose(grads["w"], 2 * 2.0 + x)

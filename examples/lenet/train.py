@@ -27,22 +27,28 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--decay-epoch", type=int, default=10,
+                   help="the learning rate drops to lr/10 after this many epochs (0: constant)")
     p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto")
     p.add_argument("--dataset", choices=["mnist", "fashion"], default="mnist")
     p.add_argument("--data-dir", default=None, help="directory with IDX files or mnist.npz")
     p.add_argument("--checkpoint-dir", default="lenet_checkpoint", help="where the variables are saved")
+    p.add_argument("--save-model", metavar="DIR", default=None,
+                   help="also export the eval job as a saved model under DIR/<version> (serve it with serve.py)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
 
-def build_jobs(batch_size, device, lr):
+def build_jobs(batch_size, device, lr, decay_step=0):
     @flow.global_function(type="train")
     def train_job(images: tp.Numpy.Placeholder((batch_size, 1, 28, 28), dtype=flow.float),
                   labels: tp.Numpy.Placeholder((batch_size,), dtype=flow.int32)) -> tp.Numpy:
         with flow.scope.placement(device, "0:0"):
             logits = lenet(images, train=True)
             loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="softmax_loss")
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]), momentum=0).minimize(loss)
+        schedule = (flow.optimizer.PiecewiseConstantScheduler([decay_step], [lr, lr / 10]) if decay_step
+                    else flow.optimizer.PiecewiseConstantScheduler([], [lr]))
+        flow.optimizer.SGD(schedule, momentum=0).minimize(loss)
         return loss
 
     @flow.global_function(type="predict")
@@ -51,6 +57,22 @@ def build_jobs(batch_size, device, lr):
             return lenet(images, train=False)
 
     return train_job, eval_job
+
+
+def save_model(eval_job, model_dir):
+    """Export ``eval_job`` with flow.saved_model: signature input "image", output "logits".
+
+    The version is one more than the highest one already in ``model_dir`` (1 at first).
+    """
+    job = eval_job.compiled_job.user_job  # the job as built: its input op and returned blob
+    (image,) = [f"{op.name}/out" for op in job.net.op if op.HasField("input_conf")]
+    (logits,) = [getattr(op.return_conf, "in") for op in job.net.op if op.HasField("return_conf")]
+    versions = [int(n) for n in os.listdir(model_dir) if n.isdigit()] if os.path.isdir(model_dir) else []
+    version = max(versions, default=0) + 1
+    builder = flow.saved_model.ModelBuilder(model_dir).ModelName("lenet").Version(version)
+    builder.AddFunction(eval_job).AddSignature("classify").Input("image", image).Output("logits", logits)
+    builder.Save()
+    return os.path.join(model_dir, str(version))
 
 
 def accuracy(eval_job, images, labels):
@@ -66,7 +88,7 @@ def main(argv=None):
     flow.manual_seed(args.seed)
     (train_x, train_y), (test_x, test_y) = flow.data.load_mnist(
         args.batch_size, args.batch_size, data_dir=args.data_dir, dataset=args.dataset)
-    train_job, eval_job = build_jobs(args.batch_size, device, args.lr)
+    train_job, eval_job = build_jobs(args.batch_size, device, args.lr, args.decay_epoch * len(train_x))
     rng = np.random.default_rng(args.seed)
     acc = 0.0
     for epoch in range(1, args.epochs + 1):
@@ -79,6 +101,8 @@ def main(argv=None):
         print(f"epoch {epoch}: mean loss {np.mean(losses):.4f}, test accuracy {acc:.4f}")
     flow.checkpoint.save(args.checkpoint_dir)
     print(f"saved variables to {args.checkpoint_dir}")
+    if args.save_model:
+        print(f"saved model to {save_model(eval_job, args.save_model)}")
     return acc
 
 

@@ -30,6 +30,16 @@ class OpCheckError(Exception):
     """Raised inside shape inference or attr checks; turned into a JobBuildError by the caller."""
 
 
+_INSIDE: dict = {}  # code filename -> whether it is inside the package (perf: abspath once per file)
+
+
+def _inside(filename) -> bool:
+    inside = _INSIDE.get(filename)
+    if inside is None:
+        inside = _INSIDE[filename] = os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
+    return inside
+
+
 def user_frame(skip_package: bool = True):
     """Return ``(filename, lineno, function, source)`` of the innermost frame outside graphfront.
 
@@ -39,10 +49,9 @@ def user_frame(skip_package: bool = True):
     frame = sys._getframe(1)
     last = None
     while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
+        filename = frame.f_code.co_filename
         last = frame
-        inside = filename.startswith(_PACKAGE_DIR + os.sep)
-        if not (skip_package and inside) and not filename.startswith("<frozen"):
+        if not (skip_package and _inside(filename)) and not filename.startswith("<frozen"):
             break
         frame = frame.f_back
     frame = frame or last

@@ -46,14 +46,14 @@ class JobFileError(ValueError):
 
 
 def _as_job(job, completed=True) -> job_pb2.Job:
+    from graphfront.framework.session import CompiledJob, GlobalFunction
     if isinstance(job, job_pb2.Job):
         return job
-    compiled = getattr(job, "compiled_job", None)  # a GlobalFunction
-    if compiled is not None and not isinstance(job, job_pb2.Job):
-        job = compiled
-    if hasattr(job, "user_job") and hasattr(job, "job"):  # a CompiledJob
+    if isinstance(job, GlobalFunction):
+        job = job.compiled_job
+    if isinstance(job, CompiledJob):
         return job.job if completed else job.user_job
-    proto = getattr(job, "proto", None)  # a job graph view
+    proto = getattr(job, "proto", None)  # a job graph view (``job_fn.graph``)
     if isinstance(proto, job_pb2.Job):
         return proto
     raise TypeError(f"save_job expects a Job proto, a @flow.global_function or a CompiledJob, "

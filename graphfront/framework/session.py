@@ -130,7 +130,7 @@ class CompiledJob:
     """
 
     def __init__(self, session, user_job, placeholders, return_structure, return_annotation,
-                 enable_passes=True, locations=None):
+                 enable_passes=True, locations=None, cuda_graph=True):
         from graphfront.passes import complete
         self.session = session
         self.name = user_job.job_conf.job_name
@@ -141,7 +141,7 @@ class CompiledJob:
         self.user_job = user_job
         self.job = complete(copy.deepcopy(user_job), enable_passes=enable_passes)
         session.init_variables(self.job)
-        self.plan = Plan(self.job, session.variables, session.watchers)
+        self.plan = Plan(self.job, session.variables, session.watchers, cuda_graph=cuda_graph)
         by_name = {op.name: op for op in self.job.net.op}
         ids = {n: tuple(g.parallel_conf.device_name) for g in self.job.placement.placement_group
                for n in g.op_set.op_name}
@@ -151,7 +151,7 @@ class CompiledJob:
     def from_function(cls, session, gf) -> "CompiledJob":
         builder, ret = trace(session, gf)
         return cls(session, builder.job, gf.placeholders, ret, gf.return_annotation,
-                   enable_passes=gf.config._passes, locations=builder.locations)
+                   enable_passes=gf.config._passes, locations=builder.locations, cuda_graph=gf.config._cuda_graph)
 
     # ------------------------------------------------------------------ LazyRun
     def launch(self, args, kwargs):

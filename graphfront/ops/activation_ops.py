@@ -1,4 +1,6 @@
-"""Activation ops: leaky_relu, elu, celu, gelu, hard*, mish, silu, selu, softsign, prelu.
+"""Activation ops: leaky_relu, elu, celu, hard*, mish, silu, selu, softsign, prelu, tf_prelu.
+
+(``gelu`` lives with the math family in ``math_ops.py``.)
 
 Names, arguments, attrs and grad wiring follow OneFlow v0.6.0
 (``shared/reference/user_ops.md`` §4.4 prelu/tf_prelu, §4.24 hardtanh, §4.25 the
@@ -11,8 +13,6 @@ derivative at ``x == 0`` of leaky_relu/elu/celu is the left one, hardswish uses
 ``x <= 3`` for the middle piece).
 """
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -127,15 +127,6 @@ activation(
     lambda a: F.selu,
     lambda a: (lambda x, dy: torch.where(x > 0, dy * SELU_SCALE, dy * (SELU_SCALE * SELU_ALPHA) * torch.exp(x))),
     doc=f"out = scale * (max(0, in) + min(0, alpha * (exp(in) - 1))), alpha={SELU_ALPHA}, scale={SELU_SCALE}")
-
-
-def _gelu_grad(x, dy):
-    cdf = 0.5 * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))))
-    pdf = torch.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
-    return dy * (cdf + x * pdf)
-
-
-activation("gelu", lambda a: F.gelu, lambda a: _gelu_grad, doc="out = in * Phi(in) (exact, erf form)")
 
 
 def _silu_grad(x, dy):

@@ -9,10 +9,11 @@ family says what graphfront does.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
-from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import like, norm_axis, numel, same_dtype
 from graphfront.ops.registry import op
 
@@ -69,7 +70,12 @@ def _reshape_infer(ctx):
 
 
 def _reshape_back(g):
-    g.set_grad("in", g.emit("reshape", {"in": g.dout("out")}, {"shape": g.desc(g.input("in")).shape}))
+    """``reshape`` back to the input's static shape; ``reshape_like`` for a dynamic input."""
+    d = g.desc(g.input("in"))
+    if d.is_dynamic:
+        g.set_grad("in", g.emit("reshape_like", {"in": g.dout("out"), "like": g.input("in")}))
+    else:
+        g.set_grad("in", g.emit("reshape", {"in": g.dout("out")}, {"shape": d.shape}))
 
 
 op("reshape", inputs=["in"], outputs=["out"], attrs={"shape": "shape"}, infer=_reshape_infer,
@@ -452,23 +458,43 @@ op("narrow_grad", inputs=["dy", "like"], outputs=["dx"], attrs=NARROW_ATTRS, inf
 
 # ============================================================== gather family
 #
-# Index inputs take any integer dtype. gather/batch_gather/gather_nd/dim_gather fail at
-# run time on an out-of-range index (PyTorch's check); the segment-sum and scatter
-# ops drop contributions whose index is out of range, as OneFlow's kernels do for
-# segment ids.
+# Index inputs take any integer dtype. Out-of-range indices are not errors: gather,
+# batch_gather and gather_nd produce zeros for them and the segment-sum / scatter ops
+# drop their contributions, so each op and its gradient agree (the gradient of a
+# dropped contribution is zero). dim_gather / dim_scatter_add_like keep torch.gather's
+# run-time bounds check.
+
+
+def _valid_ids(ids, size):
+    """``(clamped ids, mask of in-range ids)`` without a host sync."""
+    valid = (ids >= 0) & (ids < size)
+    return torch.where(valid, ids, torch.zeros_like(ids)), valid
+
+
+def _zero_invalid(out, valid, dim):
+    """Zero the slices of ``out`` along ``dim`` (indexed like the flat ``valid``) that were out of range."""
+    shape = [1] * out.dim()
+    shape[dim] = -1
+    return torch.where(valid.reshape(shape), out, torch.zeros((), dtype=out.dtype, device=out.device))
+
 
 def _gather_infer(ctx):
     x = ctx.input("in")
     idx = _check_integer(ctx, "indices")
-    axis = norm_axis(ctx.attr("axis"), len(x.shape), "attr 'axis'")
     ctx.check(len(x.shape) > 0, "input 'in' is rank 0; gather needs rank >= 1")
+    axis = norm_axis(ctx.attr("axis"), len(x.shape), "attr 'axis'")
     ctx.set_output("out", x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
 
 
 def _gather_kernel(k):
     axis = norm_axis(k.attr("axis"), len(k.input("in").shape))
     shape = tuple(k.output("out").shape)
-    return lambda x, idx: torch.index_select(x, axis, idx.reshape(-1).long()).reshape(shape)
+    size = k.input("in").shape[axis]
+
+    def gather(x, idx):
+        ids, valid = _valid_ids(idx.reshape(-1).long(), size)
+        return _zero_invalid(torch.index_select(x, axis, ids), valid, axis).reshape(shape)
+    return gather
 
 
 def _gather_grad(g):
@@ -501,12 +527,8 @@ def _segment_sum_fn(data_shape, ids_shape, axis, out_shape):
 
     def segment_sum(data, ids):
         out = torch.zeros((outer, segments, inner), dtype=data.dtype, device=data.device)
-        ids = ids.reshape(-1).long()
-        src = data.reshape(outer, count, inner)
-        valid = (ids >= 0) & (ids < segments)
-        if not bool(valid.all()):
-            ids, src = ids[valid], src[:, valid]
-        out.index_add_(1, ids, src)
+        ids, valid = _valid_ids(ids.reshape(-1).long(), segments)
+        out.index_add_(1, ids, _zero_invalid(data.reshape(outer, count, inner), valid, 1))
         return out.reshape(out_shape)
     return segment_sum
 
@@ -574,9 +596,10 @@ def _batch_gather_kernel(k):
     out_shape = tuple(k.output("out").shape)
 
     def batch_gather(x, idx):
-        src = x.reshape(batch, x_shape[b], inner)
-        index = idx.reshape(batch, count, 1).long().expand(batch, count, inner)
-        return torch.gather(src, 1, index).reshape(out_shape)
+        ids, valid = _valid_ids(idx.reshape(batch * count).long(), x_shape[b])
+        index = ids.reshape(batch, count, 1).expand(batch, count, inner)
+        out = torch.gather(x.reshape(batch, x_shape[b], inner), 1, index)
+        return _zero_invalid(out.reshape(batch * count, inner), valid, 0).reshape(out_shape)
     return batch_gather
 
 
@@ -605,14 +628,10 @@ def _unsorted_batch_segment_sum_kernel(k):
     out_shape = tuple(k.output("out").shape)
 
     def batch_segment_sum(data, ids):
-        ids = ids.reshape(batch, count).long()
-        src = data.reshape(batch, count, inner)
-        valid = (ids >= 0) & (ids < segments)
-        if not bool(valid.all()):
-            src = src * valid.unsqueeze(-1).to(src.dtype)
-            ids = torch.where(valid, ids, torch.zeros_like(ids))
+        ids, valid = _valid_ids(ids.reshape(batch * count).long(), segments)
+        src = _zero_invalid(data.reshape(batch * count, inner), valid, 0).reshape(batch, count, inner)
         out = torch.zeros((batch, segments, inner), dtype=data.dtype, device=data.device)
-        out.scatter_add_(1, ids.unsqueeze(-1).expand(batch, count, inner), src)
+        out.scatter_add_(1, ids.reshape(batch, count, 1).expand(batch, count, inner), src)
         return out.reshape(out_shape)
     return batch_segment_sum
 
@@ -634,20 +653,26 @@ def _nd_geometry(ctx, shape, idx, what):
     return k
 
 
-def _nd_linear(shape, k):
-    """``idx -> flat row ids`` of the first ``k`` dims of ``shape`` (row-major)."""
-    strides = []
-    acc = 1
+def _nd_linear(shape, idx_shape):
+    """``idx -> (flat row ids, in-range mask)`` for indices of ``idx_shape`` into the first
+    ``idx_shape[-1]`` dims of ``shape`` (row-major); out-of-range rows get id 0."""
+    k = idx_shape[-1]
+    count = numel(idx_shape[:-1])
+    strides, acc = [], 1
     for d in reversed(shape[:k]):
         strides.insert(0, acc)
         acc *= d
     rows = acc
 
     def linear(idx):
-        idx = idx.reshape(-1, k).long()
         if k == 0:
-            return torch.zeros(idx.shape[0], dtype=torch.long, device=idx.device)
-        return (idx * torch.tensor(strides, dtype=torch.long, device=idx.device)).sum(-1)
+            zeros = torch.zeros(count, dtype=torch.long, device=idx.device)
+            return zeros, zeros == 0
+        idx = idx.reshape(count, k).long()
+        dims = torch.tensor(shape[:k], dtype=torch.long, device=idx.device)
+        valid = ((idx >= 0) & (idx < dims)).all(-1)
+        ids = (idx * torch.tensor(strides, dtype=torch.long, device=idx.device)).sum(-1)
+        return torch.where(valid, ids, torch.zeros_like(ids)), valid
     return linear, rows
 
 
@@ -659,10 +684,13 @@ def _gather_nd_infer(ctx):
 
 def _gather_nd_kernel(k):
     p_shape = k.input("params").shape
-    depth = k.input("indices").shape[-1]
-    linear, rows = _nd_linear(p_shape, depth)
+    linear, rows = _nd_linear(p_shape, k.input("indices").shape)
     out_shape = tuple(k.output("out").shape)
-    return lambda params, idx: params.reshape(rows, -1)[linear(idx)].reshape(out_shape)
+
+    def gather_nd(params, idx):
+        ids, valid = linear(idx)
+        return _zero_invalid(params.reshape(rows, -1)[ids], valid, 0).reshape(out_shape)
+    return gather_nd
 
 
 op("gather_nd", inputs=["params", "indices"], outputs=["out"], infer=_gather_nd_infer, kernel=_gather_nd_kernel,
@@ -678,22 +706,19 @@ def _check_updates(ctx, shape, idx, k):
     return u
 
 
-def _scatter_add_fn(shape, depth, mode):
+def _scatter_add_fn(shape, idx_shape, mode):
     """``(base, idx, updates) -> out``: rows of ``base`` at ``idx`` get ``updates`` added or written."""
-    linear, rows = _nd_linear(shape, depth)
+    linear, rows = _nd_linear(shape, idx_shape)
     shape = tuple(shape)
 
     def scatter(base, idx, updates):
         out = base.reshape(rows, -1)
-        ids = linear(idx)
+        ids, valid = linear(idx)
         src = updates.reshape(ids.shape[0], -1)
-        valid = (ids >= 0) & (ids < rows)
-        if not bool(valid.all()):
-            ids, src = ids[valid], src[valid]
         if mode == "add":
-            out.index_add_(0, ids, src)
+            out.index_add_(0, ids, _zero_invalid(src, valid, 0))
         else:
-            out[ids] = src
+            out[ids[valid]] = src[valid]
         return out.reshape(shape)
     return scatter
 
@@ -710,7 +735,7 @@ def _scatter_nd_infer(ctx):
 
 def _scatter_nd_kernel(k):
     shape = tuple(k.attr("shape"))
-    fn = _scatter_add_fn(shape, k.input("indices").shape[-1], "add")
+    fn = _scatter_add_fn(shape, k.input("indices").shape, "add")
     return lambda idx, updates: fn(torch.zeros(shape, dtype=updates.dtype, device=updates.device), idx, updates)
 
 
@@ -729,7 +754,7 @@ def _scatter_nd_like_infer(ctx):
 
 def _scatter_nd_like_kernel(k):
     shape = tuple(k.input("like").shape)
-    fn = _scatter_add_fn(shape, k.input("indices").shape[-1], "add")
+    fn = _scatter_add_fn(shape, k.input("indices").shape, "add")
     return lambda like_, idx, updates: fn(torch.zeros(shape, dtype=updates.dtype, device=updates.device),
                                           idx, updates)
 
@@ -748,7 +773,7 @@ def _tensor_scatter_nd_infer(ctx):
 
 def _tensor_scatter_nd_kernel(mode):
     def make(k):
-        fn = _scatter_add_fn(k.input("params").shape, k.input("indices").shape[-1], mode)
+        fn = _scatter_add_fn(k.input("params").shape, k.input("indices").shape, mode)
         return lambda params, updates, idx: fn(params.clone(), idx, updates)
     return make
 
@@ -956,7 +981,7 @@ op("pad_grad", inputs=["dy"], outputs=["dx"], attrs=PAD_ATTRS, infer=_pad_grad_i
 # ``padding`` follows torch.nn.functional.pad: [left, right] for 1d (N, C, W);
 # [left, right, top, bottom] for 2d (N, C, H, W); + [front, back] for 3d.
 
-def _padnd_check(ctx, x_arg, n, mode):
+def _padnd_check(ctx, x_arg, n):
     x = ctx.input(x_arg)
     ctx.check(len(x.shape) == n + 2, f"input '{x_arg}' expected rank {n + 2} (N, C + {n} spatial dims), "
                                      f"received shape {x.shape}")
@@ -975,7 +1000,7 @@ def _padded_shape(shape, padding, sign=1):
 
 def _padnd_infer(n, mode):
     def infer(ctx):
-        x, padding = _padnd_check(ctx, "x", n, mode)
+        x, padding = _padnd_check(ctx, "x", n)
         for i in range(n):
             size = x.shape[-1 - i]
             lo, hi = padding[2 * i], padding[2 * i + 1]
@@ -988,9 +1013,9 @@ def _padnd_infer(n, mode):
     return infer
 
 
-def _padnd_grad_infer(n, mode):
+def _padnd_grad_infer(n):
     def infer(ctx):
-        dy, padding = _padnd_check(ctx, "dy", n, mode)
+        dy, padding = _padnd_check(ctx, "dy", n)
         shape = _padded_shape(dy.shape, padding, -1)
         ctx.check(all(s >= 0 for s in shape), f"attr 'padding' {padding} is larger than input 'dy' {dy.shape}")
         ctx.set_output("dx", shape, dy.dtype)
@@ -1026,7 +1051,7 @@ def _padnd_family(name, n, mode, attrs):
     op(name, inputs=["x"], outputs=["y"], attrs=attrs, infer=_padnd_infer(n, mode), kernel=_padnd_kernel(mode),
        grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
            f"{name}_grad", {"dy": g.dout("y")}, {a: g.attr(a) for a in attrs})))
-    op(f"{name}_grad", inputs=["dy"], outputs=["dx"], attrs=attrs, infer=_padnd_grad_infer(n, mode),
+    op(f"{name}_grad", inputs=["dy"], outputs=["dx"], attrs=attrs, infer=_padnd_grad_infer(n),
        kernel=_padnd_grad_kernel(mode))
 
 
@@ -1224,7 +1249,6 @@ def _arange_bounds(attrs, dtype):
 
 
 def _arange_count(start, limit, delta):
-    import math
     return max(math.ceil((limit - start) / delta), 0)
 
 

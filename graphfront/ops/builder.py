@@ -79,21 +79,22 @@ class UserOpConfBuilder:
 
     def Attr(self, attr_name, attr_value, attr_type_name=None):  # noqa: N802
         op_type = self.user_conf.op_type_name
-        where = format_location(user_frame())
+        def where():  # computed only for an error (perf: the stack walk is costly)
+            return format_location(user_frame())
         if not op_type:
-            raise JobBuildError(f"op '{self.op_conf.name}': call .Op(type) before .Attr('{attr_name}', ...)" + where)
+            raise JobBuildError(f"op '{self.op_conf.name}': call .Op(type) before .Attr('{attr_name}', ...)" + where())
         try:
             opdef = registry.lookup(op_type)
         except KeyError as e:
-            raise JobBuildError(f"op '{self.op_conf.name}': {e.args[0]}" + where) from None
+            raise JobBuildError(f"op '{self.op_conf.name}': {e.args[0]}" + where()) from None
         adef = opdef.attrs.get(attr_name)
         if adef is None:
             raise JobBuildError(f"op '{self.op_conf.name}' ({op_type}): no attr named '{attr_name}'; its attrs "
-                                f"are {', '.join(opdef.attrs) or '(none)'}" + where)
+                                f"are {', '.join(opdef.attrs) or '(none)'}" + where())
         try:
             value = registry.normalize_attr(op_type, attr_name, adef.type, attr_value)
         except TypeError as e:
-            raise JobBuildError(f"op '{self.op_conf.name}': {e.args[0]}" + where) from None
+            raise JobBuildError(f"op '{self.op_conf.name}': {e.args[0]}" + where()) from None
         self.user_conf.attr[attr_name].CopyFrom(registry.to_attr_value(adef.type, value))
         return self
 

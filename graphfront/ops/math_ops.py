@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import (broadcast_shape, like, norm_axis, numel, reduce_to, same_dtype,
                                    same_shape)
-from graphfront.ops.registry import has_op, op
+from graphfront.ops.registry import op
 
 
 def sum_to_shape(t, shape):
@@ -64,14 +64,14 @@ def _relu_grad_infer(ctx):
 
 
 op("relu_grad", inputs=["y", "dy"], outputs=["dx"], infer=_relu_grad_infer,
-   kernel=lambda k: lambda y, dy: torch.where(y > 0, dy, torch.zeros((), dtype=dy.dtype, device=dy.device)))
+   kernel=lambda k: lambda y, dy: torch.ops.aten.threshold_backward(dy, y, 0))  # dy where y > 0 (one kernel)
 
 op("identity", inputs=["in"], outputs=["out"], infer=like("in"),
    kernel=lambda k: lambda x: x,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit("identity", {"in": g.dout("out")})), view=True)
 
 
-# ----------------------------------------------------------------- cast, cast_like, zero_like
+# ----------------------------------------------------------------- cast, cast_like
 
 def _cast_infer(ctx):
     dtype = ctx.attr("dtype")
@@ -89,11 +89,7 @@ op("cast_like", inputs=["in", "dtype_like"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape, ctx.input("dtype_like").dtype),
    kernel=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.torch: x.to(t)), no_grad=True)
 
-# zero_like: zeros shaped and typed like `like` (§1.21; used by the `where` grad). Registered here
-# unless another op family registered it first (ops/__init__ imports array_ops before math_ops).
-if not has_op("zero_like"):
-    op("zero_like", inputs=["like"], outputs=["out"], infer=like("like"),
-       kernel=lambda k: torch.zeros_like, no_grad=True)
+# (zero_like, used by the `where` grad, is defined with the array ops)
 
 
 # ----------------------------------------------------------------- scalar ops

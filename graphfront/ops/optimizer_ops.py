@@ -80,8 +80,8 @@ def check_update_inputs(ctx, state=(), scalar_state=()):
         d = ctx.input(arg)
         if d is not None:
             ctx.check(d.shape == m.shape, f"input '{arg}' expected shape {m.shape} (as 'model'), received {d.shape}")
-            ctx.check(d.dtype is m.dtype if arg != "model_diff" else d.dtype.is_floating_point,
-                      f"input '{arg}' expected dtype {m.dtype.name} (as 'model'), received {d.dtype.name}")
+            ctx.check(d.dtype is m.dtype, f"input '{arg}' expected dtype {m.dtype.name} (as 'model'), received "
+                                          f"{d.dtype.name}")
     one = (1,)
     for arg, dtype in (("learning_rate", _dt.float32), ("scale_by_tensor", m.dtype), ("skip_if", None),
                        ("bias_correction1", _dt.float32), ("bias_correction2", _dt.float32),
@@ -92,9 +92,8 @@ def check_update_inputs(ctx, state=(), scalar_state=()):
         ctx.check(d.shape == one, f"input '{arg}' expected shape (1,), received {d.shape}")
         if dtype is not None:
             ctx.check(d.dtype is dtype, f"input '{arg}' expected dtype {dtype.name}, received {d.dtype.name}")
-        elif arg == "train_step":
-            ctx.check(d.dtype.is_integer if hasattr(d.dtype, "is_integer") else not d.dtype.is_floating_point,
-                      f"input 'train_step' expected an integer dtype, received {d.dtype.name}")
+        elif arg in ("train_step", "skip_if"):
+            ctx.check(d.dtype.is_integer, f"input '{arg}' expected an integer dtype, received {d.dtype.name}")
 
 
 def regularized_diff(model, diff, scale, l1, l2, scale_by_tensor=None):
@@ -115,13 +114,14 @@ def _skipped(skip_if):
     return skip_if is not None and bool(skip_if.reshape(-1)[0] != 0)
 
 
-def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc):
+def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, check=None):
     """Register one ``*_update`` op.
 
     ``step(k)`` is called once per op instance at lowering time and returns
     ``apply(model, g, lr, args)``: ``g`` is the regularized gradient, ``lr`` the learning
     rate (a ``(1,)`` tensor or a float) and ``args`` maps every input name to its value.
-    ``apply`` updates ``model`` and the state tensors in place.
+    ``apply`` updates ``model`` and the state tensors in place. ``check(ctx)`` adds
+    op-specific build-time checks to :func:`check_update_inputs`.
     """
     names = [ArgDef.parse(s).name for s in inputs]
 
@@ -142,8 +142,12 @@ def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc):
         run.__name__ = op_type
         return run
 
-    return op(op_type, inputs=inputs, outputs=[], attrs=attrs,
-              infer=lambda ctx: check_update_inputs(ctx, state, scalar_state),
+    def infer(ctx):
+        check_update_inputs(ctx, state, scalar_state)
+        if check is not None:
+            check(ctx)
+
+    return op(op_type, inputs=inputs, outputs=[], attrs=attrs, infer=infer,
               kernel=kernel, no_grad=True, mutates=("model",) + tuple(state) + tuple(scalar_state), doc=doc)
 
 
@@ -254,8 +258,7 @@ def _rmsprop_step(k):
     return apply
 
 
-def _rmsprop_infer(ctx):
-    check_update_inputs(ctx, ("mean_square", "mean_gradient"))
+def _rmsprop_check(ctx):
     ctx.check(not ctx.attr("centered") or ctx.has_input("mean_gradient"),
               "attr 'centered' is true but input 'mean_gradient' is missing")
 
@@ -264,8 +267,8 @@ update_op("rmsprop_update", ["model", "model_diff"] + LR_INPUTS + ["mean_square"
           {**LR_VAL, "scale": ("double", 1.0), "l1": ("float", 0.0), "l2": ("float", 0.0),
            "centered": ("bool", False), "epsilon": ("float", 0.0), "decay_rate": ("float", 0.99),
            "weight_decay": ("float", 0.0)},
-          state=("mean_square", "mean_gradient"), step=_rmsprop_step,
-          doc="RMSProp, epsilon inside the square root (see module docstring)").infer = _rmsprop_infer
+          state=("mean_square", "mean_gradient"), step=_rmsprop_step, check=_rmsprop_check,
+          doc="RMSProp, epsilon inside the square root (see module docstring)")
 
 
 # --------------------------------------------------------------------------- LARS
@@ -327,10 +330,10 @@ def _adagrad_step(k):
     def apply(model, g, lr, args):
         total = args["sum"]
         step = args.get("train_step")
-        t = step.to(torch.float64) + 1 if step is not None else float(step_val)
-        lr_t = lr / (1.0 + (t - 1.0) * lr_decay)
-        if isinstance(lr_t, torch.Tensor):
-            lr_t = lr_t.to(model.dtype if model.dtype == torch.float64 else torch.float32)
+        # train_step counts from 0, so t - 1 == train_step; without the input t = train_step_val
+        done = step.to(lr.dtype if isinstance(lr, torch.Tensor) else torch.float32) if step is not None \
+            else float(step_val - 1)
+        lr_t = lr / (1.0 + done * lr_decay)
         total.addcmul_(g, g)
         model.sub_(lr_t * g / (total.sqrt() + eps) + _decay(model, lr_t, wd))
     return apply

@@ -1,24 +1,59 @@
 """Job completion passes: each is a function ``Job -> Job`` over the proto.
 
 :func:`complete` runs them in order: autograd and optimizer (train jobs), then the
-cleanup passes. The names of the passes that ran are appended to
+cleanup passes (:data:`CLEANUP_PASSES`: constant folding, fusions, multi-tensor update
+grouping, dead-op pruning). The names of the passes that ran are appended to
 ``job.job_conf.flag_name2flag_value["__completion_log__"]`` (a list of strings).
+
+``FunctionConfig().enable_passes(False)`` skips every cleanup pass; finer control:
+:func:`disable_passes` names single passes to skip (it writes the list into the job
+config flag ``graphfront_disabled_passes``, which :func:`complete` reads).
 """
 from __future__ import annotations
 
+from graphfront.ops import fused_ops  # noqa: F401  (registers the ops the passes write)
 from graphfront.passes.autograd import autograd
 from graphfront.passes.cleanup import prune_dead_ops
+from graphfront.passes.fold import fold_constants
+from graphfront.passes.fusion import (fold_batch_norm, fuse_bias_add, fuse_bias_add_relu, fuse_conv_grads,
+                                      fuse_max_pool_grad, fuse_scalar_chains, fuse_update_ops)
 from graphfront.passes.optimizer import optimizer
+from graphfront.passes.update_group import group_update_ops
 
 REQUIRED_PASSES = [autograd, optimizer]
-CLEANUP_PASSES = [prune_dead_ops]
+CLEANUP_PASSES = [prune_dead_ops, fold_constants, fuse_update_ops, fuse_scalar_chains, fuse_bias_add,
+                  fold_batch_norm, fuse_bias_add_relu, fuse_conv_grads, fuse_max_pool_grad, group_update_ops,
+                  prune_dead_ops]
 COMPLETION_LOG = "__completion_log__"
+DISABLED_PASSES = "graphfront_disabled_passes"
+
+
+def pass_names() -> list:
+    """Names of the cleanup passes, in the order they run."""
+    return list(dict.fromkeys(p.__name__ for p in CLEANUP_PASSES))
+
+
+def disable_passes(function_config, *names):
+    """Skip the named cleanup passes in jobs decorated with ``function_config``.
+
+    Raises ValueError for a name that is not a cleanup pass (see :func:`pass_names`).
+    """
+    known = pass_names()
+    for n in names:
+        if n not in known:
+            raise ValueError(f"disable_passes: unknown pass {n!r}; cleanup passes are {', '.join(known)}")
+    lst = function_config.job_config_proto.flag_name2flag_value[DISABLED_PASSES].at_list_string
+    lst.SetInParent()
+    lst.val.extend(n for n in names if n not in lst.val)
+    return function_config
 
 
 def complete(job, enable_passes=True):
     """Run the completion passes over ``job`` and return the completed Job."""
-    passes = REQUIRED_PASSES + (CLEANUP_PASSES if enable_passes else [])
-    log = job.job_conf.flag_name2flag_value[COMPLETION_LOG].at_list_string
+    flags = job.job_conf.flag_name2flag_value
+    disabled = set(flags[DISABLED_PASSES].at_list_string.val) if DISABLED_PASSES in flags else set()
+    passes = REQUIRED_PASSES + ([p for p in CLEANUP_PASSES if p.__name__ not in disabled] if enable_passes else [])
+    log = flags[COMPLETION_LOG].at_list_string
     log.SetInParent()
     for p in passes:
         job = p(job)

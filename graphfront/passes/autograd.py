@@ -40,7 +40,7 @@ class GradCtx:
         self._uc = op_conf.user_conf
         self._out_grads = out_grads
         self._requires = requires
-        self.input_grads = {}
+        self.input_grads = []  # (input lbn, gradient lbn) pairs
 
     def attr(self, name):
         return self.attrs[name]
@@ -97,8 +97,12 @@ class GradCtx:
                 for arg in out_args}
 
     def set_grad(self, arg, lbn, i=0):
+        """Bind ``lbn`` as the gradient of input ``arg`` (index ``i``).
+
+        A blob feeding several inputs of one op collects one partial gradient per input.
+        """
         if lbn is not None:
-            self.input_grads[self._uc.input[arg].s[i]] = lbn
+            self.input_grads.append((self._uc.input[arg].s[i], lbn))
         return True
 
 
@@ -191,7 +195,7 @@ def autograd(job):
                     f"a trainable variable (GradientFunctionNotFound){format_location(b.locations.get(op.name))}")
             g = GradCtx(b, op, out_grads, requires)
             opdef.grad(g)
-            for lbn, grad in g.input_grads.items():
+            for lbn, grad in g.input_grads:
                 if lbn in requires:
                     partials.setdefault(lbn, []).append(grad)
 

@@ -4,69 +4,85 @@ Mirrors OneFlow's ``AutoTrainStep``, ``AutoLearningRate`` and the optimizer half
 ``GenerateBackwardAndOptimizerOpConfs`` (``shared/reference/user_ops.md`` §2.2-2.4):
 
 * the int64 ``[1]`` variable ``System-Train-TrainStep-<job>`` with its ``-Identity``,
-  ``-ScalarAdd`` and ``-Assign`` ops;
+  ``-ScalarAdd`` and ``-Assign`` ops (skipped when ``train_conf.train_step_lbn`` is set);
 * per ``OptimizerConf``: a ``learning_rate_schedule_conf`` op
-  ``System-Train-LearningRate-Scheduler_<uid>``, optional clipping by global norm,
-  per-variable L1/L2 regularization, then one update op ``<V>_optimizer`` per
-  trainable variable with its state variables (``<V>-momentum``, ``<V>-m`` ...).
+  ``System-Train-LearningRate-Scheduler_<uid>`` (unless the conf names its own
+  ``learning_rate_lbn``, see below), optional clipping by global norm, per-variable
+  L1/L2 regularization (``l1_l2_regularize_gradient``), then one update op
+  ``<V>_optimizer`` per trainable variable with its state variables (``<V>-momentum``,
+  ``<V>-m`` ...) and attr ``weight_decay`` from ``weight_decay_conf``.
 
-Each optimizer kind is one entry of :data:`UPDATE_RULES`: which state variables it
-needs, which op type it emits and which attrs it sets.
+Each optimizer kind is one :class:`UpdateRule` of :data:`UPDATE_RULES`: the op type,
+its state variables and the attrs read from the ``*ModelUpdateConf``.
+
+Deliberate difference from OneFlow v0.6.0: OneFlow's ``AutoLearningRate`` overwrites a
+user-supplied ``learning_rate_lbn`` (user_ops.md §2.2, pitfall 8), which breaks
+``CustomScheduler``; here an ``OptimizerConf`` that sets ``learning_rate_lbn`` and no
+``base_learning_rate`` uses that blob directly.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
-from graphfront.framework import dtypes as _dt
 from graphfront.core import op_conf_pb2
+from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
-from graphfront.ops import registry
 from graphfront.ops.builder import UserOpConfBuilder, unique_str
 from graphfront.passes.autograd import VARIABLE_GRAD_TAG
 
 
-def _state(suffix, init=0.0, shape=None, arg=None):
-    return {"suffix": suffix, "init": init, "shape": shape, "arg": arg or suffix}
+@dataclasses.dataclass
+class State:
+    """A state variable ``<V>-<suffix>`` feeding input ``arg`` (default: the suffix)."""
+
+    suffix: str
+    init: float = 0.0
+    scalar: bool = False  # shape [1] with broadcast nd_sbp (LAMB's beta*_t) instead of V's shape
+    arg: str = ""
+
+    def __post_init__(self):
+        self.arg = self.arg or self.suffix
 
 
-def _momentum_rule(conf):
-    return "momentum_update", [_state("momentum")], {"beta": conf.momentum_conf.beta}
+@dataclasses.dataclass
+class UpdateRule:
+    op_type: str
+    states: list
+    attrs: dict
+    train_step: bool = False        # feed the train step to input 'train_step' (adagrad)
+    bias_correction: bool = False   # feed adam_bias_correction_factor ops (adam with do_bias_correction)
 
 
-def _adam_rule(conf, kind="adam_conf"):
-    c = getattr(conf, kind)
-    states = [_state("m"), _state("v"), _state("max_v")]
-    return "adam_update", states, {"beta1": c.beta1, "beta2": c.beta2, "epsilon": c.epsilon,
-                                   "amsgrad": c.amsgrad, "do_bias_correction": c.do_bias_correction}
+def _adam_rule(c):
+    return UpdateRule("adam_update", [State("m"), State("v"), State("max_v")],
+                      {"beta1": c.beta1, "beta2": c.beta2, "epsilon": c.epsilon, "amsgrad": c.amsgrad,
+                       "do_bias_correction": c.do_bias_correction},
+                      bias_correction=c.do_bias_correction)
 
 
-def _rmsprop_rule(conf):
-    c = conf.rmsprop_conf
-    states = [_state("mean_square")] + ([_state("mean_gradient")] if c.centered else [])
-    return "rmsprop_update", states, {"centered": c.centered, "epsilon": c.epsilon, "decay_rate": c.decay_rate}
-
-
-def _lars_rule(conf):
-    c = conf.lars_conf
-    return "lars_update", [_state("momentum")], {"momentum_beta": c.momentum_beta, "epsilon": c.epsilon,
-                                                 "lars_coefficient": c.lars_coefficient}
-
-
-def _lamb_rule(conf):
-    c = conf.lamb_conf
-    states = [_state("m"), _state("v"), _state("beta1_t", c.beta1, (1,)), _state("beta2_t", c.beta2, (1,))]
-    return "lamb_update", states, {"beta1": c.beta1, "beta2": c.beta2, "epsilon": c.epsilon}
+def _rmsprop_rule(c):
+    states = [State("mean_square")] + ([State("mean_gradient")] if c.centered else [])
+    return UpdateRule("rmsprop_update", states,
+                      {"centered": c.centered, "epsilon": c.epsilon, "decay_rate": c.decay_rate})
 
 
 UPDATE_RULES = {
-    "naive_conf": lambda conf: ("sgd_update", [], {}),
-    "momentum_conf": _momentum_rule,
+    "naive_conf": lambda c: UpdateRule("sgd_update", [], {}),
+    "momentum_conf": lambda c: UpdateRule("momentum_update", [State("momentum")], {"beta": c.beta}),
     "adam_conf": _adam_rule,
-    "lazy_adam_conf": lambda conf: _adam_rule(conf, "lazy_adam_conf"),
+    "lazy_adam_conf": _adam_rule,
     "rmsprop_conf": _rmsprop_rule,
-    "lars_conf": _lars_rule,
-    "lamb_conf": _lamb_rule,
+    "lars_conf": lambda c: UpdateRule("lars_update", [State("momentum")],
+                                      {"momentum_beta": c.momentum_beta, "epsilon": c.epsilon,
+                                       "lars_coefficient": c.lars_coefficient}),
+    "lamb_conf": lambda c: UpdateRule("lamb_update",
+                                      [State("m"), State("v"), State("beta1_t", c.beta1, scalar=True),
+                                       State("beta2_t", c.beta2, scalar=True)],
+                                      {"beta1": c.beta1, "beta2": c.beta2, "epsilon": c.epsilon}),
+    "adagrad_conf": lambda c: UpdateRule("adagrad_update", [State("sum", c.initial_accumulator_value)],
+                                         {"epsilon": c.epsilon, "lr_decay": c.lr_decay}, train_step=True),
 }
 
 
@@ -82,7 +98,7 @@ def _user_op(b, name, op_type, inputs, attrs=None, outputs=("out",)):
     return [added.user_conf.output[a].s[0] for a in outputs]
 
 
-def _variable(b, name, like_conf, shape, dtype, value, trainable=False):
+def _new_variable(b, name, shape, dtype, value):
     conf = op_conf_pb2.OperatorConf(name=name)
     vc = conf.variable_conf
     vc.out = "out"
@@ -92,32 +108,63 @@ def _variable(b, name, like_conf, shape, dtype, value, trainable=False):
         vc.initializer.constant_conf.value = value
     else:
         vc.initializer.constant_int_conf.value = int(value)
-    vc.trainable = trainable
-    if like_conf is not None:
-        vc.nd_sbp.extend(like_conf.variable_conf.nd_sbp)
     b.add_op(conf)
     return f"{name}/out"
+
+
+def _state_variable(b, var, state, desc):
+    """``<V>-<suffix>``: a copy of V's variable conf with a constant initializer (§2.4)."""
+    conf = op_conf_pb2.OperatorConf()
+    conf.CopyFrom(b.ops[var])
+    conf.name = f"{var}-{state.suffix}"
+    conf.ClearField("scope_symbol_id")
+    conf.ClearField("device_tag")
+    vc = conf.variable_conf
+    vc.out = "out"
+    vc.data_type = desc.dtype.proto
+    vc.initializer.constant_conf.value = state.init
+    if state.scalar:
+        vc.shape.ClearField("dim")
+        vc.shape.dim.append(1)
+        n = len(vc.nd_sbp)
+        vc.ClearField("nd_sbp")
+        vc.nd_sbp.extend(["B"] * n)
+    b.add_op(conf)
+    return f"{conf.name}/out"
 
 
 def _train_step(b):
     tc = b.job.job_conf.train_conf
     if tc.train_step_lbn:
+        if not b.has_blob(tc.train_step_lbn):
+            raise JobBuildError(f"train_step_lbn '{tc.train_step_lbn}' of job '{b.job_name}' is not a blob of "
+                                "the job")
         return tc.train_step_lbn
     base = f"System-Train-TrainStep-{b.job_name}"
-    var = _variable(b, base, None, (1,), _dt.int64, 0)
+    var = _new_variable(b, base, (1,), _dt.int64, 0)
     ident = op_conf_pb2.OperatorConf(name=f"{base}-Identity")
     setattr(ident.identity_conf, "in", var)
     ident.identity_conf.out = "out"
     b.add_op(ident)
     step = f"{ident.name}/out"
     (inc,) = _user_op(b, f"{base}-ScalarAdd", "scalar_add", {"in": step},
-                      {"has_int_operand": True, "int_operand": 1})
+                      {"has_int_operand": True, "int_operand": 1, "has_float_operand": False, "float_operand": 0.0})
     _user_op(b, f"{base}-Assign", "assign", {"ref": var, "value": inc}, outputs=())
     tc.train_step_lbn = step
     return step
 
 
 def _learning_rate(b, opt_conf, step):
+    """The LR blob of one optimizer conf: a schedule op, or the conf's own ``learning_rate_lbn``."""
+    if opt_conf.learning_rate_lbn and not opt_conf.HasField("base_learning_rate"):
+        lbn = opt_conf.learning_rate_lbn
+        if not b.has_blob(lbn):
+            raise JobBuildError(f"learning_rate_lbn '{lbn}' (CustomScheduler) is not a blob of job '{b.job_name}'")
+        d = b.desc(lbn)
+        if d.shape != (1,) or d.dtype is not _dt.float32:
+            raise JobBuildError(f"learning_rate_lbn '{lbn}' (CustomScheduler) must be a float32 blob of shape "
+                                f"(1,), received {d.dtype.name} {d.shape}")
+        return lbn
     conf = op_conf_pb2.OperatorConf(name=unique_str("System-Train-LearningRate-Scheduler_"))
     lr = conf.learning_rate_schedule_conf
     lr.train_step = step
@@ -133,11 +180,15 @@ def _learning_rate(b, opt_conf, step):
 
 
 def _clip_by_global_norm(b, grads, clip):
-    """Scale every grad by ``min(1, clip_norm / global_norm)`` (OneFlow's clip_conf).
+    """Scale every grad by ``min(1, clip_norm / global_norm)``, ``global_norm = sqrt(sum_v sum(g_v^2))``.
 
-    ``global_norm = sqrt(sum_v sum(g_v ** 2))``; emitted as square_sum per grad,
-    add_n, rsqrt, a constant_like holding clip_norm, multiply and clip to at most 1.
+    Same factor as ``torch.nn.utils.clip_grad_norm_`` (which adds 1e-6 to the norm;
+    OneFlow does not). Emitted as ``square_sum`` per grad, ``add_n``, ``rsqrt``,
+    ``scalar_mul`` by clip_norm, ``clip_by_scalar_max`` at 1 and ``scalar_mul_by_tensor``
+    per grad (a zero global norm gives rsqrt = inf, clipped to a factor of 1).
     """
+    if not clip.clip_norm > 0:
+        raise JobBuildError(f"grad_clipping.by_global_norm: clip_norm must be > 0, received {clip.clip_norm}")
     prefix = "System-ClipGradient-GlobalNorm-"
     sums = [_user_op(b, unique_str(prefix + "SquareSum-"), "square_sum", {"x": g}, outputs=("y",))[0]
             for g in grads.values()]
@@ -151,7 +202,13 @@ def _clip_by_global_norm(b, grads, clip):
                         {"x": g, "scalar": factor}, outputs=("y",))[0] for v, g in grads.items()}
 
 
-def _weight_decay(opt_conf, var_name):
+def weight_decay_of(opt_conf, var_name) -> float:
+    """``weight_decay_rate`` if ``var_name`` is selected by the conf's filter, else 0.
+
+    ``includes``: selected when some pattern matches; ``excludes``: selected when none
+    matches; no filter: every variable. Patterns are regular expressions matched
+    anywhere in the name (RE2 partial match, as OneFlow).
+    """
     if not opt_conf.HasField("weight_decay_conf"):
         return 0.0
     wd = opt_conf.weight_decay_conf
@@ -176,15 +233,23 @@ def optimizer(job):
     if not tc.optimizer_conf:
         raise JobBuildError(f"train job '{b.job_name}' has no optimizer: call "
                             "flow.optimizer.SGD(...).minimize(loss) in its body")
-    with b.scope_as(b.scope.derive(device_tag=_job_device(b), calculation_pass="optimizer_pass")):
-        step = _train_step(b)
-    for opt_conf in tc.optimizer_conf:
+    owner = {}
+    for i, opt_conf in enumerate(tc.optimizer_conf):
         kind = opt_conf.WhichOneof("normal_mdupdt")
         if kind not in UPDATE_RULES:
-            raise JobBuildError(f"optimizer kind '{kind}' is not supported; supported: {', '.join(UPDATE_RULES)}")
-        op_type, states, attrs = UPDATE_RULES[kind](opt_conf)
-        if not registry.has_op(op_type):
-            raise JobBuildError(f"optimizer '{kind}' needs op type '{op_type}', which is not registered")
+            raise JobBuildError(f"optimizer conf {i} of job '{b.job_name}': kind '{kind}' is not supported; "
+                                f"supported: {', '.join(UPDATE_RULES)}")
+        for v in opt_conf.variable_op_names:
+            if v in owner and owner[v] != i:
+                raise JobBuildError(f"variable '{v}' of job '{b.job_name}' is updated by two optimizers "
+                                    f"(optimizer confs {owner[v]} and {i}); give each optimizer its own variables")
+            owner[v] = i
+    with b.scope_as(b.scope.derive(device_tag=_job_device(b), calculation_pass="optimizer_pass")):
+        step = _train_step(b)
+    bias_factors = {}
+    for opt_conf in tc.optimizer_conf:
+        kind = opt_conf.WhichOneof("normal_mdupdt")
+        rule = UPDATE_RULES[kind](getattr(opt_conf, kind))
         names = [v for v in opt_conf.variable_op_names if v in grads]
         if not names:
             continue
@@ -195,34 +260,38 @@ def optimizer(job):
             with b.scope_of_op(names[0], "optimizer_pass"):
                 var_grads = _clip_by_global_norm(b, var_grads, opt_conf.clip_conf.clip_by_global_norm)
         for var in names:
-            var_conf = b.ops[var]
+            vc = b.ops[var].variable_conf
             desc = b.desc(f"{var}/out")
             with b.scope_of_op(var, "optimizer_pass"):
                 diff = var_grads[var]
-                reg = var_conf.variable_conf.regularizer
-                if var_conf.variable_conf.HasField("regularizer") and reg.HasField("l1_l2_conf"):
+                if vc.HasField("regularizer") and vc.regularizer.HasField("l1_l2_conf"):
+                    reg = vc.regularizer.l1_l2_conf
                     (diff,) = _user_op(b, unique_str("System-RegularizeGradient-L1L2-"),
                                        "l1_l2_regularize_gradient", {"model": f"{var}/out", "model_diff": diff},
-                                       {"l1": reg.l1_l2_conf.l1, "l2": reg.l1_l2_conf.l2})
+                                       {"l1": reg.l1, "l2": reg.l2})
                 inputs = {"model": f"{var}/out", "model_diff": diff, "learning_rate": lr}
-                for st in states:
-                    shape = st["shape"] or desc.shape
-                    inputs[st["arg"]] = _variable(b, f"{var}-{st['suffix']}", var_conf, shape, desc.dtype, st["init"])
-                if op_type in ("adam_update",) and attrs.get("do_bias_correction"):
-                    inputs.update(_adam_bias_correction(b, var, step, attrs))
-                if op_type == "adagrad_update":
+                for st in rule.states:
+                    inputs[st.arg] = _state_variable(b, var, st, desc)
+                if rule.bias_correction:
+                    inputs.update(_bias_correction(b, var, step, rule.attrs, bias_factors))
+                if rule.train_step:
                     inputs["train_step"] = step
-                _user_op(b, f"{var}_optimizer", op_type, inputs,
-                         {**attrs, "weight_decay": _weight_decay(opt_conf, var)}, outputs=())
+                _user_op(b, f"{var}_optimizer", rule.op_type, inputs,
+                         {**rule.attrs, "weight_decay": weight_decay_of(opt_conf, var)}, outputs=())
     return b.job
 
 
-def _adam_bias_correction(b, var, step, attrs):
+def _bias_correction(b, var, step, attrs, cache):
+    """``bias_correction1/2`` inputs: one ``adam_bias_correction_factor`` op per (beta, placement),
+    named ``<V>adam_bias_correction_factor<i>`` after the first variable that needs it."""
+    placement = (b.ops[var].device_tag, b.device_ids_of(var))
     out = {}
     for idx, beta in ((1, attrs["beta1"]), (2, attrs["beta2"])):
-        name = f"{var}adam_bias_correction_factor{idx}"
-        (lbn,) = _user_op(b, name, "adam_bias_correction_factor", {"train_step": step}, {"beta": beta})
-        out[f"bias_correction{idx}"] = lbn
+        key = (float(beta), placement)
+        if key not in cache:
+            (cache[key],) = _user_op(b, f"{var}adam_bias_correction_factor{idx}", "adam_bias_correction_factor",
+                                     {"train_step": step}, {"beta": beta})
+        out[f"bias_correction{idx}"] = cache[key]
     return out
 
 

@@ -9,10 +9,28 @@ source of that function is ``plan.source``; it is exactly what runs on each Lazy
 Interface ops are bound, not computed: ``input_conf`` reads the feed list,
 ``variable_conf`` the session's variable tensors, ``return_conf`` produces the
 function's results and ``foreign_watch_conf`` calls a watch handler.
+
+Two lowering steps go beyond one call per op:
+
+* **Variable-only subgraphs are hoisted.** Deterministic ops whose inputs all come from
+  variables that no op of this job updates (for example the batch-norm folding of a
+  predict job, or a reshape of a weight) run in a separate ``hoisted()`` function. The
+  plan calls it only when one of those variables changed since the last call (it
+  compares the tensors' in-place version counters), so their results are computed once
+  per variable state, not once per step.
+* **CUDA graphs.** On a CUDA placement with ``cuda_graph=True`` and static shapes, the
+  first call runs eagerly (warm-up), the second captures the whole step once into a
+  ``torch.cuda.CUDAGraph`` and every call then copies the feeds into static buffers and
+  replays it (see :class:`CudaGraphRunner`). Jobs with watch handlers or with kernels
+  that read device values on the host are not captured; a failed capture falls back to
+  eager execution for good. This path needs a GPU and is exercised only where one is.
+
+Hooks: ``kernel_wrapper(op_conf, fn) -> fn`` wraps every kernel (profiling, debugging).
 """
 from __future__ import annotations
 
 import heapq
+import warnings
 
 import torch
 
@@ -20,6 +38,12 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry
 from graphfront.ops.system import lookup_system
+
+INTERFACE_KINDS = ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf")
+
+# Ops whose results differ between calls with equal inputs; they are never hoisted or folded.
+RANDOM_OPS = frozenset({"dropout", "random_mask_like", "uniform", "uniform_int", "normal", "randperm",
+                        "randint", "bernoulli", "generate_random_batch_permutation_indices", "coin_flip"})
 
 
 def device_of(op_conf, device_ids) -> torch.device:
@@ -74,6 +98,23 @@ def _mutated_lbns(op_conf):
     return [lbn for arg in opdef.mutates if arg in uc.input for lbn in uc.input[arg].s]
 
 
+def is_pure(op_conf) -> bool:
+    """Whether an op (not an interface op) computes the same outputs from the same inputs
+    without side effects: it has outputs and a kernel, updates nothing in place and draws
+    no random numbers."""
+    kind = jb.op_kind(op_conf)
+    if kind in INTERFACE_KINDS:
+        return False
+    if kind != "user_conf":
+        sysdef = lookup_system(kind)
+        return sysdef.kernel is not None and sysdef.output_field is not None and kind != "learning_rate_schedule_conf"
+    t = op_conf.user_conf.op_type_name
+    opdef = registry.lookup(t)
+    if opdef.mutates or opdef.kernel is None or not opdef.outputs or t in RANDOM_OPS or "random" in t:
+        return False
+    return True
+
+
 def schedule(job):
     """Topological order of ``job.net.op`` (stable: ties keep the job's order).
 
@@ -83,17 +124,20 @@ def schedule(job):
     ops = list(job.net.op)
     index = {op.name: i for i, op in enumerate(ops)}
     producer, consumers = {}, {}
+    ins = {}
     for op in ops:
         for _, _, lbn in jb.op_outputs(op):
             producer[lbn] = op.name
-        for _, _, lbn in jb.op_inputs(op):
+        ins[op.name] = [lbn for _, _, lbn in jb.op_inputs(op)]
+        for lbn in ins[op.name]:
             consumers.setdefault(lbn, []).append(op.name)
     preds = {op.name: set() for op in ops}
     for op in ops:
-        for _, _, lbn in jb.op_inputs(op):
+        p = preds[op.name]
+        for lbn in ins[op.name]:
             if lbn in producer:
-                preds[op.name].add(producer[lbn])
-        preds[op.name].update(n for n in op.ctrl_in_op_name if n in preds)
+                p.add(producer[lbn])
+        p.update(n for n in op.ctrl_in_op_name if n in preds)
     aliased = set()
     by_name = {op.name: op for op in ops}
     for op in ops:
@@ -130,36 +174,132 @@ def schedule(job):
     return order, aliased
 
 
+def call_layout(op_conf):
+    """How an op's kernel is called: ``(inputs, outputs)``.
+
+    Each is a list of ``(lbns, repeated)`` groups in declaration order: one positional
+    argument per input group (a tensor, None when absent, a list when repeated); the
+    kernel returns one value per output group (a single value when there is one group).
+    """
+    kind = jb.op_kind(op_conf)
+    if kind != "user_conf":
+        return ([([lbn], False) for _, _, lbn in jb.op_inputs(op_conf)],
+                [([lbn], False) for _, _, lbn in jb.op_outputs(op_conf)])
+    opdef = registry.lookup(op_conf.user_conf.op_type_name)
+    uc = op_conf.user_conf
+    ins = [(list(uc.input[a.name].s) if a.name in uc.input else [], a.repeated) for a in opdef.inputs]
+    outs = [(list(uc.output[a.name].s) if a.name in uc.output else [], a.repeated) for a in opdef.outputs]
+    return ins, outs
+
+
+def make_kernel(op_conf, descs, device):
+    """The callable computing one (non-interface) op, from its registered kernel factory."""
+    kind = jb.op_kind(op_conf)
+    if kind == "user_conf":
+        opdef = registry.lookup(op_conf.user_conf.op_type_name)
+        if opdef.kernel is None:
+            raise RuntimeError(f"op '{op_conf.name}' ({opdef.op_type}) has no kernel")
+        return opdef.kernel(KernelCtx(op_conf, descs, device))
+    sysdef = lookup_system(kind)
+    if sysdef.kernel is None:
+        raise RuntimeError(f"system op '{op_conf.name}' ({kind}) has no kernel")
+    return sysdef.kernel(getattr(op_conf, kind))
+
+
+def run_op(op_conf, descs, device, values):
+    """Run one op eagerly on ``values`` (lbn -> tensor); returns {lbn: tensor} of its outputs."""
+    fn = make_kernel(op_conf, descs, device)
+    ins, outs = call_layout(op_conf)
+    args = [[values[l] for l in lbns] if rep else (values[lbns[0]] if lbns else None) for lbns, rep in ins]
+    with torch.no_grad():
+        res = fn(*args)
+    if len(outs) == 1:
+        res = (res,)
+    result = {}
+    for (lbns, rep), value in zip(outs, res):
+        if rep:
+            result.update(zip(lbns, value))
+        elif lbns:
+            result[lbns[0]] = value
+    return result
+
+
+def placements_of(job) -> dict:
+    placements = {}
+    for group in job.placement.placement_group:
+        for name in group.op_set.op_name:
+            placements[name] = tuple(group.parallel_conf.device_name)
+    return placements
+
+
+def _hoistable(order, aliased):
+    """Names of ops computed from variables only (that no op of the job updates)."""
+    mutated = set()
+    for op in order:
+        mutated.update(_mutated_lbns(op))
+    ready = set()  # lbns available before the step: un-mutated variables and hoisted outputs
+    hoisted = []
+    for op in order:
+        kind = jb.op_kind(op)
+        outs = [lbn for _, _, lbn in jb.op_outputs(op)]
+        if kind == "variable_conf":
+            if outs[0] not in mutated and outs[0] not in aliased:
+                ready.update(outs)
+            continue
+        ins = [lbn for _, _, lbn in jb.op_inputs(op)]
+        if ins and not op.ctrl_in_op_name and all(l in ready for l in ins) and is_pure(op) and \
+                not any(l in aliased for l in outs):
+            ready.update(outs)
+            hoisted.append(op.name)
+    return set(hoisted)
+
+
 class Plan:
     """The executable form of a completed Job (see module docstring).
 
+    Args:
+        job: the completed Job.
+        variables: the session's VariableStore.
+        watchers: uuid -> handler for ``foreign_watch_conf`` ops.
+        kernel_wrapper: optional ``(op_conf, fn) -> fn`` applied to every kernel.
+        cuda_graph: allow CUDA-graph capture and replay (effective on CUDA placements only).
+
     Attributes:
-        source: the generated Python source of the plan function.
+        source: the generated Python source of the plan function (and ``hoisted()``).
         input_names: input op names, in feed order.
         output_names: return op names, in result order.
+        order: the scheduled op confs.
+        cuda_graph: whether CUDA-graph replay was allowed (``FunctionConfig().enable_cuda_graph``).
+        hoisted: names of the ops computed once per variable state.
     """
 
-    def __init__(self, job, variables, watchers=None, kernel_wrapper=None):
+    def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True):
         self.job = job
+        self.cuda_graph = bool(cuda_graph)
         descs = {lbn: TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
-        placements = {}
-        for group in job.placement.placement_group:
-            for name in group.op_set.op_name:
-                placements[name] = tuple(group.parallel_conf.device_name)
+        placements = placements_of(job)
         order, aliased = schedule(job)
         self.order = order
+        self.hoisted = _hoistable(order, aliased)
         env = {"torch": torch}
         names = {}            # lbn -> local variable name
         lbn_device = {}
         last_use = {}
         for i, op in enumerate(order):
+            if op.name in self.hoisted:
+                continue
             for _, _, lbn in jb.op_inputs(op):
                 last_use[lbn] = i
-        lines = []
+        lines, hoist_lines = [], []
+        hoist_outs, hoist_vars = [], []
         self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
         self.output_names = []
+        self.devices = set()
+        self.has_watchers = False
+        self.lr_ops = []
         results = []
         devices = {}
+        var_keys = {}
 
         def dev_name(device):
             key = str(device)
@@ -177,6 +317,7 @@ class Plan:
         for i, op in enumerate(order):
             kind = jb.op_kind(op)
             device = device_of(op, placements.get(op.name, ("0:0",)))
+            self.devices.add(device.type)
             outs = jb.op_outputs(op)
             for _, _, lbn in outs:
                 names[lbn] = f"v{len(names)}"
@@ -186,6 +327,7 @@ class Plan:
                 lines.append(f"{names[outs[0][2]]} = feeds[{self.input_names.index(op.name)}]{comment}")
             elif kind == "variable_conf":
                 key = f"V{i}"
+                var_keys[op.name] = key
                 env[key] = variables.tensors[op.name]
                 lines.append(f"{names[outs[0][2]]} = {key}{comment}")
             elif kind == "return_conf":
@@ -202,54 +344,83 @@ class Plan:
                 src = getattr(op.foreign_watch_conf, "in")
                 copy = ".clone()" if src in aliased else ""
                 lines.append(f"{key}({names[src]}{copy}){comment}")
+                self.has_watchers = True
             else:
                 key = f"K{i}"
-                if kind == "user_conf":
-                    opdef = registry.lookup(op.user_conf.op_type_name)
-                    fn = opdef.kernel(KernelCtx(op, descs, device))
-                    uc = op.user_conf
-                    args = []
-                    for a in opdef.inputs:
-                        lbns = list(uc.input[a.name].s) if a.name in uc.input else []
-                        if a.repeated:
-                            args.append("[" + ", ".join(arg(l, device) for l in lbns) + "]")
-                        else:
-                            args.append(arg(lbns[0], device) if lbns else "None")
-                    targets = []
-                    for a in opdef.outputs:
-                        lbns = list(uc.output[a.name].s) if a.name in uc.output else []
-                        if a.repeated:
-                            targets.append("(" + "".join(names[l] + ", " for l in lbns) + ")" if lbns else "_")
-                        else:
-                            targets.append(names[lbns[0]] if lbns else "_")
-                else:
-                    fn = lookup_system(kind).kernel(getattr(op, kind))
-                    args = [arg(lbn, device) for _, _, lbn in jb.op_inputs(op)]
-                    targets = [names[lbn] for _, _, lbn in outs]
+                fn = make_kernel(op, descs, device)
+                if kind == "learning_rate_schedule_conf":
+                    self.lr_ops.append((op, key))
+                ins, out_groups = call_layout(op)
+                args = []
+                for lbns, rep in ins:
+                    if rep:
+                        args.append("[" + ", ".join(arg(l, device) for l in lbns) + "]")
+                    else:
+                        args.append(arg(lbns[0], device) if lbns else "None")
+                targets = []
+                for lbns, rep in out_groups:
+                    if rep:
+                        targets.append("(" + "".join(names[l] + ", " for l in lbns) + ")" if lbns else "_")
+                    else:
+                        targets.append(names[lbns[0]] if lbns else "_")
                 if kernel_wrapper is not None:
                     fn = kernel_wrapper(op, fn)
                 env[key] = fn
                 call = f"{key}({', '.join(args)})"
                 if not targets:
-                    lines.append(f"{call}{comment}")
+                    line = f"{call}{comment}"
                 elif len(targets) == 1:
-                    lines.append(f"{targets[0]} = {call}{comment}")
+                    line = f"{targets[0]} = {call}{comment}"
                 else:
-                    lines.append(f"{', '.join(targets)} = {call}{comment}")
+                    line = f"{', '.join(targets)} = {call}{comment}"
+                if op.name in self.hoisted:
+                    hoist_lines.append(line)
+                    used = [lbn for _, _, lbn in outs if lbn in last_use]
+                    hoist_outs.extend(names[l] for l in used)
+                    continue
+                lines.append(line)
             dead = [names[lbn] for _, _, lbn in jb.op_inputs(op) if last_use.get(lbn) == i]
             if kind != "return_conf":
                 dead += [names[lbn] for _, _, lbn in outs if lbn not in last_use]
             if dead:
                 lines.append(f"del {', '.join(sorted(set(dead), key=lambda s: int(s[1:])))}")
+        src = []
+        if hoist_lines and hoist_outs:
+            hoisted_inputs = {l for op in order if op.name in self.hoisted for _, _, l in jb.op_inputs(op)}
+            hoist_vars = [(n, k) for n, k in var_keys.items() if f"{n}/out" in hoisted_inputs]
+            var_lines = [f"{names[f'{n}/out']} = {k}" for n, k in hoist_vars]
+            body = "\n".join("    " + ln for ln in var_lines + hoist_lines)
+            outs_tuple = "(" + "".join(o + ", " for o in hoist_outs) + ")"
+            src.append(f"def hoisted():\n{body}\n    return {outs_tuple}\n")
+            key_expr = "(" + "".join(f"{k}._version, " for _, k in hoist_vars) + ")"
+            src.append(f"def hoist_key():\n    return {key_expr}\n")
+            env["HOISTED"] = [None, None]
+            lines = ["if HOISTED[0] != hoist_key():  # variable-only ops: once per variable state",
+                     "    HOISTED[1] = hoisted()",
+                     "    HOISTED[0] = hoist_key()",
+                     f"{outs_tuple[1:-1]}= HOISTED[1]"] + lines
+        else:  # (hoisted ops whose results nobody reads need not run at all)
+            self.hoisted = set()
         body = "\n".join("    " + ln for ln in lines) or "    pass"
         ret = "(" + "".join(r + ", " for r in results) + ")"
-        self.source = f"def plan(feeds):\n{body}\n    return {ret}\n"
+        src.append(f"def plan(feeds):\n{body}\n    return {ret}\n")
+        self.source = "\n".join(src)
         code = compile(self.source, f"<graphfront plan {job.job_conf.job_name}>", "exec")
         exec(code, env)
         self._fn = env["plan"]
         self.env = env
+        self._graph = None
+        if cuda_graph and "cuda" in self.devices and torch.cuda.is_available():
+            self._graph = CudaGraphRunner.maybe(self, job, descs, variables)
+
+    @property
+    def uses_cuda_graph(self) -> bool:
+        """Whether calls replay a captured CUDA graph (after the warm-up call)."""
+        return self._graph is not None and not self._graph.failed
 
     def __call__(self, feeds):
+        if self._graph is not None and not self._graph.failed:
+            return self._graph(feeds)
         with torch.no_grad():
             return self._fn(feeds)
 
@@ -258,3 +429,132 @@ def _missing_watcher(uuid):
     def missing(x):
         raise RuntimeError(f"no watch handler registered under uuid {uuid}")
     return missing
+
+
+class CudaGraphRunner:
+    """Capture a plan once into a CUDA graph and replay it (needs CUDA; see module doc).
+
+    The learning-rate schedule reads the train step on the host, which a graph cannot
+    do: while capturing, its kernel is replaced by a static device tensor that is
+    filled from a host-side step counter before each replay. The counter is read back
+    from the train-step variable once at capture, and again whenever that tensor was
+    written from outside the graph (``flow.load_variables``: its version counter moves).
+    """
+
+    def __init__(self, plan, job, descs, variables):
+        from graphfront.ops.system import learning_rate_at
+        self.plan = plan
+        self.failed = False
+        self.calls = 0
+        self.graph = None
+        self.static_feeds = None
+        self.static_outs = None
+        self._lr_at = learning_rate_at
+        step_lbn = job.job_conf.train_conf.train_step_lbn if job.job_conf.HasField("train_conf") else ""
+        self.step_var = None
+        if plan.lr_ops:
+            var_name = _variable_behind(job, step_lbn)
+            self.step_var = variables.tensors.get(var_name) if var_name else None
+        self.lr_static = {}
+        self.host_step = None
+        self.step_version = None
+
+    @classmethod
+    def maybe(cls, plan, job, descs, variables):
+        if plan.has_watchers:
+            return None
+        if any(d.is_dynamic for d in descs.values()):
+            return None
+        runner = cls(plan, job, descs, variables)
+        if plan.lr_ops and runner.step_var is None:
+            return None
+        return runner
+
+    def _sync_step(self):
+        if self.step_var is None:
+            return
+        if self.host_step is None or self.step_var._version != self.step_version:
+            self.host_step = int(self.step_var.reshape(-1)[0])
+            self.step_version = self.step_var._version
+
+    def __call__(self, feeds):
+        self.calls += 1
+        try:
+            if self.calls == 1:  # warm-up on a side stream (allocator and library handles)
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream), torch.no_grad():
+                    outs = self.plan._fn(feeds)
+                torch.cuda.current_stream().wait_stream(stream)
+                return outs
+            if self.graph is None:
+                self._capture(feeds)
+            return self._replay(feeds)
+        except Exception as e:  # noqa: BLE001 - any capture problem means: run eagerly
+            self.failed = True
+            warnings.warn(f"graphfront: CUDA graph capture of job '{self.plan.job.job_conf.job_name}' failed "
+                          f"({type(e).__name__}: {e}); running it eagerly")
+            with torch.no_grad():
+                return self.plan._fn(feeds)
+
+    def _capture(self, feeds):
+        self._sync_step()
+        for op, key in self.plan.lr_ops:
+            dev = torch.device("cuda", torch.cuda.current_device())
+            static = torch.zeros(1, dtype=torch.float32, device=dev)
+            self.lr_static[key] = (op.learning_rate_schedule_conf, static, self.plan.env[key])
+            self.plan.env[key] = (lambda t: (lambda _step: t))(static)
+        self.static_feeds = [f.clone() for f in feeds]
+        self._fill_lr()
+        self.graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(self.graph), torch.no_grad():
+                self.static_outs = self.plan._fn(self.static_feeds)
+        finally:
+            for key, (_, _, fn) in self.lr_static.items():
+                self.plan.env[key] = fn
+        self.host_step_captured = self.host_step
+
+    def _fill_lr(self):
+        for conf, static, _ in self.lr_static.values():
+            static.fill_(self._lr_at(conf, self.host_step))
+
+    def _refresh_hoisted(self):
+        env = self.plan.env
+        if "hoisted" not in env:
+            return
+        key = env["hoist_key"]()
+        if env["HOISTED"][0] != key:
+            for old, new in zip(env["HOISTED"][1], env["hoisted"]()):
+                old.copy_(new)
+            env["HOISTED"][0] = key
+
+    def _replay(self, feeds):
+        self._sync_step()
+        self._fill_lr()
+        self._refresh_hoisted()
+        for s, f in zip(self.static_feeds, feeds):
+            s.copy_(f, non_blocking=True)
+        self.graph.replay()
+        if self.host_step is not None:
+            self.host_step += 1
+        return tuple(o.clone() for o in self.static_outs)
+
+
+def _variable_behind(job, lbn):
+    """The variable op name an lbn reads through identity ops (the train step's)."""
+    by_out = {}
+    for op in job.net.op:
+        for _, _, l in jb.op_outputs(op):
+            by_out[l] = op
+    seen = 0
+    while lbn in by_out and seen < 16:
+        op = by_out[lbn]
+        if jb.op_kind(op) == "variable_conf":
+            return op.name
+        ins = jb.op_inputs(op)
+        if len(ins) != 1:
+            return None
+        lbn = ins[0][2]
+        seen += 1
+    return None

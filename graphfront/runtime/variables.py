@@ -81,12 +81,16 @@ def initial_value(init, shape, dtype, device, generator=None) -> torch.Tensor:
 
 
 def _truncated_normal(t, mean, std, generator):
+    """Standard normal draws, each one beyond two standard deviations redrawn until it is
+    not; then scaled. Redraws touch only the entries still out of range (in index order,
+    so the draws are those of redrawing the whole masked set each round)."""
     t.normal_(0.0, 1.0, generator=generator)
-    while True:
-        bad = t.abs() > 2.0
-        if not bool(bad.any()):
-            break
-        t[bad] = torch.empty(int(bad.sum()), dtype=t.dtype, device=t.device).normal_(0.0, 1.0, generator=generator)
+    flat = t.view(-1)
+    bad = (flat.abs() > 2.0).nonzero().view(-1)
+    while bad.numel():
+        vals = torch.empty(bad.numel(), dtype=t.dtype, device=t.device).normal_(0.0, 1.0, generator=generator)
+        flat[bad] = vals
+        bad = bad[vals.abs() > 2.0]
     return t.mul_(std).add_(mean)
 
 

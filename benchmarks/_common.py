@@ -1,0 +1,77 @@
+"""Shared helpers of the benchmarks: interleaved timing and the machine's name.
+
+Every benchmark measures graphfront and its hand-written PyTorch-eager baseline in the
+same process, alternating one step of each, so that load from other processes on a
+shared machine hits both alike; it reports the median of each and their ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "lenet"))
+
+
+def parser(description):
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--steps", type=int, default=30, help="measured steps per side (>= 20)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    return p
+
+
+def setup_threads(args):
+    import torch
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return torch.get_num_threads()
+
+
+def machine(device="cpu"):
+    import torch
+    if device == "gpu" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+def sync(device):
+    if device == "gpu":
+        import torch
+        torch.cuda.synchronize()
+
+
+def interleaved(steps, warmup, a, b, device="cpu"):
+    """Medians (seconds) of ``a()`` and ``b()`` timed alternately after ``warmup`` rounds."""
+    for _ in range(warmup):
+        a()
+        b()
+    sync(device)
+    ta, tb = [], []
+    for i in range(steps):
+        for fn, out in ((a, ta), (b, tb)) if i % 2 == 0 else ((b, tb), (a, ta)):
+            t = time.perf_counter()
+            fn()
+            sync(device)
+            out.append(time.perf_counter() - t)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def report(title, gf, pt, unit="ms", scale=1e3, extra=""):
+    print(f"{title}: graphfront {gf * scale:.3f} {unit}, PyTorch eager {pt * scale:.3f} {unit}, "
+          f"ratio graphfront/PyTorch = {gf / pt:.3f}{extra}")
+    return gf / pt

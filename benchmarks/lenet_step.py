@@ -1,0 +1,90 @@
+"""LeNet train step, batch 100: graphfront vs hand-written PyTorch eager (same run).
+
+    python benchmarks/lenet_step.py [--steps 30] [--threads N] [--device cpu|gpu]
+
+graphfront runs ``examples/lenet/lenet.py`` as a train job (SGD lr 0.1, momentum 0,
+dropout 0.5, sparse softmax cross entropy); the baseline is an ``nn.Module`` with the
+same layers and initial weights, stepped by ``torch.optim.SGD``. Steps alternate between
+the two; the medians and their ratio are printed.
+"""
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from _common import interleaved, machine, parser, report, setup_threads
+
+import graphfront as flow
+from graphfront import typing as tp
+from lenet import lenet
+
+B = 100
+
+
+class TorchLeNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.dense1 = nn.Linear(7 * 7 * 64, 512)
+        self.dense2 = nn.Linear(512, 10)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2, 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2, 2)
+        x = self.dropout(F.relu(self.dense1(x.flatten(1))))
+        return self.dense2(x)
+
+
+def build(device):
+    tag = "gpu" if device == "gpu" else "cpu"
+
+    @flow.global_function(type="train")
+    def train_job(images: tp.Numpy.Placeholder((B, 1, 28, 28), dtype=flow.float),
+                  labels: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
+        with flow.scope.placement(tag, "0:0"):
+            logits = lenet(images, train=True)
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    return train_job
+
+
+def torch_model(device):
+    model = TorchLeNet()
+    values = {k: torch.from_numpy(v.numpy()) for k, v in flow.get_all_variables().items()}
+    with torch.no_grad():
+        for layer in ("conv1", "conv2", "dense1", "dense2"):
+            getattr(model, layer).weight.copy_(values[f"{layer}-weight"])
+            getattr(model, layer).bias.copy_(values[f"{layer}-bias"])
+    return model.to("cuda" if device == "gpu" else "cpu")
+
+
+def main(argv=None):
+    args = parser(__doc__.splitlines()[0]).parse_args(argv)
+    threads = setup_threads(args)
+    rng = np.random.default_rng(0)
+    x = rng.random((B, 1, 28, 28), dtype=np.float32)
+    y = rng.integers(0, 10, B).astype(np.int32)
+    train_job = build(args.device)
+    train_job(x, y)  # compile
+    model = torch_model(args.device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0)
+    dev = next(model.parameters()).device
+
+    def torch_step():
+        xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).long().to(dev)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(xt), yt, reduction="none")
+        loss.mean().backward()
+        opt.step()
+        return loss.detach().cpu().numpy()
+
+    gf, pt = interleaved(args.steps, args.warmup, lambda: train_job(x, y), torch_step, args.device)
+    print(f"machine: {machine(args.device)}; torch threads: {threads}")
+    report(f"LeNet train step (batch {B}, median of {args.steps})", gf, pt)
+
+
+if __name__ == "__main__":
+    main()

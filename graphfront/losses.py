@@ -1,0 +1,37 @@
+"""``flow.losses``: registering losses of a train job.
+
+``shared/reference/single_client_api.md`` §flow.losses: ``add_loss(loss)`` registers a
+blob as a loss of the current train job; ``Optimizer.minimize(loss)`` registers its loss
+the same way. Autograd seeds each registered loss with ones and divides every variable
+gradient by the loss element count (``shared/reference/user_ops.md`` §2.3).
+"""
+from __future__ import annotations
+
+from graphfront.framework import job_builder as jb
+from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.errors import JobBuildError, format_location, user_frame
+
+
+def add_loss(loss):
+    """Register ``loss`` (a floating blob of the job being built) as a loss of the train job.
+
+    A blob already registered is not added twice. Raises JobBuildError outside a job, in a
+    predict job, or for a non-blob or non-floating ``loss``.
+    """
+    loc = user_frame()
+    builder = jb.current()
+    if not builder.is_train:
+        raise JobBuildError(f"flow.losses.add_loss: job '{builder.job_name}' is a predict job; losses belong to "
+                            f'jobs decorated with @flow.global_function(type="train"){format_location(loc)}')
+    if not isinstance(loss, BlobDesc):
+        raise JobBuildError(f"flow.losses.add_loss expects a blob, received {type(loss).__name__} {loss!r}"
+                            f"{format_location(loc)}")
+    if loss.job_name != builder.job_name:
+        raise JobBuildError(f"flow.losses.add_loss: blob '{loss.lbn}' belongs to job '{loss.job_name}', not to "
+                            f"'{builder.job_name}'{format_location(loc)}")
+    if not loss.dtype.is_floating_point:
+        raise JobBuildError(f"flow.losses.add_loss: loss '{loss.lbn}' must be floating point, received "
+                            f"{loss.dtype.name}{format_location(loc)}")
+    tc = builder.job.job_conf.train_conf
+    if loss.lbn not in tc.loss_lbn:
+        tc.loss_lbn.append(loss.lbn)

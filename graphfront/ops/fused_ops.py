@@ -1,0 +1,450 @@
+"""Fused and folded ops that graphfront's completion passes write into a Job.
+
+Passes run after autograd, so these ops appear only in *completed* jobs (see
+``graphfront/passes/fusion.py``, ``fold.py`` and ``update_group.py``); users do not
+build them. Names follow OneFlow where OneFlow has such an op; ops that exist only in
+graphfront are named ``fused_*`` (or ``folded_constant``) and say so below.
+
+=================================  =======  ================================================
+op type                            origin   computes
+=================================  =======  ================================================
+``fused_matmul_bias``              OneFlow  ``out = x @ weight^T + bias (+ _add_to_output)``
+                                            (``F.linear``; weight is ``(N, K)``)
+``fused_bias_add_relu``            gf       ``out = relu(a + b)``, ``b`` along ``axis``
+``fused_scalar_mul_add``           gf       ``out = in * scale + shift`` (floating ``in``)
+``fused_conv_grad``                gf       ``dx``, ``filter_diff``, ``bias_diff`` of one
+                                            convolution from the same ``dy`` in one
+                                            ``convolution_backward`` call (the outputs
+                                            present choose what is computed)
+``fused_tf_max_pool_{1,2,3}d``     gf       ``tf_max_pool_*`` that also returns the int64
+                                            argmax ``indices`` (computed in channels-last
+                                            memory layout, much faster on CPU)
+``fused_tf_max_pool_{1,2,3}d_grad`` gf      scatters ``dy`` through ``indices``; with attr
+                                            ``relu_grad`` it also applies ``relu_grad``
+                                            with ``y`` = the pool's input: the argmax of
+                                            a window is > 0 exactly when the window's max
+                                            (input ``y``) is, so ``dy`` is masked before
+                                            the scatter, on the 4x smaller blob
+``folded_constant``                gf       a constant tensor: the value of a folded
+                                            subgraph (see below)
+``multi_tensor_sgd_update``        OneFlow  ``sgd_update`` over lists of models/grads in
+                                            one ``torch._foreach_*`` sequence
+``multi_tensor_momentum_update``   OneFlow  ``momentum_update`` likewise
+=================================  =======  ================================================
+
+``folded_constant`` (graphfront only; OneFlow's ``constant`` holds a scalar fill only):
+attrs ``shape`` (Shape), ``dtype`` (DataType) and ``data`` (string): the base64 text of
+the value's C-contiguous little-endian bytes. This is exact for every dtype (float64 and
+bfloat16 included) and survives text-proto round trips.
+
+The update formulas of the ``multi_tensor_*`` ops are those of ``sgd_update`` and
+``momentum_update`` (``graphfront/ops/optimizer_ops.py``): ``g = scale * model_diff
+(* scale_by_tensor) + l1 * sign(w) + l2 * w``; SGD ``w -= lr * (g + wd * w)``; momentum
+``m = beta * m - lr * g; w += m - lr * wd * w``. Their arguments mirror the single-tensor
+ops with repeated ``model``/``model_diff``/``momentum``.
+"""
+from __future__ import annotations
+
+import base64
+import math
+
+import torch
+import torch.nn.functional as F
+
+from graphfront.framework import dtypes as _dt
+from graphfront.ops.common import like, same_dtype
+from graphfront.ops.nn_ops import CONV_GRAD_ATTRS, POOL_ATTRS, pool_geometry
+from graphfront.ops.registry import op
+
+_aten = torch.ops.aten
+
+
+def _to_first(t, n):
+    return t.permute(0, n + 1, *range(1, n + 1))
+
+
+def _to_last(t, n):
+    return t.permute(0, *range(2, n + 2), 1)
+
+
+# ------------------------------------------------------------------ fused_matmul_bias
+
+def _matmul_bias_infer(ctx):
+    x, w, b = ctx.input("x"), ctx.input("weight"), ctx.input("bias")
+    ctx.check(len(x.shape) == 2, f"input 'x' expected rank 2, received shape {x.shape}")
+    ctx.check(len(w.shape) == 2 and w.shape[1] == x.shape[1],
+              f"input 'weight' expected shape (N, {x.shape[1]}), received {w.shape}")
+    ctx.check(b.shape == (w.shape[0],), f"input 'bias' expected shape {(w.shape[0],)}, received {b.shape}")
+    same_dtype(ctx, "x", "weight", "bias")
+    ctx.set_output("out", (x.shape[0], w.shape[0]), x.dtype)
+
+
+def _matmul_bias_kernel(k):
+    def fused_matmul_bias(x, w, b, add_to):
+        out = F.linear(x, w, b)
+        return out if add_to is None else out.add_(add_to)
+    return fused_matmul_bias
+
+
+def _matmul_bias_grad(g):
+    dy = g.dout("out")
+    if g.needs("x"):
+        g.set_grad("x", g.emit("matmul", {"a": dy, "b": g.input("weight")}, name=f"{g.op_name}_grad_x"))
+    if g.needs("weight"):
+        g.set_grad("weight", g.emit("matmul", {"a": dy, "b": g.input("x")}, {"transpose_a": True},
+                                    name=f"{g.op_name}_grad_weight"))
+    if g.needs("bias"):
+        g.set_grad("bias", g.emit("reduce_sum", {"input_tensor": dy}, {"axis": [0], "keepdims": False},
+                                  name=f"{g.op_name}_grad_bias"))
+    if g.needs("_add_to_output"):
+        g.set_grad("_add_to_output", dy)
+
+
+op("fused_matmul_bias", inputs=["x", "weight", "bias", "_add_to_output?"], outputs=["out"],
+   infer=_matmul_bias_infer, kernel=_matmul_bias_kernel, grad=_matmul_bias_grad,
+   doc="out = x @ weight^T + bias (F.linear); written by the fusion pass for matmul + bias_add")
+
+
+# ------------------------------------------------------------------ fused_bias_add_relu
+
+def _bias_add_relu_infer(ctx):
+    a, b = ctx.input("a"), ctx.input("b")
+    axis = ctx.attr("axis")
+    ctx.check(0 <= axis < len(a.shape), f"attr 'axis' {axis} is out of range for input 'a' of shape {a.shape}")
+    ctx.check(b.shape == (a.shape[axis],), f"input 'b' expected shape {(a.shape[axis],)}, received {b.shape}")
+    same_dtype(ctx, "a", "b")
+    ctx.set_output("out", a.shape, a.dtype)
+
+
+def _bias_add_relu_kernel(k):
+    ndim, axis = len(k.input("a").shape), k.attr("axis")
+    view = [1] * ndim
+    view[axis] = -1
+
+    def fused_bias_add_relu(a, b):
+        return torch.relu_(a + b.view(view))
+    return fused_bias_add_relu
+
+
+op("fused_bias_add_relu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)},
+   infer=_bias_add_relu_infer, kernel=_bias_add_relu_kernel,
+   doc="graphfront-only: relu(bias_add(a, b, axis)); written by the fusion pass")
+
+
+# ------------------------------------------------------------------ fused_scalar_mul_add
+
+def _scalar_mul_add_infer(ctx):
+    x = ctx.input("in")
+    ctx.check(x.dtype.is_floating_point, f"input 'in' expected a floating dtype, received {x.dtype.name}")
+    ctx.set_output("out", x.shape, x.dtype)
+
+
+def _scalar_mul_add_kernel(k):
+    scale, shift = k.attr("scale"), k.attr("shift")
+
+    def fused_scalar_mul_add(x):
+        return torch.mul(x, scale).add_(shift)
+    return fused_scalar_mul_add
+
+
+op("fused_scalar_mul_add", inputs=["in"], outputs=["out"],
+   attrs={"scale": ("double", 1.0), "shift": ("double", 0.0)}, infer=_scalar_mul_add_infer,
+   kernel=_scalar_mul_add_kernel,
+   doc="graphfront-only: out = in * scale + shift; written by the fusion pass for scalar_mul + scalar_add")
+
+
+# ------------------------------------------------------------------ fused_conv_grad
+
+def _conv_grad_infer(ctx):
+    n = ctx.attr("num_spatial_dims")
+    ctx.check(1 <= n <= 3, f"attr 'num_spatial_dims' must be 1..3, received {n}")
+    ctx.check(ctx.attr("data_format") == "channels_first",
+              f"attr 'data_format' must be 'channels_first', received {ctx.attr('data_format')!r}")
+    dy, x = ctx.input("dy"), ctx.input("x")
+    ctx.check(len(dy.shape) == n + 2 and len(x.shape) == n + 2, f"inputs 'dy' and 'x' must have rank {n + 2}")
+    groups = ctx.attr("groups")
+    wshape = (dy.shape[1], x.shape[1] // groups) + tuple(ctx.attr("kernel_size"))
+    if ctx.has_input("filter"):
+        ctx.check(ctx.input("filter").shape == wshape,
+                  f"input 'filter' expected shape {wshape}, received {ctx.input('filter').shape}")
+    ctx.check(ctx.has_output("filter_diff") or ctx.has_input("filter"),
+              "input 'filter' is required unless output 'filter_diff' is requested")
+    ctx.set_output("dx", x.shape, x.dtype)
+    ctx.set_output("filter_diff", wshape, x.dtype)
+    ctx.set_output("bias_diff", (dy.shape[1],), dy.dtype)
+
+
+def _conv_grad_kernel(k):
+    n = k.attr("num_spatial_dims")
+    stride, padding, dilation = k.attr("strides"), k.attr("padding_before"), k.attr("dilation_rate")
+    groups = k.attr("groups")
+    dy_shape, x_desc = k.input("dy").shape, k.input("x")
+    wshape = (dy_shape[1], x_desc.shape[1] // groups) + tuple(k.attr("kernel_size"))
+    mask = [k.has_output("dx"), k.has_output("filter_diff"), k.has_output("bias_diff")]
+    bias_sizes = [dy_shape[1]] if mask[2] else None
+    placeholder = None if k.has_input("filter") else torch.empty(wshape, dtype=x_desc.dtype.torch, device=k.device)
+
+    def fused_conv_grad(dy, w, x):
+        res = _aten.convolution_backward(dy, x, placeholder if w is None else w, bias_sizes, stride, padding,
+                                         dilation, False, [0] * n, groups, mask)
+        return tuple(r if m else None for r, m in zip(res, mask))
+    return fused_conv_grad
+
+
+op("fused_conv_grad", inputs=["dy", "filter?", "x"], outputs=["dx?", "filter_diff?", "bias_diff?"],
+   attrs=CONV_GRAD_ATTRS, infer=_conv_grad_infer, kernel=_conv_grad_kernel,
+   doc="graphfront-only: conv_data_grad + conv_filter_grad + conv_bias_grad on one dy in one "
+       "convolution_backward call (channels_first)")
+
+
+# ------------------------------------------------------------------ fused_tf_max_pool_{n}d
+
+def _pool_plan(n, k):
+    """Static geometry of a fused pool: pads for F.pad, window, the 2-D/3-D aten ops."""
+    first = k.attr("data_format") == "channels_first"
+    x_shape = tuple(k.input("x").shape)
+    spatial = x_shape[2:] if first else x_shape[1:-1]
+    _, pads = pool_geometry(spatial, k.attrs)
+    size, stride = list(k.attr("pool_size")), list(k.attr("strides"))
+    flat = [p for pair in reversed(pads) for p in pair]
+    if n == 1:  # pool (N, C, L) as (N, C, 1, L)
+        size, stride, pads = [1] + size, [1] + stride, [(0, 0)] + pads
+    dims = len(size)
+    return {
+        "first": first, "pads": pads, "flat": flat if any(flat) else None, "size": size, "stride": stride,
+        "fwd": _aten.max_pool2d_with_indices if dims == 2 else _aten.max_pool3d_with_indices,
+        "bwd": _aten.max_pool2d_with_indices_backward if dims == 2 else _aten.max_pool3d_with_indices_backward,
+        "fmt": torch.channels_last if dims == 2 else torch.channels_last_3d,
+        "zeros": [0] * dims, "ones": [1] * dims,
+    }
+
+
+def _fused_pool_kernel(n):
+    def make(k):
+        p = _pool_plan(n, k)
+
+        def fused_tf_max_pool(x):
+            xf = x if p["first"] else _to_first(x, n)
+            if p["flat"] is not None:
+                xf = F.pad(xf, p["flat"], value=-math.inf)
+            if n == 1:
+                xf = xf.unsqueeze(2)
+            xf = xf.contiguous(memory_format=p["fmt"])
+            y, idx = p["fwd"](xf, p["size"], p["stride"], p["zeros"], p["ones"], False)
+            if n == 1:
+                y, idx = y.squeeze(2), idx.squeeze(2)
+            if not p["first"]:
+                y, idx = _to_last(y, n), _to_last(idx, n)
+            return y, idx
+        return fused_tf_max_pool
+    return make
+
+
+def _fused_pool_grad_kernel(n):
+    def make(k):
+        p = _pool_plan(n, k)
+        x_shape = tuple(k.input("x").shape)
+        cf_shape = x_shape if p["first"] else (x_shape[0], x_shape[-1]) + x_shape[1:-1]
+        padded = list(cf_shape[:2]) + [s + b + a for s, (b, a) in zip(cf_shape[2:], p["pads"][-n:])]
+        if n == 1:
+            padded.insert(2, 1)
+        crop = tuple(slice(b, b + s) for s, (b, a) in zip(cf_shape[2:], p["pads"][-n:]))
+
+        relu = k.attr("relu_grad")
+
+        def fused_tf_max_pool_grad(x, y, indices, dy):
+            if relu:  # the argmax of a window is > 0 exactly when the window's max is
+                dy = _aten.threshold_backward(dy, y, 0)
+            if not p["first"]:
+                dy, indices = _to_first(dy, n), _to_first(indices, n)
+            if n == 1:
+                dy, indices = dy.unsqueeze(2), indices.unsqueeze(2)
+            # dx in the memory layout of x (what the op consuming dx next works best on)
+            xf = x if p["first"] else _to_first(x, n)
+            fmt = p["fmt"] if n > 1 and xf.is_contiguous(memory_format=p["fmt"]) and not xf.is_contiguous() \
+                else torch.contiguous_format
+            like_ = torch.empty(padded, dtype=dy.dtype, device=dy.device, memory_format=fmt)
+            dx = p["bwd"](dy.contiguous(memory_format=fmt), like_, p["size"], p["stride"], p["zeros"],
+                          p["ones"], False, indices.contiguous(memory_format=fmt))
+            if n == 1:
+                dx = dx.squeeze(2)
+            if p["flat"] is not None:
+                dx = dx[(slice(None), slice(None)) + crop]
+            return dx if p["first"] else _to_last(dx, n)
+        return fused_tf_max_pool_grad
+    return make
+
+
+def _fused_pool_infer(n):
+    from graphfront.ops.nn_ops import _pool_infer
+
+    base = _pool_infer(n)
+
+    def infer(ctx):
+        base(ctx)
+        ctx.set_output("indices", ctx.out[ctx._uc.output["y"].s[0]].shape, _dt.int64)
+    return infer
+
+
+def _fused_pool_grad_infer(ctx):
+    x, dy, idx = ctx.input("x"), ctx.input("dy"), ctx.input("indices")
+    ctx.check(ctx.has_input("y") == ctx.attr("relu_grad"), "input 'y' is required exactly when attr "
+                                                           "'relu_grad' is true")
+    ctx.check(idx.shape == dy.shape and idx.dtype is _dt.int64,
+              f"input 'indices' expected int64 of shape {dy.shape}, received {idx.dtype.name} {idx.shape}")
+    ctx.set_output("dx", x.shape, x.dtype)
+
+
+for _n in (1, 2, 3):
+    op(f"fused_tf_max_pool_{_n}d", inputs=["x"], outputs=["y", "indices"], attrs=POOL_ATTRS,
+       infer=_fused_pool_infer(_n), kernel=_fused_pool_kernel(_n),
+       doc=f"graphfront-only: tf_max_pool_{_n}d that also returns the argmax indices")
+    op(f"fused_tf_max_pool_{_n}d_grad", inputs=["x", "y?", "indices", "dy"], outputs=["dx"],
+       attrs={**POOL_ATTRS, "relu_grad": ("bool", False)},
+       infer=_fused_pool_grad_infer, kernel=_fused_pool_grad_kernel(_n),
+       doc=f"graphfront-only: tf_max_pool_{_n}d_grad through the indices of fused_tf_max_pool_{_n}d; "
+           "with relu_grad, also relu_grad(y=x, dy=dx) (then input 'y' is the pool's output)")
+
+
+# ------------------------------------------------------------------ folded_constant
+
+def encode_constant(t: torch.Tensor) -> str:
+    """base64 text of ``t``'s C-contiguous little-endian bytes (``folded_constant.data``)."""
+    raw = t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return base64.b64encode(raw).decode("ascii")
+
+
+def decode_constant(data: str, shape, dtype) -> torch.Tensor:
+    raw = bytearray(base64.b64decode(data.encode("ascii")))
+    flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    return flat.view(dtype.torch).reshape(tuple(shape))
+
+
+def _folded_infer(ctx):
+    dtype, shape = ctx.attr("dtype"), ctx.attr("shape")
+    ctx.check(dtype is not None, "attr 'dtype' must be set")
+    size = dtype.torch.itemsize if dtype.torch is not None else 0
+    n = 1
+    for d in shape:
+        n *= d
+    ctx.check(len(base64.b64decode(ctx.attr("data"))) == n * size,
+              f"attr 'data' holds {len(base64.b64decode(ctx.attr('data')))} bytes, shape {tuple(shape)} of "
+              f"{dtype.name} needs {n * size}")
+    ctx.set_output("out", shape, dtype)
+
+
+def _folded_kernel(k):
+    value = decode_constant(k.attr("data"), k.attr("shape"), k.attr("dtype")).to(k.device)
+    return lambda: value
+
+
+op("folded_constant", inputs=[], outputs=["out"], attrs={"shape": "shape", "dtype": "dtype", "data": "string"},
+   infer=_folded_infer, kernel=_folded_kernel, no_grad=True,
+   doc="graphfront-only: a constant tensor (the value of a folded subgraph, base64 bytes in 'data')")
+
+
+# ------------------------------------------------------------------ multi-tensor updates
+
+def _multi_infer(state=()):
+    def infer(ctx):
+        models = ctx.inputs("model")
+        for arg in ("model_diff",) + tuple(state):
+            others = ctx.inputs(arg)
+            ctx.check(len(others) == len(models),
+                      f"input '{arg}' expected {len(models)} blobs (one per model), received {len(others)}")
+            for i, (m, d) in enumerate(zip(models, others)):
+                ctx.check(d.shape == m.shape, f"input '{arg}_{i}' expected shape {m.shape} (as 'model_{i}'), "
+                                              f"received {d.shape}")
+        for arg in ("learning_rate", "scale_by_tensor", "skip_if"):
+            d = ctx.input(arg)
+            if d is not None:
+                ctx.check(d.shape == (1,), f"input '{arg}' expected shape (1,), received {d.shape}")
+    return infer
+
+
+def _grads(models, diffs, scale, l1, l2, scale_by_tensor, writable=False):
+    """The regularized gradients; fresh tensors when ``writable`` (the diffs are never written)."""
+    g = [d if d.dtype == m.dtype else d.to(m.dtype) for m, d in zip(models, diffs)]
+    if scale != 1.0 or writable or scale_by_tensor is not None or l1 or l2:
+        g = torch._foreach_mul(g, scale)
+    if scale_by_tensor is not None:
+        torch._foreach_mul_(g, scale_by_tensor.reshape(()))
+    if l1:
+        torch._foreach_add_(g, torch._foreach_sign(models), alpha=l1)
+    if l2:
+        torch._foreach_add_(g, models, alpha=l2)
+    return g
+
+
+def _host_lr(lr, lr_val):
+    """The learning rate as a Python float when it is free to read (CPU), else the tensor."""
+    if lr is None:
+        return lr_val
+    return float(lr) if lr.device.type == "cpu" else lr.reshape(())
+
+
+def _skip(skip_if):
+    return skip_if is not None and bool(skip_if.reshape(-1)[0] != 0)
+
+
+def _multi_sgd_kernel(k):
+    scale, l1, l2, wd, lr_val = (k.attr(a) for a in ("scale", "l1", "l2", "weight_decay", "learning_rate_val"))
+
+    def multi_tensor_sgd_update(models, diffs, lr, scale_by_tensor, skip_if):
+        if _skip(skip_if):
+            return None
+        lr = _host_lr(lr, lr_val)
+        plain = not (l1 or l2 or wd) and scale_by_tensor is None and all(
+            d.dtype == m.dtype for m, d in zip(models, diffs))
+        if plain and isinstance(lr, float):
+            torch._foreach_add_(models, diffs, alpha=-lr * scale)
+            return None
+        g = _grads(models, diffs, scale, l1, l2, scale_by_tensor, writable=bool(wd))
+        if wd:
+            torch._foreach_add_(g, models, alpha=wd)
+        if isinstance(lr, float):
+            torch._foreach_add_(models, g, alpha=-lr)
+        else:
+            torch._foreach_sub_(models, torch._foreach_mul(g, lr))
+        return None
+    return multi_tensor_sgd_update
+
+
+def _multi_momentum_kernel(k):
+    scale, l1, l2, wd, lr_val, beta = (k.attr(a) for a in ("scale", "l1", "l2", "weight_decay",
+                                                            "learning_rate_val", "beta"))
+
+    def multi_tensor_momentum_update(models, diffs, moms, lr, scale_by_tensor, skip_if):
+        if _skip(skip_if):
+            return None
+        lr = _host_lr(lr, lr_val)
+        g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
+        decay = None
+        if wd:  # lr * wd * w, from the weights before this step
+            decay = torch._foreach_mul(models, wd)
+            torch._foreach_mul_(decay, lr)
+        torch._foreach_mul_(moms, beta)
+        if isinstance(lr, float):
+            torch._foreach_add_(moms, g, alpha=-lr)
+        else:
+            torch._foreach_sub_(moms, torch._foreach_mul(g, lr))
+        torch._foreach_add_(models, moms)
+        if decay is not None:
+            torch._foreach_sub_(models, decay)
+        return None
+    return multi_tensor_momentum_update
+
+
+_UPDATE_ATTRS = {"learning_rate_val": ("float", 0.0), "scale": ("double", 1.0), "l1": ("float", 0.0),
+                 "l2": ("float", 0.0), "weight_decay": ("float", 0.0)}
+_LR = ["learning_rate?", "scale_by_tensor?", "skip_if?"]
+
+op("multi_tensor_sgd_update", inputs=["model*", "model_diff*"] + _LR, outputs=[], attrs=_UPDATE_ATTRS,
+   infer=_multi_infer(), kernel=_multi_sgd_kernel, no_grad=True, mutates=("model",),
+   doc="sgd_update over every (model, model_diff) pair in torch._foreach_* calls")
+op("multi_tensor_momentum_update", inputs=["model*", "model_diff*", "momentum*"] + _LR, outputs=[],
+   attrs={**_UPDATE_ATTRS, "beta": ("float", 0.9)}, infer=_multi_infer(("momentum",)),
+   kernel=_multi_momentum_kernel, no_grad=True, mutates=("model", "momentum"),
+   doc="momentum_update over every (model, model_diff, momentum) triple in torch._foreach_* calls")
+
+__all__ = ["encode_constant", "decode_constant", "like"]

@@ -1,0 +1,376 @@
+"""Normalization ops: ``normalization`` (batch norm), ``layer_norm`` and their grads
+(``l2_normalize`` lives with the math family in ``math_ops.py``).
+
+Names, arguments, attrs and grad wiring follow OneFlow v0.6.0
+(``shared/reference/user_ops.md`` §1.14 batch norm, §4.16 layer_norm).
+
+Batch-norm statistics, as OneFlow (cuDNN) computes them:
+
+* the output is normalized with the *biased* batch variance,
+  ``y = (x - mean) * rsqrt(var + epsilon) * gamma + beta``;
+* with ``training`` the moving statistics are updated in place with ``momentum`` as the
+  *keep* ratio: ``moving = moving * momentum + batch * (1 - momentum)`` — PyTorch's
+  ``momentum`` is ``1 - keep`` — and the moving variance takes the *unbiased* batch
+  variance (``var * n / (n - 1)``, n = elements per channel), as cuDNN and PyTorch do;
+* ``mean`` and ``inv_variance`` outputs are the batch mean and ``rsqrt(var + epsilon)``.
+"""
+from __future__ import annotations
+
+import torch
+
+from graphfront.framework import dtypes as _dt
+from graphfront.framework.errors import JobBuildError, format_location
+from graphfront.ops.common import numel
+from graphfront.ops.registry import op
+
+
+def _float(ctx, arg):
+    d = ctx.input(arg)
+    ctx.check(d.dtype.is_floating_point, f"input '{arg}' expected a floating dtype, received {d.dtype.name}")
+    return d
+
+
+def param_dtype(dtype):
+    """Dtype of batch-norm parameters and statistics for an input dtype (float32 for float16)."""
+    return _dt.float32 if dtype is _dt.float16 else dtype
+
+
+# ------------------------------------------------------------------ normalization (batch norm)
+
+NORM_ATTRS = {"axis": ("int32", 0), "epsilon": ("float", 0.0), "training": ("bool", False),
+              "momentum": ("float", 0.0)}
+
+
+def _norm_infer(ctx):
+    x = _float(ctx, "x")
+    axis = ctx.attr("axis")
+    ctx.check(0 <= axis < len(x.shape), f"attr 'axis' {axis} is out of range for input 'x' of shape {x.shape}")
+    c = x.shape[axis]
+    pdtype = param_dtype(x.dtype)
+    for a in ("moving_mean", "moving_variance", "gamma", "beta"):
+        if ctx.has_input(a):
+            d = ctx.input(a)
+            ctx.check(d.shape == (c,), f"input '{a}' expected shape {(c,)} (dim {axis} of input 'x' {x.shape}), "
+                                       f"received {d.shape}")
+            ctx.check(d.dtype is pdtype, f"input '{a}' expected dtype {pdtype.name}, received {d.dtype.name}")
+    ctx.check(ctx.has_input("moving_mean") == ctx.has_input("moving_variance"),
+              "inputs 'moving_mean' and 'moving_variance' must be given together")
+    ctx.check(ctx.attr("training") or ctx.has_input("moving_mean"),
+              "attr 'training' is false, so inputs 'moving_mean' and 'moving_variance' are required")
+    if ctx.has_input("_add_to_output"):
+        d = ctx.input("_add_to_output")
+        ctx.check(d.shape == x.shape, f"input '_add_to_output' expected shape {x.shape}, received {d.shape}")
+    ctx.set_output("y", x.shape, x.dtype)
+    ctx.set_output("mean", (c,), pdtype)
+    ctx.set_output("inv_variance", (c,), pdtype)
+
+
+def _channel_view(ndim, axis):
+    view = [1] * ndim
+    view[axis] = -1
+    return view
+
+
+def _norm_kernel(k):
+    x_desc = k.input("x")
+    ndim, axis = len(x_desc.shape), k.attr("axis")
+    eps, momentum, training = k.attr("epsilon"), k.attr("momentum"), k.attr("training")
+    axes = [d for d in range(ndim) if d != axis]
+    view = _channel_view(ndim, axis)
+    n = numel(x_desc.shape) // max(x_desc.shape[axis], 1)
+    unbias = n / max(n - 1, 1)
+    want_stats = k.has_output("mean") or k.has_output("inv_variance")
+    pdtype = param_dtype(x_desc.dtype).torch
+
+    def normalization(x, moving_mean, moving_variance, gamma, beta, add_to):
+        xf = x.to(pdtype)
+        if training:
+            var, mean = torch.var_mean(xf, dim=axes, unbiased=False)
+            inv = torch.rsqrt(var + eps)
+            if moving_mean is not None:  # in-place update of the moving statistics
+                moving_mean.mul_(momentum).add_(mean, alpha=1.0 - momentum)
+                moving_variance.mul_(momentum).add_(var * unbias, alpha=1.0 - momentum)
+        else:
+            mean, inv = moving_mean, torch.rsqrt(moving_variance + eps)
+        y = (xf - mean.view(view)) * (inv * gamma).view(view) + beta.view(view)
+        y = y.to(x.dtype)
+        if add_to is not None:
+            y = y + add_to
+        if not want_stats:
+            return y, None, None
+        return y, (mean if training else mean.clone()), inv
+    return normalization
+
+
+def _norm_grad(g):
+    """OneFlow's wiring: training -> one ``normalization_grad`` fed the batch statistics;
+    inference -> ``normalization_grad`` fed the moving statistics for gamma/beta, and
+    dx = dy * gamma * rsqrt(moving_variance + epsilon) via reshape + broadcast_mul."""
+    dy = g.dout("y")
+    if dy is None:
+        return
+    name = g.op_name
+    if g.needs("_add_to_output"):
+        g.set_grad("_add_to_output", dy)
+    attrs = {"axis": g.attr("axis"), "epsilon": g.attr("epsilon")}
+    ins = {"x": g.input("x"), "dy": dy, "gamma": g.input("gamma")}
+    if g.attr("training"):
+        if not (g.outputs("mean") and g.outputs("inv_variance")):
+            raise JobBuildError(f"op '{name}' (normalization): a training batch norm needs its outputs 'mean' and "
+                                f"'inv_variance' to be differentiated; add them to the op"
+                                f"{format_location(g.builder.locations.get(name))}")
+        if not any(g.needs(a) for a in ("x", "gamma", "beta")):
+            return
+        outs = g.emit("normalization_grad", {**ins, "mean": g.output("mean"),
+                                             "inv_variance": g.output("inv_variance")},
+                      attrs, outputs=["gamma_diff", "beta_diff", "dx"])
+        for arg, out in (("x", "dx"), ("gamma", "gamma_diff"), ("beta", "beta_diff")):
+            if g.needs(arg):
+                g.set_grad(arg, outs[out])
+        return
+    if not any(g.needs(a) for a in ("x", "gamma", "beta")):
+        return
+    var_eps = g.emit("scalar_add", {"in": g.input("moving_variance")},
+                     {"has_float_operand": True, "float_operand": attrs["epsilon"]},
+                     name=f"System-AutoGrad-{name}-VarianceAddEpsilon")
+    inv = g.emit("rsqrt", {"x": var_eps}, name=f"System-AutoGrad-{name}-VarianceRsqrt")
+    if g.needs("gamma") or g.needs("beta"):
+        # The moving mean is read through a copy: `normalization` declares its moving
+        # statistics as updated in place, and the scheduler orders every direct reader
+        # of them before the op, which a reader downstream of its output cannot be.
+        mean = g.emit("scalar_add", {"in": g.input("moving_mean")}, {"has_float_operand": True, "float_operand": 0.0},
+                      name=f"System-AutoGrad-{name}-MovingMeanCopy")
+        outs = g.emit("normalization_grad", {**ins, "mean": mean, "inv_variance": inv}, attrs,
+                      outputs=["gamma_diff", "beta_diff", "dx"])
+        for arg, out in (("gamma", "gamma_diff"), ("beta", "beta_diff")):
+            if g.needs(arg):
+                g.set_grad(arg, outs[out])
+    if g.needs("x"):
+        x_shape = g.desc(g.input("x")).shape
+        shape = [1] * len(x_shape)
+        shape[attrs["axis"]] = x_shape[attrs["axis"]]
+        t = dy
+        for what, blob in (("gamma", g.input("gamma")), ("inv_var", inv)):
+            r = g.emit("reshape", {"in": blob}, {"shape": shape},
+                       name=f"System-AutoGrad-{name}_out_grad_mul_{what}-Reshape")
+            t = g.emit("broadcast_mul", {"x": t, "y": r},
+                       name=f"System-AutoGrad-{name}_out_grad_mul_{what}-BroadcastMul")
+        g.set_grad("x", t)
+
+
+op("normalization", inputs=["x", "moving_mean?", "moving_variance?", "gamma", "beta", "_add_to_output?"],
+   outputs=["y", "mean?", "inv_variance?"], attrs=NORM_ATTRS, infer=_norm_infer, kernel=_norm_kernel,
+   grad=_norm_grad, mutates=("moving_mean", "moving_variance"),
+   doc="batch normalization over every axis but 'axis' (see module docstring)")
+
+
+def _norm_grad_infer(ctx):
+    x, dy = ctx.input("x"), ctx.input("dy")
+    axis = ctx.attr("axis")
+    ctx.check(0 <= axis < len(x.shape), f"attr 'axis' {axis} is out of range for input 'x' of shape {x.shape}")
+    ctx.check(dy.shape == x.shape, f"input 'dy' expected shape {x.shape} (as 'x'), received {dy.shape}")
+    c = x.shape[axis]
+    for a in ("mean", "inv_variance", "gamma"):
+        ctx.check(ctx.input(a).shape == (c,), f"input '{a}' expected shape {(c,)}, received {ctx.input(a).shape}")
+    pdtype = param_dtype(x.dtype)
+    ctx.set_output("gamma_diff", (c,), pdtype)
+    ctx.set_output("beta_diff", (c,), pdtype)
+    ctx.set_output("dx", x.shape, x.dtype)
+
+
+def _norm_grad_kernel(k):
+    x_desc = k.input("x")
+    ndim, axis = len(x_desc.shape), k.attr("axis")
+    axes = [d for d in range(ndim) if d != axis]
+    view = _channel_view(ndim, axis)
+    n = numel(x_desc.shape) // max(x_desc.shape[axis], 1)
+    pdtype = param_dtype(x_desc.dtype).torch
+
+    def normalization_grad(x, dy, mean, inv_variance, gamma):
+        xf, dyf = x.to(pdtype), dy.to(pdtype)
+        inv = inv_variance.view(view)
+        xhat = (xf - mean.view(view)) * inv
+        beta_diff = dyf.sum(dim=axes)
+        gamma_diff = (dyf * xhat).sum(dim=axes)
+        dx = (gamma.view(view) * inv / n) * (n * dyf - beta_diff.view(view) - xhat * gamma_diff.view(view))
+        return gamma_diff, beta_diff, dx.to(x.dtype)
+    return normalization_grad
+
+
+op("normalization_grad", inputs=["x", "dy", "mean", "inv_variance", "gamma"],
+   outputs=["gamma_diff", "beta_diff", "dx"], attrs={"axis": ("int32", 0), "epsilon": ("float", 0.0)},
+   infer=_norm_grad_infer, kernel=_norm_grad_kernel,
+   doc="batch-norm backward with batch statistics: dx = gamma * inv / n * (n dy - sum dy - xhat sum(dy xhat))")
+
+
+# ------------------------------------------------------------------ layer_norm
+
+def _axis(value, ndim, ctx, what):
+    a = value + ndim if value < 0 else value
+    ctx.check(0 <= a < max(ndim, 1), f"attr '{what}' {value} is out of range for a rank-{ndim} input")
+    return a
+
+
+def _ln_infer(ctx):
+    x = _float(ctx, "x")
+    ndim = len(x.shape)
+    bna = _axis(ctx.attr("begin_norm_axis"), ndim, ctx, "begin_norm_axis")
+    bpa = _axis(ctx.attr("begin_params_axis"), ndim, ctx, "begin_params_axis")
+    pshape = x.shape[bpa:]
+    for flag, arg in (("center", "beta"), ("scale", "gamma")):
+        ctx.check(ctx.attr(flag) == ctx.has_input(arg),
+                  f"attr '{flag}' is {ctx.attr(flag)} but input '{arg}' is "
+                  f"{'given' if ctx.has_input(arg) else 'absent'}")
+        if ctx.has_input(arg):
+            d = ctx.input(arg)
+            ctx.check(d.shape == pshape, f"input '{arg}' expected shape {pshape} (input 'x' {x.shape} from "
+                                         f"begin_params_axis {bpa}), received {d.shape}")
+            ctx.check(d.dtype is x.dtype, f"input '{arg}' expected dtype {x.dtype.name}, received {d.dtype.name}")
+    ctx.set_output("y", x.shape, x.dtype)
+    ctx.set_output("mean", x.shape[:bna], x.dtype)
+    ctx.set_output("inv_variance", x.shape[:bna], x.dtype)
+    ctx.set_output("normalized", x.shape, x.dtype)
+
+
+def _norm_axes(k, arg="x", attr="begin_norm_axis"):
+    shape = k.input(arg).shape
+    a = k.attr(attr)
+    a = a + len(shape) if a < 0 else a
+    return shape, a
+
+
+def _ln_kernel(k):
+    shape, bna = _norm_axes(k)
+    axes = tuple(range(bna, len(shape)))
+    eps = k.attr("epsilon")
+
+    def layer_norm(x, beta, gamma):
+        var, mean = torch.var_mean(x, dim=axes, unbiased=False, keepdim=True)
+        inv = torch.rsqrt(var + eps)
+        normalized = (x - mean) * inv
+        y = normalized
+        if gamma is not None:
+            y = y * gamma
+        if beta is not None:
+            y = y + beta
+        return y, mean.reshape(shape[:bna]), inv.reshape(shape[:bna]), normalized
+    return layer_norm
+
+
+def _ln_grad(g):
+    """``layer_norm_param_grad`` for gamma/beta (and dy * gamma), then ``layer_norm_grad`` for x."""
+    dy = g.dout("y")
+    if dy is None:
+        return
+    name = g.op_name
+    scale, center = g.attr("scale"), g.attr("center")
+    need_gamma = scale and g.needs("gamma")
+    need_beta = center and g.needs("beta")
+    dx_dy = dy
+    if need_gamma or need_beta or (scale and g.needs("x")):
+        ins, outs = {"dy": dy}, []
+        if scale:
+            if not g.outputs("normalized"):
+                where = format_location(g.builder.locations.get(name))
+                raise JobBuildError(f"op '{name}' (layer_norm): with scale=True its output 'normalized' is needed "
+                                    f"to differentiate it; add it to the op{where}")
+            ins.update(normalized=g.output("normalized"), gamma=g.input("gamma"))
+            outs += ["normalized_diff", "gamma_diff"]
+        if center:
+            outs.append("beta_diff")
+        r = g.emit("layer_norm_param_grad", ins, {"begin_params_axis": g.attr("begin_params_axis")},
+                   name=f"{name}_param_grad", outputs=outs)
+        r = r if isinstance(r, dict) else {outs[0]: r}
+        if need_gamma:
+            g.set_grad("gamma", r["gamma_diff"])
+        if need_beta:
+            g.set_grad("beta", r["beta_diff"])
+        if scale:
+            dx_dy = r["normalized_diff"]
+    if g.needs("x"):
+        g.set_grad("x", g.emit("layer_norm_grad", {"dy": dx_dy, "x": g.input("x"), "mean": g.output("mean"),
+                                                   "inv_variance": g.output("inv_variance")},
+                               {"begin_norm_axis": g.attr("begin_norm_axis"), "epsilon": g.attr("epsilon")},
+                               name=f"{name}_grad"))
+
+
+LN_ATTRS = {"center": ("bool", False), "scale": ("bool", False), "begin_norm_axis": ("int64", 0),
+            "begin_params_axis": ("int64", 0), "epsilon": ("double", 0.0)}
+
+op("layer_norm", inputs=["x", "beta?", "gamma?"], outputs=["y", "mean", "inv_variance", "normalized?"],
+   attrs=LN_ATTRS, infer=_ln_infer, kernel=_ln_kernel, grad=_ln_grad,
+   doc="normalized = (x - mean) * rsqrt(var + epsilon) over axes >= begin_norm_axis (biased var); "
+       "y = normalized * gamma + beta, gamma/beta shaped x.shape[begin_params_axis:]")
+
+
+def _ln_grad_infer(ctx):
+    x, dy = ctx.input("x"), ctx.input("dy")
+    ctx.check(dy.shape == x.shape, f"input 'dy' expected shape {x.shape} (as 'x'), received {dy.shape}")
+    bna = _axis(ctx.attr("begin_norm_axis"), len(x.shape), ctx, "begin_norm_axis")
+    for a in ("mean", "inv_variance"):
+        ctx.check(ctx.input(a).shape == x.shape[:bna],
+                  f"input '{a}' expected shape {x.shape[:bna]}, received {ctx.input(a).shape}")
+    ctx.set_output("dx", x.shape, x.dtype)
+
+
+def _ln_grad_kernel(k):
+    shape, bna = _norm_axes(k)
+    axes = tuple(range(bna, len(shape)))
+    kshape = tuple(shape[:bna]) + (1,) * (len(shape) - bna)
+
+    def layer_norm_grad(dy, x, mean, inv_variance, add_to):
+        inv = inv_variance.reshape(kshape)
+        xhat = (x - mean.reshape(kshape)) * inv
+        dx = inv * (dy - dy.mean(dim=axes, keepdim=True) - xhat * (dy * xhat).mean(dim=axes, keepdim=True))
+        return dx if add_to is None else dx + add_to
+    return layer_norm_grad
+
+
+op("layer_norm_grad", inputs=["dy", "x", "mean", "inv_variance", "_add_to_output?"], outputs=["dx"],
+   attrs={"begin_norm_axis": ("int64", 0), "epsilon": ("double", 0.0)}, infer=_ln_grad_infer,
+   kernel=_ln_grad_kernel,
+   doc="dx = inv * (dy - mean(dy) - xhat * mean(dy * xhat)) over the normalized axes")
+
+
+def _ln_param_grad_infer(ctx):
+    dy = ctx.input("dy")
+    bpa = _axis(ctx.attr("begin_params_axis"), len(dy.shape), ctx, "begin_params_axis")
+    pshape = dy.shape[bpa:]
+    if ctx.has_output("normalized_diff"):
+        ctx.check(ctx.has_input("gamma"), "output 'normalized_diff' needs input 'gamma'")
+    if ctx.has_output("gamma_diff"):
+        ctx.check(ctx.has_input("normalized"), "output 'gamma_diff' needs input 'normalized'")
+    if ctx.has_input("normalized"):
+        d = ctx.input("normalized")
+        ctx.check(d.shape == dy.shape, f"input 'normalized' expected shape {dy.shape}, received {d.shape}")
+    if ctx.has_input("gamma"):
+        d = ctx.input("gamma")
+        ctx.check(d.shape == pshape, f"input 'gamma' expected shape {pshape}, received {d.shape}")
+    ctx.set_output("normalized_diff", dy.shape, dy.dtype)
+    ctx.set_output("beta_diff", pshape, dy.dtype)
+    ctx.set_output("gamma_diff", pshape, dy.dtype)
+    ctx.set_output("reduce_buf", dy.shape, dy.dtype)
+
+
+def _ln_param_grad_kernel(k):
+    shape, bpa = _norm_axes(k, "dy", "begin_params_axis")
+    axes = tuple(range(bpa))
+    want = {a: k.has_output(a) for a in ("normalized_diff", "beta_diff", "gamma_diff", "reduce_buf")}
+
+    def reduce(t):
+        return t.sum(dim=axes) if axes else t
+
+    def layer_norm_param_grad(dy, normalized, gamma):
+        nd = dy * gamma if want["normalized_diff"] else None
+        bd = reduce(dy) if want["beta_diff"] else None
+        buf = dy * normalized if want["gamma_diff"] or want["reduce_buf"] else None
+        gd = reduce(buf) if want["gamma_diff"] else None
+        return nd, bd, gd, buf if want["reduce_buf"] else None
+    return layer_norm_param_grad
+
+
+op("layer_norm_param_grad", inputs=["dy", "normalized?", "gamma?"],
+   outputs=["normalized_diff?", "beta_diff?", "gamma_diff?", "reduce_buf?"],
+   attrs={"begin_params_axis": ("int64", 0)}, infer=_ln_param_grad_infer, kernel=_ln_param_grad_kernel,
+   doc="beta_diff = sum(dy), gamma_diff = sum(dy * normalized) over axes < begin_params_axis; "
+       "normalized_diff = dy * gamma; reduce_buf = dy * normalized")

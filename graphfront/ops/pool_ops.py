@@ -1,0 +1,314 @@
+"""PyTorch-style pooling and upsampling ops: ``maxpool_{1,2,3}d``, ``avgpool_{1,2,3}d``,
+``adaptive_avg_pool{1,2,3}d``, ``upsample`` and their grads.
+
+Names, arguments, attrs and grad wiring follow OneFlow v0.6.0
+(``shared/reference/user_ops.md`` §1.7, §4.20, §4.26). The window arithmetic is
+PyTorch's (OneFlow copied it): per spatial dim
+``out = (n + 2p - dilation (k - 1) - 1 + s + (ceil_mode ? s - 1 : 0)) // s``, minus one
+with ``ceil_mode`` when the last window would start at or beyond ``n + p``. ``padding``
+is symmetric and at most half the kernel. ``maxpool`` also returns ``indice`` (int64,
+shaped like ``y``): the flat position of each maximum inside its (N, C) plane, which
+``maxpool_*_grad`` scatters ``dy`` back to.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from graphfront.framework import dtypes as _dt
+from graphfront.ops.registry import op
+
+_aten = torch.ops.aten
+
+
+def _to_first(t, n):
+    return t.permute(0, n + 1, *range(1, n + 1))
+
+
+def _to_last(t, n):
+    return t.permute(0, *range(2, n + 2), 1)
+
+
+def _layout(fn, n, first):
+    """Run channels_first ``fn`` on a tensor of the op's ``data_format``."""
+    if first:
+        return fn
+    return lambda x, *rest: _to_last(fn(_to_first(x, n), *rest), n)
+
+
+def pool_out_size(size, k, pad, stride, dilation, ceil_mode):
+    out = (size + 2 * pad - dilation * (k - 1) - 1 + stride + (stride - 1 if ceil_mode else 0)) // stride
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def _check_data_format(ctx):
+    fmt = ctx.attr("data_format")
+    ctx.check(fmt in ("channels_first", "channels_last"),
+              f"attr 'data_format' must be 'channels_first' or 'channels_last', received {fmt!r}")
+    return fmt == "channels_first"
+
+
+def _spatial(shape, first):
+    return tuple(shape[2:]) if first else tuple(shape[1:-1])
+
+
+def _with_spatial(shape, spatial, first):
+    return tuple(shape[:2]) + tuple(spatial) if first else (shape[0],) + tuple(spatial) + (shape[-1],)
+
+
+# ------------------------------------------------------------------ maxpool / avgpool
+
+def _pool_infer(n, kind):
+    def infer(ctx):
+        first = _check_data_format(ctx)
+        x = ctx.input("x")
+        ctx.check(x.dtype.is_floating_point, f"input 'x' expected a floating dtype, received {x.dtype.name}")
+        ctx.check(len(x.shape) == n + 2, f"input 'x' expected rank {n + 2}, received shape {x.shape}")
+        lists = ("kernel_size", "stride", "padding") + (("dilation",) if kind == "max" else ())
+        for a in lists:
+            ctx.check(len(ctx.attr(a)) == n, f"attr '{a}' needs {n} entries, received {ctx.attr(a)}")
+        k, s, p = ctx.attr("kernel_size"), ctx.attr("stride"), ctx.attr("padding")
+        d = ctx.attr("dilation") if kind == "max" else [1] * n
+        ctx.check(all(v > 0 for v in k) and all(v > 0 for v in s) and all(v > 0 for v in d),
+                  f"attrs kernel_size {k}, stride {s}" + (f", dilation {d}" if kind == "max" else "")
+                  + " must be positive")
+        ctx.check(all(0 <= p[i] <= k[i] // 2 for i in range(n)),
+                  f"attr 'padding' {p} must be >= 0 and at most half of kernel_size {k}")
+        spatial = _spatial(x.shape, first)
+        outs = [pool_out_size(spatial[i], k[i], p[i], s[i], d[i], ctx.attr("ceil_mode")) for i in range(n)]
+        ctx.check(all(o > 0 for o in outs), f"pooling window {k} does not fit input 'x' of shape {x.shape} "
+                                            f"(output size {outs})")
+        shape = _with_spatial(x.shape, outs, first)
+        ctx.set_output("y", shape, x.dtype)
+        ctx.set_output("indice", shape, _dt.int64)
+    return infer
+
+
+_MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+_AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+
+
+def _maxpool_fn(n, k):
+    pool = _MAX[n]
+    args = dict(kernel_size=k.attr("kernel_size"), stride=k.attr("stride"), padding=k.attr("padding"),
+                dilation=k.attr("dilation"), ceil_mode=k.attr("ceil_mode"))
+
+    def fn(x):
+        return pool(x, return_indices=True, **args)
+    return fn
+
+
+def _maxpool_kernel(n):
+    def make(k):
+        first = k.attr("data_format") == "channels_first"
+        fn = _maxpool_fn(n, k)
+        if first:
+            return fn
+
+        def maxpool_last(x):
+            y, idx = fn(_to_first(x, n))
+            return _to_last(y, n), _to_last(idx, n)
+        return maxpool_last
+    return make
+
+
+def _maxpool_grad_kernel(n):
+    def make(k):
+        first = k.attr("data_format") == "channels_first"
+
+        def maxpool_grad(x, y, indice, dy):
+            if not first:
+                x, indice, dy = _to_first(x, n), _to_first(indice, n), _to_first(dy, n)
+            dx = torch.zeros(x.shape[:2] + (x[0, 0].numel(),), dtype=dy.dtype, device=dy.device)
+            dx.scatter_add_(2, indice.reshape(indice.shape[:2] + (-1,)), dy.reshape(dy.shape[:2] + (-1,)))
+            dx = dx.reshape(x.shape)
+            return dx if first else _to_last(dx, n)
+        return maxpool_grad
+    return make
+
+
+def _avgpool_fn(n, k):
+    pool = _AVG[n]
+    args = dict(kernel_size=k.attr("kernel_size"), stride=k.attr("stride"), padding=k.attr("padding"),
+                ceil_mode=k.attr("ceil_mode"), count_include_pad=k.attr("count_include_pad"))
+    dv = k.attr("divisor_override")
+    if dv and n == 1:
+        # avg_pool1d has no divisor_override: pool the (N, C, L, 1) view in 2-D
+        args2 = dict(kernel_size=(args["kernel_size"][0], 1), stride=(args["stride"][0], 1),
+                     padding=(args["padding"][0], 0), ceil_mode=args["ceil_mode"],
+                     count_include_pad=args["count_include_pad"], divisor_override=dv)
+        return lambda x: F.avg_pool2d(x.unsqueeze(-1), **args2).squeeze(-1)
+    if dv:
+        args["divisor_override"] = dv
+    return lambda x: pool(x, **args)
+
+
+def _avgpool_kernel(n):
+    def make(k):
+        return _layout(_avgpool_fn(n, k), n, k.attr("data_format") == "channels_first")
+    return make
+
+
+def _avgpool_grad_kernel(n):
+    def make(k):
+        fn = _layout(_avgpool_fn(n, k), n, k.attr("data_format") == "channels_first")
+
+        def avgpool_grad(x, y, dy):
+            with torch.enable_grad():
+                xr = x.detach().requires_grad_(True)
+                return torch.autograd.grad(fn(xr), xr, dy)[0]
+        return avgpool_grad
+    return make
+
+
+def _grad_like_x(ctx):
+    x, dy = ctx.input("x"), ctx.input("dy")
+    if ctx.has_input("y"):
+        y = ctx.input("y")
+        ctx.check(dy.shape == y.shape, f"input 'dy' expected shape {y.shape} (as 'y'), received {dy.shape}")
+    ctx.set_output("dx", x.shape, x.dtype)
+
+
+MAXPOOL_ATTRS = {"padding": "list_int32", "data_format": "string", "kernel_size": "list_int32",
+                 "stride": "list_int32", "dilation": "list_int32", "return_indices": ("bool", False),
+                 "ceil_mode": ("bool", False)}
+AVGPOOL_ATTRS = {"padding": "list_int32", "data_format": "string", "kernel_size": "list_int32",
+                 "stride": "list_int32", "ceil_mode": ("bool", False), "count_include_pad": ("bool", False),
+                 "divisor_override": ("int64", 0)}
+
+
+def _maxpool_grad_maker(t):
+    def grad(g):
+        if g.needs("x") and g.dout("y") is not None:
+            g.set_grad("x", g.emit(f"{t}_grad", {"x": g.input("x"), "y": g.output("y"), "indice": g.output("indice"),
+                                                 "dy": g.dout("y")}, g.attrs))
+    return grad
+
+
+def _avgpool_grad_maker(t):
+    def grad(g):
+        if g.needs("x") and g.dout("y") is not None:
+            g.set_grad("x", g.emit(f"{t}_grad", {"x": g.input("x"), "y": g.output("y"), "dy": g.dout("y")}, g.attrs))
+    return grad
+
+
+for _n in (1, 2, 3):
+    _t = f"maxpool_{_n}d"
+    op(_t, inputs=["x"], outputs=["y", "indice"], attrs=MAXPOOL_ATTRS, infer=_pool_infer(_n, "max"),
+       kernel=_maxpool_kernel(_n), grad=_maxpool_grad_maker(_t),
+       doc=f"{_n}-D max pooling (PyTorch semantics) with the int64 argmax 'indice'")
+    op(f"{_t}_grad", inputs=["x", "y", "indice", "dy"], outputs=["dx"], attrs=MAXPOOL_ATTRS,
+       infer=_grad_like_x, kernel=_maxpool_grad_kernel(_n))
+    _t = f"avgpool_{_n}d"
+    op(_t, inputs=["x"], outputs=["y"], attrs=AVGPOOL_ATTRS, infer=_pool_infer(_n, "avg"),
+       kernel=_avgpool_kernel(_n), grad=_avgpool_grad_maker(_t),
+       doc=f"{_n}-D average pooling (PyTorch semantics: count_include_pad, divisor_override)")
+    op(f"{_t}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=AVGPOOL_ATTRS, infer=_grad_like_x,
+       kernel=_avgpool_grad_kernel(_n))
+
+
+# ------------------------------------------------------------------ adaptive_avg_pool
+
+def _adaptive_infer(n):
+    def infer(ctx):
+        x = ctx.input("x")
+        ctx.check(x.dtype.is_floating_point, f"input 'x' expected a floating dtype, received {x.dtype.name}")
+        ctx.check(len(x.shape) == n + 2, f"input 'x' expected rank {n + 2} (N, C, spatial...), received "
+                                         f"shape {x.shape}")
+        size = ctx.attr("output_size")
+        ctx.check(len(size) in (1, n) and all(s > 0 for s in size),
+                  f"attr 'output_size' needs 1 or {n} positive entries, received {size}")
+        size = list(size) * n if len(size) == 1 else list(size)
+        ctx.set_output("y", tuple(x.shape[:2]) + tuple(size), x.dtype)
+    return infer
+
+
+_ADAPTIVE = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
+
+
+def _adaptive_fn(n, k):
+    size = list(k.attr("output_size"))
+    size = size * n if len(size) == 1 else size
+    pool = _ADAPTIVE[n]
+    return lambda x: pool(x, size)
+
+
+def _adaptive_grad_kernel(n):
+    def make(k):
+        fn = _adaptive_fn(n, k)
+
+        def adaptive_grad(x, dy):
+            with torch.enable_grad():
+                xr = x.detach().requires_grad_(True)
+                return torch.autograd.grad(fn(xr), xr, dy)[0]
+        return adaptive_grad
+    return make
+
+
+for _n in (1, 2, 3):
+    _t = f"adaptive_avg_pool{_n}d"
+    op(_t, inputs=["x"], outputs=["y"], attrs={"output_size": "list_int64"}, infer=_adaptive_infer(_n),
+       kernel=lambda k, n=_n: _adaptive_fn(n, k),
+       grad=lambda g, t=_t: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
+           f"{t}_grad", {"x": g.input("x"), "dy": g.dout("y")}, {"output_size": g.attr("output_size")})),
+       doc=f"{_n}-D adaptive average pooling of channels_first input to 'output_size' "
+           "(window i spans [floor(i n / out), ceil((i + 1) n / out)))")
+    op(f"{_t}_grad", inputs=["x", "dy"], outputs=["dx"], attrs={"output_size": "list_int64"},
+       infer=_grad_like_x, kernel=_adaptive_grad_kernel(_n))
+
+
+# ------------------------------------------------------------------ upsample
+
+UPSAMPLE_ATTRS = {"height_scale": ("float", 0.0), "width_scale": ("float", 0.0), "align_corners": ("bool", False),
+                  "data_format": "string", "interpolation": "string"}
+
+
+def _upsample_infer(ctx):
+    x = ctx.input("x")
+    ctx.check(x.dtype.is_floating_point, f"input 'x' expected a floating dtype, received {x.dtype.name}")
+    ctx.check(len(x.shape) == 4, f"input 'x' expected rank 4, received shape {x.shape}")
+    first = _check_data_format(ctx)
+    mode = ctx.attr("interpolation")
+    ctx.check(mode in ("nearest", "bilinear"), f"attr 'interpolation' must be 'nearest' or 'bilinear', "
+                                               f"received {mode!r}")
+    hs, ws = ctx.attr("height_scale"), ctx.attr("width_scale")
+    ctx.check(hs > 0 and ws > 0, f"attrs 'height_scale' {hs} and 'width_scale' {ws} must be > 0")
+    h, w = _spatial(x.shape, first)
+    out = (int(h * hs), int(w * ws))
+    ctx.check(out[0] > 0 and out[1] > 0, f"output size {out} is empty for input 'x' of shape {x.shape}")
+    ctx.set_output("y", _with_spatial(x.shape, out, first), x.dtype)
+
+
+def _upsample_fn(k):
+    mode = k.attr("interpolation")
+    scale = (k.attr("height_scale"), k.attr("width_scale"))
+    extra = {"align_corners": k.attr("align_corners")} if mode == "bilinear" else {}
+
+    def fn(x):
+        # the attr scales (not the size ratio) map output to source indices, as OneFlow
+        return F.interpolate(x, scale_factor=scale, mode=mode, recompute_scale_factor=False, **extra)
+    return _layout(fn, 2, k.attr("data_format") == "channels_first")
+
+
+def _upsample_grad_kernel(k):
+    fn = _upsample_fn(k)
+
+    def upsample_grad(dy, x):
+        with torch.enable_grad():
+            xr = x.detach().requires_grad_(True)
+            return torch.autograd.grad(fn(xr), xr, dy)[0]
+    return upsample_grad
+
+
+def _upsample_grad_infer(ctx):
+    ctx.set_output("dx", ctx.input("x").shape, ctx.input("x").dtype)
+
+
+op("upsample", inputs=["x"], outputs=["y"], attrs=UPSAMPLE_ATTRS, infer=_upsample_infer, kernel=_upsample_fn,
+   grad=lambda g: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
+       "upsample_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)),
+   doc="2-D nearest/bilinear upsampling by (height_scale, width_scale); output size int(n * scale)")
+op("upsample_grad", inputs=["dy", "x"], outputs=["dx"], attrs=UPSAMPLE_ATTRS, infer=_upsample_grad_infer,
+   kernel=_upsample_grad_kernel)

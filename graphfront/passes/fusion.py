@@ -1,0 +1,406 @@
+"""Fusion passes (each ``Job -> Job``); the fused ops are in ``graphfront/ops/fused_ops.py``.
+
+They run after autograd and the optimizer pass, over forward and backward ops alike.
+An intermediate blob is fused away only when exactly one op reads it and the job does
+not name it elsewhere (losses, train step, watched blobs), so every result the user can
+observe is unchanged; the values differ from the unfused job by float rounding at most.
+
+================================  ==========================================================
+pass                              rewrite
+================================  ==========================================================
+:func:`fuse_update_ops`           (OneFlow's ``FuseUpdateOpsPass``) a ``scalar_mul`` or
+                                  ``l1_l2_regularize_gradient`` feeding an update op's
+                                  ``model_diff`` becomes the update's ``scale`` / ``l1``,
+                                  ``l2`` attrs
+:func:`fuse_scalar_chains`        ``scalar_mul`` -> ``scalar_mul`` and ``scalar_add`` ->
+                                  ``scalar_add`` merge into one op; ``scalar_mul`` ->
+                                  ``scalar_add`` becomes ``fused_scalar_mul_add``
+:func:`fuse_bias_add`             ``conv*d`` -> ``bias_add`` on the channel axis becomes the
+                                  conv's own ``bias`` input; ``matmul`` (``transpose_b``)
+                                  -> ``bias_add`` becomes ``fused_matmul_bias``
+:func:`fold_batch_norm`           (predict jobs) ``conv*d`` -> inference ``normalization``
+                                  becomes one conv whose weight and bias are computed from
+                                  the variables (hoisted by the plan: once per variable state)
+:func:`fuse_bias_add_relu`        ``bias_add`` -> ``relu`` becomes ``fused_bias_add_relu``
+:func:`fuse_conv_grads`           ``conv_data_grad``, ``conv_filter_grad`` and the bias
+                                  gradient (``conv_bias_grad`` or the ``reduce_sum`` of
+                                  ``bias_add``'s grad) of one ``dy`` become ``fused_conv_grad``
+:func:`fuse_max_pool_grad`        ``tf_max_pool_*`` with its ``tf_max_pool_*_grad`` becomes
+                                  ``fused_tf_max_pool_*`` (+ ``indices``) and
+                                  ``fused_tf_max_pool_*_grad``, which also takes over a
+                                  following ``relu_grad`` of the pool's input (conv ->
+                                  relu -> pool)
+================================  ==========================================================
+"""
+from __future__ import annotations
+
+from graphfront.framework import job_builder as jb
+from graphfront.ops import registry
+from graphfront.passes.rewrite import Net, has_op_types, single_input, single_output, user_type
+
+
+def _order(job):
+    """The ops to visit: the job's order (producers before readers, as built)."""
+    return list(job.net.op)
+
+
+def _scalar(attrs):
+    """(value, is_float) of a scalar op's operand."""
+    if attrs["has_float_operand"]:
+        return attrs["float_operand"], True
+    return attrs["int_operand"], False
+
+
+# ------------------------------------------------------------------ update ops
+
+def _is_update(op_conf):
+    t = user_type(op_conf)
+    if t is None:
+        return False
+    opdef = registry.lookup(t)
+    return bool(opdef.mutates) and "scale" in opdef.attrs and opdef.input_def("model_diff") is not None \
+        and not opdef.input_def("model_diff").repeated
+
+
+def fuse_update_ops(job):
+    """Fold ``scalar_mul`` / ``l1_l2_regularize_gradient`` producers of an update op's
+    ``model_diff`` into its ``scale`` / ``l1`` / ``l2`` attrs (OneFlow's FuseUpdateOpsPass).
+
+    ``g = scale * diff + l1 * sign(w) + l2 * w`` inside every update op, so a regularizer
+    folds only while ``scale`` is still 1 and the update's own ``l1``/``l2`` are 0.
+    """
+    if not has_op_types(job, ("scalar_mul", "l1_l2_regularize_gradient")):
+        return job
+    net = Net(job)
+    changed = False
+    for op in list(job.net.op):
+        if not _is_update(op):
+            continue
+        name = op.name
+        while True:
+            upd = net.op(name)
+            diff = single_input(upd, "model_diff")
+            prod = net.producer_op(diff)
+            if prod is None or net.sole_reader(diff) is None:
+                break
+            attrs = net.attrs(upd)
+            t = user_type(prod)
+            if t == "scalar_mul":
+                value, _ = _scalar(net.attrs(prod))
+                if not net.desc(single_input(prod, "in")).dtype.is_floating_point:
+                    break
+                net.set_attr(upd, "scale", attrs["scale"] * float(value))
+                net.set_input(upd, "model_diff", 0, single_input(prod, "in"))
+            elif t == "l1_l2_regularize_gradient":
+                if attrs["scale"] != 1.0 or attrs["l1"] or attrs["l2"] or \
+                        single_input(prod, "model") != single_input(upd, "model"):
+                    break
+                pa = net.attrs(prod)
+                net.set_attr(upd, "l1", pa["l1"])
+                net.set_attr(upd, "l2", pa["l2"])
+                net.set_input(upd, "model_diff", 0, single_input(prod, "model_diff"))
+            else:
+                break
+            net.redirect(diff, single_input(upd, "model_diff"))
+            net.remove(prod.name)
+            changed = True
+    return net.finish() if changed else job
+
+
+# ------------------------------------------------------------------ scalar chains
+
+def fuse_scalar_chains(job):
+    """Merge ``scalar_mul``/``scalar_add`` chains on floating blobs (see module docstring)."""
+    if not has_op_types(job, ("scalar_mul", "scalar_add")):
+        return job
+    net = Net(job)
+    changed = False
+    for op in _order(job):
+        first = net.op(op.name)
+        t1 = user_type(first)
+        if t1 not in ("scalar_mul", "scalar_add") or net.is_removed(first.name):
+            continue
+        out = single_output(first, "out")
+        second = net.sole_reader(out)
+        t2 = user_type(second)
+        if t2 not in ("scalar_mul", "scalar_add"):
+            continue
+        src = single_input(first, "in")
+        if not net.desc(src).dtype.is_floating_point:
+            continue
+        (a, fa), (b, fb) = _scalar(net.attrs(first)), _scalar(net.attrs(second))
+        a, b = float(a), float(b)
+        if t1 == t2:  # x*a*b = x*(a*b); x+a+b = x+(a+b)
+            net.set_attr(second, "has_float_operand", True)
+            net.set_attr(second, "has_int_operand", False)
+            net.set_attr(second, "float_operand", a * b if t1 == "scalar_mul" else a + b)
+            net.set_attr(second, "int_operand", 0)
+            net.set_input(second, "in", 0, src)
+            net.remove(first.name)
+        elif t1 == "scalar_mul":  # x*a + b
+            fused = net.add_user_op(f"{second.name}-fused", "fused_scalar_mul_add", {"in": src},
+                                    {"scale": a, "shift": b}, like_op=second.name)
+            net.redirect(single_output(second, "out"), fused.user_conf.output["out"].s[0])
+            net.remove(first.name, second.name)
+        else:
+            continue
+        changed = True
+    return net.finish() if changed else job
+
+
+# ------------------------------------------------------------------ bias_add into conv / matmul
+
+_CONV = ("conv1d", "conv2d", "conv3d")
+
+
+def _channel_axis(conv_attrs, ndim):
+    return 1 if conv_attrs["data_format"] == "channels_first" else ndim - 1
+
+
+def fuse_bias_add(job):
+    """``conv*d`` + ``bias_add`` -> conv with ``bias``; ``matmul`` + ``bias_add`` -> ``fused_matmul_bias``."""
+    if not has_op_types(job, ("bias_add",)):
+        return job
+    net = Net(job)
+    changed = False
+    for op in _order(job):
+        if user_type(op) != "bias_add":
+            continue
+        ba = net.op(op.name)
+        a, b = single_input(ba, "a"), single_input(ba, "b")
+        prod = net.producer_op(a)
+        if prod is None or net.sole_reader(a) is None:
+            continue
+        t = user_type(prod)
+        axis = net.attrs(ba)["axis"]
+        out = single_output(ba, "out")
+        if t in _CONV:
+            pa = net.attrs(prod)
+            uc = prod.user_conf
+            if "bias" in uc.input or "bias_multiplier" in uc.input or \
+                    axis != _channel_axis(pa, len(net.desc(a).shape)):
+                continue
+            net.add_input(prod, "bias", b)
+            net.redirect(out, a)
+            net.remove(ba.name)
+        elif t == "matmul":
+            pa = net.attrs(prod)
+            if pa["transpose_a"] or not pa["transpose_b"] or pa["alpha"] != 1.0 or axis != 1 or \
+                    "_add_to_output" in prod.user_conf.input:
+                continue
+            fused = net.add_user_op(f"{ba.name}-fused", "fused_matmul_bias",
+                                    {"x": single_input(prod, "a"), "weight": single_input(prod, "b"), "bias": b},
+                                    like_op=ba.name)
+            net.redirect(out, fused.user_conf.output["out"].s[0])
+            net.remove(prod.name, ba.name)
+        else:
+            continue
+        changed = True
+    return net.finish() if changed else job
+
+
+def fuse_bias_add_relu(job):
+    """``bias_add`` whose only reader is ``relu`` -> ``fused_bias_add_relu``."""
+    if not has_op_types(job, ("bias_add",)):
+        return job
+    net = Net(job)
+    changed = False
+    for op in _order(job):
+        if user_type(op) != "bias_add":
+            continue
+        ba = net.op(op.name)
+        out = single_output(ba, "out")
+        relu = net.sole_reader(out)
+        if user_type(relu) != "relu":
+            continue
+        fused = net.add_user_op(f"{relu.name}-fused", "fused_bias_add_relu",
+                                {"a": single_input(ba, "a"), "b": single_input(ba, "b")},
+                                {"axis": net.attrs(ba)["axis"]}, like_op=relu.name)
+        net.redirect(single_output(relu, "y"), fused.user_conf.output["out"].s[0])
+        net.remove(ba.name, relu.name)
+        changed = True
+    return net.finish() if changed else job
+
+
+# ------------------------------------------------------------------ batch norm folding
+
+def fold_batch_norm(job):
+    """Predict jobs: fold an inference ``normalization`` into the conv that feeds it.
+
+    With ``s = gamma * rsqrt(moving_variance + epsilon)`` per output channel, the conv
+    takes weight ``w * s`` (``s`` reshaped to ``[F, 1, ...]``) and bias
+    ``(b - moving_mean) * s + beta`` (``b`` = 0 without a conv bias). Those are built
+    from ``scalar_add``, ``rsqrt``, ``broadcast_mul``/``_sub``/``_add``, ``reshape`` and
+    ``scalar_mul`` on the variables, which the plan hoists and so computes once per
+    variable state.
+    """
+    if job.job_conf.HasField("train_conf") or not has_op_types(job, ("normalization",)):
+        return job
+    net = Net(job)
+    changed = False
+    for op in _order(job):
+        if user_type(op) != "normalization":
+            continue
+        bn = net.op(op.name)
+        attrs = net.attrs(bn)
+        uc = bn.user_conf
+        x = single_input(bn, "x")
+        if attrs["training"] or "_add_to_output" in uc.input or not ("moving_mean" in uc.input and
+                                                                     "moving_variance" in uc.input):
+            continue
+        if any(net.readers(l) for arg in ("mean", "inv_variance") if arg in uc.output for l in uc.output[arg].s):
+            continue
+        conv = net.producer_op(x)
+        if user_type(conv) not in _CONV or net.sole_reader(x) is None:
+            continue
+        ca = net.attrs(conv)
+        xd = net.desc(x)
+        if attrs["axis"] != _channel_axis(ca, len(xd.shape)) or "bias_multiplier" in conv.user_conf.input:
+            continue
+        w = single_input(conv, "weight")
+        params = {a: single_input(bn, a) for a in ("moving_mean", "moving_variance", "gamma", "beta")}
+        if any(net.desc(l).dtype is not xd.dtype for l in list(params.values()) + [w]):
+            continue
+        base = f"System-FoldBatchNorm-{bn.name}"
+
+        def emit(suffix, op_type, inputs, attrs_=None, out="out"):
+            added = net.add_user_op(f"{base}-{suffix}", op_type, inputs, attrs_, outputs=(out,), like_op=conv.name)
+            return added.user_conf.output[out].s[0]
+
+        var_eps = emit("VarianceAddEpsilon", "scalar_add", {"in": params["moving_variance"]},
+                       {"has_float_operand": True, "float_operand": float(attrs["epsilon"])})
+        inv = emit("VarianceRsqrt", "rsqrt", {"x": var_eps}, out="y")
+        s = emit("Scale", "broadcast_mul", {"x": inv, "y": params["gamma"]}, out="z")
+        wshape = net.desc(w).shape
+        s_r = emit("ScaleReshape", "reshape", {"in": s}, {"shape": [wshape[0]] + [1] * (len(wshape) - 1)})
+        new_w = emit("Weight", "broadcast_mul", {"x": w, "y": s_r}, out="z")
+        bias = single_input(conv, "bias")
+        if bias is not None:
+            centered = emit("BiasSubMean", "broadcast_sub", {"x": bias, "y": params["moving_mean"]}, out="z")
+        else:
+            centered = emit("NegMean", "scalar_mul", {"in": params["moving_mean"]},
+                            {"has_float_operand": True, "float_operand": -1.0})
+        scaled = emit("BiasScale", "broadcast_mul", {"x": centered, "y": s}, out="z")
+        new_b = emit("Bias", "broadcast_add", {"x": scaled, "y": params["beta"]}, out="z")
+        net.set_input(conv, "weight", 0, new_w)
+        if bias is not None:
+            net.set_input(conv, "bias", 0, new_b)
+        else:
+            net.add_input(conv, "bias", new_b)
+        net.redirect(single_output(bn, "y"), x)
+        net.remove(bn.name)
+        changed = True
+    return net.finish() if changed else job
+
+
+# ------------------------------------------------------------------ conv backward
+
+def fuse_conv_grads(job):
+    """Merge the data, filter and bias gradients of one convolution (same ``dy``)."""
+    if not has_op_types(job, ("conv_data_grad", "conv_filter_grad")):
+        return job
+    net = Net(job)
+    groups = {}  # dy lbn -> {"data": op, "filter": op, "bias": op}
+    keys = ("num_spatial_dims", "padding_before", "data_format", "kernel_size", "strides", "dilation_rate",
+            "groups")
+    for op in job.net.op:
+        t = user_type(op)
+        if t == "conv_data_grad" and "_add_to_output" not in op.user_conf.input:
+            groups.setdefault(single_input(op, "dy"), {})["data"] = op.name
+        elif t == "conv_filter_grad":
+            groups.setdefault(single_input(op, "dy"), {})["filter"] = op.name
+        elif t == "conv_bias_grad":
+            groups.setdefault(single_input(op, "dy"), {})["bias"] = op.name
+    changed = False
+    for dy, members in groups.items():
+        data, filt = net.op(members.get("data", "")), net.op(members.get("filter", ""))
+        convs = [o for o in (data, filt) if o is not None]
+        if not convs:
+            continue
+        attrs = net.attrs(convs[0])
+        if attrs["data_format"] != "channels_first" or any(
+                [net.attrs(o)[k] for k in keys] != [attrs[k] for k in keys] for o in convs[1:]):
+            continue
+        x = single_input(filt, "x") if filt is not None else single_input(data, "x_like")
+        if data is not None and filt is not None and single_input(data, "x_like") != x:
+            continue
+        bias = net.op(members.get("bias", "")) if "bias" in members else None
+        if bias is None:
+            n = attrs["num_spatial_dims"]
+            axes = [0] + list(range(2, n + 2))
+            for reader, arg, _ in net.readers(dy):
+                if user_type(reader) == "reduce_sum" and sorted(net.attrs(reader)["axis"]) == axes \
+                        and not net.attrs(reader)["keepdims"]:
+                    bias = reader
+                    break
+        elif net.attrs(bias)["data_format"] != "channels_first":
+            bias = None
+        if len(convs) + (bias is not None) < 2:
+            continue
+        outs = {}
+        if data is not None:
+            outs["dx"] = single_output(data, "dx")
+        if filt is not None:
+            outs["filter_diff"] = single_output(filt, "filter_diff")
+        if bias is not None:
+            outs["bias_diff"] = single_output(bias, "bias_diff" if user_type(bias) == "conv_bias_grad"
+                                              else "output_tensor")
+        inputs = {"dy": dy, "x": x}
+        if data is not None:
+            inputs["filter"] = single_input(data, "filter")
+        last = (filt or data).name
+        fused = net.add_user_op(f"{last}-fused", "fused_conv_grad", inputs, {k: attrs[k] for k in keys},
+                                outputs=tuple(outs), like_op=last)
+        for arg, old in outs.items():
+            net.redirect(old, fused.user_conf.output[arg].s[0])
+        net.remove(*[o.name for o in convs + ([bias] if bias is not None else [])])
+        changed = True
+    return net.finish() if changed else job
+
+
+# ------------------------------------------------------------------ max pooling
+
+def fuse_max_pool_grad(job):
+    """``tf_max_pool_Nd`` + its ``tf_max_pool_Nd_grad`` -> the fused pair that keeps indices."""
+    if not has_op_types(job, ("tf_max_pool_1d_grad", "tf_max_pool_2d_grad", "tf_max_pool_3d_grad")):
+        return job
+    net = Net(job)
+    changed = False
+    for op in _order(job):
+        t = user_type(op)
+        if t not in ("tf_max_pool_1d", "tf_max_pool_2d", "tf_max_pool_3d"):
+            continue
+        pool = net.op(op.name)
+        x, y = single_input(pool, "x"), single_output(pool, "y")
+        attrs = net.attrs(pool)
+        grads = [r for r, arg, _ in net.readers(y) if user_type(r) == f"{t}_grad" and arg == "y"
+                 and single_input(r, "x") == x and net.attrs(r) == attrs]
+        if not grads:
+            continue
+        n = t[-2]
+        fused = net.add_user_op(f"{pool.name}-fused", f"fused_tf_max_pool_{n}d", {"x": x}, attrs,
+                                outputs=("y", "indices"), like_op=pool.name)
+        fy, idx = fused.user_conf.output["y"].s[0], fused.user_conf.output["indices"].s[0]
+        for g in grads:
+            dx = single_output(g, "dx")
+            relu = net.sole_reader(dx)
+            inputs = {"x": x, "indices": idx, "dy": single_input(g, "dy")}
+            if user_type(relu) == "relu_grad" and single_input(relu, "y") == x and single_input(relu, "dy") == dx:
+                inputs["y"] = fy
+                fg = net.add_user_op(f"{relu.name}-fused", f"fused_tf_max_pool_{n}d_grad", inputs,
+                                     {**attrs, "relu_grad": True}, outputs=("dx",), like_op=relu.name)
+                net.redirect(single_output(relu, "dx"), fg.user_conf.output["dx"].s[0])
+                net.remove(g.name, relu.name)
+                continue
+            fg = net.add_user_op(f"{g.name}-fused", f"fused_tf_max_pool_{n}d_grad", inputs, attrs,
+                                 outputs=("dx",), like_op=g.name)
+            net.redirect(dx, fg.user_conf.output["dx"].s[0])
+            net.remove(g.name)
+        net.redirect(y, fy)
+        net.remove(pool.name)
+        changed = True
+    return net.finish() if changed else job
+
+
+__all__ = ["fuse_update_ops", "fuse_scalar_chains", "fuse_bias_add", "fold_batch_norm", "fuse_bias_add_relu",
+           "fuse_conv_grads", "fuse_max_pool_grad"]

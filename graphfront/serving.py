@@ -1,0 +1,632 @@
+"""``flow.serving``: run saved models in a standalone ``InferenceSession``.
+
+::
+
+    sess = flow.serving.InferenceSession(flow.serving.SessionOption())
+    sess.load_saved_model("models/lenet")          # highest integer version
+    sess.launch()                                  # loads the variables
+    (logits,) = sess.run("predict", image=batch)   # list of ndarrays, one per output
+    sess.close()
+
+How a job is rebuilt (``single_client_api.md`` §3.8, §4.4). ``open(job_name,
+signature)`` starts a new ``Job`` with a predict ``job_conf``; ``compile(op_list)``
+re-adds every saved op through ``JobBuilder.add_op`` (OneFlow's ``CurJobAddOp``), so
+op schemas, attrs, shapes and dtypes are checked and inferred again in this process,
+then completes and lowers the job (``CompiledJob``) exactly as a training process
+does. With a signature (OneFlow's ``AddInputOutputOpsPass`` semantics):
+
+* each signature input ``name`` becomes an ``input_conf`` op named ``name`` (its
+  ``blob_conf`` from the signature's ``JobInputDef``), and every op input that read
+  the signature's blob (``lbi``) reads ``name/out`` instead; the saved input op that
+  produced that blob is dropped;
+* the saved ``return_conf`` ops are dropped and each signature output ``name``
+  becomes a ``return_conf`` op named ``name`` reading the signature's blob;
+* ops not needed for the outputs are pruned (so are unused variables and inputs).
+
+So interface op names *are* the signature names: ``list_inputs()`` /
+``list_outputs()`` return them sorted by name, ``run`` takes ``name=ndarray``
+keywords and returns outputs in ``list_outputs()`` order. Without a signature the
+job's own ``input_conf`` / ``return_conf`` op names are used, in job order. Watch ops
+of the exporting process are dropped. Every op is placed on ``option.device_tag``
+(return ops on cpu).
+
+Variables: each InferenceSession owns a private ``Session`` (its own variable store;
+the default session and other InferenceSessions are never touched). ``launch()``
+loads every variable of the compiled jobs from the checkpoint path; a variable that
+the checkpoint lacks, a truncated file or a shape/dtype that differs is an error
+naming the variable, so no served variable keeps a random initial value. Variables
+present in the checkpoint but unused (optimizer state ...) are ignored. One
+checkpoint path per session: use one InferenceSession per model.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import enum
+import os
+import typing
+
+import numpy as np
+import torch
+from google.protobuf import message as _message
+from google.protobuf import text_format
+
+from graphfront import typing as tp
+from graphfront.core import job_conf_pb2, job_pb2, op_conf_pb2, saved_model_pb2
+from graphfront.framework import dtypes as _dt
+from graphfront.framework import job_builder as jb
+from graphfront.framework import scope as scope_mod
+from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.framework.session import CompiledJob, Session
+from graphfront.ops.system import SYSTEM_OPS
+
+__all__ = ["InferenceSession", "ModelVersionPolicy", "SessionOption"]
+
+
+class ModelVersionPolicy(enum.Enum):
+    """How ``load_saved_model`` picks a version when none is given as an int."""
+
+    LATEST = 1  # the highest integer-named subdirectory
+
+
+class SessionOption:
+    """Options of an InferenceSession.
+
+    Attributes:
+        device_tag: ``"gpu"`` or ``"cpu"``; default ``"gpu"`` when CUDA is available,
+            else ``"cpu"`` (OneFlow's default is ``"gpu"``). ``"gpu"`` without CUDA is
+            an error at ``InferenceSession`` construction.
+        device_num: number of devices; graphfront serves on one device (must be 1).
+        is_mirrored_view: accepted for compatibility (single device: no effect).
+    """
+
+    def __init__(self):
+        self.device_tag = "gpu" if torch.cuda.is_available() else "cpu"
+        self.device_num = 1
+        self.is_mirrored_view = False
+
+    def __repr__(self):
+        return (f"SessionOption(device_tag={self.device_tag!r}, device_num={self.device_num}, "
+                f"is_mirrored_view={self.is_mirrored_view})")
+
+
+def _check_option(option):
+    if not isinstance(option, SessionOption):
+        raise TypeError(f"InferenceSession: option must be a flow.serving.SessionOption, received "
+                        f"{type(option).__name__}")
+    if option.device_tag not in ("cpu", "gpu"):
+        raise ValueError(f"SessionOption.device_tag must be 'cpu' or 'gpu', received {option.device_tag!r}")
+    if option.device_tag == "gpu" and not torch.cuda.is_available():
+        raise ValueError("SessionOption.device_tag is 'gpu' but CUDA is not available on this machine "
+                         "(torch.cuda.is_available() is False); set option.device_tag = 'cpu'")
+    if not isinstance(option.device_num, int) or isinstance(option.device_num, bool) or option.device_num != 1:
+        raise ValueError(f"SessionOption.device_num: graphfront serves on one device, so it must be 1; "
+                         f"received {option.device_num!r}")
+
+
+def _lbn(lbi) -> str:
+    return f"{lbi.op_name}/{lbi.blob_name}"
+
+
+class _ServedJob:
+    """A compiled serving job and its interface (input/output op names in run order)."""
+
+    def __init__(self, name, compiled, input_names, output_names, source):
+        self.name = name
+        self.compiled = compiled
+        self.input_names = list(input_names)     # plan feed order (= job order)
+        self.output_names = list(output_names)   # run() result order
+        plan_outputs = compiled.plan.output_names
+        self.output_index = [plan_outputs.index(n) for n in self.output_names]
+        self.placeholders = {ph.param_name: ph for ph in compiled.placeholders}
+        self.source = source
+
+    def input_info(self, name):
+        ph = self.placeholders[name]
+        return dict(shape=tuple(ph.shape), dtype=ph.dtype)
+
+    def output_info(self, name):
+        job = self.compiled.job
+        op = next(o for o in job.net.op if o.name == name)
+        d = jb.TensorDesc.from_proto(job.helper.lbn2logical_blob_desc[getattr(op.return_conf, "in")])
+        return dict(shape=d.shape, dtype=d.dtype)
+
+
+class _Building:
+    def __init__(self, name, signature, builder, source):
+        self.name = name
+        self.signature = signature
+        self.builder = builder
+        self.source = source
+
+
+class InferenceSession:
+    """A standalone session serving compiled jobs (see module docstring).
+
+    Args:
+        option: a :class:`SessionOption` (default ``SessionOption()``).
+    Raises:
+        ValueError: ``device_tag`` is ``"gpu"`` without CUDA (use ``"cpu"``), or an
+            unsupported option value.
+    """
+
+    class SessionStatus(enum.Enum):
+        OPEN = 1
+        RUNNING = 2
+        CLOSED = 3
+
+    def __init__(self, option=None):
+        option = SessionOption() if option is None else option
+        _check_option(option)
+        self.option_ = copy.copy(option)
+        self.status_ = self.SessionStatus.OPEN
+        self._session = Session()
+        self.checkpoint_path_ = None
+        self.job_name2signature_ = {}
+        self.job_name2batch_size_ = {}
+        self._jobs = {}
+        self._building = None
+
+    # ------------------------------------------------------------------ status helpers
+    @property
+    def status(self):
+        return self.status_
+
+    @property
+    def session(self) -> Session:
+        """The private Session holding this InferenceSession's variables."""
+        return self._session
+
+    def _check_status(self, *allowed, what):
+        if self.status_ not in allowed:
+            names = " or ".join(s.name for s in allowed)
+            raise RuntimeError(f"InferenceSession.{what}() needs status {names}; the session is "
+                               f"{self.status_.name}")
+
+    def _job(self, job_name):
+        if job_name is None:
+            if not self._jobs:
+                raise ValueError("InferenceSession: no job is loaded; call load_saved_model() first")
+            return next(iter(self._jobs.values()))
+        try:
+            return self._jobs[job_name]
+        except KeyError:
+            raise ValueError(f"InferenceSession: no job named '{job_name}'; jobs: {sorted(self._jobs)}") from None
+
+    # ------------------------------------------------------------------ configuration
+    def set_checkpoint_path(self, checkpoint_path):
+        """Directory (checkpoint layout) that ``launch()`` loads the variables from."""
+        self._check_status(self.SessionStatus.OPEN, what="set_checkpoint_path")
+        self.checkpoint_path_ = os.fspath(checkpoint_path)
+
+    def set_job_signature(self, job_name, signature):
+        """Use ``signature`` (a ``JobSignatureDef``) when job ``job_name`` is opened."""
+        self._check_status(self.SessionStatus.OPEN, what="set_job_signature")
+        if not isinstance(signature, job_conf_pb2.JobSignatureDef):
+            raise TypeError(f"set_job_signature expects a JobSignatureDef, received {type(signature).__name__}")
+        self.job_name2signature_[job_name] = signature
+
+    def set_job_batch_size(self, job_name, batch_size):
+        """Overwrite dim 0 of every signature input shape of job ``job_name``."""
+        self._check_status(self.SessionStatus.OPEN, what="set_job_batch_size")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(f"set_job_batch_size expects a positive int, received {batch_size!r}")
+        self.job_name2batch_size_[job_name] = batch_size
+
+    # ------------------------------------------------------------------ building
+    @contextlib.contextmanager
+    def open(self, job_name, signature=None, batch_size=None, source=None):
+        """Start building job ``job_name`` (predict job conf); ``compile(op_list)`` fills it."""
+        self._check_status(self.SessionStatus.OPEN, what="open")
+        if self._building is not None:
+            raise RuntimeError(f"InferenceSession.open('{job_name}'): job '{self._building.name}' is still open")
+        if job_name in self._jobs:
+            raise ValueError(f"InferenceSession.open: a job named '{job_name}' is already compiled")
+        if signature is None:
+            signature = self.job_name2signature_.get(job_name)
+        if signature is not None:
+            signature = copy.deepcopy(signature)
+            batch_size = batch_size or self.job_name2batch_size_.get(job_name)
+            if batch_size is not None:
+                for name, d in signature.inputs.items():
+                    if len(d.blob_conf.shape.dim) == 0:
+                        raise ValueError(f"set_job_batch_size: signature input '{name}' has no shape")
+                    d.blob_conf.shape.dim[0] = batch_size
+        job = job_pb2.Job()
+        job.job_conf.job_name = job_name
+        job.job_conf.predict_conf.SetInParent()
+        # Variables get their values from the checkpoint at launch(); launch() refuses to run
+        # with any variable missing there, so this initializer is never what a job computes with.
+        job.job_conf.default_initializer_conf.empty_conf.SetInParent()
+        scope = scope_mod.make_scope(self.option_.device_tag, ("0:0",))
+        builder = jb.JobBuilder(job, scope, self._session)
+        self._building = _Building(job_name, signature, builder, source or f"job '{job_name}'")
+        try:
+            yield self
+        finally:
+            self._building = None
+
+    def compile(self, op_list):
+        """Add every op of ``op_list`` to the open job (checked and inferred again), then compile it.
+
+        Raises:
+            JobBuildError: an op fails its checks (unknown op type, bad attr, shape, dtype,
+                missing input blob...): the message names the op and the job's source.
+            ValueError: a signature names a blob the ops do not produce, or an
+                interface name collides with an op name.
+        """
+        self._check_status(self.SessionStatus.OPEN, what="compile")
+        if self._building is None:
+            raise RuntimeError("InferenceSession.compile() must be called inside `with sess.open(job_name):`")
+        served = _build(self._building, list(op_list), self.option_.device_tag, self._session)
+        self._jobs[served.name] = served
+        return self
+
+    def load_job(self, job, signature=None, batch_size=None):
+        """Compile a ``Job`` (proto, or a file written by ``flow.experimental.save_job``).
+
+        The job keeps its name; its ``job_conf.signature`` is used when set and
+        ``signature`` is None. Call ``set_checkpoint_path`` (if it has variables) and
+        ``launch()`` afterwards.
+        """
+        source = "job"
+        if not isinstance(job, job_pb2.Job):
+            from graphfront.framework.job_io import load_job
+            source = f"job file {os.fspath(job)!r}"
+            job = load_job(job)
+        if signature is None and job.job_conf.HasField("signature"):
+            signature = job.job_conf.signature
+        name = job.job_conf.job_name
+        with self.open(name, signature, batch_size, source=f"{source} '{name}'"):
+            b = self._building.builder
+            if job.job_conf.HasField("default_data_type"):
+                b.job.job_conf.default_data_type = job.job_conf.default_data_type
+            self.compile(job.net.op)
+        return self
+
+    def load_saved_model(self, saved_model_dir, model_version=ModelVersionPolicy.LATEST,
+                         saved_model_meta_file_basename="saved_model", graph_name=None, signature_name=None):
+        """Load a model written by ``flow.saved_model.ModelBuilder.Save``; call ``launch()`` next.
+
+        Args:
+            saved_model_dir: the ``save_path`` given to the ModelBuilder.
+            model_version: an int version, or ``ModelVersionPolicy.LATEST`` (highest
+                integer-named subdirectory).
+            saved_model_meta_file_basename: reads ``<basename>.pb``, else ``<basename>.prototxt``.
+            graph_name / signature_name: default: the model's default graph and its
+                default signature.
+        Raises:
+            FileNotFoundError: no such directory, version or meta file.
+            ValueError: unparseable meta file, unknown graph or signature.
+            JobBuildError: an op of the graph fails its checks (names the op).
+        """
+        self._check_status(self.SessionStatus.OPEN, what="load_saved_model")
+        root = os.fspath(saved_model_dir)
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"saved model directory {root!r} does not exist")
+        version_dir = os.path.join(root, str(_pick_version(root, model_version)))
+        model = _read_saved_model(version_dir, saved_model_meta_file_basename)
+        if graph_name is None:
+            graph_name = model.default_graph_name or (sorted(model.graphs)[0] if len(model.graphs) == 1 else None)
+            if graph_name is None:
+                raise ValueError(f"saved model {version_dir!r} has no default graph; pass graph_name= one of "
+                                 f"{sorted(model.graphs)}")
+        if graph_name not in model.graphs:
+            raise ValueError(f"saved model {version_dir!r} has no graph '{graph_name}'; graphs: "
+                             f"{sorted(model.graphs)}")
+        graph = model.graphs[graph_name]
+        signature = None
+        if signature_name is None and graph.HasField("default_signature_name"):
+            signature_name = graph.default_signature_name
+        if signature_name is not None:
+            if signature_name not in graph.signatures:
+                raise ValueError(f"graph '{graph_name}' of saved model {version_dir!r} has no signature "
+                                 f"'{signature_name}'; signatures: {sorted(graph.signatures)}")
+            signature = graph.signatures[signature_name]
+        self.set_checkpoint_path(os.path.join(version_dir, model.checkpoint_dir))
+        with self.open(graph_name, signature, source=f"saved model {version_dir!r} graph '{graph_name}'"):
+            self.compile(graph.op_list)
+        return self
+
+    # ------------------------------------------------------------------ running
+    def launch(self):
+        """Load every variable of the compiled jobs from the checkpoint path; status RUNNING.
+
+        Raises:
+            ValueError: no job compiled, or jobs have variables and no checkpoint path is set.
+            FileNotFoundError / CheckpointError: the checkpoint is missing, incomplete,
+                lacks a variable, or a variable's file is truncated or has another
+                shape/dtype (each message names the variable).
+        """
+        from graphfront.checkpoint import stage_values
+        from graphfront.framework import checkpoint_io
+        from graphfront.framework.checkpoint_io import CheckpointError
+        self._check_status(self.SessionStatus.OPEN, what="launch")
+        if not self._jobs:
+            raise ValueError("InferenceSession.launch(): no job is compiled; call load_saved_model() first")
+        store = self._session.variables
+        names = store.names()
+        if names:
+            if self.checkpoint_path_ is None:
+                raise ValueError(f"InferenceSession.launch(): checkpoint path not set, and the jobs have "
+                                 f"variables {sorted(names)}; call set_checkpoint_path(dir) (load_saved_model "
+                                 "sets it)")
+            ckpt = checkpoint_io.load_checkpoint(self.checkpoint_path_)
+            if not isinstance(ckpt, dict):
+                raise CheckpointError(f"checkpoint path {self.checkpoint_path_!r} is a single variable directory, "
+                                      "not a checkpoint")
+            missing = sorted(n for n in names if n not in ckpt)
+            if missing:
+                users = {n: sorted(j.name for j in self._jobs.values() if any(
+                    op.name == n and jb.op_kind(op) == "variable_conf" for op in j.compiled.job.net.op))
+                    for n in missing}
+                detail = ", ".join(f"'{n}' (used by job {', '.join(users[n])})" for n in missing)
+                raise CheckpointError(f"checkpoint {self.checkpoint_path_!r} lacks variable(s) {detail}; the "
+                                      "served jobs cannot run without them")
+            staged = stage_values(store, {n: ckpt[n] for n in names}, what="InferenceSession.launch")
+            with self._session.lock:
+                for name, arr in staged.items():
+                    store.assign(name, arr)
+        self._session.status = Session.RUNNING
+        self.status_ = self.SessionStatus.RUNNING
+
+    def run(self, job_name, **kwargs):
+        """Run ``job_name`` with ``input_name=ndarray`` keywords; returns a list of ndarrays.
+
+        Outputs come in ``list_outputs(job_name)`` order.
+
+        Raises:
+            ValueError: unknown job, an input absent, an unknown input name, or a value
+                that is not an ndarray.
+            FeedError: an ndarray of the wrong shape or dtype (names the input, expected
+                and received).
+        """
+        self._check_status(self.SessionStatus.RUNNING, what="run")
+        served = self._job(job_name)
+        loc = user_frame()
+        unknown = sorted(set(kwargs) - set(served.input_names))
+        if unknown:
+            raise ValueError(f"job '{served.name}' has no input(s) {unknown}; its inputs are "
+                             f"{served.input_names}{format_location(loc)}")
+        args = []
+        for name in served.input_names:
+            if name not in kwargs:
+                raise ValueError(f'job \'{served.name}\': input "{name}" is absent; pass {name}=ndarray '
+                                 f"(inputs: {served.input_names}){format_location(loc)}")
+            value = kwargs[name]
+            if not isinstance(value, np.ndarray):
+                raise ValueError(f"job '{served.name}': input \"{name}\" must be a numpy.ndarray, received "
+                                 f"{type(value).__name__}{format_location(loc)}")
+            args.append([value] if served.placeholders[name].list_input else value)
+        arrays = served.compiled.launch(args, {})
+        return [arrays[i] for i in served.output_index]
+
+    # ------------------------------------------------------------------ introspection
+    def list_jobs(self):
+        return list(self._jobs)
+
+    def list_inputs(self, job_name=None):
+        """Input names of ``job_name`` (default: the first loaded job), in feed order."""
+        return tuple(self._job(job_name).input_names)
+
+    def list_outputs(self, job_name=None):
+        """Output names of ``job_name`` (default: the first loaded job), in ``run()`` result order."""
+        return tuple(self._job(job_name).output_names)
+
+    def input_info(self, input_name, job_name=None):
+        """``dict(shape=tuple, dtype=flow dtype)`` of an input."""
+        served = self._job(job_name)
+        if input_name not in served.placeholders:
+            raise ValueError(f"job '{served.name}' has no input '{input_name}'; inputs: {served.input_names}")
+        return served.input_info(input_name)
+
+    def output_info(self, output_name, job_name=None):
+        """``dict(shape=tuple, dtype=flow dtype)`` of an output."""
+        served = self._job(job_name)
+        if output_name not in served.output_names:
+            raise ValueError(f"job '{served.name}' has no output '{output_name}'; outputs: {served.output_names}")
+        return served.output_info(output_name)
+
+    def job(self, job_name=None) -> CompiledJob:
+        """The CompiledJob of ``job_name`` (``.user_job``, ``.job``, ``.plan.source``)."""
+        return self._job(job_name).compiled
+
+    def print_job_set(self):
+        for served in self._jobs.values():
+            print(text_format.MessageToString(served.compiled.job))
+
+    # ------------------------------------------------------------------ closing
+    def close(self):
+        """Drop the jobs and variables; status CLOSED (idempotent)."""
+        if self.status_ is self.SessionStatus.CLOSED:
+            return
+        self._jobs.clear()
+        self._session.close()
+        self._session.variables.tensors.clear()
+        self._session.variables.confs.clear()
+        self.status_ = self.SessionStatus.CLOSED
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+
+# ---------------------------------------------------------------------- loading helpers
+
+def _pick_version(root, model_version):
+    versions = sorted(int(n) for n in os.listdir(root) if n.isdigit() and os.path.isdir(os.path.join(root, n)))
+    if isinstance(model_version, ModelVersionPolicy):
+        if not versions:
+            raise FileNotFoundError(f"saved model directory {root!r} holds no version (no integer-named "
+                                    "subdirectory)")
+        return versions[-1]
+    if not isinstance(model_version, int) or isinstance(model_version, bool):
+        raise TypeError(f"load_saved_model: model_version must be an int or ModelVersionPolicy.LATEST, received "
+                        f"{model_version!r}")
+    if model_version not in versions:
+        raise FileNotFoundError(f"saved model directory {root!r} has no version {model_version}; versions: "
+                                f"{versions}")
+    return model_version
+
+
+def _read_saved_model(version_dir, basename):
+    pb = os.path.join(version_dir, basename + ".pb")
+    txt = os.path.join(version_dir, basename + ".prototxt")
+    model = saved_model_pb2.SavedModel()
+    if os.path.isfile(pb):
+        path = pb
+        with open(pb, "rb") as f:
+            data = f.read()
+        try:
+            model.ParseFromString(data)
+        except _message.DecodeError as e:
+            raise ValueError(f"saved model file {pb!r} is not a valid binary SavedModel: {e}") from None
+    elif os.path.isfile(txt):
+        path = txt
+        with open(txt, "rb") as f:
+            data = f.read()
+        try:
+            text_format.Parse(data.decode("utf-8"), model)
+        except (text_format.ParseError, UnicodeDecodeError) as e:
+            raise ValueError(f"saved model file {txt!r} is not a valid SavedModel in text format: {e}") from None
+    else:
+        raise FileNotFoundError(f"saved model version directory {version_dir!r} has neither {basename}.pb nor "
+                                f"{basename}.prototxt")
+    if not model.IsInitialized():
+        raise ValueError(f"saved model file {path!r} misses required fields: "
+                         f"{', '.join(model.FindInitializationErrors())}")
+    return model
+
+
+# ---------------------------------------------------------------------- job rebuilding
+
+def _rename_inputs(op, rename):
+    kind = jb.op_kind(op)
+    if kind == "user_conf":
+        for arg in op.user_conf.input:
+            s = op.user_conf.input[arg].s
+            for i, lbn in enumerate(s):
+                if lbn in rename:
+                    s[i] = rename[lbn]
+        return
+    if kind not in SYSTEM_OPS:
+        return  # add_op reports the unsupported kind, naming the op
+    conf = getattr(op, kind)
+    for field in SYSTEM_OPS[kind].input_fields:
+        value = getattr(conf, field)
+        if isinstance(value, str):
+            if value in rename:
+                setattr(conf, field, rename[value])
+        else:
+            for i, lbn in enumerate(value):
+                if lbn in rename:
+                    value[i] = rename[lbn]
+
+
+def _build(building, op_list, device_tag, session) -> _ServedJob:
+    b = building.builder
+    sig = building.signature
+    loc = user_frame()
+    context = f"{building.source}: "
+
+    def fail(msg, cls=ValueError):
+        raise cls(context + msg + format_location(loc)) from None
+
+    rename, dropped = {}, set()
+    in_names = sorted(sig.inputs) if sig is not None else []
+    out_names = sorted(sig.outputs) if sig is not None else []
+    if sig is not None:
+        for name in in_names:
+            rename[_lbn(sig.inputs[name].lbi)] = f"{name}/out"
+        for op in op_list:
+            kind = jb.op_kind(op)
+            if kind == "return_conf" or (kind == "input_conf" and f"{op.name}/{op.input_conf.out}" in rename):
+                dropped.add(op.name)
+    kept = [op for op in op_list if op.name not in dropped and jb.op_kind(op) != "foreign_watch_conf"]
+    kept_names = {op.name for op in kept}
+    for name in in_names + out_names:
+        if not name or "/" in name:
+            fail(f"signature name {name!r} cannot name an interface op (empty or contains '/')")
+        if name in kept_names:
+            fail(f"signature name '{name}' is also the name of an op of the job; interface ops are named after "
+                 "the signature, so the names must differ")
+    try:
+        for name in in_names:
+            d = sig.inputs[name]
+            bc = d.blob_conf
+            if not (bc.HasField("shape") and bc.HasField("data_type")):
+                fail(f"signature input '{name}' has no blob_conf shape/data_type")
+            conf = op_conf_pb2.OperatorConf(name=name, device_tag=device_tag)
+            conf.input_conf.out = "out"
+            conf.input_conf.blob_conf.CopyFrom(bc)
+            b.add_op(conf, location=loc)
+        for op in kept:
+            conf = copy.deepcopy(op)
+            conf.ClearField("scope_symbol_id")  # a symbol of the exporting process
+            conf.device_tag = "cpu" if jb.op_kind(conf) == "return_conf" else device_tag
+            _rename_inputs(conf, rename)
+            ctrl = [n for n in conf.ctrl_in_op_name if n not in dropped]
+            del conf.ctrl_in_op_name[:]
+            conf.ctrl_in_op_name.extend(ctrl)
+            b.add_op(conf, location=loc)
+        for name in out_names:
+            lbn = _lbn(sig.outputs[name].lbi)
+            lbn = rename.get(lbn, lbn)
+            if not b.has_blob(lbn):
+                fail(f"signature output '{name}' names blob '{lbn}', which no op of the job produces")
+            conf = op_conf_pb2.OperatorConf(name=name, device_tag="cpu")
+            setattr(conf.return_conf, "in", lbn)
+            conf.return_conf.out = "out"
+            b.add_op(conf, location=loc)
+    except JobBuildError as e:
+        raise JobBuildError(context + e.args[0]) from None
+    if sig is not None:
+        _prune_to_outputs(b)
+    job = b.job
+    input_ops = [op for op in job.net.op if jb.op_kind(op) == "input_conf"]
+    output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
+    if sig is not None:
+        output_names = out_names
+    placeholders = []
+    for op in input_ops:
+        bc = op.input_conf.blob_conf
+        cls = tp.ListNumpy.Placeholder if bc.is_dynamic else tp.Numpy.Placeholder
+        ph = cls(tuple(int(d) for d in bc.shape.dim), _dt.from_proto(bc.data_type))
+        ph.param_name = op.name
+        placeholders.append(ph)
+    try:
+        compiled = CompiledJob(session, job, placeholders, [None] * len(output_names), typing.List[tp.Numpy],
+                               enable_passes=True, locations=b.locations)
+    except JobBuildError as e:
+        raise JobBuildError(context + e.args[0]) from None
+    if compiled.plan.input_names != [ph.param_name for ph in placeholders]:
+        raise RuntimeError(f"{context}internal error: compiled inputs {compiled.plan.input_names} differ from "
+                           f"{[ph.param_name for ph in placeholders]}")
+    return _ServedJob(building.name, compiled, [ph.param_name for ph in placeholders], output_names,
+                      building.source)
+
+
+def _prune_to_outputs(b):
+    """Remove every op that no return op needs (data or control dependency)."""
+    producer = {}
+    for op in b.job.net.op:
+        for _, _, lbn in jb.op_outputs(op):
+            producer[lbn] = op.name
+    live, stack = set(), [op.name for op in b.job.net.op if jb.op_kind(op) == "return_conf"]
+    while stack:
+        name = stack.pop()
+        if name in live:
+            continue
+        live.add(name)
+        op = b.ops[name]
+        stack.extend(producer[lbn] for _, _, lbn in jb.op_inputs(op) if lbn in producer)
+        stack.extend(n for n in op.ctrl_in_op_name if n in b.ops)
+    b.remove_ops([op.name for op in b.job.net.op if op.name not in live])

@@ -1,0 +1,599 @@
+"""The op AutoTest: random draws, a graphfront job and PyTorch eager, compared.
+
+Usage (in ``tests/autotest/test_<area>_autotest.py``)::
+
+    from graphfront.testing import autotest, random, random_tensor
+
+    @autotest(n=20, auto_backward=True, rtol=1e-4, atol=1e-5)
+    def test_leaky_relu(check):
+        check(graphfront=lambda flow, x, alpha: flow.nn.leaky_relu(x, alpha=alpha),
+              torch=lambda torch, x, alpha: torch.nn.functional.leaky_relu(x, alpha),
+              x=random_tensor(ndim=4, dim0=random(1, 4), low=-2, high=2),
+              alpha=random(0.0, 1.0).to(float))
+
+``@autotest`` turns the body into a zero-argument pytest test that calls it ``n``
+times (one *draw* each) with a ``check`` callable. ``check(graphfront=f, torch=g,
+compare="values", **kwargs)``:
+
+1. resolves every generator keyword (:mod:`graphfront.testing.generators`); a
+   ``nothing()`` keyword is dropped on both sides;
+2. builds a fresh graphfront job (``flow.clear_default_session()`` first). When
+   ``auto_backward`` and some floating tensor input requires grad it is a *train* job:
+   those inputs are trainable ``flow.get_variable`` s holding the drawn values
+   (``flow.load_variables`` after compilation), the loss is the sum of every floating
+   output (``reduce_sum`` + ``add_n``, plus ``0 * sum`` of each trainable input so that
+   every input receives a gradient), the optimizer is SGD with learning rate 0, and
+   each input's gradient is fetched with ``flow.watch_diff``. All other tensors are
+   placeholders (0-d ones non-trainable variables). Otherwise a *predict* job;
+3. runs ``g(torch, **kwargs)`` with the same values (leaf tensors requiring grad) and
+   ``backward()`` of the same loss;
+4. compares outputs and gradients (:mod:`graphfront.testing.compare`). When both
+   sides raise, the draw is *skipped* (counted); when only one raises, or results
+   differ, an AssertionError carries a self-contained reproducer: the seed and draw,
+   every resolved argument, the path of an ``.npz`` with the arrays, and runnable
+   graphfront and PyTorch snippets.
+
+Even draws compile the job with graphfront's cleanup passes (constant folding,
+fusions), odd draws without them (``FunctionConfig.enable_passes(False)``), so both the
+fused and the plain kernels are checked and counted.
+
+``check_graph=True`` also verifies, op by op while the job runs, that every user op's
+kernel returns tensors with exactly the shape and dtype that shape inference put in
+the Job (and on the placed device).
+
+Randomness: draw ``i`` of a test uses ``numpy.random.default_rng([seed, i])``; the seed
+is a hash of the test's file name and qualified name, or ``GRAPHFRONT_AUTOTEST_SEED``.
+``GRAPHFRONT_AUTOTEST_DRAW=i`` runs only draw ``i``; ``GRAPHFRONT_AUTOTEST_N`` overrides
+``n``. torch's and Python's global RNGs are seeded per draw and restored afterwards.
+
+Each run prints ``autotest test_relu: 20 draws, 0 skipped, ops: relu, relu_grad`` and
+adds to :mod:`graphfront.testing.records`.
+"""
+import contextlib
+import inspect
+import os
+import random as _pyrandom
+import traceback
+import zlib
+
+import numpy as np
+
+from graphfront.testing import compare as _compare
+from graphfront.testing import records as _records
+from graphfront.testing import reproducer as _repro
+from graphfront.testing.generators import NOTHING, Device, DrawContext, TensorValue
+
+__all__ = ["autotest", "AutoTest", "Checker", "HARNESS_PREFIX"]
+
+HARNESS_PREFIX = "AutoTest-"   # names of the harness's own ops (not counted as exercised)
+SEED_ENV = "GRAPHFRONT_AUTOTEST_SEED"
+DRAW_ENV = "GRAPHFRONT_AUTOTEST_DRAW"
+N_ENV = "GRAPHFRONT_AUTOTEST_N"
+
+
+def autotest(n=20, auto_backward=True, rtol=1e-4, atol=1e-5, check_graph=True):
+    """Decorator: run the body ``def test_x(check)`` once per draw (see module docstring).
+
+    Args:
+        n: number of draws.
+        auto_backward: compare input gradients (train job) when some floating tensor
+            input requires grad; False -> forward only (predict job).
+        rtol, atol: tolerances of the value comparison.
+        check_graph: check every kernel's outputs against the inferred BlobDescs.
+    Returns a zero-argument test function with the :class:`AutoTest` as ``.autotest``.
+    Also usable bare (``@autotest``).
+    """
+    if callable(n) and not isinstance(n, int):
+        return autotest()(n)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"autotest: n must be a positive int, received {n!r}")
+
+    def decorator(body):
+        at = AutoTest(body, n=n, auto_backward=auto_backward, rtol=rtol, atol=atol, check_graph=check_graph)
+
+        def test():
+            at.run()
+
+        test.__name__ = body.__name__
+        test.__qualname__ = body.__qualname__
+        test.__module__ = body.__module__
+        test.__doc__ = body.__doc__
+        test.autotest = at
+        return test
+    return decorator
+
+
+class RunStats:
+    """Counters of one run of an autotest: ``draws`` (check calls), ``skipped`` (both sides
+    raised), the op types exercised (``forward_ops``, ``backward_ops``, ``ops``) and the
+    ``skip_reasons`` (draw, graphfront error, torch error)."""
+
+    def __init__(self):
+        self.draws = 0
+        self.skipped = 0
+        self.forward_ops = set()
+        self.backward_ops = set()
+        self.skip_reasons = []
+
+    @property
+    def ops(self):
+        return sorted(self.forward_ops | self.backward_ops)
+
+
+class AutoTest:
+    """One autotest: its body, settings and :meth:`run`."""
+
+    def __init__(self, body, n=20, auto_backward=True, rtol=1e-4, atol=1e-5, check_graph=True):
+        params = list(inspect.signature(body).parameters)
+        if len(params) != 1:
+            raise TypeError(f"@autotest body {body.__qualname__} must take exactly one parameter (check), "
+                            f"it takes {params}")
+        self.body = body
+        self.name = body.__name__
+        self.qualname = body.__qualname__
+        self.file = os.path.realpath(inspect.getsourcefile(body) or body.__code__.co_filename)
+        self.n = n
+        self.auto_backward = auto_backward
+        self.rtol = rtol
+        self.atol = atol
+        self.check_graph = check_graph
+        self.last_run = None
+
+    @property
+    def record(self) -> _records.AutotestRecord:
+        """This autotest's cumulative :class:`~graphfront.testing.records.AutotestRecord`."""
+        return _records.record_for(self.file, self.qualname, self.name)
+
+    def default_seed(self) -> int:
+        """crc32 of ``<file name>::<qualified name>``: stable across runs and machines."""
+        return zlib.crc32(f"{os.path.basename(self.file)}::{self.qualname}".encode())
+
+    def seed(self) -> int:
+        """``GRAPHFRONT_AUTOTEST_SEED`` when set, else :meth:`default_seed`."""
+        env = os.environ.get(SEED_ENV)
+        return int(env) if env not in (None, "") else self.default_seed()
+
+    def run(self, n=None, seed=None, draws=None) -> RunStats:
+        """Run the draws; raise AssertionError on the first failing one.
+
+        ``n`` overrides the number of draws, ``seed`` the seed, ``draws`` selects draw
+        indices. Returns the run's :class:`RunStats` (also kept as ``last_run``).
+        """
+        seed = self.seed() if seed is None else int(seed)
+        env_n = os.environ.get(N_ENV)
+        total = n if n is not None else (int(env_n) if env_n else self.n)
+        if draws is None:
+            env_draw = os.environ.get(DRAW_ENV)
+            draws = [int(env_draw)] if env_draw not in (None, "") else range(total)
+        stats = RunStats()
+        self.last_run = stats
+        rec = self.record
+        failed = True
+        try:
+            for i in draws:
+                ctx = DrawContext(np.random.default_rng([seed, i]))
+                checker = Checker(self, ctx, seed, i, total, stats)
+                with ctx, _seeded_global_rngs(seed, i):
+                    self.body(checker)
+                if checker.calls == 0:
+                    raise AssertionError(f"autotest {self.name}: the body never called check(...)")
+            if stats.draws and stats.skipped == stats.draws:
+                reasons = "\n".join(f"  draw {i}: graphfront: {a}\n          torch: {b}"
+                                    for i, a, b in stats.skip_reasons[:3])
+                raise AssertionError(f"autotest {self.name}: all {stats.draws} draws were rejected by both graphfront "
+                                     f"and torch (seed {seed}), so nothing was compared; first reasons:\n{reasons}")
+            failed = False
+        finally:
+            rec.runs += 1
+            rec.failed_runs += int(failed)
+            rec.draws += stats.draws
+            rec.skipped += stats.skipped
+            rec.forward_ops |= stats.forward_ops
+            rec.backward_ops |= stats.backward_ops
+        print(_records.summary_line(self.name, stats.draws, stats.skipped, stats.ops))
+        return stats
+
+
+@contextlib.contextmanager
+def _seeded_global_rngs(seed, draw):
+    """Seed torch's and Python's global RNGs for one draw; restore them afterwards."""
+    import torch
+    value = int(np.random.SeedSequence([seed, draw]).generate_state(1)[0])
+    py_state = _pyrandom.getstate()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(value)
+        _pyrandom.seed(value)
+        try:
+            yield
+        finally:
+            _pyrandom.setstate(py_state)
+
+
+# ------------------------------------------------------------------ one check
+
+class _SideResult:
+    def __init__(self):
+        self.outputs = None
+        self.grads = {}
+        self.error = None          # formatted traceback
+        self.error_line = None     # "ExcType: message" (first line)
+        self.graph_problems = []
+        self.forward_ops = None    # op types exercised (graphfront side, once compiled)
+        self.backward_ops = None
+
+
+def _format_error(exc) -> tuple:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    first = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return tb, first
+
+
+def _leaves(resolved):
+    """[(leaf name, TensorValue)] in kwarg order; lists/tuples give ``name_0``, ``name_1``."""
+    out = []
+
+    def walk(value, name):
+        if isinstance(value, TensorValue):
+            out.append((name, value))
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                walk(v, f"{name}_{i}")
+    for k, v in resolved.items():
+        walk(v, k)
+    return out
+
+
+def _substitute(value, by_id):
+    if isinstance(value, TensorValue):
+        return by_id[id(value)]
+    if isinstance(value, list):
+        return [_substitute(v, by_id) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_substitute(v, by_id) for v in value)
+    return value
+
+
+def _flatten(value, leaf_type, side):
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _flatten(v, leaf_type, side)]
+    if isinstance(value, dict):
+        return [leaf for k in sorted(value) for leaf in _flatten(value[k], leaf_type, side)]
+    if not isinstance(value, leaf_type):
+        raise TypeError(f"the {side} function must return a tensor or a (nested) tuple/list of tensors, "
+                        f"returned {type(value).__name__} {value!r}")
+    return [value]
+
+
+class Checker:
+    """The ``check`` callable an autotest body receives (one per draw).
+
+    Attributes: ``draw`` (index), ``seed``, ``rng`` (the draw's numpy Generator).
+    """
+
+    def __init__(self, test: AutoTest, ctx: DrawContext, seed, draw, total, stats):
+        self.test = test
+        self.ctx = ctx
+        self.seed = seed
+        self.draw = draw
+        self.total = total
+        self.stats = stats
+        self.calls = 0
+
+    @property
+    def rng(self):
+        """The draw's ``numpy.random.Generator`` (for values the generators cannot express)."""
+        return self.ctx.rng
+
+    def __call__(self, graphfront, torch, compare="values", **kwargs):
+        """Run one dual check (see module docstring). Returns the :class:`Case`, or None when skipped."""
+        if not callable(graphfront) or not callable(torch):
+            raise TypeError("check(graphfront=f, torch=g, ...) needs two callables f(flow, **kw) and g(torch, **kw)")
+        self.calls += 1
+        self.stats.draws += 1
+        t = self.test
+        resolved = {}
+        for k, v in kwargs.items():
+            r = self.ctx.resolve(v)
+            if r is not NOTHING:
+                resolved[k] = r
+        leaves = _leaves(resolved)
+        device = next((v for v in resolved.values() if isinstance(v, Device)), Device("cpu"))
+        train = bool(t.auto_backward and any(tv.requires_grad for _, tv in leaves))
+        passes = self.draw % 2 == 0
+        gf = _run_graphfront(graphfront, resolved, leaves, train, device, t.check_graph, passes)
+        th = _run_torch(torch, resolved, leaves, train, device)
+        if gf.forward_ops is not None:
+            self.stats.forward_ops |= gf.forward_ops
+            self.stats.backward_ops |= gf.backward_ops
+        report = dict(f=graphfront, g=torch, resolved=resolved, leaves=leaves, train=train, device=device,
+                      gf=gf, th=th, compare=compare, passes=passes)
+        if gf.error and th.error:
+            self.stats.skipped += 1
+            self.stats.skip_reasons.append((self.draw, gf.error_line, th.error_line))
+            return None
+        if gf.error:
+            self._fail([f"graphfront raised {gf.error_line}\n  while torch ran; graphfront traceback:\n"
+                        + _indent(_tail(gf.error))], report)
+        if th.error:
+            self._fail([f"torch raised {th.error_line}\n  while graphfront ran; torch traceback:\n"
+                        + _indent(_tail(th.error))], report)
+        case = _compare.Case(kwargs=_arrays(resolved), inputs={leaf: tv.array for leaf, tv in leaves},
+                             outputs=gf.outputs, grads=gf.grads, torch_outputs=th.outputs, torch_grads=th.grads,
+                             train=train, rtol=t.rtol, atol=t.atol)
+        problems = list(gf.graph_problems) + _compare.structure_problems(case)
+        if not problems:
+            problems = _compare.run_comparer(compare, case)
+        if problems:
+            self._fail(problems, report)
+        return case
+
+    def _fail(self, problems, r):
+        t = self.test
+        leaves = r["leaves"]
+        leaf_of = {id(tv): leaf for leaf, tv in leaves}
+        arrays = {leaf: tv.array for leaf, tv in leaves}
+        for side, res in (("graphfront", r["gf"]), ("torch", r["th"])):
+            for i, o in enumerate(res.outputs or []):
+                arrays[f"{side}_out_{i}"] = o
+            for name, g in res.grads.items():
+                arrays[f"{side}_grad_{name}"] = g
+        stem = f"{t.name}_seed{self.seed}_draw{self.draw}"
+        npz = _repro.save_arrays(stem, arrays)
+        rel = os.path.relpath(t.file) if not os.path.relpath(t.file).startswith("..") else t.file
+        header = f"autotest {t.name} ({rel}), draw {self.draw}, seed {self.seed}"
+        mode = r["compare"] if isinstance(r["compare"], str) else getattr(r["compare"], "__qualname__", "custom")
+        common = dict(kwargs=r["resolved"], leaves=leaves, train=r["train"], device=r["device"], npz=npz,
+                      rtol=t.rtol, atol=t.atol, header=header)
+        gf_src = _repro.graphfront_snippet(f=r["f"], passes=r["passes"], **common)
+        th_src = _repro.torch_snippet(g=r["g"], **common)
+        kw_lines = "\n".join(f"  {k} = {_repro.describe(v, leaf_of)}" for k, v in r["resolved"].items()) or "  (none)"
+        lines = [
+            f"AutoTest failure: {header} ({self.total} draws per run)",
+            f"  rerun this draw only: {SEED_ENV}={self.seed} {DRAW_ENV}={self.draw} python -m pytest {rel} -k {t.name}",
+            f"  job: {'train (outputs and input gradients compared)' if r['train'] else 'predict (forward only)'}, "
+            f"cleanup passes {'on' if r['passes'] else 'off'}, compare={mode}, rtol={t.rtol}, atol={t.atol}, "
+            f"device={r['device']}",
+            "problems:",
+            *("  - " + p.replace("\n", "\n    ") for p in problems),
+            "arguments:",
+            kw_lines,
+            f"arrays saved to: {npz}",
+            "  (inputs under their names; results as graphfront_out_<i>, torch_out_<i>, graphfront_grad_<name>, "
+            "torch_grad_<name>)",
+            "---------------- graphfront reproducer ----------------",
+            gf_src.rstrip(),
+            "---------------- torch reproducer ----------------",
+            th_src.rstrip(),
+            "----------------------------------------------------",
+        ]
+        raise AssertionError("\n".join(lines))
+
+
+def _indent(text):
+    return "\n".join("  " + ln for ln in text.splitlines())
+
+
+def _tail(tb, n=24):
+    lines = tb.rstrip().splitlines()
+    return "\n".join(lines if len(lines) <= n else ["..."] + lines[-n:])
+
+
+def _arrays(value):
+    if isinstance(value, TensorValue):
+        return value.array
+    if isinstance(value, dict):
+        return {k: _arrays(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_arrays(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_arrays(v) for v in value)
+    return value
+
+
+# ------------------------------------------------------------------ graphfront side
+
+def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True):
+    import graphfront as flow
+    from graphfront import typing as tp
+    from graphfront.framework import dtypes as _dt
+    from graphfront.framework.blob_desc import BlobDesc
+    from graphfront.framework import session as _session
+
+    res = _SideResult()
+    try:
+        flow.clear_default_session()
+        trainable = [(leaf, tv) for leaf, tv in leaves if train and tv.requires_grad]
+        variables = [(leaf, tv) for leaf, tv in leaves if (train and tv.requires_grad) or tv.array.ndim == 0]
+        var_ids = {id(tv) for _, tv in variables}
+        fed = [(leaf, tv) for leaf, tv in leaves if id(tv) not in var_ids]
+        tag = "gpu" if device == "cuda" else "cpu"
+        grads = res.grads
+
+        def keep_grad(leaf):
+            def handler(g):
+                grads[leaf] = np.array(g, copy=True)
+            handler.__annotations__ = {"g": tp.Numpy}
+            return handler
+
+        def job_fn(*feeds):
+            blobs = {}
+            with flow.scope.placement(tag, "0:0"):
+                for (leaf, tv), blob in zip(fed, feeds):
+                    blobs[id(tv)] = blob
+                for leaf, tv in variables:
+                    dtype = _dt.from_numpy(tv.dtype)
+                    blobs[id(tv)] = flow.get_variable(
+                        HARNESS_PREFIX + "Var-" + leaf, shape=tuple(tv.shape), dtype=dtype,
+                        initializer=flow.zeros_initializer(dtype), trainable=train and tv.requires_grad)
+                kwargs = {k: _substitute(v, blobs) for k, v in resolved.items()}
+                outs = _flatten(f(flow, **kwargs), BlobDesc, "graphfront")
+                if train:
+                    loss = _harness_loss(outs, [(leaf, blobs[id(tv)]) for leaf, tv in trainable])
+                    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                                       momentum=0).minimize(loss)
+                    for leaf, tv in trainable:
+                        flow.watch_diff(blobs[id(tv)], keep_grad(leaf))
+            return tuple(outs)
+
+        params = [inspect.Parameter(f"in_{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                     annotation=tp.Numpy.Placeholder(tuple(tv.shape), dtype=_dt.from_numpy(tv.dtype)))
+                  for i, (_, tv) in enumerate(fed)]
+        job_fn.__signature__ = inspect.Signature(params, return_annotation=tp.Bundle[tp.Numpy])
+        job_fn.__name__ = job_fn.__qualname__ = "autotest_job"
+        config = flow.FunctionConfig()
+        config.default_placement_scope(flow.scope.placement(tag, "0:0"))
+        config.enable_passes(passes)
+        gfn = flow.global_function(type="train" if train else "predict", function_config=config)(job_fn)
+        compiled = gfn.compiled_job
+        res.forward_ops, res.backward_ops = exercised_ops(compiled.job)
+        if check_graph:
+            from graphfront.runtime.plan import Plan
+            session = _session.default_session()
+            compiled.plan = Plan(compiled.job, session.variables, session.watchers,
+                                 kernel_wrapper=_graph_checker(compiled.job, res.graph_problems))
+        if variables:
+            flow.load_variables({HARNESS_PREFIX + "Var-" + leaf: tv.array for leaf, tv in variables})
+        outs = gfn(*[tv.array for _, tv in fed])
+        res.outputs = [np.asarray(o) for o in outs]
+    except Exception as e:  # noqa: BLE001 - a raising side is a result, compared with the other side
+        res.error, res.error_line = _format_error(e)
+    return res
+
+
+def _harness_loss(outs, trainable):
+    """sum of every floating output + 0 * sum of each trainable input, as one float32 scalar."""
+    from graphfront.framework import dtypes as _dt
+    from graphfront.ops.builder import build_op
+
+    def scalar(blob, tag):
+        t = blob
+        if len(t.shape):
+            t = build_op("reduce_sum", {"input_tensor": t}, {"axis": list(range(len(t.shape))), "keepdims": False},
+                         outputs=("output_tensor",), name=f"{HARNESS_PREFIX}{tag}-ReduceSum")
+        if t.dtype is not _dt.float32:
+            t = build_op("cast", {"in": t}, {"dtype": _dt.float32}, name=f"{HARNESS_PREFIX}{tag}-Cast")
+        return t
+
+    terms = [scalar(o, f"Loss-{i}") for i, o in enumerate(outs) if o.dtype.is_floating_point]
+    for leaf, blob in trainable:
+        s = scalar(blob, f"Zero-{leaf}")
+        terms.append(build_op("scalar_mul", {"in": s}, {"has_float_operand": True, "float_operand": 0.0},
+                              name=f"{HARNESS_PREFIX}Zero-{leaf}-ScalarMul"))
+    if len(terms) == 1:
+        return terms[0]
+    return build_op("add_n", {"in": terms}, name=f"{HARNESS_PREFIX}Loss-AddN")
+
+
+def exercised_ops(job) -> tuple:
+    """(forward, backward) sets of user op types of a completed Job, without the harness's ops.
+
+    Ops whose names contain ``AutoTest-`` (the harness's loss, its gradients, the
+    gradient sums of its variables, constants folded from them) and ops of the
+    optimizer pass are left out; the calculation pass of each op's scope tells forward
+    from backward.
+    """
+    from graphfront.framework import scope as _scope
+    forward, backward = set(), set()
+    for op in job.net.op:
+        if op.WhichOneof("op_type") != "user_conf" or HARNESS_PREFIX in op.name:
+            continue
+        sym = _scope.SYMBOLS.get(op.scope_symbol_id)
+        pass_name = sym.calculation_pass_name if sym is not None else "forward_pass"
+        if pass_name == "backward_pass":
+            backward.add(op.user_conf.op_type_name)
+        elif pass_name != "optimizer_pass":
+            forward.add(op.user_conf.op_type_name)
+    return forward, backward
+
+
+def _graph_checker(job, problems):
+    """A Plan ``kernel_wrapper`` comparing kernel outputs with the Job's inferred BlobDescs."""
+    from graphfront.framework.job_builder import TensorDesc
+    from graphfront.ops import registry
+    from graphfront.runtime.plan import device_of
+
+    descs = job.helper.lbn2logical_blob_desc
+    ids = {n: tuple(g.parallel_conf.device_name) for g in job.placement.placement_group for n in g.op_set.op_name}
+
+    def wrap(op, fn):
+        if op.WhichOneof("op_type") != "user_conf":
+            return fn
+        opdef = registry.lookup(op.user_conf.op_type_name)
+        if not opdef.outputs:
+            return fn
+        uc = op.user_conf
+        device = device_of(op, ids.get(op.name, ("0:0",)))
+        declared = [(a, list(uc.output[a.name].s) if a.name in uc.output else []) for a in opdef.outputs]
+
+        def checked(*args):
+            result = fn(*args)
+            values = [result] if len(opdef.outputs) == 1 else list(result)
+            for (adef, lbns), value in zip(declared, values):
+                if not lbns:
+                    continue
+                tensors = list(value) if adef.repeated else [value]
+                for lbn, t in zip(lbns, tensors):
+                    _check_blob(op, lbn, t, TensorDesc.from_proto(descs[lbn]), device, problems)
+            return result
+        return checked
+    return wrap
+
+
+def _check_blob(op, lbn, t, desc, device, problems):
+    import torch
+    where = f"op '{op.name}' ({op.user_conf.op_type_name}) output '{lbn}'"
+    if not isinstance(t, torch.Tensor):
+        problems.append(f"check_graph: {where}: the kernel returned {type(t).__name__}, not a tensor")
+        return
+    shape = tuple(t.shape)
+    if desc.is_dynamic:
+        ok = len(shape) == len(desc.shape) and all(a <= b for a, b in zip(shape, desc.shape))
+    else:
+        ok = shape == tuple(desc.shape)
+    if not ok:
+        problems.append(f"check_graph: {where}: inferred shape {tuple(desc.shape)}, the kernel returned {shape}")
+    if desc.dtype.torch is not t.dtype:
+        problems.append(f"check_graph: {where}: inferred dtype {desc.dtype.name}, the kernel returned {t.dtype}")
+    if t.device.type != device.type:
+        problems.append(f"check_graph: {where}: placed on {device}, the kernel returned a tensor on {t.device}")
+
+
+# ------------------------------------------------------------------ torch side
+
+def _run_torch(g, resolved, leaves, train, device):
+    import torch
+    res = _SideResult()
+    try:
+        dev = torch.device("cuda" if device == "cuda" else "cpu")
+        tensors = {}
+        trainable = []
+        for leaf, tv in leaves:
+            t = torch.from_numpy(tv.array.copy()).to(dev)
+            if train and tv.requires_grad:
+                t.requires_grad_(True)
+                trainable.append((leaf, t))
+            tensors[id(tv)] = t
+        kwargs = {k: _substitute(v, tensors) for k, v in resolved.items()}
+        with torch.enable_grad() if train else torch.no_grad():
+            raw = g(torch, **kwargs)
+            outs = [o if isinstance(o, torch.Tensor) else torch.as_tensor(o)
+                    for o in _flatten(raw, (torch.Tensor, int, float, bool), "torch")]
+            if train:
+                loss = sum(o.sum().float() for o in outs if o.is_floating_point())
+                loss = loss + sum(t.sum().float() * 0.0 for _, t in trainable)
+                loss.backward()
+        res.outputs = [_to_numpy(o) for o in outs]
+        for leaf, t in trainable:
+            res.grads[leaf] = _to_numpy(t.grad) if t.grad is not None else np.zeros(t.shape, dtype=_to_numpy(t).dtype)
+    except Exception as e:  # noqa: BLE001 - a raising side is a result
+        res.error, res.error_line = _format_error(e)
+    return res
+
+
+def _to_numpy(t):
+    import torch
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.numpy().copy()

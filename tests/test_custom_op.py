@@ -1,0 +1,22 @@
+"""The custom-op example trains a real job through user_op_builder."""
+import importlib.util
+import os
+
+from graphfront.ops import registry
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "custom_op", "train.py")
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("custom_op_train", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_custom_op_example_trains_mnist_mlp():
+    accuracy = _load_example().main(["--epochs", "1"])
+    assert accuracy > 0.8
+    d = registry.lookup("scaled_tanh")
+    assert [a.name for a in d.inputs] == ["x"] and d.has_grad
+    assert d.attrs["a"].type == "float" and registry.has_op("scaled_tanh_grad")

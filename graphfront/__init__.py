@@ -21,7 +21,11 @@ from graphfront.initializers import (constant_initializer, empty_initializer, gl
                                      truncated_normal_initializer, variance_scaling_initializer,
                                      xavier_normal_initializer, xavier_uniform_initializer, zeros_initializer)
 from graphfront.linalg import matmul
-from graphfront.math import add_n
+from graphfront.math import add_n, argsort, count_not_finite, in_top_k, masked_fill, multi_count_not_finite, sort, where
+from graphfront.math import clip_by_value
+from graphfront.math import clip_by_value as clamp
+from graphfront.math import clip_by_value as clip
+from graphfront.math import clip_by_value as clip_by_scalar
 from graphfront.ops.builder import user_op_builder
 from graphfront.ops.builder import unique_str as _unique_str
 from graphfront.profile import profile  # flow.profile(job_func, *feeds, runs=...): per-op time table

@@ -1,4 +1,5 @@
 """The lazy pipeline: global_function, Session lifecycle, user_op_builder, BlobDesc, Job contents."""
+import copy
 import typing
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
+from graphfront.passes import complete
 
 
 def test_user_op_builder_fluent_api_builds_a_completed_op_conf():
@@ -79,7 +81,8 @@ def test_train_job_is_completed_with_oneflow_system_ops():
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
         return loss
 
-    job = train_job.compiled_job.job
+    # the job after the required passes (autograd, optimizer), before cleanup/fusion rewrites it
+    job = complete(copy.deepcopy(train_job.compiled_job.user_job), enable_passes=False)
     names = {o.name: o for o in job.net.op}
     tc = job.job_conf.train_conf
     assert list(tc.loss_lbn) == ["loss/out_0"]
@@ -93,8 +96,8 @@ def test_train_job_is_completed_with_oneflow_system_ops():
     assert jb.op_type_name(names["fc-weight_optimizer"]) == "momentum_update"
     assert any(n.startswith("System-Train-LearningRate-Scheduler_") for n in names)
     assert any(n.startswith("System-ModelDiffScale-ScalarMul_") for n in names)
-    log = job.job_conf.flag_name2flag_value["__completion_log__"].at_list_string.val
-    assert list(log)[:2] == ["autograd", "optimizer"]
+    log = train_job.compiled_job.job.job_conf.flag_name2flag_value["__completion_log__"].at_list_string.val
+    assert list(log)[:2] == ["autograd", "optimizer"] and "prune_dead_ops" in log
     # every blob has a BlobDesc in the Job proto
     for op in job.net.op:
         for _, _, lbn in jb.op_outputs(op):
@@ -206,7 +209,7 @@ def test_namespace_prefixes_ops_and_variables():
             return flow.layers.conv2d(x, 2, 3, padding="SAME", name="conv", activation=flow.nn.relu)
 
     job(np.ones((1, 1, 4, 4), np.float32))
-    names = {o.name for o in job.compiled_job.job.net.op}
+    names = {o.name for o in job.compiled_job.user_job.net.op}
     assert {"block-conv-weight", "block-conv-bias", "block-conv", "block-conv-bias_add",
             "block-conv-activation"} <= names
 

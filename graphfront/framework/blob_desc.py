@@ -2,7 +2,8 @@
 
 A BlobDesc names a blob by its logical blob name (lbn, ``"op_name/blob_name"``) and
 carries what shape inference found: shape, dtype and placement. It holds no data;
-``+ - * /`` and unary minus build ops through ``flow.math``.
+``+ - * / ** %``, unary minus, ``abs()`` and the comparisons build ops through
+``flow.math`` (comparisons give int8 blobs, as in OneFlow).
 """
 from __future__ import annotations
 
@@ -114,5 +115,42 @@ class BlobDesc:
         from graphfront import math
         return math.negative(self)
 
-    # Hashable by identity so blobs can key dicts (comparisons build no ops here).
+    def __pow__(self, other):
+        from graphfront import math
+        return math.pow(self, other)
+
+    def __mod__(self, other):
+        from graphfront import math
+        return math.mod(self, other)
+
+    def __abs__(self):
+        from graphfront import math
+        return math.abs(self)
+
+    # comparisons build int8 blobs, as OneFlow's blobs do; compare handles with `is`
+    def __eq__(self, other):
+        from graphfront import math
+        return math.equal(self, other)
+
+    def __ne__(self, other):
+        from graphfront import math
+        return math.not_equal(self, other)
+
+    def __lt__(self, other):
+        from graphfront import math
+        return math.less(self, other)
+
+    def __le__(self, other):
+        from graphfront import math
+        return math.less_equal(self, other)
+
+    def __gt__(self, other):
+        from graphfront import math
+        return math.greater(self, other)
+
+    def __ge__(self, other):
+        from graphfront import math
+        return math.greater_equal(self, other)
+
+    # hashable by identity so blobs can key dicts
     __hash__ = object.__hash__

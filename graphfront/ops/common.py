@@ -69,7 +69,7 @@ def reduce_to(g, grad_lbn, target_lbn, name):
     if gshape == tshape:
         return grad_lbn
     offset = len(gshape) - len(tshape)
-    if offset > 0 and gshape == (1,) * offset + tuple(tshape):
+    if numel(gshape) == numel(tshape):  # same elements, e.g. leading 1s or () vs (1,)
         return g.emit("reshape_like", {"in": grad_lbn, "like": target_lbn}, name=f"{name}_reshape_like")
     axes = [i for i in range(len(gshape)) if i < offset or (tshape[i - offset] == 1 and gshape[i] != 1)]
     return g.emit("reduce_sum_like", {"x": grad_lbn, "like": target_lbn}, {"axis": axes},

@@ -6,7 +6,7 @@
 job into a ``Job`` proto and later calls run the compiled plan.
 """
 from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
-from graphfront import checkpoint, experimental, saved_model, serving, train
+from graphfront import checkpoint, experimental, losses, saved_model, serving, train
 from graphfront.array import *  # noqa: F401,F403 - flow.reshape, flow.concat, ...
 from graphfront.checkpoint import get_all_variables, load, load_variables
 from graphfront.framework.dtypes import (bfloat16, bool, char, convert_oneflow_dtype_to_numpy_dtype, double, dtype,
@@ -26,6 +26,7 @@ from graphfront.math import clip_by_value
 from graphfront.math import clip_by_value as clamp
 from graphfront.math import clip_by_value as clip
 from graphfront.math import clip_by_value as clip_by_scalar
+from graphfront.nn import smooth_l1_loss
 from graphfront.ops.builder import user_op_builder
 from graphfront.ops.builder import unique_str as _unique_str
 from graphfront.profile import profile  # flow.profile(job_func, *feeds, runs=...): per-op time table

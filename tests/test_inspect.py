@@ -63,10 +63,11 @@ def test_profile_prints_sorted_per_op_table(capsys):
     assert sum(r[5] for r in result.rows) == pytest.approx(1.0)
     assert all(r[2] == 3 for r in result.rows)
     assert "multi_tensor_sgd_update" in result.by_type()
-    # profiling runs are real steps: the weights moved
-    before = flow.get_all_variables()["d1-weight"].numpy().copy()
-    flow.profile(job, x, runs=1, print_table=False)
-    assert not np.allclose(before, flow.get_all_variables()["d1-weight"].numpy())
+    # profiling runs are real steps: the train step counter moved by warmup + runs
+    step = "System-Train-TrainStep-job"
+    before = int(flow.get_all_variables()[step].numpy()[0])
+    flow.profile(job, x, runs=2, warmup=1, print_table=False)
+    assert int(flow.get_all_variables()[step].numpy()[0]) == before + 3
 
 
 def test_profile_checks_its_arguments():

@@ -202,7 +202,8 @@ def describe(value, leaf_of) -> str:
     """Human description of a resolved kwarg for the failure message."""
     if isinstance(value, TensorValue):
         kind = "trainable" if value.requires_grad else "non-trainable"
-        return f"{value.array.dtype} tensor of shape {tuple(value.array.shape)} ({kind}; '{leaf_of[id(value)]}' in the .npz)"
+        return (f"{value.array.dtype} tensor of shape {tuple(value.array.shape)} "
+                f"({kind}; '{leaf_of[id(value)]}' in the .npz)")
     if isinstance(value, (list, tuple)) and any(isinstance(v, TensorValue) for v in value):
         return "[" + ", ".join(describe(v, leaf_of) for v in value) + "]"
     return render(value, leaf_of)
@@ -251,7 +252,8 @@ def graphfront_snippet(*, f, kwargs, leaves, train, device, npz, rtol, atol, hea
     if passes:
         lines.append(f'@flow.global_function(type="{kind}")')
     else:
-        lines += ["config = flow.FunctionConfig()", "config.enable_passes(False)  # this draw ran without cleanup passes",
+        lines += ["config = flow.FunctionConfig()",
+                  "config.enable_passes(False)  # this draw ran without cleanup passes",
                   "", "", f'@flow.global_function(type="{kind}", function_config=config)']
     lines.append(f"def job({params}) -> tp.Bundle[tp.Numpy]:")
     lines.append(f'    with flow.scope.placement("{tag}", "0:0"):')

@@ -18,12 +18,11 @@ def _dims(ndim, low=1, high=6):
 
 
 def _tensor(shape, low=-1, high=1, **kw):
-    """A random_tensor of exactly ``shape`` (any rank)."""
-    dims = list(shape) + [None] * (5 - len(shape))
-    t = random_tensor(len(shape), *dims[:5], low=low, high=high, **kw)
+    """A random_tensor of exactly ``shape`` (rank <= 5)."""
     if len(shape) > 5:
         raise ValueError("_tensor supports rank <= 5")
-    return t
+    dims = list(shape) + [None] * (5 - len(shape))
+    return random_tensor(len(shape), *dims, low=low, high=high, **kw)
 
 
 # ------------------------------------------------------------------ relu / identity / cast
@@ -59,7 +58,7 @@ def test_cast_from_int(check):
 
 # ------------------------------------------------------------------ scalar ops
 
-def _scalar_add(flow_or_torch_value, x, s, form):
+def _scalar_add(x, s, form):
     """x + s in one of the forms the API offers (works for blobs and tensors alike)."""
     if form == "x+s":
         return x + s
@@ -72,8 +71,8 @@ def _scalar_add(flow_or_torch_value, x, s, form):
 
 @autotest()
 def test_scalar_add(check):
-    check(graphfront=lambda flow, x, s, form: _scalar_add(flow, x, s, form),
-          torch=lambda torch, x, s, form: _scalar_add(torch, x, s, form),
+    check(graphfront=lambda flow, x, s, form: _scalar_add(x, s, form),
+          torch=lambda torch, x, s, form: _scalar_add(x, s, form),
           x=random_tensor(low=-2, high=2),
           s=random(-3, 3).to(float) | random(-3, 3).to(int),
           form=oneof("x+s", "s+x", "x-s", "s-x"))
@@ -368,6 +367,18 @@ def test_conv3d(check):
 
 
 @autotest()
+def test_conv2d_with_bias(check):
+    """conv2d's own bias input (grad conv_bias_grad; fused into fused_conv_grad by the passes)."""
+    cin, cout = random(1, 4).to(int).value(), random(1, 4).to(int).value()
+    k, size = _dims(2, 1, 3), _dims(2, 3, 7)
+    check(graphfront=lambda flow, x, w, b, strides: flow.nn.conv2d(x, w, strides, "SAME", bias=b),
+          torch=lambda torch, x, w, b, strides: torch_conv(torch, x, w, b, strides, [
+              same_lower_pads(n, kk, s) for n, kk, s in zip(x.shape[2:], w.shape[2:], strides)], [1, 1], 1, False),
+          x=_tensor([random(1, 3).to(int).value(), cin] + size), w=_tensor([cout, cin] + k), b=_tensor([cout]),
+          strides=_dims(2, 1, 2))
+
+
+@autotest()
 def test_bias_add(check):
     ndim = random(2, 5).to(int).value()
     shape = _dims(ndim)
@@ -623,6 +634,13 @@ def test_matmul_bias_add(check):
     check(graphfront=lambda flow, a, w, b, tb: flow.nn.bias_add(flow.matmul(a, w, transpose_b=tb), b),
           torch=lambda torch, a, w, b, tb: torch.matmul(a, w.T if tb else w) + b,
           a=_tensor([m, k]), w=_tensor([n, k] if tb else [k, n]), b=_tensor([n]), tb=tb)
+
+
+@autotest()
+def test_scalar_mul_add(check):
+    """x * s + t: one fused_scalar_mul_add with the cleanup passes."""
+    check(graphfront=lambda flow, x, s, t: x * s + t, torch=lambda torch, x, s, t: x * s + t,
+          x=random_tensor(low=-2, high=2), s=random(-2.0, 2.0), t=random(-2.0, 2.0))
 
 
 @autotest()

@@ -512,7 +512,8 @@ def test_normalization_attr_types_and_errors():
     d = registry.lookup("normalization")
     assert {k: a.type for k, a in d.attrs.items()} == {"axis": "int32", "epsilon": "float", "training": "bool",
                                                        "momentum": "float"}
-    assert d.mutates == ("moving_mean", "moving_variance")
+    assert d.mutated_args({"training": True}) == ("moving_mean", "moving_variance")
+    assert d.mutated_args({"training": False}) == ()
     with pytest.raises(JobBuildError, match=r"batch_normalization 'bn': axis 3 is out of range"):
         run(lambda x: flow.layers.batch_normalization(x, axis=3, name="bn"), feeds=[rand(2, 3)], train=False)
     with pytest.raises(JobBuildError, match=r"momentum must be in \[0, 1\].*received 1.5"):

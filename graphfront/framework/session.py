@@ -155,46 +155,51 @@ class CompiledJob:
 
     # ------------------------------------------------------------------ LazyRun
     def launch(self, args, kwargs):
-        loc = user_frame()
-        params = [p for p in self.placeholders]
+        """LazyRun: check the feeds, run the plan, convert the results per the annotation.
+
+        Futures and callbacks keep the result tensors and copy them to numpy only when
+        the value is asked for, so a launch on GPU does not wait for the previous one.
+        Raises FeedError (naming the argument and the caller's line) on a bad feed.
+        """
         if kwargs:
             raise FeedError(f"job '{self.name}' takes positional arguments only, received keywords "
-                            f"{sorted(kwargs)}{format_location(loc)}")
-        if len(args) != len(params):
-            raise FeedError(f"job '{self.name}' expects {len(params)} argument(s), received {len(args)}"
-                            f"{format_location(loc)}")
-        feeds = [self._feed(i, ph, a, loc) for i, (ph, a) in enumerate(zip(params, args))]
+                            f"{sorted(kwargs)}{format_location(user_frame())}")
+        if len(args) != len(self.placeholders):
+            raise FeedError(f"job '{self.name}' expects {len(self.placeholders)} argument(s), received {len(args)}"
+                            f"{format_location(user_frame())}")
+        feeds = [self._feed(i, ph, a) for i, (ph, a) in enumerate(zip(self.placeholders, args))]
         with self.session.lock:
             outs = self.plan(feeds)
-        arrays = [_to_numpy(t) for t in outs]
         ann = self.return_annotation
-        if ann is inspect.Signature.empty:
-            return tp.Future(lambda wrap: tp.rebuild(self.return_structure, [wrap(a) for a in arrays]))
-        if isinstance(ann, tp._Alias) and ann.origin is tp.Callback:
-            value = tp.convert(ann.arg, tp.rebuild(self.return_structure, arrays))
-            return lambda callback: callback(value)
-        return tp.convert(ann, tp.rebuild(self.return_structure, arrays))
 
-    def _feed(self, i, ph, value, loc):
+        def value(wrap=lambda a: a):
+            return tp.rebuild(self.return_structure, [wrap(_to_numpy(t)) for t in outs])
+        if ann is inspect.Signature.empty:
+            return tp.Future(value)
+        if isinstance(ann, tp._Alias) and ann.origin is tp.Callback:
+            return lambda callback: callback(tp.convert(ann.arg, value()))
+        return tp.convert(ann, value())
+
+    def _feed(self, i, ph, value):
         name = ph.param_name
         if ph.list_input:
             if not isinstance(value, (list, tuple)) or len(value) != 1:
                 raise FeedError(f"job '{self.name}' argument '{name}' (ListNumpy.Placeholder) expects a list with "
-                                f"one ndarray, received {type(value).__name__}{format_location(loc)}")
+                                f"one ndarray, received {type(value).__name__}{format_location(user_frame())}")
             value = value[0]
         if not isinstance(value, np.ndarray):
             raise FeedError(f"job '{self.name}' argument '{name}' expects a numpy.ndarray of shape {ph.shape} and "
-                            f"dtype {ph.dtype.np}, received {type(value).__name__}{format_location(loc)}")
+                            f"dtype {ph.dtype.np}, received {type(value).__name__}{format_location(user_frame())}")
         if ph.list_input:
             ok = value.ndim == len(ph.shape) and value.size <= int(np.prod(ph.shape))
         else:
             ok = tuple(value.shape) == ph.shape
         if not ok:
             raise FeedError(f"job '{self.name}' argument '{name}': expected shape {ph.shape}, received "
-                            f"{tuple(value.shape)}{format_location(loc)}")
+                            f"{tuple(value.shape)}{format_location(user_frame())}")
         if value.dtype != ph.dtype.np:
             raise FeedError(f"job '{self.name}' argument '{name}': expected dtype {ph.dtype.np} ({ph.dtype.name}), "
-                            f"received {value.dtype}; convert with .astype(np.{ph.dtype.np}){format_location(loc)}")
+                            f"received {value.dtype}; convert with .astype(np.{ph.dtype.np}){format_location(user_frame())}")
         t = torch.from_numpy(np.ascontiguousarray(value))
         device = self.input_devices[i]
         return t if device.type == "cpu" else t.to(device, non_blocking=True)
@@ -350,8 +355,11 @@ class GlobalFunction:
         session._check_open()
         if jb.is_building():
             raise RuntimeError(f"job '{self.name}' cannot be called while another job is being built")
-        session.try_init()
-        return session.compiled(self.name).launch(args, kwargs)
+        job = session.jobs.get(self.name) if session.status == session.RUNNING else None
+        if job is None:  # first call of the session or of this job: compile
+            session.try_init()
+            job = session.compiled(self.name)
+        return job.launch(args, kwargs)
 
     @property
     def graph(self):

@@ -372,7 +372,7 @@ def _dropout_grad(g):
 
 
 op("dropout", inputs=["in", "_add_to_output?"], outputs=["out", "mask"], attrs={"rate": ("float", 0.0)},
-   infer=_dropout_infer, kernel=_dropout_kernel, grad=_dropout_grad)
+   infer=_dropout_infer, kernel=_dropout_kernel, grad=_dropout_grad, random=True)
 
 
 def _dropout_grad_infer(ctx):
@@ -399,7 +399,7 @@ op("random_mask_like", inputs=["like"], outputs=["out"], attrs={"rate": ("float"
    infer=lambda ctx: (ctx.check(0 <= ctx.attr("rate") < 1, f"attr 'rate' must be in [0, 1), received "
                                                            f"{ctx.attr('rate')}"),
                       ctx.set_output("out", ctx.input("like").shape, _dt.int8)),
-   kernel=_random_mask_like_kernel, no_grad=True)
+   kernel=_random_mask_like_kernel, no_grad=True, random=True)
 
 
 # ------------------------------------------------------------------ matmul

@@ -135,12 +135,7 @@ def _norm_grad(g):
                      name=f"System-AutoGrad-{name}-VarianceAddEpsilon")
     inv = g.emit("rsqrt", {"x": var_eps}, name=f"System-AutoGrad-{name}-VarianceRsqrt")
     if g.needs("gamma") or g.needs("beta"):
-        # The moving mean is read through a copy: `normalization` declares its moving
-        # statistics as updated in place, and the scheduler orders every direct reader
-        # of them before the op, which a reader downstream of its output cannot be.
-        mean = g.emit("scalar_add", {"in": g.input("moving_mean")}, {"has_float_operand": True, "float_operand": 0.0},
-                      name=f"System-AutoGrad-{name}-MovingMeanCopy")
-        outs = g.emit("normalization_grad", {**ins, "mean": mean, "inv_variance": inv}, attrs,
+        outs = g.emit("normalization_grad", {**ins, "mean": g.input("moving_mean"), "inv_variance": inv}, attrs,
                       outputs=["gamma_diff", "beta_diff", "dx"])
         for arg, out in (("gamma", "gamma_diff"), ("beta", "beta_diff")):
             if g.needs(arg):
@@ -160,7 +155,7 @@ def _norm_grad(g):
 
 op("normalization", inputs=["x", "moving_mean?", "moving_variance?", "gamma", "beta", "_add_to_output?"],
    outputs=["y", "mean?", "inv_variance?"], attrs=NORM_ATTRS, infer=_norm_infer, kernel=_norm_kernel,
-   grad=_norm_grad, mutates=("moving_mean", "moving_variance"),
+   grad=_norm_grad, mutates=lambda attrs: ("moving_mean", "moving_variance") if attrs["training"] else (),
    doc="batch normalization over every axis but 'axis' (see module docstring)")
 
 

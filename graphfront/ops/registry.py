@@ -94,9 +94,18 @@ class OpDef:
     kernel: Optional[Callable]
     grad: Optional[Callable] = None
     no_grad: bool = False
-    mutates: tuple = ()
+    mutates: object = ()        # tuple of input args, or a function attrs -> tuple
     view: bool = False
+    random: bool = False
     doc: str = ""
+
+    def mutated_args(self, attrs) -> tuple:
+        """Input args the kernel updates in place, for an op with these attrs."""
+        return tuple(self.mutates(attrs)) if callable(self.mutates) else self.mutates
+
+    @property
+    def may_mutate(self) -> bool:
+        return callable(self.mutates) or bool(self.mutates)
 
     def input_def(self, name):
         return next((a for a in self.inputs if a.name == name), None)
@@ -118,7 +127,9 @@ class OpDef:
             lines.append(f"  attr {a.name}: {a.type} = {a.default!r}")
         grad = "yes" if self.has_grad else ("NoGrad" if self.no_grad else "no grad function")
         lines.append(f"  grad: {grad}")
-        if self.mutates:
+        if callable(self.mutates):
+            lines.append("  mutates: depends on attrs")
+        elif self.mutates:
             lines.append(f"  mutates: {', '.join(self.mutates)}")
         return "\n".join(lines)
 
@@ -127,14 +138,16 @@ _REGISTRY: dict = {}
 
 
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
-       no_grad=False, mutates=(), view=False, doc=""):
+       no_grad=False, mutates=(), view=False, random=False, doc=""):
     """Register a user op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
     ``(type, default)`` pair or a ``(type, default, check)`` triple where ``check(v)``
     returns an error message or None. ``mutates`` names the inputs the kernel updates
-    in place; ``view=True`` marks ops whose outputs may alias their inputs (the runtime
-    orders in-place updates after every reader of such aliases).
+    in place (or is a function of the attrs returning them); ``view=True`` marks ops
+    whose outputs may alias their inputs (the runtime orders in-place updates after every
+    reader of such aliases); ``random=True`` marks ops whose results differ between runs
+    on equal inputs (never folded or hoisted).
     """
     if op_type in _REGISTRY:
         raise ValueError(f"op type {op_type!r} is already registered")
@@ -148,7 +161,8 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
         attr_defs[name] = AttrDef(name, type_, normalize_attr(op_type, name, type_, default),
                                   rest[0] if rest else None)
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
-                  attr_defs, infer, kernel, grad, no_grad, tuple(mutates), view, doc)
+                  attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
+                  view, random, doc)
     _REGISTRY[op_type] = opdef
     return opdef
 

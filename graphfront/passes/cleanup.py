@@ -12,7 +12,10 @@ def _is_sink(op) -> bool:
     kind = jb.op_kind(op)
     if kind in _SINK_KINDS:
         return True
-    return kind == "user_conf" and bool(registry.lookup(op.user_conf.op_type_name).mutates)
+    if kind != "user_conf":
+        return False
+    opdef = registry.lookup(op.user_conf.op_type_name)
+    return opdef.may_mutate and bool(opdef.mutated_args(jb.user_attrs(op)))
 
 
 def prune_dead_ops(job):

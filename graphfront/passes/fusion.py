@@ -58,7 +58,7 @@ def _is_update(op_conf):
     if t is None:
         return False
     opdef = registry.lookup(t)
-    return bool(opdef.mutates) and "scale" in opdef.attrs and opdef.input_def("model_diff") is not None \
+    return opdef.may_mutate and "scale" in opdef.attrs and opdef.input_def("model_diff") is not None \
         and not opdef.input_def("model_diff").repeated
 
 

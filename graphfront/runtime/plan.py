@@ -41,9 +41,6 @@ from graphfront.ops.system import lookup_system
 
 INTERFACE_KINDS = ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf")
 
-# Ops whose results differ between calls with equal inputs; they are never hoisted or folded.
-RANDOM_OPS = frozenset({"dropout", "random_mask_like", "uniform", "uniform_int", "normal", "randperm",
-                        "randint", "bernoulli", "generate_random_batch_permutation_indices", "coin_flip"})
 
 
 def device_of(op_conf, device_ids) -> torch.device:
@@ -95,7 +92,8 @@ def _mutated_lbns(op_conf):
         return []
     opdef = registry.lookup(op_conf.user_conf.op_type_name)
     uc = op_conf.user_conf
-    return [lbn for arg in opdef.mutates if arg in uc.input for lbn in uc.input[arg].s]
+    args = opdef.mutated_args(jb.user_attrs(op_conf)) if opdef.may_mutate else ()
+    return [lbn for arg in args if arg in uc.input for lbn in uc.input[arg].s]
 
 
 def is_pure(op_conf) -> bool:
@@ -108,11 +106,8 @@ def is_pure(op_conf) -> bool:
     if kind != "user_conf":
         sysdef = lookup_system(kind)
         return sysdef.kernel is not None and sysdef.output_field is not None and kind != "learning_rate_schedule_conf"
-    t = op_conf.user_conf.op_type_name
-    opdef = registry.lookup(t)
-    if opdef.mutates or opdef.kernel is None or not opdef.outputs or t in RANDOM_OPS or "random" in t:
-        return False
-    return True
+    opdef = registry.lookup(op_conf.user_conf.op_type_name)
+    return not (_mutated_lbns(op_conf) or opdef.kernel is None or not opdef.outputs or opdef.random)
 
 
 def schedule(job):

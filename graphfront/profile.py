@@ -114,7 +114,7 @@ def profile(job_func, *feeds, runs=10, warmup=1, print_table=True, limit=None):
         from graphfront.framework.errors import FeedError
         raise FeedError(f"flow.profile: job '{compiled.name}' expects {len(compiled.placeholders)} argument(s), "
                         f"received {len(feeds)}")
-    tensors = [compiled._feed(i, ph, a, loc) for i, (ph, a) in enumerate(zip(compiled.placeholders, feeds))]
+    tensors = [compiled._feed(i, ph, a) for i, (ph, a) in enumerate(zip(compiled.placeholders, feeds))]
     plan = ProfilingPlan(compiled.job, session.variables, session.watchers)
     with session.lock:
         for _ in range(warmup):

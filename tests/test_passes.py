@@ -249,6 +249,7 @@ def test_fuse_max_pool_grad_padded_channels_last():
     _check_same(on, off)
     assert on[2].count("fused_tf_max_pool_2d") == 2 and "tf_max_pool_2d_grad" not in on[2]
     assert "relu_grad" not in on[2]  # taken over by the fused pool grad
+    assert "relu" not in on[2] and "relu" in off[2]  # the forward relu moved into the pool
 
 
 def _bn_predict(config):

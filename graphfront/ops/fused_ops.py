@@ -223,6 +223,8 @@ def _fused_pool_kernel(n):
     def make(k):
         p = _pool_plan(n, k)
 
+        relu = k.attr("relu")
+
         def fused_tf_max_pool(x):
             xf = x if p["first"] else _to_first(x, n)
             if p["flat"] is not None:
@@ -231,6 +233,8 @@ def _fused_pool_kernel(n):
                 xf = xf.unsqueeze(2)
             xf = xf.contiguous(memory_format=p["fmt"])
             y, idx = p["fwd"](xf, p["size"], p["stride"], p["zeros"], p["ones"], False)
+            if relu:  # max(relu(window)) == relu(max(window)): relu on the 4x smaller output
+                y = y.relu_()
             if n == 1:
                 y, idx = y.squeeze(2), idx.squeeze(2)
             if not p["first"]:
@@ -296,9 +300,11 @@ def _fused_pool_grad_infer(ctx):
 
 
 for _n in (1, 2, 3):
-    op(f"fused_tf_max_pool_{_n}d", inputs=["x"], outputs=["y", "indices"], attrs=POOL_ATTRS,
+    op(f"fused_tf_max_pool_{_n}d", inputs=["x"], outputs=["y", "indices"],
+       attrs={**POOL_ATTRS, "relu": ("bool", False)},
        infer=_fused_pool_infer(_n), kernel=_fused_pool_kernel(_n),
-       doc=f"graphfront-only: tf_max_pool_{_n}d that also returns the argmax indices")
+       doc=f"graphfront-only: tf_max_pool_{_n}d that also returns the argmax indices; with relu, "
+           "the pool of relu(x), computed as relu of the pool")
     op(f"fused_tf_max_pool_{_n}d_grad", inputs=["x", "y?", "indices", "dy"], outputs=["dx"],
        attrs={**POOL_ATTRS, "relu_grad": ("bool", False)},
        infer=_fused_pool_grad_infer, kernel=_fused_pool_grad_kernel(_n),

@@ -29,7 +29,8 @@ pass                              rewrite
                                   ``fused_tf_max_pool_*`` (+ ``indices``) and
                                   ``fused_tf_max_pool_*_grad``, which also takes over a
                                   following ``relu_grad`` of the pool's input (conv ->
-                                  relu -> pool)
+                                  relu -> pool); the forward relu then moves after
+                                  the pool (4x fewer elements)
 ================================  ==========================================================
 """
 from __future__ import annotations
@@ -398,8 +399,31 @@ def fuse_max_pool_grad(job):
             net.remove(g.name)
         net.redirect(y, fy)
         net.remove(pool.name)
+        _pool_before_relu(net, fused, x)
         changed = True
     return net.finish() if changed else job
+
+
+def _pool_before_relu(net, fused, x):
+    """relu -> fused max pool becomes a fused max pool with ``relu`` of the relu's input.
+
+    Exact: max and relu commute, and where a window's max is <= 0 the output is 0, so
+    the relu-absorbing grad (``relu_grad`` on the pool output) zeroes the gradient there
+    whichever element the indices point at. Applies when the relu output is read only by
+    the fused pool and its relu-absorbing grads (which read it for its shape alone).
+    """
+    relu = net.producer_op(x)
+    if user_type(relu) != "relu" or x in net.protected:
+        return
+    readers = net.readers(x)
+    if not all(r.name == fused.name or (user_type(r).startswith("fused_tf_max_pool") and net.attrs(r).get("relu_grad"))
+               for r, _, _ in readers):
+        return
+    src = single_input(relu, "x")
+    for r, arg, i in readers:
+        net.set_input(r, arg, i, src)
+    net.set_attr(fused, "relu", True)
+    net.remove(relu.name)
 
 
 __all__ = ["fuse_update_ops", "fuse_scalar_chains", "fuse_bias_add", "fold_batch_norm", "fuse_bias_add_relu",

@@ -45,19 +45,22 @@ def main(argv=None):
     p.add_argument("--dataset", choices=["mnist", "fashion"], default="fashion")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--lr", type=float, default=0.05, help="SGD (momentum 0.9) learning rate, /10 for the last epoch")
     p.add_argument("--max-batches", type=int, default=0, help="train batches per epoch (0: all)")
     p.add_argument("--data-dir", default=None)
     args = p.parse_args(argv)
     flow.manual_seed(0)
     b = args.batch_size
     (train_x, train_y), (test_x, test_y) = flow.data.load_mnist(b, b, dataset=args.dataset, data_dir=args.data_dir)
+    n = args.max_batches or len(train_x)
+    schedule = flow.optimizer.PiecewiseConstantScheduler([max(args.epochs - 1, 1) * n], [args.lr, args.lr / 10])
 
     @flow.global_function(type="train")
     def train_job(images: tp.Numpy.Placeholder((b, 1, 28, 28)),
                   labels: tp.Numpy.Placeholder((b,), dtype=flow.int32)) -> tp.Numpy:
         with flow.scope.placement("cpu", "0:0"):
             loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, resnet(images, train=True))
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
+        flow.optimizer.SGD(schedule, momentum=0.9).minimize(loss)
         return loss
 
     @flow.global_function()
@@ -65,7 +68,6 @@ def main(argv=None):
         with flow.scope.placement("cpu", "0:0"):
             return resnet(images, train=False)
 
-    n = args.max_batches or len(train_x)
     rng = np.random.default_rng(0)
     for epoch in range(1, args.epochs + 1):
         order = rng.permutation(len(train_x))[:n]

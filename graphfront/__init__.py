@@ -6,12 +6,12 @@
 job into a ``Job`` proto and later calls run the compiled plan.
 """
 from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
-from graphfront import checkpoint, experimental, losses, saved_model, serving, train
+from graphfront import checkpoint, experimental, losses, saved_model, serving, train, util
 from graphfront.array import *  # noqa: F401,F403 - flow.reshape, flow.concat, ...
 from graphfront.checkpoint import get_all_variables, load, load_variables
-from graphfront.framework.dtypes import (bfloat16, bool, char, convert_oneflow_dtype_to_numpy_dtype, double, dtype,
-                               dtypes, float, float16, float32, float64, half, int, int8, int16, int32, int64,
-                               long, uint8)
+from graphfront.framework.dtypes import (bfloat16, bool, char, convert_oneflow_dtype_to_numpy_dtype, double,
+                                        dtype, dtypes, float, float16, float32, float64, half, int, int8, int16,
+                                        int32, int64, long, uint8)
 from graphfront.framework.blob_desc import INVALID_SPLIT_AXIS, BlobDesc
 from graphfront.framework.errors import FeedError, GraphfrontError, JobBuildError
 from graphfront.framework.session import FunctionConfig, clear_default_session, global_function
@@ -21,19 +21,16 @@ from graphfront.initializers import (constant_initializer, empty_initializer, gl
                                      truncated_normal_initializer, variance_scaling_initializer,
                                      xavier_normal_initializer, xavier_uniform_initializer, zeros_initializer)
 from graphfront.linalg import matmul
-from graphfront.math import add_n, argsort, count_not_finite, in_top_k, masked_fill, multi_count_not_finite, sort, where
-from graphfront.math import clip_by_value
-from graphfront.math import clip_by_value as clamp
-from graphfront.math import clip_by_value as clip
-from graphfront.math import clip_by_value as clip_by_scalar
+from graphfront.math import (add_n, argsort, clip_by_value, count_not_finite, in_top_k, masked_fill,
+                             multi_count_not_finite, sort, where)
 from graphfront.nn import smooth_l1_loss
 from graphfront.ops.builder import user_op_builder
-from graphfront.ops.builder import unique_str as _unique_str
-from graphfront.profile import profile  # flow.profile(job_func, *feeds, runs=...): per-op time table
+from graphfront.profile import profile
 from graphfront.variables import get_variable
 from graphfront.watch import watch, watch_diff
 
 ExecutionConfig = function_config = FunctionConfig
+clamp = clip = clip_by_scalar = clip_by_value
 
 
 def manual_seed(seed):

@@ -38,7 +38,7 @@ def th_sq(torch, *outs):
 
 def build(flow, op_type, inputs, outputs, attrs=None, num=None):
     """One user op through flow.user_op_builder; returns its output blobs."""
-    b = flow.user_op_builder(flow._unique_str(op_type + "_")).Op(op_type)
+    b = flow.user_op_builder(flow.util.unique_str(op_type + "_")).Op(op_type)
     for arg, blobs in inputs.items():
         b.Input(arg, blobs if isinstance(blobs, list) else [blobs])
     for arg in outputs:

@@ -30,7 +30,7 @@ def tensor(shape, low=-1.0, high=1.0, requires_grad=True, dtype=float):
 
 def build(flow, op_type, inputs, outputs, attrs=None):
     """One user op through flow.user_op_builder; returns its output blobs."""
-    b = flow.user_op_builder(flow._unique_str(op_type + "_")).Op(op_type)
+    b = flow.user_op_builder(flow.util.unique_str(op_type + "_")).Op(op_type)
     for arg, blobs in inputs.items():
         b.Input(arg, blobs if isinstance(blobs, list) else [blobs])
     for arg in outputs:

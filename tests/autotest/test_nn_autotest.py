@@ -41,7 +41,7 @@ def spatial_ranks(check):
 
 def build(flow, op_type, inputs, outputs, attrs=None):
     """One user op through flow.user_op_builder; returns its output blobs (a tuple)."""
-    b = flow.user_op_builder(flow._unique_str(op_type + "_")).Op(op_type)
+    b = flow.user_op_builder(flow.util.unique_str(op_type + "_")).Op(op_type)
     for arg, blob in inputs.items():
         if blob is not None:
             b.Input(arg, [blob])

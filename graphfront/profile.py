@@ -15,7 +15,6 @@ import torch
 from tabulate import tabulate
 
 from graphfront.framework import job_builder as jb
-from graphfront.framework.errors import user_frame
 from graphfront.runtime.plan import Plan
 
 
@@ -109,7 +108,6 @@ def profile(job_func, *feeds, runs=10, warmup=1, print_table=True, limit=None):
         raise ValueError(f"flow.profile: runs must be an int >= 1, received {runs!r}")
     compiled = job_func.compiled_job
     session = compiled.session
-    loc = user_frame()
     if len(feeds) != len(compiled.placeholders):
         from graphfront.framework.errors import FeedError
         raise FeedError(f"flow.profile: job '{compiled.name}' expects {len(compiled.placeholders)} argument(s), "

@@ -35,7 +35,7 @@ def _saver(store, key):
 
 def user_op(op_type, inputs, outputs, attrs=None):
     """Build one user op with flow.user_op_builder (for ops without a single-client wrapper)."""
-    b = flow.user_op_builder(flow._unique_str(op_type + "_")).Op(op_type)
+    b = flow.user_op_builder(flow.util.unique_str(op_type + "_")).Op(op_type)
     for k, v in inputs.items():
         if v is not None:
             b.Input(k, [v])

@@ -979,7 +979,7 @@ def _where_scalar_infer(blob):
 
 
 def _operand(attrs, prefix, dtype):
-    has_int, has_float = attrs[f"has_{prefix}int_operand"], attrs[f"has_{prefix}float_operand"]
+    has_int = attrs[f"has_{prefix}int_operand"]
     value = attrs[f"{prefix}int_operand"] if has_int else attrs[f"{prefix}float_operand"]
     if dtype is not None and not dtype.is_floating_point:
         value = int(value)

@@ -11,7 +11,6 @@ config flag ``graphfront_disabled_passes``, which :func:`complete` reads).
 """
 from __future__ import annotations
 
-from graphfront.ops import fused_ops  # noqa: F401  (registers the ops the passes write)
 from graphfront.passes.autograd import autograd
 from graphfront.passes.cleanup import prune_dead_ops
 from graphfront.passes.fold import fold_constants

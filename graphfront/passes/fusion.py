@@ -35,7 +35,6 @@ pass                              rewrite
 """
 from __future__ import annotations
 
-from graphfront.framework import job_builder as jb
 from graphfront.ops import registry
 from graphfront.passes.rewrite import Net, has_op_types, single_input, single_output, user_type
 
@@ -129,7 +128,7 @@ def fuse_scalar_chains(job):
         src = single_input(first, "in")
         if not net.desc(src).dtype.is_floating_point:
             continue
-        (a, fa), (b, fb) = _scalar(net.attrs(first)), _scalar(net.attrs(second))
+        (a, _), (b, _) = _scalar(net.attrs(first)), _scalar(net.attrs(second))
         a, b = float(a), float(b)
         if t1 == t2:  # x*a*b = x*(a*b); x+a+b = x+(a+b)
             net.set_attr(second, "has_float_operand", True)

@@ -42,7 +42,6 @@ from graphfront.ops.system import lookup_system
 INTERFACE_KINDS = ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf")
 
 
-
 def device_of(op_conf, device_ids) -> torch.device:
     """torch device for an op: ``"gpu"`` -> ``cuda:<first device id>``, else cpu."""
     if op_conf.device_tag == "gpu":

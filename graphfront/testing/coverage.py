@@ -126,12 +126,7 @@ def collect(directory, n=2) -> CoverageResult:
 
 
 def all_registered_op_types() -> list:
-    """Every registered op type, including the fused ops that only the passes emit.
-
-    ``graphfront.passes`` registers ``graphfront.ops.fused_ops`` when imported, which
-    ``registry.registered_op_types()`` alone does not trigger.
-    """
-    import graphfront.passes  # noqa: F401  (registers the fused ops)
+    """Every registered op type, including the fused ops that only the passes emit."""
     from graphfront.ops.registry import registered_op_types
     return registered_op_types()
 

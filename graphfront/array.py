@@ -31,7 +31,8 @@ __all__ = [
     "unsorted_batch_segment_sum", "dim_gather", "squeeze", "expand_dims", "expand", "broadcast_like", "pad",
     "pad_grad", "constant_pad1d", "constant_pad2d", "constant_pad3d", "zero_pad2d", "reflection_pad2d",
     "replication_pad2d", "one_hot", "constant", "zeros", "ones", "constant_like", "ones_like", "zeros_like",
-    "range", "eye", "diag", "roll", "flip", "narrow",
+    "range", "eye", "diag", "roll", "flip", "narrow", "assign", "constant_scalar",
+    "broadcast_to_compatible_with",
 ]
 
 _range = builtins.range
@@ -160,6 +161,31 @@ def expand(x, expand_size, name=None):
     resolved = [x.shape[i - offset] if e == -1 and i >= offset else e for i, e in enumerate(size)]
     return build_op("expand", {"in": x}, {"logical_in_shape": list(x.shape), "logical_expand_shape": resolved},
                     name=name, prefix="Expand_")
+
+
+def broadcast_to_compatible_with(x, compatible, name=None):
+    """Broadcast ``x`` to the numpy-broadcast shape of ``x`` and the blobs in ``compatible``.
+
+    OneFlow emits its legacy ``broadcast_to_compatible_with`` system op; graphfront emits
+    the ``expand`` op (same values; gradient: ``expand_grad`` sums over the broadcast dims),
+    named ``BroadcastToCompatibleWith_<uid>`` by default. Raises ValueError when the
+    shapes do not broadcast.
+    """
+    _blob(x, "broadcast_to_compatible_with")
+    if isinstance(compatible, BlobDesc) or not isinstance(compatible, (list, tuple)):
+        raise TypeError(f"flow.broadcast_to_compatible_with: argument 'compatible' expects a list of blobs, "
+                        f"received {compatible!r}")
+    shapes = [x.shape] + [_blob(c, "broadcast_to_compatible_with", f"compatible[{i}]").shape
+                          for i, c in enumerate(compatible)]
+    rank = builtins.max(len(sh) for sh in shapes)
+    out = []
+    for d in _range(rank):
+        dims = {sh[d - rank + len(sh)] for sh in shapes if d - rank + len(sh) >= 0} - {1}
+        if len(dims) > 1:
+            raise ValueError(f"flow.broadcast_to_compatible_with: shapes {shapes} do not broadcast together")
+        out.append(dims.pop() if dims else 1)
+    return build_op("expand", {"in": x}, {"logical_in_shape": list(x.shape), "logical_expand_shape": out},
+                    name=name, prefix="BroadcastToCompatibleWith_")
 
 
 def broadcast_like(x, like, broadcast_axes=None, name=None):
@@ -603,6 +629,12 @@ def constant(value, dtype=None, shape=None, name=None):
                     name=name, prefix="Constant_")
 
 
+def constant_scalar(value, dtype=None, name=None):
+    """A shape ``(1,)`` blob holding ``value``: ``flow.constant(value, dtype, shape=[1])``
+    (``dtype`` required, as for ``constant``)."""
+    return constant(value, dtype=dtype, shape=[1], name=name)
+
+
 def zeros(shape, dtype=None, name=None):
     """Zeros of ``shape`` (dtype default float32), via ``flow.constant``."""
     dtype = _dt.float32 if dtype is None else _dtype(dtype, "zeros")
@@ -718,6 +750,23 @@ def eye(rows, cols=None, dtype=None, name=None):
 
 
 # ------------------------------------------------------------------ misc
+
+def assign(ref, value, dtype=None, name=None):
+    """Write ``value`` into the variable ``ref`` when the job runs (op ``assign``: ref, value,
+    no outputs; no gradient). Returns None. ``ref`` must be a variable blob of the job
+    (``flow.get_variable``) and ``value`` must have its shape and dtype (build error
+    otherwise); ``dtype`` is accepted for OneFlow compatibility and unused, as in OneFlow.
+    """
+    _blob(ref, "assign", "ref")
+    _blob(value, "assign", "value")
+    builder = jb.current()
+    op = builder.ops.get(ref.op_name)
+    if op is None or jb.op_kind(op) != "variable_conf":
+        raise TypeError(f"flow.assign: argument 'ref' must be a variable blob (flow.get_variable), received "
+                        f"'{ref.lbn}'")
+    build_op("assign", {"ref": ref, "value": value}, outputs=(), name=name, prefix="Assign_")
+    return None
+
 
 def diag(input, diagonal=0, name=None):  # noqa: A002
     """Diagonal ``diagonal`` of a matrix, or the square matrix with a vector on it (op ``diag``)."""

@@ -32,7 +32,7 @@ from graphfront.framework.checkpoint_io import CheckpointError, FileBackendVaria
 from graphfront.typing import LocalBlob
 
 __all__ = ["CheckpointError", "FileBackendVariableBlob", "MissingVariablesWarning", "get", "get_all_variables",
-           "load", "load_variables", "save"]
+           "load", "load_variables", "save", "save_dict"]
 
 
 class MissingVariablesWarning(UserWarning):
@@ -92,6 +92,16 @@ def save(path, var_dict=None):
     else:
         arrays = {name: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for name, v in var_dict.items()}
     checkpoint_io.save_checkpoint(path, arrays)
+
+
+def save_dict(obj, save_dir):
+    """``flow.save(obj, save_dir)``: write the dict ``obj`` ``{name: ndarray | LocalBlob |
+    FileBackendVariableBlob}`` to ``save_dir`` in the checkpoint layout, without touching
+    the session (OneFlow's ``flow.save``). Same rules for ``save_dir`` as :func:`save`;
+    TypeError when ``obj`` is not a dict."""
+    if not isinstance(obj, dict):
+        raise TypeError(f"flow.save expects a dict {{name: array}} as obj, received {type(obj).__name__}")
+    save(save_dir, obj)
 
 
 def get(path):

@@ -2,8 +2,17 @@
 
 graphfront runs every job on one device, so ``gpu_device_num`` accepts 0 or 1 and
 ``cpu_device_num`` accepts 1; other values raise ValueError.
+
+OneFlow's other resource settings (thread pools, reserved memory, NCCL and collective
+boxing knobs, ``flow.config.collective_boxing.*``) tune its multi-device runtime; here
+they are checked for their type and recorded in the default session's resource dict
+(:func:`resource`) but change nothing. As in OneFlow, a setter called while the session
+is running prints ``Nothing happened because the session is running`` and does nothing;
+the deprecated settings only print a notice (``single_client_api.md`` §flow.config).
 """
 from __future__ import annotations
+
+import numbers
 
 from graphfront.framework import session as _session
 
@@ -41,13 +50,125 @@ def machine_num(val):
 
 def enable_debug_mode(val):
     """Accepted for compatibility; graphfront's plans are always inspectable."""
+    _record("enable_debug_mode", val, bool)
 
 
 def enable_legacy_model_io(val=True):
-    """Accepted for compatibility; checkpoints always use the directory layout."""
+    """Recorded for :func:`legacy_model_io_enabled`; checkpoints always use the directory layout."""
+    _record("enable_legacy_model_io", val, bool)
+
+
+def legacy_model_io_enabled() -> bool:
+    """Whether ``enable_legacy_model_io(True)`` was called for the default session (default False)."""
+    return bool(resource().get("enable_legacy_model_io", False))
 
 
 def enable_tensor_float_32_compute(val=True):
     import torch
     torch.backends.cuda.matmul.allow_tf32 = bool(val)
     torch.backends.cudnn.allow_tf32 = bool(val)
+
+
+# ------------------------------------------------------------------ recorded resource settings
+
+def resource() -> dict:
+    """The resource settings recorded for the default session (graphfront helper; a fresh
+    session, e.g. after ``flow.clear_default_session()``, starts empty)."""
+    s = _session.default_session()
+    if not hasattr(s, "_config_resource"):
+        s._config_resource = {}
+    return s._config_resource
+
+
+def _record(name, val, kind):
+    where = f"flow.config.{name}"
+    if kind is bool:
+        if not isinstance(val, (bool, int)) or isinstance(val, numbers.Integral) and val not in (0, 1):
+            raise TypeError(f"{where} expects a bool, received {val!r}")
+        val = bool(val)
+    elif kind is int:
+        if isinstance(val, bool) or not isinstance(val, numbers.Integral):
+            raise TypeError(f"{where} expects an int, received {val!r}")
+        val = int(val)
+    elif kind is str:
+        if not isinstance(val, str):
+            raise TypeError(f"{where} expects a str, received {val!r}")
+    if _check_open(name) is not None:
+        resource()[name] = val
+
+
+def _setting(name, kind, default=None, doc=""):
+    if default is None:
+        def setter(val):
+            _record(name, val, kind)
+    else:
+        def setter(val=default):
+            _record(name, val, kind)
+    setter.__name__ = name
+    setter.__qualname__ = name
+    setter.__doc__ = (doc or f"Resource setting ``{name}`` ({kind.__name__}).") + \
+        " Recorded only: graphfront's single-device runtime has no such knob."
+    return setter
+
+
+def _deprecated(name, default=None):
+    if default is None:
+        def setter(val):
+            print(f"flow.config.{name} is deprecated and does nothing")
+    else:
+        def setter(val=default):
+            print(f"flow.config.{name} is deprecated and does nothing")
+    setter.__name__ = name
+    setter.__qualname__ = name
+    setter.__doc__ = "Deprecated no-op (prints a notice), as in OneFlow."
+    return setter
+
+
+comm_net_worker_num = _setting("comm_net_worker_num", int)
+compute_thread_pool_size = _setting("compute_thread_pool_size", int)
+max_mdsave_worker_num = _setting("max_mdsave_worker_num", int)
+reserved_device_mem_mbyte = _setting("reserved_device_mem_mbyte", int)
+reserved_host_mem_mbyte = _setting("reserved_host_mem_mbyte", int)
+disable_group_boxing_by_dst_parallel = _setting("disable_group_boxing_by_dst_parallel", bool, False)
+enable_mem_chain_merge = _setting("enable_mem_chain_merge", bool, True)
+enable_model_io_v2 = _setting("enable_model_io_v2", bool)
+nccl_use_compute_stream = _setting("nccl_use_compute_stream", bool, False)
+
+collect_act_event = _deprecated("collect_act_event", True)
+enable_numa_aware_cuda_malloc_host = _deprecated("enable_numa_aware_cuda_malloc_host", True)
+rdma_mem_block_mbyte = _deprecated("rdma_mem_block_mbyte")
+rdma_recv_msg_buf_mbyte = _deprecated("rdma_recv_msg_buf_mbyte")
+thread_enable_local_message_queue = _deprecated("thread_enable_local_message_queue")
+use_rdma = _deprecated("use_rdma", True)
+
+
+def load_library(val):
+    """OneFlow loads a custom-op shared library here; graphfront's custom ops are Python
+    (``graphfront.ops.registry.op``), so this raises NotImplementedError."""
+    raise NotImplementedError(f"flow.config.load_library({val!r}): graphfront cannot load OneFlow custom-op "
+                              "libraries; define the op in Python with graphfront.ops.registry.op")
+
+
+def load_library_now(val):
+    """See :func:`load_library` (NotImplementedError)."""
+    raise NotImplementedError(f"flow.config.load_library_now({val!r}): graphfront cannot load OneFlow custom-op "
+                              "libraries; define the op in Python with graphfront.ops.registry.op")
+
+
+class collective_boxing:  # noqa: N801 - OneFlow's submodule name
+    """``flow.config.collective_boxing.*``: NCCL collective-boxing settings (recorded only)."""
+
+    enable_fusion = staticmethod(_setting("collective_boxing.enable_fusion", bool, True))
+    num_callback_threads = staticmethod(_setting("collective_boxing.num_callback_threads", int))
+    nccl_num_streams = staticmethod(_setting("collective_boxing.nccl_num_streams", int))
+    nccl_fusion_threshold_mb = staticmethod(_setting("collective_boxing.nccl_fusion_threshold_mb", int))
+    nccl_fusion_all_reduce_use_buffer = staticmethod(_setting("collective_boxing.nccl_fusion_all_reduce_use_buffer",
+                                                              bool))
+    nccl_fusion_all_reduce = staticmethod(_setting("collective_boxing.nccl_fusion_all_reduce", bool))
+    nccl_fusion_reduce_scatter = staticmethod(_setting("collective_boxing.nccl_fusion_reduce_scatter", bool))
+    nccl_fusion_all_gather = staticmethod(_setting("collective_boxing.nccl_fusion_all_gather", bool))
+    nccl_fusion_reduce = staticmethod(_setting("collective_boxing.nccl_fusion_reduce", bool))
+    nccl_fusion_broadcast = staticmethod(_setting("collective_boxing.nccl_fusion_broadcast", bool))
+    nccl_fusion_max_ops = staticmethod(_setting("collective_boxing.nccl_fusion_max_ops", int))
+    nccl_enable_all_to_all = staticmethod(_setting("collective_boxing.nccl_enable_all_to_all", bool))
+    nccl_enable_mixed_fusion = staticmethod(_setting("collective_boxing.nccl_enable_mixed_fusion", bool))

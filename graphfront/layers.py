@@ -3,10 +3,12 @@
 Variables are created with ``flow.get_variable`` inside ``flow.scope.namespace(name)``:
 ``<name>-weight`` and ``<name>-bias``; the ops are ``<name>`` (conv) or
 ``<name>-matmul`` (dense) and ``<name>-bias_add`` (``single_client_api.md`` §4.7).
+Default names are OneFlow's fixed strings ("Conv2d", "Dense", "BatchNorm" ...), so two
+unnamed layers of one kind in one job share their variables or clash, as in OneFlow.
 """
 from __future__ import annotations
 
-from graphfront import initializers, nn, scope
+from graphfront import distribute, initializers, nn, scope
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.ops.builder import build_op
 from graphfront.variables import get_variable
@@ -80,15 +82,26 @@ def conv3d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_form
                        bias_regularizer, trainable, name, weight_name, bias_name)
 
 
+def _check_distribute(layer, name, model_distribute):
+    if not isinstance(model_distribute, distribute.Distribute):
+        _fail(f"layers.{layer} '{name}': model_distribute expects a flow.distribute policy (broadcast(), split(0) "
+              f"or auto()), received {model_distribute!r}")
+
+
 def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None, bias_initializer=None,
-          kernel_regularizer=None, bias_regularizer=None, trainable=True, name="Dense", model_distribute=None):
+          kernel_regularizer=None, bias_regularizer=None, trainable=True, name="Dense",
+          model_distribute=distribute.broadcast()):
     """Fully connected layer: ``inputs`` (N, ..., in) is flattened to (N*..., in), multiplied by the
     transposed weight ``<name>-weight`` (units, in) (default init: zeros, as OneFlow), plus
     ``<name>-bias`` (units,), then reshaped back to (N, ..., units). Ops: ``<name>-matmul``
-    (``matmul`` with transpose_b), ``<name>-bias_add``.
+    (``matmul`` with transpose_b), ``<name>-bias_add``. ``model_distribute`` (a
+    ``flow.distribute`` policy) is how OneFlow lays the weight over several devices; on
+    graphfront's one device every policy builds the same job.
 
-    Raises JobBuildError when ``inputs`` has rank < 2 or ``units`` is not a positive int.
+    Raises JobBuildError when ``inputs`` has rank < 2, ``units`` is not a positive int or
+    ``model_distribute`` is not a distribute policy.
     """
+    _check_distribute("dense", name, model_distribute)
     loc = user_frame()
     if len(inputs.shape) < 2:
         raise JobBuildError(f"layers.dense '{name}': input expects rank >= 2 (batch, features), received shape "
@@ -189,6 +202,48 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
     return outs[0] if training else outs
 
 
+def batch_normalization_add_relu(inputs, addend=None, axis=-1, momentum=0.99, epsilon=0.001, center=True,
+                                 scale=True, beta_initializer=None, gamma_initializer=None, beta_regularizer=None,
+                                 gamma_regularizer=None, moving_mean_initializer=None,
+                                 moving_variance_initializer=None, trainable=True, training=True, name="BatchNorm",
+                                 gamma_name=None, beta_name=None, moving_mean_name=None, moving_variance_name=None):
+    """relu(batch_normalization(inputs) + addend) (``addend`` optional, of the shape of ``inputs``).
+
+    Built as OneFlow builds it off its fused GPU path: :func:`batch_normalization` (same
+    arguments, variables and ``normalization`` op named ``name``), then ``add_n``
+    ``<name>-add`` when ``addend`` is given and ``relu`` ``<name>-relu``. Returns y, shape
+    and dtype of ``inputs``; JobBuildError when ``addend``'s shape or dtype differs.
+    """
+    from graphfront import math as _math
+    if addend is not None and (addend.shape != inputs.shape or addend.dtype is not inputs.dtype):
+        _fail(f"layers.batch_normalization_add_relu '{name}': addend expected {inputs.dtype.name} {inputs.shape} "
+              f"(as inputs), received {addend.dtype.name} {addend.shape}")
+    y = batch_normalization(inputs, axis=axis, momentum=momentum, epsilon=epsilon, center=center, scale=scale,
+                            beta_initializer=beta_initializer, gamma_initializer=gamma_initializer,
+                            beta_regularizer=beta_regularizer, gamma_regularizer=gamma_regularizer,
+                            moving_mean_initializer=moving_mean_initializer,
+                            moving_variance_initializer=moving_variance_initializer, trainable=trainable,
+                            training=training, name=name, gamma_name=gamma_name, beta_name=beta_name,
+                            moving_mean_name=moving_mean_name, moving_variance_name=moving_variance_name)
+    if addend is not None:
+        y = _math.add(y, addend, name=f"{name}-add")
+    return nn.relu(y, name=f"{name}-relu")
+
+
+def batch_normalization_relu(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=True, scale=True,
+                             beta_initializer=None, gamma_initializer=None, beta_regularizer=None,
+                             gamma_regularizer=None, moving_mean_initializer=None, moving_variance_initializer=None,
+                             trainable=True, training=True, name="BatchNorm"):
+    """relu(batch_normalization(inputs)): :func:`batch_normalization_add_relu` without addend."""
+    return batch_normalization_add_relu(inputs, None, axis=axis, momentum=momentum, epsilon=epsilon, center=center,
+                                        scale=scale, beta_initializer=beta_initializer,
+                                        gamma_initializer=gamma_initializer, beta_regularizer=beta_regularizer,
+                                        gamma_regularizer=gamma_regularizer,
+                                        moving_mean_initializer=moving_mean_initializer,
+                                        moving_variance_initializer=moving_variance_initializer, trainable=trainable,
+                                        training=training, name=name)
+
+
 def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=1, begin_params_axis=-1,
                epsilon=1e-05, name="LayerNorm"):
     """Layer normalization over axes >= ``begin_norm_axis`` (biased variance) with variables
@@ -217,13 +272,36 @@ def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=
     return outs[0]
 
 
+def layer_norm_grad(dy, x, mean, inv_variance, begin_norm_axis=1, name="LayerNormGrad"):
+    """Explicit layer-norm backward for x (op ``layer_norm_grad``, attr epsilon 1e-5 as OneFlow):
+    dx = inv * (dy - mean(dy) - xhat * mean(dy * xhat)) over axes >= ``begin_norm_axis``, with
+    xhat = (x - mean) * inv and ``mean``/``inv_variance`` the ``layer_norm`` outputs (shape
+    ``x.shape[:begin_norm_axis]``). Returns dx (shape of ``x``); shape errors are build errors."""
+    return build_op("layer_norm_grad", {"dy": dy, "x": x, "mean": mean, "inv_variance": inv_variance},
+                    {"begin_norm_axis": begin_norm_axis, "epsilon": 1e-05}, outputs=("dx",), name=name)
+
+
+def layer_norm_param_grad(dy, norm, gamma, begin_params_axis=-1, name="LayerNormParamGrad"):
+    """Explicit layer-norm backward for gamma/beta (op ``layer_norm_param_grad``).
+
+    Returns ``(normalized_diff, beta_diff, gamma_diff)``: dy * gamma (shape of ``dy``), and
+    sum(dy), sum(dy * norm) over the axes before ``begin_params_axis`` (shape
+    ``dy.shape[begin_params_axis:]``, the shape of ``gamma``)."""
+    nd, bd, gd, _buf = build_op("layer_norm_param_grad", {"dy": dy, "normalized": norm, "gamma": gamma},
+                                {"begin_params_axis": begin_params_axis},
+                                outputs=("normalized_diff", "beta_diff", "gamma_diff", "reduce_buf"), name=name)
+    return nd, bd, gd
+
+
 # ------------------------------------------------------------------ prelu, upsample
 
 def prelu(inputs, alpha_initializer=None, alpha_regularizer=None, shared_axes=None, trainable=True, name="PRelu",
-          model_distribute=None):
+          model_distribute=distribute.broadcast()):
     """Parametric ReLU: y = x if x > 0 else alpha * x, with variable ``<name>-alpha`` (default init
     0) of shape ``inputs.shape[1:]`` where each axis in ``shared_axes`` (axes of ``inputs``,
-    1..rank-1) is 1 (alpha shared along it). Op ``tf_prelu`` named ``name``."""
+    1..rank-1) is 1 (alpha shared along it). Op ``tf_prelu`` named ``name``.
+    ``model_distribute``: a ``flow.distribute`` policy (a hint on one device)."""
+    _check_distribute("prelu", name, model_distribute)
     ndim = len(inputs.shape)
     shape = list(inputs.shape[1:])
     for a in shared_axes or ():

@@ -1,6 +1,7 @@
 """``flow.matmul`` (also ``flow.linalg.matmul``)."""
 from __future__ import annotations
 
+from graphfront.framework.blob_desc import BlobDesc
 from graphfront.ops.builder import build_op
 
 
@@ -9,11 +10,15 @@ def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, name=None):
 
     Equal ranks == 2 -> op ``matmul``; equal ranks > 2 -> ``batch_matmul`` (batch dims
     must agree); rank(b) == 2 < rank(a) -> ``broadcast_matmul`` (``transpose_a`` must be
-    False). Raises ValueError for other rank combinations; shape mismatches are reported
-    by the op's inference (naming input 'b' and the expected inner dim).
+    False). Raises TypeError for non-blob operands and ValueError for
+    other rank combinations; shape mismatches are reported by the op's inference
+    (naming input 'b' and the expected inner dim).
     """
+    for arg, v in (("a", a), ("b", b)):
+        if not isinstance(v, BlobDesc):
+            raise TypeError(f"flow.matmul: argument '{arg}' expects a blob, received {type(v).__name__} {v!r}")
     attrs = {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b), "alpha": float(alpha)}
-    if len(a.shape) == len(b.shape):
+    if len(a.shape) == len(b.shape) and len(a.shape) >= 2:
         op_type = "matmul" if len(a.shape) == 2 else "batch_matmul"
     elif len(b.shape) == 2 and len(a.shape) > 2 and not transpose_a:
         op_type = "broadcast_matmul"

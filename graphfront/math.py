@@ -16,6 +16,8 @@ import builtins
 import numbers
 
 from graphfront import array as _array
+from graphfront.array import (broadcast_to_compatible_with, unsorted_batch_segment_sum,  # noqa: F401 - aliases
+                              unsorted_segment_sum, unsorted_segment_sum_like)
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.ops.builder import build_op, unique_str
 

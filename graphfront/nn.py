@@ -10,6 +10,7 @@ import random
 
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
+from graphfront.math import fused_scale_tril, relu, tril  # noqa: F401 - flow.nn.* aliases (same objects)
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.ops.nn_ops import conv_out_size
 
@@ -101,6 +102,16 @@ def conv3d(input, filters, strides, padding, data_format="NCDHW", dilations=None
     return conv_nd(3, input, filters, strides, padding, data_format, dilations, groups, name)
 
 
+def compat_conv2d(input, filters, strides, padding, data_format="NCHW", dilations=None, groups=1,  # noqa: A002
+                  name=None):
+    """TensorFlow-compatible :func:`conv2d`: padding "SAME" means "SAME_UPPER" (the larger
+    half of an odd total pad goes after, as tf.nn.conv2d), other paddings are passed on.
+    No bias argument; op ``conv2d``."""
+    if isinstance(padding, str) and padding.upper() == "SAME":
+        padding = "SAME_UPPER"
+    return conv2d(input, filters, strides, padding, None, data_format, dilations, groups, name)
+
+
 def pad(x, paddings, constant_value=0, name=None):
     """Constant padding with per-dimension (before, after) pairs (op ``pad``)."""
     from graphfront.ops import registry
@@ -120,11 +131,6 @@ def bias_add(value, bias, data_format=None, name=None):
     """Add 1-D ``bias`` along the channel axis (1 for None/NC..., last for N...C)."""
     axis = 1 if data_format is None or _channels_first(data_format) else len(value.shape) - 1
     return build_op("bias_add", {"a": value, "b": bias}, {"axis": axis}, name=name, prefix="BiasAdd_")
-
-
-def relu(x, name=None):
-    """max(x, 0) (op ``relu``)."""
-    return build_op("relu", {"x": x}, outputs=("y",), name=name, prefix="Relu_")
 
 
 def _pool(kind, n, input, ksize, strides, padding, data_format, ceil_mode, name):
@@ -207,6 +213,52 @@ def softmax(logits, axis=None, name=None):
         t = array.transpose(logits, perm)
         return array.transpose(build_op("softmax", {"in": t}, name=name, prefix="Softmax_"), perm)
     return build_op("softmax", {"in": logits}, name=name, prefix="Softmax_")
+
+
+def softmax_grad(y, dy, axis=None, name=None):
+    """Softmax backward: dx = (dy - sum(dy * y, axis)) * y, with ``y`` the softmax output
+    along ``axis`` (default last; another axis is transposed to the end and back) and
+    ``dy`` of its shape (op ``softmax_grad``: y, dy -> dx)."""
+    _check_blob(y, "softmax_grad", "y")
+    _check_blob(dy, "softmax_grad", "dy")
+    if dy.shape != y.shape:
+        raise ValueError(f"flow.nn.softmax_grad: dy must have the shape of y {y.shape}, received {dy.shape}")
+    ndim = len(y.shape)
+    if axis is None or axis in (-1, ndim - 1):
+        return build_op("softmax_grad", {"y": y, "dy": dy}, outputs=("dx",), name=name, prefix="Softmax_")
+    if not isinstance(axis, int) or not -ndim <= axis < ndim:
+        raise ValueError(f"flow.nn.softmax_grad: axis {axis!r} is out of range for a rank-{ndim} input")
+    from graphfront import array
+    perm = list(range(ndim))
+    perm[axis % ndim], perm[-1] = perm[-1], perm[axis % ndim]
+    sub = (lambda s: None) if name is None else (lambda s: f"{name}_{s}")
+    ty = array.transpose(y, perm, name=sub("transpose_y"))
+    tdy = array.transpose(dy, perm, name=sub("transpose_dy"))
+    dx = build_op("softmax_grad", {"y": ty, "dy": tdy}, outputs=("dx",), name=name, prefix="Softmax_")
+    return array.transpose(dx, perm, name=sub("transpose_dx"))
+
+
+def _sparse_labels(fn, labels, logits):
+    if not isinstance(labels, BlobDesc) or not isinstance(logits, BlobDesc):
+        raise TypeError(f"{fn}(labels, logits) expects two blobs (note: labels come first)")
+    if len(labels.shape) == len(logits.shape):
+        if labels.shape[-1] != 1:
+            raise ValueError(f"{fn}: labels of the logits' rank need a last dim of 1, received {labels.shape}")
+        from graphfront import array
+        labels = array.squeeze(labels, [-1])
+    return labels
+
+
+def distributed_sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
+    """Per-example softmax cross entropy with integer labels for logits split over devices on
+    the class axis (op ``sparse_softmax_cross_entropy_ms``). On graphfront's one device the
+    values equal :func:`sparse_softmax_cross_entropy_with_logits`: ``logits`` (N, C) float,
+    ``labels`` (N,) integer (or (N, 1)); returns the (N,) losses."""
+    labels = _sparse_labels("distributed_sparse_softmax_cross_entropy_with_logits", labels, logits)
+    _prob, out = build_op("sparse_softmax_cross_entropy_ms", {"prediction": logits, "label": labels},
+                          {"depth": logits.shape[-1]}, outputs=("prob", "out"), name=name,
+                          prefix="DistributedSparseSoftmaxCrossEntropy_")
+    return out
 
 
 def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
@@ -366,7 +418,7 @@ def logsoftmax(logits, axis=None, name=None):
     _check_blob(logits, "logsoftmax", "logits")
     return _last_axis("logsoftmax", logits, axis,
                       lambda t: build_op("log_softmax", {"in": t}, outputs=("prob",), name=name,
-                                         prefix="LogSoftmax_"), name)
+                                         prefix="logsoftmax"), name)
 
 
 def _check_same(fn, a, b, an, bn, dtype=True):
@@ -448,14 +500,14 @@ def BCELoss(input, target, weight=None, reduction="mean", name=None):  # noqa: N
     ``input``/``target``: same shape; ``weight`` of that shape goes into the op, any other
     broadcastable shape multiplies the unweighted loss. OneFlow's single-client wrapper
     composes log/multiply ops; graphfront emits the v0.6.0 ``binary_cross_entropy`` op
-    (same values, finite at 0 and 1). Ops are named ``<name>*`` (default ``BCELoss_<uid>``).
+    (same values, finite at 0 and 1). Ops are named ``<name>*`` (default ``BCELoss<uid>``, OneFlow's prefix).
     """
     fn = "BCELoss"
     _check_blob(input, fn, "input")
     _check_blob(target, fn, "target")
     _check_same(fn, input, target, "input", "target")
     _reduction(fn, reduction)
-    name = name or unique_str("BCELoss_")
+    name = name or unique_str("BCELoss")
     into_op = weight is not None and isinstance(weight, BlobDesc) and weight.shape == input.shape
     loss = build_op("binary_cross_entropy", {"input": input, "target": target, "weight": weight if into_op else None},
                     name=name)
@@ -480,7 +532,7 @@ def BCEWithLogitsLoss(input, target, weight=None, pos_weight=None, reduction="me
         if pos_weight.shape != (input.shape[-1],):
             raise ValueError(f"flow.nn.{fn}: pos_weight must have shape {(input.shape[-1],)} (the last dim of "
                              f"input), received {pos_weight.shape}")
-    name = name or unique_str("BCEWithLogitsLoss_")
+    name = name or unique_str("BCEWithLogitsLoss")
     into_op = weight is not None and isinstance(weight, BlobDesc) and weight.shape == input.shape
     loss = build_op("binary_cross_entropy_with_logits",
                     {"input": input, "target": target, "weight": weight if into_op else None,
@@ -499,7 +551,7 @@ def MSELoss(input, target, reduction="mean", name=None):  # noqa: N802,A002 - On
     _check_blob(target, fn, "target")
     _check_same(fn, input, target, "input", "target")
     _reduction(fn, reduction)
-    name = name or unique_str("MSELoss_")
+    name = name or unique_str("MSELoss")
     diff = _math.subtract(target, input, name=f"{name}_sub")
     return _reduce_loss(_math.square(diff, name=f"{name}_square"), reduction, name)
 
@@ -513,7 +565,7 @@ def L1Loss(input, target, reduction="mean", name=None):  # noqa: N802,A002 - One
     _check_blob(target, fn, "target")
     _check_same(fn, input, target, "input", "target")
     _reduction(fn, reduction)
-    name = name or unique_str("L1Loss_")
+    name = name or unique_str("L1Loss")
     diff = _math.subtract(target, input, name=f"{name}_sub")
     return _reduce_loss(_math.abs(diff, name=f"{name}_abs"), reduction, name)
 
@@ -547,10 +599,55 @@ def MarginRankingLoss(input1, input2, target, margin=0.0, reduction="mean", name
     _check_same(fn, input1, input2, "input1", "input2")
     margin = _number(margin, fn, "margin")
     _reduction(fn, reduction)
-    name = name or unique_str("MarginRankingLoss_")
+    name = name or unique_str("MarginRankingLoss")
     diff = _math.subtract(input1, input2, name=f"{name}_sub")
     neg = _math.negative(_math.multiply(target, diff, name=f"{name}_mul"), name=f"{name}_neg")
     loss = relu(_math.add(neg, margin, name=f"{name}_add_margin") if margin else neg, name=f"{name}_relu")
+    return _reduce_loss(loss, reduction, name)
+
+
+def TripletMarginLoss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-06, swap=False,  # noqa: N802
+                      reduction="mean", name=None):
+    """Triplet margin loss ``max(d(a, p) - d(a, n) + margin, 0)`` per example, then ``reduction``,
+    with ``d(x, y) = ||x - y + eps||_p`` over the last axis (PyTorch's
+    ``triplet_margin_loss`` formula). ``swap=True`` uses ``min(d(a, n), d(p, n))`` as the
+    negative distance (the distance swap of Balntas et al., 2016); OneFlow 0.6.0 only
+    accepts ``swap=False``.
+
+    Composed of ``broadcast_sub``, ``scalar_add``, ``abs``/``square``, ``scalar_pow``,
+    ``reduce_sum``, ``sqrt`` and ``clip_by_scalar_min`` ops named ``<name>_*`` (default
+    ``TripletMarginLoss<uid>``). ``anchor``/``positive``/``negative``: same shape (N, D).
+    Raises ValueError for p <= 0, mismatched shapes or a bad ``reduction``.
+    """
+    from graphfront import math as _math
+    fn = "TripletMarginLoss"
+    for arg, v in (("anchor", anchor), ("positive", positive), ("negative", negative)):
+        _check_blob(v, fn, arg)
+    _check_same(fn, anchor, positive, "anchor", "positive")
+    _check_same(fn, anchor, negative, "anchor", "negative")
+    margin, p, eps = _number(margin, fn, "margin"), _number(p, fn, "p"), _number(eps, fn, "eps")
+    if p <= 0:
+        raise ValueError(f"flow.nn.{fn}: p must be > 0, received {p}")
+    _reduction(fn, reduction)
+    name = name or unique_str("TripletMarginLoss")
+
+    def distance(x, y, tag):
+        d = _math.add(_math.subtract(x, y, name=f"{name}_{tag}_sub"), eps, name=f"{name}_{tag}_add_eps")
+        if p == 2.0:
+            return _math.sqrt(_math.reduce_sum(_math.square(d, name=f"{name}_{tag}_square"), -1,
+                                               name=f"{name}_{tag}_reduce_sum"), name=f"{name}_{tag}_sqrt")
+        a = _math.abs(d, name=f"{name}_{tag}_abs")
+        if p == 1.0:
+            return _math.reduce_sum(a, -1, name=f"{name}_{tag}_reduce_sum")
+        total = _math.reduce_sum(_math.pow(a, p, name=f"{name}_{tag}_pow"), -1, name=f"{name}_{tag}_reduce_sum")
+        return _math.pow(total, 1.0 / p, name=f"{name}_{tag}_root")
+
+    d_pos = distance(anchor, positive, "distance_1")
+    d_neg = distance(anchor, negative, "distance_2")
+    if swap:
+        d_neg = _math.minimum(d_neg, distance(positive, negative, "distance_swap"), name=f"{name}_swap_min")
+    diff = _math.add(_math.subtract(d_pos, d_neg, name=f"{name}_sub"), margin, name=f"{name}_add_margin")
+    loss = _math.clip_by_value(diff, min_value=0.0, name=f"{name}_clip")
     return _reduce_loss(loss, reduction, name)
 
 
@@ -644,6 +741,124 @@ def layer_norm(inputs, gamma=None, beta=None, begin_norm_axis=1, begin_params_ax
     outs = build_op("layer_norm", {"x": inputs, "beta": beta, "gamma": gamma}, attrs, outputs=outputs, name=name,
                     prefix="LayerNorm_")
     return outs[0]
+
+
+def _affine_vars(name, x, shape):
+    from graphfront import initializers
+    from graphfront.variables import get_variable
+    gamma = get_variable(f"{name}_gamma", list(shape), x.dtype, initializers.ones_initializer(x.dtype), trainable=True)
+    beta = get_variable(f"{name}_beta", list(shape), x.dtype, initializers.zeros_initializer(x.dtype), trainable=True)
+    return gamma, beta
+
+
+def _normalize_last(x, eps, name, fn):
+    """(x - mean) / sqrt(var + eps) over the last axis (population variance), via ``moments``."""
+    from graphfront import math as _math
+    mean, variance = moments(x, [len(x.shape) - 1], keepdims=True, name=f"{name}_moments")
+    std = _math.sqrt(_math.add(variance, _number(eps, fn, "eps"), name=f"{name}_add_eps"), name=f"{name}_sqrt")
+    return _math.divide(_math.subtract(x, mean, name=f"{name}_sub_mean"), std, name=f"{name}_div_std")
+
+
+def GroupNorm(x, num_groups=32, eps=1e-05, affine=True, name=None):  # noqa: N802 - OneFlow's name
+    """Group normalization of ``x`` (N, C, ...): the C channels are split into ``num_groups``
+    groups and each (example, group) is normalized over its channels and spatial elements
+    with the population variance: (x - mean) / sqrt(var + eps) (Wu & He, 2018). With
+    ``affine``, multiplied by variable ``<name>_gamma`` (ones) and plus ``<name>_beta``
+    (zeros), both of shape (1, C, 1), created in the current name scope.
+
+    Composite (as OneFlow): ``reshape`` to (N, num_groups, -1), ``moments``, arithmetic,
+    ``reshape`` back; default name ``GroupNorm_<uid>``. Raises ValueError when ``x`` has
+    rank < 3 or C is not divisible by ``num_groups``.
+    """
+    from graphfront import array
+    from graphfront import math as _math
+    fn = "GroupNorm"
+    _check_blob(x, fn)
+    if len(x.shape) < 3:
+        raise ValueError(f"flow.nn.{fn}: x must have rank >= 3 (N, C, ...), received shape {x.shape}")
+    c = x.shape[1]
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups <= 0 or c % num_groups:
+        raise ValueError(f"flow.nn.{fn}: the {c} channels of x {x.shape} must divide into num_groups groups, "
+                         f"received num_groups={num_groups!r}")
+    name = name or unique_str("GroupNorm_")
+    grouped = array.reshape(x, [x.shape[0], num_groups, -1], name=f"{name}_reshape_groups")
+    y = array.reshape(_normalize_last(grouped, eps, name, fn), [x.shape[0], c, -1], name=f"{name}_reshape_channels")
+    if affine:
+        gamma, beta = _affine_vars(name, x, (1, c, 1))
+        y = _math.add(_math.multiply(y, gamma, name=f"{name}_mul_gamma"), beta, name=f"{name}_add_beta")
+    return array.reshape_like(y, x, name=f"{name}_reshape_back")
+
+
+def InstanceNorm1d(x, eps=1e-05, affine=True, name=None):  # noqa: N802 - OneFlow's name
+    """Instance normalization of ``x`` (N, C, L): each (example, channel) row is normalized
+    over L with the population variance, (x - mean) / sqrt(var + eps); with ``affine``,
+    times variable ``<name>_gamma`` (ones) plus ``<name>_beta`` (zeros), shape (1, C, 1).
+    Composite of ``moments`` and arithmetic; default name ``InstanceNorm1D_<uid>``.
+    Raises ValueError unless ``x`` has rank 3."""
+    from graphfront import math as _math
+    fn = "InstanceNorm1d"
+    _check_blob(x, fn)
+    if len(x.shape) != 3:
+        raise ValueError(f"flow.nn.{fn}: x must have rank 3 (N, C, L), received shape {x.shape}")
+    name = name or unique_str("InstanceNorm1D_")
+    y = _normalize_last(x, eps, name, fn)
+    if affine:
+        gamma, beta = _affine_vars(name, x, (1, x.shape[1], 1))
+        y = _math.add(_math.multiply(y, gamma, name=f"{name}_mul_gamma"), beta, name=f"{name}_add_beta")
+    return y
+
+
+def _instance_norm_nd(n, x, eps, affine, name):
+    from graphfront import array
+    fn = f"InstanceNorm{n}d"
+    _check_blob(x, fn)
+    if len(x.shape) != n + 2:
+        raise ValueError(f"flow.nn.{fn}: x must have rank {n + 2} (N, C, spatial...), received shape {x.shape}")
+    name = name or unique_str(f"InstanceNorm{n}D_")
+    flat = array.reshape(x, [x.shape[0], x.shape[1], -1], name=f"{name}_reshape")
+    return array.reshape_like(InstanceNorm1d(flat, eps, affine, name=name), x, name=f"{name}_reshape_back")
+
+
+def InstanceNorm2d(x, eps=1e-05, affine=True, name=None):  # noqa: N802 - OneFlow's name
+    """:func:`InstanceNorm1d` of ``x`` (N, C, H, W) viewed as (N, C, H*W); default name
+    ``InstanceNorm2D_<uid>``; variables ``<name>_gamma``/``<name>_beta`` (1, C, 1)."""
+    return _instance_norm_nd(2, x, eps, affine, name)
+
+
+def InstanceNorm3d(x, eps=1e-05, affine=True, name=None):  # noqa: N802 - OneFlow's name
+    """:func:`InstanceNorm1d` of ``x`` (N, C, D, H, W) viewed as (N, C, D*H*W); default name
+    ``InstanceNorm3D_<uid>``."""
+    return _instance_norm_nd(3, x, eps, affine, name)
+
+
+# ================================================================== pixel shuffle
+
+def PixelShufflev2(input, h_upscale_factor, w_upscale_factor, name=None):  # noqa: N802,A002 - OneFlow's names
+    """Rearrange (N, C*h*w, H, W) into (N, C, H*h, W*w) with h, w = the upscale factors:
+    out[n, c, y*h + i, x*w + j] = in[n, c*h*w + i*w + j, y, x] (PyTorch's pixel_shuffle
+    order). Composite of ``reshape`` -> ``transpose`` -> ``reshape`` named ``<name>_*``
+    (default ``PixelShufflev2<uid>``). Raises ValueError unless ``input`` is rank 4 with a
+    channel count divisible by h*w."""
+    from graphfront import array
+    fn = "PixelShufflev2"
+    _check_blob(input, fn, "input")
+    for arg, f in (("h_upscale_factor", h_upscale_factor), ("w_upscale_factor", w_upscale_factor)):
+        if isinstance(f, bool) or not isinstance(f, int) or f <= 0:
+            raise ValueError(f"flow.nn.{fn}: {arg} must be a positive int, received {f!r}")
+    if len(input.shape) != 4 or input.shape[1] % (h_upscale_factor * w_upscale_factor):
+        raise ValueError(f"flow.nn.{fn}: input must be (N, C*{h_upscale_factor}*{w_upscale_factor}, H, W), "
+                         f"received shape {input.shape}")
+    n, c, h, w = input.shape
+    out_c = c // (h_upscale_factor * w_upscale_factor)
+    name = name or unique_str("PixelShufflev2")
+    x = array.reshape(input, [n, out_c, h_upscale_factor, w_upscale_factor, h, w], name=f"{name}_reshape_in")
+    x = array.transpose(x, [0, 1, 4, 2, 5, 3], name=f"{name}_transpose")
+    return array.reshape(x, [n, out_c, h * h_upscale_factor, w * w_upscale_factor], name=f"{name}_reshape_out")
+
+
+def PixelShuffle(input, upscale_factor, name=None):  # noqa: N802,A002 - OneFlow's names
+    """:func:`PixelShufflev2` with the same factor for height and width."""
+    return PixelShufflev2(input, upscale_factor, upscale_factor, name=name)
 
 
 # ================================================================== transposed convolution

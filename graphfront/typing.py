@@ -79,7 +79,12 @@ class Bundle(_Generic):
 
 
 class LocalBlob:
-    """A fetched blob value (what a future's ``get()`` returns)."""
+    """A fetched blob value (what a future's ``get()`` returns).
+
+    ``numpy()`` gives the ndarray; other attributes, indexing, iteration and the numpy
+    operators (``+ - * / // % ** @``, comparisons, unary ``- + abs ~``) are forwarded to it,
+    as OneFlow's ``LocalBlob`` does.
+    """
 
     def __init__(self, array: np.ndarray, is_dynamic=False):
         self._array = array
@@ -105,6 +110,20 @@ class LocalBlob:
 
     def __repr__(self):
         return f"LocalBlob({self._array!r})"
+
+
+def _forward(dunder):
+    def method(self, *args):
+        return getattr(self._array, dunder)(*args)
+    method.__name__ = dunder
+    return method
+
+
+for _op in ("add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod pow rpow matmul rmatmul "
+            "and rand or ror xor rxor lshift rlshift rshift rrshift lt le eq ne gt ge neg pos abs invert "
+            "getitem len iter contains bool float int index").split():
+    setattr(LocalBlob, f"__{_op}__", _forward(f"__{_op}__"))
+LocalBlob.__hash__ = None
 
 
 class Future:

@@ -249,3 +249,21 @@ def test_blob_used_twice_by_one_op_gets_both_gradients():
     x = np.array([1, 2, 3], np.float32)
     job(x)
     np.testing.assert_allclose(grads["w"], 2 * 2.0 + x)
+
+
+def test_function_config_records_other_oneflow_settings_with_a_warning():
+    config = flow.FunctionConfig()
+    with pytest.warns(UserWarning, match="recorded in the job config"):
+        config.enable_inplace(False)
+    with pytest.warns(UserWarning):
+        config.cudnn_conv_force_fwd_algo(1)
+    with pytest.raises(TypeError, match="FunctionConfig.concurrency_width"):
+        config.concurrency_width("wide")
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return x * 2
+
+    job(np.ones(2, np.float32))
+    conf = job.compiled_job.job.job_conf
+    assert conf.enable_inplace is False and conf.cudnn_conv_force_fwd_algo == 1

@@ -295,12 +295,16 @@ class JobBuilder:
                 sysdef = lookup_system(kind)
                 self._check_inputs(op_conf)
                 ins = {arg: self.descs[lbn] for arg, _, lbn in op_inputs(op_conf)}
-                result = sysdef.infer(getattr(op_conf, kind), ins, self.job.job_conf)
+                conf = getattr(op_conf, kind)
+                result = sysdef.infer(conf, ins, self.job.job_conf)
                 new_descs = {}
                 if result is not None:
                     shape, dtype = result
                     (_, _, lbn), = op_outputs(op_conf)
-                    new_descs[lbn] = TensorDesc(tuple(shape), dtype)
+                    # dynamic: an interface blob declared so (ListNumpy placeholders), or any input
+                    dynamic = any(d.is_dynamic for d in ins.values()) or (
+                        "blob_conf" in conf.DESCRIPTOR.fields_by_name and conf.blob_conf.is_dynamic)
+                    new_descs[lbn] = TensorDesc(tuple(shape), dtype, dynamic)
         except (OpCheckError, KeyError, TypeError, ValueError) as e:
             fail(e.args[0] if e.args else str(e))
         for lbn, d in new_descs.items():

@@ -15,6 +15,7 @@ import functools
 import inspect
 import itertools
 import threading
+import warnings
 
 import numpy as np
 import torch
@@ -86,10 +87,32 @@ class FunctionConfig:
     def enable_passes(self, value=True):
         self._passes = bool(value)
 
+    # OneFlow setter names that differ from their JobConfigProto field
+    _FIELD_ALIASES = {"enable_reused_mem": "enable_reuse_mem", "enable_qat": "enable_quantization_aware_training",
+                      "enable_cudnn_conv_pseudo_half": "cudnn_conv_enable_pseudo_half"}
+
     def __getattr__(self, name):
-        raise AttributeError(f"FunctionConfig has no setting {name!r} in graphfront; supported: default_data_type, "
-                             "default_logical_view, default_placement_scope, default_initializer_conf, "
-                             "allow_cpu_return_op, enable_cuda_graph, enable_passes")
+        """Any other OneFlow setter named after a scalar ``JobConfigProto`` field writes that
+        field (so it shows in the Job proto); graphfront's runtime does not act on those
+        settings, which a UserWarning says when a setter is used."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        field = self._FIELD_ALIASES.get(name, name)
+        desc = job_conf_pb2.JobConfigProto.DESCRIPTOR.fields_by_name.get(field)
+        if desc is None or desc.message_type is not None or desc.is_repeated:
+            raise AttributeError(f"FunctionConfig has no setting {name!r} in graphfront; supported: "
+                                 "default_data_type, default_logical_view, default_placement_scope, "
+                                 "default_initializer_conf, allow_cpu_return_op, enable_cuda_graph, enable_passes, "
+                                 "and the scalar JobConfigProto fields (recorded only)")
+
+        def setter(value=True):
+            try:
+                setattr(self.job_config_proto, field, value)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"FunctionConfig.{name}: {e}") from None
+            warnings.warn(f"FunctionConfig.{name}({value!r}) is recorded in the job config; graphfront's "
+                          "runtime does not act on it", UserWarning, stacklevel=2)
+        return setter
 
 
 def trace(session, gf):

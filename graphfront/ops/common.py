@@ -5,11 +5,11 @@ from graphfront.framework.errors import OpCheckError
 
 
 def like(arg, dtype=None):
-    """Infer every output with the shape (and dtype, unless given) of input ``arg``."""
+    """Infer every output with the shape, dynamic flag (and dtype, unless given) of input ``arg``."""
     def infer(ctx):
         d = ctx.input(arg)
         for out in ctx._uc.output:
-            ctx.set_output(out, d.shape, dtype or d.dtype)
+            ctx.set_output(out, d.shape, dtype or d.dtype, is_dynamic=d.is_dynamic)
     return infer
 
 

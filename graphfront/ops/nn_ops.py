@@ -462,6 +462,52 @@ op("batch_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=
    infer=_matmul_infer(True), kernel=_matmul_kernel, grad=_matmul_grad("batch_matmul"))
 
 
+def _broadcast_matmul_infer(ctx):
+    a, b = ctx.input("a"), ctx.input("b")
+    ctx.check(len(b.shape) == 2 and len(a.shape) > 2,
+              f"input 'a' must have rank > 2 and input 'b' rank 2, received {a.shape} and {b.shape}")
+    ctx.check(not ctx.attr("transpose_a"), "attr 'transpose_a' must be false for broadcast_matmul")
+    kb, n = (b.shape[1], b.shape[0]) if ctx.attr("transpose_b") else b.shape
+    ctx.check(kb == a.shape[-1], f"input 'b' expected inner dim {a.shape[-1]} (last dim of input 'a' {a.shape}), "
+                                 f"received shape {b.shape}")
+    same_dtype(ctx, "a", "b")
+    ctx.set_output("out", a.shape[:-1] + (n,), a.dtype)
+
+
+def _broadcast_matmul_grad(g):
+    tb, alpha, dy = g.attr("transpose_b"), g.attr("alpha"), g.dout("out")
+    if g.needs("a"):
+        g.set_grad("a", g.emit("broadcast_matmul", {"a": dy, "b": g.input("b")},
+                               {"transpose_a": False, "transpose_b": not tb, "alpha": alpha},
+                               name=f"{g.op_name}_a_grad"))
+    if g.needs("b"):
+        ins = {"a": dy, "b": g.input("a")} if tb else {"a": g.input("a"), "b": dy}
+        g.set_grad("b", g.emit("broadcast_matmul_grad_b", ins, {"alpha": alpha}, name=f"{g.op_name}_b_grad"))
+
+
+def _broadcast_matmul_grad_b_infer(ctx):
+    a, b = ctx.input("a"), ctx.input("b")
+    ctx.check(len(a.shape) == len(b.shape) and a.shape[:-1] == b.shape[:-1],
+              f"inputs 'a' {a.shape} and 'b' {b.shape} must agree on every dim but the last")
+    ctx.set_output("out", (a.shape[-1], b.shape[-1]), a.dtype)
+
+
+def _broadcast_matmul_grad_b_kernel(k):
+    alpha = k.attr("alpha")
+
+    def grad_b(a, b, add_to):
+        out = a.reshape(-1, a.shape[-1]).t() @ b.reshape(-1, b.shape[-1])  # a^T b over flattened leading dims
+        out = out * alpha if alpha != 1.0 else out
+        return out if add_to is None else out + add_to
+    return grad_b
+
+
+op("broadcast_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
+   infer=_broadcast_matmul_infer, kernel=_matmul_kernel, grad=_broadcast_matmul_grad)
+op("broadcast_matmul_grad_b", inputs=["a", "b", "_add_to_output?"], outputs=["out"],
+   attrs={"alpha": ("double", 1.0)}, infer=_broadcast_matmul_grad_b_infer, kernel=_broadcast_matmul_grad_b_kernel)
+
+
 # ------------------------------------------------------------------ softmax
 
 op("softmax", inputs=["in"], outputs=["out"], infer=like("in"),

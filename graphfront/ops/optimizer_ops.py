@@ -361,6 +361,10 @@ op("l1_l2_regularize_gradient", inputs=["model", "model_diff"], outputs=["out"],
    no_grad=True, doc="out = model_diff + l1 * sign(model) + l2 * model")
 
 
+def _assign(ref, value):
+    ref.copy_(value)
+
+
 def _assign_infer(ctx):
     ref, value = ctx.input("ref"), ctx.input("value")
     ctx.check(ref.shape == value.shape and ref.dtype is value.dtype,
@@ -369,4 +373,4 @@ def _assign_infer(ctx):
 
 
 op("assign", inputs=["ref", "value"], outputs=[], infer=_assign_infer,
-   kernel=lambda k: (lambda ref, value: ref.copy_(value) and None), no_grad=True, mutates=("ref",))
+   kernel=lambda k: _assign, no_grad=True, mutates=("ref",))

@@ -126,7 +126,7 @@ def autograd(job):
     for op in forward:
         kind = jb.op_kind(op)
         if kind == "variable_conf":
-            if _trainable(op):
+            if _trainable(op) and b.desc(f"{op.name}/out").dtype.is_floating_point:  # no gradient for ints
                 variables.append(op.name)
                 requires.update(lbn for _, _, lbn in jb.op_outputs(op))
             continue

@@ -4,7 +4,8 @@ from __future__ import annotations
 from graphfront.framework import job_builder as jb
 from graphfront.ops import registry
 
-# ops kept even when nothing reads their outputs: interface ops and in-place updates
+# ops kept even when nothing reads their outputs: interface ops, in-place updates and random
+# ops (they draw from a shared random stream: dropping one would change the others' draws)
 _SINK_KINDS = ("return_conf", "foreign_watch_conf", "variable_conf", "input_conf")
 
 
@@ -15,11 +16,11 @@ def _is_sink(op) -> bool:
     if kind != "user_conf":
         return False
     opdef = registry.lookup(op.user_conf.op_type_name)
-    return opdef.may_mutate and bool(opdef.mutated_args(jb.user_attrs(op)))
+    return opdef.random or (opdef.may_mutate and bool(opdef.mutated_args(jb.user_attrs(op))))
 
 
 def prune_dead_ops(job):
-    """Remove ops none of whose outputs reach a return, watch or in-place update."""
+    """Remove ops none of whose outputs reach a return, watch, in-place update or random op."""
     producer = {}
     for op in job.net.op:
         for _, _, lbn in jb.op_outputs(op):

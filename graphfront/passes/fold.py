@@ -4,9 +4,10 @@ An op is *constant* when it is pure (:func:`graphfront.runtime.plan.is_pure`: no
 numbers, no in-place update, no ``ctrl_in_op_name``) and every input it reads the data
 of is constant. Inputs that only lend their static shape (the ``like`` of
 ``constant_like``/``zero_like``/``reshape_like``…, the ``x_like`` of ``conv_data_grad``)
-do not count, so e.g. the ``constant_like`` that seeds a loss gradient is constant; so
-is a learning-rate schedule whose value does not depend on the train step (no warmup,
-no decay or a piecewise one without boundaries).
+do not count (unless that shape may change between runs: a ``ListNumpy`` placeholder or
+a blob computed from one), so e.g. the ``constant_like`` that seeds a loss gradient is
+constant; so is a learning-rate schedule whose value does not depend on the train step
+(no warmup, no decay or a piecewise one without boundaries).
 Sources with no input are constant only when they are known to be deterministic
 (``constant``, ``arange``, ``eye``, ``folded_constant``); placeholders and variables
 never are.
@@ -55,9 +56,25 @@ def _step_independent_lr(op) -> bool:
     return kind in ("piecewise_constant_conf", "piecewise_scaling_conf") and len(d.boundaries) == 0
 
 
+def _dynamic_lbns(job):
+    """Lbns whose shape may change between runs: blobs marked dynamic and, conservatively,
+    every blob computed from one (shape inference does not carry the flag through every op)."""
+    found = {lbn for lbn, p in job.helper.lbn2logical_blob_desc.items() if p.is_dynamic}
+    changed = bool(found)
+    while changed:  # one sweep when the job lists producers first
+        changed = False
+        for op in job.net.op:
+            if any(lbn in found for _, _, lbn in jb.op_inputs(op)):
+                for _, _, lbn in jb.op_outputs(op):
+                    if lbn not in found:
+                        found.add(lbn)
+                        changed = True
+    return found
+
+
 def constant_ops(job):
     """Names of the constant ops of ``job`` (see module docstring), producers first."""
-    descs = job.helper.lbn2logical_blob_desc
+    dynamic = _dynamic_lbns(job)
     candidates = [op for op in job.net.op if (rt.is_pure(op) or _step_independent_lr(op)) and not op.ctrl_in_op_name]
     const_lbns, names, found = set(), [], set()
     changed = True
@@ -74,7 +91,7 @@ def constant_ops(job):
                 shape_only = SHAPE_ONLY_INPUTS.get(t, ())
                 if _step_independent_lr(op):
                     shape_only = {"train_step"}
-                ok = all((arg in shape_only and not descs[lbn].is_dynamic) or lbn in const_lbns
+                ok = all((arg in shape_only and lbn not in dynamic) or lbn in const_lbns
                          for arg, _, lbn in ins)
             if ok:
                 names.append(op.name)

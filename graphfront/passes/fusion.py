@@ -415,7 +415,8 @@ def _pool_before_relu(net, fused, x):
     if user_type(relu) != "relu" or x in net.protected:
         return
     readers = net.readers(x)
-    if not all(r.name == fused.name or (user_type(r).startswith("fused_tf_max_pool") and net.attrs(r).get("relu_grad"))
+    if not all(r.name == fused.name or ((user_type(r) or "").startswith("fused_tf_max_pool")
+                                        and net.attrs(r).get("relu_grad"))
                for r, _, _ in readers):
         return
     src = single_input(relu, "x")

@@ -226,6 +226,23 @@ def placements_of(job) -> dict:
     return placements
 
 
+def _outliving(order):
+    """Lbns that may alias storage outliving one call: the feeds and the variables, and
+    the outputs of view ops reading them. A result that may alias them is returned as a
+    copy, since futures and callbacks read their tensors only when asked, after later
+    calls or ``flow.load_variables`` may have changed the variables (or the caller the
+    fed array)."""
+    found = set()
+    for op in order:
+        kind = jb.op_kind(op)
+        outs = [lbn for _, _, lbn in jb.op_outputs(op)]
+        if kind in ("input_conf", "variable_conf"):
+            found.update(outs)
+        elif kind not in INTERFACE_KINDS and _is_view(op) and any(l in found for _, _, l in jb.op_inputs(op)):
+            found.update(outs)
+    return found
+
+
 def _hoistable(order, aliased):
     """Names of ops computed from variables only (that no op of the job updates)."""
     mutated = set()
@@ -275,6 +292,7 @@ class Plan:
         order, aliased = schedule(job)
         self.order = order
         self.hoisted = _hoistable(order, aliased)
+        outliving = _outliving(order)
         env = {"torch": torch}
         names = {}            # lbn -> local variable name
         lbn_device = {}
@@ -287,7 +305,9 @@ class Plan:
         lines, hoist_lines = [], []
         hoist_outs, hoist_vars = [], []
         self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
-        self.output_names = []
+        # results in the job's order of return ops (the order of the returned structure's
+        # leaves), not in schedule order: a return of a blob updated in place runs early
+        self.output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
         self.devices = set()
         self.has_watchers = False
         self.lr_ops = []
@@ -326,11 +346,10 @@ class Plan:
                 lines.append(f"{names[outs[0][2]]} = {key}{comment}")
             elif kind == "return_conf":
                 src = getattr(op.return_conf, "in")
-                r = f"r{len(self.output_names)}"
-                copy = ".clone()" if src in aliased else ""
+                r = f"r{self.output_names.index(op.name)}"
+                copy = ".clone()" if src in aliased or src in outliving else ""
                 lines.append(f"{r} = {names[src]}{copy}{comment}")
                 results.append(r)
-                self.output_names.append(op.name)
             elif kind == "foreign_watch_conf":
                 key = f"W{i}"
                 uuid = op.foreign_watch_conf.handler_uuid
@@ -396,7 +415,7 @@ class Plan:
         else:  # (hoisted ops whose results nobody reads need not run at all)
             self.hoisted = set()
         body = "\n".join("    " + ln for ln in lines) or "    pass"
-        ret = "(" + "".join(r + ", " for r in results) + ")"
+        ret = "(" + "".join(r + ", " for r in sorted(results, key=lambda r: int(r[1:]))) + ")"
         src.append(f"def plan(feeds):\n{body}\n    return {ret}\n")
         self.source = "\n".join(src)
         code = compile(self.source, f"<graphfront plan {job.job_conf.job_name}>", "exec")

@@ -628,6 +628,18 @@ def test_bias_add_relu(check):
 
 
 @autotest()
+def test_broadcast_matmul(check):
+    """rank(a) > 2, rank(b) == 2: op broadcast_matmul; grads broadcast_matmul / broadcast_matmul_grad_b."""
+    lead = _dims(random(1, 3).to(int).value(), 1, 4)
+    k, n = _dims(2, 1, 5)
+    tb = random_bool().value()
+    check(graphfront=lambda flow, a, b, tb, alpha: flow.matmul(a, b, transpose_b=tb, alpha=alpha),
+          torch=lambda torch, a, b, tb, alpha: alpha * torch.matmul(a, b.T if tb else b),
+          a=_tensor(lead + [k]), b=_tensor([n, k] if tb else [k, n]), tb=tb,
+          alpha=oneof(1.0, random(-2.0, 2.0)))
+
+
+@autotest()
 def test_matmul_bias_add(check):
     m, k, n = _dims(3)
     tb = random_bool().value()

@@ -1,0 +1,89 @@
+"""``flow.env``: the process environment of OneFlow's single-client API.
+
+OneFlow sets up its machines (addresses, control/data ports, log directory) with
+``flow.env.*`` before ``flow.env.init()``; the session calls ``init()`` itself when the
+first job runs. graphfront runs in one process on one machine, so the environment is
+always "initialized" and these setters only record their value (for ``current_env()``)
+and check it: ``machine`` accepts one machine. After initialization a setter prints
+OneFlow's notice and does nothing, as in OneFlow (``single_client_api.md`` §flow.env,
+§4.1).
+"""
+from __future__ import annotations
+
+import numbers
+
+__all__ = ["ctrl_port", "current_env", "data_port", "grpc_use_no_signal", "init", "log_dir", "logbuflevel",
+           "logtostderr", "machine"]
+
+_NOTICE = "Environment has been initialized, this env init will do nothing."
+_state = {"initialized": False, "conf": {}}
+
+
+def init():
+    """Initialize the environment once: True the first time, then a printed notice and False."""
+    if _state["initialized"]:
+        print(_NOTICE)
+        return False
+    _state["initialized"] = True
+    return True
+
+
+def current_env() -> dict:
+    """The settings recorded by the setters of this module (graphfront helper)."""
+    return dict(_state["conf"])
+
+
+def _set(key, value):
+    if _state["initialized"]:
+        print(_NOTICE)
+        return
+    _state["conf"][key] = value
+
+
+def _int(fn, val):
+    if isinstance(val, bool) or not isinstance(val, numbers.Integral):
+        raise TypeError(f"flow.env.{fn} expects an int, received {val!r}")
+    return int(val)
+
+
+def ctrl_port(val):
+    """Control port of the (single) machine."""
+    _set("ctrl_port", _int("ctrl_port", val))
+
+
+def data_port(val):
+    """Data port of the (single) machine."""
+    _set("data_port", _int("data_port", val))
+
+
+def log_dir(val):
+    """Directory for the runtime's logs."""
+    if not isinstance(val, str):
+        raise TypeError(f"flow.env.log_dir expects a str, received {val!r}")
+    _set("log_dir", val)
+
+
+def logbuflevel(val):
+    _set("logbuflevel", _int("logbuflevel", val))
+
+
+def logtostderr(val):
+    _set("logtostderr", _int("logtostderr", val))
+
+
+def machine(*val):
+    """The machine list: an address string or a dict with ``addr`` (and port agents), or a
+    list of those. graphfront runs on one machine: more than one raises ValueError."""
+    machines = list(val[0]) if len(val) == 1 and isinstance(val[0], (list, tuple)) else list(val)
+    for m in machines:
+        if not isinstance(m, (str, dict)) or (isinstance(m, dict) and "addr" not in m):
+            raise TypeError(f"flow.env.machine: each machine is an address string or a dict with 'addr', "
+                            f"received {m!r}")
+    if len(machines) > 1:
+        raise ValueError(f"flow.env.machine: graphfront runs on one machine, received {len(machines)}: {machines}")
+    _set("machine", machines)
+
+
+def grpc_use_no_signal(val=True):
+    """Deprecated no-op (as in OneFlow)."""
+    print("WARNING: flow.env.grpc_use_no_signal is deprecated and does nothing")

@@ -1,0 +1,167 @@
+"""Small ``flow.*`` functions of OneFlow's single-client API that are not ops.
+
+Star-exported by ``graphfront/__init__.py`` (``single_client_api.md`` §flow): the shape
+type ``Size``, the eager-mode switches (graphfront is lazy only), logical-view and
+session helpers, deprecated aliases of ``flow.scope`` functions, the job-local module
+cache ``find_or_create_module`` and ``current_global_function_desc``.
+"""
+from __future__ import annotations
+
+import warnings
+import weakref
+
+from graphfront import scope as _scope
+from graphfront.framework import job_builder as jb
+from graphfront.framework import session as _session
+from graphfront.framework.blob_desc import BlobDesc
+
+__all__ = ["FunctionDesc", "Size", "cast_to_current_logical_view", "current_global_function_desc",
+           "current_machine_id", "current_scope",
+           "device_prior_placement", "eager_execution_enabled", "enable_eager_execution", "find_or_create_module",
+           "fixed_placement", "name_scope", "sync_default_session"]
+
+
+class Size(tuple):
+    """A blob shape (OneFlow's ``flow.Size``): a tuple of ints that compares equal to the
+    plain tuple ``blob.shape`` and adds ``numel()``."""
+
+    def __new__(cls, dims=()):
+        dims = tuple(dims)
+        for d in dims:
+            if isinstance(d, bool) or not isinstance(d, int):
+                raise TypeError(f"flow.Size expects ints, received {dims!r}")
+        return super().__new__(cls, dims)
+
+    def numel(self) -> int:
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+    def __repr__(self):
+        return f"flow.Size({list(self)})"
+
+
+# ------------------------------------------------------------------ eager mode (not supported)
+
+def eager_execution_enabled() -> bool:
+    """Always False: graphfront builds and compiles lazy ``global_function`` jobs only."""
+    return False
+
+
+def enable_eager_execution(val=True):
+    """``val=False`` is accepted (lazy mode is the only mode); ``val=True`` raises
+    NotImplementedError, since graphfront has no eager runtime."""
+    if val:
+        raise NotImplementedError("flow.enable_eager_execution(True): graphfront runs lazy global_function jobs "
+                                  "only; it has no eager mode")
+
+
+# ------------------------------------------------------------------ logical view and scopes
+
+def cast_to_current_logical_view(x):
+    """Return ``x``: graphfront's blobs are consistent, and on one device the mirrored view
+    holds the same values, so no ``identity`` conversion is needed."""
+    if not isinstance(x, BlobDesc):
+        raise TypeError(f"flow.cast_to_current_logical_view expects a blob, received {type(x).__name__} {x!r}")
+    return x
+
+
+def current_scope():
+    """The scope ops are built under right now (``flow.scope.current_scope()``)."""
+    return _scope.current_scope()
+
+
+def _warn(old, new):
+    warnings.warn(f"flow.{old} is deprecated, use flow.{new} instead", DeprecationWarning, stacklevel=3)
+
+
+def name_scope(*args, **kwargs):
+    """Deprecated alias of ``flow.scope.namespace`` (warns, then delegates)."""
+    _warn("name_scope", "scope.namespace")
+    return _scope.namespace(*args, **kwargs)
+
+
+def fixed_placement(*args, **kwargs):
+    """Deprecated alias of ``flow.scope.placement`` (warns, then delegates)."""
+    _warn("fixed_placement", "scope.placement")
+    return _scope.placement(*args, **kwargs)
+
+
+def device_prior_placement(*args, **kwargs):
+    """Deprecated alias of ``flow.scope.placement`` (warns, then delegates)."""
+    _warn("device_prior_placement", "scope.placement")
+    return _scope.placement(*args, **kwargs)
+
+
+# ------------------------------------------------------------------ session helpers
+
+def current_machine_id() -> int:
+    """The id of this machine: 0 (graphfront runs on one machine)."""
+    return 0
+
+
+def sync_default_session():
+    """Wait until the launched jobs of the default session have finished. graphfront runs a
+    job's plan before the call returns; on CUDA this also waits for queued kernels."""
+    import torch
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+class FunctionDesc:
+    """What ``flow.current_global_function_desc()`` returns: the job being built.
+
+    ``job_config_proto`` is the job's ``JobConfigProto``; ``IsTrainable()`` says whether it
+    is a ``type="train"`` job.
+    """
+
+    def __init__(self, builder):
+        self._builder = builder
+
+    @property
+    def job_config_proto(self):
+        return self._builder.job.job_conf
+
+    def IsTrainable(self) -> bool:  # noqa: N802 - OneFlow's name
+        return self._builder.is_train
+
+    def __repr__(self):
+        return f"FunctionDesc(job={self._builder.job_name!r}, trainable={self.IsTrainable()})"
+
+
+def _building(fn):
+    if not jb.is_building():
+        raise RuntimeError(f"flow.{fn} must be called inside a global_function job body")
+    return jb.current()
+
+
+def current_global_function_desc() -> FunctionDesc:
+    """The :class:`FunctionDesc` of the job being built (RuntimeError outside a job body)."""
+    return FunctionDesc(_building("current_global_function_desc"))
+
+
+_modules_built = weakref.WeakKeyDictionary()  # JobBuilder -> module names fetched during this build
+
+
+def find_or_create_module(module_name, create, reuse=False):
+    """The object cached under ``module_name`` for the job being built, created by
+    ``create()`` on first use. The cache belongs to the default session and the job, so a
+    job compiled again (after ``clear_default_session``) creates it again. Fetching the
+    same name twice while one job is built raises ValueError unless ``reuse=True``.
+    """
+    if not callable(create):
+        raise TypeError(f"flow.find_or_create_module: create must be callable, received {create!r}")
+    builder = _building("find_or_create_module")
+    session = _session.default_session()
+    if not hasattr(session, "_job_modules"):
+        session._job_modules = {}
+    modules = session._job_modules.setdefault(builder.job_name, {})
+    used = _modules_built.setdefault(builder, set())
+    if module_name in used and not reuse:
+        raise ValueError(f"flow.find_or_create_module: module {module_name!r} is already used in job "
+                         f"'{builder.job_name}'; pass reuse=True to share it")
+    if module_name not in modules:
+        modules[module_name] = create()
+    used.add(module_name)
+    return modules[module_name]

@@ -542,32 +542,30 @@ def BCEWithLogitsLoss(input, target, weight=None, pos_weight=None, reduction="me
     return _reduce_loss(loss, reduction, name)
 
 
-def MSELoss(input, target, reduction="mean", name=None):  # noqa: N802,A002 - OneFlow's names
-    """(target - input)^2 elementwise, then ``reduction``; composed (as OneFlow) of
-    ``broadcast_sub`` + ``square`` (+ reduce)."""
+def _difference_loss(fn, elementwise, suffix, input, target, reduction, name):  # noqa: A002
+    """``elementwise(target - input)`` then ``reduction`` (composed as OneFlow composes it)."""
     from graphfront import math as _math
-    fn = "MSELoss"
     _check_blob(input, fn, "input")
     _check_blob(target, fn, "target")
     _check_same(fn, input, target, "input", "target")
     _reduction(fn, reduction)
-    name = name or unique_str("MSELoss")
+    name = name or unique_str(fn)
     diff = _math.subtract(target, input, name=f"{name}_sub")
-    return _reduce_loss(_math.square(diff, name=f"{name}_square"), reduction, name)
+    return _reduce_loss(elementwise(diff, name=f"{name}_{suffix}"), reduction, name)
+
+
+def MSELoss(input, target, reduction="mean", name=None):  # noqa: N802,A002 - OneFlow's names
+    """(target - input)^2 elementwise, then ``reduction``; composed (as OneFlow) of
+    ``broadcast_sub`` + ``square`` (+ reduce)."""
+    from graphfront import math as _math
+    return _difference_loss("MSELoss", _math.square, "square", input, target, reduction, name)
 
 
 def L1Loss(input, target, reduction="mean", name=None):  # noqa: N802,A002 - OneFlow's names
     """|target - input| elementwise, then ``reduction``; composed (as OneFlow) of
     ``broadcast_sub`` + ``abs`` (+ reduce)."""
     from graphfront import math as _math
-    fn = "L1Loss"
-    _check_blob(input, fn, "input")
-    _check_blob(target, fn, "target")
-    _check_same(fn, input, target, "input", "target")
-    _reduction(fn, reduction)
-    name = name or unique_str("L1Loss")
-    diff = _math.subtract(target, input, name=f"{name}_sub")
-    return _reduce_loss(_math.abs(diff, name=f"{name}_abs"), reduction, name)
+    return _difference_loss("L1Loss", _math.abs, "abs", input, target, reduction, name)
 
 
 def KLDivLoss(input, target, log_target=False, reduction="mean", name=None):  # noqa: N802,A002

@@ -4,7 +4,6 @@ The file layer (atomic writes, crash recovery) is tested in test_checkpoint_io.p
 here: what a session saves and loads, the checks on load, resuming training with
 identical losses, and the legacy flow.train objects.
 """
-import hashlib
 import os
 import re
 import warnings
@@ -13,21 +12,10 @@ import numpy as np
 import pytest
 
 import graphfront as flow
+from graphfront.testing.files import tree_digest
 from graphfront import typing as tp
 from graphfront.checkpoint import CheckpointError, MissingVariablesWarning
 from graphfront.framework import checkpoint_io
-
-
-def _tree_hash(root):
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in sorted(os.walk(root)):
-        dirnames.sort()
-        h.update(os.path.relpath(dirpath, root).encode())
-        for f in sorted(filenames):
-            h.update(f.encode())
-            with open(os.path.join(dirpath, f), "rb") as fh:
-                h.update(fh.read())
-    return h.hexdigest()
 
 
 def _vars():
@@ -171,20 +159,20 @@ def saved(tmp_path):
 
 def test_missing_data_file_names_the_variable(saved):
     os.remove(saved / "w" / "out")
-    digest = _tree_hash(saved)
+    digest = tree_digest(saved)
     with pytest.raises(CheckpointError, match=r"variable 'w': data file .*w/out' is missing"):
         flow.load_variables(flow.checkpoint.get(saved))
-    assert _tree_hash(saved) == digest
+    assert tree_digest(saved) == digest
 
 
 def test_truncated_file_names_variable_and_sizes(saved):
     with open(saved / "b" / "out", "r+b") as f:
         f.truncate(5)
-    digest = _tree_hash(saved)
+    digest = tree_digest(saved)
     with pytest.raises(CheckpointError, match=r"variable 'b': data file .* has 5 bytes, expected 12 bytes for "
                                               r"shape \(3,\), dtype float32 \(truncated or corrupted\)"):
         flow.load_variables(flow.checkpoint.get(saved))
-    assert _tree_hash(saved) == digest
+    assert tree_digest(saved) == digest
 
 
 def test_truncated_file_without_meta_is_caught_against_the_job(saved):
@@ -286,7 +274,7 @@ def test_crash_while_overwriting_keeps_the_previous_checkpoint(tmp_path, monkeyp
     path = tmp_path / "c"
     flow.checkpoint.save(path)
     old = _vars()
-    digest = _tree_hash(path)
+    digest = tree_digest(path)
     flow.load_variables({"w": np.full((2, 3), 9, np.float32)})
 
     class Crash(Exception):
@@ -298,7 +286,7 @@ def test_crash_while_overwriting_keeps_the_previous_checkpoint(tmp_path, monkeyp
     monkeypatch.setattr(checkpoint_io, "_test_hook", hook)
     with pytest.raises(Crash):
         flow.checkpoint.save(path)
-    assert _tree_hash(path) == digest
+    assert tree_digest(path) == digest
     assert sorted(os.listdir(tmp_path)) == ["c"]  # temporary directory removed
     monkeypatch.setattr(checkpoint_io, "_test_hook", lambda stage, **info: None)
     flow.load_variables(flow.checkpoint.get(path))

@@ -1,5 +1,4 @@
 """flow.serving.InferenceSession: serving saved models next to a training session."""
-import hashlib
 import os
 import re
 import shutil
@@ -9,6 +8,7 @@ import pytest
 import torch
 
 import graphfront as flow
+from graphfront.testing.files import tree_digest
 from graphfront import typing as tp
 from graphfront.checkpoint import CheckpointError
 from graphfront.framework import session as session_mod
@@ -16,18 +16,6 @@ from graphfront.framework.errors import FeedError, JobBuildError
 from lenet import lenet  # examples/lenet (on sys.path via conftest)
 
 BATCH = 8
-
-
-def _tree_hash(root):
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in sorted(os.walk(root)):
-        dirnames.sort()
-        h.update(os.path.relpath(dirpath, root).encode())
-        for f in sorted(filenames):
-            h.update(f.encode())
-            with open(os.path.join(dirpath, f), "rb") as fh:
-                h.update(fh.read())
-    return h.hexdigest()
 
 
 def _cpu_option():
@@ -199,11 +187,11 @@ def _edit_model(path, edit):
 def test_unknown_op_type_names_the_op(small_model):
     path, x, want, *_ = small_model
     _edit_model(path, lambda t: t.replace('op_type_name: "relu"', 'op_type_name: "fancy_relu"'))
-    digest = _tree_hash(path)
+    digest = tree_digest(path)
     with pytest.raises(JobBuildError, match=r"saved model .*/1' graph 'predict': op 'fc1-activation' "
                                             r"\(fancy_relu\): unknown op type 'fancy_relu'"):
         flow.serving.InferenceSession(_cpu_option()).load_saved_model(str(path))
-    assert _tree_hash(path) == digest
+    assert tree_digest(path) == digest
 
 
 def test_bad_attr_is_checked_again(small_model):
@@ -216,7 +204,7 @@ def test_bad_attr_is_checked_again(small_model):
 def test_missing_variable_names_it(small_model):
     path, *_ = small_model
     shutil.rmtree(path / "1" / "variables" / "fc2-bias")
-    digest = _tree_hash(path)
+    digest = tree_digest(path)
     sess = flow.serving.InferenceSession(_cpu_option())
     sess.load_saved_model(str(path))
     with pytest.raises(CheckpointError, match=r"checkpoint .*/1/variables' lacks variable\(s\) 'fc2-bias' "
@@ -224,19 +212,19 @@ def test_missing_variable_names_it(small_model):
         sess.launch()
     with pytest.raises(RuntimeError, match=r"run\(\) needs status RUNNING; the session is OPEN"):
         sess.run("predict", x=np.zeros((4, 3), np.float32))
-    assert _tree_hash(path) == digest
+    assert tree_digest(path) == digest
 
 
 def test_truncated_or_mismatched_variable_names_it(small_model):
     path, *_ = small_model
     with open(path / "1" / "variables" / "fc1-weight" / "out", "r+b") as f:
         f.truncate(8)
-    digest = _tree_hash(path)
+    digest = tree_digest(path)
     sess = flow.serving.InferenceSession(_cpu_option())
     sess.load_saved_model(str(path))
     with pytest.raises(CheckpointError, match=r"variable 'fc1-weight': data file .* has 8 bytes, expected 60 bytes"):
         sess.launch()
-    assert _tree_hash(path) == digest
+    assert tree_digest(path) == digest
     shutil.rmtree(path / "1" / "variables" / "fc1-weight")
     flow.checkpoint.save(path / "other", {"fc1-weight": np.zeros((3, 5), np.float32)})
     shutil.move(str(path / "other" / "fc1-weight"), str(path / "1" / "variables" / "fc1-weight"))

@@ -71,6 +71,23 @@ def interleaved(steps, warmup, a, b, device="cpu"):
     return statistics.median(ta), statistics.median(tb)
 
 
+def torch_train_step(model, opt, x, y):
+    """One hand-written PyTorch eager step: cross entropy (mean of per-example losses),
+    backward, optimizer step; returns the per-example losses as numpy (as graphfront's job)."""
+    import torch
+    import torch.nn.functional as F
+    dev = next(model.parameters()).device
+
+    def step():
+        xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).long().to(dev)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(xt), yt, reduction="none")
+        loss.mean().backward()
+        opt.step()
+        return loss.detach().cpu().numpy()
+    return step
+
+
 def report(title, gf, pt, unit="ms", scale=1e3, extra=""):
     print(f"{title}: graphfront {gf * scale:.3f} {unit}, PyTorch eager {pt * scale:.3f} {unit}, "
           f"ratio graphfront/PyTorch = {gf / pt:.3f}{extra}")

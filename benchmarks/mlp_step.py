@@ -9,9 +9,8 @@ the 64 outputs, SGD lr 0.1 momentum 0. Baseline: the same ``nn.Sequential`` step
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from _common import interleaved, machine, parser, report, setup_threads
+from _common import interleaved, machine, parser, report, setup_threads, torch_train_step
 
 import graphfront as flow
 from graphfront import typing as tp
@@ -55,13 +54,7 @@ def main(argv=None):
     model = nn.Sequential(*layers).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0)
 
-    def torch_step():
-        xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).long().to(dev)
-        opt.zero_grad()
-        loss = F.cross_entropy(model(xt), yt, reduction="none")
-        loss.mean().backward()
-        opt.step()
-        return loss.detach().cpu().numpy()
+    torch_step = torch_train_step(model, opt, x, y)
 
     gf, pt = interleaved(args.steps, args.warmup, lambda: job(x, y), torch_step, args.device)
     print(f"machine: {machine(args.device)}; torch threads: {threads}")

@@ -7,6 +7,7 @@ together; ``constant(array)`` passes a drawn index array as a tensor input.
 """
 import numpy as np
 
+from graphfront.ops.builder import build_op
 from graphfront.testing import autotest, constant, random_tensor
 
 N = 20
@@ -38,14 +39,8 @@ def th_sq(torch, *outs):
 
 def build(flow, op_type, inputs, outputs, attrs=None, num=None):
     """One user op through flow.user_op_builder; returns its output blobs."""
-    b = flow.user_op_builder(flow.util.unique_str(op_type + "_")).Op(op_type)
-    for arg, blobs in inputs.items():
-        b.Input(arg, blobs if isinstance(blobs, list) else [blobs])
-    for arg in outputs:
-        b.Output(arg, (num or {}).get(arg, 1))
-    for k, v in (attrs or {}).items():
-        b.Attr(k, v)
-    return b.Build().InferAndTryRun().RemoteBlobList()
+    out = build_op(op_type, inputs, attrs, outputs, name=flow.util.unique_str(op_type + "_"), num=num)
+    return out if isinstance(out, tuple) else (out,)
 
 
 # ------------------------------------------------------------------ reshape family, transpose

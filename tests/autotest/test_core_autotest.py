@@ -8,6 +8,7 @@ is built from F.pad + Tensor.unfold by the documented rule (user_ops.md §1.6).
 """
 import math
 
+from graphfront.ops.builder import build_op
 from graphfront.testing import (autotest, dropout_statistics, mask_statistics, nothing, oneof, random, random_bool,
                                 random_tensor)
 
@@ -198,15 +199,7 @@ def test_reduce_mean(check):
 
 def _build(flow, op_type, inputs, attrs, outputs):
     """Build one user op through flow.user_op_builder; returns its output blobs."""
-    b = flow.user_op_builder(op_type + "_under_test").Op(op_type)
-    for arg, blob in inputs.items():
-        b = b.Input(arg, [blob])
-    for arg in outputs:
-        b = b.Output(arg)
-    for k, v in attrs.items():
-        b = b.Attr(k, v)
-    blobs = b.Build().InferAndTryRun().RemoteBlobList()
-    return blobs[0] if len(blobs) == 1 else blobs
+    return build_op(op_type, inputs, attrs, outputs, name=op_type + "_under_test")
 
 
 @autotest(auto_backward=False)

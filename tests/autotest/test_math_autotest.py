@@ -9,6 +9,7 @@ forward-only autotests. Shapes, axes and modes are drawn from the draw's rng
 """
 import numpy as np
 
+from graphfront.ops.builder import build_op
 from graphfront.testing import autotest, constant, random_tensor
 
 N = 20
@@ -30,14 +31,8 @@ def tensor(shape, low=-1.0, high=1.0, requires_grad=True, dtype=float):
 
 def build(flow, op_type, inputs, outputs, attrs=None):
     """One user op through flow.user_op_builder; returns its output blobs."""
-    b = flow.user_op_builder(flow.util.unique_str(op_type + "_")).Op(op_type)
-    for arg, blobs in inputs.items():
-        b.Input(arg, blobs if isinstance(blobs, list) else [blobs])
-    for arg in outputs:
-        b.Output(arg)
-    for k, v in (attrs or {}).items():
-        b.Attr(k, v)
-    return b.Build().InferAndTryRun().RemoteBlobList()
+    out = build_op(op_type, inputs, attrs, outputs, name=flow.util.unique_str(op_type + "_"))
+    return out if isinstance(out, tuple) else (out,)
 
 
 def scalar_attrs(value):

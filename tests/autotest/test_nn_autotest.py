@@ -9,6 +9,7 @@ draw's rng (``check.rng``) so that they fit together.
 """
 import numpy as np
 
+from graphfront.ops.builder import build_op
 from graphfront.testing import autotest, constant, nothing, random_tensor
 
 N = 20
@@ -41,15 +42,8 @@ def spatial_ranks(check):
 
 def build(flow, op_type, inputs, outputs, attrs=None):
     """One user op through flow.user_op_builder; returns its output blobs (a tuple)."""
-    b = flow.user_op_builder(flow.util.unique_str(op_type + "_")).Op(op_type)
-    for arg, blob in inputs.items():
-        if blob is not None:
-            b.Input(arg, [blob])
-    for arg in outputs:
-        b.Output(arg)
-    for k, v in (attrs or {}).items():
-        b.Attr(k, v)
-    return b.Build().InferAndTryRun().RemoteBlobList()
+    out = build_op(op_type, inputs, attrs, outputs, name=flow.util.unique_str(op_type + "_"))
+    return out if isinstance(out, tuple) else (out,)
 
 
 # ================================================================== activations

@@ -6,18 +6,13 @@ References: ``l1_l2_regularize_gradient`` is the gradient torch autograd gives f
 ``adam_bias_correction_factor`` is torch's Adam bias correction ``1 - beta ** step`` at
 the 1-based step ``train_step + 1``.
 """
+from graphfront.ops.builder import build_op
 from graphfront.testing import autotest, random, random_tensor
 
 
 def _build(flow, op_type, inputs, attrs, outputs):
-    b = flow.user_op_builder(op_type + "_under_test").Op(op_type)
-    for arg, blob in inputs.items():
-        b = b.Input(arg, [blob])
-    for arg in outputs:
-        b = b.Output(arg)
-    for k, v in attrs.items():
-        b = b.Attr(k, v)
-    return b.Build().InferAndTryRun().SoleOutputBlob()
+    """One single-output user op (through the user-op builder)."""
+    return build_op(op_type, inputs, attrs, outputs, name=op_type + "_under_test")
 
 
 def _regularized(torch, model, diff, l1, l2):

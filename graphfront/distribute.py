@@ -6,9 +6,9 @@ placement: ``split(axis)`` (each device holds a slice along ``axis``), ``broadca
 several devices, ``flow.get_variable(..., distribute=split(k))`` and
 ``layers.dense(..., model_distribute=split(0))`` split variables, and
 :func:`parallel_cast` / :func:`hierarchical_parallel_cast` lay out any blob (see
-:mod:`graphfront.parallel.sbp`); ``blob.with_distribute(...)`` returns a handle of the
-same blob carrying the policy as a hint only. On one device every layout holds the same
-values (OneFlow v0.6.0
+:mod:`graphfront.parallel.sbp`); ``blob.with_distribute(...)`` lays a blob out as
+:func:`parallel_cast` does (on one device it only records the policy). On one device
+every layout holds the same values (OneFlow v0.6.0
 ``python/oneflow/compatible/single_client/framework/distribute.py``).
 """
 from __future__ import annotations

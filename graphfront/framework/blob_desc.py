@@ -108,7 +108,36 @@ class BlobDesc:
         return self.dtype
 
     def with_distribute(self, distribute):
-        """Return a handle carrying a distribute hint (single device: values unchanged)."""
+        """The blob laid out as ``distribute`` for the ops that read the returned handle.
+
+        In a job being built on several devices, a ``flow.distribute.split(axis)`` or
+        ``broadcast()`` policy builds a ``parallel_cast`` op (as ``flow.parallel_cast``):
+        SBP inference gives the consumers the blob in that layout and the boxing pass
+        inserts the collective that makes it (OneFlow v0.6.0
+        ``python/oneflow/compatible/single_client/framework/remote_blob.py``,
+        ``with_distribute``). On one device, or for ``auto()``, the handle only carries
+        the policy (``.distribute``); the values are the same either way.
+
+        Args:
+            distribute: a ``flow.distribute`` policy.
+
+        Returns:
+            BlobDesc: the handle, ``.distribute`` set to ``distribute``.
+
+        Raises:
+            TypeError: ``distribute`` is not a ``flow.distribute`` policy.
+        """
+        from graphfront.distribute import assert_is_valid_distribute
+        from graphfront.framework import job_builder as jb
+        from graphfront.framework.scope import device_count
+        assert_is_valid_distribute(distribute)
+        names = self.parallel_conf.device_name
+        if distribute.kind != "auto" and jb.is_building() and jb.current().job_name == self.job_name and \
+                len(names) and device_count(names) > 1:
+            from graphfront.distribute import parallel_cast
+            cast = parallel_cast(self, distribute=distribute)
+            cast.distribute = distribute
+            return cast
         other = BlobDesc(self.lbn, self.shape, self.dtype, self.parallel_conf, self.job_name, self.is_dynamic)
         other.distribute = distribute
         return other

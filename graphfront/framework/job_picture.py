@@ -48,7 +48,11 @@ def op_sbp(job, op) -> list:
         for bn, sbp in sorted(view.op_name2sbp_signature_conf[op.name].bn_in_op2sbp_parallel.items()):
             lines.append(f"{bn}: {_sbp_text(sbp)}")
     if op.name in view.op_name2nd_sbp_signature_conf:
+        one_d = view.op_name2sbp_signature_conf[op.name].bn_in_op2sbp_parallel if \
+            op.name in view.op_name2sbp_signature_conf else {}
         for bn, nd in sorted(view.op_name2nd_sbp_signature_conf[op.name].bn_in_op2nd_sbp.items()):
+            if bn in one_d and list(nd.sbp_parallel) == [one_d[bn]]:
+                continue  # the same layout as the 1-D signature line
             lines.append(f"{bn}: [{', '.join(_sbp_text(s) for s in nd.sbp_parallel)}]")
     kind = jb.op_kind(op)
     if kind == "variable_conf" and op.variable_conf.nd_sbp:

@@ -20,7 +20,8 @@ topological order and, per op, takes the valid candidate with the least boxing c
 axis evenly; a candidate that would split an uneven axis is not valid.
 
 The chosen signatures are written to ``job.job_parallel_view_conf.op_name2sbp_signature_conf``
-(bn names ``<arg>_<index>`` for user ops, the field name for system ops).
+and, as one-element ``NdSbp`` lists, to ``op_name2nd_sbp_signature_conf`` (bn names
+``<arg>_<index>`` for user ops, the field name for system ops).
 """
 from __future__ import annotations
 
@@ -408,9 +409,19 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False) -> dic
 
 
 def write_signature(job, op_name, sig):
-    conf = job.job_parallel_view_conf.op_name2sbp_signature_conf[op_name]
+    """Write ``sig`` (bn -> SBP string) as the op's 1-D signature
+    (``op_name2sbp_signature_conf``) and as the same layouts in N-D form
+    (``op_name2nd_sbp_signature_conf``, one ``SbpParallel`` per blob: graphfront's
+    placements have one hierarchy axis), the two fields OneFlow v0.6.0's
+    ``JobParallelViewConf`` (``oneflow/core/job/job.proto``) holds."""
+    view = job.job_parallel_view_conf
+    conf = view.op_name2sbp_signature_conf[op_name]
+    nd_conf = view.op_name2nd_sbp_signature_conf[op_name]
     for bn, s in sig.items():
         to_proto(s, conf.bn_in_op2sbp_parallel[bn])
+        nd = nd_conf.bn_in_op2nd_sbp[bn]
+        del nd.sbp_parallel[:]
+        to_proto(s, nd.sbp_parallel.add())
 
 
 def blob_sbps(job) -> dict:

@@ -1,0 +1,102 @@
+"""Many devices, continued: N-D SBP in the Job, ``blob.with_distribute`` as a layout,
+``flow.watch`` / ``flow.watch_diff`` and gradient accumulation on 2 CPU devices.
+
+Runs are compared with the same job on one device (same seeds and data).
+"""
+import copy
+
+import numpy as np
+import pytest
+
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework import job_builder as jb
+from graphfront.framework.session import default_session, trace
+from graphfront.parallel import sbp as _sbp
+from graphfront.passes import complete
+from graphfront.passes.boxing import boxing
+
+B, RTOL = 8, 1e-5
+
+
+def _completed(gf):
+    builder, _ = trace(default_session(), gf)
+    return boxing(complete(copy.deepcopy(builder.job)))
+
+
+def _session(ndev):
+    flow.clear_default_session()
+    flow.manual_seed(0)
+    flow.config.cpu_device_num(ndev)
+
+
+def _mlp_train_job(b=B, config=None, watched=None):
+    """An MLP with Adam; ``watched`` (a dict) collects watch / watch_diff values per step."""
+    @flow.global_function(type="train", function_config=config)
+    def train_job(x: tp.Numpy.Placeholder((b, 20)), y: tp.Numpy.Placeholder((b,), dtype=flow.int32)) -> tp.Numpy:
+        h = flow.layers.dense(x, 16, activation=flow.nn.relu, kernel_initializer=flow.random_normal_initializer(),
+                              name="fc1")
+        logits = flow.layers.dense(h, 5, kernel_initializer=flow.random_normal_initializer(), name="fc2")
+        if watched is not None:
+            flow.watch(h, lambda v: watched.setdefault("h", []).append(v.copy()))
+            flow.watch_diff(logits, lambda v: watched.setdefault("dlogits", []).append(v.copy()))
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [1e-2])).minimize(loss)
+        return loss
+    return train_job
+
+
+def _batches(steps, b=B, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((b, 20)).astype(np.float32), rng.integers(0, 5, b).astype(np.int32))
+            for _ in range(steps)]
+
+
+def _sigs(job, field):
+    view = job.job_parallel_view_conf
+    if field == "1d":
+        return {op: {bn: _sbp.from_proto(s) for bn, s in sig.bn_in_op2sbp_parallel.items()}
+                for op, sig in view.op_name2sbp_signature_conf.items()}
+    return {op: {bn: [_sbp.from_proto(s) for s in nd.sbp_parallel] for bn, nd in sig.bn_in_op2nd_sbp.items()}
+            for op, sig in view.op_name2nd_sbp_signature_conf.items()}
+
+
+def test_every_blob_has_its_nd_sbp_in_the_job_proto():
+    flow.config.cpu_device_num(2)
+    job = _completed(_mlp_train_job())
+    job = type(job).FromString(job.SerializeToString())  # read back from the bytes
+    one_d, nd = _sigs(job, "1d"), _sigs(job, "nd")
+    assert one_d and set(nd) == set(one_d) == {op.name for op in job.net.op}
+    for op in job.net.op:  # the N-D form is the 1-D layout as a one-element list, for every bn
+        assert nd[op.name] == {bn: [s] for bn, s in one_d[op.name].items()}, op.name
+        for arg, i, lbn in jb.op_outputs(op):
+            assert _sbp.bn_in_op(op, arg, i) in nd[op.name], lbn
+    reduce_op = next(op.name for op in job.net.op if jb.op_type_name(op) == "_nccl_logical_all_reduce")
+    assert nd[reduce_op] == {"in_0": ["P"], "out_0": ["B"]}
+    inp = next(op.name for op in job.net.op if jb.op_kind(op) == "input_conf")
+    assert nd[inp] == {"out": ["S(0)"]}
+
+
+def _with_distribute_job(distribute):
+    @flow.global_function()
+    def job_fn(x: tp.Numpy.Placeholder((4, 6))) -> tp.Numpy:
+        w = flow.get_variable("w", (6, 8), initializer=flow.random_normal_initializer())
+        return flow.math.tanh(flow.matmul(x, w.with_distribute(distribute)))
+    return job_fn
+
+
+def test_with_distribute_lays_the_blob_out_in_the_job():
+    flow.config.cpu_device_num(2)
+    job = _completed(_with_distribute_job(flow.distribute.split(1)))
+    sigs = _sigs(job, "1d")
+    mm = next(op.name for op in job.net.op if jb.op_type_name(op) == "matmul")
+    assert sigs[mm] == {"a_0": "B", "b_0": "S(1)", "out_0": "S(1)"}  # the consumer sees the weight split
+    types = [jb.op_type_name(op) for op in job.net.op]
+    assert "parallel_cast" in types and "_logical_b_to_s" in types  # the broadcast weight is sliced
+    assert "_nccl_logical_all_gather" in types  # the split(0) input is gathered for the broadcast operand
+
+
+def test_with_distribute_on_one_device_only_records_the_policy():
+    flow.config.cpu_device_num(1)
+    job = _completed(_with_distribute_job(flow.distribute.split(1)))
+    assert "parallel_cast" not in [jb.op_type_name(op) for op in job.net.op]

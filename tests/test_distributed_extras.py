@@ -38,8 +38,13 @@ def _mlp_train_job(b=B, config=None, watched=None):
                               name="fc1")
         logits = flow.layers.dense(h, 5, kernel_initializer=flow.random_normal_initializer(), name="fc2")
         if watched is not None:
-            flow.watch(h, lambda v: watched.setdefault("h", []).append(v.copy()))
-            flow.watch_diff(logits, lambda v: watched.setdefault("dlogits", []).append(v.copy()))
+            def on_h(v: tp.Numpy):
+                watched.setdefault("h", []).append(v.copy())
+
+            def on_dlogits(v: tp.Numpy):
+                watched.setdefault("dlogits", []).append(v.copy())
+            flow.watch(h, on_h)
+            flow.watch_diff(logits, on_dlogits)
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
         flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [1e-2])).minimize(loss)
         return loss
@@ -100,3 +105,56 @@ def test_with_distribute_on_one_device_only_records_the_policy():
     flow.config.cpu_device_num(1)
     job = _completed(_with_distribute_job(flow.distribute.split(1)))
     assert "parallel_cast" not in [jb.op_type_name(op) for op in job.net.op]
+
+
+def _run(ndev, make, batches):
+    _session(ndev)
+    job = make()
+    losses = np.array([job(x, y) for x, y in batches])
+    return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}, job
+
+
+@pytest.mark.slow  # spawns worker processes
+def test_watch_and_watch_diff_on_two_devices_see_the_logical_blobs():
+    batches = _batches(3, seed=4)
+    one_seen, two_seen = {}, {}
+    one, _, _ = _run(1, lambda: _mlp_train_job(watched=one_seen), batches)
+    two, _, job = _run(2, lambda: _mlp_train_job(watched=two_seen), batches)
+    np.testing.assert_allclose(two, one, rtol=RTOL)
+    for key in ("h", "dlogits"):
+        assert len(two_seen[key]) == len(one_seen[key]) == 3
+        for a, b in zip(two_seen[key], one_seen[key]):
+            assert a.shape == b.shape  # the whole batch, not one device's half
+            np.testing.assert_allclose(a, b, rtol=RTOL, atol=1e-7, err_msg=key)
+    types = [jb.op_type_name(op) for op in job.graph.proto.net.op]
+    assert types.count("foreign_watch_conf") == 2  # the Job still shows the watches
+
+
+def _with_distribute_train_job():
+    @flow.global_function(type="train")
+    def train_job(x: tp.Numpy.Placeholder((B, 20)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
+        w = flow.get_variable("w", (20, 16), initializer=flow.random_normal_initializer())
+        h = flow.nn.relu(flow.matmul(x, w.with_distribute(flow.distribute.split(1))))
+        h = h.with_distribute(flow.distribute.broadcast())
+        logits = flow.layers.dense(h, 5, kernel_initializer=flow.random_normal_initializer(), name="fc2")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [1e-2])).minimize(loss)
+        return loss
+    return train_job
+
+
+@pytest.mark.slow  # spawns worker processes
+def test_with_distribute_split_and_broadcast_match_one_device():
+    batches = _batches(4, seed=5)
+    one, one_vars, _ = _run(1, _with_distribute_train_job, batches)
+    two, two_vars, job = _run(2, _with_distribute_train_job, batches)
+    np.testing.assert_allclose(two, one, rtol=RTOL)
+    for k in one_vars:
+        np.testing.assert_allclose(two_vars[k], one_vars[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    proto = job.graph.proto
+    sigs = _sigs(proto, "1d")
+    casts = [op for op in proto.net.op if jb.op_type_name(op) == "parallel_cast"]
+    assert sorted(sigs[op.name]["out_0"] for op in casts) == ["B", "S(1)"]
+    types = [jb.op_type_name(op) for op in proto.net.op]
+    assert "_logical_b_to_s" in types  # the broadcast weight sliced for split(1)
+    assert "_nccl_logical_all_gather_noncontinuous" in types  # h (S(1)) gathered for broadcast()

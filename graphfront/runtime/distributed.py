@@ -85,6 +85,33 @@ def local_job(job, n, local_rank):
     return lj
 
 
+def watches_as_returns(job):
+    """``(worker job, handler uuids)``: a copy of ``job`` whose ``foreign_watch_conf`` ops
+    are return ops appended after the job's own, so the workers hand the watched blobs
+    (broadcast by the boxing pass: the logical values) back with the results and the
+    client calls the handlers, which live in its process."""
+    if not any(jb.op_kind(op) == "foreign_watch_conf" for op in job.net.op):
+        return job, []
+    from graphfront.core import op_conf_pb2
+    wj = copy.deepcopy(job)
+    kept, returns, uuids = [], [], []
+    for op in wj.net.op:
+        if jb.op_kind(op) != "foreign_watch_conf":
+            kept.append(op)
+            continue
+        ret = op_conf_pb2.OperatorConf(name=op.name, device_tag="cpu", scope_symbol_id=op.scope_symbol_id)
+        setattr(ret.return_conf, "in", getattr(op.foreign_watch_conf, "in"))
+        ret.return_conf.out = "out"
+        returns.append(ret)
+        uuids.append(op.foreign_watch_conf.handler_uuid)
+        sig = wj.job_parallel_view_conf.op_name2sbp_signature_conf.get(op.name)
+        if sig is not None and "in" in sig.bn_in_op2sbp_parallel:
+            _sbp.write_signature(wj, op.name, {"out": _sbp.from_proto(sig.bn_in_op2sbp_parallel["in"])})
+    del wj.net.op[:]
+    wj.net.op.extend(kept + returns)
+    return wj, uuids
+
+
 # ----------------------------------------------------------------------------- worker side
 
 def part(buf, shape):
@@ -427,10 +454,6 @@ class DistributedPlan:
         self.devices = set()
         descs = {lbn: jb.TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
         by_name = {op.name: op for op in job.net.op}
-        for op in job.net.op:
-            if jb.op_kind(op) == "foreign_watch_conf":
-                raise RuntimeError(f"job '{self.name}': flow.watch is not supported on several devices yet "
-                                   f"(op '{op.name}')")
         tags = {op.device_tag for op in job.net.op if jb.op_kind(op) not in ("return_conf",)}
         device_tag = "gpu" if "gpu" in tags else "cpu"
         self.group = _session_group(session, n, device_tag)
@@ -441,6 +464,12 @@ class DistributedPlan:
         if self.mirrored and len(self.group.ranks) != n:
             raise RuntimeError(f"job '{self.name}': the mirrored view runs on the devices of one machine; this job "
                                f"is placed on {n} devices of several machines (use the consistent view)")
+        watches = [op for op in job.net.op if jb.op_kind(op) == "foreign_watch_conf"]
+        if watches and self.mirrored:
+            raise RuntimeError(f"job '{self.name}': flow.watch / flow.watch_diff are not supported in the mirrored "
+                               f"view on several devices (op '{watches[0].name}'); use the consistent view")
+        self.watchers = session.watchers
+        worker_job, self.watch_uuids = watches_as_returns(job)
 
         def buffer(lbn):
             d = descs[lbn]
@@ -454,17 +483,22 @@ class DistributedPlan:
             return torch.zeros(d.shape, dtype=d.dtype.torch).share_memory_()
         self.feed_bufs = [buffer(f"{name}/out") for name in self.input_names]
         self.out_bufs = [buffer(getattr(by_name[name].return_conf, "in")) for name in self.output_names]
+        self.watch_bufs = [buffer(getattr(op.foreign_watch_conf, "in")) for op in watches]
         var_names = [op.name for op in job.net.op if jb.op_kind(op) == "variable_conf"]
         self.store.tensors  # noqa: B018 - bring the shared tensors up to date before sharing more
         new_vars = self.store.share(var_names)
-        replies = self.group.request("compile", (self.name, job.SerializeToString(), self.feed_bufs, self.out_bufs,
-                                                 new_vars))
+        replies = self.group.request("compile", (self.name, worker_job.SerializeToString(), self.feed_bufs,
+                                                 self.out_bufs + self.watch_bufs, new_vars))
         self.source = f"# device 0 of {n} (every device runs the same plan over its local shapes)\n" + replies[0]
 
     def __call__(self, feeds):
         """Run one step. ``feeds``: one tensor per argument, or for a mirrored job one list
         of per-device tensors per argument; a mirrored job's results are the devices'
-        parts concatenated along axis 0 (as OneFlow returns mirrored blobs)."""
+        parts concatenated along axis 0 (as OneFlow returns mirrored blobs: ``tp.ListNumpy``
+        gives a one-element list holding the concatenation, OneFlow v0.6.0
+        ``python/oneflow/compatible/single_client/framework/pull_util.py``,
+        ``_MirroredBlobPuller``). Watch handlers are called here, after the run, with the
+        whole (logical) watched blobs the workers returned."""
         self.store.before_run()
         feed_shapes = None
         if self.mirrored:
@@ -482,4 +516,6 @@ class DistributedPlan:
         if self.mirrored:
             return tuple(torch.cat([part(buf[r], shapes[k] or (1,)) for r, shapes in enumerate(replies)])
                          for k, buf in enumerate(self.out_bufs))
+        for uuid, buf in zip(self.watch_uuids, self.watch_bufs):
+            self.watchers[uuid](buf.clone())
         return tuple(b.clone() for b in self.out_bufs)

@@ -30,12 +30,12 @@ def _session(ndev):
     flow.config.cpu_device_num(ndev)
 
 
-def _mlp_train_job(b=B, config=None, watched=None):
+def _mlp_train_job(b=B, config=None, watched=None, model_distribute=None):
     """An MLP with Adam; ``watched`` (a dict) collects watch / watch_diff values per step."""
     @flow.global_function(type="train", function_config=config)
     def train_job(x: tp.Numpy.Placeholder((b, 20)), y: tp.Numpy.Placeholder((b,), dtype=flow.int32)) -> tp.Numpy:
         h = flow.layers.dense(x, 16, activation=flow.nn.relu, kernel_initializer=flow.random_normal_initializer(),
-                              name="fc1")
+                              name="fc1", model_distribute=model_distribute or flow.distribute.broadcast())
         logits = flow.layers.dense(h, 5, kernel_initializer=flow.random_normal_initializer(), name="fc2")
         if watched is not None:
             def on_h(v: tp.Numpy):
@@ -158,3 +158,33 @@ def test_with_distribute_split_and_broadcast_match_one_device():
     types = [jb.op_type_name(op) for op in proto.net.op]
     assert "_logical_b_to_s" in types  # the broadcast weight sliced for split(1)
     assert "_nccl_logical_all_gather_noncontinuous" in types  # h (S(1)) gathered for broadcast()
+
+
+def _accumulating(k, model_distribute=None):
+    def make():
+        config = flow.FunctionConfig()
+        if k > 1:
+            config.train.num_gradient_accumulation_steps(k)
+        return _mlp_train_job(config=config, model_distribute=model_distribute)
+    return make
+
+
+@pytest.mark.slow  # spawns worker processes
+@pytest.mark.parametrize("model_split", [False, True], ids=["data-parallel", "fc1-split(0)"])
+def test_gradient_accumulation_on_two_devices_matches_one_device_full_batch(model_split):
+    batches = _batches(4, seed=6)
+    md = flow.distribute.split(0) if model_split else None
+    one, one_vars, _ = _run(1, _accumulating(1, md), batches)
+    two, two_vars, job = _run(2, _accumulating(2, md), batches)
+    assert two.shape == one.shape == (4, B)  # the micro-batches' losses come back as the whole batch
+    np.testing.assert_allclose(two, one, rtol=RTOL)
+    assert two_vars.keys() - one_vars.keys() == {f"System-GradientAccumulation-Acc-{i}" for i in range(4)}
+    for k in one_vars:
+        np.testing.assert_allclose(two_vars[k], one_vars[k], rtol=RTOL, atol=1e-6, err_msg=k)
+    plan = job.compiled_job.plan
+    micro, update = plan.micro.job, plan.update.job
+    types = [jb.op_type_name(op) for op in micro.net.op]  # each micro-batch reduces its 4 gradients
+    assert types.count("_nccl_logical_all_reduce") + types.count("_nccl_logical_reduce_scatter") == 4
+    for part in (micro, update):  # the buffers hold all-reduced gradients, in their variable's layout
+        sbps = _sbp.blob_sbps(part)
+        assert sbps["System-GradientAccumulation-Acc-0/out"] == ("S(0)" if model_split else "B")

@@ -338,16 +338,21 @@ class CompiledJob:
                 from graphfront.passes.boxing import boxing, parallel_num
                 self.parallel_num = parallel_num(self.job)
                 if self.parallel_num > 1:  # many devices: SBP signatures, boxing ops, worker processes
-                    if accumulation_steps > 1:
-                        raise JobBuildError(f"job '{self.name}': gradient accumulation runs on one device; "
-                                            f"this job is placed on {self.parallel_num} devices")
+                    if accumulation_steps > 1 and logical_view == "mirrored":
+                        raise JobBuildError(f"job '{self.name}': gradient accumulation on several devices runs in "
+                                            "the consistent view; this job uses the mirrored view")
                     from graphfront.runtime.distributed import DistributedPlan
                     if logical_view == "mirrored":  # one part per device, gradients all-reduced
                         from graphfront.passes.mirrored import mirror
                         self.job = mirror(self.job, self.parallel_num, [ph.param_name for ph in placeholders])
                     else:
                         self.job = boxing(self.job, self.parallel_num)
-                    self.plan = DistributedPlan(session, self.job, self.parallel_num)
+                    if accumulation_steps > 1:  # data-parallel micro-batches, all-reduced gradients accumulated
+                        from graphfront.runtime.grad_accumulation import AccumulatingPlan
+                        self.plan = AccumulatingPlan(self.job, accumulation_steps, session, make_plan=lambda j, part: (
+                            DistributedPlan(session, j, self.parallel_num, part)))
+                    else:
+                        self.plan = DistributedPlan(session, self.job, self.parallel_num)
                 elif accumulation_steps > 1:  # micro-batches (FunctionConfig().train.num_gradient_accumulation_steps)
                     from graphfront.runtime.grad_accumulation import AccumulatingPlan
                     self.plan = AccumulatingPlan(self.job, accumulation_steps, session, cuda_graph=cuda_graph)

@@ -444,10 +444,12 @@ class DistributedPlan:
     Raises WorkerError (naming the device) when a worker fails or dies during a call.
     """
 
-    def __init__(self, session, job, n):
+    def __init__(self, session, job, n, part=""):
         from graphfront.runtime.plan import schedule
         self.job = job
         self.name = job.job_conf.job_name
+        self.key = f"{self.name}:{part}" if part else self.name  # the workers' name for it (``part``: one of
+        # several plans of a job, as gradient accumulation's "micro" and "update")
         self.order, _ = schedule(job)
         self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
         self.output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
@@ -487,7 +489,7 @@ class DistributedPlan:
         var_names = [op.name for op in job.net.op if jb.op_kind(op) == "variable_conf"]
         self.store.tensors  # noqa: B018 - bring the shared tensors up to date before sharing more
         new_vars = self.store.share(var_names)
-        replies = self.group.request("compile", (self.name, worker_job.SerializeToString(), self.feed_bufs,
+        replies = self.group.request("compile", (self.key, worker_job.SerializeToString(), self.feed_bufs,
                                                  self.out_bufs + self.watch_bufs, new_vars))
         self.source = f"# device 0 of {n} (every device runs the same plan over its local shapes)\n" + replies[0]
 
@@ -510,7 +512,7 @@ class DistributedPlan:
             for buf, f in zip(self.feed_bufs, feeds):
                 buf.copy_(f)
         try:
-            replies = self.group.request("run", (self.name, feed_shapes))
+            replies = self.group.request("run", (self.key, feed_shapes))
         finally:
             self.store.after_run()
         if self.mirrored:

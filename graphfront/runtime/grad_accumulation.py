@@ -18,7 +18,12 @@ graphfront builds the job for one micro-batch (placeholders with dim 0 divided b
   model-update ops) and the constants they read, with each gradient replaced by its
   buffer times ``1 / k``, after which the buffers are zeroed.
 
-Both are Jobs; each runs as an ordinary plan.
+Both are Jobs; each runs as an ordinary plan. A job on several devices is split after
+the boxing pass: each micro-batch is data parallel over the devices and all-reduces its
+gradients (the micro job keeps the ``System-Boxing-*`` ops), so the buffers accumulate
+whole gradients and one call equals the full-batch step on one device; the ops added
+here get the SBP of the gradient they accumulate, and the two jobs run on the workers
+(:class:`graphfront.runtime.distributed.DistributedPlan`).
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from graphfront.core import op_conf_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope as _scope
 from graphfront.framework.errors import JobBuildError
+from graphfront.parallel import sbp as _sbp
 from graphfront.passes.rewrite import Net
 from graphfront.runtime.plan import Plan
 
@@ -88,7 +94,19 @@ def split_job(job, k):
                 raise JobBuildError(f"job '{job.job_conf.job_name}': with gradient accumulation, op '{op.name}' "
                                     f"cannot read '{lbn}', a blob of the optimizer update")
             micro_needed.add(src)
-    return _micro_job(job, update, micro_needed, boundary), _update_job(job, update, boundary, k)
+    sbps = _sbp.blob_sbps(job)  # a multi-device job: each gradient's layout (empty on one device)
+    layouts = [sbps.get(lbn) for lbn in boundary]
+    return (_micro_job(job, update, micro_needed, boundary, layouts),
+            _update_job(job, update, boundary, k, layouts))
+
+
+def _lay_out(net, added, sbp):
+    """Give the added ops the SBP ``sbp`` on every blob (no-op on one device)."""
+    if sbp is None:
+        return
+    for op in added:
+        bns = [_sbp.bn_in_op(op, a, i) for a, i, _ in jb.op_inputs(op) + jb.op_outputs(op)]
+        _sbp.write_signature(net.job, op.name, dict.fromkeys(bns, sbp))
 
 
 def _buffer_variable(net, lbn, i):
@@ -112,7 +130,7 @@ def _buffer_variable(net, lbn, i):
     return f"{conf.name}/out"
 
 
-def _micro_job(job, update, micro_needed, boundary):
+def _micro_job(job, update, micro_needed, boundary, layouts):
     micro = copy.deepcopy(job)
     net = Net(micro)
     net.remove(*[n for n in update if n not in micro_needed])
@@ -122,13 +140,14 @@ def _micro_job(job, update, micro_needed, boundary):
         buf = _buffer_variable(net, lbn, i)
         name = net.producer_op(lbn).name
         total = net.add_user_op(f"{BUFFER_PREFIX}{i}-Add", "add_n", {"in": [buf, lbn]}, like_op=name)
-        net.add_user_op(f"{BUFFER_PREFIX}{i}-Assign", "assign",
-                        {"ref": buf, "value": total.user_conf.output["out"].s[0]}, outputs=(), like_op=name)
+        assign = net.add_user_op(f"{BUFFER_PREFIX}{i}-Assign", "assign",
+                                 {"ref": buf, "value": total.user_conf.output["out"].s[0]}, outputs=(), like_op=name)
+        _lay_out(net, [net.producer_op(buf), total, assign], layouts[i])
     micro.job_conf.train_conf.ClearField("optimizer_conf")
     return net.finish()
 
 
-def _update_job(job, update, boundary, k):
+def _update_job(job, update, boundary, k, layouts):
     upd = copy.deepcopy(job)
     net = Net(upd)
     keep = set(update)
@@ -151,6 +170,7 @@ def _update_job(job, update, boundary, k):
                                 {"ref": buf, "value": zeros.user_conf.output["out"].s[0]}, outputs=(),
                                 like_op=readers[0][0].name)
         reset.ctrl_in_op_name.append(mean.name)
+        _lay_out(net, [net.producer_op(buf), mean, zeros, reset], layouts[i])
         keep.update({buf.split("/")[0], mean.name, zeros.name, reset.name})
     net.remove(*[n for n in net.ops if n not in keep])
     for rel in upd.helper.tag2lbi_relations.values():
@@ -163,14 +183,17 @@ class AccumulatingPlan:
     micro-batch, the update plan once per call (see module docstring). Quacks like
     :class:`graphfront.runtime.plan.Plan` for the session and the inspectors."""
 
-    def __init__(self, job, k, session, cuda_graph=True):
+    def __init__(self, job, k, session, cuda_graph=True, make_plan=None):
+        """``make_plan(job, part)`` lowers each of the two jobs, ``part`` "micro" or
+        "update" (default: a :class:`graphfront.runtime.plan.Plan` in this process)."""
         self.job = job
         self.k = k
         micro_job, update_job = split_job(job, k)
         session.init_variables(micro_job)
         session.init_variables(update_job)
-        self.micro = Plan(micro_job, session.variables, session.watchers, cuda_graph=cuda_graph)
-        self.update = Plan(update_job, session.variables, session.watchers, cuda_graph=cuda_graph)
+        make_plan = make_plan or (lambda j, part: Plan(j, session.variables, session.watchers, cuda_graph=cuda_graph))
+        self.micro = make_plan(micro_job, "micro")
+        self.update = make_plan(update_job, "update")
         self.input_names = self.micro.input_names
         self.output_names = self.micro.output_names
         self.order = list(self.micro.order) + list(self.update.order)

@@ -110,13 +110,14 @@ class BlobDesc:
     def with_distribute(self, distribute):
         """The blob laid out as ``distribute`` for the ops that read the returned handle.
 
-        In a job being built on several devices, a ``flow.distribute.split(axis)`` or
-        ``broadcast()`` policy builds a ``parallel_cast`` op (as ``flow.parallel_cast``):
-        SBP inference gives the consumers the blob in that layout and the boxing pass
-        inserts the collective that makes it (OneFlow v0.6.0
-        ``python/oneflow/compatible/single_client/framework/remote_blob.py``,
-        ``with_distribute``). On one device, or for ``auto()``, the handle only carries
-        the policy (``.distribute``); the values are the same either way.
+        OneFlow (v0.6.0 ``python/oneflow/compatible/single_client/framework/remote_blob.py``,
+        ``with_distribute``) keeps the blob name and hands the policy to the SBP inference
+        of the ops reading the handle. graphfront makes that layout an op: in a job being
+        built on several devices, a ``flow.distribute.split(axis)`` or ``broadcast()``
+        policy builds a ``parallel_cast`` op (as ``flow.parallel_cast``), so the readers
+        get the blob in that layout and the boxing pass inserts the collective that makes
+        it. On one device, or for ``auto()``, the handle only carries the policy
+        (``.distribute``); the values are the same either way.
 
         Args:
             distribute: a ``flow.distribute`` policy.

@@ -188,3 +188,5 @@ def test_gradient_accumulation_on_two_devices_matches_one_device_full_batch(mode
     for part in (micro, update):  # the buffers hold all-reduced gradients, in their variable's layout
         sbps = _sbp.blob_sbps(part)
         assert sbps["System-GradientAccumulation-Acc-0/out"] == ("S(0)" if model_split else "B")
+        names = {op.name for op in part.net.op}  # each op of each part, and only those, has its layouts
+        assert set(_sigs(part, "1d")) == set(_sigs(part, "nd")) == names

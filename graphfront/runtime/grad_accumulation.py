@@ -109,6 +109,17 @@ def _lay_out(net, added, sbp):
         _sbp.write_signature(net.job, op.name, dict.fromkeys(bns, sbp))
 
 
+def _finish(net):
+    """``net.finish()``, dropping the SBP signatures of the ops the split removed."""
+    job = net.finish()
+    names = {op.name for op in job.net.op}
+    view = job.job_parallel_view_conf
+    for table in (view.op_name2sbp_signature_conf, view.op_name2nd_sbp_signature_conf):
+        for name in [n for n in table if n not in names]:
+            del table[name]
+    return job
+
+
 def _buffer_variable(net, lbn, i):
     d = net.desc(lbn)
     conf = op_conf_pb2.OperatorConf(name=f"{BUFFER_PREFIX}{i}")
@@ -144,7 +155,7 @@ def _micro_job(job, update, micro_needed, boundary, layouts):
                                  {"ref": buf, "value": total.user_conf.output["out"].s[0]}, outputs=(), like_op=name)
         _lay_out(net, [net.producer_op(buf), total, assign], layouts[i])
     micro.job_conf.train_conf.ClearField("optimizer_conf")
-    return net.finish()
+    return _finish(net)
 
 
 def _update_job(job, update, boundary, k, layouts):
@@ -175,7 +186,7 @@ def _update_job(job, update, boundary, k, layouts):
     net.remove(*[n for n in net.ops if n not in keep])
     for rel in upd.helper.tag2lbi_relations.values():
         del rel.pair[:]
-    return net.finish()
+    return _finish(net)
 
 
 class AccumulatingPlan:

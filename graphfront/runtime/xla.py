@@ -2,7 +2,7 @@
 
 ``FunctionConfig().compile_mode("xla")`` lowers a job to one pure function
 
-    step(mutable_vars, const_vars, feeds, key) -> (results, new_mutable_vars, key)
+    step(mutable_vars, const_vars, feeds, learning_rates, key) -> (results, new_mutable_vars, key)
 
 built by walking the scheduled ops (:func:`graphfront.runtime.plan.schedule`) and calling
 each op's ``xla`` rule (see :mod:`graphfront.ops.registry`) on ``jax.Array`` values: an
@@ -11,6 +11,11 @@ variable's final value is returned as its new state. ``jax.jit`` compiles that f
 (the variables updated by the job are donated, so XLA updates their buffers in place);
 the result is the fused native code of the whole step, as OneFlow's XRT handed sub-graphs
 to XLA (``use_xla_jit``, ``oneflow/xrt/xla/``).
+
+A learning-rate schedule reading the train-step variable is evaluated on the host before
+each call (:func:`graphfront.ops.system.learning_rate_at` on the variable's value) and fed
+to the step, rather than through its ``xla`` rule's host callback inside the step (which
+costs a round trip from compiled code to Python on every step).
 
 Variables. The session's :class:`~graphfront.runtime.variables.VariableStore` holds
 torch tensors that plan-mode jobs, checkpoints and ``flow.load_variables`` read and
@@ -48,7 +53,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry
-from graphfront.ops.system import lookup_system
+from graphfront.ops.system import learning_rate_at, lookup_system
 from graphfront.runtime.native import cache_root, job_digest
 from graphfront.runtime.plan import KernelCtx, call_layout, device_of, placements_of, schedule
 
@@ -111,7 +116,7 @@ class JaxVariables:
     def get(self, names, device):
         """The current jax values of ``names`` (re-imported where torch wrote since)."""
         jax = import_jax()
-        tensors = self.store.tensors  # (flushes what is pending first)
+        tensors = self.store._tensors  # (not the pending flush: writers of the tensors ran it first)
         out = []
         for name in names:
             t = tensors[name]
@@ -182,8 +187,8 @@ class XlaPlan:
         self.variables = JaxVariables.of(variables)
         self.has_random = any(_is_random(op) for op in order)
         self.key = jax.random.key(int(torch.randint(0, 2 ** 31 - 1, ()))) if self.has_random else None
-        step = _build_step(jax, job, order, self.input_names, self.output_names, self.mutable_names,
-                           self.const_names)
+        step, self.lr_ops = _build_step(jax, job, order, self.input_names, self.output_names,
+                                        self.mutable_names, self.const_names)
         self._step = jax.jit(step, donate_argnums=(0,))
         self.source = "\n".join([f"# job {name!r} lowered to one jax function compiled by XLA; its ops in order:"] +
                                 [f"#   {op.name!r} ({jb.op_type_name(op)})" for op in order])
@@ -193,15 +198,24 @@ class XlaPlan:
     def __call__(self, feeds):
         mutable = self.variables.get(self.mutable_names, self.device)
         const = self.variables.get(self.const_names, self.device)
+        lrs = self._learning_rates()
         if self.compile_seconds is None:
-            return self._first_call(mutable, const, feeds)
-        results, new, self.key = self._step(mutable, const, feeds, self.key)
+            return self._first_call(mutable, const, feeds, lrs)
+        results, new, self.key = self._step(mutable, const, feeds, lrs, self.key)
         self.variables.set(self.mutable_names, new)
         return results
 
-    def _first_call(self, mutable, const, feeds):
+    def _learning_rates(self):
+        if not self.lr_ops:
+            return ()
+        steps = dict(zip(*[[n for _, n in self.lr_ops],
+                           self.variables.get([n for _, n in self.lr_ops], self.device)]))
+        return tuple(np.array([learning_rate_at(conf, int(np.asarray(steps[name]).reshape(-1)[0]))], np.float32)
+                     for conf, name in self.lr_ops)
+
+    def _first_call(self, mutable, const, feeds, lrs):
         start, hits = time.perf_counter(), _CACHE_EVENTS["hits"]
-        results, new, self.key = self._step(mutable, const, feeds, self.key)
+        results, new, self.key = self._step(mutable, const, feeds, lrs, self.key)
         self.variables.set(self.mutable_names, new)
         self.compile_seconds = time.perf_counter() - start
         self.cache_hits = _CACHE_EVENTS["hits"] - hits
@@ -268,9 +282,14 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
     descs = {lbn: TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
     var_of = _aliases(order)
     calls = []  # (op, fn, input groups, output groups, mutated groups, random)
+    lr_ops = []  # (learning_rate_schedule_conf, train-step variable name), fed as learning_rates
+    lr_index = {}
     for op in order:
         kind = jb.op_kind(op)
-        if kind in ("input_conf", "variable_conf", "return_conf"):
+        if kind == "learning_rate_schedule_conf" and op.learning_rate_schedule_conf.train_step in var_of:
+            lr_index[op.name] = (len(lr_ops), jb.op_outputs(op)[0][2])
+            lr_ops.append((op.learning_rate_schedule_conf, var_of[op.learning_rate_schedule_conf.train_step]))
+        if kind in ("input_conf", "variable_conf", "return_conf") or op.name in lr_index:
             calls.append((op, None, None, None, None, False))
             continue
         if kind == "user_conf":
@@ -289,12 +308,16 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
     mutable_index = {n: i for i, n in enumerate(mutable_names)}
     const_index = {n: i for i, n in enumerate(const_names)}
 
-    def step(mutable, const, feeds, key):
+    def step(mutable, const, feeds, learning_rates, key):
         env = {}
         state = list(mutable)
         results = [None] * len(output_names)
         for op, fn, ins, outs, mutated, random in calls:
             kind = jb.op_kind(op)
+            if op.name in lr_index:
+                i, lbn = lr_index[op.name]
+                env[lbn] = learning_rates[i]
+                continue
             if kind == "input_conf":
                 env[f"{op.name}/out"] = feeds[input_index[op.name]]
                 continue
@@ -331,4 +354,4 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
                     env[lbns[0]] = value
         return tuple(results), state, key
 
-    return step
+    return step, lr_ops

@@ -154,7 +154,8 @@ class XlaPlan:
         input_names, output_names, order, devices: as :class:`~graphfront.runtime.plan.Plan`.
         source: a listing of the lowered ops, in order.
         digest: the completed Job's SHA-256.
-        compile_seconds: wall time of the first call (trace + compile or cache load).
+        compile_seconds: wall time of tracing and compiling the step on the first call (or
+            loading it from the disk cache), without running it.
         cache_hits: persistent-cache hits during that compile (> 0: loaded from disk).
         takes_numpy: True: feeds are passed as numpy arrays (no torch conversion).
     """
@@ -186,7 +187,9 @@ class XlaPlan:
         self.mutable_names = [n for n in self.var_names if n in self.mutated]
         self.variables = JaxVariables.of(variables)
         self.has_random = any(_is_random(op) for op in order)
-        self.key = jax.random.key(int(torch.randint(0, 2 ** 31 - 1, ()))) if self.has_random else None
+        self.key = None
+        if self.has_random:  # (committed to the device, as the keys the step returns: one compiled variant)
+            self.key = jax.device_put(jax.random.key(int(torch.randint(0, 2 ** 31 - 1, ()))), self.device)
         step, self.lr_ops = _build_step(jax, job, order, self.input_names, self.output_names,
                                         self.mutable_names, self.const_names)
         self._step = jax.jit(step, donate_argnums=(0,))
@@ -215,10 +218,11 @@ class XlaPlan:
 
     def _first_call(self, mutable, const, feeds, lrs):
         start, hits = time.perf_counter(), _CACHE_EVENTS["hits"]
-        results, new, self.key = self._step(mutable, const, feeds, lrs, self.key)
-        self.variables.set(self.mutable_names, new)
+        self._step = self._step.lower(mutable, const, feeds, lrs, self.key).compile()
         self.compile_seconds = time.perf_counter() - start
         self.cache_hits = _CACHE_EVENTS["hits"] - hits
+        results, new, self.key = self._step(mutable, const, feeds, lrs, self.key)
+        self.variables.set(self.mutable_names, new)
         return results
 
 

@@ -48,6 +48,9 @@ def _optimizer(kind, rate=0.1):
         return flow.optimizer.SGD(lr, momentum=0)
     if kind == "momentum":
         return flow.optimizer.SGD(lr, momentum=0.9)
+    if kind == "warmup_cosine":
+        return flow.optimizer.SGD(flow.optimizer.CosineScheduler(rate, 4, warmup=flow.optimizer.warmup.linear(2, 0.1)),
+                                  momentum=0.9)
     return flow.optimizer.Adam(lr)
 
 
@@ -85,7 +88,7 @@ def _assert_same_training(got, want):
         np.testing.assert_allclose(got[1][name], want[1][name], rtol=RTOL, atol=ATOL, err_msg=name)
 
 
-@pytest.mark.parametrize("opt", ["sgd", "momentum", "adam"])
+@pytest.mark.parametrize("opt", ["sgd", "momentum", "adam", "warmup_cosine"])
 def test_mlp_training_matches_the_plan(opt):
     want = _run_train("plan", _mlp, (8, 12), 16, opt)
     got = _run_train("xla", _mlp, (8, 12), 16, opt)

@@ -213,9 +213,40 @@ def test_an_op_without_a_rule_is_named():
         job(np.zeros((2, 3), np.float32))
 
 
+def test_serving_a_saved_model_with_xla(tmp_path):
+    flow.manual_seed(0)
+    lbns = {}
+
+    @flow.global_function(type="predict")
+    def predict(images: tp.Numpy.Placeholder((1, 1, 28, 28), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            prob = flow.nn.softmax(lenet(images))
+        lbns.update(image=images.logical_blob_name, prob=prob.logical_blob_name)
+        return prob
+    img = np.random.default_rng(5).random((1, 1, 28, 28), dtype=np.float32)
+    want = predict(img)
+    builder = flow.saved_model.ModelBuilder(str(tmp_path / "saved")).ModelName("lenet").Version(1)
+    builder.AddFunction(predict).AddSignature("serve").Input("image", lbns["image"]).Output("prob", lbns["prob"])
+    builder.Save()
+    option = flow.serving.SessionOption()
+    option.device_tag = "cpu"
+    option.compile_mode = "xla"
+    sess = flow.serving.InferenceSession(option)
+    sess.load_saved_model(str(tmp_path / "saved"))
+    sess.launch()
+    got = [sess.run(sess.list_jobs()[0], image=img)[0] for _ in range(2)]
+    assert type(sess.job().plan).__name__ == "XlaPlan"
+    for g in got:
+        np.testing.assert_allclose(g, want, rtol=RTOL, atol=ATOL)
+
+
 def test_compile_mode_rejects_unknown_modes():
     with pytest.raises(ValueError, match="'plan', 'native', 'xla'"):
         flow.FunctionConfig().compile_mode("tvm")
+    option = flow.serving.SessionOption()
+    option.compile_mode = "tvm"
+    with pytest.raises(ValueError, match="'plan', 'native' or 'xla', received 'tvm'"):
+        flow.serving.InferenceSession(option)
 
 
 _CACHE_SCRIPT = """

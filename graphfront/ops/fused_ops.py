@@ -53,7 +53,7 @@ import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import like, same_dtype
-from graphfront.ops.nn_ops import CONV_GRAD_ATTRS, POOL_ATTRS, layout_for, pool_geometry, torch_dilation
+from graphfront.ops.nn_ops import CONV_GRAD_ATTRS, POOL_ATTRS, conv_xla_fn, layout_for, pool_geometry, torch_dilation
 from graphfront.ops import xla_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -129,10 +129,14 @@ def _bias_add_relu_kernel(k):
     return fused_bias_add_relu
 
 
+def _bias_add_relu_xla(k):
+    view = [-1 if i == k.attr("axis") else 1 for i in range(len(k.input("a").shape))]
+    return lambda a, b: xla_rules.jnp().maximum(a + b.reshape(view), 0)
+
+
 op("fused_bias_add_relu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_relu_infer, kernel=_bias_add_relu_kernel, sbp=_sbp.bias_add,
-   xla=lambda k: (lambda a, b, view=[-1 if i == k.attr("axis") else 1 for i in range(len(k.input("a").shape))]:
-                  xla_rules.jnp().maximum(a + b.reshape(view), 0)),
+   xla=_bias_add_relu_xla,
    doc="graphfront-only: relu(bias_add(a, b, axis)); written by the fusion pass")
 
 
@@ -200,7 +204,6 @@ def _conv_grad_kernel(k):
 
 def _conv_grad_xla(k):
     import jax
-    from graphfront.ops.nn_ops import conv_xla_fn
     n = k.attr("num_spatial_dims")
     conv = conv_xla_fn(k, n)
     x_desc = k.input("x")
@@ -356,15 +359,16 @@ def _fused_pool_grad_xla(n):
         plane = math.prod(padded)
         crop = tuple(slice(b, b + s) for s, (b, a) in zip(cf[2:], pads))
         relu = k.attr("relu_grad")
-        rows = jnp.arange(cf[0] * cf[1])[:, None]
+        planes = cf[0] * cf[1]
 
         def fused_tf_max_pool_grad(x, y, indices, dy):
             if relu:
                 dy = jnp.where(y > 0, dy, 0)
             if not first:
                 dy, indices = xla_rules.to_first(dy, n), xla_rules.to_first(indices, n)
-            flat = jnp.zeros((cf[0] * cf[1], plane), dy.dtype).at[rows, indices.reshape(cf[0] * cf[1], -1)].add(
-                dy.reshape(cf[0] * cf[1], -1))
+            rows = jnp.arange(planes)[:, None]
+            flat = jnp.zeros((planes, plane), dy.dtype).at[rows, indices.reshape(planes, -1)].add(
+                dy.reshape(planes, -1))
             dx = flat.reshape(cf[:2] + padded)[(slice(None), slice(None)) + crop]
             return dx if first else xla_rules.to_last(dx, n)
         return fused_tf_max_pool_grad

@@ -161,10 +161,7 @@ def conv_xla_fn(k, n):
     op's data_format (``lax.conv_general_dilated``; symmetric ``padding_before`` pads as
     the torch kernels). Shared by the conv ops and their grads' XLA rules."""
     lax = xla_rules.lax()
-    dn = xla_rules.conv_dimension_numbers(n)
-    if k.attr("data_format") == "channels_last":
-        spatial = "DHW"[3 - n:]
-        dn = ("N" + spatial + "C", "O" + spatial + "I", "N" + spatial + "C")
+    dn = xla_rules.conv_dimension_numbers(n, k.attr("data_format") == "channels_first")
     args = dict(window_strides=tuple(k.attr("strides")), padding=[(p, p) for p in k.attr("padding_before")],
                 rhs_dilation=tuple(k.attr("dilation_rate")), dimension_numbers=dn,
                 feature_group_count=k.attr("groups"))

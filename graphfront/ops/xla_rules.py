@@ -83,7 +83,10 @@ def to_last(x, n):
     return jnp().transpose(x, (0,) + tuple(range(2, n + 2)) + (1,))
 
 
-def conv_dimension_numbers(n):
-    """``lax.conv_general_dilated`` layout names of a channels_first rank ``n + 2`` conv."""
+def conv_dimension_numbers(n, channels_first=True):
+    """``lax.conv_general_dilated`` layout names of a rank ``n + 2`` convolution: input,
+    weight and output ``NC<spatial>``/``OI<spatial>`` or ``N<spatial>C``/``O<spatial>I``."""
     spatial = "DHW"[3 - n:]
-    return ("NC" + spatial, "OI" + spatial, "NC" + spatial)
+    if channels_first:
+        return ("NC" + spatial, "OI" + spatial, "NC" + spatial)
+    return ("N" + spatial + "C", "O" + spatial + "I", "N" + spatial + "C")

@@ -121,7 +121,7 @@ class JaxVariables:
         for name in names:
             t = tensors[name]
             if name not in self.arrays or t._version != self.versions[name]:
-                self.arrays[name] = jax.device_put(np.array(_dt.tensor_to_numpy(t)), device)
+                self.arrays[name] = jax.device_put(_dt.tensor_to_numpy(t), device)  # (a copy)
                 self.versions[name] = t._version
             out.append(self.arrays[name])
         return out

@@ -115,15 +115,15 @@ class JaxVariables:
 
     def get(self, names, device):
         """The current jax values of ``names`` (re-imported where torch wrote since)."""
-        jax = import_jax()
         tensors = self.store._tensors  # (not the pending flush: writers of the tensors ran it first)
+        arrays, versions = self.arrays, self.versions
         out = []
         for name in names:
             t = tensors[name]
-            if name not in self.arrays or t._version != self.versions[name]:
-                self.arrays[name] = jax.device_put(_dt.tensor_to_numpy(t), device)  # (a copy)
-                self.versions[name] = t._version
-            out.append(self.arrays[name])
+            if name not in arrays or t._version != versions[name]:
+                arrays[name] = import_jax().device_put(_dt.tensor_to_numpy(t), device)  # (a copy)
+                versions[name] = t._version
+            out.append(arrays[name])
         return out
 
     def set(self, names, values):
@@ -185,6 +185,8 @@ class XlaPlan:
         self.mutated = _mutated_variables(order)
         self.const_names = [n for n in self.var_names if n not in self.mutated]
         self.mutable_names = [n for n in self.var_names if n in self.mutated]
+        self.var_names = self.mutable_names + self.const_names
+        self.n_mutable = len(self.mutable_names)
         self.variables = JaxVariables.of(variables)
         self.has_random = any(_is_random(op) for op in order)
         self.key = None
@@ -199,8 +201,8 @@ class XlaPlan:
         self.cache_hits = 0
 
     def __call__(self, feeds):
-        mutable = self.variables.get(self.mutable_names, self.device)
-        const = self.variables.get(self.const_names, self.device)
+        values = self.variables.get(self.var_names, self.device)
+        mutable, const = values[:self.n_mutable], values[self.n_mutable:]
         lrs = self._learning_rates()
         if self.compile_seconds is None:
             return self._first_call(mutable, const, feeds, lrs)

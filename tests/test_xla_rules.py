@@ -246,3 +246,32 @@ def test_xla_rule_matches_the_kernel(op_type):
     for arg in variables:  # each updated variable moved from the value it was loaded with
         for i, before in enumerate(arrays[arg] if isinstance(arrays[arg], list) else [arrays[arg]]):
             assert not np.allclose(got[1][f"var_{arg}_{i}"], before), f"{op_type}: {arg} {i} was not updated"
+
+
+def test_system_op_rules_match_their_kernels():
+    import jax
+    from graphfront.core import op_conf_pb2
+    from graphfront.ops.system import SYSTEM_OPS
+    from graphfront.runtime.xla import import_jax
+    import_jax()  # (64-bit types, as in the XLA lowering)
+    assert sorted(k for k, d in SYSTEM_OPS.items() if d.xla) == ["constant_like_conf", "identity_conf",
+                                                                "learning_rate_schedule_conf"]
+    like = np.arange(6, dtype=np.float32).reshape(2, 3)
+    conf = op_conf_pb2.OperatorConf().constant_like_conf
+    conf.int_operand = 7
+    conf.data_type = flow.int64.proto
+    for kind, conf, args in (("identity_conf", None, [like]), ("constant_like_conf", conf, [like])):
+        want = SYSTEM_OPS[kind].kernel(conf)(*[torch.from_numpy(a) for a in args]).numpy()
+        got = np.asarray(jax.jit(SYSTEM_OPS[kind].xla(conf))(*args))
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    lr = op_conf_pb2.OperatorConf().learning_rate_schedule_conf
+    lr.learning_rate = 0.5
+    lr.learning_rate_decay.cosine_conf.decay_batches = 10
+    lr.warmup_conf.linear_conf.warmup_batches = 3
+    lr.warmup_conf.linear_conf.start_multiplier = 0.1
+    fn = jax.jit(SYSTEM_OPS["learning_rate_schedule_conf"].xla(lr))
+    kernel = SYSTEM_OPS["learning_rate_schedule_conf"].kernel(lr)
+    for step in (0, 2, 3, 7, 12):
+        t = np.array([step], np.int64)
+        np.testing.assert_array_equal(np.asarray(fn(t)), kernel(torch.from_numpy(t)).numpy())

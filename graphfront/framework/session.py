@@ -403,8 +403,8 @@ class CompiledJob:
                             f"{format_location(user_frame())}")
         feeds = [self._feed(i, ph, a) for i, (ph, a) in enumerate(zip(self.placeholders, args))]
         with self.session.lock:
-            if not self.takes_numpy:  # plans bound to the variable tensors need them up to date
-                self.session.variables.flush()
+            if self.parallel_num == 1 and not self.takes_numpy:  # a Plan binds the variable tensors: bring
+                self.session.variables.flush()                    # them up to date (after XLA runs)
             outs = self.plan(feeds)
         ann = self.return_annotation
         if self.return_structure is None and ann is inspect.Signature.empty:

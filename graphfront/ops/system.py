@@ -241,8 +241,9 @@ def _lr_kernel(conf):
 
 
 def _lr_xla(conf):
-    """The schedule evaluated on the host by :func:`learning_rate_at` (one callback per
-    step: the schedule is a Python function of the step), float32 ``(1,)``."""
+    """float32 ``(1,)``: the schedule evaluated on the host by :func:`learning_rate_at`
+    through a host callback from the compiled step (the schedule is a Python function of
+    the step). The XLA lowering feeds the value instead when ``train_step`` is a variable."""
     import jax
     import numpy as np
     out = jax.ShapeDtypeStruct((1,), np.float32)

@@ -28,9 +28,10 @@ runs).
 
 Compile cache. XLA executables are cached on disk by JAX's persistent compilation cache
 under ``<cache root>/xla`` (``$GRAPHFRONT_CACHE_DIR``, see
-:func:`graphfront.runtime.native.cache_root`), so a second process compiling the same job
-(its Job digest names it in :attr:`XlaPlan.digest`) loads the executable instead of
-running XLA's optimizer again.
+:func:`graphfront.runtime.native.cache_root`, read when the first job of a process is
+lowered), so a second process compiling the same job (the same completed Job, whose
+digest is :attr:`XlaPlan.digest`) loads the executable instead of running XLA's
+optimizer again; it still traces and lowers the job (tens of milliseconds).
 
 Dtypes: jax runs with 64-bit types enabled (``jax_enable_x64``), so int64 and float64
 blobs keep their dtypes, as in the other lowerings. That setting is global to the process.
@@ -181,10 +182,10 @@ class XlaPlan:
         self.device = _jax_device(jax, name, "cuda" in self.devices)
         self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
         self.output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
-        self.var_names = [op.name for op in order if jb.op_kind(op) == "variable_conf"]
-        self.mutated = _mutated_variables(order)
-        self.const_names = [n for n in self.var_names if n not in self.mutated]
-        self.mutable_names = [n for n in self.var_names if n in self.mutated]
+        names = [op.name for op in order if jb.op_kind(op) == "variable_conf"]
+        mutated = _mutated_variables(order)
+        self.mutable_names = [n for n in names if n in mutated]  # (donated to the step)
+        self.const_names = [n for n in names if n not in mutated]
         self.var_names = self.mutable_names + self.const_names
         self.n_mutable = len(self.mutable_names)
         self.variables = JaxVariables.of(variables)
@@ -213,10 +214,9 @@ class XlaPlan:
     def _learning_rates(self):
         if not self.lr_ops:
             return ()
-        steps = dict(zip(*[[n for _, n in self.lr_ops],
-                           self.variables.get([n for _, n in self.lr_ops], self.device)]))
-        return tuple(np.array([learning_rate_at(conf, int(np.asarray(steps[name]).reshape(-1)[0]))], np.float32)
-                     for conf, name in self.lr_ops)
+        steps = self.variables.get([name for _, name in self.lr_ops], self.device)
+        return tuple(np.array([learning_rate_at(conf, int(np.asarray(step).reshape(-1)[0]))], np.float32)
+                     for (conf, _), step in zip(self.lr_ops, steps))
 
     def _first_call(self, mutable, const, feeds, lrs):
         start, hits = time.perf_counter(), _CACHE_EVENTS["hits"]

@@ -14,6 +14,7 @@ import pytest
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework.errors import JobBuildError
+from graphfront.framework.session import default_session
 from lenet import lenet
 
 jax = pytest.importorskip("jax")  # the `xla` and `test` extras install it
@@ -54,15 +55,15 @@ def _optimizer(kind, rate=0.1):
     return flow.optimizer.Adam(lr)
 
 
-def _train_job(mode, net, shape, n_classes, opt="sgd", rate=0.1):
-    @flow.global_function(type="train", function_config=_config(mode))
+def _train_job(mode, net, shape, n_classes, opt="sgd", rate=0.1, name="train"):
     def train(x: tp.Numpy.Placeholder(shape, dtype=flow.float),
               labels: tp.Numpy.Placeholder((shape[0],), dtype=flow.int32)) -> tp.Numpy:
         with flow.scope.placement("cpu", "0:0"):
             loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, net(x), name="loss")
         _optimizer(opt, rate).minimize(loss)
         return loss
-    return train
+    train.__name__ = name
+    return flow.global_function(type="train", function_config=_config(mode))(train)
 
 
 def _run_train(mode, net, shape, n_classes, opt="sgd", steps=5, rate=0.1):
@@ -186,6 +187,23 @@ def test_xla_train_and_plan_eval_share_variables():
     flow.load_variables(zeros)
     loss = train(x, y)
     np.testing.assert_allclose(loss, np.full(8, np.log(16.0), np.float32), rtol=1e-6)
+
+
+def test_xla_and_plan_train_jobs_alternate_on_the_same_variables():
+    """Steps alternating between an xla and a plan-mode train job equal plan-only steps."""
+    rng = np.random.default_rng(6)
+    batches = [(rng.standard_normal((8, 12)).astype(np.float32), rng.integers(0, 16, 8).astype(np.int32))
+               for _ in range(4)]
+    runs = {}
+    for modes in (("plan", "plan"), ("xla", "plan")):
+        flow.clear_default_session()
+        flow.manual_seed(0)
+        jobs = [_train_job(mode, _mlp, (8, 12), 16, "adam", name=f"train_{i}") for i, mode in enumerate(modes)]
+        losses = [jobs[step % 2](*batches[step]) for step in range(4)]
+        kinds = sorted(type(job.plan).__name__ for job in default_session().jobs.values())
+        assert kinds == (["Plan", "Plan"] if modes[0] == "plan" else ["Plan", "XlaPlan"])
+        runs[modes] = losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    _assert_same_training(runs[("xla", "plan")], runs[("plan", "plan")])
 
 
 def test_checkpoint_round_trip_while_training(tmp_path):

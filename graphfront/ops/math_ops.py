@@ -597,13 +597,13 @@ def _prod(x, axes, keep):
 
 op("reduce_max", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amax(x, dim=a, keepdim=keep)),
-   grad=_reduce_extremum_grad)
+   grad=_reduce_extremum_grad, xla=xla_rules.reduce("max"))
 op("reduce_min", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amin(x, dim=a, keepdim=keep)),
-   grad=_reduce_extremum_grad)
+   grad=_reduce_extremum_grad, xla=xla_rules.reduce("min"))
 # no grad function (as OneFlow)
 op("reduce_prod", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
-   infer=_reduce_infer(), kernel=_reduce_kernel(_prod))
+   infer=_reduce_infer(), kernel=_reduce_kernel(_prod), xla=xla_rules.reduce("prod"))
 op("reduce_any", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.any(x != 0, dim=a, keepdim=keep)))
 op("reduce_all", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,

@@ -165,6 +165,18 @@ for _n in (1, 2, 3):
     CASES[f"fused_tf_max_pool_{_n}d_grad"] = ({**_ins, "dy": _any(_yshape)}, {**_attrs, "relu_grad": _n == 2})
     FED_BY[f"fused_tf_max_pool_{_n}d_grad"] = (f"fused_tf_max_pool_{_n}d", {**_attrs, "relu": False},
                                                ["y", "indices"] if _n == 2 else ["indices"])
+for _name in ("pow", "atan2"):
+    _x = _pos((2, 3)) if _name == "pow" else _any((2, 3))
+    CASES[_name] = ({"x": _x, "y": _any((2, 3))}, {})
+    for _side in ("x", "y"):
+        CASES[f"{_name}_{_side}_grad"] = ({"x": _x, "y": _any((2, 3)), "dz": _any((2, 3))}, {})
+CASES["sigmoid"] = ({"in": _any((2, 3))}, {})
+CASES["sigmoid_grad"] = ({"y": _unit((2, 3)), "dy": _any((2, 3))}, {})
+for _name in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "and", "or", "xor"):
+    _ints = _any((2, 3), np.int32)  # values in -1..1: ties and zeros
+    CASES[f"scalar_logical_{_name}"] = ({"in": _ints}, {"has_int_operand": True, "int_operand": 0})
+    CASES[f"broadcast_{'logical_' + _name if _name in ('and', 'or', 'xor') else _name}"] = (
+        {"x": _ints, "y": _any((1, 3), np.int32)}, {})
 for _t in registry.registered_op_types():
     _rule = registry.lookup(_t).xla
     _base = _t[:-len("_grad")] if _t.endswith("_grad") else _t

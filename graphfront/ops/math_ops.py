@@ -186,6 +186,27 @@ _LOGICAL = {
 }
 
 
+_LOGICAL_XLA = {"equal": "equal", "not_equal": "not_equal", "greater": "greater", "greater_equal": "greater_equal",
+                "less": "less", "less_equal": "less_equal", "and": "logical_and", "or": "logical_or",
+                "xor": "logical_xor"}
+
+
+def _logical_xla(name, scalar=False):
+    """The ``_LOGICAL`` function ``name`` over jax arrays, int8 (and/or/xor: of ``!= 0``)."""
+    def make(k):
+        jnp = xla_rules.jnp()
+        fn = getattr(jnp, _LOGICAL_XLA[name])
+        if name in ("and", "or", "xor"):
+            f = lambda x, y: fn(x != 0, y != 0).astype(jnp.int8)  # noqa: E731
+        else:
+            f = lambda x, y: fn(x, y).astype(jnp.int8)  # noqa: E731
+        if scalar:
+            s = scalar_operand(k)
+            return lambda x: f(x, jnp.asarray(s, dtype=x.dtype))
+        return f
+    return make
+
+
 def _scalar_logical_kernel(fn):
     def make(k):
         s = scalar_operand(k)
@@ -195,7 +216,8 @@ def _scalar_logical_kernel(fn):
 
 for _name, _fn in _LOGICAL.items():
     op(f"scalar_logical_{_name}", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS,
-       infer=_scalar_infer(_dt.int8), kernel=_scalar_logical_kernel(_fn), no_grad=True)
+       infer=_scalar_infer(_dt.int8), kernel=_scalar_logical_kernel(_fn), no_grad=True,
+       xla=_logical_xla(_name, scalar=True))
 
 
 # scalar_{add,sub,mul,div}_by_tensor: the scalar is a one-element blob
@@ -408,7 +430,7 @@ op("broadcast_pow_y_grad", inputs=["x", "y", "z", "dz"], outputs=["dy"], infer=_
 for _name, _fn in _LOGICAL.items():
     _type = f"broadcast_{'logical_' + _name if _name in ('and', 'or', 'xor') else _name}"
     op(_type, inputs=["x", "y"], outputs=["z"], infer=functools.partial(_binary_infer, out_dtype=_dt.int8),
-       kernel=lambda k, f=_fn: (lambda x, y: f(x, y).to(torch.int8)), no_grad=True)
+       kernel=lambda k, f=_fn: (lambda x, y: f(x, y).to(torch.int8)), no_grad=True, xla=_logical_xla(_name))
 
 
 # ----------------------------------------------------------------- same-shape binary
@@ -481,9 +503,11 @@ _elementwise_extremum("maximum")
 _elementwise_extremum("minimum")
 
 
-def binary_family(name, fwd, dx_fn, dy_fn):
+def binary_family(name, fwd, dx_fn, dy_fn, xla=None):
     """Register ``name`` (x, y -> z, same shapes, float) and ``name_x_grad``/``name_y_grad``
-    (x, y, dz -> dx / dy), OneFlow's wiring (``oneflow/user/ops/elementwise_maximum_minimum_ops.cpp``)."""
+    (x, y, dz -> dx / dy), OneFlow's wiring (``oneflow/user/ops/elementwise_maximum_minimum_ops.cpp``).
+    ``xla`` names the jax function computing ``fwd`` (the grads' rules are its
+    vector-Jacobian products)."""
     def grad(g):
         ins = {"x": g.input("x"), "y": g.input("y"), "dz": g.dout("z")}
         for side in ("x", "y"):
@@ -497,12 +521,21 @@ def binary_family(name, fwd, dx_fn, dy_fn):
             ctx.set_output(f"d{side}", ctx.input(side).shape, ctx.input(side).dtype)
         return infer
 
+    def vjp(side):
+        def make(k):
+            import jax
+            f = xla_rules.jnp_fn(xla)
+            if side == "x":
+                return lambda x, y, dz: jax.vjp(lambda v: f(v, y), x)[1](dz)[0]
+            return lambda x, y, dz: jax.vjp(lambda v: f(x, v), y)[1](dz)[0]
+        return make
+
     op(name, inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(float_only=True),
-       kernel=lambda k: fwd, grad=grad)
+       kernel=lambda k: fwd, grad=grad, xla=xla and xla_rules.same(xla))
     op(f"{name}_x_grad", inputs=["x", "y", "dz"], outputs=["dx"], infer=grad_infer("x"),
-       kernel=lambda k: dx_fn)
+       kernel=lambda k: dx_fn, xla=xla and vjp("x"))
     op(f"{name}_y_grad", inputs=["x", "y", "dz"], outputs=["dy"], infer=grad_infer("y"),
-       kernel=lambda k: dy_fn)
+       kernel=lambda k: dy_fn, xla=xla and vjp("y"))
 
 
 def _xdivy(x, y):
@@ -513,10 +546,10 @@ def _xlogy(x, y):
     return torch.where(x == 0, _zero(x), x * torch.log(y))
 
 
-binary_family("pow", torch.pow, _pow_x_grad, lambda x, y, dz: _pow_y_grad(x, y, torch.pow(x, y), dz))
+binary_family("pow", torch.pow, _pow_x_grad, lambda x, y, dz: _pow_y_grad(x, y, torch.pow(x, y), dz), xla="power")
 binary_family("atan2", torch.atan2,
               lambda x, y, dz: dz * y / (x * x + y * y),
-              lambda x, y, dz: -dz * x / (x * x + y * y))
+              lambda x, y, dz: -dz * x / (x * x + y * y), xla="arctan2")
 # floor(x / y): piecewise constant, zero gradients
 binary_family("floordiv", lambda x, y: torch.div(x, y, rounding_mode="floor"),
               lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz))
@@ -859,10 +892,11 @@ def _float_like(arg):
 
 
 op("sigmoid", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: torch.sigmoid,
-   onnx=onnx_rules.same("Sigmoid"),
+   onnx=onnx_rules.same("Sigmoid"), xla=xla_rules.same("nn.sigmoid"),
    grad=lambda g: g.set_grad("in", g.emit("sigmoid_grad", {"y": g.output("out"), "dy": g.dout("out")})))
 op("sigmoid_grad", inputs=["y", "dy"], outputs=["dx"], infer=_y_dy_infer,
-   kernel=lambda k: (lambda y, dy: dy * y * (1 - y)))
+   kernel=lambda k: (lambda y, dy: dy * y * (1 - y)),
+   xla=lambda k: (lambda y, dy: dy * y * (1 - y)))  # (the same arithmetic on jax arrays)
 
 
 # gelu (in -> out) with grad gelu_grad (x = in, dy -> dx): the exact erf form

@@ -259,7 +259,7 @@ def _aliases(order):
     for op in order:
         kind = jb.op_kind(op)
         if kind == "variable_conf":
-            var_of[f"{op.name}/out"] = op.name
+            var_of[jb.op_outputs(op)[0][2]] = op.name
         elif kind == "identity_conf" or (kind == "user_conf" and op.user_conf.op_type_name == "identity"):
             (_, _, src), = jb.op_inputs(op)
             (_, _, dst), = jb.op_outputs(op)
@@ -287,16 +287,17 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
     """The pure step function of the job (module docstring)."""
     descs = {lbn: TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
     var_of = _aliases(order)
-    calls = []  # (op, fn, input groups, output groups, mutated groups, random)
+    var_lbn = {op.name: jb.op_outputs(op)[0][2] for op in order if jb.op_kind(op) == "variable_conf"}
+    calls = []  # (op, fn, input groups, output groups, mutated groups, random); interface ops: (op, lbn)
     lr_ops = []  # (learning_rate_schedule_conf, train-step variable name), fed as learning_rates
     lr_index = {}
     for op in order:
         kind = jb.op_kind(op)
         if kind == "learning_rate_schedule_conf" and op.learning_rate_schedule_conf.train_step in var_of:
-            lr_index[op.name] = (len(lr_ops), jb.op_outputs(op)[0][2])
+            lr_index[op.name] = len(lr_ops)
             lr_ops.append((op.learning_rate_schedule_conf, var_of[op.learning_rate_schedule_conf.train_step]))
         if kind in ("input_conf", "variable_conf", "return_conf") or op.name in lr_index:
-            calls.append((op, None, None, None, None, False))
+            calls.append((op, getattr(op.return_conf, "in") if kind == "return_conf" else jb.op_outputs(op)[0][2]))
             continue
         if kind == "user_conf":
             opdef = registry.lookup(op.user_conf.op_type_name)
@@ -318,22 +319,20 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
         env = {}
         state = list(mutable)
         results = [None] * len(output_names)
-        for op, fn, ins, outs, mutated, random in calls:
-            kind = jb.op_kind(op)
-            if op.name in lr_index:
-                i, lbn = lr_index[op.name]
-                env[lbn] = learning_rates[i]
+        for op, *call in calls:
+            if len(call) == 1:  # an interface op or a fed learning rate
+                lbn, kind = call[0], jb.op_kind(op)
+                if op.name in lr_index:
+                    env[lbn] = learning_rates[lr_index[op.name]]
+                elif kind == "input_conf":
+                    env[lbn] = feeds[input_index[op.name]]
+                elif kind == "variable_conf":
+                    env[lbn] = (state[mutable_index[op.name]] if op.name in mutable_index
+                                else const[const_index[op.name]])
+                else:  # return_conf
+                    results[output_index[op.name]] = env[lbn]
                 continue
-            if kind == "input_conf":
-                env[f"{op.name}/out"] = feeds[input_index[op.name]]
-                continue
-            if kind == "variable_conf":
-                env[f"{op.name}/out"] = (state[mutable_index[op.name]] if op.name in mutable_index
-                                         else const[const_index[op.name]])
-                continue
-            if kind == "return_conf":
-                results[output_index[op.name]] = env[getattr(op.return_conf, "in")]
-                continue
+            fn, ins, outs, mutated, random = call
             args = [[env[l] for l in lbns] if rep else (env[lbns[0]] if lbns else None) for lbns, rep in ins]
             if random:
                 key, sub = jax.random.split(key)
@@ -345,10 +344,8 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
                     for lbn, value in zip(lbns, new if rep else [new]):
                         if value is None:
                             continue
-                        env[lbn] = value
                         name = var_of[lbn]
-                        state[mutable_index[name]] = value
-                        env[f"{name}/out"] = value
+                        env[lbn] = env[var_lbn[name]] = state[mutable_index[name]] = value
             if not outs:
                 continue
             if len(outs) == 1:

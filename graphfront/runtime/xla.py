@@ -28,8 +28,7 @@ runs).
 
 Compile cache. XLA executables are cached on disk by JAX's persistent compilation cache
 under ``<cache root>/xla`` (``$GRAPHFRONT_CACHE_DIR``, see
-:func:`graphfront.runtime.native.cache_root`, read when the first job of a process is
-lowered), so a second process compiling the same job (the same completed Job, whose
+:func:`graphfront.runtime.native.cache_root`, read when a job is lowered), so a second process compiling the same job (the same completed Job, whose
 digest is :attr:`XlaPlan.digest`) loads the executable instead of running XLA's
 optimizer again; it still traces and lowers the job (tens of milliseconds).
 
@@ -70,11 +69,15 @@ def import_jax():
         raise ImportError("compile_mode('xla') needs jax: pip install graphfront[xla]") from e
     if not getattr(import_jax, "configured", False):
         jax.config.update("jax_enable_x64", True)
-        jax.config.update("jax_compilation_cache_dir", os.path.join(cache_root(), "xla"))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
         jax.monitoring.register_event_listener(_on_event)
         import_jax.configured = True
+    path = os.path.join(cache_root(), "xla")
+    if jax.config.jax_compilation_cache_dir != path:  # ($GRAPHFRONT_CACHE_DIR changed, or first use)
+        from jax.experimental.compilation_cache import compilation_cache
+        jax.config.update("jax_compilation_cache_dir", path)
+        compilation_cache.reset_cache()
     return jax
 
 

@@ -314,6 +314,14 @@ def _fused_pool_grad_kernel(n):
     return make
 
 
+def _first_max(a, b):
+    """Reducer of (value, position) pairs: the larger value; on a tie the lower position.
+    (A module-level function, so jax traces it once, not once per pool.)"""
+    jnp = xla_rules.jnp()
+    take_b = (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
+    return jnp.where(take_b, b[0], a[0]), jnp.where(take_b, b[1], a[1])
+
+
 def _fused_pool_xla(n):
     """``(y, indices)``: each window's maximum and the flat position of its first maximum
     (row-major) in the padded (N, C) plane, as ``max_pool*_with_indices`` returns them."""
@@ -327,17 +335,13 @@ def _fused_pool_xla(n):
         window, strides = (1, 1) + tuple(k.attr("pool_size")), (1, 1) + tuple(k.attr("strides"))
         relu = k.attr("relu")
 
-        def pick(a, b):  # the larger value; on a tie the lower position
-            take_b = (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
-            return jnp.where(take_b, b[0], a[0]), jnp.where(take_b, b[1], a[1])
-
         def fused_tf_max_pool(x):
             xf = x if first else xla_rules.to_first(x, n)
             xf = jnp.pad(xf, [(0, 0), (0, 0)] + list(pads), constant_values=-jnp.inf)
             plane = math.prod(padded)
             pos = jnp.broadcast_to(jnp.arange(plane, dtype=jnp.int64).reshape(padded), xf.shape)
             y, idx = lax.reduce_window((xf, pos), (jnp.array(-jnp.inf, xf.dtype), jnp.array(plane, jnp.int64)),
-                                       pick, window, strides, "VALID")
+                                       _first_max, window, strides, "VALID")
             if relu:
                 y = jnp.maximum(y, 0)
             if not first:
@@ -552,7 +556,9 @@ def _multi_update_xla(momentum):
             lr = lr_val if lr is None else lr.reshape(())
             new_models, new_moms = [], []
             for i, (w, d) in enumerate(zip(models, diffs)):
-                g = d.astype(w.dtype) * scale
+                g = d.astype(w.dtype) if d.dtype != w.dtype else d
+                if scale != 1.0:
+                    g = g * scale
                 if scale_by_tensor is not None:
                     g = g * scale_by_tensor.reshape(())
                 if l1:

@@ -264,6 +264,16 @@ def test_serving_a_saved_model_with_xla(tmp_path):
         np.testing.assert_allclose(g, want, rtol=RTOL, atol=ATOL)
 
 
+def test_missing_jax_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "jax", None)  # (import jax raises ImportError)
+
+    @flow.global_function(type="predict", function_config=_config("xla"))
+    def job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:
+        return flow.math.relu(x)
+    with pytest.raises(JobBuildError, match=r"needs jax: pip install graphfront\[xla\]"):
+        job(np.zeros((2, 3), np.float32))
+
+
 def test_compile_mode_rejects_unknown_modes():
     with pytest.raises(ValueError, match="'plan', 'native', 'xla'"):
         flow.FunctionConfig().compile_mode("tvm")

@@ -65,7 +65,7 @@ def import_jax():
     ``<cache root>/xla``). Raises ImportError naming the extra to install."""
     try:
         import jax
-    except ImportError as e:  # pragma: no cover - depends on the environment
+    except ImportError as e:
         raise ImportError("compile_mode('xla') needs jax: pip install graphfront[xla]") from e
     if not getattr(import_jax, "configured", False):
         jax.config.update("jax_enable_x64", True)

@@ -387,7 +387,8 @@ def _divide_xla(k):
 
 
 for _name, _fn, _grad, _onnx, _xla in (
-        ("broadcast_add", torch.add, _bgrad_add, "Add", "add"), ("broadcast_sub", torch.sub, _bgrad_sub, "Sub", "subtract"),
+        ("broadcast_add", torch.add, _bgrad_add, "Add", "add"),
+        ("broadcast_sub", torch.sub, _bgrad_sub, "Sub", "subtract"),
         ("broadcast_mul", torch.mul, _bgrad_mul, "Mul", "multiply"), ("broadcast_div", divide, _bgrad_div, "Div", None),
         ("broadcast_pow", torch.pow, _bgrad_pow, "Pow", "power"),
         ("broadcast_floor_mod", _floor_mod, _bgrad_x_only, None, "remainder"),
@@ -845,7 +846,8 @@ unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3
 unary_family("square", torch.square, lambda x, dy: dy * 2 * x, xla="square")
 unary_family("abs", torch.abs, lambda x, dy: dy * torch.sign(x), float_only=False, onnx="Abs", xla="abs")
 unary_family("tanh", torch.tanh, lambda x, dy: dy * (1 - torch.tanh(x) ** 2), onnx="Tanh", xla="tanh")
-unary_family("sigmoid_v2", torch.sigmoid, lambda x, dy: dy * torch.sigmoid(x) * (1 - torch.sigmoid(x)), onnx="Sigmoid", xla="nn.sigmoid")
+unary_family("sigmoid_v2", torch.sigmoid, lambda x, dy: dy * torch.sigmoid(x) * (1 - torch.sigmoid(x)), onnx="Sigmoid",
+             xla="nn.sigmoid")
 unary_family("reciprocal", torch.reciprocal, lambda x, dy: -dy / (x * x), onnx="Reciprocal", xla="reciprocal")
 unary_family("acos", torch.acos, lambda x, dy: -dy * torch.rsqrt(1 - x * x), onnx="Acos", xla="arccos")
 unary_family("acosh", torch.acosh, lambda x, dy: dy * torch.rsqrt(x * x - 1), xla="arccosh")
@@ -870,7 +872,8 @@ unary_family("round", torch.round, _zero_grad, xla="round")         # round half
 unary_family("sign", torch.sign, _zero_grad, onnx="Sign", xla="sign")
 unary_family("sin", torch.sin, lambda x, dy: dy * torch.cos(x), onnx="Sin", xla="sin")
 unary_family("sinh", torch.sinh, lambda x, dy: dy * torch.cosh(x), onnx="Sinh", xla="sinh")
-unary_family("softplus", F.softplus, lambda x, dy: dy * torch.sigmoid(x), onnx="Softplus", xla="nn.softplus")  # log(1 + exp(x))
+unary_family("softplus", F.softplus, lambda x, dy: dy * torch.sigmoid(x), onnx="Softplus",  # log(1 + exp(x))
+             xla="nn.softplus")
 unary_family("tan", torch.tan, lambda x, dy: dy / torch.cos(x) ** 2, onnx="Tan", xla="tan")
 
 

@@ -819,8 +819,7 @@ def _sce_xla(k):
 
 
 def _sce_grad_xla(k):
-    jnp, depth = xla_rules.jnp(), k.attr("depth")
-    one_hot = xla_rules.jnp_fn("nn.one_hot")
+    depth, one_hot = k.attr("depth"), xla_rules.jnp_fn("nn.one_hot")
     return lambda label, dy, prob: prob * dy[..., None] - one_hot(label, depth, dtype=prob.dtype) * dy[..., None]
 
 

@@ -28,9 +28,10 @@ runs).
 
 Compile cache. XLA executables are cached on disk by JAX's persistent compilation cache
 under ``<cache root>/xla`` (``$GRAPHFRONT_CACHE_DIR``, see
-:func:`graphfront.runtime.native.cache_root`, read when a job is lowered), so a second process compiling the same job (the same completed Job, whose
-digest is :attr:`XlaPlan.digest`) loads the executable instead of running XLA's
-optimizer again; it still traces and lowers the job (tens of milliseconds).
+:func:`graphfront.runtime.native.cache_root`, read when a job is lowered), so a second
+process compiling the same job (the same completed Job, whose digest is
+:attr:`XlaPlan.digest`) loads the executable instead of running XLA's optimizer again;
+it still traces and lowers the job (tens of milliseconds).
 
 Dtypes: jax runs with 64-bit types enabled (``jax_enable_x64``), so int64 and float64
 blobs keep their dtypes, as in the other lowerings. That setting is global to the process.

@@ -35,10 +35,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKLOADS = {
-    "mlp_train": ["graphfront-plan", "graphfront-native", "torch-eager", "torch-compile", "jax-jit"],
-    "lenet_train": ["graphfront-plan", "graphfront-native", "torch-eager", "torch-compile", "jax-jit"],
-    "lenet_predict": ["graphfront-plan", "graphfront-native", "torch-eager", "onnxruntime"],
-    "resnet_predict": ["graphfront-plan", "graphfront-native", "torch-eager", "onnxruntime"],
+    "mlp_train": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "torch-compile", "jax-jit"],
+    "lenet_train": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "torch-compile", "jax-jit"],
+    "lenet_predict": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "onnxruntime"],
+    "resnet_predict": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "onnxruntime"],
 }
 MLP_B, MLP_W, MLP_L = 16, 64, 10
 LENET_B = 100

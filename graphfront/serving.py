@@ -85,9 +85,10 @@ class SessionOption:
             an error at ``InferenceSession`` construction.
         device_num: number of devices; graphfront serves on one device (must be 1).
         is_mirrored_view: accepted for compatibility (single device: no effect).
-        compile_mode: graphfront's lowering of the served jobs, ``"plan"`` (default) or
+        compile_mode: graphfront's lowering of the served jobs, ``"plan"`` (default),
             ``"native"`` (whole job compiled by TorchInductor on the first ``run``,
-            cached on disk; see :mod:`graphfront.runtime.native`).
+            cached on disk; see :mod:`graphfront.runtime.native`) or ``"xla"`` (compiled
+            by XLA through JAX, cached on disk; see :mod:`graphfront.runtime.xla`).
     """
 
     def __init__(self):
@@ -110,8 +111,9 @@ def _check_option(option):
     if option.device_tag == "gpu" and not torch.cuda.is_available():
         raise ValueError("SessionOption.device_tag is 'gpu' but CUDA is not available on this machine "
                          "(torch.cuda.is_available() is False); set option.device_tag = 'cpu'")
-    if option.compile_mode not in ("plan", "native"):
-        raise ValueError(f"SessionOption.compile_mode must be 'plan' or 'native', received {option.compile_mode!r}")
+    if option.compile_mode not in ("plan", "native", "xla"):
+        raise ValueError(f"SessionOption.compile_mode must be 'plan', 'native' or 'xla', received "
+                         f"{option.compile_mode!r}")
     if not isinstance(option.device_num, int) or isinstance(option.device_num, bool) or option.device_num != 1:
         raise ValueError(f"SessionOption.device_num: graphfront serves on one device, so it must be 1; "
                          f"received {option.device_num!r}")

@@ -45,8 +45,9 @@ class FunctionConfig:
     ``default_initializer_conf(dict or InitializerConf)``, ``allow_cpu_return_op(bool)``,
     ``enable_cuda_graph(bool)`` (graphfront's switch for CUDA-graph replay on GPU) and
     ``enable_passes(bool)`` (cleanup/fusion passes; autograd and optimizer always run) and
-    ``compile_mode("plan" | "native")`` (graphfront's switch: ``"native"`` compiles the
-    whole job with TorchInductor, see :mod:`graphfront.runtime.native`).
+    ``compile_mode("plan" | "native" | "xla")`` (graphfront's switch: ``"native"`` compiles the
+    whole job with TorchInductor, see :mod:`graphfront.runtime.native`; ``"xla"`` with XLA
+    through JAX, see :mod:`graphfront.runtime.xla`).
     """
 
     def __init__(self):
@@ -239,17 +240,20 @@ class FunctionConfig:
 
         ``"plan"`` (default): generated Python calling one PyTorch kernel per op; ``"native"``:
         the whole step compiled by TorchInductor into fused C++/Triton code on its first call,
-        cached on disk by job digest (see :mod:`graphfront.runtime.native`).
+        cached on disk by job digest (see :mod:`graphfront.runtime.native`); ``"xla"``: the
+        whole step lowered to JAX through the ops' ``xla`` rules and compiled by XLA, cached
+        on disk (see :mod:`graphfront.runtime.xla`; needs ``pip install graphfront[xla]``).
 
         Args:
-            mode: ``"plan"`` or ``"native"``.
+            mode: ``"plan"``, ``"native"`` or ``"xla"``.
 
         Raises:
             ValueError: ``mode`` is another value.
         """
         from graphfront.runtime.native import COMPILE_MODES
-        if mode not in COMPILE_MODES:
-            raise ValueError(f"FunctionConfig.compile_mode expects one of {COMPILE_MODES}, received {mode!r}")
+        modes = COMPILE_MODES + ("xla",)
+        if mode not in modes:
+            raise ValueError(f"FunctionConfig.compile_mode expects one of {modes}, received {mode!r}")
         self._compile_mode = mode
 
     # OneFlow setter names that differ from their JobConfigProto field
@@ -356,6 +360,9 @@ class CompiledJob:
                 elif accumulation_steps > 1:  # micro-batches (FunctionConfig().train.num_gradient_accumulation_steps)
                     from graphfront.runtime.grad_accumulation import AccumulatingPlan
                     self.plan = AccumulatingPlan(self.job, accumulation_steps, session, cuda_graph=cuda_graph)
+                elif compile_mode == "xla":
+                    from graphfront.runtime.xla import XlaPlan
+                    self.plan = XlaPlan(self.job, session.variables, session.watchers)
                 elif compile_mode == "native":
                     from graphfront.runtime.native import NativePlan
                     self.plan = NativePlan(self.job, session.variables, session.watchers, cuda_graph=cuda_graph)
@@ -370,6 +377,7 @@ class CompiledJob:
                for n in g.op_set.op_name}
         self.input_devices = [device_of(by_name[n], ids.get(n, ("0:0",))) if self.parallel_num == 1
                               else torch.device("cpu") for n in self.plan.input_names]
+        self.takes_numpy = getattr(self.plan, "takes_numpy", False)  # (XlaPlan: no torch conversion)
 
     @classmethod
     def from_function(cls, session, gf) -> "CompiledJob":
@@ -400,6 +408,8 @@ class CompiledJob:
                             f"{format_location(user_frame())}")
         feeds = [self._feed(i, ph, a) for i, (ph, a) in enumerate(zip(self.placeholders, args))]
         with self.session.lock:
+            if self.parallel_num == 1 and not self.takes_numpy:  # a Plan binds the variable tensors: bring
+                self.session.variables.flush()                    # them up to date (after XLA runs)
             outs = self.plan(feeds)
         ann = self.return_annotation
         if self.return_structure is None and ann is inspect.Signature.empty:
@@ -442,13 +452,17 @@ class CompiledJob:
         if value.dtype != ph.dtype.np:
             raise FeedError(f"job '{self.name}' argument '{name}': expected dtype {ph.dtype.np} ({ph.dtype.name}), "
                             f"received {value.dtype}; convert with .astype(np.{ph.dtype.np}){format_location(user_frame())}")
+        if self.takes_numpy:
+            return value
         t = _dt.numpy_to_tensor(value)
         device = self.input_devices[i]
         return t if device.type == "cpu" else t.to(device, non_blocking=True)
 
 
 def _to_numpy(t):
-    return _dt.tensor_to_numpy(t)
+    if isinstance(t, torch.Tensor):
+        return _dt.tensor_to_numpy(t)
+    return np.array(t)  # a jax.Array (compile_mode "xla"): a host copy
 
 
 def _strip_callback(ann):

@@ -81,7 +81,8 @@ def _reshape_back(g):
 
 
 op("reshape", inputs=["in"], outputs=["out"], attrs={"shape": "shape"}, infer=_reshape_infer,
-   kernel=_reshape_kernel(), grad=_reshape_back, view=True, sbp=_sbp.reshape, onnx=onnx_rules.reshape_to_output("in", "out"))
+   kernel=_reshape_kernel(), grad=_reshape_back, view=True, sbp=_sbp.reshape, onnx=onnx_rules.reshape_to_output("in", "out"),
+   xla=_reshape_kernel())  # (x.reshape(shape) is also jax.Array's method)
 
 
 def _reshape_like_infer(ctx):

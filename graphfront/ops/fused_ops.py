@@ -53,7 +53,8 @@ import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import like, same_dtype
-from graphfront.ops.nn_ops import CONV_GRAD_ATTRS, POOL_ATTRS, layout_for, pool_geometry, torch_dilation
+from graphfront.ops.nn_ops import CONV_GRAD_ATTRS, POOL_ATTRS, conv_xla_fn, layout_for, pool_geometry, torch_dilation
+from graphfront.ops import xla_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -103,6 +104,7 @@ def _matmul_bias_grad(g):
 
 op("fused_matmul_bias", inputs=["x", "weight", "bias", "_add_to_output?"], outputs=["out"],
    infer=_matmul_bias_infer, kernel=_matmul_bias_kernel, grad=_matmul_bias_grad, sbp=_sbp.linear_bias,
+   xla=lambda k: (lambda x, w, b, add_to: x @ w.T + b if add_to is None else x @ w.T + b + add_to),
    doc="out = x @ weight^T + bias (F.linear); written by the fusion pass for matmul + bias_add")
 
 
@@ -127,8 +129,14 @@ def _bias_add_relu_kernel(k):
     return fused_bias_add_relu
 
 
+def _bias_add_relu_xla(k):
+    view = [-1 if i == k.attr("axis") else 1 for i in range(len(k.input("a").shape))]
+    return lambda a, b: xla_rules.jnp().maximum(a + b.reshape(view), 0)
+
+
 op("fused_bias_add_relu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_relu_infer, kernel=_bias_add_relu_kernel, sbp=_sbp.bias_add,
+   xla=_bias_add_relu_xla,
    doc="graphfront-only: relu(bias_add(a, b, axis)); written by the fusion pass")
 
 
@@ -150,7 +158,7 @@ def _scalar_mul_add_kernel(k):
 
 op("fused_scalar_mul_add", inputs=["in"], outputs=["out"],
    attrs={"scale": ("double", 1.0), "shift": ("double", 0.0)}, infer=_scalar_mul_add_infer,
-   kernel=_scalar_mul_add_kernel,
+   kernel=_scalar_mul_add_kernel, xla=lambda k: (lambda x: x * k.attr("scale") + k.attr("shift")),
    doc="graphfront-only: out = in * scale + shift; written by the fusion pass for scalar_mul + scalar_add")
 
 
@@ -194,8 +202,31 @@ def _conv_grad_kernel(k):
     return fused_conv_grad
 
 
+def _conv_grad_xla(k):
+    import jax
+    n = k.attr("num_spatial_dims")
+    conv = conv_xla_fn(k, n)
+    x_desc = k.input("x")
+    wshape = (k.input("dy").shape[1], x_desc.shape[1] // k.attr("groups")) + tuple(k.attr("kernel_size"))
+    want = [k.has_output("dx"), k.has_output("filter_diff"), k.has_output("bias_diff")]
+    axes = (0,) + tuple(range(2, n + 2))
+
+    def fused_conv_grad(dy, w, x):
+        if w is None:  # the filter's value does not enter its own gradient
+            w = xla_rules.jnp().zeros(wshape, x_desc.dtype.np)
+        dx = dw = None
+        if want[0] and want[1]:
+            dx, dw = jax.vjp(conv, x, w)[1](dy)
+        elif want[0]:
+            dx = jax.vjp(lambda v: conv(v, w), x)[1](dy)[0]
+        elif want[1]:
+            dw = jax.vjp(lambda v: conv(x, v), w)[1](dy)[0]
+        return dx, dw, dy.sum(axis=axes) if want[2] else None
+    return fused_conv_grad
+
+
 op("fused_conv_grad", inputs=["dy", "filter?", "x"], outputs=["dx?", "filter_diff?", "bias_diff?"],
-   attrs=CONV_GRAD_ATTRS, infer=_conv_grad_infer, kernel=_conv_grad_kernel,
+   attrs=CONV_GRAD_ATTRS, infer=_conv_grad_infer, kernel=_conv_grad_kernel, xla=_conv_grad_xla,
    sbp=_sbp.conv("dy", "filter", "dx", weight_grads=("filter_diff", "bias_diff")),
    doc="graphfront-only: conv_data_grad + conv_filter_grad + conv_bias_grad on one dy in one "
        "convolution_backward call (channels_first)")
@@ -283,6 +314,71 @@ def _fused_pool_grad_kernel(n):
     return make
 
 
+def _first_max(a, b):
+    """Reducer of (value, position) pairs: the larger value; on a tie the lower position.
+    (A module-level function, so jax traces it once, not once per pool.)"""
+    jnp = xla_rules.jnp()
+    take_b = (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
+    return jnp.where(take_b, b[0], a[0]), jnp.where(take_b, b[1], a[1])
+
+
+def _fused_pool_xla(n):
+    """``(y, indices)``: each window's maximum and the flat position of its first maximum
+    (row-major) in the padded (N, C) plane, as ``max_pool*_with_indices`` returns them."""
+    def make(k):
+        jnp, lax = xla_rules.jnp(), xla_rules.lax()
+        first = k.attr("data_format") == "channels_first"
+        x_shape = tuple(k.input("x").shape)
+        spatial = x_shape[2:] if first else x_shape[1:-1]
+        _, pads = pool_geometry(spatial, k.attrs)
+        padded = tuple(s + b + a for s, (b, a) in zip(spatial, pads))
+        window, strides = (1, 1) + tuple(k.attr("pool_size")), (1, 1) + tuple(k.attr("strides"))
+        relu = k.attr("relu")
+
+        def fused_tf_max_pool(x):
+            xf = x if first else xla_rules.to_first(x, n)
+            xf = jnp.pad(xf, [(0, 0), (0, 0)] + list(pads), constant_values=-jnp.inf)
+            plane = math.prod(padded)
+            pos = jnp.broadcast_to(jnp.arange(plane, dtype=jnp.int64).reshape(padded), xf.shape)
+            y, idx = lax.reduce_window((xf, pos), (jnp.array(-jnp.inf, xf.dtype), jnp.array(plane, jnp.int64)),
+                                       _first_max, window, strides, "VALID")
+            if relu:
+                y = jnp.maximum(y, 0)
+            if not first:
+                y, idx = xla_rules.to_last(y, n), xla_rules.to_last(idx, n)
+            return y, idx
+        return fused_tf_max_pool
+    return make
+
+
+def _fused_pool_grad_xla(n):
+    """``dy`` added at the ``indices`` of the padded plane, then the pads cropped."""
+    def make(k):
+        jnp = xla_rules.jnp()
+        first = k.attr("data_format") == "channels_first"
+        x_shape = tuple(k.input("x").shape)
+        cf = x_shape if first else (x_shape[0], x_shape[-1]) + x_shape[1:-1]
+        _, pads = pool_geometry(cf[2:], k.attrs)
+        padded = tuple(s + b + a for s, (b, a) in zip(cf[2:], pads))
+        plane = math.prod(padded)
+        crop = tuple(slice(b, b + s) for s, (b, a) in zip(cf[2:], pads))
+        relu = k.attr("relu_grad")
+        planes = cf[0] * cf[1]
+
+        def fused_tf_max_pool_grad(x, y, indices, dy):
+            if relu:
+                dy = jnp.where(y > 0, dy, 0)
+            if not first:
+                dy, indices = xla_rules.to_first(dy, n), xla_rules.to_first(indices, n)
+            rows = jnp.arange(planes)[:, None]
+            flat = jnp.zeros((planes, plane), dy.dtype).at[rows, indices.reshape(planes, -1)].add(
+                dy.reshape(planes, -1))
+            dx = flat.reshape(cf[:2] + padded)[(slice(None), slice(None)) + crop]
+            return dx if first else xla_rules.to_last(dx, n)
+        return fused_tf_max_pool_grad
+    return make
+
+
 def _fused_pool_infer(n):
     from graphfront.ops.nn_ops import _pool_infer
 
@@ -306,12 +402,13 @@ def _fused_pool_grad_infer(ctx):
 for _n in (1, 2, 3):
     op(f"fused_tf_max_pool_{_n}d", inputs=["x"], outputs=["y", "indices"],
        attrs={**POOL_ATTRS, "relu": ("bool", False)},
-       infer=_fused_pool_infer(_n), kernel=_fused_pool_kernel(_n), sbp=_sbp.batch(),
+       infer=_fused_pool_infer(_n), kernel=_fused_pool_kernel(_n), sbp=_sbp.batch(), xla=_fused_pool_xla(_n),
        doc=f"graphfront-only: tf_max_pool_{_n}d that also returns the argmax indices; with relu, "
            "the pool of relu(x), computed as relu of the pool")
     op(f"fused_tf_max_pool_{_n}d_grad", inputs=["x", "y?", "indices", "dy"], outputs=["dx"],
        attrs={**POOL_ATTRS, "relu_grad": ("bool", False)},
        infer=_fused_pool_grad_infer, kernel=_fused_pool_grad_kernel(_n), sbp=_sbp.batch(),
+       xla=_fused_pool_grad_xla(_n),
        doc=f"graphfront-only: tf_max_pool_{_n}d_grad through the indices of fused_tf_max_pool_{_n}d; "
            "with relu_grad, also relu_grad(y=x, dy=dx) (then input 'y' is the pool's output)")
 
@@ -350,6 +447,8 @@ def _folded_kernel(k):
 
 op("folded_constant", inputs=[], outputs=["out"], attrs={"shape": "shape", "dtype": "dtype", "data": "string"},
    infer=_folded_infer, kernel=_folded_kernel, no_grad=True,
+   xla=lambda k: (lambda value=_dt.tensor_to_numpy(decode_constant(k.attr("data"), k.attr("shape"), k.attr("dtype"))):
+                  xla_rules.jnp().asarray(value)),
    doc="graphfront-only: a constant tensor (the value of a folded subgraph, base64 bytes in 'data')")
 
 
@@ -445,16 +544,53 @@ def _multi_momentum_kernel(k):
     return multi_tensor_momentum_update
 
 
+def _multi_update_xla(momentum):
+    """The ``multi_tensor_*_update`` formulas over jax arrays: ``(None, (models, [moms]))``."""
+    def make(k):
+        jnp = xla_rules.jnp()
+        scale, l1, l2, wd, lr_val = (k.attr(a) for a in ("scale", "l1", "l2", "weight_decay", "learning_rate_val"))
+        beta = k.attr("beta") if momentum else None
+
+        def update(models, diffs, *rest):
+            moms, (lr, scale_by_tensor, skip_if) = (rest[0], rest[1:]) if momentum else (None, rest)
+            lr = lr_val if lr is None else lr.reshape(())
+            new_models, new_moms = [], []
+            for i, (w, d) in enumerate(zip(models, diffs)):
+                g = d.astype(w.dtype) if d.dtype != w.dtype else d
+                if scale != 1.0:
+                    g = g * scale
+                if scale_by_tensor is not None:
+                    g = g * scale_by_tensor.reshape(())
+                if l1:
+                    g = g + l1 * jnp.sign(w)
+                if l2:
+                    g = g + l2 * w
+                if momentum:
+                    m = moms[i] * beta - lr * g
+                    new_w = w + m - (w * wd * lr if wd else 0.0)
+                    new_moms.append(m)
+                else:
+                    new_w = w - lr * (g + wd * w if wd else g)
+                new_models.append(new_w)
+            if skip_if is not None:
+                skip = skip_if.reshape(()) != 0
+                new_models = [jnp.where(skip, w, v) for w, v in zip(models, new_models)]
+                new_moms = [jnp.where(skip, m, v) for m, v in zip(moms or (), new_moms)]
+            return None, ((new_models, new_moms) if momentum else (new_models,))
+        return update
+    return make
+
+
 _UPDATE_ATTRS = {"learning_rate_val": ("float", 0.0), "scale": ("double", 1.0), "l1": ("float", 0.0),
                  "l2": ("float", 0.0), "weight_decay": ("float", 0.0)}
 _LR = ["learning_rate?", "scale_by_tensor?", "skip_if?"]
 
 op("multi_tensor_sgd_update", inputs=["model*", "model_diff*"] + _LR, outputs=[], attrs=_UPDATE_ATTRS,
-   infer=_multi_infer(), kernel=_multi_sgd_kernel, no_grad=True, mutates=("model",),
+   infer=_multi_infer(), kernel=_multi_sgd_kernel, no_grad=True, mutates=("model",), xla=_multi_update_xla(False),
    doc="sgd_update over every (model, model_diff) pair in torch._foreach_* calls")
 op("multi_tensor_momentum_update", inputs=["model*", "model_diff*", "momentum*"] + _LR, outputs=[],
    attrs={**_UPDATE_ATTRS, "beta": ("float", 0.9)}, infer=_multi_infer(("momentum",)),
-   kernel=_multi_momentum_kernel, no_grad=True, mutates=("model", "momentum"),
+   kernel=_multi_momentum_kernel, no_grad=True, mutates=("model", "momentum"), xla=_multi_update_xla(True),
    doc="momentum_update over every (model, model_diff, momentum) triple in torch._foreach_* calls")
 
 __all__ = ["encode_constant", "decode_constant", "like"]

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import (broadcast_shape, like, norm_axis, numel, reduce_to, same_dtype,
                                    same_shape)
-from graphfront.ops import onnx_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -54,7 +54,7 @@ def _float_input(ctx, arg):
 # ----------------------------------------------------------------- relu / identity
 
 op("relu", inputs=["x"], outputs=["y"], infer=like("x"),
-   kernel=lambda k: torch.relu, sbp=_sbp.elementwise(), onnx=onnx_rules.same("Relu"),
+   kernel=lambda k: torch.relu, sbp=_sbp.elementwise(), onnx=onnx_rules.same("Relu"), xla=xla_rules.same("nn.relu"),
    grad=lambda g: g.needs("x") and g.set_grad(
        "x", g.emit("relu_grad", {"y": g.output("y"), "dy": g.dout("y")})))
 
@@ -67,10 +67,11 @@ def _relu_grad_infer(ctx):
 
 
 op("relu_grad", inputs=["y", "dy"], outputs=["dx"], infer=_relu_grad_infer, sbp=_sbp.elementwise(p_each=("dy",)),
-   kernel=lambda k: lambda y, dy: torch.ops.aten.threshold_backward(dy, y, 0))  # dy where y > 0 (one kernel)
+   kernel=lambda k: lambda y, dy: torch.ops.aten.threshold_backward(dy, y, 0),  # dy where y > 0 (one kernel)
+   xla=lambda k: lambda y, dy: xla_rules.jnp().where(y > 0, dy, 0))
 
 op("identity", inputs=["in"], outputs=["out"], infer=like("in"), sbp=_sbp.elementwise(p_all=True),
-   kernel=lambda k: lambda x: x,
+   kernel=lambda k: lambda x: x, xla=lambda k: lambda x: x,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit("identity", {"in": g.dout("out")})), view=True)
 
 
@@ -84,6 +85,7 @@ def _cast_infer(ctx):
 
 op("cast", inputs=["in"], outputs=["out"], attrs={"dtype": "dtype"}, infer=_cast_infer, sbp=_sbp.elementwise(p_all=True),
    kernel=lambda k: (lambda x, t=k.attr("dtype").torch: x.to(t)),
+   xla=lambda k: (lambda x, t=k.attr("dtype").np: x.astype(t)),
    onnx=lambda c: c.node("Cast", [c.input("in")], [c.output("out")], to=c.dtype_code(c.attr("dtype"))),
    grad=lambda g: g.needs("in") and g.set_grad(
        "in", g.emit("cast", {"in": g.dout("out")}, {"dtype": g.desc(g.input("in")).dtype})))
@@ -136,10 +138,11 @@ def _scalar_infer(out_dtype=None, float_only=False):
 
 
 op("scalar_add", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=like("in"),
-   kernel=_scalar_kernel(torch.add), sbp=_sbp.elementwise(), onnx=onnx_rules.scalar("Add"),
+   kernel=_scalar_kernel(torch.add), sbp=_sbp.elementwise(), onnx=onnx_rules.scalar("Add"), xla=xla_rules.scalar("add"),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.dout("out")))
 op("scalar_mul", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=like("in"),
    kernel=_scalar_kernel(torch.mul), sbp=_sbp.elementwise(p_all=True), onnx=onnx_rules.scalar("Mul"),
+   xla=xla_rules.scalar("multiply"),
    grad=lambda g: g.needs("in") and g.set_grad(
        "in", g.emit("scalar_mul", {"in": g.dout("out")}, _scalar_attrs_of(g))))
 
@@ -183,6 +186,27 @@ _LOGICAL = {
 }
 
 
+_LOGICAL_XLA = {"equal": "equal", "not_equal": "not_equal", "greater": "greater", "greater_equal": "greater_equal",
+                "less": "less", "less_equal": "less_equal", "and": "logical_and", "or": "logical_or",
+                "xor": "logical_xor"}
+
+
+def _logical_xla(name, scalar=False):
+    """The ``_LOGICAL`` function ``name`` over jax arrays, int8 (and/or/xor: of ``!= 0``)."""
+    def make(k):
+        jnp = xla_rules.jnp()
+        fn = getattr(jnp, _LOGICAL_XLA[name])
+        if name in ("and", "or", "xor"):
+            f = lambda x, y: fn(x != 0, y != 0).astype(jnp.int8)  # noqa: E731
+        else:
+            f = lambda x, y: fn(x, y).astype(jnp.int8)  # noqa: E731
+        if scalar:
+            s = scalar_operand(k)
+            return lambda x: f(x, jnp.asarray(s, dtype=x.dtype))
+        return f
+    return make
+
+
 def _scalar_logical_kernel(fn):
     def make(k):
         s = scalar_operand(k)
@@ -192,7 +216,8 @@ def _scalar_logical_kernel(fn):
 
 for _name, _fn in _LOGICAL.items():
     op(f"scalar_logical_{_name}", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS,
-       infer=_scalar_infer(_dt.int8), kernel=_scalar_logical_kernel(_fn), no_grad=True)
+       infer=_scalar_infer(_dt.int8), kernel=_scalar_logical_kernel(_fn), no_grad=True,
+       xla=_logical_xla(_name, scalar=True))
 
 
 # scalar_{add,sub,mul,div}_by_tensor: the scalar is a one-element blob
@@ -285,7 +310,8 @@ def _add_n_grad(g):
 
 
 op("add_n", inputs=["in*"], outputs=["out"], infer=_add_n_infer, kernel=_add_n_kernel, grad=_add_n_grad,
-   sbp=_sbp.elementwise(p_all=True), onnx=onnx_rules.same("Sum"))
+   sbp=_sbp.elementwise(p_all=True), onnx=onnx_rules.same("Sum"),
+   xla=lambda k: lambda xs: functools.reduce(lambda a, b: a + b, xs))  # in the kernel's order
 
 
 # ----------------------------------------------------------------- broadcast binary
@@ -352,16 +378,27 @@ def _floor_mod(x, y):
     return torch.remainder(x, y)
 
 
-for _name, _fn, _grad, _onnx in (
-        ("broadcast_add", torch.add, _bgrad_add, "Add"), ("broadcast_sub", torch.sub, _bgrad_sub, "Sub"),
-        ("broadcast_mul", torch.mul, _bgrad_mul, "Mul"), ("broadcast_div", divide, _bgrad_div, "Div"),
-        ("broadcast_pow", torch.pow, _bgrad_pow, "Pow"),
-        ("broadcast_floor_mod", _floor_mod, _bgrad_x_only, None),
-        ("broadcast_fmod", torch.fmod, _bgrad_x_only, None),
+def _divide_xla(k):
+    """``divide`` over jax arrays (integers truncated toward zero)."""
+    jnp = xla_rules.jnp()
+    if k.input("x").dtype.is_floating_point:
+        return jnp.divide
+    return lambda x, y: (jnp.sign(x) * jnp.sign(y) * (jnp.abs(x) // jnp.abs(y))).astype(x.dtype)
+
+
+for _name, _fn, _grad, _onnx, _xla in (
+        ("broadcast_add", torch.add, _bgrad_add, "Add", "add"),
+        ("broadcast_sub", torch.sub, _bgrad_sub, "Sub", "subtract"),
+        ("broadcast_mul", torch.mul, _bgrad_mul, "Mul", "multiply"), ("broadcast_div", divide, _bgrad_div, "Div", None),
+        ("broadcast_pow", torch.pow, _bgrad_pow, "Pow", "power"),
+        ("broadcast_floor_mod", _floor_mod, _bgrad_x_only, None, "remainder"),
+        ("broadcast_fmod", torch.fmod, _bgrad_x_only, None, "fmod"),
         # no grad function (as OneFlow): use elementwise_maximum/minimum to differentiate
-        ("broadcast_maximum", torch.maximum, None, "Max"), ("broadcast_minimum", torch.minimum, None, "Min")):
+        ("broadcast_maximum", torch.maximum, None, "Max", "maximum"),
+        ("broadcast_minimum", torch.minimum, None, "Min", "minimum")):
     op(_name, inputs=["x", "y"], outputs=["z"], infer=_binary_infer,
        kernel=lambda k, f=_fn: f, grad=_grad, onnx=_onnx and onnx_rules.same(_onnx),
+       xla=xla_rules.same(_xla) if _xla else _divide_xla,
        sbp=_sbp.elementwise(p_all=_name in ("broadcast_add", "broadcast_sub"),
                             p_each={"broadcast_mul": ("x", "y"), "broadcast_div": ("x",)}.get(_name, ())))
 
@@ -394,7 +431,7 @@ op("broadcast_pow_y_grad", inputs=["x", "y", "z", "dz"], outputs=["dy"], infer=_
 for _name, _fn in _LOGICAL.items():
     _type = f"broadcast_{'logical_' + _name if _name in ('and', 'or', 'xor') else _name}"
     op(_type, inputs=["x", "y"], outputs=["z"], infer=functools.partial(_binary_infer, out_dtype=_dt.int8),
-       kernel=lambda k, f=_fn: (lambda x, y: f(x, y).to(torch.int8)), no_grad=True)
+       kernel=lambda k, f=_fn: (lambda x, y: f(x, y).to(torch.int8)), no_grad=True, xla=_logical_xla(_name))
 
 
 # ----------------------------------------------------------------- same-shape binary
@@ -467,9 +504,11 @@ _elementwise_extremum("maximum")
 _elementwise_extremum("minimum")
 
 
-def binary_family(name, fwd, dx_fn, dy_fn):
+def binary_family(name, fwd, dx_fn, dy_fn, xla=None):
     """Register ``name`` (x, y -> z, same shapes, float) and ``name_x_grad``/``name_y_grad``
-    (x, y, dz -> dx / dy), OneFlow's wiring (``oneflow/user/ops/elementwise_maximum_minimum_ops.cpp``)."""
+    (x, y, dz -> dx / dy), OneFlow's wiring (``oneflow/user/ops/elementwise_maximum_minimum_ops.cpp``).
+    ``xla`` names the jax function computing ``fwd`` (the grads' rules are its
+    vector-Jacobian products)."""
     def grad(g):
         ins = {"x": g.input("x"), "y": g.input("y"), "dz": g.dout("z")}
         for side in ("x", "y"):
@@ -483,12 +522,21 @@ def binary_family(name, fwd, dx_fn, dy_fn):
             ctx.set_output(f"d{side}", ctx.input(side).shape, ctx.input(side).dtype)
         return infer
 
+    def vjp(side):
+        def make(k):
+            import jax
+            f = xla_rules.jnp_fn(xla)
+            if side == "x":
+                return lambda x, y, dz: jax.vjp(lambda v: f(v, y), x)[1](dz)[0]
+            return lambda x, y, dz: jax.vjp(lambda v: f(x, v), y)[1](dz)[0]
+        return make
+
     op(name, inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(float_only=True),
-       kernel=lambda k: fwd, grad=grad)
+       kernel=lambda k: fwd, grad=grad, xla=xla and xla_rules.same(xla))
     op(f"{name}_x_grad", inputs=["x", "y", "dz"], outputs=["dx"], infer=grad_infer("x"),
-       kernel=lambda k: dx_fn)
+       kernel=lambda k: dx_fn, xla=xla and vjp("x"))
     op(f"{name}_y_grad", inputs=["x", "y", "dz"], outputs=["dy"], infer=grad_infer("y"),
-       kernel=lambda k: dy_fn)
+       kernel=lambda k: dy_fn, xla=xla and vjp("y"))
 
 
 def _xdivy(x, y):
@@ -499,10 +547,10 @@ def _xlogy(x, y):
     return torch.where(x == 0, _zero(x), x * torch.log(y))
 
 
-binary_family("pow", torch.pow, _pow_x_grad, lambda x, y, dz: _pow_y_grad(x, y, torch.pow(x, y), dz))
+binary_family("pow", torch.pow, _pow_x_grad, lambda x, y, dz: _pow_y_grad(x, y, torch.pow(x, y), dz), xla="power")
 binary_family("atan2", torch.atan2,
               lambda x, y, dz: dz * y / (x * x + y * y),
-              lambda x, y, dz: -dz * x / (x * x + y * y))
+              lambda x, y, dz: -dz * x / (x * x + y * y), xla="arctan2")
 # floor(x / y): piecewise constant, zero gradients
 binary_family("floordiv", lambda x, y: torch.div(x, y, rounding_mode="floor"),
               lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz))
@@ -549,6 +597,7 @@ REDUCE_ATTRS = {"axis": "list_int32", "keepdims": ("bool", False)}
 
 op("reduce_sum", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.sum(x, dim=a, keepdim=keep, dtype=x.dtype)),
+   xla=xla_rules.reduce("sum"),
    sbp=_sbp.reduce(split_to_partial=True, partial_in=True), onnx=onnx_rules.reduce("ReduceSum"),
    grad=lambda g: g.needs("input_tensor") and g.set_grad("input_tensor", g.emit(
        "broadcast_like", {"x": g.dout("output_tensor"), "like": g.input("input_tensor")},
@@ -582,13 +631,13 @@ def _prod(x, axes, keep):
 
 op("reduce_max", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amax(x, dim=a, keepdim=keep)),
-   grad=_reduce_extremum_grad)
+   grad=_reduce_extremum_grad, xla=xla_rules.reduce("max"))
 op("reduce_min", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amin(x, dim=a, keepdim=keep)),
-   grad=_reduce_extremum_grad)
+   grad=_reduce_extremum_grad, xla=xla_rules.reduce("min"))
 # no grad function (as OneFlow)
 op("reduce_prod", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
-   infer=_reduce_infer(), kernel=_reduce_kernel(_prod))
+   infer=_reduce_infer(), kernel=_reduce_kernel(_prod), xla=xla_rules.reduce("prod"))
 op("reduce_any", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.any(x != 0, dim=a, keepdim=keep)))
 op("reduce_all", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
@@ -613,8 +662,15 @@ def _reduce_sum_like_kernel(k):
     return lambda x, like_: torch.sum(x, dim=axes, keepdim=True).reshape(shape)
 
 
+def _reduce_sum_like_xla(k):
+    axes, shape = tuple(k.attr("axis")), k.input("like").shape
+    if not axes:
+        return lambda x, like_: x
+    return lambda x, like_: xla_rules.jnp().sum(x, axis=axes, keepdims=True).reshape(shape)
+
+
 op("reduce_sum_like", inputs=["x", "like"], outputs=["y"], attrs={"axis": "list_int32"},
-   infer=_reduce_sum_like_infer, kernel=_reduce_sum_like_kernel, no_grad=True)
+   infer=_reduce_sum_like_infer, kernel=_reduce_sum_like_kernel, no_grad=True, xla=_reduce_sum_like_xla)
 
 
 def _broadcast_like_infer(ctx):
@@ -634,8 +690,15 @@ def _broadcast_like_kernel(k):
     return lambda x, like_: (x.reshape(keep_shape) if needs_view else x).expand(like_shape)
 
 
+def _broadcast_like_xla(k):
+    like_shape = k.input("like").shape
+    axes = sorted(a % len(like_shape) for a in k.attr("broadcast_axes"))
+    keep_shape = tuple(1 if i in axes else s for i, s in enumerate(like_shape))
+    return lambda x, like_: xla_rules.jnp().broadcast_to(x.reshape(keep_shape), like_shape)
+
+
 op("broadcast_like", inputs=["x", "like"], outputs=["y"], attrs={"broadcast_axes": "list_int32"},
-   infer=_broadcast_like_infer, kernel=_broadcast_like_kernel,
+   infer=_broadcast_like_infer, kernel=_broadcast_like_kernel, xla=_broadcast_like_xla,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "reduce_sum_like", {"x": g.dout("y"), "like": g.input("x")}, {"axis": g.attr("broadcast_axes")})),
    view=True)
@@ -735,13 +798,15 @@ def vjp_kernel(fwd):
     return make
 
 
-def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, onnx=None):
+def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, onnx=None, xla=None):
     """Register ``name`` (x -> y) and, if differentiable, ``name_grad`` (x, dy -> dx).
 
     ``grad_fn(x, dy)`` is the explicit derivative; without it the grad op's kernel
     uses torch autograd on ``fwd`` (OneFlow's wiring: grad op ``<op>_grad`` with the
     forward input ``x`` and ``dy``, ``oneflow/user/ops/math_unary_elementwise_op.cpp``).
-    ``onnx`` names the ONNX operator computing ``fwd`` (the op's ONNX converter), if there is one.
+    ``onnx`` names the ONNX operator computing ``fwd`` (the op's ONNX converter), if there is one;
+    ``xla`` the jax function computing it (see :func:`graphfront.ops.xla_rules.jnp_fn`; the
+    grad op's rule is its vector-Jacobian product).
     """
     convert = onnx_rules.same(onnx) if onnx else None
     def infer(ctx):
@@ -752,11 +817,13 @@ def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, 
 
     if differentiable:
         op(name, inputs=["x"], outputs=["y"], infer=infer, kernel=lambda k: fwd, sbp=_sbp.elementwise(), onnx=convert,
-           grad=lambda g: g.set_grad("x", g.emit(f"{name}_grad", {"x": g.input("x"), "dy": g.dout("y")})))
+           grad=lambda g: g.set_grad("x", g.emit(f"{name}_grad", {"x": g.input("x"), "dy": g.dout("y")})),
+           xla=xla and xla_rules.same(xla))
         op(f"{name}_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), sbp=_sbp.elementwise(p_each=("dy",)),
-           kernel=(lambda k: grad_fn) if grad_fn else vjp_kernel(fwd))
+           kernel=(lambda k: grad_fn) if grad_fn else vjp_kernel(fwd), xla=xla and xla_rules.vjp(xla))
     else:
-        op(name, inputs=["x"], outputs=["y"], infer=infer, kernel=lambda k: fwd, no_grad=True, sbp=_sbp.elementwise(), onnx=convert)
+        op(name, inputs=["x"], outputs=["y"], infer=infer, kernel=lambda k: fwd, no_grad=True, sbp=_sbp.elementwise(),
+           onnx=convert, xla=xla and xla_rules.same(xla))
 
 
 def _zero_grad(x, dy):
@@ -771,41 +838,43 @@ def _reciprocal_no_nan(x):
     return torch.where(x == 0, _zero(x), torch.reciprocal(x))
 
 
-unary_family("negative", torch.neg, lambda x, dy: -dy, float_only=False, onnx="Neg")
-unary_family("exp", torch.exp, lambda x, dy: dy * torch.exp(x), onnx="Exp")
-unary_family("log", torch.log, lambda x, dy: dy / x, onnx="Log")
-unary_family("sqrt", torch.sqrt, lambda x, dy: dy * 0.5 * torch.rsqrt(x), onnx="Sqrt")
-unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3)
-unary_family("square", torch.square, lambda x, dy: dy * 2 * x)
-unary_family("abs", torch.abs, lambda x, dy: dy * torch.sign(x), float_only=False, onnx="Abs")
-unary_family("tanh", torch.tanh, lambda x, dy: dy * (1 - torch.tanh(x) ** 2), onnx="Tanh")
-unary_family("sigmoid_v2", torch.sigmoid, lambda x, dy: dy * torch.sigmoid(x) * (1 - torch.sigmoid(x)), onnx="Sigmoid")
-unary_family("reciprocal", torch.reciprocal, lambda x, dy: -dy / (x * x), onnx="Reciprocal")
-unary_family("acos", torch.acos, lambda x, dy: -dy * torch.rsqrt(1 - x * x), onnx="Acos")
-unary_family("acosh", torch.acosh, lambda x, dy: dy * torch.rsqrt(x * x - 1))
-unary_family("asin", torch.asin, lambda x, dy: dy * torch.rsqrt(1 - x * x), onnx="Asin")
-unary_family("asinh", torch.asinh, lambda x, dy: dy * torch.rsqrt(x * x + 1), onnx="Asinh")
-unary_family("atan", torch.atan, lambda x, dy: dy / (1 + x * x), onnx="Atan")
-unary_family("atanh", torch.atanh, lambda x, dy: dy / (1 - x * x))
-unary_family("ceil", torch.ceil, _zero_grad, onnx="Ceil")
-unary_family("cos", torch.cos, lambda x, dy: -dy * torch.sin(x), onnx="Cos")
-unary_family("cosh", torch.cosh, lambda x, dy: dy * torch.sinh(x), onnx="Cosh")
-unary_family("erf", torch.erf, lambda x, dy: dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), onnx="Erf")
-unary_family("erfc", torch.erfc, lambda x, dy: -dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x))
-unary_family("expm1", torch.expm1, lambda x, dy: dy * torch.exp(x))
-unary_family("floor", torch.floor, _zero_grad, onnx="Floor")
-unary_family("lgamma", torch.lgamma, lambda x, dy: dy * torch.digamma(x))
-unary_family("log1p", torch.log1p, lambda x, dy: dy / (1 + x))
-unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)))
-unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x))
+unary_family("negative", torch.neg, lambda x, dy: -dy, float_only=False, onnx="Neg", xla="negative")
+unary_family("exp", torch.exp, lambda x, dy: dy * torch.exp(x), onnx="Exp", xla="exp")
+unary_family("log", torch.log, lambda x, dy: dy / x, onnx="Log", xla="log")
+unary_family("sqrt", torch.sqrt, lambda x, dy: dy * 0.5 * torch.rsqrt(x), onnx="Sqrt", xla="sqrt")
+unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3, xla="lax.rsqrt")
+unary_family("square", torch.square, lambda x, dy: dy * 2 * x, xla="square")
+unary_family("abs", torch.abs, lambda x, dy: dy * torch.sign(x), float_only=False, onnx="Abs", xla="abs")
+unary_family("tanh", torch.tanh, lambda x, dy: dy * (1 - torch.tanh(x) ** 2), onnx="Tanh", xla="tanh")
+unary_family("sigmoid_v2", torch.sigmoid, lambda x, dy: dy * torch.sigmoid(x) * (1 - torch.sigmoid(x)), onnx="Sigmoid",
+             xla="nn.sigmoid")
+unary_family("reciprocal", torch.reciprocal, lambda x, dy: -dy / (x * x), onnx="Reciprocal", xla="reciprocal")
+unary_family("acos", torch.acos, lambda x, dy: -dy * torch.rsqrt(1 - x * x), onnx="Acos", xla="arccos")
+unary_family("acosh", torch.acosh, lambda x, dy: dy * torch.rsqrt(x * x - 1), xla="arccosh")
+unary_family("asin", torch.asin, lambda x, dy: dy * torch.rsqrt(1 - x * x), onnx="Asin", xla="arcsin")
+unary_family("asinh", torch.asinh, lambda x, dy: dy * torch.rsqrt(x * x + 1), onnx="Asinh", xla="arcsinh")
+unary_family("atan", torch.atan, lambda x, dy: dy / (1 + x * x), onnx="Atan", xla="arctan")
+unary_family("atanh", torch.atanh, lambda x, dy: dy / (1 - x * x), xla="arctanh")
+unary_family("ceil", torch.ceil, _zero_grad, onnx="Ceil", xla="ceil")
+unary_family("cos", torch.cos, lambda x, dy: -dy * torch.sin(x), onnx="Cos", xla="cos")
+unary_family("cosh", torch.cosh, lambda x, dy: dy * torch.sinh(x), onnx="Cosh", xla="cosh")
+unary_family("erf", torch.erf, lambda x, dy: dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), onnx="Erf", xla="lax.erf")
+unary_family("erfc", torch.erfc, lambda x, dy: -dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), xla="lax.erfc")
+unary_family("expm1", torch.expm1, lambda x, dy: dy * torch.exp(x), xla="expm1")
+unary_family("floor", torch.floor, _zero_grad, onnx="Floor", xla="floor")
+unary_family("lgamma", torch.lgamma, lambda x, dy: dy * torch.digamma(x), xla="lax.lgamma")
+unary_family("log1p", torch.log1p, lambda x, dy: dy / (1 + x), xla="log1p")
+unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)), xla="log2")
+unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x), xla="nn.log_sigmoid")
 unary_family("reciprocal_no_nan", _reciprocal_no_nan, lambda x, dy: -dy * _reciprocal_no_nan(x * x))
-unary_family("rint", torch.round, _zero_grad)          # round half to even
-unary_family("round", torch.round, _zero_grad)         # round half to even (nearbyint)
-unary_family("sign", torch.sign, _zero_grad, onnx="Sign")
-unary_family("sin", torch.sin, lambda x, dy: dy * torch.cos(x), onnx="Sin")
-unary_family("sinh", torch.sinh, lambda x, dy: dy * torch.cosh(x), onnx="Sinh")
-unary_family("softplus", F.softplus, lambda x, dy: dy * torch.sigmoid(x), onnx="Softplus")   # log(1 + exp(x))
-unary_family("tan", torch.tan, lambda x, dy: dy / torch.cos(x) ** 2, onnx="Tan")
+unary_family("rint", torch.round, _zero_grad, xla="round")          # round half to even
+unary_family("round", torch.round, _zero_grad, xla="round")         # round half to even (nearbyint)
+unary_family("sign", torch.sign, _zero_grad, onnx="Sign", xla="sign")
+unary_family("sin", torch.sin, lambda x, dy: dy * torch.cos(x), onnx="Sin", xla="sin")
+unary_family("sinh", torch.sinh, lambda x, dy: dy * torch.cosh(x), onnx="Sinh", xla="sinh")
+unary_family("softplus", F.softplus, lambda x, dy: dy * torch.sigmoid(x), onnx="Softplus",  # log(1 + exp(x))
+             xla="nn.softplus")
+unary_family("tan", torch.tan, lambda x, dy: dy / torch.cos(x) ** 2, onnx="Tan", xla="tan")
 
 
 # sigmoid (in -> out) with grad sigmoid_grad (y = out, dy -> dx)
@@ -826,10 +895,11 @@ def _float_like(arg):
 
 
 op("sigmoid", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: torch.sigmoid,
-   onnx=onnx_rules.same("Sigmoid"),
+   onnx=onnx_rules.same("Sigmoid"), xla=xla_rules.same("nn.sigmoid"),
    grad=lambda g: g.set_grad("in", g.emit("sigmoid_grad", {"y": g.output("out"), "dy": g.dout("out")})))
 op("sigmoid_grad", inputs=["y", "dy"], outputs=["dx"], infer=_y_dy_infer,
-   kernel=lambda k: (lambda y, dy: dy * y * (1 - y)))
+   kernel=lambda k: (lambda y, dy: dy * y * (1 - y)),
+   xla=lambda k: (lambda y, dy: dy * y * (1 - y)))  # (the same arithmetic on jax arrays)
 
 
 # gelu (in -> out) with grad gelu_grad (x = in, dy -> dx): the exact erf form

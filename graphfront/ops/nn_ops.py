@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpRunError
 from graphfront.ops.common import like, norm_axis, same_dtype
-from graphfront.ops import onnx_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -156,9 +156,34 @@ def _conv_onnx(c):
            dilations=list(c.attr("dilation_rate")), pads=pads + pads, group=c.attr("groups"))
 
 
+def conv_xla_fn(k, n):
+    """``(x, w) -> out`` of a convolution with this op's attrs, over jax arrays in the
+    op's data_format (``lax.conv_general_dilated``; symmetric ``padding_before`` pads as
+    the torch kernels). Shared by the conv ops and their grads' XLA rules."""
+    lax = xla_rules.lax()
+    dn = xla_rules.conv_dimension_numbers(n, k.attr("data_format") == "channels_first")
+    args = dict(window_strides=tuple(k.attr("strides")), padding=[(p, p) for p in k.attr("padding_before")],
+                rhs_dilation=tuple(k.attr("dilation_rate")), dimension_numbers=dn,
+                feature_group_count=k.attr("groups"))
+    return lambda x, w: lax.conv_general_dilated(x, w, **args)
+
+
+def _channel_view(k, n):
+    """Shape viewing a per-channel vector along the channel axis of a rank n + 2 blob."""
+    return (1, -1) + (1,) * n if k.attr("data_format") == "channels_first" else (1,) * (n + 1) + (-1,)
+
+
+def _conv_xla(n):
+    def make(k):
+        conv, view = conv_xla_fn(k, n), _channel_view(k, n)
+        return lambda x, w, b, bm: conv(x, w) if b is None else conv(x, w) + b.reshape(view)
+    return make
+
+
 for _n in (1, 2, 3):
     op(f"conv{_n}d", inputs=["in", "weight", "bias?", "bias_multiplier?"], outputs=["out"], attrs=CONV_ATTRS,
-       infer=_conv_infer(_n), kernel=_conv_kernel(_n), grad=_conv_grad(_n), sbp=_sbp.conv("in", "weight", "out"), onnx=_conv_onnx)
+       infer=_conv_infer(_n), kernel=_conv_kernel(_n), grad=_conv_grad(_n), sbp=_sbp.conv("in", "weight", "out"),
+       onnx=_conv_onnx, xla=_conv_xla(_n))
 
 
 def _conv_backward_args(k):
@@ -233,14 +258,42 @@ def _conv_bias_grad_kernel(k):
     return lambda dy: dy.sum(dim=axes)
 
 
+def _conv_data_grad_xla(k):
+    import jax
+    conv = conv_xla_fn(k, k.attr("num_spatial_dims"))
+
+    def data_grad(dy, w, x_like, add_to):
+        dx = jax.vjp(lambda x: conv(x, w), x_like)[1](dy)[0]
+        return dx if add_to is None else dx + add_to
+    return data_grad
+
+
+def _conv_filter_grad_xla(k):
+    import jax
+    conv = conv_xla_fn(k, k.attr("num_spatial_dims"))
+    wshape, dtype = k.output("filter_diff").shape, k.output("filter_diff").dtype.np
+
+    def filter_grad(dy, x):  # the filter's value does not enter its gradient (conv is linear in it)
+        return jax.vjp(lambda w: conv(x, w), xla_rules.jnp().zeros(wshape, dtype))[1](dy)[0]
+    return filter_grad
+
+
+def _conv_bias_grad_xla(k):
+    n = len(k.input("dy").shape)
+    axes = (0,) + tuple(range(2, n)) if k.attr("data_format") == "channels_first" else tuple(range(n - 1))
+    return lambda dy: dy.sum(axis=axes)
+
+
 op("conv_data_grad", inputs=["dy", "filter", "x_like", "_add_to_output?"], outputs=["dx"], attrs=CONV_GRAD_ATTRS,
-   infer=_conv_grad_infer_data, kernel=_conv_data_grad_kernel, sbp=_sbp.conv("dy", "filter", "dx"))
+   infer=_conv_grad_infer_data, kernel=_conv_data_grad_kernel, sbp=_sbp.conv("dy", "filter", "dx"),
+   xla=_conv_data_grad_xla)
 op("conv_filter_grad", inputs=["dy", "x"], outputs=["filter_diff"], attrs=CONV_GRAD_ATTRS,
    infer=_conv_grad_infer_filter, kernel=_conv_filter_grad_kernel,
-   sbp=_sbp.conv("dy", None, None, weight_grads=("filter_diff",)))
+   sbp=_sbp.conv("dy", None, None, weight_grads=("filter_diff",)), xla=_conv_filter_grad_xla)
 op("conv_bias_grad", inputs=["dy"], outputs=["bias_diff"],
    attrs={"data_format": "string", "num_spatial_dims": ("int32", 0)},
-   infer=_conv_bias_grad_infer, kernel=_conv_bias_grad_kernel, sbp=_sbp.conv("dy", None, None, weight_grads=("bias_diff",)))
+   infer=_conv_bias_grad_infer, kernel=_conv_bias_grad_kernel, sbp=_sbp.conv("dy", None, None, weight_grads=("bias_diff",)),
+   xla=_conv_bias_grad_xla)
 
 
 # ------------------------------------------------------------------ bias_add
@@ -285,8 +338,14 @@ def _bias_add_onnx(c):
     c.node("Add", [c.input("a"), b], [c.output("out")])
 
 
+def _bias_add_xla(k):
+    view = [1] * len(k.input("a").shape)
+    view[k.attr("axis")] = -1
+    return lambda a, b: a + b.reshape(view)
+
+
 op("bias_add", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=_bias_add_infer,
-   kernel=_bias_add_kernel, grad=_bias_add_grad, sbp=_sbp.bias_add, onnx=_bias_add_onnx)
+   kernel=_bias_add_kernel, grad=_bias_add_grad, sbp=_sbp.bias_add, onnx=_bias_add_onnx, xla=_bias_add_xla)
 
 
 # ------------------------------------------------------------------ TF-style pooling
@@ -405,15 +464,51 @@ def _pool_onnx(onnx_type):
     return convert
 
 
+def pool_xla_fn(kind, n, k):
+    """The pooling of a ``tf_*_pool`` op over a jax array in the op's data_format
+    (``lax.reduce_window`` with the pads of :func:`pool_geometry`; an average counts only
+    the unpadded elements of each window, as the torch kernel)."""
+    lax, jnp = xla_rules.lax(), xla_rules.jnp()
+    first = k.attr("data_format") == "channels_first"
+    x_shape = k.input("x").shape
+    _, pads = pool_geometry(x_shape[2:] if first else x_shape[1:-1], k.attrs)
+    size, stride = tuple(k.attr("pool_size")), tuple(k.attr("strides"))
+    if first:
+        window, strides, padding = (1, 1) + size, (1, 1) + stride, [(0, 0), (0, 0)] + pads
+    else:
+        window, strides, padding = (1,) + size + (1,), (1,) + stride + (1,), [(0, 0)] + pads + [(0, 0)]
+    if kind == "max":
+        return lambda x: lax.reduce_window(x, -jnp.inf, lax.max, window, strides, padding)
+
+    def avg(x):
+        total = lax.reduce_window(x, 0.0, lax.add, window, strides, padding)
+        return total / lax.reduce_window(jnp.ones_like(x), 0.0, lax.add, window, strides, padding)
+    return avg
+
+
+def _pool_xla(kind, n):
+    return lambda k: pool_xla_fn(kind, n, k)
+
+
+def _pool_grad_xla(kind, n):
+    def make(k):
+        import jax
+        fn = pool_xla_fn(kind, n, k)
+        # max: dy goes to the first maximum of each window in row-major order, as torch's
+        return lambda x, y, dy: jax.vjp(fn, x)[1](dy)[0]
+    return make
+
+
 for _kind in ("max", "avg"):
     for _n in (1, 2, 3):
         _name = f"tf_{_kind}_pool_{_n}d"
         op(_name, inputs=["x"], outputs=["y"], attrs=POOL_ATTRS, infer=_pool_infer(_n),
            kernel=_pool_kernel(_kind, _n), sbp=_sbp.batch(), onnx=_pool_onnx("MaxPool" if _kind == "max" else "AveragePool"),
            grad=lambda g, t=_name: g.set_grad("x", g.emit(
-               f"{t}_grad", {"x": g.input("x"), "y": g.output("y"), "dy": g.dout("y")}, g.attrs)))
+               f"{t}_grad", {"x": g.input("x"), "y": g.output("y"), "dy": g.dout("y")}, g.attrs)),
+           xla=_pool_xla(_kind, _n))
         op(f"{_name}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=POOL_ATTRS, infer=like("x"),
-           kernel=_pool_grad_kernel(_kind, _n), sbp=_sbp.batch())
+           kernel=_pool_grad_kernel(_kind, _n), sbp=_sbp.batch(), xla=_pool_grad_xla(_kind, _n))
 
 
 # ------------------------------------------------------------------ dropout
@@ -444,8 +539,20 @@ def _dropout_grad(g):
                             {"scale": 1.0 / (1.0 - rate) if rate < 1 else 0.0}))
 
 
+def _dropout_xla(k):
+    import jax
+    rate = k.attr("rate")
+    scale = 1.0 / (1.0 - rate) if rate < 1 else 0.0
+
+    def dropout(key, x, add_to):
+        keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+        out = x * keep.astype(x.dtype) * scale
+        return (out if add_to is None else out + add_to), keep.astype("int8")
+    return dropout
+
+
 op("dropout", inputs=["in", "_add_to_output?"], outputs=["out", "mask"], attrs={"rate": ("float", 0.0)},
-   infer=_dropout_infer, kernel=_dropout_kernel, grad=_dropout_grad, random=True)
+   infer=_dropout_infer, kernel=_dropout_kernel, grad=_dropout_grad, random=True, xla=_dropout_xla)
 
 
 def _dropout_grad_infer(ctx):
@@ -458,7 +565,8 @@ def _dropout_grad_infer(ctx):
 
 op("dropout_grad", inputs=["dy", "mask"], outputs=["dx"], attrs={"scale": ("float", 0.0)},
    infer=_dropout_grad_infer,
-   kernel=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask * s))
+   kernel=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask * s),
+   xla=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask.astype(dy.dtype) * s))
 
 
 def _random_mask_like_kernel(k):
@@ -514,6 +622,18 @@ def _matmul_kernel(k):
     return mm
 
 
+def _matmul_xla(k):
+    jnp = xla_rules.jnp()
+    ta, tb, alpha = k.attr("transpose_a"), k.attr("transpose_b"), k.attr("alpha")
+
+    def mm(a, b, add_to):
+        out = jnp.matmul(jnp.swapaxes(a, -1, -2) if ta else a, jnp.swapaxes(b, -1, -2) if tb else b)
+        if alpha != 1.0:
+            out = out * alpha
+        return out if add_to is None else out + add_to
+    return mm
+
+
 def _matmul_grad(op_type):
     def grad(g):
         ta, tb, alpha = g.attr("transpose_a"), g.attr("transpose_b"), g.attr("alpha")
@@ -547,10 +667,11 @@ def _matmul_onnx(c):
 
 
 op("matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
-   infer=_matmul_infer(False), kernel=_matmul_kernel, grad=_matmul_grad("matmul"), sbp=_sbp.matmul, onnx=_matmul_onnx)
+   infer=_matmul_infer(False), kernel=_matmul_kernel, grad=_matmul_grad("matmul"), sbp=_sbp.matmul, onnx=_matmul_onnx,
+   xla=_matmul_xla)
 op("batch_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
    infer=_matmul_infer(True), kernel=_matmul_kernel, grad=_matmul_grad("batch_matmul"), sbp=_sbp.matmul,
-   onnx=_matmul_onnx)
+   onnx=_matmul_onnx, xla=_matmul_xla)
 
 
 def _broadcast_matmul_infer(ctx):
@@ -594,7 +715,8 @@ def _broadcast_matmul_grad_b_kernel(k):
 
 
 op("broadcast_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
-   infer=_broadcast_matmul_infer, kernel=_matmul_kernel, grad=_broadcast_matmul_grad, sbp=_sbp.matmul, onnx=_matmul_onnx)
+   infer=_broadcast_matmul_infer, kernel=_matmul_kernel, grad=_broadcast_matmul_grad, sbp=_sbp.matmul, onnx=_matmul_onnx,
+   xla=_matmul_xla)
 op("broadcast_matmul_grad_b", inputs=["a", "b", "_add_to_output?"], outputs=["out"],
    attrs={"alpha": ("double", 1.0)}, infer=_broadcast_matmul_grad_b_infer, kernel=_broadcast_matmul_grad_b_kernel)
 
@@ -603,6 +725,7 @@ op("broadcast_matmul_grad_b", inputs=["a", "b", "_add_to_output?"], outputs=["ou
 
 op("softmax", inputs=["in"], outputs=["out"], infer=like("in"),
    kernel=lambda k: (lambda x: torch.softmax(x, -1)), sbp=_sbp.batch(min_ndim_arg="in"), onnx=onnx_rules.same("Softmax", axis=-1),
+   xla=lambda k: (lambda x: xla_rules.jnp_fn("nn.softmax")(x, axis=-1)),
    grad=lambda g: g.set_grad("in", g.emit("softmax_grad", {"y": g.output("out"), "dy": g.dout("out")})))
 
 
@@ -614,7 +737,8 @@ def _softmax_grad_infer(ctx):
 
 
 op("softmax_grad", inputs=["y", "dy"], outputs=["dx"], infer=_softmax_grad_infer, sbp=_sbp.batch(min_ndim_arg="y"),
-   kernel=lambda k: (lambda y, dy: _aten._softmax_backward_data(dy, y, -1, y.dtype)))
+   kernel=lambda k: (lambda y, dy: _aten._softmax_backward_data(dy, y, -1, y.dtype)),
+   xla=lambda k: (lambda y, dy: y * (dy - (dy * y).sum(axis=-1, keepdims=True))))
 
 
 # ------------------------------------------------------------------ sparse softmax cross entropy
@@ -680,14 +804,34 @@ def _sce_grad_infer(ctx):
     ctx.set_output("prediction_diff", prob.shape, prob.dtype)
 
 
+def _sce_xla(k):
+    """(prob, out) over jax arrays. Labels outside [0, depth) are not checked here (XLA
+    cannot raise from a compiled step): their ``out`` is NaN."""
+    jnp = xla_rules.jnp()
+    log_softmax = xla_rules.jnp_fn("nn.log_softmax")
+
+    def sce(pred, label):
+        logp = log_softmax(pred, axis=-1)
+        picked = jnp.take_along_axis(logp, label.astype("int32")[..., None], axis=-1, mode="fill",
+                                     fill_value=jnp.nan)
+        return jnp.exp(logp), -picked[..., 0]
+    return sce
+
+
+def _sce_grad_xla(k):
+    depth, one_hot = k.attr("depth"), xla_rules.jnp_fn("nn.one_hot")
+    return lambda label, dy, prob: prob * dy[..., None] - one_hot(label, depth, dtype=prob.dtype) * dy[..., None]
+
+
 for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
-       infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sbp.batch(min_ndim_arg="prediction"),
+       infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sbp.batch(min_ndim_arg="prediction"), xla=_sce_xla,
        grad=lambda g, t=_t: g.needs("prediction") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"label": g.input("label"), "dy": g.dout("out"), "prob": g.output("prob")},
            {"depth": g.attr("depth")})))
     op(f"{_t}_grad", inputs=["label", "dy", "prob"], outputs=["prediction_diff"], attrs={"depth": ("int64", 0)},
-       infer=_sce_grad_infer, kernel=_sce_grad_kernel(f"{_t}_grad"), sbp=_sbp.batch(min_ndim_arg="prob"))
+       infer=_sce_grad_infer, kernel=_sce_grad_kernel(f"{_t}_grad"), sbp=_sbp.batch(min_ndim_arg="prob"),
+       xla=_sce_grad_xla)
 
 
 __all__ = ["pool_geometry", "conv_out_size", "norm_axis"]

@@ -21,6 +21,7 @@ import torch
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import JobBuildError, format_location
 from graphfront.ops.common import numel
+from graphfront.ops import xla_rules
 from graphfront.ops.registry import op
 
 
@@ -166,8 +167,43 @@ def _norm_onnx(c):
            [c.output("y")], epsilon=c.attr("epsilon"))
 
 
+def _norm_xla(k):
+    """The kernel's formulas over jax arrays; in training it returns ``((y, mean, inv),
+    (new_moving_mean, new_moving_variance))`` (the moving statistics it updates)."""
+    jnp = xla_rules.jnp()
+    x_desc = k.input("x")
+    ndim, axis = len(x_desc.shape), k.attr("axis")
+    eps, momentum, training = k.attr("epsilon"), k.attr("momentum"), k.attr("training")
+    axes = tuple(d for d in range(ndim) if d != axis)
+    view = _channel_view(ndim, axis)
+    n = numel(x_desc.shape) // max(x_desc.shape[axis], 1)
+    unbias = n / max(n - 1, 1)
+    pdtype = param_dtype(x_desc.dtype).np
+
+    def normalization(x, moving_mean, moving_variance, gamma, beta, add_to):
+        xf = x.astype(pdtype)
+        if training:
+            mean = xf.mean(axis=axes)
+            var = jnp.square(xf - mean.reshape(view)).mean(axis=axes)
+            inv = 1.0 / jnp.sqrt(var + eps)
+        else:
+            mean, inv = moving_mean, 1.0 / jnp.sqrt(moving_variance + eps)
+        y = ((xf - mean.reshape(view)) * (inv * gamma).reshape(view) + beta.reshape(view)).astype(x.dtype)
+        if add_to is not None:
+            y = y + add_to
+        if not training:
+            return y, mean, inv
+        updates = (None, None)
+        if moving_mean is not None:
+            updates = (moving_mean * momentum + mean * (1.0 - momentum),
+                       moving_variance * momentum + var * unbias * (1.0 - momentum))
+        return (y, mean, inv), updates
+    return normalization
+
+
 op("normalization", inputs=["x", "moving_mean?", "moving_variance?", "gamma", "beta", "_add_to_output?"],
    outputs=["y", "mean?", "inv_variance?"], attrs=NORM_ATTRS, infer=_norm_infer, kernel=_norm_kernel, onnx=_norm_onnx,
+   xla=_norm_xla,
    grad=_norm_grad, mutates=lambda attrs: ("moving_mean", "moving_variance") if attrs["training"] else (),
    doc="batch normalization over every axis but 'axis' (see module docstring)")
 
@@ -205,9 +241,28 @@ def _norm_grad_kernel(k):
     return normalization_grad
 
 
+def _norm_grad_xla(k):
+    x_desc = k.input("x")
+    ndim, axis = len(x_desc.shape), k.attr("axis")
+    axes = tuple(d for d in range(ndim) if d != axis)
+    view = _channel_view(ndim, axis)
+    n = numel(x_desc.shape) // max(x_desc.shape[axis], 1)
+    pdtype = param_dtype(x_desc.dtype).np
+
+    def normalization_grad(x, dy, mean, inv_variance, gamma):
+        xf, dyf = x.astype(pdtype), dy.astype(pdtype)
+        inv = inv_variance.reshape(view)
+        xhat = (xf - mean.reshape(view)) * inv
+        beta_diff = dyf.sum(axis=axes)
+        gamma_diff = (dyf * xhat).sum(axis=axes)
+        dx = (gamma.reshape(view) * inv / n) * (n * dyf - beta_diff.reshape(view) - xhat * gamma_diff.reshape(view))
+        return gamma_diff, beta_diff, dx.astype(x.dtype)
+    return normalization_grad
+
+
 op("normalization_grad", inputs=["x", "dy", "mean", "inv_variance", "gamma"],
    outputs=["gamma_diff", "beta_diff", "dx"], attrs={"axis": ("int32", 0), "epsilon": ("float", 0.0)},
-   infer=_norm_grad_infer, kernel=_norm_grad_kernel,
+   infer=_norm_grad_infer, kernel=_norm_grad_kernel, xla=_norm_grad_xla,
    doc="batch-norm backward with batch statistics: dx = gamma * inv / n * (n dy - sum dy - xhat sum(dy xhat))")
 
 

@@ -59,6 +59,7 @@ from __future__ import annotations
 import torch
 
 from graphfront.framework import dtypes as _dt
+from graphfront.ops import xla_rules
 from graphfront.ops.registry import ArgDef, op
 
 LR_INPUTS = ["learning_rate?", "scale_by_tensor?", "skip_if?"]
@@ -115,14 +116,16 @@ def _skipped(skip_if):
     return skip_if is not None and bool(skip_if.reshape(-1)[0] != 0)
 
 
-def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, check=None):
+def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, check=None, xla_step=None):
     """Register one ``*_update`` op.
 
     ``step(k)`` is called once per op instance at lowering time and returns
     ``apply(model, g, lr, args)``: ``g`` is the regularized gradient, ``lr`` the learning
     rate (a ``(1,)`` tensor or a float) and ``args`` maps every input name to its value.
     ``apply`` updates ``model`` and the state tensors in place. ``check(ctx)`` adds
-    op-specific build-time checks to :func:`check_update_inputs`.
+    op-specific build-time checks to :func:`check_update_inputs`. ``xla_step(k)``, when
+    given, is ``step`` over jax arrays: its ``apply`` returns ``{arg: new value}`` for the
+    arguments it updates instead of writing them (the op's ``xla`` rule).
     """
     names = [ArgDef.parse(s).name for s in inputs]
 
@@ -143,13 +146,41 @@ def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, c
         run.__name__ = op_type
         return run
 
+    mutated = ("model",) + tuple(state) + tuple(scalar_state)
+
+    def xla(k):
+        jnp = xla_rules.jnp()
+        scale, l1, l2 = k.attr("scale"), k.attr("l1"), k.attr("l2")
+        lr_val = k.attrs.get("learning_rate_val", 0.0)
+        apply = xla_step(k)
+
+        def run(*values):
+            args = dict(zip(names, values))
+            model = args["model"]
+            g = args["model_diff"].astype(model.dtype)
+            if scale != 1.0:
+                g = g * scale
+            if args.get("scale_by_tensor") is not None:
+                g = g * args["scale_by_tensor"]
+            if l1:
+                g = g + l1 * jnp.sign(model)
+            if l2:
+                g = g + l2 * model
+            lr = args.get("learning_rate")
+            new = apply(model, g, lr_val if lr is None else lr.reshape(()), args)
+            skip = args.get("skip_if")
+            if skip is not None:  # a non-zero skip_if keeps every value
+                new = {a: jnp.where(skip.reshape(()) != 0, args[a], v) for a, v in new.items()}
+            return None, tuple(new.get(a) for a in mutated)
+        return run
+
     def infer(ctx):
         check_update_inputs(ctx, state, scalar_state)
         if check is not None:
             check(ctx)
 
     return op(op_type, inputs=inputs, outputs=[], attrs=attrs, infer=infer,
-              kernel=kernel, no_grad=True, mutates=("model",) + tuple(state) + tuple(scalar_state), doc=doc)
+              kernel=kernel, no_grad=True, mutates=mutated, doc=doc, xla=xla if xla_step else None)
 
 
 def _decay(model, lr, wd):
@@ -167,8 +198,13 @@ def _sgd_step(k):
     return apply
 
 
+def _sgd_xla_step(k):
+    wd = k.attr("weight_decay")
+    return lambda model, g, lr, args: {"model": model - (lr * (g + wd * model) if wd else lr * g)}
+
+
 update_op("sgd_update", ["model", "model_diff"] + LR_INPUTS, {**LR_VAL, **REG_ATTRS}, step=_sgd_step,
-          doc="w -= lr * (g + weight_decay * w)")
+          xla_step=_sgd_xla_step, doc="w -= lr * (g + weight_decay * w)")
 
 
 def _momentum_step(k):
@@ -181,8 +217,18 @@ def _momentum_step(k):
     return apply
 
 
+def _momentum_xla_step(k):
+    wd, beta = k.attr("weight_decay"), k.attr("beta")
+
+    def apply(model, g, lr, args):
+        mom = args["momentum"] * beta - lr * g
+        return {"momentum": mom, "model": model + (mom - _decay(model, lr, wd))}
+    return apply
+
+
 update_op("momentum_update", ["model", "model_diff", "momentum"] + LR_INPUTS,
           {**LR_VAL, **REG_ATTRS, "beta": ("float", 0.9)}, state=("momentum",), step=_momentum_step,
+          xla_step=_momentum_xla_step,
           doc="momentum = beta * momentum - lr * g; w += momentum - lr * weight_decay * w")
 
 
@@ -210,13 +256,36 @@ def _adam_step(k):
     return apply
 
 
+def _adam_xla_step(k):
+    jnp = xla_rules.jnp()
+    b1, b2, eps = k.attr("beta1"), k.attr("beta2"), k.attr("epsilon")
+    wd, amsgrad, correct = k.attr("weight_decay"), k.attr("amsgrad"), k.attr("do_bias_correction")
+    bc1_val, bc2_val = k.attr("bias_correction1_val"), k.attr("bias_correction2_val")
+
+    def apply(model, g, lr, args):
+        bc1 = bc2 = 1.0
+        if correct:
+            bc1 = args["bias_correction1"].reshape(()) if args.get("bias_correction1") is not None else bc1_val
+            bc2 = args["bias_correction2"].reshape(()) if args.get("bias_correction2") is not None else bc2_val
+        m = args["m"] * b1 + g * (1.0 - b1)
+        v = args["v"] * b2 + g * g * (1.0 - b2)
+        new = {"m": m, "v": v}
+        second = v
+        if amsgrad:
+            second = new["max_v"] = jnp.maximum(args["max_v"], v)
+        denom = jnp.sqrt(second) / (bc2 ** 0.5) + eps
+        new["model"] = model - ((lr / bc1) * (m / denom) + _decay(model, lr, wd))
+        return new
+    return apply
+
+
 update_op("adam_update",
           ["model", "model_diff"] + LR_INPUTS + ["bias_correction1?", "bias_correction2?", "m", "v", "max_v"],
           {**LR_VAL, "bias_correction1_val": ("float", 1.0), "bias_correction2_val": ("float", 1.0),
            "scale": ("double", 1.0), "l1": ("float", 0.0), "l2": ("float", 0.0), "beta1": ("float", 0.9),
            "beta2": ("float", 0.999), "epsilon": ("float", 0.0), "weight_decay": ("float", 0.0),
            "amsgrad": ("bool", False), "do_bias_correction": ("bool", True)},
-          state=("m", "v", "max_v"), step=_adam_step,
+          state=("m", "v", "max_v"), step=_adam_step, xla_step=_adam_xla_step,
           doc="Adam/AdamW with optional bias correction and AMSGrad (see module docstring)")
 
 
@@ -225,6 +294,11 @@ def _bias_correction_infer(ctx):
     ctx.check(not step.dtype.is_floating_point,
               f"input 'train_step' expected an integer dtype, received {step.dtype.name}")
     ctx.set_output("out", step.shape, _dt.float32)
+
+
+def _bias_correction_xla(k):
+    jnp, beta = xla_rules.jnp(), k.attr("beta")
+    return lambda train_step: (1.0 - jnp.power(beta, (train_step + 1).astype(jnp.float64))).astype(jnp.float32)
 
 
 def _bias_correction_kernel(k):
@@ -237,7 +311,7 @@ def _bias_correction_kernel(k):
 
 
 op("adam_bias_correction_factor", inputs=["train_step"], outputs=["out"], attrs={"beta": ("float", 0.9)},
-   infer=_bias_correction_infer, kernel=_bias_correction_kernel, no_grad=True,
+   infer=_bias_correction_infer, kernel=_bias_correction_kernel, no_grad=True, xla=_bias_correction_xla,
    doc="out = 1 - beta ** (train_step + 1), float32")
 
 
@@ -374,7 +448,7 @@ def _assign_infer(ctx):
 
 
 op("assign", inputs=["ref", "value"], outputs=[], infer=_assign_infer,
-   kernel=lambda k: _assign, no_grad=True, mutates=("ref",))
+   kernel=lambda k: _assign, no_grad=True, mutates=("ref",), xla=lambda k: (lambda ref, value: (None, (value,))))
 
 
 def _assign_cond_infer(ctx):

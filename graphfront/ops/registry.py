@@ -33,6 +33,17 @@ Optional rules beside the kernel, for the other lowerings (each reads the same o
   on the host); ops without it are lowered through their kernel.
 * ``onnx(c: OnnxCtx)``: emits the ONNX nodes computing the op
   (:mod:`graphfront.onnx`); ops without it cannot be exported.
+* ``xla(k: KernelCtx) -> callable``: the op over ``jax.Array`` values, for the whole-job
+  XLA lowering (:mod:`graphfront.runtime.xla`); ops without it cannot run in that mode.
+  The callable takes the kernel's positional arguments (with ``random=True``: a
+  ``jax.random`` key first) and returns what the kernel returns, except that an op
+  updating inputs in place (:meth:`OpDef.mutated_args` non-empty for its attrs) returns
+  ``(outputs, updates)``: ``outputs`` as the kernel's return value (None for an op
+  without outputs) and ``updates`` a tuple with the NEW value of every mutated arg, in
+  ``mutated_args`` order (a list for a repeated arg, None for an absent optional arg).
+  The callable must be traceable by ``jax.jit``: it must not read values on the host.
+  Rules import jax inside the factory (jax is an optional dependency); shared builders
+  are in :mod:`graphfront.ops.xla_rules`.
 """
 from __future__ import annotations
 
@@ -111,6 +122,7 @@ class OpDef:
     sbp: Optional[Callable] = None  # SBP rule (graphfront.parallel.sbp); None: every blob broadcast
     native: Optional[Callable] = None   # kernel factory for the native lowering (default: kernel)
     onnx: Optional[Callable] = None     # ONNX converter (graphfront.onnx)
+    xla: Optional[Callable] = None      # jax lowering rule (graphfront.runtime.xla)
 
     def mutated_args(self, attrs) -> tuple:
         """Input args the kernel updates in place, for an op with these attrs."""
@@ -151,7 +163,8 @@ _REGISTRY: dict = {}
 
 
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
-       no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None):
+       no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
+       xla=None):
     """Register a user op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
@@ -161,8 +174,8 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     whose outputs may alias their inputs (the runtime orders in-place updates after every
     reader of such aliases); ``random=True`` marks ops whose results differ between runs
     on equal inputs (never folded or hoisted). ``sbp(ctx)`` lists the op's candidate SBP
-    signatures for multi-device jobs (see :mod:`graphfront.parallel.sbp`). ``native`` and
-    ``onnx`` are the optional lowering rules described in the module docstring.
+    signatures for multi-device jobs (see :mod:`graphfront.parallel.sbp`). ``native``,
+    ``onnx`` and ``xla`` are the optional lowering rules described in the module docstring.
     """
     if op_type in _REGISTRY:
         raise ValueError(f"op type {op_type!r} is already registered")
@@ -177,7 +190,7 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
                                   rest[0] if rest else None)
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
-                  view, random, doc, sbp, native, onnx)
+                  view, random, doc, sbp, native, onnx, xla)
     _REGISTRY[op_type] = opdef
     return opdef
 

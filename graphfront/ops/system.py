@@ -8,6 +8,8 @@ completion adds (``identity_conf``, ``constant_like_conf``,
 name: which conf fields hold input lbns, which field names the output, how the output
 BlobDesc is inferred and which torch kernel computes it. Interface ops have no kernel:
 the runtime binds them to feeds, the variable store, fetches and watch handlers.
+``xla(conf) -> callable`` is the op over ``jax.Array`` values for the XLA lowering
+(:mod:`graphfront.runtime.xla`; the contract of the user ops' ``xla`` rule).
 """
 from __future__ import annotations
 
@@ -32,15 +34,16 @@ class SystemOpDef:
     grad_pass_through: Optional[str] = None  # input field whose grad is the output grad
     view: bool = False           # output may alias the input
     random: bool = False         # results differ between runs (never folded or hoisted)
+    xla: Optional[Callable] = None      # (conf) -> callable over jax arrays (graphfront.runtime.xla)
 
 
 SYSTEM_OPS: dict = {}
 
 
 def system_op(conf_name, input_fields=(), output_field="out", *, infer, kernel=None,
-              interface=False, grad_pass_through=None, view=False, random=False):
+              interface=False, grad_pass_through=None, view=False, random=False, xla=None):
     SYSTEM_OPS[conf_name] = SystemOpDef(conf_name, tuple(input_fields), output_field, infer,
-                                        kernel, interface, grad_pass_through, view, random)
+                                        kernel, interface, grad_pass_through, view, random, xla)
 
 
 def _like(field):
@@ -68,7 +71,7 @@ system_op("variable_conf", (), infer=_variable_infer, interface=True)
 system_op("return_conf", ("in",), infer=_like("in"), interface=True)
 system_op("foreign_watch_conf", ("in",), None, infer=lambda conf, ins, jc: None, interface=True)
 system_op("identity_conf", ("in",), infer=_like("in"), kernel=lambda conf: (lambda x: x),
-          grad_pass_through="in", view=True)
+          grad_pass_through="in", view=True, xla=lambda conf: (lambda x: x))
 
 
 def _constant_like_infer(conf, ins, job_conf):
@@ -82,7 +85,15 @@ def _constant_like_kernel(conf):
     return lambda like: torch.full_like(like, value, dtype=dtype)
 
 
-system_op("constant_like_conf", ("like",), infer=_constant_like_infer, kernel=_constant_like_kernel)
+def _constant_like_xla(conf):
+    import jax.numpy as jnp
+    value = conf.int_operand if conf.WhichOneof("scalar_operand") == "int_operand" else conf.float_operand
+    dtype = _dt.from_proto(conf.data_type).np if conf.HasField("data_type") else None
+    return lambda like: jnp.full_like(like, value, dtype=dtype)
+
+
+system_op("constant_like_conf", ("like",), infer=_constant_like_infer, kernel=_constant_like_kernel,
+          xla=_constant_like_xla)
 
 
 def _decode_random_infer(conf, ins, job_conf):
@@ -229,8 +240,21 @@ def _lr_kernel(conf):
     return schedule
 
 
+def _lr_xla(conf):
+    """float32 ``(1,)``: the schedule evaluated on the host by :func:`learning_rate_at`
+    through a host callback from the compiled step (the schedule is a Python function of
+    the step). The XLA lowering feeds the value instead when ``train_step`` is a variable."""
+    import jax
+    import numpy as np
+    out = jax.ShapeDtypeStruct((1,), np.float32)
+
+    def host(step):
+        return np.array([learning_rate_at(conf, int(np.asarray(step).reshape(-1)[0]))], dtype=np.float32)
+    return lambda train_step: jax.pure_callback(host, out, train_step)
+
+
 system_op("learning_rate_schedule_conf", ("train_step",),
-          infer=lambda conf, ins, jc: ((1,), _dt.float32), kernel=_lr_kernel)
+          infer=lambda conf, ins, jc: ((1,), _dt.float32), kernel=_lr_kernel, xla=_lr_xla)
 
 
 def lookup_system(conf_name: str) -> SystemOpDef:

@@ -377,20 +377,13 @@ class DistributedVariableStore(VariableStore):
         self.confs = base.confs
         self.group = None
         self.on_workers = set()
-        self._stale = False
         self._versions = {}
 
-    @property
-    def tensors(self):
-        if self._stale and self.group is not None and not self.group.broken:
-            self._stale = False
+    def _pull(self):
+        """The pending flush after a run: the workers write their variables back."""
+        if self.group is not None and not self.group.broken:
             self.group.request("pull", sorted(self.on_workers))
             self._versions.update((k, self._tensors[k]._version) for k in self.on_workers)
-        return self._tensors
-
-    @tensors.setter
-    def tensors(self, value):
-        self._tensors = value
 
     def share(self, names) -> dict:
         """Move the named variables to shared memory; returns those not on the workers yet."""
@@ -415,7 +408,7 @@ class DistributedVariableStore(VariableStore):
             self._versions.update((k, self._tensors[k]._version) for k in changed)
 
     def after_run(self):
-        self._stale = True
+        self.pending_flush = self._pull
 
 
 def _session_group(session, n, device_tag):

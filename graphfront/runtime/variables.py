@@ -100,11 +100,34 @@ def _truncated_normal(t, mean, std, generator):
 
 
 class VariableStore:
-    """name -> tensor for every variable of a session (see module docstring)."""
+    """name -> tensor for every variable of a session (see module docstring).
+
+    ``pending_flush``: None, or a callable that brings the tensors up to date, set by a
+    runtime that holds newer values elsewhere (worker processes, XLA's jax arrays): the
+    ``tensors`` property (every reader and writer) and :meth:`flush` call it once first.
+    """
+
+    pending_flush = None
 
     def __init__(self):
-        self.tensors = {}
+        self._tensors = {}
         self.confs = {}
+
+    @property
+    def tensors(self):
+        if self.pending_flush is not None:
+            self.flush()
+        return self._tensors
+
+    @tensors.setter
+    def tensors(self, value):
+        self._tensors = value
+
+    def flush(self):
+        """Run the pending flush, if any (cheap when there is none)."""
+        flush, self.pending_flush = self.pending_flush, None
+        if flush is not None:
+            flush()
 
     def __contains__(self, name):
         return name in self.tensors

@@ -1,0 +1,364 @@
+"""The XLA lowering: a whole completed Job compiled by XLA through JAX.
+
+``FunctionConfig().compile_mode("xla")`` lowers a job to one pure function
+
+    step(mutable_vars, const_vars, feeds, learning_rates, key) -> (results, new_mutable_vars, key)
+
+built by walking the scheduled ops (:func:`graphfront.runtime.plan.schedule`) and calling
+each op's ``xla`` rule (see :mod:`graphfront.ops.registry`) on ``jax.Array`` values: an
+in-place update becomes a rebinding of the updated blob to the op's new value, and a
+variable's final value is returned as its new state. ``jax.jit`` compiles that function
+(the variables updated by the job are donated, so XLA updates their buffers in place);
+the result is the fused native code of the whole step, as OneFlow's XRT handed sub-graphs
+to XLA (``use_xla_jit``, ``oneflow/xrt/xla/``).
+
+A learning-rate schedule reading the train-step variable is evaluated on the host before
+each call (:func:`graphfront.ops.system.learning_rate_at` on the variable's value) and fed
+to the step, rather than through its ``xla`` rule's host callback inside the step (which
+costs a round trip from compiled code to Python on every step).
+
+Variables. The session's :class:`~graphfront.runtime.variables.VariableStore` holds
+torch tensors that plan-mode jobs, checkpoints and ``flow.load_variables`` read and
+write. An XLA job keeps its variables as jax arrays between calls (a
+:class:`JaxVariables` per store, shared by the session's XLA jobs): before a run it
+imports every torch tensor whose in-place version counter moved since the last sync;
+after a run the torch tensors are stale until read: the store's pending flush copies the
+new values into them on the next access of ``store.tensors`` (and before a plan-mode job
+runs).
+
+Compile cache. XLA executables are cached on disk by JAX's persistent compilation cache
+under ``<cache root>/xla`` (``$GRAPHFRONT_CACHE_DIR``, see
+:func:`graphfront.runtime.native.cache_root`, read when a job is lowered), so a second
+process compiling the same job (the same completed Job, whose digest is
+:attr:`XlaPlan.digest`) loads the executable instead of running XLA's optimizer again;
+it still traces and lowers the job (tens of milliseconds).
+
+Dtypes: jax runs with 64-bit types enabled (``jax_enable_x64``), so int64 and float64
+blobs keep their dtypes, as in the other lowerings. That setting is global to the process.
+
+Raises (at build): JobBuildError naming every op type without an ``xla`` rule, and for
+jobs with ``flow.watch`` handlers or placed on a GPU when jax has no GPU backend;
+ImportError naming ``pip install graphfront[xla]`` when jax is not installed.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+import torch
+
+from graphfront.framework import dtypes as _dt
+from graphfront.framework import job_builder as jb
+from graphfront.framework.errors import JobBuildError
+from graphfront.framework.job_builder import TensorDesc
+from graphfront.ops import registry
+from graphfront.ops.system import learning_rate_at, lookup_system
+from graphfront.runtime.native import cache_root, job_digest
+from graphfront.runtime.plan import KernelCtx, call_layout, device_of, placements_of, schedule
+
+_CACHE_EVENTS = {"hits": 0}
+
+
+def import_jax():
+    """jax, configured for graphfront (64-bit types; the persistent compilation cache under
+    ``<cache root>/xla``). Raises ImportError naming the extra to install."""
+    try:
+        import jax
+    except ImportError as e:
+        raise ImportError("compile_mode('xla') needs jax: pip install graphfront[xla]") from e
+    if not getattr(import_jax, "configured", False):
+        jax.config.update("jax_enable_x64", True)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        jax.monitoring.register_event_listener(_on_event)
+        import_jax.configured = True
+    path = os.path.join(cache_root(), "xla")
+    if jax.config.jax_compilation_cache_dir != path:  # ($GRAPHFRONT_CACHE_DIR changed, or first use)
+        from jax.experimental.compilation_cache import compilation_cache
+        jax.config.update("jax_compilation_cache_dir", path)
+        compilation_cache.reset_cache()
+    return jax
+
+
+def _on_event(event, **kwargs):
+    if event == "/jax/compilation_cache/cache_hits":
+        _CACHE_EVENTS["hits"] += 1
+
+
+def missing_rules(order) -> list:
+    """Sorted op types (or system op kinds) of ``order`` that have no ``xla`` rule."""
+    missing = set()
+    for op in order:
+        kind = jb.op_kind(op)
+        if kind in ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf"):
+            continue
+        if kind == "user_conf":
+            if registry.lookup(op.user_conf.op_type_name).xla is None:
+                missing.add(op.user_conf.op_type_name)
+        elif lookup_system(kind).xla is None:
+            missing.add(kind)
+    return sorted(missing)
+
+
+class JaxVariables:
+    """The jax copies of a VariableStore's variables, kept in sync lazily (module doc)."""
+
+    def __init__(self, store):
+        self.store = store
+        self.arrays = {}     # name -> jax.Array
+        self.versions = {}   # name -> torch _version when the two last agreed
+        self.dirty = set()   # names whose jax value is newer than the torch tensor
+
+    @classmethod
+    def of(cls, store) -> "JaxVariables":
+        holder = getattr(store, "jax_variables", None)
+        if holder is None:
+            holder = store.jax_variables = cls(store)
+        return holder
+
+    def get(self, names, device):
+        """The current jax values of ``names`` (re-imported where torch wrote since)."""
+        tensors = self.store._tensors  # (not the pending flush: writers of the tensors ran it first)
+        arrays, versions = self.arrays, self.versions
+        out = []
+        for name in names:
+            t = tensors[name]
+            if name not in arrays or t._version != versions[name]:
+                arrays[name] = import_jax().device_put(_dt.tensor_to_numpy(t), device)  # (a copy)
+                versions[name] = t._version
+            out.append(arrays[name])
+        return out
+
+    def set(self, names, values):
+        """Record new jax values; the torch tensors are written when next read."""
+        self.arrays.update(zip(names, values))
+        self.dirty.update(names)
+        self.store.pending_flush = self.flush
+
+    def flush(self):
+        """Copy the newer jax values into the store's torch tensors, in place."""
+        tensors = self.store._tensors
+        for name in sorted(self.dirty):
+            t = tensors[name]
+            t.copy_(_dt.numpy_to_tensor(np.array(self.arrays[name])))
+            self.versions[name] = t._version
+        self.dirty.clear()
+
+
+class XlaPlan:
+    """What :class:`CompiledJob` calls for a job in ``compile_mode("xla")`` (module doc).
+
+    Args:
+        job: the completed Job.
+        variables: the session's VariableStore.
+        watchers: the session's watch handlers (jobs with ``flow.watch`` are refused).
+
+    Attributes:
+        input_names, output_names, order, devices: as :class:`~graphfront.runtime.plan.Plan`.
+        source: a listing of the lowered ops, in order.
+        digest: the completed Job's SHA-256.
+        compile_seconds: wall time of tracing and compiling the step on the first call (or
+            loading it from the disk cache), without running it.
+        cache_hits: persistent-cache hits during that compile (> 0: loaded from disk).
+        takes_numpy: True: feeds are passed as numpy arrays (no torch conversion).
+    """
+
+    takes_numpy = True
+
+    def __init__(self, job, variables, watchers=None):
+        jax = import_jax()
+        self.job = job
+        self.digest = job_digest(job)
+        name = job.job_conf.job_name
+        order, _ = schedule(job)
+        self.order = order
+        missing = missing_rules(order)
+        if missing:
+            raise JobBuildError(f"job '{name}': compile_mode('xla') needs an xla rule for every op; these op types "
+                                f"have none: {', '.join(missing)} (use compile_mode('plan') for this job)")
+        if any(jb.op_kind(op) == "foreign_watch_conf" for op in order):
+            raise JobBuildError(f"job '{name}': flow.watch is not supported in compile_mode('xla') "
+                                "(use compile_mode('plan') to watch blobs)")
+        placements = placements_of(job)
+        self.devices = {device_of(op, placements.get(op.name, ("0:0",))).type for op in order}
+        self.device = _jax_device(jax, name, "cuda" in self.devices)
+        self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
+        self.output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
+        names = [op.name for op in order if jb.op_kind(op) == "variable_conf"]
+        mutated = _mutated_variables(order)
+        self.mutable_names = [n for n in names if n in mutated]  # (donated to the step)
+        self.const_names = [n for n in names if n not in mutated]
+        self.var_names = self.mutable_names + self.const_names
+        self.n_mutable = len(self.mutable_names)
+        self.variables = JaxVariables.of(variables)
+        self.has_random = any(_is_random(op) for op in order)
+        self.key = None
+        if self.has_random:  # (committed to the device, as the keys the step returns: one compiled variant)
+            self.key = jax.device_put(jax.random.key(int(torch.randint(0, 2 ** 31 - 1, ()))), self.device)
+        step, self.lr_ops = _build_step(jax, job, order, self.input_names, self.output_names,
+                                        self.mutable_names, self.const_names)
+        self._step = jax.jit(step, donate_argnums=(0,))
+        self.source = "\n".join([f"# job {name!r} lowered to one jax function compiled by XLA; its ops in order:"] +
+                                [f"#   {op.name!r} ({jb.op_type_name(op)})" for op in order])
+        self.compile_seconds = None
+        self.cache_hits = 0
+
+    def __call__(self, feeds):
+        values = self.variables.get(self.var_names, self.device)
+        mutable, const = values[:self.n_mutable], values[self.n_mutable:]
+        lrs = self._learning_rates()
+        if self.compile_seconds is None:
+            return self._first_call(mutable, const, feeds, lrs)
+        results, new, self.key = self._step(mutable, const, feeds, lrs, self.key)
+        self.variables.set(self.mutable_names, new)
+        return results
+
+    def _learning_rates(self):
+        if not self.lr_ops:
+            return ()
+        steps = self.variables.get([name for _, name in self.lr_ops], self.device)
+        return tuple(np.array([learning_rate_at(conf, int(np.asarray(step).reshape(-1)[0]))], np.float32)
+                     for (conf, _), step in zip(self.lr_ops, steps))
+
+    def _first_call(self, mutable, const, feeds, lrs):
+        start, hits = time.perf_counter(), _CACHE_EVENTS["hits"]
+        self._step = self._step.lower(mutable, const, feeds, lrs, self.key).compile()
+        self.compile_seconds = time.perf_counter() - start
+        self.cache_hits = _CACHE_EVENTS["hits"] - hits
+        results, new, self.key = self._step(mutable, const, feeds, lrs, self.key)
+        self.variables.set(self.mutable_names, new)
+        return results
+
+
+def _jax_device(jax, name, gpu):
+    if not gpu:
+        return jax.devices("cpu")[0]
+    try:
+        return jax.devices("gpu")[0]
+    except RuntimeError:
+        raise JobBuildError(f"job '{name}' is placed on a GPU but jax has no GPU backend here "
+                            "(install a CUDA build of jax, or place the job on the CPU)") from None
+
+
+def _is_random(op):
+    kind = jb.op_kind(op)
+    if kind == "user_conf":
+        return registry.lookup(op.user_conf.op_type_name).random
+    return kind not in ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf") and \
+        lookup_system(kind).random
+
+
+def _mutated_args(op):
+    if jb.op_kind(op) != "user_conf":
+        return ()
+    opdef = registry.lookup(op.user_conf.op_type_name)
+    return opdef.mutated_args(jb.user_attrs(op)) if opdef.may_mutate else ()
+
+
+def _aliases(order):
+    """lbn -> variable name, for each variable's blob and the identity views of it."""
+    var_of = {}
+    for op in order:
+        kind = jb.op_kind(op)
+        if kind == "variable_conf":
+            var_of[jb.op_outputs(op)[0][2]] = op.name
+        elif kind == "identity_conf" or (kind == "user_conf" and op.user_conf.op_type_name == "identity"):
+            (_, _, src), = jb.op_inputs(op)
+            (_, _, dst), = jb.op_outputs(op)
+            if src in var_of:
+                var_of[dst] = var_of[src]
+    return var_of
+
+
+def _mutated_variables(order):
+    """Names of the variables some op of ``order`` updates in place."""
+    var_of = _aliases(order)
+    names = set()
+    for op in order:
+        uc = op.user_conf
+        for arg in _mutated_args(op):
+            for lbn in (uc.input[arg].s if arg in uc.input else ()):
+                if lbn not in var_of:
+                    raise JobBuildError(f"op '{op.name}' updates blob '{lbn}' in place, which is not a variable "
+                                        "(or an identity of one); compile_mode('xla') cannot lower that update")
+                names.add(var_of[lbn])
+    return names
+
+
+def _build_step(jax, job, order, input_names, output_names, mutable_names, const_names):
+    """The pure step function of the job (module docstring)."""
+    descs = {lbn: TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
+    var_of = _aliases(order)
+    var_lbn = {op.name: jb.op_outputs(op)[0][2] for op in order if jb.op_kind(op) == "variable_conf"}
+    calls = []  # (op, fn, input groups, output groups, mutated groups, random); interface ops: (op, lbn)
+    lr_ops = []  # (learning_rate_schedule_conf, train-step variable name), fed as learning_rates
+    lr_index = {}
+    for op in order:
+        kind = jb.op_kind(op)
+        if kind == "learning_rate_schedule_conf" and op.learning_rate_schedule_conf.train_step in var_of:
+            lr_index[op.name] = len(lr_ops)
+            lr_ops.append((op.learning_rate_schedule_conf, var_of[op.learning_rate_schedule_conf.train_step]))
+        if kind in ("input_conf", "variable_conf", "return_conf") or op.name in lr_index:
+            calls.append((op, getattr(op.return_conf, "in") if kind == "return_conf" else jb.op_outputs(op)[0][2]))
+            continue
+        if kind == "user_conf":
+            opdef = registry.lookup(op.user_conf.op_type_name)
+            fn = opdef.xla(KernelCtx(op, descs, torch.device("cpu")))
+            mutated = [(list(op.user_conf.input[a].s) if a in op.user_conf.input else [], opdef.input_def(a).repeated)
+                       for a in _mutated_args(op)]
+            random = opdef.random
+        else:
+            fn = lookup_system(kind).xla(getattr(op, kind))
+            mutated, random = [], lookup_system(kind).random
+        ins, outs = call_layout(op)
+        calls.append((op, fn, ins, outs, mutated, random))
+    input_index = {n: i for i, n in enumerate(input_names)}
+    output_index = {n: i for i, n in enumerate(output_names)}
+    mutable_index = {n: i for i, n in enumerate(mutable_names)}
+    const_index = {n: i for i, n in enumerate(const_names)}
+
+    def step(mutable, const, feeds, learning_rates, key):
+        env = {}
+        state = list(mutable)
+        results = [None] * len(output_names)
+        for op, *call in calls:
+            if len(call) == 1:  # an interface op or a fed learning rate
+                lbn, kind = call[0], jb.op_kind(op)
+                if op.name in lr_index:
+                    env[lbn] = learning_rates[lr_index[op.name]]
+                elif kind == "input_conf":
+                    env[lbn] = feeds[input_index[op.name]]
+                elif kind == "variable_conf":
+                    env[lbn] = (state[mutable_index[op.name]] if op.name in mutable_index
+                                else const[const_index[op.name]])
+                else:  # return_conf
+                    results[output_index[op.name]] = env[lbn]
+                continue
+            fn, ins, outs, mutated, random = call
+            args = [[env[l] for l in lbns] if rep else (env[lbns[0]] if lbns else None) for lbns, rep in ins]
+            if random:
+                key, sub = jax.random.split(key)
+                args.insert(0, sub)
+            res = fn(*args)
+            if mutated:
+                res, updates = res
+                for (lbns, rep), new in zip(mutated, updates):
+                    for lbn, value in zip(lbns, new if rep else [new]):
+                        if value is None:
+                            continue
+                        name = var_of[lbn]
+                        env[lbn] = env[var_lbn[name]] = state[mutable_index[name]] = value
+            if not outs:
+                continue
+            if len(outs) == 1:
+                res = (res,)
+            for (lbns, rep), value in zip(outs, res):
+                if rep:
+                    env.update(zip(lbns, value))
+                elif lbns:
+                    env[lbns[0]] = value
+        return tuple(results), state, key
+
+    return step, lr_ops

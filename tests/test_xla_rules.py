@@ -1,0 +1,298 @@
+"""Every op's ``xla`` rule against its torch kernel.
+
+Each op type with an ``xla`` rule has a case below (the first test fails when a rule is
+added without one): a job of that one op, fed random arrays, runs in compile_mode("xla")
+and in the per-op plan (the torch kernels), and every output, and every variable an op
+updates in place, must agree. Inputs that must come from another op (the argmax indices
+of a max pool) are computed by that op's torch kernel first (``FED_BY``).
+"""
+import inspect
+import typing
+
+import numpy as np
+import pytest
+
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.ops import registry
+from graphfront.ops.builder import build_op
+from graphfront.ops.fused_ops import encode_constant
+
+pytest.importorskip("jax")  # the `xla` and `test` extras install it
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path_factory, monkeypatch):
+    """XLA's compile cache in a directory of this test run (not the user's cache)."""
+    monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "graphfront-cache"))
+
+import torch  # noqa: E402
+
+# ops whose inputs must come from another op: name -> (op computing them from the
+# case's inputs with the torch kernel, its attrs, the args it feeds)
+FED_BY = {}
+
+
+def _pos(shape):
+    return lambda r: r.uniform(0.5, 2.0, shape).astype(np.float32)
+
+
+def _unit(shape):
+    return lambda r: r.uniform(-0.9, 0.9, shape).astype(np.float32)
+
+
+def _any(shape, dtype=np.float32):
+    return lambda r: r.uniform(-2.0, 2.0, shape).astype(dtype)
+
+
+def _labels(shape, depth):
+    return lambda r: r.integers(0, depth, shape).astype(np.int32)
+
+
+_DOMAIN = {"log": _pos, "sqrt": _pos, "rsqrt": _pos, "reciprocal": _pos, "log2": _pos, "log1p": _pos,
+           "lgamma": _pos, "acos": _unit, "asin": _unit, "atanh": _unit,
+           "acosh": lambda s: (lambda r: r.uniform(1.5, 3.0, s).astype(np.float32))}
+_SCALAR = {"has_float_operand": True, "float_operand": 1.5}
+_CONV = {"padding_before": [1, 1], "data_format": "channels_first", "kernel_size": [3, 3], "strides": [2, 2],
+         "dilation_rate": [1, 1]}
+_POOL = {"padding": "same_upper", "padding_before": [0, 0], "padding_after": [0, 0], "data_format": "channels_first",
+         "pool_size": [3, 3], "strides": [2, 2], "ceil_mode": False}
+
+
+def _pool(n, kind, grad=False, last=False):
+    attrs = {**_POOL, "padding_before": [0] * n, "padding_after": [0] * n, "pool_size": [3] * n,
+             "strides": [2] * n, "padding": "same_lower" if n == 3 else "same_upper"}
+    shape = (2, 3) + (5,) * n
+    if last:
+        attrs["data_format"] = "channels_last"
+        shape = (2,) + (5,) * n + (3,)
+    if kind == "max":  # ReLU outputs: windows with tied zeros check the first-maximum rule
+        x = lambda r: np.maximum(r.uniform(-1.0, 1.0, shape), 0).astype(np.float32)  # noqa: E731
+    else:
+        x = _any(shape)
+    if not grad:
+        return {"x": x}, attrs
+    out = [3] * n
+    yshape = (2, 3) + tuple(out) if not last else (2,) + tuple(out) + (3,)
+    return {"x": x, "y": _any(yshape), "dy": _any(yshape)}, attrs
+
+
+CASES = {
+    "identity": ({"in": _any((2, 3))}, {}),
+    "relu": ({"x": _any((2, 3, 4))}, {}),
+    "relu_grad": ({"y": _any((2, 3)), "dy": _any((2, 3))}, {}),
+    "cast": ({"in": _any((2, 3))}, {"dtype": flow.int32}),
+    "scalar_add": ({"in": _any((2, 3))}, _SCALAR),
+    "scalar_mul": ({"in": _any((2, 3), np.int32)}, {"has_int_operand": True, "int_operand": 3}),
+    "add_n": ({"in": [_any((2, 3)), _any((2, 3)), _any((2, 3))]}, {}),
+    "broadcast_add": ({"x": _any((2, 3, 4)), "y": _any((3, 1))}, {}),
+    "broadcast_sub": ({"x": _any((2, 3, 4)), "y": _any((1, 4))}, {}),
+    "broadcast_mul": ({"x": _any((2, 3, 4)), "y": _any((2, 3, 4))}, {}),
+    "broadcast_div": ({"x": _any((2, 3, 4)), "y": _pos((3, 1))}, {}),
+    "broadcast_pow": ({"x": _pos((2, 3, 4)), "y": _any((1, 4))}, {}),
+    "broadcast_floor_mod": ({"x": _any((2, 3)), "y": _pos((2, 3))}, {}),
+    "broadcast_fmod": ({"x": _any((2, 3)), "y": _pos((2, 3))}, {}),
+    "broadcast_maximum": ({"x": _any((2, 3)), "y": _any((1, 3))}, {}),
+    "broadcast_minimum": ({"x": _any((2, 3)), "y": _any((1, 3))}, {}),
+    "reduce_sum": ({"input_tensor": _any((2, 3, 4))}, {"axis": [0, 2], "keepdims": True}),
+    "reduce_max": ({"input_tensor": _any((2, 3, 4))}, {"axis": [1], "keepdims": False}),
+    "reduce_min": ({"input_tensor": _any((2, 3, 4), np.int32)}, {"axis": [-1, 0], "keepdims": True}),
+    "reduce_prod": ({"input_tensor": _pos((2, 3, 4))}, {"axis": [2], "keepdims": False}),
+    "reduce_sum_like": ({"x": _any((2, 3, 4)), "like": _any((2, 1, 4))}, {"axis": [1]}),
+    "broadcast_like": ({"x": _any((2, 4)), "like": _any((2, 3, 4))}, {"broadcast_axes": [1]}),
+    "reshape": ({"in": _any((2, 3, 4))}, {"shape": (4, -1)}),
+    "bias_add": ({"a": _any((2, 3, 4)), "b": _any((3,))}, {"axis": 1}),
+    "matmul": ({"a": _any((4, 3)), "b": _any((5, 4))}, {"transpose_a": True, "transpose_b": True, "alpha": 0.5}),
+    "batch_matmul": ({"a": _any((2, 3, 4)), "b": _any((2, 4, 5))}, {}),
+    "broadcast_matmul": ({"a": _any((2, 3, 4)), "b": _any((5, 4))}, {"transpose_b": True}),
+    "softmax": ({"in": _any((3, 5))}, {}),
+    "softmax_grad": ({"y": _pos((3, 5)), "dy": _any((3, 5))}, {}),
+    "sparse_softmax_cross_entropy": ({"prediction": _any((4, 6)), "label": _labels((4,), 6)}, {"depth": 6}),
+    "sparse_softmax_cross_entropy_ms": ({"prediction": _any((4, 6)), "label": _labels((4,), 6)}, {"depth": 6}),
+    "sparse_softmax_cross_entropy_grad": ({"label": _labels((4,), 6), "dy": _any((4,)), "prob": _pos((4, 6))},
+                                          {"depth": 6}),
+    "sparse_softmax_cross_entropy_ms_grad": ({"label": _labels((4,), 6), "dy": _any((4,)), "prob": _pos((4, 6))},
+                                             {"depth": 6}),
+    "conv1d": ({"in": _any((2, 3, 9)), "weight": _any((4, 3, 3)), "bias": _any((4,))},
+               {**_CONV, "filters": 4, "padding_before": [1], "kernel_size": [3], "strides": [2],
+                "dilation_rate": [1]}),
+    "conv2d": ({"in": _any((2, 9, 9, 4)), "weight": _any((6, 3, 3, 2))},
+               {**_CONV, "filters": 6, "groups": 2, "data_format": "channels_last", "dilation_rate": [2, 1]}),
+    "conv3d": ({"in": _any((1, 2, 5, 6, 5)), "weight": _any((3, 2, 3, 3, 3)), "bias": _any((3,))},
+               {**_CONV, "filters": 3, "padding_before": [1, 0, 1], "kernel_size": [3, 3, 3], "strides": [1, 2, 1],
+                "dilation_rate": [1, 1, 1]}),
+    "conv_data_grad": ({"dy": _any((2, 4, 5, 5)), "filter": _any((4, 3, 3, 3)), "x_like": _any((2, 3, 9, 9))},
+                       {**_CONV, "num_spatial_dims": 2, "groups": 1}),
+    "conv_filter_grad": ({"dy": _any((2, 5, 5, 4)), "x": _any((2, 9, 9, 3))},
+                         {**_CONV, "num_spatial_dims": 2, "groups": 1, "data_format": "channels_last"}),
+    "conv_bias_grad": ({"dy": _any((2, 4, 5, 5))}, {"data_format": "channels_first", "num_spatial_dims": 2}),
+    "fused_conv_grad": ({"dy": _any((2, 4, 5, 5)), "filter": _any((4, 3, 3, 3)), "x": _any((2, 3, 9, 9))},
+                        {**_CONV, "num_spatial_dims": 2, "groups": 1}, ["dx", "filter_diff", "bias_diff"]),
+    "fused_matmul_bias": ({"x": _any((3, 4)), "weight": _any((5, 4)), "bias": _any((5,))}, {}),
+    "fused_bias_add_relu": ({"a": _any((2, 3, 4)), "b": _any((3,))}, {"axis": 1}),
+    "fused_scalar_mul_add": ({"in": _any((2, 3))}, {"scale": 0.5, "shift": -1.25}),
+    "folded_constant": ({}, {"shape": (2, 3), "dtype": flow.float,
+                             "data": encode_constant(torch.arange(6, dtype=torch.float32))}),
+    "normalization": ({"x": _any((2, 3, 4, 4)), "moving_mean": _any((3,)), "moving_variance": _pos((3,)),
+                       "gamma": _any((3,)), "beta": _any((3,))}, {"axis": 1, "epsilon": 1e-5, "training": False},
+                      ["y"]),
+    "normalization_grad": ({"x": _any((2, 3, 4)), "dy": _any((2, 3, 4)), "mean": _any((3,)),
+                            "inv_variance": _pos((3,)), "gamma": _any((3,))}, {"axis": 1, "epsilon": 1e-5},
+                           ["gamma_diff", "beta_diff", "dx"]),
+    "dropout": ({"in": _any((3, 4))}, {"rate": 0.0}, ["out", "mask"]),
+    "dropout_grad": ({"dy": _any((3, 4)), "mask": lambda r: r.integers(0, 2, (3, 4)).astype(np.int8)},
+                     {"scale": 2.0}),
+    "adam_bias_correction_factor": ({"train_step": lambda r: np.array([3], np.int64)}, {"beta": 0.9}),
+    # ops updating inputs in place: those inputs are variables (the names in the 4th item)
+    "assign": ({"ref": _any((2, 3)), "value": _any((2, 3))}, {}, [], {"ref"}),
+    "sgd_update": ({"model": _any((2, 3)), "model_diff": _any((2, 3)), "learning_rate": _pos((1,))},
+                   {"weight_decay": 0.1, "l2": 0.01, "scale": 0.5}, [], {"model"}),
+    "momentum_update": ({"model": _any((2, 3)), "model_diff": _any((2, 3)), "momentum": _any((2, 3)),
+                         "skip_if": lambda r: np.array([0], np.int64)},
+                        {"learning_rate_val": 0.1, "beta": 0.8, "l1": 0.01}, [], {"model", "momentum"}),
+    "adam_update": ({"model": _any((2, 3)), "model_diff": _any((2, 3)), "learning_rate": _pos((1,)),
+                     "bias_correction1": _pos((1,)), "bias_correction2": _pos((1,)), "m": _any((2, 3)),
+                     "v": _pos((2, 3)), "max_v": _pos((2, 3))},
+                    {"amsgrad": True, "epsilon": 1e-8, "weight_decay": 0.01}, [], {"model", "m", "v", "max_v"}),
+    "multi_tensor_sgd_update": ({"model": [_any((2, 3)), _any((4,))], "model_diff": [_any((2, 3)), _any((4,))],
+                                 "learning_rate": _pos((1,))}, {"weight_decay": 0.1}, [], {"model"}),
+    "multi_tensor_momentum_update": ({"model": [_any((2, 3)), _any((4,))], "model_diff": [_any((2, 3)), _any((4,))],
+                                      "momentum": [_any((2, 3)), _any((4,))], "learning_rate": _pos((1,))},
+                                     {"beta": 0.9, "scale": 2.0}, [], {"model", "momentum"}),
+}
+for _t in ("max", "avg"):
+    for _n in (1, 2, 3):
+        CASES[f"tf_{_t}_pool_{_n}d"] = _pool(_n, _t, last=_n == 2)
+        CASES[f"tf_{_t}_pool_{_n}d_grad"] = _pool(_n, _t, grad=True, last=_n == 2)
+for _n in (1, 2, 3):
+    _ins, _attrs = _pool(_n, "max", last=_n == 2)
+    CASES[f"fused_tf_max_pool_{_n}d"] = (_ins, {**_attrs, "relu": _n == 1}, ["y", "indices"])
+    _yshape = (2, 3) + (3,) * _n if _n != 2 else (2, 3, 3, 3)
+    CASES[f"fused_tf_max_pool_{_n}d_grad"] = ({**_ins, "dy": _any(_yshape)}, {**_attrs, "relu_grad": _n == 2})
+    FED_BY[f"fused_tf_max_pool_{_n}d_grad"] = (f"fused_tf_max_pool_{_n}d", {**_attrs, "relu": False},
+                                               ["y", "indices"] if _n == 2 else ["indices"])
+for _name in ("pow", "atan2"):
+    _x = _pos((2, 3)) if _name == "pow" else _any((2, 3))
+    CASES[_name] = ({"x": _x, "y": _any((2, 3))}, {})
+    for _side in ("x", "y"):
+        CASES[f"{_name}_{_side}_grad"] = ({"x": _x, "y": _any((2, 3)), "dz": _any((2, 3))}, {})
+CASES["sigmoid"] = ({"in": _any((2, 3))}, {})
+CASES["sigmoid_grad"] = ({"y": _unit((2, 3)), "dy": _any((2, 3))}, {})
+for _name in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "and", "or", "xor"):
+    _ints = _any((2, 3), np.int32)  # values in -1..1: ties and zeros
+    CASES[f"scalar_logical_{_name}"] = ({"in": _ints}, {"has_int_operand": True, "int_operand": 0})
+    CASES[f"broadcast_{'logical_' + _name if _name in ('and', 'or', 'xor') else _name}"] = (
+        {"x": _ints, "y": _any((1, 3), np.int32)}, {})
+for _t in registry.registered_op_types():
+    _rule = registry.lookup(_t).xla
+    _base = _t[:-len("_grad")] if _t.endswith("_grad") else _t
+    if _rule is not None and _t not in CASES and registry.has_op(f"{_base}_grad") and \
+            registry.lookup(_base).inputs == [registry.ArgDef("x")] and \
+            registry.lookup(f"{_base}_grad").inputs == [registry.ArgDef("x"), registry.ArgDef("dy")]:  # unary family
+        _dom = _DOMAIN.get(_base, _any)((2, 3, 4))
+        CASES[_t] = ({"x": _dom, "dy": _any((2, 3, 4))}, {}) if _t.endswith("_grad") else ({"x": _dom}, {})
+
+
+def _case(op_type):
+    spec = CASES[op_type]
+    inputs, attrs = spec[0], spec[1]
+    outputs = spec[2] if len(spec) > 2 and spec[2] is not None else \
+        [a.name for a in registry.lookup(op_type).outputs if not a.optional]
+    variables = spec[3] if len(spec) > 3 else set()
+    return inputs, attrs, outputs, variables
+
+
+def _run(op_type, mode, arrays, attrs, outputs, variables):
+    flow.clear_default_session()
+    cfg = flow.FunctionConfig()
+    cfg.compile_mode(mode)
+    feeds = [(arg, i, a) for arg, v in arrays.items() if arg not in variables
+             for i, a in enumerate(v if isinstance(v, list) else [v])]
+
+    def job(*blobs):
+        with flow.scope.placement("cpu", "0:0"):
+            ins = {}
+            for (arg, _, _), blob in zip(feeds, blobs):
+                ins.setdefault(arg, []).append(blob)
+            for arg in variables:
+                values = arrays[arg] if isinstance(arrays[arg], list) else [arrays[arg]]
+                ins[arg] = [flow.get_variable(f"var_{arg}_{i}", shape=a.shape, dtype=_flow_dtype(a.dtype),
+                                              initializer=flow.zeros_initializer()) for i, a in enumerate(values)]
+            ins = {k: (v if isinstance(arrays[k], list) else v[0]) for k, v in ins.items()}
+            out = build_op(op_type, ins, attrs, outputs=outputs)
+            return (out if isinstance(out, tuple) else (out,)) if outputs else None
+
+    params = [inspect.Parameter(f"{arg}_{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                annotation=tp.Numpy.Placeholder(a.shape, dtype=_flow_dtype(a.dtype)))
+              for arg, i, a in feeds]
+    ret = typing.Tuple[tuple(tp.Numpy for _ in outputs)] if outputs else None
+    job.__signature__ = inspect.Signature(params, return_annotation=ret)
+    job.__name__ = f"xla_case_{op_type}"
+    fn = flow.global_function(type="predict", function_config=cfg)(job)
+    if variables:
+        flow.load_variables({f"var_{arg}_{i}": a for arg in variables for i, a in
+                             enumerate(arrays[arg] if isinstance(arrays[arg], list) else [arrays[arg]])})
+    results = fn(*[a for _, _, a in feeds])
+    after = {k: v.numpy() for k, v in flow.get_all_variables().items()} if variables else {}
+    return list(results or ()), after
+
+
+def _flow_dtype(np_dtype):
+    return {np.dtype(np.float32): flow.float, np.dtype(np.float64): flow.double, np.dtype(np.int8): flow.int8,
+            np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
+
+
+def test_every_xla_rule_has_a_case():
+    with_rule = sorted(t for t in registry.registered_op_types() if registry.lookup(t).xla is not None)
+    assert sorted(CASES) == with_rule
+
+
+@pytest.mark.parametrize("op_type", sorted(CASES))
+def test_xla_rule_matches_the_kernel(op_type):
+    inputs, attrs, outputs, variables = _case(op_type)
+    rng = np.random.default_rng(sum(map(ord, op_type)))
+    arrays = {k: ([f(rng) for f in v] if isinstance(v, list) else v(rng)) for k, v in inputs.items()}
+    if op_type in FED_BY:
+        producer, producer_attrs, fed = FED_BY[op_type]
+        values, _ = _run(producer, "plan", {"x": arrays["x"]}, producer_attrs, ["y", "indices"], set())
+        arrays.update((arg, value) for arg, value in zip(["y", "indices"], values) if arg in fed)
+    want = _run(op_type, "plan", arrays, attrs, outputs, variables)
+    got = _run(op_type, "xla", arrays, attrs, outputs, variables)
+    for name, w, g in zip(outputs, want[0], got[0]):
+        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, w.dtype, g.shape, w.shape)
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{op_type} output {name}")
+    assert sorted(got[1]) == sorted(want[1])
+    for name in want[1]:
+        np.testing.assert_allclose(got[1][name], want[1][name], rtol=1e-5, atol=1e-6, err_msg=f"{op_type} {name}")
+    for arg in variables:  # each updated variable moved from the value it was loaded with
+        for i, before in enumerate(arrays[arg] if isinstance(arrays[arg], list) else [arrays[arg]]):
+            assert not np.allclose(got[1][f"var_{arg}_{i}"], before), f"{op_type}: {arg} {i} was not updated"
+
+
+def test_system_op_rules_match_their_kernels():
+    import jax
+    from graphfront.core import op_conf_pb2
+    from graphfront.ops.system import SYSTEM_OPS
+    from graphfront.runtime.xla import import_jax
+    import_jax()  # (64-bit types, as in the XLA lowering)
+    assert sorted(k for k, d in SYSTEM_OPS.items() if d.xla) == ["constant_like_conf", "identity_conf",
+                                                                "learning_rate_schedule_conf"]
+    like = np.arange(6, dtype=np.float32).reshape(2, 3)
+    conf = op_conf_pb2.OperatorConf().constant_like_conf
+    conf.int_operand = 7
+    conf.data_type = flow.int64.proto
+    for kind, conf, args in (("identity_conf", None, [like]), ("constant_like_conf", conf, [like])):
+        want = SYSTEM_OPS[kind].kernel(conf)(*[torch.from_numpy(a) for a in args]).numpy()
+        got = np.asarray(jax.jit(SYSTEM_OPS[kind].xla(conf))(*args))
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    lr = op_conf_pb2.OperatorConf().learning_rate_schedule_conf
+    lr.learning_rate = 0.5
+    lr.learning_rate_decay.cosine_conf.decay_batches = 10
+    lr.warmup_conf.linear_conf.warmup_batches = 3
+    lr.warmup_conf.linear_conf.start_multiplier = 0.1
+    fn = jax.jit(SYSTEM_OPS["learning_rate_schedule_conf"].xla(lr))
+    kernel = SYSTEM_OPS["learning_rate_schedule_conf"].kernel(lr)
+    for step in (0, 2, 3, 7, 12):
+        t = np.array([step], np.int64)
+        np.testing.assert_array_equal(np.asarray(fn(t)), kernel(torch.from_numpy(t)).numpy())

@@ -239,10 +239,13 @@ class FunctionConfig:
 
         ``"plan"`` (default): generated Python calling one PyTorch kernel per op; ``"native"``:
         the whole step compiled by TorchInductor into fused C++/Triton code on its first call,
-        cached on disk by job digest (see :mod:`graphfront.runtime.native`).
+        cached on disk by job digest (see :mod:`graphfront.runtime.native`); ``"onnxruntime"``:
+        a CPU predict job converted to ONNX and run by onnxruntime (numpy in and out; see
+        :mod:`graphfront.runtime.onnxruntime_plan`; the job's first call raises JobBuildError
+        for a train job or an op without an ONNX converter).
 
         Args:
-            mode: ``"plan"`` or ``"native"``.
+            mode: ``"plan"``, ``"native"`` or ``"onnxruntime"``.
 
         Raises:
             ValueError: ``mode`` is another value.
@@ -331,6 +334,8 @@ class CompiledJob:
         self.return_annotation = return_annotation
         self.locations = locations or {}
         self.user_job = user_job
+        self.plan = None
+        self.fallback_reason = None  # compile_mode "auto" ran the plan: why onnxruntime could not
         try:
             self.job = complete(copy.deepcopy(user_job), enable_passes=enable_passes)
             with session.variables.rollback_on_error():  # a job that fails to compile leaves no variables
@@ -354,12 +359,16 @@ class CompiledJob:
                 elif compile_mode == "native":
                     from graphfront.runtime.native import NativePlan
                     self.plan = NativePlan(self.job, session.variables, session.watchers, cuda_graph=cuda_graph)
-                else:
+                elif compile_mode in ("onnxruntime", "auto"):  # auto: onnxruntime when it can run the job
+                    self.plan, self.fallback_reason = _onnxruntime_plan(session, user_job, compile_mode == "auto")
+                if self.plan is None:
                     self.plan = Plan(self.job, session.variables, session.watchers, cuda_graph=cuda_graph)
         except GraphfrontError:
             raise
         except Exception as e:  # a pass, initializer or kernel refused what the job holds
             raise JobBuildError(f"job '{self.name}' could not be compiled: {type(e).__name__}: {e}") from e
+        self.numpy_plan = getattr(self.plan, "takes_numpy", False)  # feeds and results stay numpy
+        self.compile_mode = "onnxruntime" if self.numpy_plan else ("native" if compile_mode == "native" else "plan")
         by_name = {op.name: op for op in self.job.net.op}
         ids = {n: tuple(g.parallel_conf.device_name) for g in self.job.placement.placement_group
                for n in g.op_set.op_name}
@@ -400,8 +409,10 @@ class CompiledJob:
         if self.return_structure is None and ann is inspect.Signature.empty:
             return None  # the job returns nothing (as OneFlow, the call returns None)
 
+        to_numpy = _same if self.numpy_plan else _to_numpy
+
         def value(wrap=lambda a: a):
-            return tp.rebuild(self.return_structure, [wrap(_to_numpy(t)) for t in outs])
+            return tp.rebuild(self.return_structure, [wrap(to_numpy(t)) for t in outs])
         if ann is inspect.Signature.empty:
             return tp.Future(value)
         if isinstance(ann, tp._Alias) and ann.origin is tp.Callback:
@@ -437,6 +448,8 @@ class CompiledJob:
         if value.dtype != ph.dtype.np:
             raise FeedError(f"job '{self.name}' argument '{name}': expected dtype {ph.dtype.np} ({ph.dtype.name}), "
                             f"received {value.dtype}; convert with .astype(np.{ph.dtype.np}){format_location(user_frame())}")
+        if self.numpy_plan:
+            return np.ascontiguousarray(value)
         t = _dt.numpy_to_tensor(value)
         device = self.input_devices[i]
         return t if device.type == "cpu" else t.to(device, non_blocking=True)
@@ -444,6 +457,24 @@ class CompiledJob:
 
 def _to_numpy(t):
     return _dt.tensor_to_numpy(t)
+
+
+def _same(a):
+    return a
+
+
+def _onnxruntime_plan(session, user_job, fallback):
+    """``(OrtPlan, None)`` for ``user_job``; with ``fallback``, ``(None, reason)`` when
+    onnxruntime cannot run it (see :mod:`graphfront.runtime.onnxruntime_plan`)."""
+    from graphfront.onnx import export_job
+    from graphfront.runtime.onnxruntime_plan import OrtPlan, refusal
+    job = export_job(user_job)
+    if fallback:
+        why = refusal(job)
+        if why:
+            return None, why
+    session.init_variables(job)  # the same variables as the completed job, unless a pass dropped one
+    return OrtPlan(job, session.variables), None
 
 
 def _strip_callback(ann):

@@ -34,7 +34,7 @@ import torch
 from graphfront.runtime.plan import Plan
 
 CACHE_ENV = "GRAPHFRONT_CACHE_DIR"
-COMPILE_MODES = ("plan", "native")
+COMPILE_MODES = ("plan", "native", "onnxruntime")  # onnxruntime: graphfront/runtime/onnxruntime_plan.py
 
 
 def cache_root() -> str:

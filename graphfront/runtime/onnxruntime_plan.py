@@ -147,13 +147,8 @@ class OrtPlan:
     def uses_cuda_graph(self) -> bool:
         return False
 
-    def _stale(self) -> bool:
-        tensors = self._store.tensors
-        return any(tensors.get(n) is not t or t._version != v
-                   for n, t, v in zip(self._var_names, self._tensors, self._versions))
-
     def __call__(self, feeds):
         """Run on numpy ``feeds`` (input order); returns a tuple of numpy results."""
-        if self._stale():
+        if [t._version for t in self._tensors] != self._versions:  # a variable was written
             self._build()
         return tuple(self._run(self.output_names, dict(zip(self.input_names, feeds))))

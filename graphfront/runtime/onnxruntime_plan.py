@@ -91,7 +91,8 @@ class OrtPlan:
         order: the job's op confs in schedule order.
         devices: ``{"cpu"}``.
         model: the current ``onnx.ModelProto`` (variables as initializers).
-        builds: how many times the onnxruntime session was built (1 + rebuilds).
+        builds: how many onnxruntime sessions were created (the first call creates one;
+            a call after a variable was written converts the job again and creates another).
         takes_numpy: True: ``__call__`` takes and returns numpy arrays.
 
     Raises:
@@ -114,14 +115,11 @@ class OrtPlan:
         self.devices = {"cpu"}
         self._store = variables
         self._var_names = [op.name for op in job.net.op if jb.op_kind(op) == "variable_conf"]
-        self._tensors = [variables.tensors[n] for n in self._var_names]
-        self._versions = None
         self.builds = 0
-        self.model = None
-        self._build()
+        self._convert()
 
-    def _build(self):
-        import onnxruntime as ort
+    def _convert(self):
+        """The ONNX model of the job with the variables' current values (raises conversion errors)."""
         from graphfront.onnx import OnnxExportError, job_to_onnx
         tensors = [self._store.tensors[n] for n in self._var_names]
         values = {n: t.detach().cpu().numpy() for n, t in zip(self._var_names, tensors)}
@@ -130,18 +128,22 @@ class OrtPlan:
         except OnnxExportError as e:
             raise JobBuildError(f"job '{self.job.job_conf.job_name}' cannot use compile_mode('onnxruntime'): "
                                 f"{e}") from None
-        self._session = ort.InferenceSession(self.model.SerializeToString(), ort.SessionOptions(),
-                                             providers=["CPUExecutionProvider"])
-        self._run = self._session.run  # graph inputs and outputs are named after the input and return ops
         self._tensors = tensors
         self._versions = [t._version for t in tensors]
+        self._run = None  # the onnxruntime session is created by the next call
+
+    def _start(self):
+        import onnxruntime as ort
+        session = ort.InferenceSession(self.model.SerializeToString(), ort.SessionOptions(),
+                                       providers=["CPUExecutionProvider"])
+        self._run = session.run  # graph inputs and outputs are named after the input and return ops
         self.builds += 1
 
     @property
     def source(self) -> str:
-        """The ONNX graph as text (``onnx.helper.printable_graph``)."""
-        from onnx import helper
-        return helper.printable_graph(self.model.graph)
+        """The ONNX graph as text (``onnx.printer.to_text``)."""
+        from onnx import printer
+        return printer.to_text(self.model.graph)
 
     @property
     def uses_cuda_graph(self) -> bool:
@@ -150,5 +152,7 @@ class OrtPlan:
     def __call__(self, feeds):
         """Run on numpy ``feeds`` (input order); returns a tuple of numpy results."""
         if [t._version for t in self._tensors] != self._versions:  # a variable was written
-            self._build()
+            self._convert()
+        if self._run is None:
+            self._start()
         return tuple(self._run(self.output_names, dict(zip(self.input_names, feeds))))

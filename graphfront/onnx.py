@@ -136,7 +136,7 @@ def _tensor_type(desc, name):
                                          list(desc.shape))
 
 
-def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None):
+def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None, check=True):
     """The ``onnx.ModelProto`` of a completed predict Job.
 
     Args:
@@ -144,6 +144,8 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None):
         variables: variable op name -> numpy array (the initializers' values).
         opset: the ONNX opset of the default domain (``>= 13``).
         input_names: input op name -> graph input name (default: the op name).
+        check: run ``onnx.checker`` (full check, with shape inference) on the model; the
+            onnxruntime lowering skips it (onnxruntime validates the model it loads).
     Raises:
         OnnxExportError: a train job, an op without a converter, an op its converter
             cannot express, or a variable without a value.
@@ -190,7 +192,8 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None):
             raise OnnxExportError(f"op '{op.name}' ({kind}) cannot be exported to ONNX")
     graph = helper.make_graph(x.nodes, job.job_conf.job_name, graph_inputs, graph_outputs, initializer=x.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="graphfront")
-    onnx.checker.check_model(model, full_check=True)
+    if check:
+        onnx.checker.check_model(model, full_check=True)
     return model
 
 

@@ -99,9 +99,9 @@ class SessionOption:
             * ``"native"``: whole job compiled by TorchInductor on the first ``run``,
               cached on disk (:mod:`graphfront.runtime.native`).
 
-            Measured per ``run`` at batch 1 on a 2-core CPU: LeNet 264 us in onnxruntime vs
-            497 us in the plan, the ResNet-style job of ``examples/resnet_bn`` 336 vs 1186
-            us. The default stays ``"plan"`` so that served outputs equal the training
+            Measured per ``run`` at batch 1 on a 2-core CPU (``benchmarks/peers.py``): LeNet
+            237 us in onnxruntime vs 515 us in the plan, the ResNet-style job of
+            ``examples/resnet_bn`` 183 vs 410 us. The default stays ``"plan"`` so that served outputs equal the training
             process's bit for bit; choose ``"auto"`` or ``"onnxruntime"`` for latency.
     """
 

@@ -225,3 +225,17 @@ def test_missing_onnxruntime_names_the_pip_extra(monkeypatch):
     job = _predict("lenet", "onnxruntime")
     with pytest.raises(JobBuildError, match=r"needs the packages onnx and onnxruntime .*pip install graphfront\[onnx\]"):
         job(_images(0))
+
+
+def test_watch_ops_are_refused():
+    seen = []
+
+    @flow.global_function(type="predict", function_config=_config("onnxruntime"))
+    def watched(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            y = flow.math.relu(x)
+            flow.watch(y, seen.append)
+            return y
+    with pytest.raises(JobBuildError, match=r"job 'watched' cannot use compile_mode\('onnxruntime'\): flow.watch "
+                                            r"op\(s\) \['.*'\] have no ONNX form"):
+        watched(np.ones((2, 3), np.float32))

@@ -33,8 +33,6 @@ execution provider runs the model), dynamic (``ListNumpy``) inputs, and a missin
 """
 from __future__ import annotations
 
-import numpy as np
-
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
 from graphfront.ops import registry

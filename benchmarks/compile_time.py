@@ -1,89 +1,180 @@
-"""Compile time: LeNet train job and a generated 1,000-op job, first call to first result.
+"""Compile time per lowering, cold and cached, each measurement in a fresh process.
 
-    python benchmarks/compile_time.py [--repeats 5]
+    python benchmarks/compile_time.py [--jobs lenet_train,lenet_predict] [--modes plan,native,onnxruntime,xla]
+                                      [--cached-runs 1]
 
-Each measurement builds the job in a fresh session and times the first call (trace,
-completion passes, variable initialization, plan generation and the first run); the
-time of a later, steady call is printed beside it, and "compile" is first call minus
-steady call. Medians over ``--repeats`` fresh sessions.
+Jobs: ``lenet_train`` (``examples/lenet/lenet.py``, batch 100, SGD), ``lenet_predict``
+(softmax of LeNet, batch 1) and, on request, ``chain1000`` (a generated predict job of
+1,000 elementwise ops). Lowerings (``FunctionConfig().compile_mode``): ``plan``,
+``native`` (TorchInductor), ``onnxruntime`` (predict jobs only) and ``xla`` (when this
+checkout has it; otherwise the row says so).
+
+For each (job, lowering) a fresh Python process imports graphfront, builds the job and
+times its first call to first result (trace, completion passes, variable initialization,
+lowering and compilation, one run), then the median of 5 steady calls; "compile" is the
+first call minus the steady call. The first process of a pair starts with an empty cache
+directory (``GRAPHFRONT_CACHE_DIR``): **cold**; the next ``--cached-runs`` processes reuse
+it: **cached** (the median is printed). The per-op plan and onnxruntime keep no disk cache,
+so their cached runs only show the operating system's warm file cache. Printed with
+``tabulate``; times in milliseconds.
 """
+import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
-import numpy as np
-
-from _common import machine, parser, setup_threads
-
-import graphfront as flow
-from graphfront import typing as tp
-from lenet import lenet
-
-B = 100
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+JOBS = ("lenet_train", "lenet_predict", "chain1000")
+MODES = ("plan", "native", "onnxruntime", "xla")
+TRAIN_B = 100
 
 
-def lenet_job():
-    @flow.global_function(type="train")
-    def train_job(images: tp.Numpy.Placeholder((B, 1, 28, 28), dtype=flow.float),
-                  labels: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
+# ============================================================================ child: one job, one lowering
+
+def _lenet_train(cfg):
+    import numpy as np
+    import graphfront as flow
+    from graphfront import typing as tp
+    from lenet import lenet
+
+    @flow.global_function(type="train", function_config=cfg)
+    def train_job(images: tp.Numpy.Placeholder((TRAIN_B, 1, 28, 28), dtype=flow.float),
+                  labels: tp.Numpy.Placeholder((TRAIN_B,), dtype=flow.int32)) -> tp.Numpy:
         with flow.scope.placement("cpu", "0:0"):
             logits = lenet(images, train=True)
             loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
         return loss
     rng = np.random.default_rng(0)
-    return train_job, (rng.random((B, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, B).astype(np.int32))
+    return train_job, (rng.random((TRAIN_B, 1, 28, 28), dtype=np.float32),
+                       rng.integers(0, 10, TRAIN_B).astype(np.int32))
 
 
-def chain_job(n_ops=1000):
-    """A predict job of ``n_ops`` ops: scalar/unary/binary elementwise ops over a (16, 16) input."""
-    @flow.global_function(type="predict")
-    def big_job(x: tp.Numpy.Placeholder((16, 16), dtype=flow.float)) -> tp.Numpy:
+def _lenet_predict(cfg):
+    import numpy as np
+    import graphfront as flow
+    from graphfront import typing as tp
+    from lenet import lenet
+
+    @flow.global_function(type="predict", function_config=cfg)
+    def predict_job(images: tp.Numpy.Placeholder((1, 1, 28, 28), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            return flow.nn.softmax(lenet(images))
+    return predict_job, (np.random.default_rng(0).random((1, 1, 28, 28), dtype=np.float32),)
+
+
+def _chain1000(cfg, n_ops=1000):
+    """A predict job of ``n_ops`` ops: tanh / scalar mul / add / relu over a (16, 16) input."""
+    import numpy as np
+    import graphfront as flow
+    from graphfront import typing as tp
+
+    @flow.global_function(type="predict", function_config=cfg)
+    def chain_job(x: tp.Numpy.Placeholder((16, 16), dtype=flow.float)) -> tp.Numpy:
         with flow.scope.placement("cpu", "0:0"):
             h, prev = x, x
-            count = 0
-            while count < n_ops - 3:  # input and return ops included
+            for count in range(n_ops - 3):  # input and return ops included
                 k = count % 4
-                if k == 0:
-                    nxt = flow.math.tanh(h)
-                elif k == 1:
-                    nxt = h * 0.5
-                elif k == 2:
-                    nxt = h + prev
-                else:
-                    nxt = flow.math.relu(h)
+                nxt = (flow.math.tanh(h) if k == 0 else h * 0.5 if k == 1 else h + prev if k == 2
+                       else flow.math.relu(h))
                 prev, h = h, nxt
-                count += 1
             return h
-    return big_job, (np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32),)
+    return chain_job, (np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32),)
 
 
-def measure(make, repeats):
-    firsts, steadies, ops = [], [], 0
-    for _ in range(repeats):
-        flow.clear_default_session()
-        job, feeds = make()
+def child(job, mode):
+    """Measure one (job, mode) in this process; prints one "@@" JSON line."""
+    sys.path.insert(0, os.path.join(ROOT, "examples", "lenet"))
+    import graphfront as flow
+    from graphfront.runtime.native import COMPILE_MODES
+    if mode not in COMPILE_MODES:
+        print("@@" + json.dumps({"skip": "not in this checkout"}), flush=True)
+        return
+    cfg = flow.FunctionConfig()
+    cfg.compile_mode(mode)
+    fn, feeds = {"lenet_train": _lenet_train, "lenet_predict": _lenet_predict, "chain1000": _chain1000}[job](cfg)
+    t = time.perf_counter()
+    fn(*feeds)
+    first = time.perf_counter() - t
+    steady = []
+    for _ in range(5):
         t = time.perf_counter()
-        job(*feeds)
-        firsts.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        job(*feeds)
-        steadies.append(time.perf_counter() - t)
-        ops = len(job.graph.user_job.net.op)
-    return statistics.median(firsts), statistics.median(steadies), ops
+        fn(*feeds)
+        steady.append(time.perf_counter() - t)
+    plan = fn.compiled_job.plan
+    print("@@" + json.dumps(dict(first=first, steady=statistics.median(steady),
+                                 inductor=getattr(plan, "compile_seconds", None),
+                                 hits=getattr(plan, "cache_hits", None))), flush=True)
+
+
+# ============================================================================ parent
+
+def measure(job, mode, cache):
+    env = dict(os.environ, GRAPHFRONT_CACHE_DIR=cache,
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, __file__, "--child", job, mode], env=env, capture_output=True, text=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("@@")]
+    if out.returncode or not lines:
+        err = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": err[:120]}
+    return json.loads(lines[-1][2:])
+
+
+def _ms(v):
+    return f"{v * 1e3:.1f}" if v is not None else "-"
+
+
+def row(job, mode, cached_runs):
+    if mode == "onnxruntime" and job.endswith("train"):
+        return None  # predict jobs only
+    with tempfile.TemporaryDirectory(prefix="graphfront-cache-") as cache:
+        cold = measure(job, mode, cache)
+        if "skip" in cold or "error" in cold:
+            return [job, mode, "-", "-", "-", "-", "-", cold.get("skip") or cold["error"]]
+        cached = [measure(job, mode, cache) for _ in range(cached_runs)]
+    cached = [c for c in cached if "first" in c]
+    note = ""
+    if cold["inductor"] is not None:
+        note = f"Inductor compile cold {cold['inductor']:.1f} s" + (
+            f", cached {statistics.median(c['inductor'] for c in cached):.1f} s, "
+            f"FX-graph cache hits {cached[0]['hits']}" if cached else "")
+
+    def med(key):
+        return statistics.median(c[key] for c in cached) if cached else None
+    cached_first = med("first")
+    cached_compile = cached_first - med("steady") if cached else None
+    return [job, mode, _ms(cold["first"]), _ms(cold["first"] - cold["steady"]), _ms(cached_first),
+            _ms(cached_compile), _ms(cold["steady"]), note]
 
 
 def main(argv=None):
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=5)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", default="lenet_train,lenet_predict", help=f"comma-separated, from {JOBS}")
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {MODES}")
+    p.add_argument("--cached-runs", type=int, default=1, help="processes reusing the cache after the cold one")
     args = p.parse_args(argv)
-    threads = setup_threads(args)
-    measure(lenet_job, 1)  # imports and one-time torch initialization
-    print(f"machine: {machine()}; torch threads: {threads}")
-    for title, make in (("LeNet train job", lenet_job), ("1,000-op job", chain_job)):
-        first, steady, ops = measure(make, args.repeats)
-        print(f"{title} ({ops} ops as built): first call to first result {first * 1e3:.1f} ms; steady call "
-              f"{steady * 1e3:.1f} ms; compile (difference) {(first - steady) * 1e3:.1f} ms")
+    from tabulate import tabulate
+    sys.path.insert(0, HERE)
+    from _common import machine
+    print(f"machine: {machine()}")
+    rows = []
+    for job in args.jobs.split(","):
+        for mode in args.modes.split(","):
+            r = row(job, mode, args.cached_runs)
+            if r is not None:
+                rows.append(r)
+                print(f"  measured {job} / {mode}", flush=True)
+    print(tabulate(rows, headers=["job", "mode", "cold: first call (ms)", "cold: compile (ms)",
+                                  "cached: first call (ms)", "cached: compile (ms)", "steady call (ms)", "notes"]))
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3])
+    else:
+        main()

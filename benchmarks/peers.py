@@ -14,8 +14,10 @@ Workloads (numpy in, numpy out on every side, as a user's loop sees it):
   saved model — peers: torch eager, onnxruntime running graphfront's own
   ``flow.onnx.export`` of that saved model.
 
-graphfront runs in both lowerings: ``plan`` (per-op plan, the default) and ``native``
-(``compile_mode("native")``, TorchInductor). Every (framework, workload) pair is a
+graphfront runs in each of its lowerings (``compile_mode``): ``plan`` (per-op plan, the
+default), ``native`` (TorchInductor), ``onnxruntime`` (predict jobs converted to ONNX and
+run by onnxruntime) and ``xla``; a lowering this checkout lacks (the worker's job
+refuses the mode) is skipped with a printed note. Every (framework, workload) pair is a
 separate worker process; the parent asks the workers in turn for ``--steps`` timed steps
 per round, rotating the order each round, so that load from other processes hits every
 side alike. Printed: per framework the median step time over all rounds, its ratio to
@@ -36,9 +38,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKLOADS = {
     "mlp_train": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "torch-compile", "jax-jit"],
-    "lenet_train": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "torch-compile", "jax-jit"],
-    "lenet_predict": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "onnxruntime"],
-    "resnet_predict": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "onnxruntime"],
+    "lenet_train": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "torch-compile",
+                    "jax-jit"],
+    "lenet_predict": ["graphfront-plan", "graphfront-native", "graphfront-onnxruntime", "graphfront-xla",
+                      "torch-eager", "onnxruntime"],
+    "resnet_predict": ["graphfront-plan", "graphfront-native", "graphfront-onnxruntime", "graphfront-xla",
+                       "torch-eager", "onnxruntime"],
 }
 MLP_B, MLP_W, MLP_L = 16, 64, 10
 LENET_B = 100
@@ -243,6 +248,11 @@ def worker(framework, workload, threads, model_dir, cache_dir):
     start = time.perf_counter()
     if framework.startswith("graphfront"):
         mode = framework.split("-")[1]
+        from graphfront.runtime.native import COMPILE_MODES
+        if mode not in COMPILE_MODES:
+            print("@@" + json.dumps({"skip": f"compile_mode {mode!r} is not in this checkout ({COMPILE_MODES})"}),
+                  flush=True)
+            return
         step = (_graphfront_serve(workload, mode, model_dir) if workload.endswith("predict")
                 else _graphfront_train(workload, mode))
     elif framework.startswith("torch"):
@@ -308,10 +318,19 @@ def run(workload, args, model_dir):
     procs, firsts, times = {}, {}, {f: [] for f in frameworks}
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cache = tempfile.mkdtemp(prefix="graphfront-cache-")
-    for f in frameworks:  # started one after the other: each compiles alone
+    for f in list(frameworks):  # started one after the other: each compiles alone
         procs[f] = subprocess.Popen([sys.executable, __file__, "--worker", f, workload, str(args.threads), model_dir,
                                      cache], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        firsts[f] = _reply(procs[f], f)["first_call_s"]
+        first = _reply(procs[f], f)
+        if "skip" in first:
+            print(f"{workload}: skipping {f}: {first['skip']}")
+            proc = procs.pop(f)
+            proc.stdin.close()
+            proc.wait()
+            frameworks.remove(f)
+            del times[f]
+            continue
+        firsts[f] = first["first_call_s"]
     for r in range(args.warmup_rounds + args.rounds):
         order = frameworks[r % len(frameworks):] + frameworks[:r % len(frameworks)]
         for f in order:
@@ -330,7 +349,7 @@ def run(workload, args, model_dir):
     print(f"\n{workload}: median step time over {args.rounds} rounds x {args.steps} steps")
     for f in frameworks:
         ratio = f"{med[f] / med[best]:.3f}" if best else "-"
-        print(f"  {f:18s} {med[f] * 1e6:10.1f} us   ratio to best peer ({best}) {ratio:>6s}   "
+        print(f"  {f:22s} {med[f] * 1e6:10.1f} us   ratio to best peer ({best}) {ratio:>6s}   "
               f"first call {firsts[f]:.2f} s")
     return med
 

@@ -25,7 +25,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry
 
-__all__ = ["export", "job_to_onnx", "convertible_op_types", "OnnxExportError", "DEFAULT_OPSET"]
+__all__ = ["export", "export_job", "job_to_onnx", "convertible_op_types", "OnnxExportError", "DEFAULT_OPSET"]
 
 DEFAULT_OPSET = 17
 MIN_OPSET = 13
@@ -136,7 +136,7 @@ def _tensor_type(desc, name):
                                          list(desc.shape))
 
 
-def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None):
+def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None, check=True):
     """The ``onnx.ModelProto`` of a completed predict Job.
 
     Args:
@@ -144,6 +144,8 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None):
         variables: variable op name -> numpy array (the initializers' values).
         opset: the ONNX opset of the default domain (``>= 13``).
         input_names: input op name -> graph input name (default: the op name).
+        check: run ``onnx.checker`` (full check, with shape inference) on the model; the
+            onnxruntime lowering skips it (onnxruntime validates the model it loads).
     Raises:
         OnnxExportError: a train job, an op without a converter, an op its converter
             cannot express, or a variable without a value.
@@ -190,8 +192,17 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None):
             raise OnnxExportError(f"op '{op.name}' ({kind}) cannot be exported to ONNX")
     graph = helper.make_graph(x.nodes, job.job_conf.job_name, graph_inputs, graph_outputs, initializer=x.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="graphfront")
-    onnx.checker.check_model(model, full_check=True)
+    if check:
+        onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def export_job(user_job):
+    """The Job that :func:`job_to_onnx` converts: ``user_job`` (as built, not modified)
+    completed without the cleanup and fusion passes, so each op is one the user wrote and
+    has its registered converter (the onnxruntime lowering converts the same Job)."""
+    from graphfront.passes import complete
+    return complete(copy.deepcopy(user_job), enable_passes=False)
 
 
 def convertible_op_types() -> list:
@@ -218,7 +229,6 @@ def export(job_func_or_saved_model, path, opset=DEFAULT_OPSET, model_version=Non
     """
     import onnx
     from graphfront.framework.session import GlobalFunction
-    from graphfront.passes import complete
     if isinstance(job_func_or_saved_model, GlobalFunction):
         compiled = job_func_or_saved_model.compiled_job
         store = compiled.session.variables
@@ -237,7 +247,7 @@ def export(job_func_or_saved_model, path, opset=DEFAULT_OPSET, model_version=Non
     else:
         raise TypeError(f"flow.onnx.export: expects a predict job function (@flow.global_function) or a saved model "
                         f"directory, received {type(job_func_or_saved_model).__name__}")
-    job = complete(copy.deepcopy(compiled.user_job), enable_passes=False)
+    job = export_job(compiled.user_job)
     values = {name: t.detach().cpu().numpy() for name, t in store.tensors.items()}
     model = job_to_onnx(job, values, opset, input_names)
     onnx.save(model, os.fspath(path))

@@ -85,10 +85,26 @@ class SessionOption:
             an error at ``InferenceSession`` construction.
         device_num: number of devices; graphfront serves on one device (must be 1).
         is_mirrored_view: accepted for compatibility (single device: no effect).
-        compile_mode: graphfront's lowering of the served jobs, ``"plan"`` (default),
-            ``"native"`` (whole job compiled by TorchInductor on the first ``run``,
-            cached on disk; see :mod:`graphfront.runtime.native`) or ``"xla"`` (compiled
-            by XLA through JAX, cached on disk; see :mod:`graphfront.runtime.xla`).
+        compile_mode: graphfront's lowering of the served jobs (``InferenceSession.compile_mode(job_name)``
+            tells which one runs a job):
+
+            * ``"plan"`` (default): the per-op plan on PyTorch kernels, the training
+              process's kernels, so results are bit-identical to it;
+            * ``"onnxruntime"``: converted to ONNX and run by onnxruntime on the CPU, an
+              error when it cannot (:mod:`graphfront.runtime.onnxruntime_plan`); results
+              within float rounding of the plan's, not bit-identical;
+            * ``"auto"``: ``"onnxruntime"`` for each job that onnxruntime can run (package
+              installed, ``device_tag`` ``"cpu"``, every op with an ONNX converter), else
+              ``"plan"`` (``job(job_name).fallback_reason`` says why);
+            * ``"native"``: whole job compiled by TorchInductor on the first ``run``,
+              cached on disk (:mod:`graphfront.runtime.native`);
+            * ``"xla"``: compiled by XLA through JAX, cached on disk
+              (:mod:`graphfront.runtime.xla`).
+
+            Measured per ``run`` at batch 1 on a 2-core CPU (``benchmarks/peers.py``): LeNet
+            237 us in onnxruntime vs 515 us in the plan, the ResNet-style job of
+            ``examples/resnet_bn`` 183 vs 410 us. The default stays ``"plan"`` so that served outputs equal the training
+            process's bit for bit; choose ``"auto"`` or ``"onnxruntime"`` for latency.
     """
 
     def __init__(self):
@@ -111,8 +127,9 @@ def _check_option(option):
     if option.device_tag == "gpu" and not torch.cuda.is_available():
         raise ValueError("SessionOption.device_tag is 'gpu' but CUDA is not available on this machine "
                          "(torch.cuda.is_available() is False); set option.device_tag = 'cpu'")
-    if option.compile_mode not in ("plan", "native", "xla"):
-        raise ValueError(f"SessionOption.compile_mode must be 'plan', 'native' or 'xla', received "
+    from graphfront.runtime.native import COMPILE_MODES
+    if option.compile_mode not in COMPILE_MODES + ("auto",):
+        raise ValueError(f"SessionOption.compile_mode must be one of {COMPILE_MODES + ('auto',)}, received "
                          f"{option.compile_mode!r}")
     if not isinstance(option.device_num, int) or isinstance(option.device_num, bool) or option.device_num != 1:
         raise ValueError(f"SessionOption.device_num: graphfront serves on one device, so it must be 1; "
@@ -133,8 +150,28 @@ class _ServedJob:
         self.output_names = list(output_names)   # run() result order
         plan_outputs = compiled.plan.output_names
         self.output_index = [plan_outputs.index(n) for n in self.output_names]
+        if self.output_index == list(range(len(plan_outputs))):
+            self.output_index = None  # results already in run() order
         self.placeholders = {ph.param_name: ph for ph in compiled.placeholders}
         self.source = source
+        # (name, shape, numpy dtype) per input in feed order; None when a list input needs launch()
+        specs = [(n, tuple(self.placeholders[n].shape), np.dtype(self.placeholders[n].dtype.np))
+                 for n in self.input_names]
+        self._specs = None if any(ph.list_input for ph in compiled.placeholders) else specs
+
+    def checked_arrays(self, kwargs):
+        """The feeds in input order when ``kwargs`` holds exactly the inputs, each an
+        ndarray of the expected shape and dtype; None otherwise (run() then reports why)."""
+        specs = self._specs
+        if specs is None or len(kwargs) != len(specs):
+            return None
+        arrays = []
+        for name, shape, dtype in specs:
+            a = kwargs.get(name)
+            if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dtype:
+                return None
+            arrays.append(a)
+        return arrays
 
     def input_info(self, name):
         ph = self.placeholders[name]
@@ -408,6 +445,13 @@ class InferenceSession:
             FeedError: an ndarray of the wrong shape or dtype (names the input, expected
                 and received).
         """
+        served = self._jobs.get(job_name)
+        if served is not None and self.status_ is self.SessionStatus.RUNNING:
+            arrays = served.checked_arrays(kwargs)
+            if arrays is not None:  # every input present, an ndarray of the expected shape and dtype
+                outs = served.compiled.run_arrays(arrays)
+                return outs if served.output_index is None else [outs[i] for i in served.output_index]
+        # the slow path: find what is wrong and say so (or run a job with list inputs)
         self._check_status(self.SessionStatus.RUNNING, what="run")
         served = self._job(job_name)
         loc = user_frame()
@@ -426,7 +470,7 @@ class InferenceSession:
                                  f"{type(value).__name__}{format_location(loc)}")
             args.append([value] if served.placeholders[name].list_input else value)
         arrays = served.compiled.launch(args, {})
-        return [arrays[i] for i in served.output_index]
+        return arrays if served.output_index is None else [arrays[i] for i in served.output_index]
 
     # ------------------------------------------------------------------ introspection
     def list_jobs(self):
@@ -453,6 +497,11 @@ class InferenceSession:
         if output_name not in served.output_names:
             raise ValueError(f"job '{served.name}' has no output '{output_name}'; outputs: {served.output_names}")
         return served.output_info(output_name)
+
+    def compile_mode(self, job_name=None) -> str:
+        """The lowering that runs ``job_name`` (default: the first loaded job): ``"plan"``,
+        ``"native"``, ``"xla"`` or ``"onnxruntime"`` (what ``SessionOption.compile_mode`` "auto" chose)."""
+        return self._job(job_name).compiled.compile_mode
 
     def job(self, job_name=None) -> CompiledJob:
         """The CompiledJob of ``job_name`` (``.user_job``, ``.job``, ``.plan.source``)."""

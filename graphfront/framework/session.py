@@ -242,18 +242,20 @@ class FunctionConfig:
         the whole step compiled by TorchInductor into fused C++/Triton code on its first call,
         cached on disk by job digest (see :mod:`graphfront.runtime.native`); ``"xla"``: the
         whole step lowered to JAX through the ops' ``xla`` rules and compiled by XLA, cached
-        on disk (see :mod:`graphfront.runtime.xla`; needs ``pip install graphfront[xla]``).
+        on disk (see :mod:`graphfront.runtime.xla`; needs ``pip install graphfront[xla]``);
+        ``"onnxruntime"``: a CPU predict job converted to ONNX and run by onnxruntime (numpy
+        in and out; see :mod:`graphfront.runtime.onnxruntime_plan`; the job's first call
+        raises JobBuildError for a train job or an op without an ONNX converter).
 
         Args:
-            mode: ``"plan"``, ``"native"`` or ``"xla"``.
+            mode: ``"plan"``, ``"native"``, ``"xla"`` or ``"onnxruntime"``.
 
         Raises:
             ValueError: ``mode`` is another value.
         """
         from graphfront.runtime.native import COMPILE_MODES
-        modes = COMPILE_MODES + ("xla",)
-        if mode not in modes:
-            raise ValueError(f"FunctionConfig.compile_mode expects one of {modes}, received {mode!r}")
+        if mode not in COMPILE_MODES:
+            raise ValueError(f"FunctionConfig.compile_mode expects one of {COMPILE_MODES}, received {mode!r}")
         self._compile_mode = mode
 
     # OneFlow setter names that differ from their JobConfigProto field
@@ -335,6 +337,8 @@ class CompiledJob:
         self.return_annotation = return_annotation
         self.locations = locations or {}
         self.user_job = user_job
+        self.plan = None
+        self.fallback_reason = None  # compile_mode "auto" ran the plan: why onnxruntime could not
         try:
             self.job = complete(copy.deepcopy(user_job), enable_passes=enable_passes)
             with session.variables.rollback_on_error():  # a job that fails to compile leaves no variables
@@ -366,18 +370,21 @@ class CompiledJob:
                 elif compile_mode == "native":
                     from graphfront.runtime.native import NativePlan
                     self.plan = NativePlan(self.job, session.variables, session.watchers, cuda_graph=cuda_graph)
-                else:
+                elif compile_mode in ("onnxruntime", "auto"):  # auto: onnxruntime when it can run the job
+                    self.plan, self.fallback_reason = _onnxruntime_plan(session, user_job, compile_mode == "auto")
+                if self.plan is None:
                     self.plan = Plan(self.job, session.variables, session.watchers, cuda_graph=cuda_graph)
         except GraphfrontError:
             raise
         except Exception as e:  # a pass, initializer or kernel refused what the job holds
             raise JobBuildError(f"job '{self.name}' could not be compiled: {type(e).__name__}: {e}") from e
+        self.numpy_plan = getattr(self.plan, "takes_numpy", False)  # XlaPlan, OrtPlan: feeds stay numpy
+        self.compile_mode = getattr(self.plan, "compile_mode", "plan")  # the lowering that runs this job
         by_name = {op.name: op for op in self.job.net.op}
         ids = {n: tuple(g.parallel_conf.device_name) for g in self.job.placement.placement_group
                for n in g.op_set.op_name}
         self.input_devices = [device_of(by_name[n], ids.get(n, ("0:0",))) if self.parallel_num == 1
                               else torch.device("cpu") for n in self.plan.input_names]
-        self.takes_numpy = getattr(self.plan, "takes_numpy", False)  # (XlaPlan: no torch conversion)
 
     @classmethod
     def from_function(cls, session, gf) -> "CompiledJob":
@@ -408,8 +415,8 @@ class CompiledJob:
                             f"{format_location(user_frame())}")
         feeds = [self._feed(i, ph, a) for i, (ph, a) in enumerate(zip(self.placeholders, args))]
         with self.session.lock:
-            if self.parallel_num == 1 and not self.takes_numpy:  # a Plan binds the variable tensors: bring
-                self.session.variables.flush()                    # them up to date (after XLA runs)
+            if self.parallel_num == 1 and self.compile_mode != "xla":  # a Plan binds the variable tensors:
+                self.session.variables.flush()                          # bring them up to date (after XLA runs)
             outs = self.plan(feeds)
         ann = self.return_annotation
         if self.return_structure is None and ann is inspect.Signature.empty:
@@ -452,17 +459,47 @@ class CompiledJob:
         if value.dtype != ph.dtype.np:
             raise FeedError(f"job '{self.name}' argument '{name}': expected dtype {ph.dtype.np} ({ph.dtype.name}), "
                             f"received {value.dtype}; convert with .astype(np.{ph.dtype.np}){format_location(user_frame())}")
-        if self.takes_numpy:
-            return value
+        return self._to_feed(i, value)
+
+    def _to_feed(self, i, value):
+        """A checked ndarray as the plan's feed ``i``: the array itself for a numpy plan
+        (made contiguous), else a tensor sharing its memory on the input's device."""
+        if self.numpy_plan:
+            return np.ascontiguousarray(value)
         t = _dt.numpy_to_tensor(value)
         device = self.input_devices[i]
         return t if device.type == "cpu" else t.to(device, non_blocking=True)
+
+    def run_arrays(self, arrays) -> list:
+        """LazyRun on ndarrays already checked against the placeholders (shape, dtype; one
+        per placeholder, no list inputs): the results as numpy arrays in return-op order,
+        without the return annotation's conversion (the serving path)."""
+        feeds = [self._to_feed(i, a) for i, a in enumerate(arrays)]
+        with self.session.lock:
+            outs = self.plan(feeds)
+        return [_to_numpy(t) for t in outs]
 
 
 def _to_numpy(t):
     if isinstance(t, torch.Tensor):
         return _dt.tensor_to_numpy(t)
+    if isinstance(t, np.ndarray):  # compile_mode "onnxruntime": a fresh array per run
+        return t
     return np.array(t)  # a jax.Array (compile_mode "xla"): a host copy
+
+
+def _onnxruntime_plan(session, user_job, fallback):
+    """``(OrtPlan, None)`` for ``user_job``; with ``fallback``, ``(None, reason)`` when
+    onnxruntime cannot run it (see :mod:`graphfront.runtime.onnxruntime_plan`)."""
+    from graphfront.onnx import export_job
+    from graphfront.runtime.onnxruntime_plan import OrtPlan, refusal
+    job = export_job(user_job)
+    if fallback:
+        why = refusal(job)
+        if why:
+            return None, why
+    session.init_variables(job)  # the same variables as the completed job, unless a pass dropped one
+    return OrtPlan(job, session.variables), None
 
 
 def _strip_callback(ann):

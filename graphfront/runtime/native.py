@@ -34,7 +34,7 @@ import torch
 from graphfront.runtime.plan import Plan
 
 CACHE_ENV = "GRAPHFRONT_CACHE_DIR"
-COMPILE_MODES = ("plan", "native")
+COMPILE_MODES = ("plan", "native", "xla", "onnxruntime")  # xla: runtime/xla.py; onnxruntime: runtime/onnxruntime_plan.py
 
 
 def cache_root() -> str:
@@ -72,6 +72,8 @@ class NativePlan(Plan):
         compile_seconds: wall time of the first (compiling) call, None before it.
         cache_hits: Inductor FX-graph cache hits during that compile (0: compiled cold).
     """
+
+    compile_mode = "native"
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True):
         super().__init__(job, variables, watchers, kernel_wrapper, cuda_graph=False, native=True)

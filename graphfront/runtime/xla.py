@@ -165,6 +165,7 @@ class XlaPlan:
         takes_numpy: True: feeds are passed as numpy arrays (no torch conversion).
     """
 
+    compile_mode = "xla"
     takes_numpy = True
 
     def __init__(self, job, variables, watchers=None):

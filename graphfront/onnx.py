@@ -159,6 +159,7 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None):
     x = _Exporter(opset)
     graph_inputs, graph_outputs = [], []
     order, _ = schedule(job)
+    _check_converters(order)
     for op in order:
         kind = jb.op_kind(op)
         outs = [lbn for _, _, lbn in jb.op_outputs(op)]
@@ -181,17 +182,25 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None):
         elif kind == "foreign_watch_conf":
             continue
         elif kind == "user_conf":
-            opdef = registry.lookup(op.user_conf.op_type_name)
-            if opdef.onnx is None:
-                raise OnnxExportError(f"op '{op.name}' ({opdef.op_type}) has no ONNX converter; ops that have one: "
-                                      f"{', '.join(convertible_op_types())}")
-            opdef.onnx(OnnxCtx(x, op, descs))
+            registry.lookup(op.user_conf.op_type_name).onnx(OnnxCtx(x, op, descs))
         else:
             raise OnnxExportError(f"op '{op.name}' ({kind}) cannot be exported to ONNX")
     graph = helper.make_graph(x.nodes, job.job_conf.job_name, graph_inputs, graph_outputs, initializer=x.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="graphfront")
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _check_converters(ops):
+    """Raise OnnxExportError naming every op type of ``ops`` without a converter (and its ops)."""
+    missing = {}
+    for op in ops:
+        if jb.op_kind(op) == "user_conf" and registry.lookup(op.user_conf.op_type_name).onnx is None:
+            missing.setdefault(op.user_conf.op_type_name, []).append(op.name)
+    if missing:
+        listed = "; ".join(f"{t} (op {', '.join(repr(n) for n in names)})" for t, names in sorted(missing.items()))
+        raise OnnxExportError(f"{len(missing)} op type(s) have no ONNX converter: {listed}; op types that have one: "
+                              f"{', '.join(convertible_op_types())}")
 
 
 def convertible_op_types() -> list:

@@ -6,9 +6,11 @@ generators, exports it and compares onnxruntime's result with graphfront's. LeNe
 ResNet-style job (convolutions, inference batch norm, residual adds, a mean) are checked
 whole, from a job function and from a saved model.
 """
+import base64
 import importlib.util
 import inspect
 import os
+import typing
 
 import numpy as np
 import pytest
@@ -60,6 +62,17 @@ def _conv(n):
     return case
 
 
+def _int(*dims, low, high, dtype=int):
+    return t(*dims, low=low, high=high, dtype=dtype)
+
+
+def _cond(*dims):
+    return _int(*dims, low=0, high=2, dtype=flow.int8)
+
+
+_FOLDED = np.arange(6, dtype=np.float32).reshape(2, 3) * 0.5 - 1
+
+
 def _pool(n):
     def case():
         return ({"x": t(1, 2, *[random(4, 9).to(int) for _ in range(n)])},
@@ -99,15 +112,75 @@ CASES = {
     "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3),
     "tf_max_pool_1d": _pool(1), "tf_max_pool_2d": _pool(2), "tf_max_pool_3d": _pool(3),
     "tf_avg_pool_1d": _pool(1), "tf_avg_pool_2d": _pool(2), "tf_avg_pool_3d": _pool(3),
+    # identities, constants and shape ops
+    "identity": _unary(arg="in"), "amp_white_identity": _unary(arg="in"), "parallel_cast": _unary(arg="in"),
+    "tuple_identity": lambda: ({"in": [t(2, 3), _int(4, low=-3, high=3)]}, {}),
+    "folded_constant": lambda: ({}, {"shape": (2, 3), "dtype": flow.float,
+                                     "data": base64.b64encode(_FOLDED.tobytes()).decode("ascii")}),
+    "constant": lambda: ({}, {"floating_value": random(-2.0, 2.0), "integer_value": random(-5, 5).to(int),
+                              "is_floating_value": random_bool(), "dtype": oneof(flow.float, flow.double),
+                              "shape": (2, 3)}),
+    "zero_like": lambda: ({"like": t(2, 3)}, {}), "ones_like": lambda: ({"x": _int(2, 3, low=-3, high=3)}, {}),
+    "cast_like": lambda: ({"in": t(2, 3, low=-5, high=5),
+                           "dtype_like": oneof(_int(1, low=0, high=2, dtype=flow.int32), t(1, dtype=flow.double))}, {}),
+    "reshape_like": lambda: ({"in": t(2, 3, 4), "like": oneof(t(4, 6), t(24))}, {}),
+    "squeeze": lambda: ({"in": t(2, 1, 3, 1)}, {"axes": oneof([1], [3], [1, -1])}),
+    "expand_dims": lambda: ({"in": t(2, 3)}, {"axis": oneof(0, 1, 2, -1, -3)}),
+    "expand": lambda: ({"in": t(3, 1)}, {"logical_in_shape": [3, 1],
+                                         "logical_expand_shape": oneof([3, 4], [2, 3, 4], [2, -1, 5])}),
+    "broadcast_like": lambda: ({"x": oneof(t(3), t(1, 3, 1)), "like": t(2, 3, 4)}, {"broadcast_axes": [0, 2]}),
+    "narrow": lambda: ({"in": t(4, 5)}, {"dim": oneof(0, 1, -1), "start": oneof(0, 1, -2), "length": oneof(1, 2)}),
+    "slice": lambda: ({"x": t(5, 6)}, {"start": oneof([0, 1], [-1, 5], [4, 0]), "stop": oneof([5, 6], [-6, -7], [0, 3]),
+                                       "step": oneof([1, 2], [-1, 1], [-2, -1])}),
+    "flip": lambda: ({"x": t(2, 3, 4)}, {"dims": oneof([0], [1, 2], [-1])}),
+    "split_like": lambda: ({"in": t(2, 7), "like": [t(2, 3), t(2, 4)]}, {"axis": oneof(1, -1)}),
+    "pad": lambda: ({"x": oneof(t(2, 3), _int(2, 3, low=-3, high=3))},
+                    {"padding_before": oneof([0, 1], [2, 0]), "padding_after": oneof([1, 1], [0, 2]),
+                     "floating_constant_value": random(-1.0, 1.0), "integral_constant_value": random(-3, 3).to(int)}),
+    "constant_pad1d": lambda: ({"x": t(2, 3, 5)}, {"padding": oneof([1, 2], [0, 3]), "floating_value": random(-1.0, 1.0)}),
+    "constant_pad2d": lambda: ({"x": oneof(t(1, 2, 4, 5), _int(1, 2, 4, 5, low=-3, high=3))},
+                               {"padding": oneof([1, 0, 2, 1], [0, 2, 0, 0]), "floating_value": random(-1.0, 1.0),
+                                "integral_value": random(-3, 3).to(int)}),
+    "constant_pad3d": lambda: ({"x": t(1, 2, 3, 4, 5)}, {"padding": [1, 0, 2, 1, 0, 1], "floating_value": 0.5}),
+    "reflection_pad2d": lambda: ({"x": t(1, 2, 4, 5)}, {"padding": oneof([1, 2, 3, 0], [0, 4, 1, 1])}),
+    "replication_pad2d": lambda: ({"x": t(1, 2, 4, 5)}, {"padding": oneof([1, 2, 3, 0], [0, 6, 1, 1])}),
+    # gathers: some indices out of range (zeros, as the kernels)
+    "gather": lambda: ({"in": t(4, 5), "indices": oneof(_int(3, low=-2, high=6), _int(2, 2, low=0, high=4, dtype=flow.int32))},
+                       {"axis": oneof(0, 1, -1)}),
+    "batch_gather": lambda: ({"in": t(2, 5, 3), "indices": _int(2, 4, low=-1, high=6)}, {}),
+    "gather_nd": lambda: ({"params": t(4, 5, 3), "indices": oneof(_int(6, 2, low=-1, high=6), _int(2, 3, 1, low=0, high=4))},
+                          {}),
+    "dim_gather": lambda: ({"input": t(3, 4), "index": oneof(_int(3, 2, low=0, high=3), _int(2, 4, low=0, high=3))},
+                           {"dim": oneof(0, 1, -1)}),
+    "one_hot": lambda: ({"indices": _int(5, low=-1, high=5)},
+                        {"depth": 4, "floating_on_value": random(0.5, 2.0), "floating_off_value": random(-1.0, 0.0),
+                         "integer_on_value": 7, "integer_off_value": -1, "dtype": oneof(flow.float, flow.int32)}),
+    "where": lambda: ({"condition": _cond(2, 3), "x": t(2, 3), "y": oneof(t(1, 3), t(2, 3))}, {}),
+    "where_scalar_x": lambda: ({"condition": _cond(2, 3), "y": t(2, 3)}, _SCALAR),
+    "where_scalar_y": lambda: ({"condition": _cond(2, 3), "x": oneof(t(2, 3), _int(2, 3, low=-3, high=3))}, _SCALAR),
+    "where_scalar_xy": lambda: ({"condition": _cond(2, 3)},
+                                {"has_x_float_operand": True, "x_float_operand": random(-2.0, 2.0),
+                                 "has_y_int_operand": True, "y_int_operand": 3}),
+    "masked_fill": lambda: ({"x": t(2, 3), "mask": oneof(_cond(2, 3), _cond(1, 3))}, _SCALAR),
+    "tril": lambda: ({"in": t(2, 4, 5)}, {"diagonal": oneof(-1, 0, 2), "floating_fill_value": random(-1.0, 1.0),
+                                           "is_floating_fill_value": True}),
+    "triu": lambda: ({"in": oneof(t(4, 5), _int(2, 3, 3, low=-3, high=3))}, {"diagonal": oneof(-1, 0, 2)}),
+    # ties (integer inputs) check that equal values keep their index order
+    "argmax": lambda: ({"in": oneof(t(3, 5), _int(2, 3, 5, low=0, high=3))}, {}),
+    "sort": lambda: ({"in": oneof(t(3, 6), _int(3, 6, low=0, high=3))}, {"direction": oneof("ASCENDING", "DESCENDING")}),
+    "arg_sort": lambda: ({"in": oneof(t(3, 6), _int(3, 6, low=0, high=3))}, {"direction": oneof("ASCENDING", "DESCENDING")}),
     "normalization": lambda: ({"x": t(2, 3, 4, 4), "moving_mean": t(3), "moving_variance": t(3, **_POSITIVE),
                                "gamma": t(3), "beta": t(3)}, {"axis": 1, "epsilon": 1e-5, "training": False}),
 }
 
 
 def _one_op_job(op_type, inputs, attrs):
-    """A predict job feeding every input array through a placeholder into one ``op_type``."""
+    """A predict job feeding every input array through a placeholder into one ``op_type``;
+    it returns the op's first output (each of its blobs, for a repeated output: one per
+    blob of the longest repeated input)."""
     flat = [(arg, i, a) for arg, v in inputs.items() for i, a in enumerate(v if isinstance(v, list) else [v])]
-    outputs = [a.name for a in registry.lookup(op_type).outputs if not a.optional]
+    first = next(a for a in registry.lookup(op_type).outputs if not a.optional)
+    count = max([len(v) for v in inputs.values() if isinstance(v, list)], default=1) if first.repeated else 1
 
     def job(*blobs):
         with flow.scope.placement("cpu", "0:0"):
@@ -115,18 +188,19 @@ def _one_op_job(op_type, inputs, attrs):
             for (arg, _, _), blob in zip(flat, blobs):
                 ins.setdefault(arg, []).append(blob)
             ins = {k: (v if isinstance(inputs[k], list) else v[0]) for k, v in ins.items()}
-            return build_op(op_type, ins, attrs, outputs=outputs[:1])
+            return build_op(op_type, ins, attrs, outputs=[first.name], num={first.name: count})
     params = [inspect.Parameter(f"{arg}_{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                 annotation=tp.Numpy.Placeholder(a.shape, dtype=_flow_dtype(a.dtype)))
               for arg, i, a in flat]
-    job.__signature__ = inspect.Signature(params, return_annotation=tp.Numpy)
+    job.__signature__ = inspect.Signature(
+        params, return_annotation=tp.Numpy if count == 1 else typing.Tuple[tuple([tp.Numpy] * count)])
     job.__name__ = f"onnx_{op_type}"
     return flow.global_function(type="predict")(job), [a for _, _, a in flat]
 
 
 def _flow_dtype(np_dtype):
     return {np.dtype(np.float32): flow.float, np.dtype(np.float64): flow.double,
-            np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
+            np.dtype(np.int8): flow.int8, np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
 
 
 def _run_onnx(path, feeds):
@@ -149,11 +223,14 @@ def test_converter_matches_graphfront(op_type, tmp_path):
         attrs = {k: ctx.resolve(v) for k, v in spec_attrs.items()}
         job, feeds = _one_op_job(op_type, inputs, attrs)
         want = job(*feeds)
+        want = list(want) if isinstance(want, tuple) else [want]
         path = tmp_path / f"{op_type}_{draw}.onnx"
         flow.onnx.export(job, path, opset=(13, 17, 18)[draw % 3])
-        _, (got,) = _run_onnx(path, feeds)
-        assert got.dtype == want.dtype and got.shape == want.shape, (attrs, got.shape, want.shape)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{op_type} draw {draw}: {attrs}")
+        _, gots = _run_onnx(path, feeds)
+        assert len(gots) == len(want)
+        for got, w in zip(gots, want):
+            assert got.dtype == w.dtype and got.shape == w.shape, (attrs, got.dtype, w.dtype, got.shape, w.shape)
+            np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5, err_msg=f"{op_type} draw {draw}: {attrs}")
 
 
 def _lenet_predict(b):
@@ -227,11 +304,14 @@ def test_train_job_and_op_without_converter_are_refused(tmp_path):
     @flow.global_function(type="predict")
     def predict(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:
         with flow.scope.placement("cpu", "0:0"):
-            return flow.math.argmax(x)
+            a = flow.math.lgamma(x, name="lg_a")
+            b = flow.math.lgamma(flow.math.exp(a), name="lg_b")
+            return flow.math.top_k(b, k=2, name="topk")
 
     with pytest.raises(OnnxExportError, match="job 'train' is a train job; only predict jobs can be exported"):
         flow.onnx.export(train, tmp_path / "t.onnx")
-    with pytest.raises(OnnxExportError, match=r"op '.*' \(argmax\) has no ONNX converter"):
+    with pytest.raises(OnnxExportError, match=r"2 op type\(s\) have no ONNX converter: lgamma \(op 'lg_a', "
+                                              r"'lg_b'\); top_k \(op 'topk'\); op types that have one: .*argmax"):
         flow.onnx.export(predict, tmp_path / "p.onnx")
     assert not os.path.exists(tmp_path / "p.onnx")
     with pytest.raises(TypeError, match="expects a predict job function"):

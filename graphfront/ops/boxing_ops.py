@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from graphfront.ops.common import like
+from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 
 
@@ -189,6 +190,7 @@ _identity = lambda k: (lambda x, *like: x)  # noqa: E731
 op("parallel_cast", inputs=["in"], outputs=["out"],
    attrs={"sbp_parallel": ("string", "", _check_sbp), "grad_sbp_parallel": ("string", "", _check_sbp)},
    infer=like("in"), kernel=_identity, grad=_parallel_cast_grad, sbp=_cast_rule("sbp_parallel"), view=True,
+   onnx=onnx_rules.same("Identity"),
    doc="identity; lays its output out as sbp_parallel ('B', 'S(k)', 'P'; '' = inferred) and its gradient "
        "as grad_sbp_parallel")
 op("hierarchical_parallel_cast", inputs=["in"], outputs=["out"],

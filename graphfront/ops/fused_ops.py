@@ -54,6 +54,7 @@ import torch.nn.functional as F
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import like, same_dtype
 from graphfront.ops.nn_ops import CONV_GRAD_ATTRS, POOL_ATTRS, layout_for, pool_geometry, torch_dilation
+from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -349,7 +350,7 @@ def _folded_kernel(k):
 
 
 op("folded_constant", inputs=[], outputs=["out"], attrs={"shape": "shape", "dtype": "dtype", "data": "string"},
-   infer=_folded_infer, kernel=_folded_kernel, no_grad=True,
+   infer=_folded_infer, kernel=_folded_kernel, no_grad=True, onnx=onnx_rules.folded_constant,
    doc="graphfront-only: a constant tensor (the value of a folded subgraph, base64 bytes in 'data')")
 
 

@@ -71,7 +71,8 @@ op("relu_grad", inputs=["y", "dy"], outputs=["dx"], infer=_relu_grad_infer, sbp=
 
 op("identity", inputs=["in"], outputs=["out"], infer=like("in"), sbp=_sbp.elementwise(p_all=True),
    kernel=lambda k: lambda x: x,
-   grad=lambda g: g.needs("in") and g.set_grad("in", g.emit("identity", {"in": g.dout("out")})), view=True)
+   grad=lambda g: g.needs("in") and g.set_grad("in", g.emit("identity", {"in": g.dout("out")})), view=True,
+   onnx=onnx_rules.same("Identity"))
 
 
 # ----------------------------------------------------------------- cast, cast_like
@@ -91,7 +92,8 @@ op("cast", inputs=["in"], outputs=["out"], attrs={"dtype": "dtype"}, infer=_cast
 # cast_like: `in` converted to the dtype of `dtype_like` (used by reduce_max/min grads)
 op("cast_like", inputs=["in", "dtype_like"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape, ctx.input("dtype_like").dtype),
-   kernel=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.torch: x.to(t)), no_grad=True)
+   kernel=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.torch: x.to(t)), no_grad=True,
+   onnx=onnx_rules.cast_to_output("in", "out"))
 
 # (zero_like, used by the `where` grad, is defined with the array ops)
 
@@ -636,6 +638,7 @@ def _broadcast_like_kernel(k):
 
 op("broadcast_like", inputs=["x", "like"], outputs=["y"], attrs={"broadcast_axes": "list_int32"},
    infer=_broadcast_like_infer, kernel=_broadcast_like_kernel,
+   onnx=onnx_rules.expand_to_output("x", "y", onnx_rules.broadcast_like_keep_shape),
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "reduce_sum_like", {"x": g.dout("y"), "like": g.input("x")}, {"axis": g.attr("broadcast_axes")})),
    view=True)
@@ -645,7 +648,7 @@ op("broadcast_like", inputs=["x", "like"], outputs=["y"], attrs={"broadcast_axes
 
 op("argmax", inputs=["in"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape[:-1], _dt.int64),
-   kernel=lambda k: lambda x: torch.argmax(x, dim=-1), no_grad=True)
+   kernel=lambda k: lambda x: torch.argmax(x, dim=-1), no_grad=True, onnx=onnx_rules.argmax)
 
 
 def _top_k_infer(ctx):
@@ -717,9 +720,9 @@ def _sort_kernel(indices):
 
 
 op("arg_sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(_dt.int32),
-   kernel=_sort_kernel(True), no_grad=True)
+   kernel=_sort_kernel(True), no_grad=True, onnx=onnx_rules.sort(False))
 op("sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(),
-   kernel=_sort_kernel(False), no_grad=True)
+   kernel=_sort_kernel(False), no_grad=True, onnx=onnx_rules.sort(True))
 
 
 # ----------------------------------------------------------------- unary math family
@@ -994,7 +997,7 @@ def _where_grad(g):
 
 
 op("where", inputs=["condition", "x", "y"], outputs=["out"], infer=_where_infer,
-   kernel=lambda k: (lambda c, x, y: torch.where(c != 0, x, y)), grad=_where_grad)
+   kernel=lambda k: (lambda c, x, y: torch.where(c != 0, x, y)), grad=_where_grad, onnx=onnx_rules.where)
 
 
 def _where_scalar_infer(blob):
@@ -1027,9 +1030,9 @@ def _where_scalar_kernel(scalar_is_x):
 
 # where_scalar_x / where_scalar_y: no grad function (as OneFlow)
 op("where_scalar_x", inputs=["condition", "y"], outputs=["out"], attrs=SCALAR_ATTRS,
-   infer=_where_scalar_infer("y"), kernel=_where_scalar_kernel(True))
+   infer=_where_scalar_infer("y"), kernel=_where_scalar_kernel(True), onnx=onnx_rules.where_scalar(True))
 op("where_scalar_y", inputs=["condition", "x"], outputs=["out"], attrs=SCALAR_ATTRS,
-   infer=_where_scalar_infer("x"), kernel=_where_scalar_kernel(False))
+   infer=_where_scalar_infer("x"), kernel=_where_scalar_kernel(False), onnx=onnx_rules.where_scalar(False))
 
 WHERE_XY_ATTRS = {"has_x_int_operand": ("bool", False), "has_x_float_operand": ("bool", False),
                   "has_y_int_operand": ("bool", False), "has_y_float_operand": ("bool", False),
@@ -1061,7 +1064,7 @@ def _where_xy_kernel(k):
 
 
 op("where_scalar_xy", inputs=["condition"], outputs=["out"], attrs=WHERE_XY_ATTRS, infer=_where_xy_infer,
-   kernel=_where_xy_kernel, no_grad=True)
+   kernel=_where_xy_kernel, no_grad=True, onnx=onnx_rules.where_scalar_xy)
 
 
 def _masked_fill_infer(ctx):
@@ -1077,7 +1080,7 @@ def _masked_fill_kernel(k):
 
 # masked_fill: no grad function (as OneFlow); flow.masked_fill builds constant_like + where instead
 op("masked_fill", inputs=["x", "mask"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_masked_fill_infer,
-   kernel=_masked_fill_kernel)
+   kernel=_masked_fill_kernel, onnx=onnx_rules.masked_fill)
 
 
 # ----------------------------------------------------------------- tril, triu, fused_scale_tril
@@ -1128,10 +1131,10 @@ def _tril_grad(op_type):
 
 
 op("tril", inputs=["in"], outputs=["out"], attrs=TRIL_ATTRS, infer=_matrix_infer, kernel=_tril_kernel(False),
-   grad=_tril_grad("tril"))
+   grad=_tril_grad("tril"), onnx=onnx_rules.triangle(True))
 # triu: no grad function (as OneFlow)
 op("triu", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int64", 0)}, infer=_matrix_infer,
-   kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)))
+   kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)), onnx=onnx_rules.triangle(False))
 # fused_scale_tril: scale * x on and below `diagonal`, fill above; grad = same op on dy with fill 0
 op("fused_scale_tril", inputs=["in"], outputs=["out"], attrs=FUSED_SCALE_TRIL_ATTRS, infer=_matrix_infer,
    kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"))

@@ -104,6 +104,7 @@ def _matmul_bias_grad(g):
 
 op("fused_matmul_bias", inputs=["x", "weight", "bias", "_add_to_output?"], outputs=["out"],
    infer=_matmul_bias_infer, kernel=_matmul_bias_kernel, grad=_matmul_bias_grad, sbp=_sbp.linear_bias,
+   onnx=onnx_rules.fused_matmul_bias,
    doc="out = x @ weight^T + bias (F.linear); written by the fusion pass for matmul + bias_add")
 
 
@@ -129,7 +130,7 @@ def _bias_add_relu_kernel(k):
 
 
 op("fused_bias_add_relu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)},
-   infer=_bias_add_relu_infer, kernel=_bias_add_relu_kernel, sbp=_sbp.bias_add,
+   infer=_bias_add_relu_infer, kernel=_bias_add_relu_kernel, sbp=_sbp.bias_add, onnx=onnx_rules.bias_add_then("Relu"),
    doc="graphfront-only: relu(bias_add(a, b, axis)); written by the fusion pass")
 
 
@@ -151,7 +152,7 @@ def _scalar_mul_add_kernel(k):
 
 op("fused_scalar_mul_add", inputs=["in"], outputs=["out"],
    attrs={"scale": ("double", 1.0), "shift": ("double", 0.0)}, infer=_scalar_mul_add_infer,
-   kernel=_scalar_mul_add_kernel,
+   kernel=_scalar_mul_add_kernel, onnx=onnx_rules.fused_scalar_mul_add,
    doc="graphfront-only: out = in * scale + shift; written by the fusion pass for scalar_mul + scalar_add")
 
 

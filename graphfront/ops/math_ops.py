@@ -164,7 +164,7 @@ def _scalar_pow_grad_kernel(k):
 
 
 op("scalar_pow", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(float_only=True),
-   kernel=_scalar_kernel(torch.pow),
+   kernel=_scalar_kernel(torch.pow), onnx=onnx_rules.scalar_binary(onnx_rules.power),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "scalar_pow_grad", {"x": g.input("in"), "dy": g.dout("out")}, _scalar_attrs_of(g))))
 op("scalar_pow_grad", inputs=["x", "dy"], outputs=["dx"], attrs=SCALAR_ATTRS, infer=like("x"),
@@ -172,7 +172,8 @@ op("scalar_pow_grad", inputs=["x", "dy"], outputs=["dx"], attrs=SCALAR_ATTRS, in
 
 # no grad function (as OneFlow): autograd fails if it reaches them
 op("scalar_floordiv", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
-   kernel=_scalar_kernel(lambda x, s: torch.div(x, s, rounding_mode="floor").to(x.dtype)))
+   kernel=_scalar_kernel(lambda x, s: torch.div(x, s, rounding_mode="floor").to(x.dtype)),
+   onnx=onnx_rules.scalar_binary(onnx_rules.floor_div))
 op("scalar_fmod", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
    kernel=_scalar_kernel(torch.fmod))
 
@@ -194,7 +195,8 @@ def _scalar_logical_kernel(fn):
 
 for _name, _fn in _LOGICAL.items():
     op(f"scalar_logical_{_name}", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS,
-       infer=_scalar_infer(_dt.int8), kernel=_scalar_logical_kernel(_fn), no_grad=True)
+       infer=_scalar_infer(_dt.int8), kernel=_scalar_logical_kernel(_fn), no_grad=True,
+       onnx=onnx_rules.scalar_compare(_name))
 
 
 # scalar_{add,sub,mul,div}_by_tensor: the scalar is a one-element blob
@@ -396,7 +398,7 @@ op("broadcast_pow_y_grad", inputs=["x", "y", "z", "dz"], outputs=["dy"], infer=_
 for _name, _fn in _LOGICAL.items():
     _type = f"broadcast_{'logical_' + _name if _name in ('and', 'or', 'xor') else _name}"
     op(_type, inputs=["x", "y"], outputs=["z"], infer=functools.partial(_binary_infer, out_dtype=_dt.int8),
-       kernel=lambda k, f=_fn: (lambda x, y: f(x, y).to(torch.int8)), no_grad=True)
+       kernel=lambda k, f=_fn: (lambda x, y: f(x, y).to(torch.int8)), no_grad=True, onnx=onnx_rules.compare(_name))
 
 
 # ----------------------------------------------------------------- same-shape binary
@@ -414,7 +416,7 @@ def _multiply_grad(g):
 
 
 op("multiply", inputs=["x", "y"], outputs=["out"], infer=_multiply_infer,
-   kernel=lambda k: torch.mul, grad=_multiply_grad)
+   kernel=lambda k: torch.mul, grad=_multiply_grad, onnx=onnx_rules.same("Mul"))
 
 
 def _same_shape_infer(out="z", float_only=False):
@@ -460,7 +462,7 @@ def _elementwise_extremum(kind):
             ctx.set_output(a, d.shape, d.dtype)
 
     op(f"elementwise_{kind}", inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(),
-       kernel=lambda k: fwd, grad=grad)
+       kernel=lambda k: fwd, grad=grad, onnx=onnx_rules.same("Max" if kind == "maximum" else "Min"))
     op(f"elementwise_{kind}_backward", inputs=["dz", "x", "y"], outputs=["dx?", "dy?"],
        infer=backward_infer, kernel=backward_kernel)
 
@@ -469,9 +471,10 @@ _elementwise_extremum("maximum")
 _elementwise_extremum("minimum")
 
 
-def binary_family(name, fwd, dx_fn, dy_fn):
+def binary_family(name, fwd, dx_fn, dy_fn, onnx=None):
     """Register ``name`` (x, y -> z, same shapes, float) and ``name_x_grad``/``name_y_grad``
-    (x, y, dz -> dx / dy), OneFlow's wiring (``oneflow/user/ops/elementwise_maximum_minimum_ops.cpp``)."""
+    (x, y, dz -> dx / dy), OneFlow's wiring (``oneflow/user/ops/elementwise_maximum_minimum_ops.cpp``);
+    ``onnx(c, x, y, out, desc)`` writes its ONNX nodes (see :func:`onnx_rules.binary`)."""
     def grad(g):
         ins = {"x": g.input("x"), "y": g.input("y"), "dz": g.dout("z")}
         for side in ("x", "y"):
@@ -486,7 +489,7 @@ def binary_family(name, fwd, dx_fn, dy_fn):
         return infer
 
     op(name, inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(float_only=True),
-       kernel=lambda k: fwd, grad=grad)
+       kernel=lambda k: fwd, grad=grad, onnx=onnx and onnx_rules.binary(onnx))
     op(f"{name}_x_grad", inputs=["x", "y", "dz"], outputs=["dx"], infer=grad_infer("x"),
        kernel=lambda k: dx_fn)
     op(f"{name}_y_grad", inputs=["x", "y", "dz"], outputs=["dy"], infer=grad_infer("y"),
@@ -501,21 +504,22 @@ def _xlogy(x, y):
     return torch.where(x == 0, _zero(x), x * torch.log(y))
 
 
-binary_family("pow", torch.pow, _pow_x_grad, lambda x, y, dz: _pow_y_grad(x, y, torch.pow(x, y), dz))
+binary_family("pow", torch.pow, _pow_x_grad, lambda x, y, dz: _pow_y_grad(x, y, torch.pow(x, y), dz),
+              onnx=onnx_rules.power)
 binary_family("atan2", torch.atan2,
               lambda x, y, dz: dz * y / (x * x + y * y),
-              lambda x, y, dz: -dz * x / (x * x + y * y))
+              lambda x, y, dz: -dz * x / (x * x + y * y), onnx=onnx_rules.atan2)
 # floor(x / y): piecewise constant, zero gradients
 binary_family("floordiv", lambda x, y: torch.div(x, y, rounding_mode="floor"),
-              lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz))
+              lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz), onnx=onnx_rules.floor_div)
 # x / y, defined as 0 where x == 0 (TensorFlow's xdivy)
 binary_family("xdivy", _xdivy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz / y),
-              lambda x, y, dz: torch.where(x == 0, _zero(dz), -dz * x / (y * y)))
+              lambda x, y, dz: torch.where(x == 0, _zero(dz), -dz * x / (y * y)), onnx=onnx_rules.xdivy)
 # x * log(y), defined as 0 where x == 0 (TensorFlow's xlogy)
 binary_family("xlogy", _xlogy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * torch.log(y)),
-              lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * x / y))
+              lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * x / y), onnx=onnx_rules.xlogy)
 
 
 # ----------------------------------------------------------------- reductions
@@ -584,17 +588,21 @@ def _prod(x, axes, keep):
 
 op("reduce_max", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amax(x, dim=a, keepdim=keep)),
+   onnx=onnx_rules.reduce("ReduceMax"),
    grad=_reduce_extremum_grad)
 op("reduce_min", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amin(x, dim=a, keepdim=keep)),
+   onnx=onnx_rules.reduce("ReduceMin"),
    grad=_reduce_extremum_grad)
 # no grad function (as OneFlow)
 op("reduce_prod", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
-   infer=_reduce_infer(), kernel=_reduce_kernel(_prod))
+   infer=_reduce_infer(), kernel=_reduce_kernel(_prod), onnx=onnx_rules.reduce("ReduceProd"))
 op("reduce_any", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
-   infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.any(x != 0, dim=a, keepdim=keep)))
+   infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.any(x != 0, dim=a, keepdim=keep)),
+   onnx=onnx_rules.reduce_logical("ReduceMax"))
 op("reduce_all", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
-   infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.all(x != 0, dim=a, keepdim=keep)))
+   infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.all(x != 0, dim=a, keepdim=keep)),
+   onnx=onnx_rules.reduce_logical("ReduceMin"))
 
 
 def _reduce_sum_like_infer(ctx):
@@ -744,9 +752,9 @@ def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, 
     ``grad_fn(x, dy)`` is the explicit derivative; without it the grad op's kernel
     uses torch autograd on ``fwd`` (OneFlow's wiring: grad op ``<op>_grad`` with the
     forward input ``x`` and ``dy``, ``oneflow/user/ops/math_unary_elementwise_op.cpp``).
-    ``onnx`` names the ONNX operator computing ``fwd`` (the op's ONNX converter), if there is one.
+    ``onnx`` names the ONNX operator computing ``fwd``, or is the op's ONNX converter, if there is one.
     """
-    convert = onnx_rules.same(onnx) if onnx else None
+    convert = onnx_rules.same(onnx) if isinstance(onnx, str) else onnx
     def infer(ctx):
         x = ctx.input("x")
         if float_only:
@@ -778,32 +786,32 @@ unary_family("negative", torch.neg, lambda x, dy: -dy, float_only=False, onnx="N
 unary_family("exp", torch.exp, lambda x, dy: dy * torch.exp(x), onnx="Exp")
 unary_family("log", torch.log, lambda x, dy: dy / x, onnx="Log")
 unary_family("sqrt", torch.sqrt, lambda x, dy: dy * 0.5 * torch.rsqrt(x), onnx="Sqrt")
-unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3)
-unary_family("square", torch.square, lambda x, dy: dy * 2 * x)
+unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3, onnx=onnx_rules.unary(onnx_rules.rsqrt))
+unary_family("square", torch.square, lambda x, dy: dy * 2 * x, onnx=onnx_rules.unary(onnx_rules.square))
 unary_family("abs", torch.abs, lambda x, dy: dy * torch.sign(x), float_only=False, onnx="Abs")
 unary_family("tanh", torch.tanh, lambda x, dy: dy * (1 - torch.tanh(x) ** 2), onnx="Tanh")
 unary_family("sigmoid_v2", torch.sigmoid, lambda x, dy: dy * torch.sigmoid(x) * (1 - torch.sigmoid(x)), onnx="Sigmoid")
 unary_family("reciprocal", torch.reciprocal, lambda x, dy: -dy / (x * x), onnx="Reciprocal")
 unary_family("acos", torch.acos, lambda x, dy: -dy * torch.rsqrt(1 - x * x), onnx="Acos")
-unary_family("acosh", torch.acosh, lambda x, dy: dy * torch.rsqrt(x * x - 1))
+unary_family("acosh", torch.acosh, lambda x, dy: dy * torch.rsqrt(x * x - 1), onnx="Acosh")
 unary_family("asin", torch.asin, lambda x, dy: dy * torch.rsqrt(1 - x * x), onnx="Asin")
 unary_family("asinh", torch.asinh, lambda x, dy: dy * torch.rsqrt(x * x + 1), onnx="Asinh")
 unary_family("atan", torch.atan, lambda x, dy: dy / (1 + x * x), onnx="Atan")
-unary_family("atanh", torch.atanh, lambda x, dy: dy / (1 - x * x))
+unary_family("atanh", torch.atanh, lambda x, dy: dy / (1 - x * x), onnx="Atanh")
 unary_family("ceil", torch.ceil, _zero_grad, onnx="Ceil")
 unary_family("cos", torch.cos, lambda x, dy: -dy * torch.sin(x), onnx="Cos")
 unary_family("cosh", torch.cosh, lambda x, dy: dy * torch.sinh(x), onnx="Cosh")
 unary_family("erf", torch.erf, lambda x, dy: dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), onnx="Erf")
-unary_family("erfc", torch.erfc, lambda x, dy: -dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x))
-unary_family("expm1", torch.expm1, lambda x, dy: dy * torch.exp(x))
+unary_family("erfc", torch.erfc, lambda x, dy: -dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), onnx=onnx_rules.unary(onnx_rules.erfc))
+unary_family("expm1", torch.expm1, lambda x, dy: dy * torch.exp(x), onnx=onnx_rules.unary(onnx_rules.expm1))
 unary_family("floor", torch.floor, _zero_grad, onnx="Floor")
 unary_family("lgamma", torch.lgamma, lambda x, dy: dy * torch.digamma(x))
-unary_family("log1p", torch.log1p, lambda x, dy: dy / (1 + x))
-unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)))
-unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x))
-unary_family("reciprocal_no_nan", _reciprocal_no_nan, lambda x, dy: -dy * _reciprocal_no_nan(x * x))
-unary_family("rint", torch.round, _zero_grad)          # round half to even
-unary_family("round", torch.round, _zero_grad)         # round half to even (nearbyint)
+unary_family("log1p", torch.log1p, lambda x, dy: dy / (1 + x), onnx=onnx_rules.unary(onnx_rules.log1p))
+unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)), onnx=onnx_rules.unary(onnx_rules.log2))
+unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x), onnx=onnx_rules.unary(onnx_rules.log_sigmoid))
+unary_family("reciprocal_no_nan", _reciprocal_no_nan, lambda x, dy: -dy * _reciprocal_no_nan(x * x), onnx=onnx_rules.unary(onnx_rules.reciprocal_no_nan))
+unary_family("rint", torch.round, _zero_grad, onnx="Round")          # round half to even
+unary_family("round", torch.round, _zero_grad, onnx="Round")         # round half to even (nearbyint)
 unary_family("sign", torch.sign, _zero_grad, onnx="Sign")
 unary_family("sin", torch.sin, lambda x, dy: dy * torch.cos(x), onnx="Sin")
 unary_family("sinh", torch.sinh, lambda x, dy: dy * torch.cosh(x), onnx="Sinh")
@@ -845,6 +853,7 @@ def _gelu_grad(x, dy):
 
 
 op("gelu", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: F.gelu,
+   onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"),
    grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})))
 op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: _gelu_grad)
 
@@ -887,6 +896,7 @@ def _clip_grad_kernel(k):
 
 for _name, _attrs in CLIP_ATTRS.items():
     op(_name, inputs=["x"], outputs=["y"], attrs=_attrs, infer=like("x"), kernel=_clip_kernel, sbp=_sbp.elementwise(),
+       onnx=onnx_rules.clip,
        grad=lambda g, t=_name: g.needs("x") and g.set_grad("x", g.emit(
            f"{t}_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)))
     op(f"{_name}_grad", inputs=["dy", "x"], outputs=["dx"], attrs=_attrs, infer=like("x"),
@@ -914,7 +924,7 @@ def _count_not_finite(x):
 
 
 # square_sum / multi_square_sum: no grad function; count_not_finite*: NoGrad
-op("square_sum", inputs=["x"], outputs=["y"], infer=_sum_infer(), kernel=lambda k: _square_sum,
+op("square_sum", inputs=["x"], outputs=["y"], infer=_sum_infer(), kernel=lambda k: _square_sum, onnx=onnx_rules.square_sum,
    sbp=_sbp.reduce(split_to_partial=True))
 op("multi_square_sum", inputs=["x*"], outputs=["y"], infer=_sum_infer(repeated=True),
    kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_square_sum(x) for x in xs])))
@@ -956,7 +966,7 @@ def _l2_normalize_grad_kernel(k):
 
 L2_ATTRS = {"axis": ("int32", 0), "epsilon": ("float", 0.0)}
 op("l2_normalize", inputs=["x"], outputs=["y", "square_x_sum"], attrs=L2_ATTRS, infer=_l2_normalize_infer,
-   kernel=_l2_normalize_kernel,
+   kernel=_l2_normalize_kernel, onnx=onnx_rules.l2_normalize,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "l2_normalize_grad", {"dy": g.dout("y"), "y": g.output("y"), "square_x_sum": g.output("square_x_sum")},
        g.attrs)))

@@ -341,3 +341,300 @@ def constant(c):
     d = c.output_desc("out")
     value = c.attr("floating_value") if c.attr("is_floating_value") else c.attr("integer_value")
     c.node("Identity", [c.const(np.full(d.shape, value, dtype=_np(d)))], [c.output("out")])
+
+
+# ------------------------------------------------------------------ elementwise compositions
+#
+# ``fn(c, x, out, desc)`` writes ``out`` from the ONNX value ``x`` of desc ``desc``; the
+# last node of each writes the op's output. Where ONNX has no operator (or only in a later
+# opset than the export's), the kernel's formula is spelled out with the ONNX operators.
+
+def _k(c, value, desc):
+    """A scalar constant of ``desc``'s dtype."""
+    return c.const(np.array(value, dtype=_np(desc)))
+
+
+def unary(fn, in_arg="x", out_arg="y"):
+    """A converter applying ``fn(c, x, out, desc)`` to input ``in_arg``."""
+    return lambda c: fn(c, c.input(in_arg), c.output(out_arg), c.input_desc(in_arg))
+
+
+def rsqrt(c, x, out, d):
+    c.node("Reciprocal", [c.node("Sqrt", [x])], [out])
+
+
+def square(c, x, out, d):
+    c.node("Mul", [x, x], [out])
+
+
+def log1p(c, x, out, d):
+    c.node("Log", [c.node("Add", [x, _k(c, 1, d)])], [out])
+
+
+def expm1(c, x, out, d):
+    c.node("Sub", [c.node("Exp", [x]), _k(c, 1, d)], [out])
+
+
+def log2(c, x, out, d):
+    c.node("Div", [c.node("Log", [x]), _k(c, np.log(2.0), d)], [out])
+
+
+def erfc(c, x, out, d):
+    c.node("Sub", [_k(c, 1, d), c.node("Erf", [x])], [out])
+
+
+def log_sigmoid(c, x, out, d):
+    """log(sigmoid(x)) = -softplus(-x)."""
+    c.node("Neg", [c.node("Softplus", [c.node("Neg", [x])])], [out])
+
+
+def reciprocal_no_nan(c, x, out, d):
+    zero = _k(c, 0, d)
+    c.node("Where", [c.node("Equal", [x, zero]), zero, c.node("Reciprocal", [x])], [out])
+
+
+def gelu(c, x, out, d):
+    """The exact erf form: x * 0.5 * (1 + erf(x / sqrt(2)))."""
+    cdf = c.node("Add", [_k(c, 1, d), c.node("Erf", [c.node("Mul", [x, _k(c, np.sqrt(0.5), d)])])])
+    c.node("Mul", [c.node("Mul", [x, _k(c, 0.5, d)]), cdf], [out])
+
+
+def silu(c, x, out, d):
+    c.node("Mul", [x, c.node("Sigmoid", [x])], [out])
+
+
+def mish(c, x, out, d):
+    if c.opset >= 18:
+        c.node("Mish", [x], [out])
+    else:
+        c.node("Mul", [x, c.node("Tanh", [c.node("Softplus", [x])])], [out])
+
+
+def _relu6_plus_3(c, x, d):
+    """min(max(x + 3, 0), 6), the core of hardsigmoid / hardswish in the kernels' order of operations."""
+    return c.node("Clip", [c.node("Add", [x, _k(c, 3, d)]), _k(c, 0, d), _k(c, 6, d)])
+
+
+def hardsigmoid(c, x, out, d):
+    """relu6(x + 3) / 6."""
+    c.node("Div", [_relu6_plus_3(c, x, d), _k(c, 6, d)], [out])
+
+
+def hardswish(c, x, out, d):
+    """x * relu6(x + 3) / 6."""
+    c.node("Div", [c.node("Mul", [x, _relu6_plus_3(c, x, d)]), _k(c, 6, d)], [out])
+
+
+def hardtanh(c, x, out, d):
+    c.node("Clip", [x, _k(c, c.attr("min_val"), d), _k(c, c.attr("max_val"), d)], [out])
+
+
+def leaky_relu(c, x, out, d):
+    """x if x > 0 else alpha * x (spelled out: onnxruntime's LeakyRelu is float-only)."""
+    c.node("Where", [c.node("Greater", [x, _k(c, 0, d)]), x, c.node("Mul", [x, _k(c, c.attr("alpha"), d)])], [out])
+
+
+def softsign(c, x, out, d):
+    """x / (1 + |x|) (spelled out: onnxruntime's Softsign is float-only)."""
+    c.node("Div", [x, c.node("Add", [_k(c, 1, d), c.node("Abs", [x])])], [out])
+
+
+def _exp_branch(c, x, d, alpha, inner_scale):
+    """min(0, alpha * (exp(x * inner_scale) - 1)) (the negative branch of elu / celu / selu)."""
+    e = c.node("Sub", [c.node("Exp", [c.node("Mul", [x, _k(c, inner_scale, d)])]), _k(c, 1, d)])
+    return c.node("Min", [_k(c, 0, d), c.node("Mul", [e, _k(c, alpha, d)])])
+
+
+def _elu_family(c, x, out, d, alpha, inner_scale=1.0, scale=None):
+    """max(0, x) + min(0, alpha * (exp(x * inner_scale) - 1)), times ``scale`` if given."""
+    y = c.node("Add", [c.node("Max", [_k(c, 0, d), x]), _exp_branch(c, x, d, alpha, inner_scale)],
+               None if scale is not None else [out])
+    if scale is not None:
+        c.node("Mul", [y, _k(c, scale, d)], [out])
+
+
+def elu(c, x, out, d):
+    _elu_family(c, x, out, d, c.attr("alpha"))
+
+
+def celu(c, x, out, d):
+    _elu_family(c, x, out, d, c.attr("alpha"), 1.0 / c.attr("alpha"))
+
+
+def selu(c, x, out, d):
+    from graphfront.ops.activation_ops import SELU_ALPHA, SELU_SCALE
+    _elu_family(c, x, out, d, SELU_ALPHA, scale=SELU_SCALE)
+
+
+def _prelu(channel_view):
+    def convert(c):
+        x, d = c.input("x"), c.input_desc("x")
+        alpha = c.input("alpha")
+        if channel_view:   # alpha (C,) along dim 1 of x, or one value
+            n = len(d.shape)
+            shape = [] if n < 2 or int(np.prod(c.input_desc("alpha").shape)) == 1 else [1, -1] + [1] * (n - 2)
+            alpha = c.node("Reshape", [alpha, c.const(_ints(shape))])
+        c.node("Where", [c.node("Greater", [x, _k(c, 0, d)]), x, c.node("Mul", [x, alpha])], [c.output("y")])
+    return convert
+
+
+prelu = _prelu(True)
+tf_prelu = _prelu(False)
+
+
+def bias_add_then(onnx_type):
+    """fused_bias_add_relu / fused_bias_add_gelu: ``b`` along attr axis of ``a``, then the activation."""
+    def convert(c):
+        d = c.input_desc("a")
+        ndim, axis = len(d.shape), c.attr("axis")
+        shape = [1] * ndim
+        shape[axis] = -1
+        s = c.node("Add", [c.input("a"), c.node("Reshape", [c.input("b"), c.const(_ints(shape))])])
+        if onnx_type == "Gelu":
+            gelu(c, s, c.output("out"), d)
+        else:
+            c.node(onnx_type, [s], [c.output("out")])
+    return convert
+
+
+def fused_matmul_bias(c):
+    """x @ weight^T + bias (+ _add_to_output)."""
+    add_to = c.input("_add_to_output")
+    y = c.node("Gemm", [c.input("x"), c.input("weight"), c.input("bias")], None if add_to else [c.output("out")],
+               transB=1)
+    if add_to:
+        c.node("Add", [y, add_to], [c.output("out")])
+
+
+def fused_scalar_mul_add(c):
+    d = c.input_desc("in")
+    c.node("Add", [c.node("Mul", [c.input("in"), _k(c, c.attr("scale"), d)]), _k(c, c.attr("shift"), d)],
+           [c.output("out")])
+
+
+# ------------------------------------------------------------------ binary ops
+
+def binary(fn, out_arg="z"):
+    """A converter applying ``fn(c, x, y, out, desc of x)``."""
+    return lambda c: fn(c, c.input("x"), c.input("y"), c.output(out_arg), c.input_desc("x"))
+
+
+def floor_div(c, x, y, out, d):
+    """floor(x / y); for integers the truncating ``Div`` moved down by one where the remainder's sign differs from y's."""
+    if d.dtype.is_floating_point:
+        c.node("Floor", [c.node("Div", [x, y])], [out])
+        return
+    q = c.node("Div", [x, y])
+    r = c.node("Sub", [x, c.node("Mul", [q, y])])
+    zero = _k(c, 0, d)
+    off = c.node("And", [c.node("Not", [c.node("Equal", [r, zero])]),
+                         c.node("Xor", [c.node("Less", [r, zero]), c.node("Less", [y, zero])])])
+    c.node("Sub", [q, c.node("Cast", [off], to=c.dtype_code(d.dtype))], [out])
+
+
+def xdivy(c, x, y, out, d):
+    zero = _k(c, 0, d)
+    c.node("Where", [c.node("Equal", [x, zero]), zero, c.node("Div", [x, y])], [out])
+
+
+def xlogy(c, x, y, out, d):
+    zero = _k(c, 0, d)
+    c.node("Where", [c.node("Equal", [x, zero]), zero, c.node("Mul", [x, c.node("Log", [y])])], [out])
+
+
+def atan2(c, x, y, out, d):
+    """atan2(x, y), the angle of the point (y, x): atan(x / y) moved by +-pi when y < 0,
+    +-pi/2 (0 at the origin) when y == 0."""
+    zero = _k(c, 0, d)
+    base = c.node("Atan", [c.node("Div", [x, y])])
+    # y < 0: + pi where x >= 0, - pi where x < 0
+    shift = c.node("Where", [c.node("Less", [x, zero]), _k(c, -np.pi, d), _k(c, np.pi, d)])
+    left = c.node("Add", [base, shift])
+    on_axis = c.node("Mul", [c.node("Sign", [x]), _k(c, np.pi / 2, d)])
+    y_neg, y_zero = c.node("Less", [y, zero]), c.node("Equal", [y, zero])
+    c.node("Where", [y_zero, on_axis, c.node("Where", [y_neg, left, base])], [out])
+
+
+_COMPARE = {"equal": "Equal", "greater": "Greater", "greater_equal": "GreaterOrEqual", "less": "Less",
+            "less_equal": "LessOrEqual"}
+
+
+def _compare(c, kind, x, y, out):
+    """x <kind> y as int8 1/0; the logical kinds compare ``x != 0`` with ``y != 0``."""
+    if kind in ("and", "or", "xor"):
+        z = c.node(kind.capitalize(), [_nonzero(c, x), _nonzero(c, y)])
+    elif kind == "not_equal":
+        z = c.node("Not", [c.node("Equal", [x, y])])
+    else:
+        z = c.node(_COMPARE[kind], [x, y])
+    c.node("Cast", [z], [out], to=3)  # INT8
+
+
+def compare(kind):
+    """broadcast_<comparison> / broadcast_logical_<and|or|xor>: int8 1 where true."""
+    return lambda c: _compare(c, kind, c.input("x"), c.input("y"), c.output("z"))
+
+
+def _scalar_operand(c):
+    """The scalar of a ``scalar_*`` op in the input's dtype (a float operand truncated for integer inputs)."""
+    d = c.input_desc("in")
+    s = c.attr("int_operand") if c.attr("has_int_operand") else c.attr("float_operand")
+    return _k(c, s if d.dtype.is_floating_point else int(s), d)
+
+
+def scalar_compare(kind):
+    """scalar_logical_<kind>: ``in <kind> operand`` as int8."""
+    return lambda c: _compare(c, kind, c.input("in"), _scalar_operand(c), c.output("out"))
+
+
+def scalar_binary(fn):
+    """scalar_pow / scalar_floordiv: ``fn(c, in, operand, out, desc)``."""
+    return lambda c: fn(c, c.input("in"), _scalar_operand(c), c.output("out"), c.input_desc("in"))
+
+
+def power(c, x, y, out, d):
+    c.node("Pow", [x, y], [out])
+
+
+def clip(c):
+    """clip_by_scalar(_min/_max): bounds of the input's kind (floating_* or integral_*)."""
+    d = c.input_desc("x")
+    prefix = "floating_" if d.dtype.is_floating_point else "integral_"
+    bounds = [_k(c, c.attrs[prefix + b], d) if prefix + b in c.attrs else None for b in ("min", "max")]
+    c.node("Clip", [c.input("x")] + bounds, [c.output("y")])
+
+
+# ------------------------------------------------------------------ reductions
+
+def _reduce_node(c, onnx_type, x, axes, keep, out=None):
+    """One ``Reduce*`` node over ``axes`` (an input from opset 18, or 13 for ReduceSum; an attr before)."""
+    if c.opset >= (13 if onnx_type == "ReduceSum" else 18):
+        return c.node(onnx_type, [x, c.const(_ints(axes))], None if out is None else [out], keepdims=keep)
+    return c.node(onnx_type, [x], None if out is None else [out], axes=list(axes), keepdims=keep)
+
+
+def reduce_logical(onnx_type):
+    """reduce_any (ReduceMax) / reduce_all (ReduceMin) of ``x != 0``, bool."""
+    def convert(c):
+        ndim = len(c.input_desc("input_tensor").shape)
+        axes = sorted({a % ndim for a in c.attr("axis")})
+        flags = c.node("Cast", [_nonzero(c, c.input("input_tensor"))], to=6)  # INT32
+        r = _reduce_node(c, onnx_type, flags, axes, int(c.attr("keepdims")))
+        c.node("Cast", [r], [c.output("output_tensor")], to=9)
+    return convert
+
+
+def square_sum(c):
+    """sum(x * x) over all elements, shape (1,)."""
+    x = c.input("x")
+    s = c.node("ReduceSum", [c.node("Mul", [x, x])], keepdims=0)
+    c.node("Reshape", [s, c.const(_ints([1]))], [c.output("y")])
+
+
+def l2_normalize(c):
+    """y = x / sqrt(max(sum(x^2, axis), epsilon)); square_x_sum = sum(x^2, axis) (kept dims)."""
+    x, d = c.input("x"), c.input_desc("x")
+    axis = c.attr("axis") % len(d.shape)
+    ss = _reduce_node(c, "ReduceSum", c.node("Mul", [x, x]), [axis], 1, c.output("square_x_sum"))
+    inv = c.node("Reciprocal", [c.node("Sqrt", [c.node("Max", [ss, _k(c, c.attr("epsilon"), d)])])])
+    c.node("Mul", [x, inv], [c.output("y")])

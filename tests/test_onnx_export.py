@@ -96,6 +96,30 @@ def _scalar_compare():
                      "float_operand": oneof(0.0, 0.5, 1.0)})
 
 
+def _torch_pool(n, kind):
+    def case():
+        k = random(2, 4).to(int)
+        attrs = {"data_format": oneof("channels_first", "channels_last"), "kernel_size": [k] * n,
+                 "stride": [random(1, 3).to(int)] * n, "padding": [oneof(0, 1)] * n, "ceil_mode": random_bool()}
+        if kind == "max":
+            attrs.update(dilation=[oneof(1, 2)] * n, return_indices=False)
+        else:
+            attrs.update(count_include_pad=random_bool(), divisor_override=oneof(0, 0, 3))
+        # every dim but the batch is >= 5, so that either data_format fits a dilated window
+        return {"x": t(2, *[random(5, 8).to(int) for _ in range(n + 1)])}, attrs
+    return case
+
+
+def _deconv(n):
+    def case():
+        spatial = [random(2, 5).to(int) for _ in range(n)]
+        return ({"in": t(2, 3, *spatial), "weight": t(3, 4, *[2] * n)},
+                {"filters": 4, "padding_before": [oneof(0, 1)] * n, "data_format": "channels_first",
+                 "kernel_size": [2] * n, "strides": [2] * n, "output_padding": [oneof(0, 1)] * n,
+                 "dilation_rate": [1] * n, "groups": 1})
+    return case
+
+
 def _pool(n):
     def case():
         return ({"x": t(1, 2, *[random(4, 9).to(int) for _ in range(n)])},
@@ -245,6 +269,20 @@ CASES = {
                            _REDUCE_ATTRS),
     "square_sum": lambda: ({"x": t(2, 3, 4)}, {}),
     "l2_normalize": lambda: ({"x": t(2, 3, 4)}, {"axis": oneof(0, 1, -1), "epsilon": oneof(1e-12, 1.0)}),
+    # nn
+    "layer_norm": lambda: ({"x": t(2, 3, 4), "beta": t(4), "gamma": t(4)},
+                           {"center": True, "scale": True, "begin_norm_axis": oneof(1, 2, -1), "begin_params_axis": 2,
+                            "epsilon": oneof(1e-5, 0.1)}),
+    **{f"maxpool_{n}d": _torch_pool(n, "max") for n in (1, 2, 3)},
+    **{f"avgpool_{n}d": _torch_pool(n, "avg") for n in (1, 2, 3)},
+    "adaptive_avg_pool1d": lambda: ({"x": t(2, 3, 6)}, {"output_size": oneof([3], [1], [6])}),
+    "adaptive_avg_pool2d": lambda: ({"x": t(2, 3, 4, 6)}, {"output_size": oneof([2, 3], [1], [4, 2])}),
+    "adaptive_avg_pool3d": lambda: ({"x": t(1, 2, 2, 4, 6)}, {"output_size": oneof([1, 2, 3], [1])}),
+    "upsample": lambda: ({"x": t(1, 2, 3, 4)},
+                         {"height_scale": oneof(2.0, 3.0, 1.5), "width_scale": oneof(2.0, 1.5),
+                          "align_corners": random_bool(), "data_format": oneof("channels_first", "channels_last"),
+                          "interpolation": oneof("nearest", "bilinear")}),
+    **{f"deconv{n}d": _deconv(n) for n in (1, 2, 3)},
     "normalization": lambda: ({"x": t(2, 3, 4, 4), "moving_mean": t(3), "moving_variance": t(3, **_POSITIVE),
                                "gamma": t(3), "beta": t(3)}, {"axis": 1, "epsilon": 1e-5, "training": False}),
 }
@@ -252,7 +290,7 @@ CASES = {
 
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
-    it returns the op's first output (each of its blobs, for a repeated output: one per
+    it returns every blob of the op's required outputs (a repeated output has one blob per
     blob of the longest repeated input)."""
     flat = [(arg, i, a) for arg, v in inputs.items() for i, a in enumerate(v if isinstance(v, list) else [v])]
     declared = [a for a in registry.lookup(op_type).outputs if not a.optional]
@@ -265,14 +303,13 @@ def _one_op_job(op_type, inputs, attrs):
             for (arg, _, _), blob in zip(flat, blobs):
                 ins.setdefault(arg, []).append(blob)
             ins = {k: (v if isinstance(inputs[k], list) else v[0]) for k, v in ins.items()}
-            blobs = build_op(op_type, ins, attrs, outputs=[a.name for a in declared], num={first.name: count})
-            blobs = blobs if isinstance(blobs, tuple) else (blobs,)
-            return blobs[0] if count == 1 else blobs[:count]
+            return build_op(op_type, ins, attrs, outputs=[a.name for a in declared], num={first.name: count})
     params = [inspect.Parameter(f"{arg}_{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                 annotation=tp.Numpy.Placeholder(a.shape, dtype=_flow_dtype(a.dtype)))
               for arg, i, a in flat]
+    n = count + len(declared) - 1
     job.__signature__ = inspect.Signature(
-        params, return_annotation=tp.Numpy if count == 1 else typing.Tuple[tuple([tp.Numpy] * count)])
+        params, return_annotation=tp.Numpy if n == 1 else typing.Tuple[tuple([tp.Numpy] * n)])
     job.__name__ = f"onnx_{op_type}"
     return flow.global_function(type="predict")(job), [a for _, _, a in flat]
 

@@ -638,3 +638,187 @@ def l2_normalize(c):
     ss = _reduce_node(c, "ReduceSum", c.node("Mul", [x, x]), [axis], 1, c.output("square_x_sum"))
     inv = c.node("Reciprocal", [c.node("Sqrt", [c.node("Max", [ss, _k(c, c.attr("epsilon"), d)])])])
     c.node("Mul", [x, inv], [c.output("y")])
+
+
+# ------------------------------------------------------------------ layer_norm, torch-style pools, upsample, deconv
+
+def layer_norm(c):
+    """(x - mean) / sqrt(biased var + epsilon) over the axes from begin_norm_axis, then
+    ``* gamma`` and ``+ beta`` when given; ``mean`` / ``inv_variance`` shaped x.shape[:begin_norm_axis]."""
+    x, d = c.input("x"), c.input_desc("x")
+    n = len(d.shape)
+    bna = c.attr("begin_norm_axis") % n
+    axes = list(range(bna, n))
+    mean = _reduce_node(c, "ReduceMean", x, axes, 1)
+    centered = c.node("Sub", [x, mean])
+    var = _reduce_node(c, "ReduceMean", c.node("Mul", [centered, centered]), axes, 1)
+    inv = c.node("Reciprocal", [c.node("Sqrt", [c.node("Add", [var, _k(c, c.attr("epsilon"), d)])])])
+    gamma, beta = c.input("gamma"), c.input("beta")
+    normalized = c.node("Mul", [centered, inv], [c.output("normalized")] if c.output("normalized") else None)
+    y = normalized
+    if gamma:
+        y = c.node("Mul", [y, gamma], None if beta else [c.output("y")])
+    if beta:
+        y = c.node("Add", [y, beta], [c.output("y")])
+    if not (gamma or beta):
+        c.node("Identity", [y], [c.output("y")])
+    stat_shape = c.const(_ints(d.shape[:bna]))
+    for stat, arg in ((mean, "mean"), (inv, "inv_variance")):
+        if c.output(arg):
+            c.node("Reshape", [stat, stat_shape], [c.output(arg)])
+
+
+def _to_channels_first(c, x, n):
+    return c.node("Transpose", [x], perm=[0, n + 1] + list(range(1, n + 1)))
+
+
+def _channels_first_io(c, n, in_arg, out_args, build):
+    """Run ``build(c, x, outs)`` on channels_first data; for ``channels_last`` the input is
+    transposed to channels_first and each output back."""
+    x = c.input(in_arg)
+    outs = [c.output(a) for a in out_args]
+    if c.attr("data_format") == "channels_first":
+        build(c, x, outs)
+        return
+    tmp = [c.tmp(f"{a}_channels_first") for a in out_args]
+    build(c, _to_channels_first(c, x, n), tmp)
+    for t, o in zip(tmp, outs):
+        c.node("Transpose", [t], [o], perm=[0] + list(range(2, n + 2)) + [1])
+
+
+def _pool_geometry(c, n, dilation):
+    """(input spatial sizes, output spatial sizes, begin pads, end pads) of a PyTorch-style pool.
+
+    ceil_mode is spelled as extra end padding up to the last window PyTorch keeps (one that
+    starts inside the input or its begin padding), so ONNX's own ceil rule is not used."""
+    d, out = c.input_desc("x"), c.output_desc("y")
+    first = c.attr("data_format") == "channels_first"
+    size, osize = (d.shape[2:], out.shape[2:]) if first else (d.shape[1:-1], out.shape[1:-1])
+    k, s, p = c.attr("kernel_size"), c.attr("stride"), list(c.attr("padding"))
+    end = [p[i] + max(0, (osize[i] - 1) * s[i] + dilation[i] * (k[i] - 1) + 1 - size[i] - 2 * p[i]) for i in range(n)]
+    return list(size), list(osize), p, end
+
+
+def maxpool(n):
+    """maxpool_Nd (PyTorch semantics): MaxPool; ``indice`` is the position inside each (N, C)
+    plane: ONNX's indices (flat over the whole tensor) modulo the plane size."""
+    def convert(c):
+        dilation = list(c.attr("dilation"))
+        size, _, begin, end = _pool_geometry(c, n, dilation)
+
+        k = list(c.attr("kernel_size"))
+        # onnxruntime wants pads smaller than the kernel: larger ones are padded with -inf
+        # beforehand, and each index of the padded plane mapped back to the input's plane
+        explicit = any(b >= k[i] or e >= k[i] for i, (b, e) in enumerate(zip(begin, end)))
+
+        def build(c, x, outs):
+            idx = c.tmp("indices")
+            plane = size
+            if explicit:
+                low = np.array(-np.inf, dtype=_np(c.input_desc("x")))
+                x = c.node("Pad", [x, c.const(_ints([0, 0] + begin + [0, 0] + end)), c.const(low)])
+                plane = [b + sz + e for b, sz, e in zip(begin, size, end)]
+            c.node("MaxPool", [x], [outs[0], idx], kernel_shape=k, strides=list(c.attr("stride")),
+                   pads=[0] * 2 * n if explicit else begin + end, dilations=dilation)
+            if not explicit:
+                c.node("Mod", [idx, c.const(np.int64(np.prod(size)))], [outs[1]])
+                return
+            # padded position -> input position (pad positions are never a window's maximum)
+            inner = np.arange(int(np.prod(size)), dtype=np.int64).reshape(size)
+            back = np.zeros(plane, dtype=np.int64)
+            back[tuple(slice(b, b + sz) for b, sz in zip(begin, size))] = inner
+            pos = c.node("Mod", [idx, c.const(np.int64(np.prod(plane)))])
+            c.node("Gather", [c.const(back.reshape(-1)), pos], [outs[1]])
+        _channels_first_io(c, n, "x", ["y", "indice"], build)
+    return convert
+
+
+def _avg_divisors(size, osize, k, s, p, include_pad):
+    """PyTorch's divisor of each output position along one dim: the window clipped to the
+    padded input (include_pad) or to the input."""
+    out = []
+    for o in range(osize):
+        start = o * s - p
+        stop = min(start + k, size + p)
+        out.append(stop - start if include_pad else min(stop, size) - max(start, 0))
+    return np.array(out, dtype=np.float64)
+
+
+def avgpool(n):
+    """avgpool_Nd (PyTorch semantics): AveragePool when no window hangs past the padding and
+    there is no ``divisor_override``; otherwise the window sums (a depthwise convolution with
+    ones over zero padding) divided by PyTorch's divisor of each position."""
+    def convert(c):
+        k, s = list(c.attr("kernel_size")), list(c.attr("stride"))
+        size, osize, begin, end = _pool_geometry(c, n, [1] * n)
+        dv, include_pad = c.attr("divisor_override"), c.attr("count_include_pad")
+        d = c.input_desc("x")
+
+        def build(c, x, outs):
+            if not dv and end == begin:
+                c.node("AveragePool", [x], outs, kernel_shape=k, strides=s, pads=begin + end,
+                       count_include_pad=int(include_pad))
+                return
+            channels = d.shape[1] if c.attr("data_format") == "channels_first" else d.shape[-1]
+            ones = c.const(np.ones([channels, 1] + k, dtype=_np(d)))
+            sums = c.node("Conv", [x, ones], kernel_shape=k, strides=s, pads=begin + end, group=channels)
+            if dv:
+                divisor = np.array(dv, dtype=_np(d))
+            else:
+                divisor = np.ones([1, 1] + osize)
+                for i in range(n):
+                    shape = [1] * (n + 2)
+                    shape[i + 2] = osize[i]
+                    divisor = divisor * _avg_divisors(size[i], osize[i], k[i], s[i], begin[i], include_pad).reshape(shape)
+                divisor = divisor.astype(_np(d))
+            c.node("Div", [sums, c.const(divisor)], outs)
+        _channels_first_io(c, n, "x", ["y"], build)
+    return convert
+
+
+def adaptive_avg_pool(n):
+    """adaptive_avg_poolNd when each input size is a multiple of its output size (the windows
+    are then the AveragePool windows of kernel = stride = input / output)."""
+    def convert(c):
+        size, out = c.input_desc("x").shape[2:], c.output_desc("y").shape[2:]
+        if any(i % o for i, o in zip(size, out)):
+            c.fail(f"output_size {tuple(out)} does not divide the input size {tuple(size)}; ONNX pooling has "
+                   f"no windows of varying size")
+        if all(o == 1 for o in out):
+            c.node("GlobalAveragePool", [c.input("x")], [c.output("y")])
+            return
+        k = [i // o for i, o in zip(size, out)]
+        c.node("AveragePool", [c.input("x")], [c.output("y")], kernel_shape=k, strides=k)
+    return convert
+
+
+def upsample(c):
+    """upsample by the attr scales: Resize nearest (floor of dst / scale, the "asymmetric"
+    transform) or linear ("half_pixel", or "align_corners" with align_corners)."""
+    d = c.input_desc("x")
+    first = c.attr("data_format") == "channels_first"
+    scales = np.ones(4, dtype=np.float32)
+    scales[[2, 3] if first else [1, 2]] = [c.attr("height_scale"), c.attr("width_scale")]
+    if c.attr("interpolation") == "nearest":
+        mode = dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    else:
+        mode = dict(mode="linear", coordinate_transformation_mode="align_corners" if c.attr("align_corners")
+                    else "half_pixel")
+    c.node("Resize", [c.input("x"), "", c.const(scales)], [c.output("y")], **mode)
+
+
+def deconv(n):
+    """deconvNd: ConvTranspose (symmetric padding_before, output_padding); channels_last
+    input and weight are transposed to channels_first and the output back."""
+    def convert(c):
+        w = c.input("weight")
+        if c.attr("data_format") != "channels_first":
+            w = _to_channels_first(c, w, n)
+
+        def build(c, x, outs):
+            p = list(c.attr("padding_before"))
+            c.node("ConvTranspose", [x, w], outs, kernel_shape=list(c.attr("kernel_size")),
+                   strides=list(c.attr("strides")), pads=p + p, dilations=list(c.attr("dilation_rate")),
+                   output_padding=list(c.attr("output_padding")), group=c.attr("groups"))
+        _channels_first_io(c, n, "in", ["out"], build)
+    return convert

@@ -110,13 +110,16 @@ def _torch_pool(n, kind):
     return case
 
 
-def _deconv(n):
+def _deconv(n, data_format="channels_first", groups=1):
     def case():
         spatial = [random(2, 5).to(int) for _ in range(n)]
-        return ({"in": t(2, 3, *spatial), "weight": t(3, 4, *[2] * n)},
-                {"filters": 4, "padding_before": [oneof(0, 1)] * n, "data_format": "channels_first",
-                 "kernel_size": [2] * n, "strides": [2] * n, "output_padding": [oneof(0, 1)] * n,
-                 "dilation_rate": [1] * n, "groups": 1})
+        k = [oneof(2, 3)] * n
+        first = data_format == "channels_first"
+        return ({"in": t(2, 4, *spatial) if first else t(2, *spatial, 4),
+                 "weight": t(4, 6 // groups, *k) if first else t(4, *k, 6 // groups)},
+                {"filters": 6, "padding_before": [oneof(0, 1)] * n, "data_format": data_format,
+                 "kernel_size": k, "strides": [2] * n, "output_padding": [oneof(0, 1)] * n,
+                 "dilation_rate": [oneof(1, 2)] * n, "groups": groups})
     return case
 
 
@@ -126,6 +129,16 @@ def _pool(n):
                 {"padding": oneof("valid", "same_lower", "same_upper"), "padding_before": [0] * n,
                  "padding_after": [0] * n, "data_format": "channels_first",
                  "pool_size": [random(2, 4).to(int)] * n, "strides": [random(1, 3).to(int)] * n, "ceil_mode": False})
+    return case
+
+
+def _fused_pool(n):
+    def case():
+        inputs, attrs = _pool(n)()
+        return ({"x": t(2, *[random(4, 9).to(int) for _ in range(n + 1)])},
+                dict(attrs, data_format=oneof("channels_first", "channels_last"), relu=random_bool(),
+                     padding=oneof("valid", "same_lower", "same_upper", "customized"),
+                     padding_before=[oneof(0, 1)] * n, padding_after=[oneof(0, 1)] * n, ceil_mode=random_bool()))
     return case
 
 
@@ -260,6 +273,18 @@ CASES = {
                                               "logical_and", "logical_or", "logical_xor")},
     **{f"scalar_logical_{k}": _scalar_compare() for k in ("equal", "not_equal", "greater", "greater_equal", "less",
                                                           "less_equal", "and", "or", "xor")},
+    "broadcast_floor_mod": (lambda: ({"x": t(2, 3, 4, low=-5.0, high=5.0),
+                                      "y": oneof(t(3, 1, **_POSITIVE), t(1, 4, low=-2.0, high=-0.5))}, {}),
+                            lambda: ({"x": _int(2, 3, 4, low=-7, high=8), "y": oneof(_int(3, 1, low=1, high=4),
+                                                                                     _int(1, 4, low=-3, high=0))}, {})),
+    "broadcast_fmod": lambda: ({"x": t(2, 3, 4, low=-5.0, high=5.0),
+                                "y": oneof(t(3, 1, **_POSITIVE), t(1, 4, low=-2.0, high=-0.5))}, {}),
+    "scalar_fmod": lambda: ({"in": oneof(t(2, 3, low=-5.0, high=5.0), _int(2, 3, low=-7, high=8))},
+                            {"has_int_operand": random_bool(), "has_float_operand": True, "int_operand": oneof(3, -2),
+                             "float_operand": oneof(2.5, -1.5)}),
+    **{f"scalar_{k}_by_tensor": lambda: ({"x": t(2, 3), "scalar": oneof(t(1), t(1, 1, low=0.5, high=2.0))}, {})
+       for k in ("add", "sub", "mul", "div")},
+    "hierarchical_parallel_cast": _unary(arg="in"),
     # reductions
     "reduce_max": lambda: ({"input_tensor": t(2, 3, 4)}, _REDUCE_ATTRS),
     "reduce_min": lambda: ({"input_tensor": t(2, 3, 4)}, _REDUCE_ATTRS),
@@ -270,9 +295,12 @@ CASES = {
     "square_sum": lambda: ({"x": t(2, 3, 4)}, {}),
     "l2_normalize": lambda: ({"x": t(2, 3, 4)}, {"axis": oneof(0, 1, -1), "epsilon": oneof(1e-12, 1.0)}),
     # nn
-    "layer_norm": lambda: ({"x": t(2, 3, 4), "beta": t(4), "gamma": t(4)},
-                           {"center": True, "scale": True, "begin_norm_axis": oneof(1, 2, -1), "begin_params_axis": 2,
-                            "epsilon": oneof(1e-5, 0.1)}),
+    "layer_norm": (lambda: ({"x": t(2, 3, 4), "beta": t(4), "gamma": t(4)},
+                            {"center": True, "scale": True, "begin_norm_axis": oneof(1, 2, -1), "begin_params_axis": 2,
+                             "epsilon": oneof(1e-5, 0.1)}),
+                   lambda: ({"x": t(2, 3, 4)}, {"begin_norm_axis": oneof(1, -1), "epsilon": 1e-5}),
+                   lambda: ({"x": t(2, 3, 4), "gamma": t(3, 4)}, {"scale": True, "begin_norm_axis": 1,
+                                                                  "begin_params_axis": 1, "epsilon": 1e-5})),
     **{f"maxpool_{n}d": _torch_pool(n, "max") for n in (1, 2, 3)},
     **{f"avgpool_{n}d": _torch_pool(n, "avg") for n in (1, 2, 3)},
     "adaptive_avg_pool1d": lambda: ({"x": t(2, 3, 6)}, {"output_size": oneof([3], [1], [6])}),
@@ -282,7 +310,8 @@ CASES = {
                          {"height_scale": oneof(2.0, 3.0, 1.5), "width_scale": oneof(2.0, 1.5),
                           "align_corners": random_bool(), "data_format": oneof("channels_first", "channels_last"),
                           "interpolation": oneof("nearest", "bilinear")}),
-    **{f"deconv{n}d": _deconv(n) for n in (1, 2, 3)},
+    **{f"deconv{n}d": (_deconv(n), _deconv(n, "channels_last"), _deconv(n, groups=2)) for n in (1, 2, 3)},
+    **{f"fused_tf_max_pool_{n}d": _fused_pool(n) for n in (1, 2, 3)},
     "normalization": lambda: ({"x": t(2, 3, 4, 4), "moving_mean": t(3), "moving_variance": t(3, **_POSITIVE),
                                "gamma": t(3), "beta": t(3)}, {"axis": 1, "epsilon": 1e-5, "training": False}),
 }
@@ -337,7 +366,9 @@ def test_converter_matches_graphfront(op_type, tmp_path):
     for draw in range(DRAWS):
         flow.clear_default_session()
         ctx = DrawContext(np.random.default_rng([draw, sum(map(ord, op_type))]))
-        spec_inputs, spec_attrs = CASES[op_type]()
+        case = CASES[op_type]
+        # a tuple holds alternative cases (inputs and attrs that must agree), taken in turn
+        spec_inputs, spec_attrs = (case[draw % len(case)] if isinstance(case, tuple) else case)()
         inputs = {k: ([_array(x) for x in ctx.resolve(v)] if isinstance(v, list) else _array(ctx.resolve(v)))
                   for k, v in spec_inputs.items()}
         inputs = {k: v for k, v in inputs.items() if v is not NOTHING}

@@ -197,6 +197,7 @@ op("hierarchical_parallel_cast", inputs=["in"], outputs=["out"],
    attrs={"nd_sbp": ("list_string", [], _check_sbp), "grad_mode": ("string", ""),
           "grad_nd_sbp": ("list_string", [], _check_sbp)},
    infer=like("in"), kernel=_identity, grad=_hierarchical_cast_grad, sbp=_cast_rule("nd_sbp"), view=True,
+   onnx=onnx_rules.same("Identity"),
    doc="identity; lays its output out as nd_sbp (one SBP string per hierarchy axis; graphfront's "
        "placements have one axis); grad_mode 'identity', 'manual' (grad laid out as grad_nd_sbp) or "
        "'restore' (grad laid out as the input)")

@@ -308,7 +308,7 @@ def _fused_pool_grad_infer(ctx):
 for _n in (1, 2, 3):
     op(f"fused_tf_max_pool_{_n}d", inputs=["x"], outputs=["y", "indices"],
        attrs={**POOL_ATTRS, "relu": ("bool", False)},
-       infer=_fused_pool_infer(_n), kernel=_fused_pool_kernel(_n), sbp=_sbp.batch(),
+       infer=_fused_pool_infer(_n), kernel=_fused_pool_kernel(_n), sbp=_sbp.batch(), onnx=onnx_rules.fused_tf_max_pool(_n),
        doc=f"graphfront-only: tf_max_pool_{_n}d that also returns the argmax indices; with relu, "
            "the pool of relu(x), computed as relu of the pool")
     op(f"fused_tf_max_pool_{_n}d_grad", inputs=["x", "y?", "indices", "dy"], outputs=["dx"],

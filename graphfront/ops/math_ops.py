@@ -175,7 +175,7 @@ op("scalar_floordiv", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=
    kernel=_scalar_kernel(lambda x, s: torch.div(x, s, rounding_mode="floor").to(x.dtype)),
    onnx=onnx_rules.scalar_binary(onnx_rules.floor_div))
 op("scalar_fmod", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
-   kernel=_scalar_kernel(torch.fmod))
+   kernel=_scalar_kernel(torch.fmod), onnx=onnx_rules.scalar_binary(onnx_rules.fmod))
 
 _LOGICAL = {
     "equal": torch.eq, "not_equal": torch.ne, "greater": torch.gt, "greater_equal": torch.ge,
@@ -257,7 +257,7 @@ def divide(x, y):
 
 for _kind, _fn in (("add", torch.add), ("sub", torch.sub), ("mul", torch.mul), ("div", divide)):
     op(f"scalar_{_kind}_by_tensor", inputs=["x", "scalar"], outputs=["y"], infer=_by_tensor_infer,
-       kernel=_by_tensor_kernel(_fn), grad=_by_tensor_grad(_kind),
+       kernel=_by_tensor_kernel(_fn), grad=_by_tensor_grad(_kind), onnx=onnx_rules.by_tensor(_kind.capitalize()),
        sbp=_sbp.elementwise(p_each=("x",) if _kind in ("mul", "div") else ()))
 
 
@@ -360,12 +360,12 @@ for _name, _fn, _grad, _onnx in (
         ("broadcast_add", torch.add, _bgrad_add, "Add"), ("broadcast_sub", torch.sub, _bgrad_sub, "Sub"),
         ("broadcast_mul", torch.mul, _bgrad_mul, "Mul"), ("broadcast_div", divide, _bgrad_div, "Div"),
         ("broadcast_pow", torch.pow, _bgrad_pow, "Pow"),
-        ("broadcast_floor_mod", _floor_mod, _bgrad_x_only, None),
-        ("broadcast_fmod", torch.fmod, _bgrad_x_only, None),
+        ("broadcast_floor_mod", _floor_mod, _bgrad_x_only, onnx_rules.binary(onnx_rules.floor_mod)),
+        ("broadcast_fmod", torch.fmod, _bgrad_x_only, onnx_rules.binary(onnx_rules.fmod)),
         # no grad function (as OneFlow): use elementwise_maximum/minimum to differentiate
         ("broadcast_maximum", torch.maximum, None, "Max"), ("broadcast_minimum", torch.minimum, None, "Min")):
     op(_name, inputs=["x", "y"], outputs=["z"], infer=_binary_infer,
-       kernel=lambda k, f=_fn: f, grad=_grad, onnx=_onnx and onnx_rules.same(_onnx),
+       kernel=lambda k, f=_fn: f, grad=_grad, onnx=onnx_rules.same(_onnx) if isinstance(_onnx, str) else _onnx,
        sbp=_sbp.elementwise(p_all=_name in ("broadcast_add", "broadcast_sub"),
                             p_each={"broadcast_mul": ("x", "y"), "broadcast_div": ("x",)}.get(_name, ())))
 

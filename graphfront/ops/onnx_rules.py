@@ -822,3 +822,52 @@ def deconv(n):
                    output_padding=list(c.attr("output_padding")), group=c.attr("groups"))
         _channels_first_io(c, n, "in", ["out"], build)
     return convert
+
+
+def fused_tf_max_pool(n):
+    """fused_tf_max_pool_Nd: the input padded with -inf (as the kernel), MaxPool, Relu with
+    attr relu; ``indices`` is the position inside each padded (N, C) plane, as the kernel's."""
+    def convert(c):
+        from graphfront.ops.nn_ops import pool_geometry
+        d = c.input_desc("x")
+        spatial = d.shape[2:] if c.attr("data_format") == "channels_first" else d.shape[1:-1]
+        _, pads = pool_geometry(spatial, c.attrs)
+        begin, end = [p[0] for p in pads], [p[1] for p in pads]
+
+        def build(c, x, outs):
+            if any(begin + end):
+                x = c.node("Pad", [x, c.const(_ints([0, 0] + begin + [0, 0] + end)),
+                                   c.const(np.array(-np.inf, dtype=_np(d)))])
+            y, idx = c.tmp("y") if c.attr("relu") else outs[0], c.tmp("indices")
+            c.node("MaxPool", [x], [y, idx], kernel_shape=list(c.attr("pool_size")), strides=list(c.attr("strides")))
+            if c.attr("relu"):
+                c.node("Relu", [y], [outs[0]])
+            plane = int(np.prod([b + s + e for b, s, e in zip(begin, spatial, end)]))
+            c.node("Mod", [idx, c.const(np.int64(plane))], [outs[1]])
+        _channels_first_io(c, n, "x", ["y", "indices"], build)
+    return convert
+
+
+def floor_mod(c, x, y, out, d):
+    """x mod y with the sign of y (torch.remainder): integers by ``Mod``; floats by the
+    C ``fmod`` moved by y where its sign differs from y's, as PyTorch's kernel."""
+    if not d.dtype.is_floating_point:
+        c.node("Mod", [x, y], [out])
+        return
+    r = c.node("Mod", [x, y], fmod=1)
+    zero = _k(c, 0, d)
+    off = c.node("And", [c.node("Not", [c.node("Equal", [r, zero])]),
+                         c.node("Xor", [c.node("Less", [r, zero]), c.node("Less", [y, zero])])])
+    c.node("Where", [off, c.node("Add", [r, y]), r], [out])
+
+
+def fmod(c, x, y, out, d):
+    """C ``fmod`` (the sign of x)."""
+    c.node("Mod", [x, y], [out], fmod=1)
+
+
+def by_tensor(onnx_type):
+    """scalar_{add,sub,mul,div}_by_tensor: ``onnx_type(x, scalar as a 0-d tensor)`` (integer
+    ``Div`` truncates toward zero, as the kernel)."""
+    return lambda c: c.node(onnx_type, [c.input("x"), c.node("Reshape", [c.input("scalar"), c.const(_ints([]))])],
+                            [c.output("y")])

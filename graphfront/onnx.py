@@ -145,8 +145,9 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None):
         opset: the ONNX opset of the default domain (``>= 13``).
         input_names: input op name -> graph input name (default: the op name).
     Raises:
-        OnnxExportError: a train job, an op without a converter, an op its converter
-            cannot express, or a variable without a value.
+        OnnxExportError: a train job, ops without a converter (every such op type and
+            its ops named in one message, before anything is converted), an op its
+            converter cannot express, or a variable without a value.
     """
     import onnx
     from onnx import helper

@@ -22,7 +22,8 @@ from graphfront import typing as tp
 from graphfront.onnx import OnnxExportError, convertible_op_types
 from graphfront.ops import registry
 from graphfront.ops.builder import build_op
-from graphfront.testing.generators import NOTHING, DrawContext, TensorValue, nothing, oneof, random, random_bool, random_tensor
+from graphfront.testing.generators import (NOTHING, DrawContext, TensorValue, nothing, oneof, random, random_bool,
+                                           random_tensor)
 from lenet import lenet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,8 +87,8 @@ def _act(arg="in", low=-3.0, high=3.0, **attrs):
 
 def _compare():
     """Integer operands, so that equal values occur."""
-    return lambda: ({"x": _int(2, 3, 4, low=0, high=3), "y": oneof(_int(3, 1, low=0, high=3), _int(2, 3, 4, low=0, high=3))},
-                    {})
+    return lambda: ({"x": _int(2, 3, 4, low=0, high=3),
+                     "y": oneof(_int(3, 1, low=0, high=3), _int(2, 3, 4, low=0, high=3))}, {})
 
 
 def _scalar_compare():
@@ -180,6 +181,11 @@ CASES = {
     "constant": lambda: ({}, {"floating_value": random(-2.0, 2.0), "integer_value": random(-5, 5).to(int),
                               "is_floating_value": random_bool(), "dtype": oneof(flow.float, flow.double),
                               "shape": (2, 3)}),
+    "arange": (lambda: ({}, {"float_start": random(-2.0, 2.0), "float_delta": oneof(0.1, 0.3, 0.7), "float_limit": 2.5,
+                             "dtype": oneof(flow.float, flow.double)}),
+               lambda: ({}, {"integer_start": -3, "integer_delta": oneof(1, 2), "integer_limit": 7,
+                             "dtype": oneof(flow.int32, flow.int64)})),
+    "eye": lambda: ({}, {"rows": oneof(2, 3), "cols": oneof(3, 4), "dtype": oneof(flow.float, flow.int64)}),
     "zero_like": lambda: ({"like": t(2, 3)}, {}), "ones_like": lambda: ({"x": _int(2, 3, low=-3, high=3)}, {}),
     "cast_like": lambda: ({"in": t(2, 3, low=-5, high=5),
                            "dtype_like": oneof(_int(1, low=0, high=2, dtype=flow.int32), t(1, dtype=flow.double))}, {}),
@@ -192,6 +198,8 @@ CASES = {
     "narrow": lambda: ({"in": t(4, 5)}, {"dim": oneof(0, 1, -1), "start": oneof(0, 1, -2), "length": oneof(1, 2)}),
     "slice": lambda: ({"x": t(5, 6)}, {"start": oneof([0, 1], [-1, 5], [4, 0]), "stop": oneof([5, 6], [-6, -7], [0, 3]),
                                        "step": oneof([1, 2], [-1, 1], [-2, -1])}),
+    "roll": (lambda: ({"in": t(3, 4, 5)}, {"shifts": oneof([1], [-13], [61]), "dims": []}),
+             lambda: ({"in": t(3, 4, 5)}, {"shifts": oneof([-2, 7], [5, 0]), "dims": oneof([1, 2], [-1, 0])})),
     "flip": lambda: ({"x": t(2, 3, 4)}, {"dims": oneof([0], [1, 2], [-1])}),
     "split_like": lambda: ({"in": t(2, 7), "like": [t(2, 3), t(2, 4)]}, {"axis": oneof(1, -1)}),
     "pad": lambda: ({"x": oneof(t(2, 3), _int(2, 3, low=-3, high=3))},
@@ -224,6 +232,11 @@ CASES = {
     "masked_fill": lambda: ({"x": t(2, 3), "mask": oneof(_cond(2, 3), _cond(1, 3))}, _SCALAR),
     "tril": lambda: ({"in": t(2, 4, 5)}, {"diagonal": oneof(-1, 0, 2), "floating_fill_value": random(-1.0, 1.0),
                                            "is_floating_fill_value": True}),
+    "fused_scale_tril": lambda: ({"in": oneof(t(2, 4, 5), _int(3, 3, low=-3, high=3))},
+                                 {"diagonal": oneof(-1, 0, 2), "floating_fill_value": random(-1.0, 1.0),
+                                  "is_floating_fill_value": random_bool(), "integer_fill_value": -2,
+                                  "floating_scale_value": random(-2.0, 2.0), "is_floating_scale_value": random_bool(),
+                                  "integer_scale_value": 3}),
     "triu": lambda: ({"in": oneof(t(4, 5), _int(2, 3, 3, low=-3, high=3))}, {"diagonal": oneof(-1, 0, 2)}),
     # ties (integer inputs) check that equal values keep their index order
     "argmax": lambda: ({"in": oneof(t(3, 5), _int(2, 3, 5, low=0, high=3))}, {}),
@@ -237,7 +250,8 @@ CASES = {
     "round": lambda: ({"x": oneof(t(2, 3, low=-3, high=3), _HALVES)}, {}),
     "reciprocal_no_nan": lambda: ({"x": oneof(t(2, 3), _ZEROS)}, {}),
     # onnxruntime has no double kernel of Erf and Softplus: gelu and mish are run in float only
-    "gelu": _unary(low=-3.0, high=3.0, arg="in"), "mish": _unary(low=-3.0, high=3.0, arg="in"), "log_softmax": _act(), "hardsigmoid": _act(low=-5.0, high=5.0), "hardswish": _act(low=-5.0, high=5.0),
+    "gelu": _unary(low=-3.0, high=3.0, arg="in"), "mish": _unary(low=-3.0, high=3.0, arg="in"),
+    "log_softmax": _act(), "hardsigmoid": _act(low=-5.0, high=5.0), "hardswish": _act(low=-5.0, high=5.0),
     "silu": _act(), "softsign": _act(), "selu": _act(),
     "leaky_relu": _act("x", alpha=random(0.0, 0.5)), "elu": _act(alpha=random(0.1, 2.0)),
     "celu": _act(alpha=oneof(0.5, 1.0, 2.0)),

@@ -1120,7 +1120,7 @@ def _roll_kernel(k):
 
 
 op("roll", inputs=["in"], outputs=["out"], attrs={"shifts": "list_int32", "dims": "list_int32"},
-   infer=_roll_infer, kernel=_roll_kernel,
+   infer=_roll_infer, kernel=_roll_kernel, onnx=onnx_rules.roll,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "roll", {"in": g.dout("out")}, {"shifts": [-s for s in g.attr("shifts")], "dims": g.attr("dims")})))
 
@@ -1307,7 +1307,8 @@ def _arange_kernel(k):
                                          device=device) * delta).to(dtype.torch)
 
 
-op("arange", outputs=["out"], attrs=ARANGE_ATTRS, infer=_arange_infer, kernel=_arange_kernel, no_grad=True)
+op("arange", outputs=["out"], attrs=ARANGE_ATTRS, infer=_arange_infer, kernel=_arange_kernel, no_grad=True,
+   onnx=onnx_rules.arange)
 
 
 def _eye_infer(ctx):
@@ -1321,4 +1322,4 @@ op("eye", outputs=["out"], attrs={"rows": ("int64", 0), "cols": ("int64", 0), "d
    infer=_eye_infer,
    kernel=lambda k: (lambda r=k.attr("rows"), c=k.attr("cols"), t=k.attr("dtype").torch, dev=k.device:
                      torch.eye(r, c, dtype=t, device=dev)),
-   no_grad=True)
+   no_grad=True, onnx=onnx_rules.eye)

@@ -802,14 +802,17 @@ unary_family("ceil", torch.ceil, _zero_grad, onnx="Ceil")
 unary_family("cos", torch.cos, lambda x, dy: -dy * torch.sin(x), onnx="Cos")
 unary_family("cosh", torch.cosh, lambda x, dy: dy * torch.sinh(x), onnx="Cosh")
 unary_family("erf", torch.erf, lambda x, dy: dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), onnx="Erf")
-unary_family("erfc", torch.erfc, lambda x, dy: -dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), onnx=onnx_rules.unary(onnx_rules.erfc))
+unary_family("erfc", torch.erfc, lambda x, dy: -dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x),
+             onnx=onnx_rules.unary(onnx_rules.erfc))
 unary_family("expm1", torch.expm1, lambda x, dy: dy * torch.exp(x), onnx=onnx_rules.unary(onnx_rules.expm1))
 unary_family("floor", torch.floor, _zero_grad, onnx="Floor")
 unary_family("lgamma", torch.lgamma, lambda x, dy: dy * torch.digamma(x))
 unary_family("log1p", torch.log1p, lambda x, dy: dy / (1 + x), onnx=onnx_rules.unary(onnx_rules.log1p))
 unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)), onnx=onnx_rules.unary(onnx_rules.log2))
-unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x), onnx=onnx_rules.unary(onnx_rules.log_sigmoid))
-unary_family("reciprocal_no_nan", _reciprocal_no_nan, lambda x, dy: -dy * _reciprocal_no_nan(x * x), onnx=onnx_rules.unary(onnx_rules.reciprocal_no_nan))
+unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x),
+             onnx=onnx_rules.unary(onnx_rules.log_sigmoid))
+unary_family("reciprocal_no_nan", _reciprocal_no_nan, lambda x, dy: -dy * _reciprocal_no_nan(x * x),
+             onnx=onnx_rules.unary(onnx_rules.reciprocal_no_nan))
 unary_family("rint", torch.round, _zero_grad, onnx="Round")          # round half to even
 unary_family("round", torch.round, _zero_grad, onnx="Round")         # round half to even (nearbyint)
 unary_family("sign", torch.sign, _zero_grad, onnx="Sign")
@@ -1147,4 +1150,4 @@ op("triu", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int64", 0)}, inf
    kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)), onnx=onnx_rules.triangle(False))
 # fused_scale_tril: scale * x on and below `diagonal`, fill above; grad = same op on dy with fill 0
 op("fused_scale_tril", inputs=["in"], outputs=["out"], attrs=FUSED_SCALE_TRIL_ATTRS, infer=_matrix_infer,
-   kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"))
+   kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"), onnx=onnx_rules.fused_scale_tril)

@@ -35,26 +35,19 @@ def reshape_to_output(in_arg, out_arg):
 
 
 def reduce(onnx_type):
-    """``reduce_*`` ops (``input_tensor`` -> ``output_tensor``, attrs axis, keepdims).
-
-    Axes are an input of ``ReduceSum`` from opset 13 and of the others from opset 18,
-    an attribute before."""
+    """``reduce_*`` ops (``input_tensor`` -> ``output_tensor``, attrs axis, keepdims)."""
     def convert(c):
         ndim = len(c.input_desc("input_tensor").shape)
         axes = sorted({a % ndim for a in c.attr("axis")})
-        keep = int(c.attr("keepdims"))
-        x = c.input("input_tensor")
-        if c.opset >= (13 if onnx_type == "ReduceSum" else 18):
-            c.node(onnx_type, [x, c.const(np.array(axes, dtype=np.int64))], [c.output("output_tensor")],
-                   keepdims=keep)
-        else:
-            c.node(onnx_type, [x], [c.output("output_tensor")], axes=axes, keepdims=keep)
+        _reduce_node(c, onnx_type, c.input("input_tensor"), axes, int(c.attr("keepdims")), c.output("output_tensor"))
     return convert
 
 
 # ------------------------------------------------------------------ helpers
 
 _INT64_MIN = np.iinfo(np.int64).min
+# ONNX TensorProto element types (this module does not import the onnx package)
+_INT8, _INT32, _INT64, _BOOL = 3, 6, 7, 9
 
 
 def _np(desc):
@@ -67,7 +60,7 @@ def _ints(values):
 
 def _nonzero(c, name):
     """A bool tensor: ``name != 0`` (the condition convention of where / masked_fill)."""
-    return c.node("Cast", [name], to=9)  # TensorProto.BOOL: nonzero -> true
+    return c.node("Cast", [name], to=_BOOL)  # nonzero -> true
 
 
 def _slice(c, x, out, starts, ends, steps, axes):
@@ -201,7 +194,7 @@ def padnd(mode):
 
 def _valid_ids(c, idx, size):
     """``(in-range mask, ids with out-of-range entries set to 0)`` of an index tensor, as int64."""
-    ids = c.node("Cast", [idx], to=7)  # INT64
+    ids = c.node("Cast", [idx], to=_INT64)
     valid = c.node("And", [c.node("GreaterOrEqual", [ids, c.const(np.int64(0))]),
                            c.node("Less", [ids, c.const(np.asarray(size, dtype=np.int64))])])
     return valid, c.node("Where", [valid, ids, c.const(np.int64(0))])
@@ -240,12 +233,8 @@ def gather_nd(c):
     k = idx_shape[-1]
     valid, ids = _valid_ids(c, c.input("indices"), np.array(shape[:k], dtype=np.int64))
     # a row is valid when all its k entries are: min over the last axis of the int mask
-    as_int = c.node("Cast", [valid], to=6)  # INT32
-    if c.opset >= 18:
-        row = c.node("ReduceMin", [as_int, c.const(_ints([-1]))], keepdims=0)
-    else:
-        row = c.node("ReduceMin", [as_int], axes=[-1], keepdims=0)
-    row = c.node("Cast", [row], to=9)
+    row = _reduce_node(c, "ReduceMin", c.node("Cast", [valid], to=_INT32), [-1], 0)
+    row = c.node("Cast", [row], to=_BOOL)
     g = c.node("GatherND", [c.input("params"), ids])
     _zero_invalid(c, g, row, list(idx_shape[:-1]) + [1] * (len(shape) - k), c.output_desc("out"), c.output("out"))
 
@@ -257,7 +246,7 @@ def one_hot(c):
     floating = d.dtype.is_floating_point
     on = c.attr("floating_on_value") if floating else c.attr("integer_on_value")
     off = c.attr("floating_off_value") if floating else c.attr("integer_off_value")
-    ids = c.node("Unsqueeze", [c.node("Cast", [c.input("indices")], to=7), c.const(_ints([-1]))])
+    ids = c.node("Unsqueeze", [c.node("Cast", [c.input("indices")], to=_INT64), c.const(_ints([-1]))])
     hot = c.node("Equal", [ids, c.const(np.arange(c.attr("depth"), dtype=np.int64))])
     c.node("Where", [hot, c.const(np.array(on, dtype=_np(d))), c.const(np.array(off, dtype=_np(d)))],
            [c.output("out")])
@@ -321,7 +310,7 @@ def _top_k(c, k, largest, values):
     outs = [c.output("out"), c.tmp("indices")] if values else [c.tmp("values"), c.tmp("indices")]
     c.node("TopK", [c.input("in"), c.const(_ints([k]))], outs, axis=-1, largest=int(largest), sorted=1)
     if not values:
-        c.node("Cast", [outs[1]], [c.output("out")], to=6)  # INT32
+        c.node("Cast", [outs[1]], [c.output("out")], to=_INT32)
 
 
 def sort(values):
@@ -331,16 +320,19 @@ def sort(values):
     return convert
 
 
-def folded_constant(c):
+def _folded_value(c):
     from graphfront.ops.fused_ops import decode_constant
-    value = decode_constant(c.attr("data"), c.attr("shape"), c.attr("dtype")).numpy()
-    c.node("Identity", [c.const(value)], [c.output("out")])
+    return decode_constant(c.attr("data"), c.attr("shape"), c.attr("dtype")).numpy()
 
 
-def constant(c):
+def _constant_value(c):
     d = c.output_desc("out")
     value = c.attr("floating_value") if c.attr("is_floating_value") else c.attr("integer_value")
-    c.node("Identity", [c.const(np.full(d.shape, value, dtype=_np(d)))], [c.output("out")])
+    return np.full(d.shape, value, dtype=_np(d))
+
+
+folded_constant = constant_output(_folded_value)
+constant = constant_output(_constant_value)
 
 
 # ------------------------------------------------------------------ elementwise compositions
@@ -520,7 +512,8 @@ def binary(fn, out_arg="z"):
 
 
 def floor_div(c, x, y, out, d):
-    """floor(x / y); for integers the truncating ``Div`` moved down by one where the remainder's sign differs from y's."""
+    """floor(x / y); for integers the truncating ``Div`` moved down by one where the
+    remainder's sign differs from y's."""
     if d.dtype.is_floating_point:
         c.node("Floor", [c.node("Div", [x, y])], [out])
         return
@@ -567,7 +560,7 @@ def _compare(c, kind, x, y, out):
         z = c.node("Not", [c.node("Equal", [x, y])])
     else:
         z = c.node(_COMPARE[kind], [x, y])
-    c.node("Cast", [z], [out], to=3)  # INT8
+    c.node("Cast", [z], [out], to=_INT8)
 
 
 def compare(kind):
@@ -618,9 +611,9 @@ def reduce_logical(onnx_type):
     def convert(c):
         ndim = len(c.input_desc("input_tensor").shape)
         axes = sorted({a % ndim for a in c.attr("axis")})
-        flags = c.node("Cast", [_nonzero(c, c.input("input_tensor"))], to=6)  # INT32
+        flags = c.node("Cast", [_nonzero(c, c.input("input_tensor"))], to=_INT32)
         r = _reduce_node(c, onnx_type, flags, axes, int(c.attr("keepdims")))
-        c.node("Cast", [r], [c.output("output_tensor")], to=9)
+        c.node("Cast", [r], [c.output("output_tensor")], to=_BOOL)
     return convert
 
 
@@ -769,7 +762,8 @@ def avgpool(n):
                 for i in range(n):
                     shape = [1] * (n + 2)
                     shape[i + 2] = osize[i]
-                    divisor = divisor * _avg_divisors(size[i], osize[i], k[i], s[i], begin[i], include_pad).reshape(shape)
+                    per_dim = _avg_divisors(size[i], osize[i], k[i], s[i], begin[i], include_pad)
+                    divisor = divisor * per_dim.reshape(shape)
                 divisor = divisor.astype(_np(d))
             c.node("Div", [sums, c.const(divisor)], outs)
         _channels_first_io(c, n, "x", ["y"], build)
@@ -871,3 +865,53 @@ def by_tensor(onnx_type):
     ``Div`` truncates toward zero, as the kernel)."""
     return lambda c: c.node(onnx_type, [c.input("x"), c.node("Reshape", [c.input("scalar"), c.const(_ints([]))])],
                             [c.output("y")])
+
+
+def _arange_value(c):
+    """start + i * delta computed in float64 (int64 for integer dtypes), then cast: the kernel's arithmetic."""
+    d = c.output_desc("out")
+    prefix = "float" if d.dtype.is_floating_point else "integer"
+    start, delta = c.attr(f"{prefix}_start"), c.attr(f"{prefix}_delta")
+    steps = np.arange(d.shape[0], dtype=np.float64 if d.dtype.is_floating_point else np.int64)
+    return (start + steps * delta).astype(_np(d))
+
+
+arange = constant_output(_arange_value)
+eye = constant_output(lambda c: np.eye(c.attr("rows"), c.attr("cols"), dtype=_np(c.output_desc("out"))))
+
+
+def roll(c):
+    """roll: per dim, the last ``shift`` entries moved to the front (Slice + Concat); with no
+    dims, the flattened input rolled and reshaped back."""
+    d = c.input_desc("in")
+    x, out = c.input("in"), c.output("out")
+    shifts, dims = list(c.attr("shifts")), [a % len(d.shape) for a in c.attr("dims")]
+    shape = list(d.shape)
+    if not dims:
+        x = c.node("Reshape", [x, c.const(_ints([-1]))])
+        shape, dims = [int(np.prod(d.shape))], [0]
+    for shift, dim in zip(shifts, dims):
+        s = shift % shape[dim] if shape[dim] else 0
+        if s:
+            tail, head = c.tmp("tail"), c.tmp("head")
+            _slice(c, x, tail, [shape[dim] - s], [shape[dim]], [1], [dim])
+            _slice(c, x, head, [0], [shape[dim] - s], [1], [dim])
+            x = c.node("Concat", [tail, head], axis=dim)
+    if len(shape) != len(d.shape):
+        x = c.node("Reshape", [x, c.const(_ints(d.shape))])
+    c.node("Identity", [x], [out])
+
+
+def fused_scale_tril(c):
+    """scale * x on and below the diagonal, the fill value above it."""
+    d = c.input_desc("in")
+
+    def pick(kind):
+        if c.attr(f"is_floating_{kind}_value"):
+            v = c.attr(f"floating_{kind}_value")
+            return v if d.dtype.is_floating_point else int(v)
+        return c.attr(f"integer_{kind}_value")
+    rows, cols = d.shape[-2:]
+    mask = np.tril(np.ones((rows, cols), dtype=bool), c.attr("diagonal"))
+    scaled = c.node("Mul", [c.input("in"), _k(c, pick("scale"), d)])
+    c.node("Where", [c.const(mask), scaled, _k(c, pick("fill"), d)], [c.output("out")])

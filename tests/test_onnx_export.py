@@ -77,6 +77,8 @@ _ZEROS = np.array([[0.0, 2.0, -0.5], [0.0, 0.0, 4.0]], dtype=np.float32)
 _HALVES = np.array([[0.5, 1.5, 2.5], [-0.5, -1.5, -2.5]], dtype=np.float32)
 _ATAN2_X = np.array([[1.0, -1.0, 0.0, 0.0], [0.0, 0.0, 2.0, -3.0]], dtype=np.float32)
 _ATAN2_Y = np.array([[0.0, 0.0, 0.0, -1.0], [1.0, -1.0, 0.0, 2.0]], dtype=np.float32)
+_TIED_SCORES = np.array([[0.5, 0.5, 0.1, 0.5], [0.2, 0.1, 0.2, 0.3], [1.0, 1.0, 1.0, 1.0], [0.0, 0.3, 0.3, 0.1],
+                         [0.4, 0.1, 0.4, 0.1]], dtype=np.float32)
 _REDUCE_ATTRS = {"axis": oneof([0], [1, 2], [-1], [0, 1, 2]), "keepdims": random_bool()}
 
 
@@ -306,6 +308,11 @@ CASES = {
     "reduce_any": lambda: ({"input_tensor": oneof(_int(2, 3, 4, low=0, high=2), t(2, 3, 4))}, _REDUCE_ATTRS),
     "reduce_all": lambda: ({"input_tensor": oneof(_int(2, 3, 4, low=0, high=2), _int(2, 3, 4, low=1, high=3))},
                            _REDUCE_ATTRS),
+    "reduce_sum_like": lambda: ({"x": t(2, 3, 4), "like": t(1, 3, 1)}, {"axis": oneof([0, 2], [-1, 0])}),
+    "in_top_k": lambda: ({"targets": oneof(_int(5, low=0, high=4, dtype=flow.int32), _int(5, low=0, high=4)),
+                          "predictions": oneof(t(5, 4), _TIED_SCORES)}, {"k": oneof(1, 2, 3)}),
+    "fused_cast_scale": lambda: ({"x": oneof(t(2, 3), _int(2, 3, low=-3, high=3)), "scale_by_tensor": t(1)},
+                                 {"scale": random(-2.0, 2.0)}),
     "square_sum": lambda: ({"x": t(2, 3, 4)}, {}),
     "l2_normalize": lambda: ({"x": t(2, 3, 4)}, {"axis": oneof(0, 1, -1), "epsilon": oneof(1e-12, 1.0)}),
     # nn

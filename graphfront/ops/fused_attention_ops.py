@@ -306,5 +306,5 @@ def _cast_scale_kernel(k):
 
 
 op("fused_cast_scale", inputs=["x", "scale_by_tensor"], outputs=["y"], attrs={"scale": ("double", 1.0)},
-   infer=_cast_scale_infer, kernel=_cast_scale_kernel,
+   infer=_cast_scale_infer, kernel=_cast_scale_kernel, onnx=onnx_rules.fused_cast_scale,
    doc="cast(x, dtype of scale_by_tensor) * scale * scale_by_tensor")

@@ -624,7 +624,7 @@ def _reduce_sum_like_kernel(k):
 
 
 op("reduce_sum_like", inputs=["x", "like"], outputs=["y"], attrs={"axis": "list_int32"},
-   infer=_reduce_sum_like_infer, kernel=_reduce_sum_like_kernel, no_grad=True)
+   infer=_reduce_sum_like_infer, kernel=_reduce_sum_like_kernel, no_grad=True, onnx=onnx_rules.reduce_sum_like)
 
 
 def _broadcast_like_infer(ctx):
@@ -700,7 +700,7 @@ def _in_top_k_kernel(k):
 
 
 op("in_top_k", inputs=["targets", "predictions"], outputs=["out"], attrs={"k": ("int32", 0)},
-   infer=_in_top_k_infer, kernel=_in_top_k_kernel, no_grad=True)
+   infer=_in_top_k_infer, kernel=_in_top_k_kernel, no_grad=True, onnx=onnx_rules.in_top_k)
 
 
 def _direction(ctx):

@@ -915,3 +915,31 @@ def fused_scale_tril(c):
     mask = np.tril(np.ones((rows, cols), dtype=bool), c.attr("diagonal"))
     scaled = c.node("Mul", [c.input("in"), _k(c, pick("scale"), d)])
     c.node("Where", [c.const(mask), scaled, _k(c, pick("fill"), d)], [c.output("out")])
+
+
+def fused_cast_scale(c):
+    """cast(x, dtype of scale_by_tensor) * (scale_by_tensor * scale)."""
+    d = c.input_desc("scale_by_tensor")
+    x = c.node("Cast", [c.input("x")], to=c.dtype_code(d.dtype))
+    s = c.node("Mul", [c.node("Reshape", [c.input("scale_by_tensor"), c.const(_ints([]))]), _k(c, c.attr("scale"), d)])
+    c.node("Mul", [x, s], [c.output("y")])
+
+
+def reduce_sum_like(c):
+    """sum of x over attr axis (kept), reshaped to like's shape."""
+    axes = list(c.attr("axis"))
+    if not axes:
+        c.node("Identity", [c.input("x")], [c.output("y")])
+        return
+    s = _reduce_node(c, "ReduceSum", c.input("x"), axes, 1)
+    c.node("Reshape", [s, c.const(_ints(c.input_desc("like").shape))], [c.output("y")])
+
+
+def in_top_k(c):
+    """int8 1 where fewer than k classes score strictly higher than the target's class."""
+    p = c.input("predictions")
+    target = c.node("Unsqueeze", [c.node("Cast", [c.input("targets")], to=_INT64), c.const(_ints([1]))])
+    score = c.node("GatherElements", [p, target], axis=1)
+    higher = c.node("Cast", [c.node("Greater", [p, score])], to=_INT64)
+    count = _reduce_node(c, "ReduceSum", higher, [1], 0)
+    c.node("Cast", [c.node("Less", [count, c.const(np.int64(c.attr("k")))])], [c.output("out")], to=_INT8)

@@ -88,9 +88,10 @@ def _act(arg="in", low=-3.0, high=3.0, **attrs):
 
 
 def _compare():
-    """Integer operands, so that equal values occur."""
-    return lambda: ({"x": _int(2, 3, 4, low=0, high=3),
-                     "y": oneof(_int(3, 1, low=0, high=3), _int(2, 3, 4, low=0, high=3))}, {})
+    """Integer operands (so that equal values occur), then float ones."""
+    return (lambda: ({"x": _int(2, 3, 4, low=0, high=3),
+                      "y": oneof(_int(3, 1, low=0, high=3), _int(2, 3, 4, low=0, high=3))}, {}),
+            lambda: ({"x": t(2, 3, 4, low=-1.0, high=1.0), "y": oneof(t(3, 1), t(2, 3, 4, low=0.0, high=0.0))}, {}))
 
 
 def _scalar_compare():

@@ -147,8 +147,9 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None, check=Tru
         check: run ``onnx.checker`` (full check, with shape inference) on the model; the
             onnxruntime lowering skips it (onnxruntime validates the model it loads).
     Raises:
-        OnnxExportError: a train job, an op without a converter, an op its converter
-            cannot express, or a variable without a value.
+        OnnxExportError: a train job, ops without a converter (every such op type and
+            its ops named in one message, before anything is converted), an op its
+            converter cannot express, or a variable without a value.
     """
     import onnx
     from onnx import helper
@@ -161,6 +162,7 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None, check=Tru
     x = _Exporter(opset)
     graph_inputs, graph_outputs = [], []
     order, _ = schedule(job)
+    _check_converters(order)
     for op in order:
         kind = jb.op_kind(op)
         outs = [lbn for _, _, lbn in jb.op_outputs(op)]
@@ -183,11 +185,7 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None, check=Tru
         elif kind == "foreign_watch_conf":
             continue
         elif kind == "user_conf":
-            opdef = registry.lookup(op.user_conf.op_type_name)
-            if opdef.onnx is None:
-                raise OnnxExportError(f"op '{op.name}' ({opdef.op_type}) has no ONNX converter; ops that have one: "
-                                      f"{', '.join(convertible_op_types())}")
-            opdef.onnx(OnnxCtx(x, op, descs))
+            registry.lookup(op.user_conf.op_type_name).onnx(OnnxCtx(x, op, descs))
         else:
             raise OnnxExportError(f"op '{op.name}' ({kind}) cannot be exported to ONNX")
     graph = helper.make_graph(x.nodes, job.job_conf.job_name, graph_inputs, graph_outputs, initializer=x.inits)
@@ -203,6 +201,18 @@ def export_job(user_job):
     has its registered converter (the onnxruntime lowering converts the same Job)."""
     from graphfront.passes import complete
     return complete(copy.deepcopy(user_job), enable_passes=False)
+
+
+def _check_converters(ops):
+    """Raise OnnxExportError naming every op type of ``ops`` without a converter (and its ops)."""
+    missing = {}
+    for op in ops:
+        if jb.op_kind(op) == "user_conf" and registry.lookup(op.user_conf.op_type_name).onnx is None:
+            missing.setdefault(op.user_conf.op_type_name, []).append(op.name)
+    if missing:
+        listed = "; ".join(f"{t} (op {', '.join(repr(n) for n in names)})" for t, names in sorted(missing.items()))
+        raise OnnxExportError(f"{len(missing)} op type(s) have no ONNX converter: {listed}; op types that have one: "
+                              f"{', '.join(convertible_op_types())}")
 
 
 def convertible_op_types() -> list:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.ops.common import same_dtype
+from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -40,12 +41,13 @@ def grad_like(src):
     return infer
 
 
-def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", doc=""):
+def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", doc="", onnx=None):
     """Register an elementwise activation ``name`` and its ``name_grad``.
 
     ``fwd(attrs) -> callable(x)`` and ``bwd(attrs) -> callable(src, dy)`` are built once
     per op at lowering time from the op's attr dict. ``grad_src`` is ``"x"`` (the grad
-    op gets the forward input) or ``"y"`` (the forward output).
+    op gets the forward input) or ``"y"`` (the forward output). ``onnx(c, x, out, desc)``
+    writes the op's ONNX nodes (see :func:`onnx_rules.unary`).
     """
     i, o = args
     attr_names = list(attrs or {})
@@ -62,7 +64,7 @@ def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", 
                              {a: g.attr(a) for a in attr_names}))
 
     op(name, inputs=[i], outputs=[o], attrs=attrs, infer=infer, kernel=lambda k: fwd(k.attrs), grad=grad,
-       doc=doc)
+       doc=doc, onnx=onnx and onnx_rules.unary(onnx, i, o))
     op(f"{name}_grad", inputs=[grad_src, "dy"], outputs=["dx"], attrs=attrs, infer=grad_like(grad_src),
        kernel=lambda k: bwd(k.attrs), doc=f"gradient of {name}")
 
@@ -82,7 +84,7 @@ activation(
     lambda a: (lambda x, s=a["alpha"]: F.leaky_relu(x, s)),
     lambda a: (lambda x, dy, s=a["alpha"]: torch.where(x > 0, dy, dy * s)),
     args=("x", "y"), attrs={"alpha": ("float", 0.0)},
-    doc="y = x if x > 0 else alpha * x")
+    doc="y = x if x > 0 else alpha * x", onnx=onnx_rules.leaky_relu)
 
 activation(
     "hardtanh",
@@ -90,13 +92,13 @@ activation(
     lambda a: (lambda y, dy, lo=a["min_val"], hi=a["max_val"]:
                torch.where((y > lo) & (y < hi), dy, _zero(dy))),
     attrs={"min_val": ("double", 0.0), "max_val": ("double", 0.0)}, grad_src="y",
-    doc="out = clamp(in, min_val, max_val); the grad passes dy where min_val < y < max_val")
+    doc="out = clamp(in, min_val, max_val); the grad passes dy where min_val < y < max_val", onnx=onnx_rules.hardtanh)
 
 activation(
     "hardsigmoid",
     lambda a: F.hardsigmoid,
     lambda a: (lambda x, dy: torch.where((x > -3) & (x < 3), dy / 6, _zero(dy))),
-    doc="out = relu6(in + 3) / 6")
+    doc="out = relu6(in + 3) / 6", onnx=onnx_rules.hardsigmoid)
 
 
 def _hardswish_grad(x, dy):
@@ -104,7 +106,8 @@ def _hardswish_grad(x, dy):
     return torch.where(x < -3, _zero(dy), torch.where(x <= 3, mid, dy))
 
 
-activation("hardswish", lambda a: F.hardswish, lambda a: _hardswish_grad, doc="out = in * relu6(in + 3) / 6")
+activation("hardswish", lambda a: F.hardswish, lambda a: _hardswish_grad, doc="out = in * relu6(in + 3) / 6",
+           onnx=onnx_rules.hardswish)
 
 # ------------------------------------------------------------------ exponential family
 
@@ -113,20 +116,21 @@ activation(
     lambda a: (lambda x, al=a["alpha"]: F.elu(x, al)),
     lambda a: (lambda x, dy, al=a["alpha"]: torch.where(x > 0, dy, dy * al * torch.exp(x))),
     attrs={"alpha": ("double", 0.0)},
-    doc="out = in if in > 0 else alpha * (exp(in) - 1)")
+    doc="out = in if in > 0 else alpha * (exp(in) - 1)", onnx=onnx_rules.elu)
 
 activation(
     "celu",
     lambda a: (lambda x, al=a["alpha"]: F.celu(x, al)),
     lambda a: (lambda x, dy, al=a["alpha"]: torch.where(x > 0, dy, dy * torch.exp(x / al))),
     attrs={"alpha": ("double", 0.0, _nonzero_alpha)},
-    doc="out = max(0, in) + min(0, alpha * (exp(in / alpha) - 1))")
+    doc="out = max(0, in) + min(0, alpha * (exp(in / alpha) - 1))", onnx=onnx_rules.celu)
 
 activation(
     "selu",
     lambda a: F.selu,
     lambda a: (lambda x, dy: torch.where(x > 0, dy * SELU_SCALE, dy * (SELU_SCALE * SELU_ALPHA) * torch.exp(x))),
-    doc=f"out = scale * (max(0, in) + min(0, alpha * (exp(in) - 1))), alpha={SELU_ALPHA}, scale={SELU_SCALE}")
+    doc=f"out = scale * (max(0, in) + min(0, alpha * (exp(in) - 1))), alpha={SELU_ALPHA}, scale={SELU_SCALE}",
+    onnx=onnx_rules.selu)
 
 
 def _silu_grad(x, dy):
@@ -134,7 +138,7 @@ def _silu_grad(x, dy):
     return dy * s * (1 + x * (1 - s))
 
 
-activation("silu", lambda a: F.silu, lambda a: _silu_grad, doc="out = in * sigmoid(in)")
+activation("silu", lambda a: F.silu, lambda a: _silu_grad, doc="out = in * sigmoid(in)", onnx=onnx_rules.silu)
 
 
 def _mish_grad(x, dy):
@@ -142,13 +146,13 @@ def _mish_grad(x, dy):
     return dy * (t + x * (1 - t * t) * torch.sigmoid(x))
 
 
-activation("mish", lambda a: F.mish, lambda a: _mish_grad, doc="out = in * tanh(softplus(in))")
+activation("mish", lambda a: F.mish, lambda a: _mish_grad, doc="out = in * tanh(softplus(in))", onnx=onnx_rules.mish)
 
 activation(
     "softsign",
     lambda a: F.softsign,
     lambda a: (lambda x, dy: dy / torch.square(1 + torch.abs(x))),
-    doc="out = in / (1 + |in|)")
+    doc="out = in / (1 + |in|)", onnx=onnx_rules.softsign)
 
 
 # ------------------------------------------------------------------ prelu / tf_prelu
@@ -230,10 +234,11 @@ def _prelu_family_grad(op_type):
 
 
 op("prelu", inputs=["x", "alpha"], outputs=["y"], infer=_prelu_infer, kernel=_prelu_kernel,
-   grad=_prelu_family_grad("prelu"), doc="y = x if x > 0 else alpha[c] * x, c = dim 1 of x")
+   grad=_prelu_family_grad("prelu"), doc="y = x if x > 0 else alpha[c] * x, c = dim 1 of x", onnx=onnx_rules.prelu)
 op("prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
    kernel=_prelu_grad_kernel)
 op("tf_prelu", inputs=["x", "alpha"], outputs=["y"], infer=_tf_prelu_infer, kernel=_tf_prelu_kernel,
-   grad=_prelu_family_grad("tf_prelu"), doc="y = x if x > 0 else alpha * x, alpha broadcast over x.shape[1:]")
+   grad=_prelu_family_grad("tf_prelu"), doc="y = x if x > 0 else alpha * x, alpha broadcast over x.shape[1:]",
+   onnx=onnx_rules.tf_prelu)
 op("tf_prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
    kernel=_tf_prelu_grad_kernel)

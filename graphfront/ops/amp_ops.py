@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from graphfront.framework import dtypes as _dt
+from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 
 LOSS_SCALE_MIN = 1.0
@@ -31,7 +32,7 @@ def _like_in(ctx):
 
 op("amp_white_identity", inputs=["in"], outputs=["out"], infer=_like_in, kernel=lambda k: lambda x: x,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit("amp_white_identity", {"in": g.dout("out")})),
-   view=True, doc="out = in; marks a point of the auto-mixed-precision white list")
+   view=True, doc="out = in; marks a point of the auto-mixed-precision white list", onnx=onnx_rules.same("Identity"))
 
 
 def _schedule_infer(ctx):

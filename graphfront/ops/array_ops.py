@@ -93,7 +93,7 @@ def _reshape_like_infer(ctx):
 
 
 op("reshape_like", inputs=["in", "like"], outputs=["out"], infer=_reshape_like_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True)
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=onnx_rules.reshape_to_output("in", "out"))
 
 
 def _flatten_infer(ctx):
@@ -128,7 +128,7 @@ def _squeeze_infer(ctx):
 
 
 op("squeeze", inputs=["in"], outputs=["out"], attrs={"axes": "list_int32"}, infer=_squeeze_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True)
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=onnx_rules.reshape_to_output("in", "out"))
 
 
 def _expand_dims_infer(ctx):
@@ -142,7 +142,7 @@ def _expand_dims_infer(ctx):
 
 
 op("expand_dims", inputs=["in"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=_expand_dims_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True)
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=onnx_rules.reshape_to_output("in", "out"))
 
 
 # ============================================================== transpose
@@ -266,7 +266,7 @@ def _split_like_grad(g):
 
 
 op("split_like", inputs=["in", "like*"], outputs=["out*"], attrs={"axis": ("int64", 0)},
-   infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True)
+   infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True, onnx=onnx_rules.split_like)
 
 
 # ============================================================== slice family
@@ -355,7 +355,7 @@ def _slice_grad(g):
 
 
 op("slice", inputs=["x"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_infer,
-   kernel=_slice_kernel, grad=_slice_grad, view=True)
+   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=onnx_rules.slice_op)
 
 
 def _slice_grad_infer(ctx):
@@ -453,7 +453,7 @@ def _narrow_kernel(k):
 op("narrow", inputs=["in"], outputs=["out"], attrs=NARROW_ATTRS, infer=_narrow_infer, kernel=_narrow_kernel,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "narrow_grad", {"dy": g.dout("out"), "like": g.input("in")}, {a: g.attr(a) for a in NARROW_ATTRS})),
-   view=True)
+   view=True, onnx=onnx_rules.narrow)
 
 
 def _narrow_grad_infer(ctx):
@@ -529,7 +529,7 @@ def _gather_grad(g):
 
 
 op("gather", inputs=["in", "indices"], outputs=["out"], attrs={"axis": ("int64", 0)}, infer=_gather_infer,
-   kernel=_gather_kernel, grad=_gather_grad)
+   kernel=_gather_kernel, grad=_gather_grad, onnx=onnx_rules.gather)
 
 
 def _segment_geometry(ctx, data, ids, axis):
@@ -629,7 +629,7 @@ def _batch_gather_kernel(k):
 
 
 op("batch_gather", inputs=["in", "indices"], outputs=["out"], infer=_batch_gather_infer,
-   kernel=_batch_gather_kernel,
+   kernel=_batch_gather_kernel, onnx=onnx_rules.batch_gather,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "unsorted_batch_segment_sum", {"data": g.dout("out"), "segment_ids": g.input("indices")},
        {"num_segments": g.desc(g.input("in")).shape[len(g.desc(g.input("indices")).shape) - 1]})))
@@ -713,6 +713,7 @@ def _gather_nd_kernel(k):
 
 
 op("gather_nd", inputs=["params", "indices"], outputs=["out"], infer=_gather_nd_infer, kernel=_gather_nd_kernel,
+   onnx=onnx_rules.gather_nd,
    grad=lambda g: g.needs("params") and g.set_grad("params", g.emit(
        "scatter_nd_like", {"like": g.input("params"), "indices": g.input("indices"), "updates": g.dout("out")})))
 
@@ -838,7 +839,8 @@ def _dim_gather_infer(ctx):
 
 
 op("dim_gather", inputs=["input", "index"], outputs=["output"], attrs={"dim": ("int32", 0)},
-   infer=_dim_gather_infer,
+   infer=_dim_gather_infer, onnx=lambda c: c.node("GatherElements", [c.input("input"), c.input("index")],
+                                                  [c.output("output")], axis=c.attr("dim")),
    kernel=lambda k: (lambda x, idx, d=norm_axis(k.attr("dim"), len(k.input("input").shape)):
                      torch.gather(x, d, idx.long())),
    grad=lambda g: g.needs("input") and g.set_grad("input", g.emit(
@@ -915,6 +917,7 @@ def _expand_kernel(k):
 
 
 op("expand", inputs=["in"], outputs=["out"], attrs=EXPAND_ATTRS, infer=_expand_infer, kernel=_expand_kernel,
+   onnx=onnx_rules.expand_to_output("in", "out"),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "expand_grad", {"in": g.dout("out")},
        {"logical_out_shape": list(g.desc(g.input("in")).shape),
@@ -986,7 +989,7 @@ def _pad_attrs(g):
     return {a: g.attr(a) for a in PAD_ATTRS}
 
 
-op("pad", inputs=["x"], outputs=["y"], attrs=PAD_ATTRS, infer=_pad_infer, kernel=_pad_kernel,
+op("pad", inputs=["x"], outputs=["y"], attrs=PAD_ATTRS, infer=_pad_infer, kernel=_pad_kernel, onnx=onnx_rules.pad,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("pad_grad", {"dy": g.dout("y")}, _pad_attrs(g))))
 
 
@@ -1082,6 +1085,7 @@ CONSTANT_PAD_ATTRS = {"padding": "list_int64", "floating_value": ("double", 0.0)
 
 def _padnd_family(name, n, mode, attrs):
     op(name, inputs=["x"], outputs=["y"], attrs=attrs, infer=_padnd_infer(n, mode), kernel=_padnd_kernel(mode),
+       onnx=onnx_rules.padnd({"reflect": "reflect", "replicate": "edge"}.get(mode, mode)),
        grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
            f"{name}_grad", {"dy": g.dout("y")}, {a: g.attr(a) for a in attrs})))
     op(f"{name}_grad", inputs=["dy"], outputs=["dx"], attrs=attrs, infer=_padnd_grad_infer(n),
@@ -1117,7 +1121,7 @@ def _roll_kernel(k):
 
 
 op("roll", inputs=["in"], outputs=["out"], attrs={"shifts": "list_int32", "dims": "list_int32"},
-   infer=_roll_infer, kernel=_roll_kernel,
+   infer=_roll_infer, kernel=_roll_kernel, onnx=onnx_rules.roll,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "roll", {"in": g.dout("out")}, {"shifts": [-s for s in g.attr("shifts")], "dims": g.attr("dims")})))
 
@@ -1139,7 +1143,7 @@ def _flip_kernel(x_arg):
 # v0.6.0 registers no grad function for ``flip`` (``oneflow/user/ops/flip_op.cpp``); ``flip_grad``
 # exists as its own op. flow.reverse uses ``slice`` with step -1, which is differentiable.
 op("flip", inputs=["x"], outputs=["y"], attrs={"dims": "list_int32"}, infer=_flip_infer("x", "y"),
-   kernel=_flip_kernel("x"))
+   kernel=_flip_kernel("x"), onnx=onnx_rules.flip)
 op("flip_grad", inputs=["dy"], outputs=["dx"], attrs={"dims": "list_int32"}, infer=_flip_infer("dy", "dx"),
    kernel=_flip_kernel("dy"))
 
@@ -1206,7 +1210,7 @@ def _tuple_identity_grad(g):
 
 
 op("tuple_identity", inputs=["in*"], outputs=["out*"], infer=_tuple_identity_infer,
-   kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True)
+   kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True, onnx=onnx_rules.identity_each)
 
 
 # ============================================================== constant sources and *_like (NoGrad)
@@ -1234,15 +1238,16 @@ def _constant_kernel(k):
 op("constant", outputs=["out"],
    attrs={"floating_value": ("double", 0.0), "integer_value": ("int64", 0), "is_floating_value": ("bool", False),
           "dtype": "dtype", "shape": "shape", "nd_sbp": "list_string"},
-   infer=_constant_infer, kernel=_constant_kernel, no_grad=True)
+   infer=_constant_infer, kernel=_constant_kernel, no_grad=True, onnx=onnx_rules.constant)
 
 op("zero_like", inputs=["like"], outputs=["out"], infer=like("like"),
-   kernel=lambda k: torch.zeros_like, no_grad=True)
+   kernel=lambda k: torch.zeros_like, no_grad=True, onnx=onnx_rules.full_like_output(0, "out"))
 
 # v0.6.0 declares ones_like as ``x -> y`` (its C++ inference reads ``like``/``out``,
 # a bug). graphfront keeps the declared signature, the one a conf is checked against,
 # and infers ``y`` from ``x`` consistently.
-op("ones_like", inputs=["x"], outputs=["y"], infer=like("x"), kernel=lambda k: torch.ones_like, no_grad=True)
+op("ones_like", inputs=["x"], outputs=["y"], infer=like("x"), kernel=lambda k: torch.ones_like, no_grad=True,
+   onnx=onnx_rules.full_like_output(1, "y"))
 
 
 def _one_hot_infer(ctx):
@@ -1268,7 +1273,7 @@ def _one_hot_kernel(k):
 op("one_hot", inputs=["indices"], outputs=["out"],
    attrs={"depth": ("int64", 0), "floating_on_value": ("double", 0.0), "integer_on_value": ("int64", 0),
           "floating_off_value": ("double", 0.0), "integer_off_value": ("int64", 0), "dtype": "dtype"},
-   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True)
+   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True, onnx=onnx_rules.one_hot)
 
 
 ARANGE_ATTRS = {"integer_start": ("int64", 0), "integer_delta": ("int64", 0), "integer_limit": ("int64", 0),
@@ -1303,7 +1308,8 @@ def _arange_kernel(k):
                                          device=device) * delta).to(dtype.torch)
 
 
-op("arange", outputs=["out"], attrs=ARANGE_ATTRS, infer=_arange_infer, kernel=_arange_kernel, no_grad=True)
+op("arange", outputs=["out"], attrs=ARANGE_ATTRS, infer=_arange_infer, kernel=_arange_kernel, no_grad=True,
+   onnx=onnx_rules.arange)
 
 
 def _eye_infer(ctx):
@@ -1317,4 +1323,4 @@ op("eye", outputs=["out"], attrs={"rows": ("int64", 0), "cols": ("int64", 0), "d
    infer=_eye_infer,
    kernel=lambda k: (lambda r=k.attr("rows"), c=k.attr("cols"), t=k.attr("dtype").torch, dev=k.device:
                      torch.eye(r, c, dtype=t, device=dev)),
-   no_grad=True)
+   no_grad=True, onnx=onnx_rules.eye)

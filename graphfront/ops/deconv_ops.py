@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from graphfront.ops.common import same_dtype
 from graphfront.ops.nn_ops import layout_for, torch_dilation
+from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 
 DECONV_ATTRS = {"filters": ("int32", 0), "padding_before": "list_int32", "data_format": "string",
@@ -102,5 +103,5 @@ def _deconv_grad(n):
 
 for _n in (1, 2, 3):
     op(f"deconv{_n}d", inputs=["in", "weight"], outputs=["out"], attrs=DECONV_ATTRS, infer=_deconv_infer(_n),
-       kernel=_deconv_kernel(_n), grad=_deconv_grad(_n),
+       kernel=_deconv_kernel(_n), grad=_deconv_grad(_n), onnx=onnx_rules.deconv(_n),
        doc=f"{_n}-D transposed convolution (the data gradient of conv{_n}d as a forward op)")

@@ -39,6 +39,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import same_dtype
+from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
@@ -106,7 +107,7 @@ def _bias_add_gelu_grad(g):
 
 
 op("fused_bias_add_gelu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)},
-   infer=_bias_add_infer(), kernel=_bias_add_gelu_kernel, grad=_bias_add_gelu_grad,
+   infer=_bias_add_infer(), kernel=_bias_add_gelu_kernel, grad=_bias_add_gelu_grad, onnx=onnx_rules.bias_add_then("Gelu"),
    doc="gelu(a + b) with b along attr axis (exact erf GELU)")
 op("fused_bias_add_gelu_grad", inputs=["a", "b", "dy"], outputs=["dx"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_infer("dy"), kernel=_bias_add_gelu_grad_kernel,
@@ -305,5 +306,5 @@ def _cast_scale_kernel(k):
 
 
 op("fused_cast_scale", inputs=["x", "scale_by_tensor"], outputs=["y"], attrs={"scale": ("double", 1.0)},
-   infer=_cast_scale_infer, kernel=_cast_scale_kernel,
+   infer=_cast_scale_infer, kernel=_cast_scale_kernel, onnx=onnx_rules.fused_cast_scale,
    doc="cast(x, dtype of scale_by_tensor) * scale * scale_by_tensor")

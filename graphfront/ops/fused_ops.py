@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import like, same_dtype
 from graphfront.ops.nn_ops import CONV_GRAD_ATTRS, POOL_ATTRS, conv_xla_fn, layout_for, pool_geometry, torch_dilation
-from graphfront.ops import xla_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -105,6 +105,7 @@ def _matmul_bias_grad(g):
 op("fused_matmul_bias", inputs=["x", "weight", "bias", "_add_to_output?"], outputs=["out"],
    infer=_matmul_bias_infer, kernel=_matmul_bias_kernel, grad=_matmul_bias_grad, sbp=_sbp.linear_bias,
    xla=lambda k: (lambda x, w, b, add_to: x @ w.T + b if add_to is None else x @ w.T + b + add_to),
+   onnx=onnx_rules.fused_matmul_bias,
    doc="out = x @ weight^T + bias (F.linear); written by the fusion pass for matmul + bias_add")
 
 
@@ -135,7 +136,7 @@ def _bias_add_relu_xla(k):
 
 
 op("fused_bias_add_relu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)},
-   infer=_bias_add_relu_infer, kernel=_bias_add_relu_kernel, sbp=_sbp.bias_add,
+   infer=_bias_add_relu_infer, kernel=_bias_add_relu_kernel, sbp=_sbp.bias_add, onnx=onnx_rules.bias_add_then("Relu"),
    xla=_bias_add_relu_xla,
    doc="graphfront-only: relu(bias_add(a, b, axis)); written by the fusion pass")
 
@@ -158,7 +159,8 @@ def _scalar_mul_add_kernel(k):
 
 op("fused_scalar_mul_add", inputs=["in"], outputs=["out"],
    attrs={"scale": ("double", 1.0), "shift": ("double", 0.0)}, infer=_scalar_mul_add_infer,
-   kernel=_scalar_mul_add_kernel, xla=lambda k: (lambda x: x * k.attr("scale") + k.attr("shift")),
+   kernel=_scalar_mul_add_kernel, onnx=onnx_rules.fused_scalar_mul_add,
+   xla=lambda k: (lambda x: x * k.attr("scale") + k.attr("shift")),
    doc="graphfront-only: out = in * scale + shift; written by the fusion pass for scalar_mul + scalar_add")
 
 
@@ -403,6 +405,7 @@ for _n in (1, 2, 3):
     op(f"fused_tf_max_pool_{_n}d", inputs=["x"], outputs=["y", "indices"],
        attrs={**POOL_ATTRS, "relu": ("bool", False)},
        infer=_fused_pool_infer(_n), kernel=_fused_pool_kernel(_n), sbp=_sbp.batch(), xla=_fused_pool_xla(_n),
+       onnx=onnx_rules.fused_tf_max_pool(_n),
        doc=f"graphfront-only: tf_max_pool_{_n}d that also returns the argmax indices; with relu, "
            "the pool of relu(x), computed as relu of the pool")
     op(f"fused_tf_max_pool_{_n}d_grad", inputs=["x", "y?", "indices", "dy"], outputs=["dx"],
@@ -446,7 +449,7 @@ def _folded_kernel(k):
 
 
 op("folded_constant", inputs=[], outputs=["out"], attrs={"shape": "shape", "dtype": "dtype", "data": "string"},
-   infer=_folded_infer, kernel=_folded_kernel, no_grad=True,
+   infer=_folded_infer, kernel=_folded_kernel, no_grad=True, onnx=onnx_rules.folded_constant,
    xla=lambda k: (lambda value=_dt.tensor_to_numpy(decode_constant(k.attr("data"), k.attr("shape"), k.attr("dtype"))):
                   xla_rules.jnp().asarray(value)),
    doc="graphfront-only: a constant tensor (the value of a folded subgraph, base64 bytes in 'data')")

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.ops.common import same_dtype
+from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 
 
@@ -48,7 +49,7 @@ def _log_softmax_grad_infer(ctx):
 
 
 op("log_softmax", inputs=["in"], outputs=["prob"], infer=_log_softmax_infer,
-   kernel=lambda k: (lambda x: torch.log_softmax(x, -1)),
+   kernel=lambda k: (lambda x: torch.log_softmax(x, -1)), onnx=onnx_rules.same("LogSoftmax", axis=-1),
    grad=lambda g: _needs_grad(g, "in", "prob") and g.set_grad("in", g.emit(
        "log_softmax_grad", {"prob": g.output("prob"), "dy": g.dout("prob")})),
    doc="prob = x - logsumexp(x) over the last axis (the log-probabilities)")

@@ -72,7 +72,8 @@ op("relu_grad", inputs=["y", "dy"], outputs=["dx"], infer=_relu_grad_infer, sbp=
 
 op("identity", inputs=["in"], outputs=["out"], infer=like("in"), sbp=_sbp.elementwise(p_all=True),
    kernel=lambda k: lambda x: x, xla=lambda k: lambda x: x,
-   grad=lambda g: g.needs("in") and g.set_grad("in", g.emit("identity", {"in": g.dout("out")})), view=True)
+   grad=lambda g: g.needs("in") and g.set_grad("in", g.emit("identity", {"in": g.dout("out")})), view=True,
+   onnx=onnx_rules.same("Identity"))
 
 
 # ----------------------------------------------------------------- cast, cast_like
@@ -93,7 +94,8 @@ op("cast", inputs=["in"], outputs=["out"], attrs={"dtype": "dtype"}, infer=_cast
 # cast_like: `in` converted to the dtype of `dtype_like` (used by reduce_max/min grads)
 op("cast_like", inputs=["in", "dtype_like"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape, ctx.input("dtype_like").dtype),
-   kernel=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.torch: x.to(t)), no_grad=True)
+   kernel=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.torch: x.to(t)), no_grad=True,
+   onnx=onnx_rules.cast_to_output("in", "out"))
 
 # (zero_like, used by the `where` grad, is defined with the array ops)
 
@@ -165,7 +167,7 @@ def _scalar_pow_grad_kernel(k):
 
 
 op("scalar_pow", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(float_only=True),
-   kernel=_scalar_kernel(torch.pow),
+   kernel=_scalar_kernel(torch.pow), onnx=onnx_rules.scalar_binary(onnx_rules.power),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "scalar_pow_grad", {"x": g.input("in"), "dy": g.dout("out")}, _scalar_attrs_of(g))))
 op("scalar_pow_grad", inputs=["x", "dy"], outputs=["dx"], attrs=SCALAR_ATTRS, infer=like("x"),
@@ -173,9 +175,10 @@ op("scalar_pow_grad", inputs=["x", "dy"], outputs=["dx"], attrs=SCALAR_ATTRS, in
 
 # no grad function (as OneFlow): autograd fails if it reaches them
 op("scalar_floordiv", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
-   kernel=_scalar_kernel(lambda x, s: torch.div(x, s, rounding_mode="floor").to(x.dtype)))
+   kernel=_scalar_kernel(lambda x, s: torch.div(x, s, rounding_mode="floor").to(x.dtype)),
+   onnx=onnx_rules.scalar_binary(onnx_rules.floor_div))
 op("scalar_fmod", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
-   kernel=_scalar_kernel(torch.fmod))
+   kernel=_scalar_kernel(torch.fmod), onnx=onnx_rules.scalar_binary(onnx_rules.fmod))
 
 _LOGICAL = {
     "equal": torch.eq, "not_equal": torch.ne, "greater": torch.gt, "greater_equal": torch.ge,
@@ -217,7 +220,7 @@ def _scalar_logical_kernel(fn):
 for _name, _fn in _LOGICAL.items():
     op(f"scalar_logical_{_name}", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS,
        infer=_scalar_infer(_dt.int8), kernel=_scalar_logical_kernel(_fn), no_grad=True,
-       xla=_logical_xla(_name, scalar=True))
+       xla=_logical_xla(_name, scalar=True), onnx=onnx_rules.scalar_compare(_name))
 
 
 # scalar_{add,sub,mul,div}_by_tensor: the scalar is a one-element blob
@@ -278,7 +281,7 @@ def divide(x, y):
 
 for _kind, _fn in (("add", torch.add), ("sub", torch.sub), ("mul", torch.mul), ("div", divide)):
     op(f"scalar_{_kind}_by_tensor", inputs=["x", "scalar"], outputs=["y"], infer=_by_tensor_infer,
-       kernel=_by_tensor_kernel(_fn), grad=_by_tensor_grad(_kind),
+       kernel=_by_tensor_kernel(_fn), grad=_by_tensor_grad(_kind), onnx=onnx_rules.by_tensor(_kind.capitalize()),
        sbp=_sbp.elementwise(p_each=("x",) if _kind in ("mul", "div") else ()))
 
 
@@ -391,13 +394,13 @@ for _name, _fn, _grad, _onnx, _xla in (
         ("broadcast_sub", torch.sub, _bgrad_sub, "Sub", "subtract"),
         ("broadcast_mul", torch.mul, _bgrad_mul, "Mul", "multiply"), ("broadcast_div", divide, _bgrad_div, "Div", None),
         ("broadcast_pow", torch.pow, _bgrad_pow, "Pow", "power"),
-        ("broadcast_floor_mod", _floor_mod, _bgrad_x_only, None, "remainder"),
-        ("broadcast_fmod", torch.fmod, _bgrad_x_only, None, "fmod"),
+        ("broadcast_floor_mod", _floor_mod, _bgrad_x_only, onnx_rules.binary(onnx_rules.floor_mod), "remainder"),
+        ("broadcast_fmod", torch.fmod, _bgrad_x_only, onnx_rules.binary(onnx_rules.fmod), "fmod"),
         # no grad function (as OneFlow): use elementwise_maximum/minimum to differentiate
         ("broadcast_maximum", torch.maximum, None, "Max", "maximum"),
         ("broadcast_minimum", torch.minimum, None, "Min", "minimum")):
     op(_name, inputs=["x", "y"], outputs=["z"], infer=_binary_infer,
-       kernel=lambda k, f=_fn: f, grad=_grad, onnx=_onnx and onnx_rules.same(_onnx),
+       kernel=lambda k, f=_fn: f, grad=_grad, onnx=onnx_rules.same(_onnx) if isinstance(_onnx, str) else _onnx,
        xla=xla_rules.same(_xla) if _xla else _divide_xla,
        sbp=_sbp.elementwise(p_all=_name in ("broadcast_add", "broadcast_sub"),
                             p_each={"broadcast_mul": ("x", "y"), "broadcast_div": ("x",)}.get(_name, ())))
@@ -431,7 +434,8 @@ op("broadcast_pow_y_grad", inputs=["x", "y", "z", "dz"], outputs=["dy"], infer=_
 for _name, _fn in _LOGICAL.items():
     _type = f"broadcast_{'logical_' + _name if _name in ('and', 'or', 'xor') else _name}"
     op(_type, inputs=["x", "y"], outputs=["z"], infer=functools.partial(_binary_infer, out_dtype=_dt.int8),
-       kernel=lambda k, f=_fn: (lambda x, y: f(x, y).to(torch.int8)), no_grad=True, xla=_logical_xla(_name))
+       kernel=lambda k, f=_fn: (lambda x, y: f(x, y).to(torch.int8)), no_grad=True, xla=_logical_xla(_name),
+       onnx=onnx_rules.compare(_name))
 
 
 # ----------------------------------------------------------------- same-shape binary
@@ -449,7 +453,7 @@ def _multiply_grad(g):
 
 
 op("multiply", inputs=["x", "y"], outputs=["out"], infer=_multiply_infer,
-   kernel=lambda k: torch.mul, grad=_multiply_grad)
+   kernel=lambda k: torch.mul, grad=_multiply_grad, onnx=onnx_rules.same("Mul"))
 
 
 def _same_shape_infer(out="z", float_only=False):
@@ -495,7 +499,7 @@ def _elementwise_extremum(kind):
             ctx.set_output(a, d.shape, d.dtype)
 
     op(f"elementwise_{kind}", inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(),
-       kernel=lambda k: fwd, grad=grad)
+       kernel=lambda k: fwd, grad=grad, onnx=onnx_rules.same("Max" if kind == "maximum" else "Min"))
     op(f"elementwise_{kind}_backward", inputs=["dz", "x", "y"], outputs=["dx?", "dy?"],
        infer=backward_infer, kernel=backward_kernel)
 
@@ -504,11 +508,12 @@ _elementwise_extremum("maximum")
 _elementwise_extremum("minimum")
 
 
-def binary_family(name, fwd, dx_fn, dy_fn, xla=None):
+def binary_family(name, fwd, dx_fn, dy_fn, xla=None, onnx=None):
     """Register ``name`` (x, y -> z, same shapes, float) and ``name_x_grad``/``name_y_grad``
     (x, y, dz -> dx / dy), OneFlow's wiring (``oneflow/user/ops/elementwise_maximum_minimum_ops.cpp``).
     ``xla`` names the jax function computing ``fwd`` (the grads' rules are its
-    vector-Jacobian products)."""
+    vector-Jacobian products); ``onnx(c, x, y, out, desc)`` writes its ONNX nodes (see
+    :func:`onnx_rules.binary`)."""
     def grad(g):
         ins = {"x": g.input("x"), "y": g.input("y"), "dz": g.dout("z")}
         for side in ("x", "y"):
@@ -532,7 +537,7 @@ def binary_family(name, fwd, dx_fn, dy_fn, xla=None):
         return make
 
     op(name, inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(float_only=True),
-       kernel=lambda k: fwd, grad=grad, xla=xla and xla_rules.same(xla))
+       kernel=lambda k: fwd, grad=grad, xla=xla and xla_rules.same(xla), onnx=onnx and onnx_rules.binary(onnx))
     op(f"{name}_x_grad", inputs=["x", "y", "dz"], outputs=["dx"], infer=grad_infer("x"),
        kernel=lambda k: dx_fn, xla=xla and vjp("x"))
     op(f"{name}_y_grad", inputs=["x", "y", "dz"], outputs=["dy"], infer=grad_infer("y"),
@@ -547,21 +552,22 @@ def _xlogy(x, y):
     return torch.where(x == 0, _zero(x), x * torch.log(y))
 
 
-binary_family("pow", torch.pow, _pow_x_grad, lambda x, y, dz: _pow_y_grad(x, y, torch.pow(x, y), dz), xla="power")
+binary_family("pow", torch.pow, _pow_x_grad, lambda x, y, dz: _pow_y_grad(x, y, torch.pow(x, y), dz), xla="power",
+              onnx=onnx_rules.power)
 binary_family("atan2", torch.atan2,
               lambda x, y, dz: dz * y / (x * x + y * y),
-              lambda x, y, dz: -dz * x / (x * x + y * y), xla="arctan2")
+              lambda x, y, dz: -dz * x / (x * x + y * y), xla="arctan2", onnx=onnx_rules.atan2)
 # floor(x / y): piecewise constant, zero gradients
 binary_family("floordiv", lambda x, y: torch.div(x, y, rounding_mode="floor"),
-              lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz))
+              lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz), onnx=onnx_rules.floor_div)
 # x / y, defined as 0 where x == 0 (TensorFlow's xdivy)
 binary_family("xdivy", _xdivy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz / y),
-              lambda x, y, dz: torch.where(x == 0, _zero(dz), -dz * x / (y * y)))
+              lambda x, y, dz: torch.where(x == 0, _zero(dz), -dz * x / (y * y)), onnx=onnx_rules.xdivy)
 # x * log(y), defined as 0 where x == 0 (TensorFlow's xlogy)
 binary_family("xlogy", _xlogy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * torch.log(y)),
-              lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * x / y))
+              lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * x / y), onnx=onnx_rules.xlogy)
 
 
 # ----------------------------------------------------------------- reductions
@@ -631,17 +637,22 @@ def _prod(x, axes, keep):
 
 op("reduce_max", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amax(x, dim=a, keepdim=keep)),
+   onnx=onnx_rules.reduce("ReduceMax"),
    grad=_reduce_extremum_grad, xla=xla_rules.reduce("max"))
 op("reduce_min", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amin(x, dim=a, keepdim=keep)),
+   onnx=onnx_rules.reduce("ReduceMin"),
    grad=_reduce_extremum_grad, xla=xla_rules.reduce("min"))
 # no grad function (as OneFlow)
 op("reduce_prod", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
-   infer=_reduce_infer(), kernel=_reduce_kernel(_prod), xla=xla_rules.reduce("prod"))
+   infer=_reduce_infer(), kernel=_reduce_kernel(_prod), onnx=onnx_rules.reduce("ReduceProd"),
+   xla=xla_rules.reduce("prod"))
 op("reduce_any", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
-   infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.any(x != 0, dim=a, keepdim=keep)))
+   infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.any(x != 0, dim=a, keepdim=keep)),
+   onnx=onnx_rules.reduce_logical("ReduceMax"))
 op("reduce_all", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
-   infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.all(x != 0, dim=a, keepdim=keep)))
+   infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.all(x != 0, dim=a, keepdim=keep)),
+   onnx=onnx_rules.reduce_logical("ReduceMin"))
 
 
 def _reduce_sum_like_infer(ctx):
@@ -670,7 +681,8 @@ def _reduce_sum_like_xla(k):
 
 
 op("reduce_sum_like", inputs=["x", "like"], outputs=["y"], attrs={"axis": "list_int32"},
-   infer=_reduce_sum_like_infer, kernel=_reduce_sum_like_kernel, no_grad=True, xla=_reduce_sum_like_xla)
+   infer=_reduce_sum_like_infer, kernel=_reduce_sum_like_kernel, no_grad=True, onnx=onnx_rules.reduce_sum_like,
+   xla=_reduce_sum_like_xla)
 
 
 def _broadcast_like_infer(ctx):
@@ -699,6 +711,7 @@ def _broadcast_like_xla(k):
 
 op("broadcast_like", inputs=["x", "like"], outputs=["y"], attrs={"broadcast_axes": "list_int32"},
    infer=_broadcast_like_infer, kernel=_broadcast_like_kernel, xla=_broadcast_like_xla,
+   onnx=onnx_rules.expand_to_output("x", "y", onnx_rules.broadcast_like_keep_shape),
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "reduce_sum_like", {"x": g.dout("y"), "like": g.input("x")}, {"axis": g.attr("broadcast_axes")})),
    view=True)
@@ -708,7 +721,7 @@ op("broadcast_like", inputs=["x", "like"], outputs=["y"], attrs={"broadcast_axes
 
 op("argmax", inputs=["in"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape[:-1], _dt.int64),
-   kernel=lambda k: lambda x: torch.argmax(x, dim=-1), no_grad=True)
+   kernel=lambda k: lambda x: torch.argmax(x, dim=-1), no_grad=True, onnx=onnx_rules.argmax)
 
 
 def _top_k_infer(ctx):
@@ -752,7 +765,7 @@ def _in_top_k_kernel(k):
 
 
 op("in_top_k", inputs=["targets", "predictions"], outputs=["out"], attrs={"k": ("int32", 0)},
-   infer=_in_top_k_infer, kernel=_in_top_k_kernel, no_grad=True)
+   infer=_in_top_k_infer, kernel=_in_top_k_kernel, no_grad=True, onnx=onnx_rules.in_top_k)
 
 
 def _direction(ctx):
@@ -780,9 +793,9 @@ def _sort_kernel(indices):
 
 
 op("arg_sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(_dt.int32),
-   kernel=_sort_kernel(True), no_grad=True)
+   kernel=_sort_kernel(True), no_grad=True, onnx=onnx_rules.sort(False))
 op("sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(),
-   kernel=_sort_kernel(False), no_grad=True)
+   kernel=_sort_kernel(False), no_grad=True, onnx=onnx_rules.sort(True))
 
 
 # ----------------------------------------------------------------- unary math family
@@ -804,11 +817,11 @@ def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, 
     ``grad_fn(x, dy)`` is the explicit derivative; without it the grad op's kernel
     uses torch autograd on ``fwd`` (OneFlow's wiring: grad op ``<op>_grad`` with the
     forward input ``x`` and ``dy``, ``oneflow/user/ops/math_unary_elementwise_op.cpp``).
-    ``onnx`` names the ONNX operator computing ``fwd`` (the op's ONNX converter), if there is one;
+    ``onnx`` names the ONNX operator computing ``fwd``, or is the op's ONNX converter, if there is one;
     ``xla`` the jax function computing it (see :func:`graphfront.ops.xla_rules.jnp_fn`; the
     grad op's rule is its vector-Jacobian product).
     """
-    convert = onnx_rules.same(onnx) if onnx else None
+    convert = onnx_rules.same(onnx) if isinstance(onnx, str) else onnx
     def infer(ctx):
         x = ctx.input("x")
         if float_only:
@@ -842,38 +855,41 @@ unary_family("negative", torch.neg, lambda x, dy: -dy, float_only=False, onnx="N
 unary_family("exp", torch.exp, lambda x, dy: dy * torch.exp(x), onnx="Exp", xla="exp")
 unary_family("log", torch.log, lambda x, dy: dy / x, onnx="Log", xla="log")
 unary_family("sqrt", torch.sqrt, lambda x, dy: dy * 0.5 * torch.rsqrt(x), onnx="Sqrt", xla="sqrt")
-unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3, xla="lax.rsqrt")
-unary_family("square", torch.square, lambda x, dy: dy * 2 * x, xla="square")
+unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3, onnx=onnx_rules.unary(onnx_rules.rsqrt), xla="lax.rsqrt")
+unary_family("square", torch.square, lambda x, dy: dy * 2 * x, onnx=onnx_rules.unary(onnx_rules.square), xla="square")
 unary_family("abs", torch.abs, lambda x, dy: dy * torch.sign(x), float_only=False, onnx="Abs", xla="abs")
 unary_family("tanh", torch.tanh, lambda x, dy: dy * (1 - torch.tanh(x) ** 2), onnx="Tanh", xla="tanh")
 unary_family("sigmoid_v2", torch.sigmoid, lambda x, dy: dy * torch.sigmoid(x) * (1 - torch.sigmoid(x)), onnx="Sigmoid",
              xla="nn.sigmoid")
 unary_family("reciprocal", torch.reciprocal, lambda x, dy: -dy / (x * x), onnx="Reciprocal", xla="reciprocal")
 unary_family("acos", torch.acos, lambda x, dy: -dy * torch.rsqrt(1 - x * x), onnx="Acos", xla="arccos")
-unary_family("acosh", torch.acosh, lambda x, dy: dy * torch.rsqrt(x * x - 1), xla="arccosh")
+unary_family("acosh", torch.acosh, lambda x, dy: dy * torch.rsqrt(x * x - 1), onnx="Acosh", xla="arccosh")
 unary_family("asin", torch.asin, lambda x, dy: dy * torch.rsqrt(1 - x * x), onnx="Asin", xla="arcsin")
 unary_family("asinh", torch.asinh, lambda x, dy: dy * torch.rsqrt(x * x + 1), onnx="Asinh", xla="arcsinh")
 unary_family("atan", torch.atan, lambda x, dy: dy / (1 + x * x), onnx="Atan", xla="arctan")
-unary_family("atanh", torch.atanh, lambda x, dy: dy / (1 - x * x), xla="arctanh")
+unary_family("atanh", torch.atanh, lambda x, dy: dy / (1 - x * x), onnx="Atanh", xla="arctanh")
 unary_family("ceil", torch.ceil, _zero_grad, onnx="Ceil", xla="ceil")
 unary_family("cos", torch.cos, lambda x, dy: -dy * torch.sin(x), onnx="Cos", xla="cos")
 unary_family("cosh", torch.cosh, lambda x, dy: dy * torch.sinh(x), onnx="Cosh", xla="cosh")
 unary_family("erf", torch.erf, lambda x, dy: dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), onnx="Erf", xla="lax.erf")
-unary_family("erfc", torch.erfc, lambda x, dy: -dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), xla="lax.erfc")
-unary_family("expm1", torch.expm1, lambda x, dy: dy * torch.exp(x), xla="expm1")
+unary_family("erfc", torch.erfc, lambda x, dy: -dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x),
+             onnx=onnx_rules.unary(onnx_rules.erfc), xla="lax.erfc")
+unary_family("expm1", torch.expm1, lambda x, dy: dy * torch.exp(x), onnx=onnx_rules.unary(onnx_rules.expm1), xla="expm1")
 unary_family("floor", torch.floor, _zero_grad, onnx="Floor", xla="floor")
 unary_family("lgamma", torch.lgamma, lambda x, dy: dy * torch.digamma(x), xla="lax.lgamma")
-unary_family("log1p", torch.log1p, lambda x, dy: dy / (1 + x), xla="log1p")
-unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)), xla="log2")
-unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x), xla="nn.log_sigmoid")
-unary_family("reciprocal_no_nan", _reciprocal_no_nan, lambda x, dy: -dy * _reciprocal_no_nan(x * x))
-unary_family("rint", torch.round, _zero_grad, xla="round")          # round half to even
-unary_family("round", torch.round, _zero_grad, xla="round")         # round half to even (nearbyint)
+unary_family("log1p", torch.log1p, lambda x, dy: dy / (1 + x), onnx=onnx_rules.unary(onnx_rules.log1p), xla="log1p")
+unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)), onnx=onnx_rules.unary(onnx_rules.log2),
+             xla="log2")
+unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x),
+             onnx=onnx_rules.unary(onnx_rules.log_sigmoid), xla="nn.log_sigmoid")
+unary_family("reciprocal_no_nan", _reciprocal_no_nan, lambda x, dy: -dy * _reciprocal_no_nan(x * x),
+             onnx=onnx_rules.unary(onnx_rules.reciprocal_no_nan))
+unary_family("rint", torch.round, _zero_grad, onnx="Round", xla="round")          # round half to even
+unary_family("round", torch.round, _zero_grad, onnx="Round", xla="round")         # round half to even (nearbyint)
 unary_family("sign", torch.sign, _zero_grad, onnx="Sign", xla="sign")
 unary_family("sin", torch.sin, lambda x, dy: dy * torch.cos(x), onnx="Sin", xla="sin")
 unary_family("sinh", torch.sinh, lambda x, dy: dy * torch.cosh(x), onnx="Sinh", xla="sinh")
-unary_family("softplus", F.softplus, lambda x, dy: dy * torch.sigmoid(x), onnx="Softplus",  # log(1 + exp(x))
-             xla="nn.softplus")
+unary_family("softplus", F.softplus, lambda x, dy: dy * torch.sigmoid(x), onnx="Softplus", xla="nn.softplus")  # log(1 + exp(x))
 unary_family("tan", torch.tan, lambda x, dy: dy / torch.cos(x) ** 2, onnx="Tan", xla="tan")
 
 
@@ -912,6 +928,7 @@ def _gelu_grad(x, dy):
 
 
 op("gelu", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: F.gelu,
+   onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"),
    grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})))
 op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: _gelu_grad)
 
@@ -954,6 +971,7 @@ def _clip_grad_kernel(k):
 
 for _name, _attrs in CLIP_ATTRS.items():
     op(_name, inputs=["x"], outputs=["y"], attrs=_attrs, infer=like("x"), kernel=_clip_kernel, sbp=_sbp.elementwise(),
+       onnx=onnx_rules.clip,
        grad=lambda g, t=_name: g.needs("x") and g.set_grad("x", g.emit(
            f"{t}_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)))
     op(f"{_name}_grad", inputs=["dy", "x"], outputs=["dx"], attrs=_attrs, infer=like("x"),
@@ -981,7 +999,7 @@ def _count_not_finite(x):
 
 
 # square_sum / multi_square_sum: no grad function; count_not_finite*: NoGrad
-op("square_sum", inputs=["x"], outputs=["y"], infer=_sum_infer(), kernel=lambda k: _square_sum,
+op("square_sum", inputs=["x"], outputs=["y"], infer=_sum_infer(), kernel=lambda k: _square_sum, onnx=onnx_rules.square_sum,
    sbp=_sbp.reduce(split_to_partial=True))
 op("multi_square_sum", inputs=["x*"], outputs=["y"], infer=_sum_infer(repeated=True),
    kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_square_sum(x) for x in xs])))
@@ -1023,7 +1041,7 @@ def _l2_normalize_grad_kernel(k):
 
 L2_ATTRS = {"axis": ("int32", 0), "epsilon": ("float", 0.0)}
 op("l2_normalize", inputs=["x"], outputs=["y", "square_x_sum"], attrs=L2_ATTRS, infer=_l2_normalize_infer,
-   kernel=_l2_normalize_kernel,
+   kernel=_l2_normalize_kernel, onnx=onnx_rules.l2_normalize,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "l2_normalize_grad", {"dy": g.dout("y"), "y": g.output("y"), "square_x_sum": g.output("square_x_sum")},
        g.attrs)))
@@ -1064,7 +1082,7 @@ def _where_grad(g):
 
 
 op("where", inputs=["condition", "x", "y"], outputs=["out"], infer=_where_infer,
-   kernel=lambda k: (lambda c, x, y: torch.where(c != 0, x, y)), grad=_where_grad)
+   kernel=lambda k: (lambda c, x, y: torch.where(c != 0, x, y)), grad=_where_grad, onnx=onnx_rules.where)
 
 
 def _where_scalar_infer(blob):
@@ -1097,9 +1115,9 @@ def _where_scalar_kernel(scalar_is_x):
 
 # where_scalar_x / where_scalar_y: no grad function (as OneFlow)
 op("where_scalar_x", inputs=["condition", "y"], outputs=["out"], attrs=SCALAR_ATTRS,
-   infer=_where_scalar_infer("y"), kernel=_where_scalar_kernel(True))
+   infer=_where_scalar_infer("y"), kernel=_where_scalar_kernel(True), onnx=onnx_rules.where_scalar(True))
 op("where_scalar_y", inputs=["condition", "x"], outputs=["out"], attrs=SCALAR_ATTRS,
-   infer=_where_scalar_infer("x"), kernel=_where_scalar_kernel(False))
+   infer=_where_scalar_infer("x"), kernel=_where_scalar_kernel(False), onnx=onnx_rules.where_scalar(False))
 
 WHERE_XY_ATTRS = {"has_x_int_operand": ("bool", False), "has_x_float_operand": ("bool", False),
                   "has_y_int_operand": ("bool", False), "has_y_float_operand": ("bool", False),
@@ -1131,7 +1149,7 @@ def _where_xy_kernel(k):
 
 
 op("where_scalar_xy", inputs=["condition"], outputs=["out"], attrs=WHERE_XY_ATTRS, infer=_where_xy_infer,
-   kernel=_where_xy_kernel, no_grad=True)
+   kernel=_where_xy_kernel, no_grad=True, onnx=onnx_rules.where_scalar_xy)
 
 
 def _masked_fill_infer(ctx):
@@ -1147,7 +1165,7 @@ def _masked_fill_kernel(k):
 
 # masked_fill: no grad function (as OneFlow); flow.masked_fill builds constant_like + where instead
 op("masked_fill", inputs=["x", "mask"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_masked_fill_infer,
-   kernel=_masked_fill_kernel)
+   kernel=_masked_fill_kernel, onnx=onnx_rules.masked_fill)
 
 
 # ----------------------------------------------------------------- tril, triu, fused_scale_tril
@@ -1198,10 +1216,10 @@ def _tril_grad(op_type):
 
 
 op("tril", inputs=["in"], outputs=["out"], attrs=TRIL_ATTRS, infer=_matrix_infer, kernel=_tril_kernel(False),
-   grad=_tril_grad("tril"))
+   grad=_tril_grad("tril"), onnx=onnx_rules.triangle(True))
 # triu: no grad function (as OneFlow)
 op("triu", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int64", 0)}, infer=_matrix_infer,
-   kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)))
+   kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)), onnx=onnx_rules.triangle(False))
 # fused_scale_tril: scale * x on and below `diagonal`, fill above; grad = same op on dy with fill 0
 op("fused_scale_tril", inputs=["in"], outputs=["out"], attrs=FUSED_SCALE_TRIL_ATTRS, infer=_matrix_infer,
-   kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"))
+   kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"), onnx=onnx_rules.fused_scale_tril)

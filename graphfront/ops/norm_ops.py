@@ -21,7 +21,7 @@ import torch
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import JobBuildError, format_location
 from graphfront.ops.common import numel
-from graphfront.ops import xla_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.registry import op
 
 
@@ -361,7 +361,7 @@ LN_ATTRS = {"center": ("bool", False), "scale": ("bool", False), "begin_norm_axi
             "begin_params_axis": ("int64", 0), "epsilon": ("double", 0.0)}
 
 op("layer_norm", inputs=["x", "beta?", "gamma?"], outputs=["y", "mean", "inv_variance", "normalized?"],
-   attrs=LN_ATTRS, infer=_ln_infer, kernel=_ln_kernel, grad=_ln_grad,
+   attrs=LN_ATTRS, infer=_ln_infer, kernel=_ln_kernel, grad=_ln_grad, onnx=onnx_rules.layer_norm,
    doc="normalized = (x - mean) * rsqrt(var + epsilon) over axes >= begin_norm_axis (biased var); "
        "y = normalized * gamma + beta, gamma/beta shaped x.shape[begin_params_axis:]")
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
+from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -199,13 +200,13 @@ def _avgpool_grad_maker(t):
 for _n in (1, 2, 3):
     _t = f"maxpool_{_n}d"
     op(_t, inputs=["x"], outputs=["y", "indice"], attrs=MAXPOOL_ATTRS, infer=_pool_infer(_n, "max"),
-       kernel=_maxpool_kernel(_n), grad=_maxpool_grad_maker(_t), sbp=_sbp.batch(),
+       kernel=_maxpool_kernel(_n), grad=_maxpool_grad_maker(_t), sbp=_sbp.batch(), onnx=onnx_rules.maxpool(_n),
        doc=f"{_n}-D max pooling (PyTorch semantics) with the int64 argmax 'indice'")
     op(f"{_t}_grad", inputs=["x", "y", "indice", "dy"], outputs=["dx"], attrs=MAXPOOL_ATTRS,
        infer=_grad_like_x, kernel=_maxpool_grad_kernel(_n), sbp=_sbp.batch())
     _t = f"avgpool_{_n}d"
     op(_t, inputs=["x"], outputs=["y"], attrs=AVGPOOL_ATTRS, infer=_pool_infer(_n, "avg"),
-       kernel=_avgpool_kernel(_n), grad=_avgpool_grad_maker(_t), sbp=_sbp.batch(),
+       kernel=_avgpool_kernel(_n), grad=_avgpool_grad_maker(_t), sbp=_sbp.batch(), onnx=onnx_rules.avgpool(_n),
        doc=f"{_n}-D average pooling (PyTorch semantics: count_include_pad, divisor_override)")
     op(f"{_t}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=AVGPOOL_ATTRS, infer=_grad_like_x,
        kernel=_avgpool_grad_kernel(_n), sbp=_sbp.batch())
@@ -252,7 +253,7 @@ def _adaptive_grad_kernel(n):
 for _n in (1, 2, 3):
     _t = f"adaptive_avg_pool{_n}d"
     op(_t, inputs=["x"], outputs=["y"], attrs={"output_size": "list_int64"}, infer=_adaptive_infer(_n),
-       kernel=lambda k, n=_n: _adaptive_fn(n, k),
+       kernel=lambda k, n=_n: _adaptive_fn(n, k), onnx=onnx_rules.adaptive_avg_pool(_n),
        grad=lambda g, t=_t: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
            f"{t}_grad", {"x": g.input("x"), "dy": g.dout("y")}, {"output_size": g.attr("output_size")})),
        doc=f"{_n}-D adaptive average pooling of channels_first input to 'output_size' "
@@ -309,6 +310,7 @@ def _upsample_grad_infer(ctx):
 
 
 op("upsample", inputs=["x"], outputs=["y"], attrs=UPSAMPLE_ATTRS, infer=_upsample_infer, kernel=_upsample_fn,
+   onnx=onnx_rules.upsample,
    grad=lambda g: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
        "upsample_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)),
    doc="2-D nearest/bilinear upsampling by (height_scale, width_scale); output size int(n * scale)")

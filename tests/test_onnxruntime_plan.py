@@ -168,12 +168,12 @@ def test_saved_model_served_in_onnxruntime_equals_the_plan(net, tmp_path):
         s.close()
 
 
-def _rsqrt_job(mode):
+def _lgamma_job(mode):
     @flow.global_function(type="predict", function_config=_config(mode))
-    def rsqrt_job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:
+    def lgamma_job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:
         with flow.scope.placement("cpu", "0:0"):
-            return flow.math.rsqrt(x) + 1.0
-    return rsqrt_job
+            return flow.math.lgamma(x) + 1.0
+    return lgamma_job
 
 
 def test_train_job_and_op_without_converter_are_refused():
@@ -189,29 +189,29 @@ def test_train_job_and_op_without_converter_are_refused():
     with pytest.raises(JobBuildError, match=r"job 'train' cannot use compile_mode\('onnxruntime'\): it is a train "
                                             r"job .*use compile_mode\('plan'\)"):
         train(x)
-    with pytest.raises(JobBuildError, match=r"job 'rsqrt_job' cannot use compile_mode\('onnxruntime'\): op type\(s\) "
-                                            r"without an ONNX converter: rsqrt \(op '.*'\)"):
-        _rsqrt_job("onnxruntime")(x)
+    with pytest.raises(JobBuildError, match=r"job 'lgamma_job' cannot use compile_mode\('onnxruntime'\): op type\(s\) "
+                                            r"without an ONNX converter: lgamma \(op '.*'\)"):
+        _lgamma_job("onnxruntime")(x)
 
 
 def test_auto_falls_back_to_the_plan_and_says_why(tmp_path):
     lbns = {}
 
     @flow.global_function(type="predict")
-    def rsqrt_job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:
+    def lgamma_job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:
         with flow.scope.placement("cpu", "0:0"):
-            y = flow.math.rsqrt(x)
+            y = flow.math.lgamma(x)
         lbns.update(x=x.logical_blob_name, y=y.logical_blob_name)
         return y
     x = np.full((2, 3), 4.0, np.float32)
-    rsqrt_job(x)
-    builder = flow.saved_model.ModelBuilder(str(tmp_path / "m")).ModelName("rsqrt_job").Version(1)
-    builder.AddFunction(rsqrt_job).AddSignature("s").Input("x", lbns["x"]).Output("y", lbns["y"])
+    lgamma_job(x)
+    builder = flow.saved_model.ModelBuilder(str(tmp_path / "m")).ModelName("lgamma_job").Version(1)
+    builder.AddFunction(lgamma_job).AddSignature("s").Input("x", lbns["x"]).Output("y", lbns["y"])
     builder.Save()
     sess = _serve(tmp_path / "m", "auto")
     assert sess.compile_mode() == "plan"
-    assert "rsqrt" in sess.job().fallback_reason
-    np.testing.assert_array_equal(sess.run("rsqrt_job", x=x)[0], np.full((2, 3), 0.5, np.float32))
+    assert "lgamma" in sess.job().fallback_reason
+    np.testing.assert_allclose(sess.run("lgamma_job", x=x)[0], np.full((2, 3), np.log(6.0), np.float32), rtol=1e-6)  # lgamma(4) = log(3!)
     sess.close()
     with pytest.raises(ValueError, match=r"SessionOption.compile_mode must be one of .*'onnxruntime'.*'auto'.*"
                                          r"received 'ort'"):

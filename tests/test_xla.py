@@ -280,7 +280,7 @@ def test_compile_mode_rejects_unknown_modes():
         flow.FunctionConfig().compile_mode("tvm")
     option = flow.serving.SessionOption()
     option.compile_mode = "tvm"
-    with pytest.raises(ValueError, match="'plan', 'native' or 'xla', received 'tvm'"):
+    with pytest.raises(ValueError, match=r"must be one of \('plan', 'native', 'xla', 'onnxruntime', 'auto'\), received 'tvm'"):
         flow.serving.InferenceSession(option)
 
 

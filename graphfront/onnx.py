@@ -203,15 +203,23 @@ def export_job(user_job):
     return complete(copy.deepcopy(user_job), enable_passes=False)
 
 
-def _check_converters(ops):
-    """Raise OnnxExportError naming every op type of ``ops`` without a converter (and its ops)."""
+def missing_converters(ops) -> str | None:
+    """The op types of ``ops`` without an ONNX converter, each with its op names
+    (``"lgamma (op 'a', 'b'); top_k (op 'c')"``), or None when every op has one."""
     missing = {}
     for op in ops:
         if jb.op_kind(op) == "user_conf" and registry.lookup(op.user_conf.op_type_name).onnx is None:
             missing.setdefault(op.user_conf.op_type_name, []).append(op.name)
-    if missing:
-        listed = "; ".join(f"{t} (op {', '.join(repr(n) for n in names)})" for t, names in sorted(missing.items()))
-        raise OnnxExportError(f"{len(missing)} op type(s) have no ONNX converter: {listed}; op types that have one: "
+    if not missing:
+        return None
+    return "; ".join(f"{t} (op {', '.join(repr(n) for n in names)})" for t, names in sorted(missing.items()))
+
+
+def _check_converters(ops):
+    """Raise OnnxExportError naming every op type of ``ops`` without a converter (and its ops)."""
+    listed = missing_converters(ops)
+    if listed:
+        raise OnnxExportError(f"op type(s) without an ONNX converter: {listed}; op types that have one: "
                               f"{', '.join(convertible_op_types())}")
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
-from graphfront.ops import registry
 
 __all__ = ["OrtPlan", "refusal"]
 
@@ -51,21 +50,19 @@ def refusal(job) -> str | None:
         import onnx  # noqa: F401
     except ImportError as e:
         return f"it needs the packages onnx and onnxruntime ({e}); install them with `{PIP_HINT}`"
-    missing, watches, gpu, dynamic = {}, [], [], []
+    from graphfront.onnx import missing_converters
+    missing = missing_converters(job.net.op)
+    watches, gpu, dynamic = [], [], []
     for op in job.net.op:
         kind = jb.op_kind(op)
-        if kind == "user_conf":
-            if registry.lookup(op.user_conf.op_type_name).onnx is None:
-                missing.setdefault(op.user_conf.op_type_name, op.name)
-        elif kind == "foreign_watch_conf":
+        if kind == "foreign_watch_conf":
             watches.append(op.name)
         elif kind == "input_conf" and op.input_conf.blob_conf.is_dynamic:
             dynamic.append(op.name)
         if kind not in ("return_conf", "foreign_watch_conf") and op.device_tag not in ("", "cpu"):
             gpu.append(op.name)
     if missing:
-        listed = ", ".join(f"{t} (op '{n}')" for t, n in sorted(missing.items()))
-        return f"op type(s) without an ONNX converter: {listed}"
+        return f"op type(s) without an ONNX converter: {missing}"
     if watches:
         return f"flow.watch op(s) {watches} have no ONNX form"
     if gpu:

@@ -187,6 +187,9 @@ def test_gradient_accumulation_on_two_devices_matches_one_device_full_batch(mode
     assert types.count("_nccl_logical_all_reduce") + types.count("_nccl_logical_reduce_scatter") == 4
     for part in (micro, update):  # the buffers hold all-reduced gradients, in their variable's layout
         sbps = _sbp.blob_sbps(part)
-        assert sbps["System-GradientAccumulation-Acc-0/out"] == ("S(0)" if model_split else "B")
+        for i in range(4):  # fc1's weight and bias (split(0) when model-parallel) by their shapes
+            name = f"System-GradientAccumulation-Acc-{i}"
+            split = model_split and two_vars[name].shape in {one_vars["fc1-weight"].shape, one_vars["fc1-bias"].shape}
+            assert sbps[f"{name}/out"] == ("S(0)" if split else "B"), name
         names = {op.name for op in part.net.op}  # each op of each part, and only those, has its layouts
         assert set(_sigs(part, "1d")) == set(_sigs(part, "nd")) == names

@@ -70,9 +70,10 @@ def split_job(job, k):
     for op in job.net.op:
         if jb.op_kind(op) == "input_conf" or any(lbn in fed for _, _, lbn in jb.op_inputs(op)):
             fed.update(lbn for _, _, lbn in jb.op_outputs(op))
+    index = {op.name: i for i, op in enumerate(job.net.op)}
     update = {op.name for op in job.net.op if _is_update_op(op)}
-    boundary = []  # fed blobs the update reads (the gradients), in job order
-    stack = list(update)
+    boundary = []  # fed blobs the update reads (the gradients); put in job order below
+    stack = sorted(update, key=index.get)
     while stack:  # pull in what the update reads that does not depend on the batch
         for _, _, lbn in jb.op_inputs(ops[stack.pop()]):
             src = producer.get(lbn)
@@ -84,6 +85,7 @@ def split_job(job, k):
             elif jb.op_kind(ops[src]) != "variable_conf":
                 update.add(src)
                 stack.append(src)
+    boundary.sort(key=lambda lbn: (index[producer[lbn]], lbn))  # deterministic buffer numbering
     micro_needed = set()
     for op in job.net.op:
         if op.name in update:

@@ -53,7 +53,8 @@ import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import like, same_dtype
-from graphfront.ops.nn_ops import CONV_GRAD_ATTRS, POOL_ATTRS, conv_xla_fn, layout_for, pool_geometry, torch_dilation
+from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, bias_add_infer, conv_xla_fn, layout_for, pool_geometry,
+                                   torch_dilation)
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -111,15 +112,6 @@ op("fused_matmul_bias", inputs=["x", "weight", "bias", "_add_to_output?"], outpu
 
 # ------------------------------------------------------------------ fused_bias_add_relu
 
-def _bias_add_relu_infer(ctx):
-    a, b = ctx.input("a"), ctx.input("b")
-    axis = ctx.attr("axis")
-    ctx.check(0 <= axis < len(a.shape), f"attr 'axis' {axis} is out of range for input 'a' of shape {a.shape}")
-    ctx.check(b.shape == (a.shape[axis],), f"input 'b' expected shape {(a.shape[axis],)}, received {b.shape}")
-    same_dtype(ctx, "a", "b")
-    ctx.set_output("out", a.shape, a.dtype)
-
-
 def _bias_add_relu_kernel(k):
     ndim, axis = len(k.input("a").shape), k.attr("axis")
     view = [1] * ndim
@@ -136,7 +128,7 @@ def _bias_add_relu_xla(k):
 
 
 op("fused_bias_add_relu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)},
-   infer=_bias_add_relu_infer, kernel=_bias_add_relu_kernel, sbp=_sbp.bias_add, onnx=onnx_rules.bias_add_then("Relu"),
+   infer=bias_add_infer, kernel=_bias_add_relu_kernel, sbp=_sbp.bias_add, onnx=onnx_rules.bias_add_then("Relu"),
    xla=_bias_add_relu_xla,
    doc="graphfront-only: relu(bias_add(a, b, axis)); written by the fusion pass")
 

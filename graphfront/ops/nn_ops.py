@@ -298,7 +298,8 @@ op("conv_bias_grad", inputs=["dy"], outputs=["bias_diff"],
 
 # ------------------------------------------------------------------ bias_add
 
-def _bias_add_infer(ctx):
+def bias_add_infer(ctx):
+    """Inference of ``bias_add`` (and of the fused ops that add a bias the same way)."""
     a, b = ctx.input("a"), ctx.input("b")
     axis = ctx.attr("axis")
     ctx.check(0 <= axis < len(a.shape), f"attr 'axis' {axis} is out of range for input 'a' of shape {a.shape}")
@@ -344,7 +345,7 @@ def _bias_add_xla(k):
     return lambda a, b: a + b.reshape(view)
 
 
-op("bias_add", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=_bias_add_infer,
+op("bias_add", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=bias_add_infer,
    kernel=_bias_add_kernel, grad=_bias_add_grad, sbp=_sbp.bias_add, onnx=_bias_add_onnx, xla=_bias_add_xla)
 
 

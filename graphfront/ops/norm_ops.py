@@ -222,42 +222,32 @@ def _norm_grad_infer(ctx):
     ctx.set_output("dx", x.shape, x.dtype)
 
 
-def _norm_grad_kernel(k):
-    x_desc = k.input("x")
-    ndim, axis = len(x_desc.shape), k.attr("axis")
-    axes = [d for d in range(ndim) if d != axis]
-    view = _channel_view(ndim, axis)
-    n = numel(x_desc.shape) // max(x_desc.shape[axis], 1)
-    pdtype = param_dtype(x_desc.dtype).torch
-
-    def normalization_grad(x, dy, mean, inv_variance, gamma):
-        xf, dyf = x.to(pdtype), dy.to(pdtype)
-        inv = inv_variance.view(view)
-        xhat = (xf - mean.view(view)) * inv
-        beta_diff = dyf.sum(dim=axes)
-        gamma_diff = (dyf * xhat).sum(dim=axes)
-        dx = (gamma.view(view) * inv / n) * (n * dyf - beta_diff.view(view) - xhat * gamma_diff.view(view))
-        return gamma_diff, beta_diff, dx.to(x.dtype)
-    return normalization_grad
-
-
-def _norm_grad_xla(k):
+def _norm_grad_fn(k, pdtype, cast):
+    """``normalization_grad`` over torch tensors or jax arrays (both take ``reshape`` and
+    ``sum(axis=...)``): ``cast(array, dtype)`` converts, ``pdtype`` is the parameter dtype."""
     x_desc = k.input("x")
     ndim, axis = len(x_desc.shape), k.attr("axis")
     axes = tuple(d for d in range(ndim) if d != axis)
     view = _channel_view(ndim, axis)
     n = numel(x_desc.shape) // max(x_desc.shape[axis], 1)
-    pdtype = param_dtype(x_desc.dtype).np
 
     def normalization_grad(x, dy, mean, inv_variance, gamma):
-        xf, dyf = x.astype(pdtype), dy.astype(pdtype)
+        xf, dyf = cast(x, pdtype), cast(dy, pdtype)
         inv = inv_variance.reshape(view)
         xhat = (xf - mean.reshape(view)) * inv
         beta_diff = dyf.sum(axis=axes)
         gamma_diff = (dyf * xhat).sum(axis=axes)
         dx = (gamma.reshape(view) * inv / n) * (n * dyf - beta_diff.reshape(view) - xhat * gamma_diff.reshape(view))
-        return gamma_diff, beta_diff, dx.astype(x.dtype)
+        return gamma_diff, beta_diff, cast(dx, x.dtype)
     return normalization_grad
+
+
+def _norm_grad_kernel(k):
+    return _norm_grad_fn(k, param_dtype(k.input("x").dtype).torch, lambda t, dtype: t.to(dtype))
+
+
+def _norm_grad_xla(k):
+    return _norm_grad_fn(k, param_dtype(k.input("x").dtype).np, lambda a, dtype: a.astype(dtype))
 
 
 op("normalization_grad", inputs=["x", "dy", "mean", "inv_variance", "gamma"],

@@ -104,17 +104,51 @@ def test_variables_written_after_the_build_rebuild_the_session(tmp_path):
     ort_job(x)
     assert plan.builds == 2  # nothing written since: no rebuild
 
+    # a second step: the train job is compiled already, its kernels write the bound tensors
+    train_job(_images(12, 4), np.array([4, 3, 2, 1], np.int32))
+    after_step = ort_job(x)
+    assert plan.builds == 3
+    np.testing.assert_allclose(after_step, plan_job(x), **TOL)
+
     # flow.load_variables
     _perturb_variables(7)
     after_load = ort_job(x)
-    assert plan.builds == 3
+    assert plan.builds == 4
     np.testing.assert_allclose(after_load, plan_job(x), **TOL)
 
     # a checkpoint load brings the saved values back
     flow.load_variables(flow.load(str(tmp_path / "ckpt")))
     np.testing.assert_allclose(ort_job(x), before, **TOL)
-    assert plan.builds == 4
+    assert plan.builds == 5
 
+
+
+def test_variables_updated_by_an_xla_train_job_reach_the_onnxruntime_job():
+    """The XLA job keeps its new variable values as jax arrays until they are read: the
+    onnxruntime job's next call must bring them into the tensors and rebuild."""
+    flow.manual_seed(3)
+
+    @flow.global_function(type="train", function_config=_config("xla"))
+    def xla_train(images: tp.Numpy.Placeholder((4, 1, 28, 28), dtype=flow.float),
+                  labels: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, lenet(images), name="loss")
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+
+    ort_job = _predict("lenet", "onnxruntime", name="ort_predict")
+    x = _images(8)
+    before = ort_job(x)
+    ort_job(x)
+    plan = ort_job.compiled_job.plan
+    assert plan.builds == 1  # nothing written between the calls: no rebuild
+    for step in range(2):
+        xla_train(_images(9 + step, 4), np.array([1, 2, 3, 4], np.int32))
+    after = ort_job(x)
+    assert plan.builds == 2
+    assert not np.allclose(after, before, **TOL)
+    plan_job = _predict("lenet", "plan", name="plan_predict")
+    np.testing.assert_allclose(after, plan_job(x), **TOL)
 
 def _save(net, path, batch=1):
     lbns = {}

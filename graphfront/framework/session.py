@@ -379,6 +379,8 @@ class CompiledJob:
         except Exception as e:  # a pass, initializer or kernel refused what the job holds
             raise JobBuildError(f"job '{self.name}' could not be compiled: {type(e).__name__}: {e}") from e
         self.numpy_plan = getattr(self.plan, "takes_numpy", False)  # XlaPlan, OrtPlan: feeds stay numpy
+        self.numpy_results = getattr(self.plan, "gives_numpy", False)  # OrtPlan: a list of new ndarrays
+        self.writes_variables = getattr(self.plan, "writes_variables", True)  # (see VariableStore.generation)
         self.compile_mode = getattr(self.plan, "compile_mode", "plan")  # the lowering that runs this job
         by_name = {op.name: op for op in self.job.net.op}
         ids = {n: tuple(g.parallel_conf.device_name) for g in self.job.placement.placement_group
@@ -417,6 +419,8 @@ class CompiledJob:
         with self.session.lock:
             if self.parallel_num == 1 and self.compile_mode != "xla":  # a Plan binds the variable tensors:
                 self.session.variables.flush()                          # bring them up to date (after XLA runs)
+            if self.writes_variables:
+                self.session.variables.generation += 1
             outs = self.plan(feeds)
         ann = self.return_annotation
         if self.return_structure is None and ann is inspect.Signature.empty:
@@ -474,10 +478,12 @@ class CompiledJob:
         """LazyRun on ndarrays already checked against the placeholders (shape, dtype; one
         per placeholder, no list inputs): the results as numpy arrays in return-op order,
         without the return annotation's conversion (the serving path)."""
-        feeds = [self._to_feed(i, a) for i, a in enumerate(arrays)]
+        feeds = arrays if self.numpy_plan else [self._to_feed(i, a) for i, a in enumerate(arrays)]
         with self.session.lock:
+            if self.writes_variables:
+                self.session.variables.generation += 1
             outs = self.plan(feeds)
-        return [_to_numpy(t) for t in outs]
+        return outs if self.numpy_results else [_to_numpy(t) for t in outs]
 
 
 def _to_numpy(t):
@@ -499,7 +505,7 @@ def _onnxruntime_plan(session, user_job, fallback):
         if why:
             return None, why
     session.init_variables(job)  # the same variables as the completed job, unless a pass dropped one
-    return OrtPlan(job, session.variables), None
+    return OrtPlan(job, session), None
 
 
 def _strip_callback(ann):

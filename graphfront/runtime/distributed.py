@@ -375,6 +375,7 @@ class DistributedVariableStore(VariableStore):
     def __init__(self, base: VariableStore):
         self._tensors = base.tensors
         self.confs = base.confs
+        self.generation = base.generation + 1  # (a reader that compared the base's sees a move)
         self.group = None
         self.on_workers = set()
         self._versions = {}

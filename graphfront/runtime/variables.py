@@ -105,9 +105,16 @@ class VariableStore:
     ``pending_flush``: None, or a callable that brings the tensors up to date, set by a
     runtime that holds newer values elsewhere (worker processes, XLA's jax arrays): the
     ``tensors`` property (every reader and writer) and :meth:`flush` call it once first.
+
+    ``generation``: a counter moved by every access of ``tensors`` and every flush, and by
+    the session before each run of a job that may write variables in place
+    (``CompiledJob``). A runtime that keeps copies of variable values (the onnxruntime
+    lowering) compares it before the tensors' version counters: while it has not moved,
+    no variable can have been written.
     """
 
     pending_flush = None
+    generation = 0
 
     def __init__(self):
         self._tensors = {}
@@ -115,6 +122,7 @@ class VariableStore:
 
     @property
     def tensors(self):
+        self.generation += 1
         if self.pending_flush is not None:
             self.flush()
         return self._tensors
@@ -127,6 +135,7 @@ class VariableStore:
         """Run the pending flush, if any (cheap when there is none)."""
         flush, self.pending_flush = self.pending_flush, None
         if flush is not None:
+            self.generation += 1
             flush()
 
     def __contains__(self, name):

@@ -106,11 +106,12 @@ class VariableStore:
     runtime that holds newer values elsewhere (worker processes, XLA's jax arrays): the
     ``tensors`` property (every reader and writer) and :meth:`flush` call it once first.
 
-    ``generation``: a counter moved by every access of ``tensors`` and every flush, and by
-    the session before each run of a job that may write variables in place
-    (``CompiledJob``). A runtime that keeps copies of variable values (the onnxruntime
-    lowering) compares it before the tensors' version counters: while it has not moved,
-    no variable can have been written.
+    ``generation``: a counter moved by every access of ``tensors`` and every flush, by a
+    runtime recording values newer than the tensors (XLA's ``JaxVariables.set``), and by
+    the session before each run of a job that may write the tensors in place
+    (``CompiledJob``). A runtime that keeps copies of variable values (the onnxruntime and
+    XLA lowerings) compares it before the tensors' version counters: while it has not
+    moved, no variable can have been written.
     """
 
     pending_flush = None

@@ -110,6 +110,7 @@ class JaxVariables:
         self.arrays = {}     # name -> jax.Array
         self.versions = {}   # name -> torch _version when the two last agreed
         self.dirty = set()   # names whose jax value is newer than the torch tensor
+        self.generation = None  # store.generation when ``arrays`` were last known current
 
     @classmethod
     def of(cls, store) -> "JaxVariables":
@@ -120,6 +121,11 @@ class JaxVariables:
 
     def get(self, names, device):
         """The current jax values of ``names`` (re-imported where torch wrote since)."""
+        if self.store.generation == self.generation:  # no tensor can have been written since
+            try:
+                return [self.arrays[name] for name in names]
+            except KeyError:  # a variable this holder has not imported yet
+                pass
         tensors = self.store._tensors  # (not the pending flush: writers of the tensors ran it first)
         arrays, versions = self.arrays, self.versions
         out = []
@@ -129,13 +135,18 @@ class JaxVariables:
                 arrays[name] = import_jax().device_put(_dt.tensor_to_numpy(t), device)  # (a copy)
                 versions[name] = t._version
             out.append(arrays[name])
+        self.generation = self.store.generation
         return out
 
     def set(self, names, values):
         """Record new jax values; the torch tensors are written when next read."""
         self.arrays.update(zip(names, values))
         self.dirty.update(names)
-        self.store.pending_flush = self.flush
+        store = self.store
+        store.pending_flush = self.flush
+        store.generation += 1  # (readers holding copies look again; these arrays are current)
+        if self.generation == store.generation - 1:  # current before this run: current after it
+            self.generation = store.generation
 
     def flush(self):
         """Copy the newer jax values into the store's torch tensors, in place."""
@@ -167,6 +178,7 @@ class XlaPlan:
 
     compile_mode = "xla"
     takes_numpy = True
+    writes_variables = False  # (its new values go through JaxVariables.set, which moves the generation)
 
     def __init__(self, job, variables, watchers=None):
         jax = import_jax()

@@ -196,8 +196,11 @@ class XlaPlan:
         self.variables = JaxVariables.of(variables)
         self.has_random = any(_is_random(op) for op in order)
         self.key = None
-        if self.has_random:  # (committed to the device, as the keys the step returns: one compiled variant)
-            self.key = jax.device_put(jax.random.key(int(torch.randint(0, 2 ** 31 - 1, ()))), self.device)
+        if self.has_random:  # the key's raw bits, drawn on the host (no XLA computation before the step's
+            # compile) and committed to the device, as the keys the step returns: one compiled variant
+            spec = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))
+            bits = torch.randint(0, 2 ** 32, spec.shape, dtype=torch.int64).numpy().astype(spec.dtype)
+            self.key = jax.device_put(bits, self.device)
         step, self.lr_ops = _build_step(jax, job, order, self.input_names, self.output_names,
                                         self.mutable_names, self.const_names)
         self._step = jax.jit(step, donate_argnums=(0,))
@@ -320,7 +323,8 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
     mutable_index = {n: i for i, n in enumerate(mutable_names)}
     const_index = {n: i for i, n in enumerate(const_names)}
 
-    def step(mutable, const, feeds, learning_rates, key):
+    def step(mutable, const, feeds, learning_rates, key_data):
+        key = None if key_data is None else jax.random.wrap_key_data(key_data)
         env = {}
         state = list(mutable)
         results = [None] * len(output_names)
@@ -360,6 +364,6 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
                     env.update(zip(lbns, value))
                 elif lbns:
                     env[lbns[0]] = value
-        return tuple(results), state, key
+        return tuple(results), state, None if key is None else jax.random.key_data(key)
 
     return step, lr_ops

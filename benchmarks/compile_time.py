@@ -194,8 +194,8 @@ def main(argv=None):
                 rows.append(r)
                 print(f"  measured {job} / {mode}", flush=True)
     print(tabulate(rows, headers=["job", "mode", "cold: first call (ms)", "cold: compile (ms)",
-                                  "cached: first call (ms)", "cached: compile (ms)", "steady call (ms)", "import jax (ms)",
-                                  "notes"]))
+                                  "cached: first call (ms)", "cached: compile (ms)", "steady call (ms)",
+                                  "import jax (ms)", "notes"]))
 
 
 if __name__ == "__main__":

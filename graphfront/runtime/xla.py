@@ -38,10 +38,10 @@ executable. A cached first call still traces the step (with nested jits disabled
 jnp functions the rules call add their operations straight to one flat jaxpr) and lowers
 it, since the key is computed from the lowered module; then it loads the executable,
 and the first run of an executable (loaded or compiled) takes XLA:CPU longer than the
-next ones. For LeNet's train step (batch 100) on a 2-core CPU these are about 25 ms
-(trace), 50 ms (lower), 20 ms (load) and 40 ms (first run beyond a steady one). Serializing the step
-with ``jax.export`` would skip the trace and most of the lowering (its flatbuffer
-deserializes in 2 ms), but calling an exported function on the CPU initializes jaxlib's
+next ones. For LeNet's train step (batch 100) on a 2-core CPU these are about 25-30 ms
+(trace), 50-65 ms (lower), 20-30 ms (load) and 40-55 ms (first run beyond a steady one).
+Serializing the step with ``jax.export`` would skip the trace and most of the lowering
+(its flatbuffer deserializes in 2 ms), but calling an exported function on the CPU initializes jaxlib's
 LAPACK bindings, which imports scipy (about 185 ms), more than it saves. JAX loads the
 cached executables, native code, from that directory: it must be as trusted as the
 installed packages (as TorchInductor's cache of ``compile_mode("native")``); graphfront

@@ -18,10 +18,10 @@ from graphfront import typing as tp
 B, W, L = 16, 64, 10
 
 
-def build(device):
+def build(device, function_config=None):
     tag = "gpu" if device == "gpu" else "cpu"
 
-    @flow.global_function(type="train")
+    @flow.global_function(type="train", function_config=function_config)
     def mlp_job(x: tp.Numpy.Placeholder((B, W), dtype=flow.float),
                 labels: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
         with flow.scope.placement(tag, "0:0"):

@@ -315,3 +315,59 @@ def test_second_process_loads_the_compiled_job_from_the_disk_cache(tmp_path):
     assert lines[0][1] == "0" and int(lines[1][1]) > 0, lines
     assert lines[0][2:] == lines[1][2:]  # same job digest, same result
     assert os.listdir(tmp_path / "xla")
+
+
+_CHANGED_JOB_SCRIPT = """
+import sys, numpy as np
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework.session import default_session
+lr, batch = float(sys.argv[1]), int(sys.argv[2])
+
+def run(mode):
+    flow.clear_default_session()
+    flow.manual_seed(0)
+    cfg = flow.FunctionConfig()
+    cfg.compile_mode(mode)
+
+    @flow.global_function(type="train", function_config=cfg)
+    def train(x: tp.Numpy.Placeholder((batch, 12), dtype=flow.float),
+              labels: tp.Numpy.Placeholder((batch,), dtype=flow.int32)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            init = flow.random_normal_initializer(stddev=0.3)
+            h = flow.layers.dense(x, 16, activation=flow.nn.relu, name="fc0", kernel_initializer=init)
+            logits = flow.layers.dense(h, 5, name="fc1", kernel_initializer=init)
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]), momentum=0).minimize(loss)
+        return loss
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((batch, 12)).astype(np.float32), rng.integers(0, 5, batch).astype(np.int32)
+    losses = np.stack([train(x, y) for _ in range(3)])
+    return losses, default_session().jobs["train"].plan
+
+xla, plan = run("xla")
+ref, _ = run("plan")
+print("RESULT", plan.cache_hits, plan.digest, xla.tobytes().hex(), float(np.abs(xla - ref).max()))
+"""
+
+
+def test_disk_cache_serves_the_same_job_only(tmp_path):
+    """Processes sharing a cache directory: the same job is loaded from the cache with
+    bit-identical results; a job with another learning rate or another batch size gets
+    its own results (checked against the plan, not against the cached job's), and the
+    new shape is compiled, not loaded."""
+    env = dict(os.environ, GRAPHFRONT_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT)
+
+    def run(lr, batch):
+        r = subprocess.run([sys.executable, "-c", _CHANGED_JOB_SCRIPT, str(lr), str(batch)], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        hits, digest, losses, diff = next(ln.split()[1:] for ln in r.stdout.splitlines() if ln.startswith("RESULT"))
+        assert float(diff) < 1e-5, (lr, batch, diff)  # the job's own results
+        return int(hits), digest, losses
+
+    cold, again, other_lr, other_batch = run(0.1, 8), run(0.1, 8), run(0.2, 8), run(0.1, 4)
+    assert cold[0] == 0 and again[0] > 0
+    assert again[1:] == cold[1:]  # same job digest, bit-identical losses
+    assert other_lr[1] != cold[1] and other_lr[2] != cold[2]
+    assert other_batch[0] == 0 and other_batch[1] != cold[1]

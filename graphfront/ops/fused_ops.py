@@ -348,7 +348,7 @@ def _fused_pool_xla(n):
 def _fused_pool_grad_xla(n):
     """``dy`` added at the ``indices`` of the padded plane, then the pads cropped."""
     def make(k):
-        jnp = xla_rules.jnp()
+        jnp, lax = xla_rules.jnp(), xla_rules.lax()
         first = k.attr("data_format") == "channels_first"
         x_shape = tuple(k.input("x").shape)
         cf = x_shape if first else (x_shape[0], x_shape[-1]) + x_shape[1:-1]
@@ -358,15 +358,18 @@ def _fused_pool_grad_xla(n):
         crop = tuple(slice(b, b + s) for s, (b, a) in zip(cf[2:], pads))
         relu = k.attr("relu_grad")
         planes = cf[0] * cf[1]
+        scatter_dims = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
+                                                   scatter_dims_to_operand_dims=(0,))
 
         def fused_tf_max_pool_grad(x, y, indices, dy):
             if relu:
                 dy = jnp.where(y > 0, dy, 0)
             if not first:
                 dy, indices = xla_rules.to_first(dy, n), xla_rules.to_first(indices, n)
-            rows = jnp.arange(planes)[:, None]
-            flat = jnp.zeros((planes, plane), dy.dtype).at[rows, indices.reshape(planes, -1)].add(
-                dy.reshape(planes, -1))
+            # one scatter-add over all planes, at each plane's offset plus its (in-bounds) indices
+            at = indices.reshape(planes, -1) + lax.broadcasted_iota(indices.dtype, (planes, 1), 0) * plane
+            flat = lax.scatter_add(jnp.zeros((planes * plane,), dy.dtype), at.reshape(-1, 1), dy.reshape(-1),
+                                   scatter_dims, mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
             dx = flat.reshape(cf[:2] + padded)[(slice(None), slice(None)) + crop]
             return dx if first else xla_rules.to_last(dx, n)
         return fused_tf_max_pool_grad

@@ -2,7 +2,7 @@
 
 ``FunctionConfig().compile_mode("xla")`` lowers a job to one pure function
 
-    step(mutable_vars, const_vars, feeds, learning_rates, key) -> (results, new_mutable_vars, key)
+    step(mutable_vars, const_vars, feeds, learning_rates, key_data) -> (results, new_mutable_vars, key_data)
 
 built by walking the scheduled ops (:func:`graphfront.runtime.plan.schedule`) and calling
 each op's ``xla`` rule (see :mod:`graphfront.ops.registry`) on ``jax.Array`` values: an
@@ -10,7 +10,8 @@ in-place update becomes a rebinding of the updated blob to the op's new value, a
 variable's final value is returned as its new state. ``jax.jit`` compiles that function
 (the variables updated by the job are donated, so XLA updates their buffers in place);
 the result is the fused native code of the whole step, as OneFlow's XRT handed sub-graphs
-to XLA (``use_xla_jit``, ``oneflow/xrt/xla/``).
+to XLA (``use_xla_jit``, ``oneflow/xrt/xla/``). ``key_data`` (jobs with random ops only)
+holds the raw bits of a ``jax.random`` key, first drawn on the host from torch's generator.
 
 A learning-rate schedule reading the train-step variable is evaluated on the host before
 each call (:func:`graphfront.ops.system.learning_rate_at` on the variable's value) and fed
@@ -29,9 +30,22 @@ runs).
 Compile cache. XLA executables are cached on disk by JAX's persistent compilation cache
 under ``<cache root>/xla`` (``$GRAPHFRONT_CACHE_DIR``, see
 :func:`graphfront.runtime.native.cache_root`, read when a job is lowered), so a second
-process compiling the same job (the same completed Job, whose digest is
-:attr:`XlaPlan.digest`) loads the executable instead of running XLA's optimizer again;
-it still traces and lowers the job (tens of milliseconds).
+process compiling the same job loads the executable instead of running XLA's optimizer
+again. An entry's key is JAX's hash of the lowered module with the compile options, the
+jax and jaxlib versions, the backend and the XLA flags: a job that lowers to another
+module (other shapes, attributes or folded constants) never loads another job's
+executable. A cached first call still traces the step (with nested jits disabled, so the
+jnp functions the rules call add their operations straight to one flat jaxpr) and lowers
+it, since the key is computed from the lowered module; then it loads the executable,
+and the first run of an executable (loaded or compiled) takes XLA:CPU longer than the
+next ones. For LeNet's train step (batch 100) on a 2-core CPU these are about 25-30 ms
+(trace), 50-65 ms (lower), 20-30 ms (load) and 40-55 ms (first run beyond a steady one).
+Serializing the step with ``jax.export`` would skip the trace and most of the lowering
+(its flatbuffer deserializes in 2 ms), but calling an exported function on the CPU initializes jaxlib's
+LAPACK bindings, which imports scipy (about 185 ms), more than it saves. JAX loads the
+cached executables, native code, from that directory: it must be as trusted as the
+installed packages (as TorchInductor's cache of ``compile_mode("native")``); graphfront
+itself reads nothing from it.
 
 Dtypes: jax runs with 64-bit types enabled (``jax_enable_x64``), so int64 and float64
 blobs keep their dtypes, as in the other lowerings. That setting is global to the process.
@@ -208,8 +222,11 @@ class XlaPlan:
         self.variables = JaxVariables.of(variables)
         self.has_random = any(_is_random(op) for op in order)
         self.key = None
-        if self.has_random:  # (committed to the device, as the keys the step returns: one compiled variant)
-            self.key = jax.device_put(jax.random.key(int(torch.randint(0, 2 ** 31 - 1, ()))), self.device)
+        if self.has_random:  # the key's raw bits, drawn on the host (no XLA computation before the step's
+            # compile) and committed to the device, as the keys the step returns: one compiled variant
+            spec = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))
+            bits = torch.randint(0, 2 ** 32, spec.shape, dtype=torch.int64).numpy().astype(spec.dtype)
+            self.key = jax.device_put(bits, self.device)
         step, self.lr_ops = _build_step(jax, job, order, self.input_names, self.output_names,
                                         self.mutable_names, self.const_names)
         self._step = jax.jit(step, donate_argnums=(0,))
@@ -332,7 +349,8 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
     mutable_index = {n: i for i, n in enumerate(mutable_names)}
     const_index = {n: i for i, n in enumerate(const_names)}
 
-    def step(mutable, const, feeds, learning_rates, key):
+    def step(mutable, const, feeds, learning_rates, key_data):
+        key = None if key_data is None else jax.random.wrap_key_data(key_data)
         env = {}
         state = list(mutable)
         results = [None] * len(output_names)
@@ -372,6 +390,13 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
                     env.update(zip(lbns, value))
                 elif lbns:
                     env[lbns[0]] = value
-        return tuple(results), state, key
+        return tuple(results), state, None if key is None else jax.random.key_data(key)
 
-    return step, lr_ops
+    def flat_step(*args):
+        # The jnp functions the rules call are jitted functions of their own; with jit disabled
+        # while the step is traced they add their operations straight to the step's jaxpr instead
+        # of each being traced as a nested jit first: about half the tracing time in a fresh process.
+        with jax.disable_jit():
+            return step(*args)
+
+    return flat_step, lr_ops

@@ -79,6 +79,7 @@ _ATAN2_X = np.array([[1.0, -1.0, 0.0, 0.0], [0.0, 0.0, 2.0, -3.0]], dtype=np.flo
 _ATAN2_Y = np.array([[0.0, 0.0, 0.0, -1.0], [1.0, -1.0, 0.0, 2.0]], dtype=np.float32)
 _TIED_SCORES = np.array([[0.5, 0.5, 0.1, 0.5], [0.2, 0.1, 0.2, 0.3], [1.0, 1.0, 1.0, 1.0], [0.0, 0.3, 0.3, 0.1],
                          [0.4, 0.1, 0.4, 0.1]], dtype=np.float32)
+_ZEROS_34 = np.array([[0.0, 0.5, 0.0, 1.0], [0.0, 0.0, 0.25, 0.0], [0.7, 0.0, 0.0, 0.0]], dtype=np.float32)
 _REDUCE_ATTRS = {"axis": oneof([0], [1, 2], [-1], [0, 1, 2]), "keepdims": random_bool()}
 
 
@@ -336,6 +337,36 @@ CASES = {
     **{f"fused_tf_max_pool_{n}d": _fused_pool(n) for n in (1, 2, 3)},
     "normalization": lambda: ({"x": t(2, 3, 4, 4), "moving_mean": t(3), "moving_variance": t(3, **_POSITIVE),
                                "gamma": t(3), "beta": t(3)}, {"axis": 1, "epsilon": 1e-5, "training": False}),
+    # losses (class ids in range: the kernels raise on others, onnxruntime fails on them)
+    "softmax_cross_entropy": (lambda: ({"prediction": t(4, 5, low=-3, high=3), "label": t(4, 5, low=0, high=1)}, {}),
+                              lambda: ({"prediction": t(2, 3, 5, dtype=flow.double),
+                                        "label": t(2, 3, 5, low=0, high=1, dtype=flow.double)}, {})),
+    **{k: lambda: ({"prediction": t(4, 5, low=-3, high=3),
+                    "label": oneof(_int(4, low=0, high=5), _int(4, low=0, high=5, dtype=flow.int32))}, {"depth": 5})
+       for k in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms")},
+    **{k: lambda: ({"prediction": t(2, 3, 5, low=0.05, high=1.0), "label": _int(2, 3, low=0, high=5)}, {"depth": 5})
+       for k in ("sparse_cross_entropy", "sparse_cross_entropy_ms")},
+    "sigmoid_cross_entropy": lambda: ({"prediction": oneof(t(3, 4, low=-30, high=30), t(3, 4, low=-3, high=3)),
+                                       "label": oneof(t(3, 4, low=0, high=1), _int(3, 4, low=0, high=2))}, {}),
+    "binary_cross_entropy": (
+        lambda: ({"input": t(3, 4, low=0.01, high=0.99), "target": t(3, 4, low=0, high=1),
+                  "weight": oneof(t(3, 4, **_POSITIVE), nothing())}, {}),
+        lambda: ({"input": np.array([[0.0, 1.0, 0.5], [1.0, 0.0, 1e-30]], dtype=np.float32),
+                  "target": np.array([[0.0, 1.0, 0.5], [0.0, 1.0, 0.5]], dtype=np.float32)}, {})),
+    "binary_cross_entropy_with_logits": (
+        lambda: ({"input": t(3, 4, low=-20, high=20), "target": t(3, 4, low=0, high=1),
+                  "weight": oneof(t(3, 4, **_POSITIVE), nothing())}, {}),
+        lambda: ({"input": t(2, 3, 4, low=-5, high=5), "target": t(2, 3, 4, low=0, high=1),
+                  "pos_weight": t(4, **_POSITIVE)}, {"has_pos_weight": True})),
+    "kl_div_loss": (lambda: ({"input": t(3, 4), "target": oneof(t(3, 4, low=0, high=1), _ZEROS_34)},
+                             {"log_target": False}),
+                    lambda: ({"input": t(3, 4), "target": t(3, 4, low=-3, high=1)}, {"log_target": True})),
+    "smooth_l1_loss": lambda: ({"input": t(3, 4, low=-2, high=2), "target": t(3, 4, low=-2, high=2)},
+                               {"beta": oneof(0.0, 0.5, 1.0)}),
+    "nll": (lambda: ({"input": t(5, 4), "target": _int(5, low=0, high=4), "weight": oneof(nothing(), t(4, **_POSITIVE))},
+                     {"ignore_index": oneof(-100, 1, 3)}),
+            lambda: ({"input": t(5, 4, dtype=flow.double), "target": _int(5, low=0, high=4, dtype=flow.int32),
+                      "weight": t(4, low=0.5, high=2.0, dtype=flow.double)}, {"ignore_index": 2})),
 }
 
 

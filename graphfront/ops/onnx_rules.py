@@ -942,3 +942,121 @@ def in_top_k(c):
     higher = c.node("Cast", [c.node("Greater", [p, score])], to=_INT64)
     count = _reduce_node(c, "ReduceSum", higher, [1], 0)
     c.node("Cast", [c.node("Less", [count, c.const(np.int64(c.attr("k")))])], [c.output("out")], to=_INT8)
+
+
+# ------------------------------------------------------------------ losses
+#
+# The formulas of the kernels in graphfront/ops/loss_ops.py and nn_ops.py (unreduced losses).
+# Class ids outside [0, depth) make the graphfront kernels raise (sparse losses) or pick
+# garbage; in ONNX, GatherElements fails at run time on them: only in-range ids are defined.
+
+def _neg(c, x, out=None):
+    return c.node("Neg", [x], None if out is None else [out])
+
+
+def _pick_last(c, x, ids):
+    """``x[..., ids]`` over the last axis (``ids`` shaped x.shape[:-1]), as int64 GatherElements."""
+    idx = c.node("Unsqueeze", [c.node("Cast", [ids], to=_INT64), c.const(_ints([-1]))])
+    picked = c.node("GatherElements", [x, idx], axis=-1)
+    return c.node("Squeeze", [picked, c.const(_ints([-1]))])
+
+
+def softmax_cross_entropy(c):
+    """prob = softmax(prediction); out = -sum(label * log_softmax(prediction)) over the last axis."""
+    logp = c.node("LogSoftmax", [c.input("prediction")], axis=-1)
+    c.node("Exp", [logp], [c.output("prob")])
+    s = _reduce_node(c, "ReduceSum", c.node("Mul", [c.input("label"), logp]), [-1], 0)
+    _neg(c, s, c.output("out"))
+
+
+def sparse_softmax_cross_entropy(c):
+    """prob = softmax(prediction); out = -log_softmax(prediction)[..., label]."""
+    logp = c.node("LogSoftmax", [c.input("prediction")], axis=-1)
+    c.node("Exp", [logp], [c.output("prob")])
+    _neg(c, _pick_last(c, logp, c.input("label")), c.output("out"))
+
+
+def sparse_cross_entropy(c):
+    """out = -log(prediction[..., label]) (prediction holds probabilities)."""
+    _neg(c, c.node("Log", [_pick_last(c, c.input("prediction"), c.input("label"))]), c.output("out"))
+
+
+def _softplus_neg_abs(c, x, d):
+    """log(1 + exp(-|x|)), finite for every x (onnxruntime's Softplus has no double kernel)."""
+    return c.node("Log", [c.node("Add", [_k(c, 1.0, d), c.node("Exp", [_neg(c, c.node("Abs", [x]))])])])
+
+
+def sigmoid_cross_entropy(c):
+    """loss = max(x, 0) - x * z + log(1 + exp(-|x|)), z cast to x's dtype."""
+    x, d = c.input("prediction"), c.input_desc("prediction")
+    z = c.node("Cast", [c.input("label")], to=c.dtype_code(d.dtype))
+    t = c.node("Sub", [c.node("Max", [x, _k(c, 0.0, d)]), c.node("Mul", [x, z])])
+    c.node("Add", [t, _softplus_neg_abs(c, x, d)], [c.output("loss")])
+
+
+def _times_weight(c, x, out):
+    if c.has_input("weight"):
+        c.node("Mul", [x, c.input("weight")], [out])
+    else:
+        c.node("Identity", [x], [out])
+
+
+def binary_cross_entropy(c):
+    """out = -weight * (t * log(x) + (1 - t) * log(1 - x)), each log clamped at -100 (as torch)."""
+    x, t, d = c.input("input"), c.input("target"), c.input_desc("input")
+    one, low = _k(c, 1.0, d), _k(c, -100.0, d)
+    log_x = c.node("Max", [c.node("Log", [x]), low])
+    log_1mx = c.node("Max", [c.node("Log", [c.node("Sub", [one, x])]), low])
+    s = c.node("Add", [c.node("Mul", [t, log_x]), c.node("Mul", [c.node("Sub", [one, t]), log_1mx])])
+    _times_weight(c, _neg(c, s), c.output("out"))
+
+
+def binary_cross_entropy_with_logits(c):
+    """out = weight * ((1 - t) x + (1 + (pos_weight - 1) t) (log(1 + exp(-|x|)) + max(-x, 0)))."""
+    x, t, d = c.input("input"), c.input("target"), c.input_desc("input")
+    one = _k(c, 1.0, d)
+    sp = c.node("Add", [_softplus_neg_abs(c, x, d), c.node("Max", [_neg(c, x), _k(c, 0.0, d)])])
+    if c.has_input("pos_weight"):
+        coef = c.node("Add", [one, c.node("Mul", [c.node("Sub", [c.input("pos_weight"), one]), t])])
+        sp = c.node("Mul", [coef, sp])
+    s = c.node("Add", [c.node("Mul", [c.node("Sub", [one, t]), x]), sp])
+    _times_weight(c, s, c.output("out"))
+
+
+def kl_div_loss(c):
+    """out = xlogy(t, t) - t * x (0 where t == 0); with log_target: exp(t) * (t - x)."""
+    x, t, d = c.input("input"), c.input("target"), c.input_desc("input")
+    if c.attr("log_target"):
+        c.node("Mul", [c.node("Exp", [t]), c.node("Sub", [t, x])], [c.output("out")])
+        return
+    zero = _k(c, 0.0, d)
+    tlogt = c.node("Where", [c.node("Equal", [t, zero]), zero, c.node("Mul", [t, c.node("Log", [t])])])
+    c.node("Sub", [tlogt, c.node("Mul", [t, x])], [c.output("out")])
+
+
+def smooth_l1_loss(c):
+    """d = |x - t|; out = 0.5 d^2 / beta where d < beta, else d - 0.5 beta (d when beta == 0)."""
+    d_ = c.input_desc("input")
+    diff = c.node("Abs", [c.node("Sub", [c.input("input"), c.input("target")])])
+    beta = c.attr("beta")
+    if beta == 0:
+        c.node("Identity", [diff], [c.output("out")])
+        return
+    quad = c.node("Mul", [c.node("Mul", [diff, diff]), _k(c, 0.5 / beta, d_)])
+    lin = c.node("Sub", [diff, _k(c, 0.5 * beta, d_)])
+    c.node("Where", [c.node("Less", [diff, _k(c, beta, d_)]), quad, lin], [c.output("out")])
+
+
+def nll(c):
+    """out[n] = -w[t] * input[n, t], t = target[n], 0 where t == ignore_index; total_weight = sum of w[t]."""
+    x, d = c.input("input"), c.input_desc("input")
+    t = c.node("Cast", [c.input("target")], to=_INT64)
+    valid = c.node("Not", [c.node("Equal", [t, c.const(np.int64(c.attr("ignore_index")))])])
+    safe = c.node("Where", [valid, t, c.const(np.int64(0))])
+    per = c.node("Cast", [valid], to=c.dtype_code(d.dtype))
+    if c.has_input("weight"):
+        per = c.node("Mul", [c.node("Gather", [c.input("weight"), safe], axis=0), per])
+    picked = _pick_last(c, x, safe)
+    c.node("Mul", [_neg(c, picked), per], [c.output("out")])
+    total = _reduce_node(c, "ReduceSum", per, [0], 1)
+    c.node("Identity", [total], [c.output("total_weight")])

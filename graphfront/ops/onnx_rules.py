@@ -1060,3 +1060,127 @@ def nll(c):
     c.node("Mul", [_neg(c, picked), per], [c.output("out")])
     total = _reduce_node(c, "ReduceSum", per, [0], 1)
     c.node("Identity", [total], [c.output("total_weight")])
+
+
+# ------------------------------------------------------------------ scatter-add family
+#
+# Every scatter-add op is written as one shape: ``out[b, ids[b, n, i], i] += src[b, n, i]``
+# over a (B, S, inner) output, ids shaped (B, N, inner) or (B, N, 1). Ids outside [0, S)
+# add nothing (as the kernels of scatter_nd, the segment sums and tensor_scatter_nd_add;
+# dim_scatter_add_like's kernel raises on them instead).
+
+def _scatter_add(c, base, ids3, src3, src_shape, segments, dtype, out):
+    """``out`` (B, S, inner) = ``base`` (or zeros) plus ``src3`` (shaped ``src_shape`` = (B, N, inner))
+    added at ``ids3`` (B, N, inner or 1) along axis 1; ids outside [0, segments) add nothing.
+
+    ScatterElements with ``reduction="add"`` from opset 16; before it, the sum over N of a
+    one-hot ``Where`` (B, N, S, inner): the same sums, inf and NaN entries included."""
+    b, _, inner = src_shape
+    zero = c.const(np.zeros((), dtype=dtype))
+    valid, ids = _valid_ids(c, ids3, segments)
+    if c.opset >= 16:
+        src = c.node("Where", [valid, src3, zero])
+        ids = c.node("Expand", [ids, c.const(_ints(src_shape))])
+        if base is None:
+            base = c.node("Expand", [zero, c.const(_ints([b, segments, inner]))])
+        c.node("ScatterElements", [base, ids, src], [out], axis=1, reduction="add")
+        return
+    two = c.const(_ints([2]))
+    hot = c.node("Equal", [c.node("Unsqueeze", [ids, two]),
+                           c.const(np.arange(segments, dtype=np.int64).reshape(1, 1, segments, 1))])
+    hot = c.node("And", [hot, c.node("Unsqueeze", [valid, two])])
+    spread = c.node("Where", [hot, c.node("Unsqueeze", [src3, two]), zero])
+    if base is None:
+        _reduce_node(c, "ReduceSum", spread, [1], 0, out)
+    else:
+        c.node("Add", [base, _reduce_node(c, "ReduceSum", spread, [1], 0)], [out])
+
+
+def _prod(dims):
+    return int(np.prod(dims, dtype=np.int64))
+
+
+def _scatter_nd_add(base_arg, shape_of):
+    """scatter_nd / scatter_nd_like (into zeros) and tensor_scatter_nd_add (into ``params``):
+    ``indices`` (..., k) pick rows of the first k dims of the output (row-major ids)."""
+    def convert(c):
+        shape = list(shape_of(c))
+        idx_shape = c.input_desc("indices").shape
+        k, n = idx_shape[-1], _prod(idx_shape[:-1])
+        rows, inner = _prod(shape[:k]), _prod(shape[k:])
+        ids = c.node("Reshape", [c.node("Cast", [c.input("indices")], to=_INT64), c.const(_ints([n, k]))])
+        valid, ids = _valid_ids(c, ids, np.array(shape[:k], dtype=np.int64))
+        strides = np.cumprod([1] + shape[:k][::-1][:-1])[::-1] if k else np.zeros(0)
+        linear = c.node("MatMul", [ids, c.const(np.array(strides, dtype=np.int64).reshape(k, 1))])
+        # a row with any out-of-range entry gets id -1 (dropped)
+        row_ok = c.node("Cast", [_reduce_node(c, "ReduceMin", c.node("Cast", [valid], to=_INT32), [1], 1)], to=_BOOL)
+        linear = c.node("Where", [row_ok, linear, c.const(np.int64(-1))])
+        out_d = c.output_desc("out")
+        base = None
+        if base_arg is not None:
+            base = c.node("Reshape", [c.input(base_arg), c.const(_ints([1, rows, inner]))])
+        src = c.node("Reshape", [c.input("updates"), c.const(_ints([1, n, inner]))])
+        res = c.tmp("scattered")
+        _scatter_add(c, base, c.node("Reshape", [linear, c.const(_ints([1, n, 1]))]), src, [1, n, inner], rows,
+                     _np(out_d), res)
+        c.node("Reshape", [res, c.const(_ints(shape))], [c.output("out")])
+    return convert
+
+
+scatter_nd = _scatter_nd_add(None, lambda c: c.attr("shape"))
+scatter_nd_like = _scatter_nd_add(None, lambda c: c.input_desc("like").shape)
+tensor_scatter_nd_add = _scatter_nd_add("params", lambda c: c.input_desc("params").shape)
+
+
+def _segment_sum(segments_of):
+    """unsorted_segment_sum(_like): ``data`` slices summed into rows ``segment_ids`` of axis ``axis``."""
+    def convert(c):
+        shape, ids_shape = c.input_desc("data").shape, c.input_desc("segment_ids").shape
+        axis = c.attr("axis") % len(shape)
+        segments = segments_of(c, axis)
+        outer, n, inner = _prod(shape[:axis]), _prod(ids_shape), _prod(shape[axis + len(ids_shape):])
+        ids = c.node("Reshape", [c.input("segment_ids"), c.const(_ints([1, n, 1]))])
+        ids = c.node("Expand", [ids, c.const(_ints([outer, n, 1]))])
+        src = c.node("Reshape", [c.input("data"), c.const(_ints([outer, n, inner]))])
+        res = c.tmp("summed")
+        _scatter_add(c, None, ids, src, [outer, n, inner], segments, _np(c.output_desc("out")), res)
+        c.node("Reshape", [res, c.const(_ints(c.output_desc("out").shape))], [c.output("out")])
+    return convert
+
+
+unsorted_segment_sum = _segment_sum(lambda c, axis: c.attr("num_segments"))
+unsorted_segment_sum_like = _segment_sum(lambda c, axis: c.input_desc("like").shape[axis])
+
+
+def unsorted_batch_segment_sum(c):
+    """Per batch row (the leading dims of ``segment_ids``), ``data`` rows summed into ``num_segments``."""
+    shape, ids_shape = c.input_desc("data").shape, c.input_desc("segment_ids").shape
+    b = len(ids_shape) - 1
+    batch, n, inner = _prod(ids_shape[:-1]), ids_shape[-1], _prod(shape[b + 1:])
+    ids = c.node("Reshape", [c.input("segment_ids"), c.const(_ints([batch, n, 1]))])
+    src = c.node("Reshape", [c.input("data"), c.const(_ints([batch, n, inner]))])
+    res = c.tmp("summed")
+    _scatter_add(c, None, ids, src, [batch, n, inner], c.attr("num_segments"), _np(c.output_desc("out")), res)
+    c.node("Reshape", [res, c.const(_ints(c.output_desc("out").shape))], [c.output("out")])
+
+
+def dim_scatter_add_like(c):
+    """zeros of like's shape, ``src[i]`` added at ``index[i]`` along ``dim`` (torch.scatter_add); an
+    index smaller than ``like`` outside ``dim`` is zero-padded (padding adds 0). Out-of-range ids add
+    nothing here, where the kernel raises."""
+    like = list(c.input_desc("like").shape)
+    ishape = list(c.input_desc("index").shape)
+    dim = c.attr("dim") % len(like)
+    target = [ishape[i] if i == dim else like[i] for i in range(len(like))]
+    index, src = c.input("index"), c.input("src")
+    if target != ishape:
+        after = [t - s for t, s in zip(target, ishape)]
+        pads = c.const(_ints([0] * len(like) + after))
+        index = c.node("Pad", [index, pads, c.const(np.zeros((), dtype=_np(c.input_desc("index"))))])
+        src = c.node("Pad", [src, pads, c.const(np.zeros((), dtype=_np(c.input_desc("src"))))])
+    b, n, inner = _prod(like[:dim]), ishape[dim], _prod(like[dim + 1:])
+    three = c.const(_ints([b, n, inner]))
+    res = c.tmp("summed")
+    _scatter_add(c, None, c.node("Reshape", [index, three]), c.node("Reshape", [src, three]), [b, n, inner],
+                 like[dim], _np(c.output_desc("output")), res)
+    c.node("Reshape", [res, c.const(_ints(like))], [c.output("output")])

@@ -80,6 +80,7 @@ _ATAN2_Y = np.array([[0.0, 0.0, 0.0, -1.0], [1.0, -1.0, 0.0, 2.0]], dtype=np.flo
 _TIED_SCORES = np.array([[0.5, 0.5, 0.1, 0.5], [0.2, 0.1, 0.2, 0.3], [1.0, 1.0, 1.0, 1.0], [0.0, 0.3, 0.3, 0.1],
                          [0.4, 0.1, 0.4, 0.1]], dtype=np.float32)
 _ZEROS_34 = np.array([[0.0, 0.5, 0.0, 1.0], [0.0, 0.0, 0.25, 0.0], [0.7, 0.0, 0.0, 0.0]], dtype=np.float32)
+_NONFINITE = np.array([[np.inf, 1.0, np.nan], [-np.inf, 0.0, np.nan]], dtype=np.float32)
 _REDUCE_ATTRS = {"axis": oneof([0], [1, 2], [-1], [0, 1, 2]), "keepdims": random_bool()}
 
 
@@ -360,6 +361,22 @@ CASES = {
                                       {"dim": 1}),
                              lambda: ({"like": t(3, 4, 2), "index": _int(3, 4, 3, low=0, high=2), "src": t(3, 4, 3)},
                                       {"dim": -1})),
+    "diag": (lambda: ({"in": oneof(t(4), _int(3, low=-3, high=3))}, {"diagonal": oneof(0, 2, -1)}),
+             lambda: ({"in": oneof(t(4, 5), _int(5, 3, low=-3, high=3))}, {"diagonal": oneof(0, 1, -2)})),
+    # distinct random floats: on equal values ONNX TopK takes the lower index first, torch.topk has no fixed order
+    "top_k": lambda: ({"in": oneof(t(3, 7), t(2, 2, 6, dtype=flow.double))}, {"k": oneof(1, 3, 9), "sorted": random_bool()}),
+    "count_not_finite": lambda: ({"x": oneof(_NONFINITE, t(2, 3), _int(2, 3, low=-3, high=3))}, {}),
+    "multi_count_not_finite": lambda: ({"x": [_NONFINITE, t(2, 3), _NONFINITE[::-1].copy()]}, {}),
+    "multi_square_sum": (lambda: ({"x": [t(2, 3), t(4)]}, {}), lambda: ({"x": [t(5)]}, {})),
+    "fused_bias_add_mask_scale": lambda: ({"a": t(2, 3, 4), "b": t(3), "mask": _cond(2, 3, 4),
+                                           "_add_to_output": oneof(t(2, 3, 4), nothing())},
+                                          {"axis": 1, "scale": random(0.5, 2.0)}),
+    "fused_tril_scale_softmax_mask_scale": lambda: ({"x": t(2, 4, 5, low=-3, high=3), "mask": _cond(2, 4, 5)},
+                                                    {"diagonal": oneof(-1, 0, 2), "tril_fill_value": oneof(0.0, -1e4),
+                                                     "tril_scale_value": random(0.5, 2.0),
+                                                     "mask_scale_value": random(1.0, 2.0)}),
+    "fused_self_attention_query_mul_key_and_value": lambda: ({"hidden_states": t(4, 2, 18)},
+                                                             {"head_size": oneof(3, 6), "alpha": random(0.1, 1.0)}),
     # losses (class ids in range: the kernels raise on others, onnxruntime fails on them)
     "softmax_cross_entropy": (lambda: ({"prediction": t(4, 5, low=-3, high=3), "label": t(4, 5, low=0, high=1)}, {}),
                               lambda: ({"prediction": t(2, 3, 5, dtype=flow.double),

@@ -1186,7 +1186,7 @@ def _diag_grad_kernel(k):
     return diag_grad
 
 
-op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer,
+op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer, onnx=onnx_rules.diag,
    kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.diag(x, d)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "diag_grad", {"dy": g.dout("out"), "in": g.input("in")}, {"diagonal": g.attr("diagonal")})))

@@ -1184,3 +1184,105 @@ def dim_scatter_add_like(c):
     _scatter_add(c, None, c.node("Reshape", [index, three]), c.node("Reshape", [src, three]), [b, n, inner],
                  like[dim], _np(c.output_desc("output")), res)
     c.node("Reshape", [res, c.const(_ints(like))], [c.output("output")])
+
+
+# ------------------------------------------------------------------ diag, top_k, finite counts, square sums
+
+def diag(c):
+    """1-D ``in`` (n,): the (n + |d|)^2 matrix with ``in`` on diagonal d, zeros elsewhere;
+    2-D ``in``: its diagonal d as a vector (torch.diag)."""
+    d, desc = c.attr("diagonal"), c.input_desc("in")
+    if len(desc.shape) == 2:
+        size = c.output_desc("out").shape[0]
+        i = np.arange(size, dtype=np.int64)
+        rows, cols = (i, i + d) if d >= 0 else (i - d, i)
+        c.node("GatherND", [c.input("in"), c.const(np.stack([rows, cols], axis=1))], [c.output("out")])
+        return
+    m = c.output_desc("out").shape[0]
+    r, k = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
+    on = (k - r) == d
+    src = np.where(on, np.minimum(r, k), 0).astype(np.int64)   # row r, column r + d holds in[min(r, col)]
+    c.node("Where", [c.const(on), c.node("Gather", [c.input("in"), c.const(src)], axis=0),
+                     c.const(np.zeros((), dtype=_np(desc)))], [c.output("out")])
+
+
+def top_k(c):
+    """int32 indices of the k largest entries of the last axis, largest first. On equal values
+    ONNX TopK puts the lower index first; torch.topk (the graphfront kernel) has no fixed order."""
+    k = c.output_desc("out").shape[-1]
+    _top_k(c, k, True, False)
+
+
+def _count_not_finite(c, x, desc):
+    """int64 scalar: the number of inf and NaN entries (0 for integer dtypes)."""
+    if not desc.dtype.is_floating_point:
+        return c.const(np.int64(0))
+    bad = c.node("Or", [c.node("IsInf", [x]), c.node("IsNaN", [x])])
+    return c.node("ReduceSum", [c.node("Cast", [bad], to=_INT64)], keepdims=0)
+
+
+def _sum_to_one(c, parts, out):
+    total = parts[0]
+    for p in parts[1:]:
+        total = c.node("Add", [total, p])
+    c.node("Reshape", [total, c.const(_ints([1]))], [out])
+
+
+def count_not_finite(c):
+    """count_not_finite / multi_count_not_finite: int64 (1,) count of inf and NaN in every ``x``."""
+    parts = [_count_not_finite(c, x, c.input_desc("x", i)) for i, x in enumerate(c.inputs("x"))]
+    _sum_to_one(c, parts, c.output("y"))
+
+
+def multi_square_sum(c):
+    """sum of x * x over every element of every ``x``, shape (1,)."""
+    parts = [c.node("ReduceSum", [c.node("Mul", [x, x])], keepdims=0) for x in c.inputs("x")]
+    _sum_to_one(c, parts, c.output("y"))
+
+
+# ------------------------------------------------------------------ fused attention ops
+
+def _bias_added(c):
+    d = c.input_desc("a")
+    shape = [1] * len(d.shape)
+    shape[c.attr("axis")] = -1
+    return c.node("Add", [c.input("a"), c.node("Reshape", [c.input("b"), c.const(_ints(shape))])])
+
+
+def fused_bias_add_mask_scale(c):
+    """(a + b along axis) * mask * scale (+ _add_to_output)."""
+    d = c.input_desc("a")
+    mask = c.node("Cast", [c.input("mask")], to=c.dtype_code(d.dtype))
+    y = c.node("Mul", [c.node("Mul", [_bias_added(c), mask]), _k(c, c.attr("scale"), d)])
+    if c.has_input("_add_to_output"):
+        c.node("Add", [y, c.input("_add_to_output")], [c.output("out")])
+    else:
+        c.node("Identity", [y], [c.output("out")])
+
+
+def fused_tril_scale_softmax_mask_scale(c):
+    """softmax_y = softmax(where(tril(diagonal), x * tril_scale_value, tril_fill_value)) over the
+    last axis; y = softmax_y * mask * mask_scale_value."""
+    d = c.input_desc("x")
+    rows, cols = d.shape[-2:]
+    keep = np.tril(np.ones((rows, cols), dtype=bool), c.attr("diagonal"))
+    t = c.node("Where", [c.const(keep), c.node("Mul", [c.input("x"), _k(c, c.attr("tril_scale_value"), d)]),
+                         _k(c, c.attr("tril_fill_value"), d)])
+    soft = c.node("Softmax", [t], [c.output("softmax_y")], axis=-1)
+    mask = c.node("Cast", [c.input("mask")], to=c.dtype_code(d.dtype))
+    c.node("Mul", [c.node("Mul", [soft, mask]), _k(c, c.attr("mask_scale_value"), d)], [c.output("y")])
+
+
+def fused_self_attention_query_mul_key_and_value(c):
+    """hidden_states (seq, batch, heads * 3 * head_size) -> q, k, v (batch, heads, seq, head_size);
+    query_mul_key = alpha * q @ k^T, value = v."""
+    d = c.input_desc("hidden_states")
+    seq, batch, hidden = d.shape
+    hs = c.attr("head_size")
+    heads = hidden // (3 * hs)
+    h = c.node("Reshape", [c.input("hidden_states"), c.const(_ints([seq, batch, heads, 3, hs]))])
+    h = c.node("Transpose", [h], perm=[3, 1, 2, 0, 4])
+    q, k = (c.node("Gather", [h, c.const(np.int64(i))], axis=0) for i in (0, 1))
+    c.node("Gather", [h, c.const(np.int64(2))], [c.output("value")], axis=0)
+    qk = c.node("MatMul", [q, c.node("Transpose", [k], perm=[0, 1, 3, 2])])
+    c.node("Mul", [qk, _k(c, c.attr("alpha"), d)], [c.output("query_mul_key")])

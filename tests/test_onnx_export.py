@@ -346,6 +346,11 @@ CASES = {
     "tensor_scatter_nd_add": (lambda: ({"params": t(4, 5), "updates": t(6), "indices": _int(6, 2, low=-1, high=5)}, {}),
                               lambda: ({"params": _int(4, 5, low=-3, high=3), "updates": _int(3, 5, low=-3, high=3),
                                         "indices": _int(3, 1, low=0, high=4, dtype=flow.int32)}, {})),
+    # distinct in-range rows (which of duplicates wins is unspecified), plus out-of-range ones (skipped)
+    "tensor_scatter_nd_update": (
+        lambda: ({"params": t(4, 5), "updates": t(4, 5), "indices": np.array([[3], [-1], [0], [4]], dtype=np.int64)}, {}),
+        lambda: ({"params": _int(4, 5, low=-3, high=3), "updates": _int(3, low=-3, high=3),
+                  "indices": np.array([[1, 4], [2, 0], [0, 5]], dtype=np.int32)}, {})),
     "unsorted_segment_sum": lambda: ({"data": oneof(t(2, 6, 3), _int(2, 6, 3, low=-3, high=3)),
                                       "segment_ids": _int(6, low=-1, high=5)}, {"axis": oneof(1, -2), "num_segments": 4}),
     "unsorted_segment_sum_like": (lambda: ({"data": t(6, 2, 3), "segment_ids": _int(6, low=0, high=5),
@@ -377,6 +382,12 @@ CASES = {
                                                      "mask_scale_value": random(1.0, 2.0)}),
     "fused_self_attention_query_mul_key_and_value": lambda: ({"hidden_states": t(4, 2, 18)},
                                                              {"head_size": oneof(3, 6), "alpha": random(0.1, 1.0)}),
+    "argwhere": lambda: ({"input": oneof(_cond(3, 4), t(2, 3, low=0, high=0), _int(5, low=0, high=2))},
+                         {"dtype": oneof(flow.int32, flow.int64)}),
+    "unique_with_counts": lambda: ({"x": oneof(_int(8, low=0, high=4), _int(6, low=-2, high=2, dtype=flow.int32),
+                                               np.array([0.5, -1.0, 0.5, 2.0, -1.0], dtype=np.float32))},
+                                   {"out_idx": oneof(flow.int32, flow.int64)}),
+    "cast_to_static_shape": lambda: ({"input": oneof(t(2, 3), _int(4, low=-3, high=3))}, {}),
     # losses (class ids in range: the kernels raise on others, onnxruntime fails on them)
     "softmax_cross_entropy": (lambda: ({"prediction": t(4, 5, low=-3, high=3), "label": t(4, 5, low=0, high=1)}, {}),
                               lambda: ({"prediction": t(2, 3, 5, dtype=flow.double),
@@ -478,6 +489,25 @@ def test_converter_matches_graphfront(op_type, tmp_path):
             np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5, err_msg=f"{op_type} draw {draw}: {attrs}")
 
 
+def test_argwhere_then_cast_to_static_shape(tmp_path):
+    """The dynamic (count, ndim) output of argwhere, padded back to (numel, ndim) with zeros."""
+    @flow.global_function(type="predict")
+    def coords(x: tp.Numpy.Placeholder((3, 4), dtype=flow.float)) -> typing.Tuple[tp.Numpy, tp.Numpy]:
+        with flow.scope.placement("cpu", "0:0"):
+            where, size = build_op("argwhere", {"input": x}, {"dtype": flow.int64}, outputs=["output", "output_size"])
+            return build_op("cast_to_static_shape", {"input": where}, {}, outputs=["output"]), size
+
+    x = np.array([[0.0, 1.5, 0.0, -2.0], [0.0, 0.0, 0.0, 0.0], [3.0, 0.0, np.nan, 0.0]], dtype=np.float32)
+    padded, size = coords(x)
+    assert size.tolist() == [4] and padded.shape == (12, 2)
+    np.testing.assert_array_equal(padded[:4], np.argwhere(x != 0))
+    assert not padded[4:].any()
+    flow.onnx.export(coords, tmp_path / "coords.onnx", opset=13)
+    _, (got_padded, got_size) = _run_onnx(tmp_path / "coords.onnx", [x])
+    np.testing.assert_array_equal(got_padded, padded)
+    np.testing.assert_array_equal(got_size, size)
+
+
 def _lenet_predict(b):
     @flow.global_function(type="predict")
     def lenet_predict(images: tp.Numpy.Placeholder((b, 1, 28, 28), dtype=flow.float)) -> tp.Numpy:
@@ -551,12 +581,12 @@ def test_train_job_and_op_without_converter_are_refused(tmp_path):
         with flow.scope.placement("cpu", "0:0"):
             a = flow.math.lgamma(x, name="lg_a")
             b = flow.math.lgamma(flow.math.exp(a), name="lg_b")
-            return flow.math.top_k(b, k=2, name="topk")
+            return flow.random.bernoulli(flow.math.sigmoid(b), name="coin")
 
     with pytest.raises(OnnxExportError, match="job 'train' is a train job; only predict jobs can be exported"):
         flow.onnx.export(train, tmp_path / "t.onnx")
-    with pytest.raises(OnnxExportError, match=r"op type\(s\) without an ONNX converter: lgamma \(op 'lg_a', "
-                                              r"'lg_b'\); top_k \(op 'topk'\); op types that have one: .*argmax"):
+    with pytest.raises(OnnxExportError, match=r"op type\(s\) without an ONNX converter: bernoulli \(op 'coin'\); lgamma "
+                                              r"\(op 'lg_a', 'lg_b'\); op types that have one: .*argmax"):
         flow.onnx.export(predict, tmp_path / "p.onnx")
     assert not os.path.exists(tmp_path / "p.onnx")
     with pytest.raises(TypeError, match="expects a predict job function"):

@@ -817,7 +817,7 @@ op("tensor_scatter_nd_add", inputs=["params", "updates", "indices"], outputs=["o
    infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("add"), grad=_tensor_scatter_nd_add_grad,
    onnx=onnx_rules.tensor_scatter_nd_add)
 op("tensor_scatter_nd_update", inputs=["params", "updates", "indices"], outputs=["out"],
-   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("update"),
+   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("update"), onnx=onnx_rules.tensor_scatter_nd_update,
    grad=_tensor_scatter_nd_update_grad)
 
 

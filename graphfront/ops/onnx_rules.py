@@ -1100,31 +1100,49 @@ def _prod(dims):
     return int(np.prod(dims, dtype=np.int64))
 
 
+def _nd_rows(c, shape):
+    """``(n, k, rows, inner, ids)``: the row-major row id (int64, (n, 1)) that each index tuple of
+    ``indices`` (..., k) picks in the first k dims of ``shape``; -1 for a tuple out of range."""
+    idx_shape = c.input_desc("indices").shape
+    k, n = idx_shape[-1], _prod(idx_shape[:-1])
+    ids = c.node("Reshape", [c.node("Cast", [c.input("indices")], to=_INT64), c.const(_ints([n, k]))])
+    valid, ids = _valid_ids(c, ids, np.array(shape[:k], dtype=np.int64))
+    strides = np.cumprod([1] + shape[:k][::-1][:-1])[::-1] if k else np.zeros(0)
+    linear = c.node("MatMul", [ids, c.const(np.array(strides, dtype=np.int64).reshape(k, 1))])
+    row_ok = c.node("Cast", [_reduce_node(c, "ReduceMin", c.node("Cast", [valid], to=_INT32), [1], 1)], to=_BOOL)
+    return n, k, _prod(shape[:k]), _prod(shape[k:]), c.node("Where", [row_ok, linear, c.const(np.int64(-1))])
+
+
 def _scatter_nd_add(base_arg, shape_of):
     """scatter_nd / scatter_nd_like (into zeros) and tensor_scatter_nd_add (into ``params``):
     ``indices`` (..., k) pick rows of the first k dims of the output (row-major ids)."""
     def convert(c):
         shape = list(shape_of(c))
-        idx_shape = c.input_desc("indices").shape
-        k, n = idx_shape[-1], _prod(idx_shape[:-1])
-        rows, inner = _prod(shape[:k]), _prod(shape[k:])
-        ids = c.node("Reshape", [c.node("Cast", [c.input("indices")], to=_INT64), c.const(_ints([n, k]))])
-        valid, ids = _valid_ids(c, ids, np.array(shape[:k], dtype=np.int64))
-        strides = np.cumprod([1] + shape[:k][::-1][:-1])[::-1] if k else np.zeros(0)
-        linear = c.node("MatMul", [ids, c.const(np.array(strides, dtype=np.int64).reshape(k, 1))])
-        # a row with any out-of-range entry gets id -1 (dropped)
-        row_ok = c.node("Cast", [_reduce_node(c, "ReduceMin", c.node("Cast", [valid], to=_INT32), [1], 1)], to=_BOOL)
-        linear = c.node("Where", [row_ok, linear, c.const(np.int64(-1))])
-        out_d = c.output_desc("out")
+        n, k, rows, inner, linear = _nd_rows(c, shape)
         base = None
         if base_arg is not None:
             base = c.node("Reshape", [c.input(base_arg), c.const(_ints([1, rows, inner]))])
         src = c.node("Reshape", [c.input("updates"), c.const(_ints([1, n, inner]))])
         res = c.tmp("scattered")
         _scatter_add(c, base, c.node("Reshape", [linear, c.const(_ints([1, n, 1]))]), src, [1, n, inner], rows,
-                     _np(out_d), res)
+                     _np(c.output_desc("out")), res)
         c.node("Reshape", [res, c.const(_ints(shape))], [c.output("out")])
     return convert
+
+
+def tensor_scatter_nd_update(c):
+    """params with the rows picked by ``indices`` replaced by ``updates`` (ScatterND); a row whose
+    index is out of range is written to a scratch row past the end, dropped after (as the kernel
+    skips it). Among duplicate indices which update wins is unspecified, in ONNX as in the kernel."""
+    shape = list(c.input_desc("params").shape)
+    n, k, rows, inner, linear = _nd_rows(c, shape)
+    linear = c.node("Where", [c.node("Less", [linear, c.const(np.int64(0))]), c.const(np.int64(rows)), linear])
+    base = c.node("Reshape", [c.input("params"), c.const(_ints([rows, inner]))])
+    base = c.node("Concat", [base, c.const(np.zeros((1, inner), dtype=_np(c.input_desc("params"))))], axis=0)
+    src = c.node("Reshape", [c.input("updates"), c.const(_ints([n, inner]))])
+    res = c.node("ScatterND", [base, linear, src])
+    res = c.node("Slice", [res, c.const(_ints([0])), c.const(_ints([rows])), c.const(_ints([0]))])
+    c.node("Reshape", [res, c.const(_ints(shape))], [c.output("out")])
 
 
 scatter_nd = _scatter_nd_add(None, lambda c: c.attr("shape"))
@@ -1286,3 +1304,44 @@ def fused_self_attention_query_mul_key_and_value(c):
     c.node("Gather", [h, c.const(np.int64(2))], [c.output("value")], axis=0)
     qk = c.node("MatMul", [q, c.node("Transpose", [k], perm=[0, 1, 3, 2])])
     c.node("Mul", [qk, _k(c, c.attr("alpha"), d)], [c.output("query_mul_key")])
+
+
+# ------------------------------------------------------------------ argwhere, unique_with_counts, cast_to_static_shape
+
+def argwhere(c):
+    """output: the (count, ndim) coordinates of the non-zero entries in row-major order (NonZero,
+    transposed), the dynamic blob of the kernel; output_size: (1,) count. Both of attr dtype."""
+    to = c.dtype_code(c.attr("dtype"))
+    nz = c.node("NonZero", [_nonzero(c, c.input("input"))])
+    c.node("Cast", [c.node("Transpose", [nz], perm=[1, 0])], [c.output("output")], to=to)
+    count = c.node("Slice", [c.node("Shape", [nz]), c.const(_ints([1])), c.const(_ints([2])), c.const(_ints([0]))])
+    c.node("Cast", [count], [c.output("output_size")], to=to)
+
+
+def _pad_end(c, x, n, length):
+    """``x`` (length,) zero-padded at the end to ``n`` entries."""
+    pads = c.node("Concat", [c.const(_ints([0])), c.node("Sub", [c.const(_ints([n])), length])], axis=0)
+    return c.node("Pad", [x, pads])
+
+
+def unique_with_counts(c):
+    """Unique (sorted): y the distinct values ascending and count their counts, both zero-padded
+    to x's length; idx the position of each x in y; num_unique (1,). Indices of attr out_idx."""
+    n = c.input_desc("x").shape[0]
+    to = c.dtype_code(c.attr("out_idx"))
+    y, inverse, counts = c.tmp("y"), c.tmp("inverse"), c.tmp("counts")
+    c.node("Unique", [c.input("x")], [y, "", inverse, counts], sorted=1)
+    length = c.node("Shape", [y])
+    c.node("Identity", [_pad_end(c, y, n, length)], [c.output("y")])
+    c.node("Cast", [inverse], [c.output("idx")], to=to)
+    c.node("Cast", [_pad_end(c, counts, n, length)], [c.output("count")], to=to)
+    c.node("Cast", [length], [c.output("num_unique")], to=to)
+
+
+def cast_to_static_shape(c):
+    """The input zero-padded at the end of each dim to its static shape (a no-op unless the
+    input is a dynamic blob holding fewer entries, e.g. argwhere's output)."""
+    shape = c.output_desc("output").shape
+    grow = c.node("Sub", [c.const(_ints(shape)), c.node("Shape", [c.input("input")])])
+    pads = c.node("Concat", [c.const(_ints([0] * len(shape))), grow], axis=0)
+    c.node("Pad", [c.input("input"), pads], [c.output("output")])

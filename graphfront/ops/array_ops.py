@@ -415,7 +415,7 @@ def _slice_update_grad(g):
 
 
 op("slice_update", inputs=["x", "update"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_update_infer,
-   kernel=_slice_update_kernel, grad=_slice_update_grad)
+   kernel=_slice_update_kernel, grad=_slice_update_grad, onnx=onnx_rules.slice_update)
 
 
 # ============================================================== narrow (+ narrow_grad)

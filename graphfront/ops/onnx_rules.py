@@ -135,6 +135,15 @@ def slice_op(c):
     _ranges_slice(c, c.input("x"), c.output("y"), ranges)
 
 
+def slice_update(c):
+    """slice_update: ``x`` with the slice (as ``slice`` resolves it) replaced by ``update``:
+    ScatterND at the constant coordinates of the slice's elements."""
+    from graphfront.ops.array_ops import slice_ranges
+    ranges = slice_ranges(c.input_desc("x").shape, c.attr("start"), c.attr("stop"), c.attr("step"))
+    grid = np.stack(np.meshgrid(*[np.array(r, dtype=np.int64) for r in ranges], indexing="ij"), axis=-1)
+    c.node("ScatterND", [c.input("x"), c.const(grid), c.input("update")], [c.output("y")])
+
+
 def narrow(c):
     shape = c.input_desc("in").shape
     dim = c.attr("dim") % len(shape)

@@ -351,11 +351,13 @@ CASES = {
                                         "indices": _int(3, 1, low=0, high=4, dtype=flow.int32)}, {})),
     # distinct in-range rows (which of duplicates wins is unspecified), plus out-of-range ones (skipped)
     "tensor_scatter_nd_update": (
-        lambda: ({"params": t(4, 5), "updates": t(4, 5), "indices": np.array([[3], [-1], [0], [4]], dtype=np.int64)}, {}),
+        lambda: ({"params": t(4, 5), "updates": t(4, 5),
+                  "indices": np.array([[3], [-1], [0], [4]], dtype=np.int64)}, {}),
         lambda: ({"params": _int(4, 5, low=-3, high=3), "updates": _int(3, low=-3, high=3),
                   "indices": np.array([[1, 4], [2, 0], [0, 5]], dtype=np.int32)}, {})),
     "unsorted_segment_sum": lambda: ({"data": oneof(t(2, 6, 3), _int(2, 6, 3, low=-3, high=3)),
-                                      "segment_ids": _int(6, low=-1, high=5)}, {"axis": oneof(1, -2), "num_segments": 4}),
+                                      "segment_ids": _int(6, low=-1, high=5)},
+                                     {"axis": oneof(1, -2), "num_segments": 4}),
     "unsorted_segment_sum_like": (lambda: ({"data": t(6, 2, 3), "segment_ids": _int(6, low=0, high=5),
                                             "like": t(4, 2, 3)}, {"axis": 0}),
                                   lambda: ({"data": t(2, 6, 2, 3), "segment_ids": _int(6, 2, low=-1, high=4),
@@ -372,7 +374,8 @@ CASES = {
     "diag": (lambda: ({"in": oneof(t(4), _int(3, low=-3, high=3))}, {"diagonal": oneof(0, 2, -1)}),
              lambda: ({"in": oneof(t(4, 5), _int(5, 3, low=-3, high=3))}, {"diagonal": oneof(0, 1, -2)})),
     # distinct random floats: on equal values ONNX TopK takes the lower index first, torch.topk has no fixed order
-    "top_k": lambda: ({"in": oneof(t(3, 7), t(2, 2, 6, dtype=flow.double))}, {"k": oneof(1, 3, 9), "sorted": random_bool()}),
+    "top_k": lambda: ({"in": oneof(t(3, 7), t(2, 2, 6, dtype=flow.double))},
+                      {"k": oneof(1, 3, 9), "sorted": random_bool()}),
     "count_not_finite": lambda: ({"x": oneof(_NONFINITE, t(2, 3), _int(2, 3, low=-3, high=3))}, {}),
     "multi_count_not_finite": lambda: ({"x": [_NONFINITE, t(2, 3), _NONFINITE[::-1].copy()]}, {}),
     "multi_square_sum": (lambda: ({"x": [t(2, 3), t(4)]}, {}), lambda: ({"x": [t(5)]}, {})),
@@ -417,8 +420,8 @@ CASES = {
                     lambda: ({"input": t(3, 4), "target": t(3, 4, low=-3, high=1)}, {"log_target": True})),
     "smooth_l1_loss": lambda: ({"input": t(3, 4, low=-2, high=2), "target": t(3, 4, low=-2, high=2)},
                                {"beta": oneof(0.0, 0.5, 1.0)}),
-    "nll": (lambda: ({"input": t(5, 4), "target": _int(5, low=0, high=4), "weight": oneof(nothing(), t(4, **_POSITIVE))},
-                     {"ignore_index": oneof(-100, 1, 3)}),
+    "nll": (lambda: ({"input": t(5, 4), "target": _int(5, low=0, high=4),
+                      "weight": oneof(nothing(), t(4, **_POSITIVE))}, {"ignore_index": oneof(-100, 1, 3)}),
             lambda: ({"input": t(5, 4, dtype=flow.double), "target": _int(5, low=0, high=4, dtype=flow.int32),
                       "weight": t(4, low=0.5, high=2.0, dtype=flow.double)}, {"ignore_index": 2})),
 }

@@ -140,7 +140,8 @@ def _bias_add_mask_scale_grad(g):
 op("fused_bias_add_mask_scale", inputs=["a", "b", "mask", "_add_to_output?"], outputs=["out"],
    attrs={"axis": ("int32", 0), "scale": ("float", 1.0)},
    infer=_bias_add_infer("mask", "_add_to_output"), kernel=_bias_add_mask_scale_kernel,
-   grad=_bias_add_mask_scale_grad, onnx=onnx_rules.fused_bias_add_mask_scale, doc="(a + b) * mask * scale: bias_add followed by dropout with a given mask")
+   grad=_bias_add_mask_scale_grad, onnx=onnx_rules.fused_bias_add_mask_scale,
+   doc="(a + b) * mask * scale: bias_add followed by dropout with a given mask")
 
 
 # ------------------------------------------------------------------ fused_tril_scale_softmax_mask_scale

@@ -307,7 +307,8 @@ def _kl_div_grad_kernel(k):
 
 
 op("kl_div_loss", inputs=["input", "target"], outputs=["out"], attrs={"log_target": ("bool", False)},
-   infer=_pair_infer, kernel=_kl_div_kernel, onnx=onnx_rules.kl_div_loss, grad=_pair_grad("kl_div_loss", ["log_target"]),
+   infer=_pair_infer, kernel=_kl_div_kernel, onnx=onnx_rules.kl_div_loss,
+   grad=_pair_grad("kl_div_loss", ["log_target"]),
    doc="out = target * (log(target) - input) (0 where target == 0); with log_target: "
        "exp(target) * (target - input)")
 op("kl_div_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"log_target": ("bool", False)},
@@ -335,7 +336,8 @@ def _smooth_l1_grad_kernel(k):
 
 
 op("smooth_l1_loss", inputs=["input", "target"], outputs=["out"], attrs={"beta": ("float", 0.0, _nonneg)},
-   infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=onnx_rules.smooth_l1_loss, grad=_pair_grad("smooth_l1_loss", ["beta"]),
+   infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=onnx_rules.smooth_l1_loss,
+   grad=_pair_grad("smooth_l1_loss", ["beta"]),
    doc="d = |input - target|; out = 0.5 d^2 / beta if d < beta else d - 0.5 beta")
 op("smooth_l1_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"beta": ("float", 0.0, _nonneg)},
    infer=_pair_grad_infer, kernel=_smooth_l1_grad_kernel)
@@ -400,7 +402,8 @@ def _nll_grad_maker(g):
 
 
 op("nll", inputs=["input", "target", "weight?"], outputs=["out", "total_weight"],
-   attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=_nll_kernel, onnx=onnx_rules.nll, grad=_nll_grad_maker,
+   attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=_nll_kernel, grad=_nll_grad_maker,
+   onnx=onnx_rules.nll,
    doc="out[n] = -weight[t] * input[n, t] with t = target[n] (0 where t == ignore_index); "
        "total_weight = sum of those weights (shape (1,)), the divisor of a mean reduction")
 op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outputs=["dx"],

@@ -733,8 +733,9 @@ def _top_k_infer(ctx):
 
 
 def _top_k_kernel(k):
-    # always largest first, whatever attr 'sorted' says: OneFlow's CPU kernel
-    # (oneflow/user/kernels/top_k_kernel.cpp) partially sorts, so its output is ordered too
+    # always largest first: with sorted=False the order is unspecified (OneFlow's CPU kernel,
+    # oneflow/user/kernels/top_k_kernel.cpp, keeps std::nth_element's order), so the sorted
+    # order is one it allows, and the one ONNX TopK (the exported form) gives
     n = min(k.attr("k"), k.input("in").shape[-1])
     return lambda x: torch.topk(x, n, dim=-1, largest=True, sorted=True).indices.to(torch.int32)
 

@@ -126,7 +126,8 @@ class _Exporter:
 
     def initializer(self, array, name):
         from onnx import numpy_helper
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        # np.asarray keeps a 0-d array 0-d (np.ascontiguousarray would make it shape (1,))
+        self.inits.append(numpy_helper.from_array(np.asarray(array, order="C"), name))
         return name
 
 

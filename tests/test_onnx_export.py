@@ -79,6 +79,8 @@ _ATAN2_X = np.array([[1.0, -1.0, 0.0, 0.0], [0.0, 0.0, 2.0, -3.0]], dtype=np.flo
 _ATAN2_Y = np.array([[0.0, 0.0, 0.0, -1.0], [1.0, -1.0, 0.0, 2.0]], dtype=np.float32)
 _TIED_SCORES = np.array([[0.5, 0.5, 0.1, 0.5], [0.2, 0.1, 0.2, 0.3], [1.0, 1.0, 1.0, 1.0], [0.0, 0.3, 0.3, 0.1],
                          [0.4, 0.1, 0.4, 0.1]], dtype=np.float32)
+_ZEROS_34 = np.array([[0.0, 0.5, 0.0, 1.0], [0.0, 0.0, 0.25, 0.0], [0.7, 0.0, 0.0, 0.0]], dtype=np.float32)
+_NONFINITE = np.array([[np.inf, 1.0, np.nan], [-np.inf, 0.0, np.nan]], dtype=np.float32)
 _REDUCE_ATTRS = {"axis": oneof([0], [1, 2], [-1], [0, 1, 2]), "keepdims": random_bool()}
 
 
@@ -203,6 +205,9 @@ CASES = {
                                        "step": oneof([1, 2], [-1, 1], [-2, -1])}),
     "roll": (lambda: ({"in": t(3, 4, 5)}, {"shifts": oneof([1], [-13], [61]), "dims": []}),
              lambda: ({"in": t(3, 4, 5)}, {"shifts": oneof([-2, 7], [5, 0]), "dims": oneof([1, 2], [-1, 0])})),
+    "slice_update": (lambda: ({"x": t(5, 6), "update": t(3, 3)}, {"start": [0, 1], "stop": [5, 6], "step": [2, 2]}),
+                     lambda: ({"x": _int(5, 6, low=-3, high=3), "update": _int(2, 6, low=-3, high=3)},
+                              {"start": [-1, 5], "stop": [-4, -7], "step": [-2, -1]})),
     "flip": lambda: ({"x": t(2, 3, 4)}, {"dims": oneof([0], [1, 2], [-1])}),
     "split_like": lambda: ({"in": t(2, 7), "like": [t(2, 3), t(2, 4)]}, {"axis": oneof(1, -1)}),
     "pad": lambda: ({"x": oneof(t(2, 3), _int(2, 3, low=-3, high=3))},
@@ -336,6 +341,89 @@ CASES = {
     **{f"fused_tf_max_pool_{n}d": _fused_pool(n) for n in (1, 2, 3)},
     "normalization": lambda: ({"x": t(2, 3, 4, 4), "moving_mean": t(3), "moving_variance": t(3, **_POSITIVE),
                                "gamma": t(3), "beta": t(3)}, {"axis": 1, "epsilon": 1e-5, "training": False}),
+    # scatter-adds and segment sums: duplicate ids, some out of range (dropped, as the kernels)
+    "scatter_nd": (lambda: ({"indices": _int(6, 2, low=-1, high=5), "updates": t(6, 3)}, {"shape": (4, 5, 3)}),
+                   lambda: ({"indices": _int(2, 3, 1, low=0, high=4, dtype=flow.int32), "updates": t(2, 3, 5, 3)},
+                            {"shape": (4, 5, 3)})),
+    "scatter_nd_like": lambda: ({"like": t(4, 5), "indices": _int(7, 1, low=-1, high=5), "updates": t(7, 5)}, {}),
+    "tensor_scatter_nd_add": (lambda: ({"params": t(4, 5), "updates": t(6), "indices": _int(6, 2, low=-1, high=5)}, {}),
+                              lambda: ({"params": _int(4, 5, low=-3, high=3), "updates": _int(3, 5, low=-3, high=3),
+                                        "indices": _int(3, 1, low=0, high=4, dtype=flow.int32)}, {})),
+    # distinct in-range rows (which of duplicates wins is unspecified), plus out-of-range ones (skipped)
+    "tensor_scatter_nd_update": (
+        lambda: ({"params": t(4, 5), "updates": t(4, 5),
+                  "indices": np.array([[3], [-1], [0], [4]], dtype=np.int64)}, {}),
+        lambda: ({"params": _int(4, 5, low=-3, high=3), "updates": _int(3, low=-3, high=3),
+                  "indices": np.array([[1, 4], [2, 0], [0, 5]], dtype=np.int32)}, {})),
+    "unsorted_segment_sum": lambda: ({"data": oneof(t(2, 6, 3), _int(2, 6, 3, low=-3, high=3)),
+                                      "segment_ids": _int(6, low=-1, high=5)},
+                                     {"axis": oneof(1, -2), "num_segments": 4}),
+    "unsorted_segment_sum_like": (lambda: ({"data": t(6, 2, 3), "segment_ids": _int(6, low=0, high=5),
+                                            "like": t(4, 2, 3)}, {"axis": 0}),
+                                  lambda: ({"data": t(2, 6, 2, 3), "segment_ids": _int(6, 2, low=-1, high=4),
+                                            "like": t(2, 3, 3)}, {"axis": 1})),
+    "unsorted_batch_segment_sum": lambda: ({"data": t(2, 3, 5, 4), "segment_ids": _int(2, 3, 5, low=-1, high=4)},
+                                           {"num_segments": 3}),
+    # in-range ids only (the kernel raises on others); an index smaller than like outside dim
+    "dim_scatter_add_like": (lambda: ({"like": t(3, 4, 2), "index": _int(5, 3, 2, low=0, high=3), "src": t(5, 3, 2)},
+                                      {"dim": 0}),
+                             lambda: ({"like": t(3, 4, 2), "index": _int(2, 6, 2, low=0, high=4), "src": t(2, 6, 2)},
+                                      {"dim": 1}),
+                             lambda: ({"like": t(3, 4, 2), "index": _int(3, 4, 3, low=0, high=2), "src": t(3, 4, 3)},
+                                      {"dim": -1})),
+    "diag": (lambda: ({"in": oneof(t(4), _int(3, low=-3, high=3))}, {"diagonal": oneof(0, 2, -1)}),
+             lambda: ({"in": oneof(t(4, 5), _int(5, 3, low=-3, high=3))}, {"diagonal": oneof(0, 1, -2)})),
+    # distinct random floats: on equal values ONNX TopK takes the lower index first, torch.topk has no fixed order
+    "top_k": lambda: ({"in": oneof(t(3, 7), t(2, 2, 6, dtype=flow.double))},
+                      {"k": oneof(1, 3, 9), "sorted": random_bool()}),
+    "count_not_finite": lambda: ({"x": oneof(_NONFINITE, t(2, 3), _int(2, 3, low=-3, high=3))}, {}),
+    "multi_count_not_finite": lambda: ({"x": [_NONFINITE, t(2, 3), _NONFINITE[::-1].copy()]}, {}),
+    "multi_square_sum": (lambda: ({"x": [t(2, 3), t(4)]}, {}), lambda: ({"x": [t(5)]}, {})),
+    "fused_bias_add_mask_scale": lambda: ({"a": t(2, 3, 4), "b": t(3), "mask": _cond(2, 3, 4),
+                                           "_add_to_output": oneof(t(2, 3, 4), nothing())},
+                                          {"axis": 1, "scale": random(0.5, 2.0)}),
+    "fused_tril_scale_softmax_mask_scale": lambda: ({"x": t(2, 4, 5, low=-3, high=3), "mask": _cond(2, 4, 5)},
+                                                    {"diagonal": oneof(-1, 0, 2), "tril_fill_value": oneof(0.0, -1e4),
+                                                     "tril_scale_value": random(0.5, 2.0),
+                                                     "mask_scale_value": random(1.0, 2.0)}),
+    "fused_self_attention_query_mul_key_and_value": lambda: ({"hidden_states": t(4, 2, 18)},
+                                                             {"head_size": oneof(3, 6), "alpha": random(0.1, 1.0)}),
+    "argwhere": lambda: ({"input": oneof(_cond(3, 4), t(2, 3, low=0, high=0), _int(5, low=0, high=2))},
+                         {"dtype": oneof(flow.int32, flow.int64)}),
+    "unique_with_counts": lambda: ({"x": oneof(_int(8, low=0, high=4), _int(6, low=-2, high=2, dtype=flow.int32),
+                                               np.array([0.5, -1.0, 0.5, 2.0, -1.0], dtype=np.float32))},
+                                   {"out_idx": oneof(flow.int32, flow.int64)}),
+    "cast_to_static_shape": lambda: ({"input": oneof(t(2, 3), _int(4, low=-3, high=3))}, {}),
+    # losses (class ids in range: the kernels raise on others, onnxruntime fails on them)
+    "softmax_cross_entropy": (lambda: ({"prediction": t(4, 5, low=-3, high=3), "label": t(4, 5, low=0, high=1)}, {}),
+                              lambda: ({"prediction": t(2, 3, 5, dtype=flow.double),
+                                        "label": t(2, 3, 5, low=0, high=1, dtype=flow.double)}, {})),
+    **{k: lambda: ({"prediction": t(4, 5, low=-3, high=3),
+                    "label": oneof(_int(4, low=0, high=5), _int(4, low=0, high=5, dtype=flow.int32))}, {"depth": 5})
+       for k in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms")},
+    **{k: lambda: ({"prediction": t(2, 3, 5, low=0.05, high=1.0), "label": _int(2, 3, low=0, high=5)}, {"depth": 5})
+       for k in ("sparse_cross_entropy", "sparse_cross_entropy_ms")},
+    "sigmoid_cross_entropy": lambda: ({"prediction": oneof(t(3, 4, low=-30, high=30), t(3, 4, low=-3, high=3)),
+                                       "label": oneof(t(3, 4, low=0, high=1), _int(3, 4, low=0, high=2))}, {}),
+    "binary_cross_entropy": (
+        lambda: ({"input": t(3, 4, low=0.01, high=0.99), "target": t(3, 4, low=0, high=1),
+                  "weight": oneof(t(3, 4, **_POSITIVE), nothing())}, {}),
+        lambda: ({"input": np.array([[0.0, 1.0, 0.5], [1.0, 0.0, 1e-30]], dtype=np.float32),
+                  "target": np.array([[0.0, 1.0, 0.5], [0.0, 1.0, 0.5]], dtype=np.float32)}, {})),
+    "binary_cross_entropy_with_logits": (
+        lambda: ({"input": t(3, 4, low=-20, high=20), "target": t(3, 4, low=0, high=1),
+                  "weight": oneof(t(3, 4, **_POSITIVE), nothing())}, {}),
+        lambda: ({"input": t(2, 3, 4, low=-5, high=5), "target": t(2, 3, 4, low=0, high=1),
+                  "pos_weight": t(4, **_POSITIVE)}, {"has_pos_weight": True})),
+    "kl_div_loss": (lambda: ({"input": t(3, 4), "target": oneof(t(3, 4, low=0, high=1), _ZEROS_34)},
+                             {"log_target": False}),
+                    lambda: ({"input": t(3, 4), "target": t(3, 4, low=-3, high=1)}, {"log_target": True})),
+    "smooth_l1_loss": lambda: ({"input": t(3, 4, low=-2, high=2), "target": t(3, 4, low=-2, high=2)},
+                               {"beta": oneof(0.0, 0.5, 1.0)}),
+    "nll": (lambda: ({"input": t(5, 4), "target": _int(5, low=0, high=4),
+                      "weight": oneof(nothing(), t(4, **_POSITIVE))}, {"ignore_index": oneof(-100, 1, 3)}),
+            lambda: ({"input": t(5, 4, dtype=flow.double), "target": _int(5, low=0, high=4, dtype=flow.int32),
+                      "weight": t(4, low=0.5, high=2.0, dtype=flow.double)}, {"ignore_index": 2})),
 }
 
 
@@ -405,6 +493,25 @@ def test_converter_matches_graphfront(op_type, tmp_path):
         for got, w in zip(gots, want):
             assert got.dtype == w.dtype and got.shape == w.shape, (attrs, got.dtype, w.dtype, got.shape, w.shape)
             np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5, err_msg=f"{op_type} draw {draw}: {attrs}")
+
+
+def test_argwhere_then_cast_to_static_shape(tmp_path):
+    """The dynamic (count, ndim) output of argwhere, padded back to (numel, ndim) with zeros."""
+    @flow.global_function(type="predict")
+    def coords(x: tp.Numpy.Placeholder((3, 4), dtype=flow.float)) -> typing.Tuple[tp.Numpy, tp.Numpy]:
+        with flow.scope.placement("cpu", "0:0"):
+            where, size = build_op("argwhere", {"input": x}, {"dtype": flow.int64}, outputs=["output", "output_size"])
+            return build_op("cast_to_static_shape", {"input": where}, {}, outputs=["output"]), size
+
+    x = np.array([[0.0, 1.5, 0.0, -2.0], [0.0, 0.0, 0.0, 0.0], [3.0, 0.0, np.nan, 0.0]], dtype=np.float32)
+    padded, size = coords(x)
+    assert size.tolist() == [4] and padded.shape == (12, 2)
+    np.testing.assert_array_equal(padded[:4], np.argwhere(x != 0))
+    assert not padded[4:].any()
+    flow.onnx.export(coords, tmp_path / "coords.onnx", opset=13)
+    _, (got_padded, got_size) = _run_onnx(tmp_path / "coords.onnx", [x])
+    np.testing.assert_array_equal(got_padded, padded)
+    np.testing.assert_array_equal(got_size, size)
 
 
 def _lenet_predict(b):
@@ -480,12 +587,12 @@ def test_train_job_and_op_without_converter_are_refused(tmp_path):
         with flow.scope.placement("cpu", "0:0"):
             a = flow.math.lgamma(x, name="lg_a")
             b = flow.math.lgamma(flow.math.exp(a), name="lg_b")
-            return flow.math.top_k(b, k=2, name="topk")
+            return flow.random.bernoulli(flow.math.sigmoid(b), name="coin")
 
     with pytest.raises(OnnxExportError, match="job 'train' is a train job; only predict jobs can be exported"):
         flow.onnx.export(train, tmp_path / "t.onnx")
-    with pytest.raises(OnnxExportError, match=r"op type\(s\) without an ONNX converter: lgamma \(op 'lg_a', "
-                                              r"'lg_b'\); top_k \(op 'topk'\); op types that have one: .*argmax"):
+    with pytest.raises(OnnxExportError, match=r"op type\(s\) without an ONNX converter: bernoulli \(op 'coin'\); lgamma "
+                                              r"\(op 'lg_a', 'lg_b'\); op types that have one: .*argmax"):
         flow.onnx.export(predict, tmp_path / "p.onnx")
     assert not os.path.exists(tmp_path / "p.onnx")
     with pytest.raises(TypeError, match="expects a predict job function"):

@@ -415,7 +415,7 @@ def _slice_update_grad(g):
 
 
 op("slice_update", inputs=["x", "update"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_update_infer,
-   kernel=_slice_update_kernel, grad=_slice_update_grad)
+   kernel=_slice_update_kernel, grad=_slice_update_grad, onnx=onnx_rules.slice_update)
 
 
 # ============================================================== narrow (+ narrow_grad)
@@ -573,7 +573,7 @@ def _unsorted_segment_sum_kernel(k):
 
 op("unsorted_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
    attrs={"axis": ("int64", 0), "num_segments": ("int64", 0)},
-   infer=_unsorted_segment_sum_infer, kernel=_unsorted_segment_sum_kernel,
+   infer=_unsorted_segment_sum_infer, kernel=_unsorted_segment_sum_kernel, onnx=onnx_rules.unsorted_segment_sum,
    grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
        "gather", {"in": g.dout("out"), "indices": g.input("segment_ids")}, {"axis": g.attr("axis")})))
 
@@ -596,7 +596,7 @@ def _unsorted_segment_sum_like_kernel(k):
 
 op("unsorted_segment_sum_like", inputs=["data", "segment_ids", "like"], outputs=["out"],
    attrs={"axis": ("int64", 0)}, infer=_unsorted_segment_sum_like_infer,
-   kernel=_unsorted_segment_sum_like_kernel)
+   kernel=_unsorted_segment_sum_like_kernel, onnx=onnx_rules.unsorted_segment_sum_like)
 
 
 def _batch_dims(ctx, x, idx, x_arg):
@@ -663,7 +663,7 @@ def _unsorted_batch_segment_sum_kernel(k):
 
 op("unsorted_batch_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
    attrs={"num_segments": ("int64", 0)}, infer=_unsorted_batch_segment_sum_infer,
-   kernel=_unsorted_batch_segment_sum_kernel,
+   kernel=_unsorted_batch_segment_sum_kernel, onnx=onnx_rules.unsorted_batch_segment_sum,
    grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
        "batch_gather", {"in": g.dout("out"), "indices": g.input("segment_ids")})))
 
@@ -758,7 +758,7 @@ def _scatter_nd_kernel(k):
 
 
 op("scatter_nd", inputs=["indices", "updates"], outputs=["out"], attrs={"shape": "shape"},
-   infer=_scatter_nd_infer, kernel=_scatter_nd_kernel,
+   infer=_scatter_nd_infer, kernel=_scatter_nd_kernel, onnx=onnx_rules.scatter_nd,
    grad=lambda g: g.needs("updates") and g.set_grad("updates", g.emit(
        "gather_nd", {"params": g.dout("out"), "indices": g.input("indices")})))
 
@@ -777,7 +777,7 @@ def _scatter_nd_like_kernel(k):
 
 
 op("scatter_nd_like", inputs=["like", "indices", "updates"], outputs=["out"], infer=_scatter_nd_like_infer,
-   kernel=_scatter_nd_like_kernel)
+   kernel=_scatter_nd_like_kernel, onnx=onnx_rules.scatter_nd_like)
 
 
 def _tensor_scatter_nd_infer(ctx):
@@ -814,9 +814,10 @@ def _tensor_scatter_nd_update_grad(g):
 
 
 op("tensor_scatter_nd_add", inputs=["params", "updates", "indices"], outputs=["out"],
-   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("add"), grad=_tensor_scatter_nd_add_grad)
+   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("add"), grad=_tensor_scatter_nd_add_grad,
+   onnx=onnx_rules.tensor_scatter_nd_add)
 op("tensor_scatter_nd_update", inputs=["params", "updates", "indices"], outputs=["out"],
-   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("update"),
+   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("update"), onnx=onnx_rules.tensor_scatter_nd_update,
    grad=_tensor_scatter_nd_update_grad)
 
 
@@ -862,7 +863,7 @@ def _dim_scatter_add_like_kernel(k):
 
 
 op("dim_scatter_add_like", inputs=["like", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
-   infer=_dim_scatter_add_like_infer, kernel=_dim_scatter_add_like_kernel)
+   infer=_dim_scatter_add_like_infer, kernel=_dim_scatter_add_like_kernel, onnx=onnx_rules.dim_scatter_add_like)
 
 
 # ============================================================== expand (+ expand_grad)
@@ -1185,7 +1186,7 @@ def _diag_grad_kernel(k):
     return diag_grad
 
 
-op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer,
+op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer, onnx=onnx_rules.diag,
    kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.diag(x, d)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "diag_grad", {"dy": g.dout("out"), "in": g.input("in")}, {"diagonal": g.attr("diagonal")})))

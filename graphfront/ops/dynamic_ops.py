@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpCheckError
 from graphfront.ops.common import numel
+from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 from graphfront.ops.system import system_op
 
@@ -68,7 +69,7 @@ def _argwhere_kernel(k):
 
 
 op("argwhere", inputs=["input"], outputs=["output", "output_size"], attrs={"dtype": ("dtype", _dt.int32)},
-   infer=_argwhere_infer, kernel=_argwhere_kernel, no_grad=True,
+   infer=_argwhere_infer, kernel=_argwhere_kernel, no_grad=True, onnx=onnx_rules.argwhere,
    doc="coordinates of non-zero elements (dynamic (numel, ndim)) and their count")
 
 
@@ -102,6 +103,7 @@ def _unique_kernel(k):
 
 op("unique_with_counts", inputs=["x"], outputs=["y", "idx", "count", "num_unique"],
    attrs={"out_idx": ("dtype", _dt.int32)}, infer=_unique_infer, kernel=_unique_kernel, no_grad=True,
+   onnx=onnx_rules.unique_with_counts,
    doc="distinct values of a 1-D blob, the index of each element's value and the counts")
 
 
@@ -152,7 +154,7 @@ def _cast_to_static_kernel(k):
 
 op("cast_to_static_shape", inputs=["input"], outputs=["output"],
    infer=lambda ctx: ctx.set_output("output", ctx.input("input").shape, ctx.input("input").dtype),
-   kernel=_cast_to_static_kernel,
+   kernel=_cast_to_static_kernel, onnx=onnx_rules.cast_to_static_shape,
    grad=lambda g: g.set_grad("input", g.emit("identity", {"in": g.dout("output")})),
    doc="the same blob with a static shape (zero-padded when the run-time blob is smaller)")
 

@@ -140,7 +140,8 @@ def _bias_add_mask_scale_grad(g):
 op("fused_bias_add_mask_scale", inputs=["a", "b", "mask", "_add_to_output?"], outputs=["out"],
    attrs={"axis": ("int32", 0), "scale": ("float", 1.0)},
    infer=_bias_add_infer("mask", "_add_to_output"), kernel=_bias_add_mask_scale_kernel,
-   grad=_bias_add_mask_scale_grad, doc="(a + b) * mask * scale: bias_add followed by dropout with a given mask")
+   grad=_bias_add_mask_scale_grad, onnx=onnx_rules.fused_bias_add_mask_scale,
+   doc="(a + b) * mask * scale: bias_add followed by dropout with a given mask")
 
 
 # ------------------------------------------------------------------ fused_tril_scale_softmax_mask_scale
@@ -202,6 +203,7 @@ op("fused_tril_scale_softmax_mask_scale", inputs=["x", "mask"], outputs=["y", "s
    attrs={"diagonal": ("int64", 0), "tril_fill_value": ("float", 0.0), "tril_scale_value": ("float", 1.0),
           "mask_scale_value": ("float", 1.0)},
    infer=_tril_softmax_infer, kernel=_tril_softmax_kernel, grad=_tril_softmax_grad,
+   onnx=onnx_rules.fused_tril_scale_softmax_mask_scale,
    doc="softmax over the last axis of tril(x * scale, fill), then * mask * mask_scale_value")
 op("fused_tril_scale_softmax_mask_scale_grad", inputs=["softmax_y", "dy", "mask"], outputs=["dx"],
    attrs={"diagonal": ("int64", 0), "tril_scale_value": ("float", 1.0), "mask_scale_value": ("float", 1.0)},
@@ -284,6 +286,7 @@ def _self_attention_grad_infer(ctx):
 op("fused_self_attention_query_mul_key_and_value", inputs=["hidden_states"], outputs=["query_mul_key", "value"],
    attrs={"head_size": ("int64", 0), "alpha": ("float", 1.0)}, infer=_self_attention_infer,
    kernel=_self_attention_kernel, grad=_self_attention_grad,
+   onnx=onnx_rules.fused_self_attention_query_mul_key_and_value,
    doc="alpha * q @ k^T and v of packed (seq, batch, heads*3*head_size) hidden states")
 op("fused_self_attention_query_mul_key_and_value_grad",
    inputs=["query_mul_key_grad", "value_grad", "hidden_states"], outputs=["hidden_states_grad"],

@@ -91,7 +91,7 @@ def _sce_grad_kernel(k):
 
 
 op("softmax_cross_entropy", inputs=["prediction", "label"], outputs=["prob", "out"], infer=_sce_infer,
-   kernel=_sce_kernel,
+   kernel=_sce_kernel, onnx=onnx_rules.softmax_cross_entropy,
    grad=lambda g: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
        "softmax_cross_entropy_grad", {"prob": g.output("prob"), "label": g.input("label"), "dy": g.dout("out")})),
    doc="prob = softmax(prediction); out = -sum(label * log(prob)) over the last axis")
@@ -118,7 +118,7 @@ def _sigmoid_ce_grad_infer(ctx):
 
 
 op("sigmoid_cross_entropy", inputs=["prediction", "label"], outputs=["loss"], infer=_sigmoid_ce_infer,
-   kernel=_sigmoid_ce_kernel,
+   kernel=_sigmoid_ce_kernel, onnx=onnx_rules.sigmoid_cross_entropy,
    grad=lambda g: _needs_grad(g, "prediction", "loss") and g.set_grad("prediction", g.emit(
        "sigmoid_cross_entropy_grad", {"prediction": g.input("prediction"), "label": g.input("label"),
                                       "loss_diff": g.dout("loss")})),
@@ -162,7 +162,7 @@ def _sparse_ce_grad_kernel(k):
 
 for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["out"], attrs={"depth": ("int64", 0)}, infer=_sparse_ce_infer,
-       kernel=_sparse_ce_kernel,
+       kernel=_sparse_ce_kernel, onnx=onnx_rules.sparse_cross_entropy,
        grad=lambda g, t=_t: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"prediction": g.input("prediction"), "label": g.input("label"), "dy": g.dout("out")},
            {"depth": g.attr("depth")})),
@@ -201,7 +201,7 @@ def _bce_grad_infer(ctx):
 
 
 op("binary_cross_entropy", inputs=["input", "target", "weight?"], outputs=["out"], infer=_bce_infer,
-   kernel=lambda k: _bce,
+   kernel=lambda k: _bce, onnx=onnx_rules.binary_cross_entropy,
    grad=lambda g: _needs_grad(g, "input", "out") and g.set_grad("input", g.emit(
        "binary_cross_entropy_grad", {"input": g.input("input"), "target": g.input("target"),
                                      "weight": g.input("weight") if g.has_input("weight") else None,
@@ -262,6 +262,7 @@ def _bce_logits_grad_maker(g):
 
 op("binary_cross_entropy_with_logits", inputs=["input", "target", "weight?", "pos_weight?"], outputs=["out"],
    attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_infer, kernel=lambda k: _bce_logits,
+   onnx=onnx_rules.binary_cross_entropy_with_logits,
    grad=_bce_logits_grad_maker,
    doc="out = weight * ((1 - t) x + (1 + (pos_weight - 1) t) log(1 + exp(-x))), x = input, t = target; "
        "pos_weight (C,) applies along the last axis")
@@ -306,7 +307,8 @@ def _kl_div_grad_kernel(k):
 
 
 op("kl_div_loss", inputs=["input", "target"], outputs=["out"], attrs={"log_target": ("bool", False)},
-   infer=_pair_infer, kernel=_kl_div_kernel, grad=_pair_grad("kl_div_loss", ["log_target"]),
+   infer=_pair_infer, kernel=_kl_div_kernel, onnx=onnx_rules.kl_div_loss,
+   grad=_pair_grad("kl_div_loss", ["log_target"]),
    doc="out = target * (log(target) - input) (0 where target == 0); with log_target: "
        "exp(target) * (target - input)")
 op("kl_div_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"log_target": ("bool", False)},
@@ -334,7 +336,8 @@ def _smooth_l1_grad_kernel(k):
 
 
 op("smooth_l1_loss", inputs=["input", "target"], outputs=["out"], attrs={"beta": ("float", 0.0, _nonneg)},
-   infer=_pair_infer, kernel=_smooth_l1_kernel, grad=_pair_grad("smooth_l1_loss", ["beta"]),
+   infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=onnx_rules.smooth_l1_loss,
+   grad=_pair_grad("smooth_l1_loss", ["beta"]),
    doc="d = |input - target|; out = 0.5 d^2 / beta if d < beta else d - 0.5 beta")
 op("smooth_l1_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"beta": ("float", 0.0, _nonneg)},
    infer=_pair_grad_infer, kernel=_smooth_l1_grad_kernel)
@@ -400,6 +403,7 @@ def _nll_grad_maker(g):
 
 op("nll", inputs=["input", "target", "weight?"], outputs=["out", "total_weight"],
    attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=_nll_kernel, grad=_nll_grad_maker,
+   onnx=onnx_rules.nll,
    doc="out[n] = -weight[t] * input[n, t] with t = target[n] (0 where t == ignore_index); "
        "total_weight = sum of those weights (shape (1,)), the divisor of a mean reduction")
 op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outputs=["dx"],

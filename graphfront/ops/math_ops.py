@@ -733,14 +733,16 @@ def _top_k_infer(ctx):
 
 
 def _top_k_kernel(k):
+    # always largest first: with sorted=False the order is unspecified (OneFlow's CPU kernel,
+    # oneflow/user/kernels/top_k_kernel.cpp, keeps std::nth_element's order), so the sorted
+    # order is one it allows, and the one ONNX TopK (the exported form) gives
     n = min(k.attr("k"), k.input("in").shape[-1])
-    sorted_ = k.attr("sorted")
-    return lambda x: torch.topk(x, n, dim=-1, largest=True, sorted=sorted_).indices.to(torch.int32)
+    return lambda x: torch.topk(x, n, dim=-1, largest=True, sorted=True).indices.to(torch.int32)
 
 
 # top_k: int32 indices of the k largest entries of the last axis
 op("top_k", inputs=["in"], outputs=["out"], attrs={"k": ("int32", 0), "sorted": ("bool", False)},
-   infer=_top_k_infer, kernel=_top_k_kernel, no_grad=True)
+   infer=_top_k_infer, kernel=_top_k_kernel, no_grad=True, onnx=onnx_rules.top_k)
 
 
 def _in_top_k_infer(ctx):
@@ -1002,11 +1004,13 @@ def _count_not_finite(x):
 op("square_sum", inputs=["x"], outputs=["y"], infer=_sum_infer(), kernel=lambda k: _square_sum, onnx=onnx_rules.square_sum,
    sbp=_sbp.reduce(split_to_partial=True))
 op("multi_square_sum", inputs=["x*"], outputs=["y"], infer=_sum_infer(repeated=True),
-   kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_square_sum(x) for x in xs])))
+   kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_square_sum(x) for x in xs])),
+   onnx=onnx_rules.multi_square_sum)
 op("count_not_finite", inputs=["x"], outputs=["y"], infer=_sum_infer(_dt.int64),
-   kernel=lambda k: _count_not_finite, no_grad=True)
+   kernel=lambda k: _count_not_finite, no_grad=True, onnx=onnx_rules.count_not_finite)
 op("multi_count_not_finite", inputs=["x*"], outputs=["y"], infer=_sum_infer(_dt.int64, repeated=True),
-   kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_count_not_finite(x) for x in xs])), no_grad=True)
+   kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_count_not_finite(x) for x in xs])), no_grad=True,
+   onnx=onnx_rules.count_not_finite)
 
 
 # l2_normalize (x -> y, square_x_sum): y = x / sqrt(max(sum(x^2, axis), epsilon))

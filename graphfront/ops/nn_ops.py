@@ -827,6 +827,7 @@ def _sce_grad_xla(k):
 for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
        infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sbp.batch(min_ndim_arg="prediction"), xla=_sce_xla,
+       onnx=onnx_rules.sparse_softmax_cross_entropy,
        grad=lambda g, t=_t: g.needs("prediction") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"label": g.input("label"), "dy": g.dout("out"), "prob": g.output("prob")},
            {"depth": g.attr("depth")})))

@@ -135,6 +135,15 @@ def slice_op(c):
     _ranges_slice(c, c.input("x"), c.output("y"), ranges)
 
 
+def slice_update(c):
+    """slice_update: ``x`` with the slice (as ``slice`` resolves it) replaced by ``update``:
+    ScatterND at the constant coordinates of the slice's elements."""
+    from graphfront.ops.array_ops import slice_ranges
+    ranges = slice_ranges(c.input_desc("x").shape, c.attr("start"), c.attr("stop"), c.attr("step"))
+    grid = np.stack(np.meshgrid(*[np.array(r, dtype=np.int64) for r in ranges], indexing="ij"), axis=-1)
+    c.node("ScatterND", [c.input("x"), c.const(grid), c.input("update")], [c.output("y")])
+
+
 def narrow(c):
     shape = c.input_desc("in").shape
     dim = c.attr("dim") % len(shape)
@@ -942,3 +951,406 @@ def in_top_k(c):
     higher = c.node("Cast", [c.node("Greater", [p, score])], to=_INT64)
     count = _reduce_node(c, "ReduceSum", higher, [1], 0)
     c.node("Cast", [c.node("Less", [count, c.const(np.int64(c.attr("k")))])], [c.output("out")], to=_INT8)
+
+
+# ------------------------------------------------------------------ losses
+#
+# The formulas of the kernels in graphfront/ops/loss_ops.py and nn_ops.py (unreduced losses).
+# Class ids outside [0, depth) make the graphfront kernels raise (sparse losses) or pick
+# garbage; in ONNX, GatherElements fails at run time on them: only in-range ids are defined.
+
+def _neg(c, x, out=None):
+    return c.node("Neg", [x], None if out is None else [out])
+
+
+def _pick_last(c, x, ids):
+    """``x[..., ids]`` over the last axis (``ids`` shaped x.shape[:-1]), as int64 GatherElements."""
+    idx = c.node("Unsqueeze", [c.node("Cast", [ids], to=_INT64), c.const(_ints([-1]))])
+    picked = c.node("GatherElements", [x, idx], axis=-1)
+    return c.node("Squeeze", [picked, c.const(_ints([-1]))])
+
+
+def softmax_cross_entropy(c):
+    """prob = softmax(prediction); out = -sum(label * log_softmax(prediction)) over the last axis."""
+    logp = c.node("LogSoftmax", [c.input("prediction")], axis=-1)
+    c.node("Exp", [logp], [c.output("prob")])
+    s = _reduce_node(c, "ReduceSum", c.node("Mul", [c.input("label"), logp]), [-1], 0)
+    _neg(c, s, c.output("out"))
+
+
+def sparse_softmax_cross_entropy(c):
+    """prob = softmax(prediction); out = -log_softmax(prediction)[..., label]."""
+    logp = c.node("LogSoftmax", [c.input("prediction")], axis=-1)
+    c.node("Exp", [logp], [c.output("prob")])
+    _neg(c, _pick_last(c, logp, c.input("label")), c.output("out"))
+
+
+def sparse_cross_entropy(c):
+    """out = -log(prediction[..., label]) (prediction holds probabilities)."""
+    _neg(c, c.node("Log", [_pick_last(c, c.input("prediction"), c.input("label"))]), c.output("out"))
+
+
+def _softplus_neg_abs(c, x, d):
+    """log(1 + exp(-|x|)), finite for every x (onnxruntime's Softplus has no double kernel)."""
+    return c.node("Log", [c.node("Add", [_k(c, 1.0, d), c.node("Exp", [_neg(c, c.node("Abs", [x]))])])])
+
+
+def sigmoid_cross_entropy(c):
+    """loss = max(x, 0) - x * z + log(1 + exp(-|x|)), z cast to x's dtype."""
+    x, d = c.input("prediction"), c.input_desc("prediction")
+    z = c.node("Cast", [c.input("label")], to=c.dtype_code(d.dtype))
+    t = c.node("Sub", [c.node("Max", [x, _k(c, 0.0, d)]), c.node("Mul", [x, z])])
+    c.node("Add", [t, _softplus_neg_abs(c, x, d)], [c.output("loss")])
+
+
+def _times_weight(c, x, out):
+    if c.has_input("weight"):
+        c.node("Mul", [x, c.input("weight")], [out])
+    else:
+        c.node("Identity", [x], [out])
+
+
+def binary_cross_entropy(c):
+    """out = -weight * (t * log(x) + (1 - t) * log(1 - x)), each log clamped at -100 (as torch)."""
+    x, t, d = c.input("input"), c.input("target"), c.input_desc("input")
+    one, low = _k(c, 1.0, d), _k(c, -100.0, d)
+    log_x = c.node("Max", [c.node("Log", [x]), low])
+    log_1mx = c.node("Max", [c.node("Log", [c.node("Sub", [one, x])]), low])
+    s = c.node("Add", [c.node("Mul", [t, log_x]), c.node("Mul", [c.node("Sub", [one, t]), log_1mx])])
+    _times_weight(c, _neg(c, s), c.output("out"))
+
+
+def binary_cross_entropy_with_logits(c):
+    """out = weight * ((1 - t) x + (1 + (pos_weight - 1) t) (log(1 + exp(-|x|)) + max(-x, 0)))."""
+    x, t, d = c.input("input"), c.input("target"), c.input_desc("input")
+    one = _k(c, 1.0, d)
+    sp = c.node("Add", [_softplus_neg_abs(c, x, d), c.node("Max", [_neg(c, x), _k(c, 0.0, d)])])
+    if c.has_input("pos_weight"):
+        coef = c.node("Add", [one, c.node("Mul", [c.node("Sub", [c.input("pos_weight"), one]), t])])
+        sp = c.node("Mul", [coef, sp])
+    s = c.node("Add", [c.node("Mul", [c.node("Sub", [one, t]), x]), sp])
+    _times_weight(c, s, c.output("out"))
+
+
+def kl_div_loss(c):
+    """out = xlogy(t, t) - t * x (0 where t == 0); with log_target: exp(t) * (t - x)."""
+    x, t, d = c.input("input"), c.input("target"), c.input_desc("input")
+    if c.attr("log_target"):
+        c.node("Mul", [c.node("Exp", [t]), c.node("Sub", [t, x])], [c.output("out")])
+        return
+    zero = _k(c, 0.0, d)
+    tlogt = c.node("Where", [c.node("Equal", [t, zero]), zero, c.node("Mul", [t, c.node("Log", [t])])])
+    c.node("Sub", [tlogt, c.node("Mul", [t, x])], [c.output("out")])
+
+
+def smooth_l1_loss(c):
+    """d = |x - t|; out = 0.5 d^2 / beta where d < beta, else d - 0.5 beta (d when beta == 0)."""
+    d_ = c.input_desc("input")
+    diff = c.node("Abs", [c.node("Sub", [c.input("input"), c.input("target")])])
+    beta = c.attr("beta")
+    if beta == 0:
+        c.node("Identity", [diff], [c.output("out")])
+        return
+    quad = c.node("Mul", [c.node("Mul", [diff, diff]), _k(c, 0.5 / beta, d_)])
+    lin = c.node("Sub", [diff, _k(c, 0.5 * beta, d_)])
+    c.node("Where", [c.node("Less", [diff, _k(c, beta, d_)]), quad, lin], [c.output("out")])
+
+
+def nll(c):
+    """out[n] = -w[t] * input[n, t], t = target[n], 0 where t == ignore_index; total_weight = sum of w[t]."""
+    x, d = c.input("input"), c.input_desc("input")
+    t = c.node("Cast", [c.input("target")], to=_INT64)
+    valid = c.node("Not", [c.node("Equal", [t, c.const(np.int64(c.attr("ignore_index")))])])
+    safe = c.node("Where", [valid, t, c.const(np.int64(0))])
+    per = c.node("Cast", [valid], to=c.dtype_code(d.dtype))
+    if c.has_input("weight"):
+        per = c.node("Mul", [c.node("Gather", [c.input("weight"), safe], axis=0), per])
+    picked = _pick_last(c, x, safe)
+    c.node("Mul", [_neg(c, picked), per], [c.output("out")])
+    total = _reduce_node(c, "ReduceSum", per, [0], 1)
+    c.node("Identity", [total], [c.output("total_weight")])
+
+
+# ------------------------------------------------------------------ scatter-add family
+#
+# Every scatter-add op is written as one shape: ``out[b, ids[b, n, i], i] += src[b, n, i]``
+# over a (B, S, inner) output, ids shaped (B, N, inner) or (B, N, 1). Ids outside [0, S)
+# add nothing (as the kernels of scatter_nd, the segment sums and tensor_scatter_nd_add;
+# dim_scatter_add_like's kernel raises on them instead).
+
+def _scatter_add(c, base, ids3, src3, src_shape, segments, dtype, out):
+    """``out`` (B, S, inner) = ``base`` (or zeros) plus ``src3`` (shaped ``src_shape`` = (B, N, inner))
+    added at ``ids3`` (B, N, inner or 1) along axis 1; ids outside [0, segments) add nothing.
+
+    ScatterElements with ``reduction="add"`` from opset 16; before it, the sum over N of a
+    one-hot ``Where`` (B, N, S, inner): the same sums, inf and NaN entries included."""
+    b, _, inner = src_shape
+    zero = c.const(np.zeros((), dtype=dtype))
+    valid, ids = _valid_ids(c, ids3, segments)
+    if c.opset >= 16:
+        src = c.node("Where", [valid, src3, zero])
+        ids = c.node("Expand", [ids, c.const(_ints(src_shape))])
+        if base is None:
+            base = c.node("Expand", [zero, c.const(_ints([b, segments, inner]))])
+        c.node("ScatterElements", [base, ids, src], [out], axis=1, reduction="add")
+        return
+    two = c.const(_ints([2]))
+    hot = c.node("Equal", [c.node("Unsqueeze", [ids, two]),
+                           c.const(np.arange(segments, dtype=np.int64).reshape(1, 1, segments, 1))])
+    hot = c.node("And", [hot, c.node("Unsqueeze", [valid, two])])
+    spread = c.node("Where", [hot, c.node("Unsqueeze", [src3, two]), zero])
+    if base is None:
+        _reduce_node(c, "ReduceSum", spread, [1], 0, out)
+    else:
+        c.node("Add", [base, _reduce_node(c, "ReduceSum", spread, [1], 0)], [out])
+
+
+def _prod(dims):
+    return int(np.prod(dims, dtype=np.int64))
+
+
+def _nd_rows(c, shape):
+    """``(n, k, rows, inner, ids)``: the row-major row id (int64, (n, 1)) that each index tuple of
+    ``indices`` (..., k) picks in the first k dims of ``shape``; -1 for a tuple out of range."""
+    idx_shape = c.input_desc("indices").shape
+    k, n = idx_shape[-1], _prod(idx_shape[:-1])
+    ids = c.node("Reshape", [c.node("Cast", [c.input("indices")], to=_INT64), c.const(_ints([n, k]))])
+    valid, ids = _valid_ids(c, ids, np.array(shape[:k], dtype=np.int64))
+    strides = np.cumprod([1] + shape[:k][::-1][:-1])[::-1] if k else np.zeros(0)
+    linear = c.node("MatMul", [ids, c.const(np.array(strides, dtype=np.int64).reshape(k, 1))])
+    row_ok = c.node("Cast", [_reduce_node(c, "ReduceMin", c.node("Cast", [valid], to=_INT32), [1], 1)], to=_BOOL)
+    return n, k, _prod(shape[:k]), _prod(shape[k:]), c.node("Where", [row_ok, linear, c.const(np.int64(-1))])
+
+
+def _scatter_nd_add(base_arg, shape_of):
+    """scatter_nd / scatter_nd_like (into zeros) and tensor_scatter_nd_add (into ``params``):
+    ``indices`` (..., k) pick rows of the first k dims of the output (row-major ids)."""
+    def convert(c):
+        shape = list(shape_of(c))
+        n, k, rows, inner, linear = _nd_rows(c, shape)
+        base = None
+        if base_arg is not None:
+            base = c.node("Reshape", [c.input(base_arg), c.const(_ints([1, rows, inner]))])
+        src = c.node("Reshape", [c.input("updates"), c.const(_ints([1, n, inner]))])
+        res = c.tmp("scattered")
+        _scatter_add(c, base, c.node("Reshape", [linear, c.const(_ints([1, n, 1]))]), src, [1, n, inner], rows,
+                     _np(c.output_desc("out")), res)
+        c.node("Reshape", [res, c.const(_ints(shape))], [c.output("out")])
+    return convert
+
+
+def tensor_scatter_nd_update(c):
+    """params with the rows picked by ``indices`` replaced by ``updates`` (ScatterND); a row whose
+    index is out of range is written to a scratch row past the end, dropped after (as the kernel
+    skips it). Among duplicate indices which update wins is unspecified, in ONNX as in the kernel."""
+    shape = list(c.input_desc("params").shape)
+    n, k, rows, inner, linear = _nd_rows(c, shape)
+    linear = c.node("Where", [c.node("Less", [linear, c.const(np.int64(0))]), c.const(np.int64(rows)), linear])
+    base = c.node("Reshape", [c.input("params"), c.const(_ints([rows, inner]))])
+    base = c.node("Concat", [base, c.const(np.zeros((1, inner), dtype=_np(c.input_desc("params"))))], axis=0)
+    src = c.node("Reshape", [c.input("updates"), c.const(_ints([n, inner]))])
+    res = c.node("ScatterND", [base, linear, src])
+    res = c.node("Slice", [res, c.const(_ints([0])), c.const(_ints([rows])), c.const(_ints([0]))])
+    c.node("Reshape", [res, c.const(_ints(shape))], [c.output("out")])
+
+
+scatter_nd = _scatter_nd_add(None, lambda c: c.attr("shape"))
+scatter_nd_like = _scatter_nd_add(None, lambda c: c.input_desc("like").shape)
+tensor_scatter_nd_add = _scatter_nd_add("params", lambda c: c.input_desc("params").shape)
+
+
+def _segment_sum(segments_of):
+    """unsorted_segment_sum(_like): ``data`` slices summed into rows ``segment_ids`` of axis ``axis``."""
+    def convert(c):
+        shape, ids_shape = c.input_desc("data").shape, c.input_desc("segment_ids").shape
+        axis = c.attr("axis") % len(shape)
+        segments = segments_of(c, axis)
+        outer, n, inner = _prod(shape[:axis]), _prod(ids_shape), _prod(shape[axis + len(ids_shape):])
+        ids = c.node("Reshape", [c.input("segment_ids"), c.const(_ints([1, n, 1]))])
+        ids = c.node("Expand", [ids, c.const(_ints([outer, n, 1]))])
+        src = c.node("Reshape", [c.input("data"), c.const(_ints([outer, n, inner]))])
+        res = c.tmp("summed")
+        _scatter_add(c, None, ids, src, [outer, n, inner], segments, _np(c.output_desc("out")), res)
+        c.node("Reshape", [res, c.const(_ints(c.output_desc("out").shape))], [c.output("out")])
+    return convert
+
+
+unsorted_segment_sum = _segment_sum(lambda c, axis: c.attr("num_segments"))
+unsorted_segment_sum_like = _segment_sum(lambda c, axis: c.input_desc("like").shape[axis])
+
+
+def unsorted_batch_segment_sum(c):
+    """Per batch row (the leading dims of ``segment_ids``), ``data`` rows summed into ``num_segments``."""
+    shape, ids_shape = c.input_desc("data").shape, c.input_desc("segment_ids").shape
+    b = len(ids_shape) - 1
+    batch, n, inner = _prod(ids_shape[:-1]), ids_shape[-1], _prod(shape[b + 1:])
+    ids = c.node("Reshape", [c.input("segment_ids"), c.const(_ints([batch, n, 1]))])
+    src = c.node("Reshape", [c.input("data"), c.const(_ints([batch, n, inner]))])
+    res = c.tmp("summed")
+    _scatter_add(c, None, ids, src, [batch, n, inner], c.attr("num_segments"), _np(c.output_desc("out")), res)
+    c.node("Reshape", [res, c.const(_ints(c.output_desc("out").shape))], [c.output("out")])
+
+
+def dim_scatter_add_like(c):
+    """zeros of like's shape, ``src[i]`` added at ``index[i]`` along ``dim`` (torch.scatter_add); an
+    index smaller than ``like`` outside ``dim`` is zero-padded (padding adds 0). Out-of-range ids add
+    nothing here, where the kernel raises."""
+    like = list(c.input_desc("like").shape)
+    ishape = list(c.input_desc("index").shape)
+    dim = c.attr("dim") % len(like)
+    target = [ishape[i] if i == dim else like[i] for i in range(len(like))]
+    index, src = c.input("index"), c.input("src")
+    if target != ishape:
+        after = [t - s for t, s in zip(target, ishape)]
+        pads = c.const(_ints([0] * len(like) + after))
+        index = c.node("Pad", [index, pads, c.const(np.zeros((), dtype=_np(c.input_desc("index"))))])
+        src = c.node("Pad", [src, pads, c.const(np.zeros((), dtype=_np(c.input_desc("src"))))])
+    b, n, inner = _prod(like[:dim]), ishape[dim], _prod(like[dim + 1:])
+    three = c.const(_ints([b, n, inner]))
+    res = c.tmp("summed")
+    _scatter_add(c, None, c.node("Reshape", [index, three]), c.node("Reshape", [src, three]), [b, n, inner],
+                 like[dim], _np(c.output_desc("output")), res)
+    c.node("Reshape", [res, c.const(_ints(like))], [c.output("output")])
+
+
+# ------------------------------------------------------------------ diag, top_k, finite counts, square sums
+
+def diag(c):
+    """1-D ``in`` (n,): the (n + |d|)^2 matrix with ``in`` on diagonal d, zeros elsewhere;
+    2-D ``in``: its diagonal d as a vector (torch.diag)."""
+    d, desc = c.attr("diagonal"), c.input_desc("in")
+    if len(desc.shape) == 2:
+        size = c.output_desc("out").shape[0]
+        i = np.arange(size, dtype=np.int64)
+        rows, cols = (i, i + d) if d >= 0 else (i - d, i)
+        c.node("GatherND", [c.input("in"), c.const(np.stack([rows, cols], axis=1))], [c.output("out")])
+        return
+    m = c.output_desc("out").shape[0]
+    r, k = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
+    on = (k - r) == d
+    src = np.where(on, np.minimum(r, k), 0).astype(np.int64)   # row r, column r + d holds in[min(r, col)]
+    c.node("Where", [c.const(on), c.node("Gather", [c.input("in"), c.const(src)], axis=0),
+                     c.const(np.zeros((), dtype=_np(desc)))], [c.output("out")])
+
+
+def top_k(c):
+    """int32 indices of the k largest entries of the last axis, largest first. On equal values
+    ONNX TopK puts the lower index first; torch.topk (the graphfront kernel) has no fixed order."""
+    k = c.output_desc("out").shape[-1]
+    _top_k(c, k, True, False)
+
+
+def _count_not_finite(c, x, desc):
+    """int64 scalar: the number of inf and NaN entries (0 for integer dtypes)."""
+    if not desc.dtype.is_floating_point:
+        return c.const(np.int64(0))
+    bad = c.node("Or", [c.node("IsInf", [x]), c.node("IsNaN", [x])])
+    return c.node("ReduceSum", [c.node("Cast", [bad], to=_INT64)], keepdims=0)
+
+
+def _sum_to_one(c, parts, out):
+    total = parts[0]
+    for p in parts[1:]:
+        total = c.node("Add", [total, p])
+    c.node("Reshape", [total, c.const(_ints([1]))], [out])
+
+
+def count_not_finite(c):
+    """count_not_finite / multi_count_not_finite: int64 (1,) count of inf and NaN in every ``x``."""
+    parts = [_count_not_finite(c, x, c.input_desc("x", i)) for i, x in enumerate(c.inputs("x"))]
+    _sum_to_one(c, parts, c.output("y"))
+
+
+def multi_square_sum(c):
+    """sum of x * x over every element of every ``x``, shape (1,)."""
+    parts = [c.node("ReduceSum", [c.node("Mul", [x, x])], keepdims=0) for x in c.inputs("x")]
+    _sum_to_one(c, parts, c.output("y"))
+
+
+# ------------------------------------------------------------------ fused attention ops
+
+def _bias_added(c):
+    d = c.input_desc("a")
+    shape = [1] * len(d.shape)
+    shape[c.attr("axis")] = -1
+    return c.node("Add", [c.input("a"), c.node("Reshape", [c.input("b"), c.const(_ints(shape))])])
+
+
+def fused_bias_add_mask_scale(c):
+    """(a + b along axis) * mask * scale (+ _add_to_output)."""
+    d = c.input_desc("a")
+    mask = c.node("Cast", [c.input("mask")], to=c.dtype_code(d.dtype))
+    y = c.node("Mul", [c.node("Mul", [_bias_added(c), mask]), _k(c, c.attr("scale"), d)])
+    if c.has_input("_add_to_output"):
+        c.node("Add", [y, c.input("_add_to_output")], [c.output("out")])
+    else:
+        c.node("Identity", [y], [c.output("out")])
+
+
+def fused_tril_scale_softmax_mask_scale(c):
+    """softmax_y = softmax(where(tril(diagonal), x * tril_scale_value, tril_fill_value)) over the
+    last axis; y = softmax_y * mask * mask_scale_value."""
+    d = c.input_desc("x")
+    rows, cols = d.shape[-2:]
+    keep = np.tril(np.ones((rows, cols), dtype=bool), c.attr("diagonal"))
+    t = c.node("Where", [c.const(keep), c.node("Mul", [c.input("x"), _k(c, c.attr("tril_scale_value"), d)]),
+                         _k(c, c.attr("tril_fill_value"), d)])
+    soft = c.node("Softmax", [t], [c.output("softmax_y")], axis=-1)
+    mask = c.node("Cast", [c.input("mask")], to=c.dtype_code(d.dtype))
+    c.node("Mul", [c.node("Mul", [soft, mask]), _k(c, c.attr("mask_scale_value"), d)], [c.output("y")])
+
+
+def fused_self_attention_query_mul_key_and_value(c):
+    """hidden_states (seq, batch, heads * 3 * head_size) -> q, k, v (batch, heads, seq, head_size);
+    query_mul_key = alpha * q @ k^T, value = v."""
+    d = c.input_desc("hidden_states")
+    seq, batch, hidden = d.shape
+    hs = c.attr("head_size")
+    heads = hidden // (3 * hs)
+    h = c.node("Reshape", [c.input("hidden_states"), c.const(_ints([seq, batch, heads, 3, hs]))])
+    h = c.node("Transpose", [h], perm=[3, 1, 2, 0, 4])
+    q, k = (c.node("Gather", [h, c.const(np.int64(i))], axis=0) for i in (0, 1))
+    c.node("Gather", [h, c.const(np.int64(2))], [c.output("value")], axis=0)
+    qk = c.node("MatMul", [q, c.node("Transpose", [k], perm=[0, 1, 3, 2])])
+    c.node("Mul", [qk, _k(c, c.attr("alpha"), d)], [c.output("query_mul_key")])
+
+
+# ------------------------------------------------------------------ argwhere, unique_with_counts, cast_to_static_shape
+
+def argwhere(c):
+    """output: the (count, ndim) coordinates of the non-zero entries in row-major order (NonZero,
+    transposed), the dynamic blob of the kernel; output_size: (1,) count. Both of attr dtype."""
+    to = c.dtype_code(c.attr("dtype"))
+    nz = c.node("NonZero", [_nonzero(c, c.input("input"))])
+    c.node("Cast", [c.node("Transpose", [nz], perm=[1, 0])], [c.output("output")], to=to)
+    count = c.node("Slice", [c.node("Shape", [nz]), c.const(_ints([1])), c.const(_ints([2])), c.const(_ints([0]))])
+    c.node("Cast", [count], [c.output("output_size")], to=to)
+
+
+def _pad_end(c, x, n, length):
+    """``x`` (length,) zero-padded at the end to ``n`` entries."""
+    pads = c.node("Concat", [c.const(_ints([0])), c.node("Sub", [c.const(_ints([n])), length])], axis=0)
+    return c.node("Pad", [x, pads])
+
+
+def unique_with_counts(c):
+    """Unique (sorted): y the distinct values ascending and count their counts, both zero-padded
+    to x's length; idx the position of each x in y; num_unique (1,). Indices of attr out_idx."""
+    n = c.input_desc("x").shape[0]
+    to = c.dtype_code(c.attr("out_idx"))
+    y, inverse, counts = c.tmp("y"), c.tmp("inverse"), c.tmp("counts")
+    c.node("Unique", [c.input("x")], [y, "", inverse, counts], sorted=1)
+    length = c.node("Shape", [y])
+    c.node("Identity", [_pad_end(c, y, n, length)], [c.output("y")])
+    c.node("Cast", [inverse], [c.output("idx")], to=to)
+    c.node("Cast", [_pad_end(c, counts, n, length)], [c.output("count")], to=to)
+    c.node("Cast", [length], [c.output("num_unique")], to=to)
+
+
+def cast_to_static_shape(c):
+    """The input zero-padded at the end of each dim to its static shape (a no-op unless the
+    input is a dynamic blob holding fewer entries, e.g. argwhere's output)."""
+    shape = c.output_desc("output").shape
+    grow = c.node("Sub", [c.const(_ints(shape)), c.node("Shape", [c.input("input")])])
+    pads = c.node("Concat", [c.const(_ints([0] * len(shape))), grow], axis=0)
+    c.node("Pad", [c.input("input"), pads], [c.output("output")])

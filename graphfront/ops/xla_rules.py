@@ -107,11 +107,10 @@ class StepChecks:
 
     * ``on_feeds``: ``(feed index, size, error)``, checks of a value fed to the job as
       it is: made on the host (numpy) before the step is launched, at no cost in it;
-    * ``in_step``: ``(ok, detail, shape, error)``, checks of values computed in the job:
-      ``ok`` a scalar bool array, ``detail`` the int64 vector ``[flat index, value]`` of
-      the first bad element of an array of ``shape``; the step returns them as rows
-      ``[failed, flat index, value]`` (:meth:`rows`) and keeps its variables' old values
-      when one failed, and :meth:`raise_failed` raises on the host.
+    * ``in_step``: ``(row, shape, error)``, checks of values computed in the job:
+      ``row`` the int64 vector ``[failed, flat index, value]`` of the first bad element
+      of an array of ``shape``; the step returns the rows (:meth:`flags`) and keeps its
+      variables' old values when one failed, and :meth:`raise_failed` raises on the host.
 
     ``error(value, at) -> Exception`` builds the error of bad ``value`` at index tuple ``at``.
     A check of the same array and bound as an earlier one is dropped (the earlier op's
@@ -119,8 +118,7 @@ class StepChecks:
     """
 
     def __init__(self):
-        self.on_feeds, self.in_step = [], []
-        self._feeds, self._seen = {}, {}
+        self.reset(())
 
     def reset(self, feeds):
         """Start collecting for a step (being traced) whose feed values are ``feeds``."""
@@ -138,17 +136,17 @@ class StepChecks:
         jnp_ = jnp()
         flat = ids.reshape(-1)
         bad = (flat < 0) | (flat >= size)
-        first = jnp_.argmax(bad)
-        detail = jnp_.stack([first.astype("int64"), flat[first].astype("int64")])
-        self.in_step.append((~bad.any(), detail, tuple(ids.shape), error))
+        first = jnp_.argmax(bad)  # (0 when none is bad)
+        row = jnp_.stack([bad[first], first, flat[first]]).astype("int64")  # [failed, flat index, value]
+        self.in_step.append((row, tuple(ids.shape), error))
 
-    def rows(self):
-        """``(all ok, rows)`` of the in-step checks, inside the step being traced."""
+    def flags(self):
+        """``(all ok, flags)`` of the in-step checks, inside the step being traced:
+        ``flags`` the int64 vector ``[any failed]`` + ``[failed, flat index, value]`` per check."""
         jnp_ = jnp()
-        all_ok = jnp_.all(jnp_.stack([ok for ok, _, _, _ in self.in_step]))
-        rows = jnp_.stack([jnp_.concatenate([(~ok)[None].astype("int64"), detail])
-                           for ok, detail, _, _ in self.in_step])
-        return all_ok, rows
+        rows = jnp_.stack([row for row, _, _ in self.in_step])
+        failed = rows[:, 0].any()
+        return ~failed, jnp_.concatenate([failed[None].astype("int64"), rows.reshape(-1)])
 
     def check_feeds(self, feeds):
         """Raise the error of the first bad feed value (numpy feeds, before the step runs)."""
@@ -163,9 +161,12 @@ class StepChecks:
                 at = tuple(int(i) for i in np.argwhere((ids < 0) | (ids >= size))[0])
                 raise error(int(ids[at]), at)
 
-    def raise_failed(self, rows):
-        """Raise the error of the first failed in-step check, given the step's ``rows``."""
-        for (failed, index, value), (_, _, shape, error) in zip(np.asarray(rows), self.in_step):
+    def raise_failed(self, flags):
+        """Raise the error of the first failed in-step check, given the step's ``flags``."""
+        flags = np.asarray(flags)
+        if not flags.item(0):  # (the common case, kept cheap: this runs after every step)
+            return
+        for (failed, index, value), (_, shape, error) in zip(flags[1:].reshape(-1, 3), self.in_step):
             if failed:
                 raise error(int(value), tuple(int(i) for i in np.unravel_index(int(index), shape)))
 

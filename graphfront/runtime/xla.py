@@ -361,9 +361,9 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
             results, state, watched, key = run(mutable, const, feeds, learning_rates, key)
         if not checks.in_step:
             return results, state, key, watched, None
-        all_ok, rows = checks.rows()
+        all_ok, flags = checks.flags()
         state = [jax.numpy.where(all_ok, new, old) for new, old in zip(state, mutable)]  # failed: the old values
-        return results, state, key, watched, rows
+        return results, state, key, watched, flags
 
     def run(mutable, const, feeds, learning_rates, key):
         env = {}

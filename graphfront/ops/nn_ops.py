@@ -760,6 +760,12 @@ def _sce_infer(ctx):
     ctx.set_output("out", label.shape, pred.dtype)
 
 
+def _label_error(k, op_type, value, at):
+    """The OpRunError of label ``value`` at index ``at``, outside ``[0, depth)``."""
+    return OpRunError(f"op '{k.op_name}' ({op_type}): input 'label' expects class ids in [0, {k.attr('depth')}), "
+                      f"received {value} at index {at}")
+
+
 def _bad_labels(k, op_type, label, error):
     """Raise OpRunError naming the op when a label is outside ``[0, depth)``, else ``error``.
 
@@ -770,8 +776,7 @@ def _bad_labels(k, op_type, label, error):
     if not len(bad):
         raise error
     at = tuple(bad[0].tolist())
-    raise OpRunError(f"op '{k.op_name}' ({op_type}): input 'label' expects class ids in [0, {depth}), "
-                     f"received {int(label[at])} at index {at}") from None
+    raise _label_error(k, op_type, int(label[at]), at) from None
 
 
 def _sce_kernel(op_type):
@@ -805,35 +810,49 @@ def _sce_grad_infer(ctx):
     ctx.set_output("prediction_diff", prob.shape, prob.dtype)
 
 
-def _sce_xla(k):
-    """(prob, out) over jax arrays. Labels outside [0, depth) are not checked here (XLA
-    cannot raise from a compiled step): their ``out`` is NaN."""
-    jnp = xla_rules.jnp()
-    log_softmax = xla_rules.jnp_fn("nn.log_softmax")
-
-    def sce(pred, label):
-        logp = log_softmax(pred, axis=-1)
-        picked = jnp.take_along_axis(logp, label.astype("int32")[..., None], axis=-1, mode="fill",
-                                     fill_value=jnp.nan)
-        return jnp.exp(logp), -picked[..., 0]
-    return sce
+def _check_labels(k, op_type, label):
+    """The xla rules' form of the kernels' label check (:func:`xla_rules.check_ids`)."""
+    xla_rules.check_ids(label, k.attr("depth"), lambda value, at: _label_error(k, op_type, value, at))
 
 
-def _sce_grad_xla(k):
-    depth, one_hot = k.attr("depth"), xla_rules.jnp_fn("nn.one_hot")
-    return lambda label, dy, prob: prob * dy[..., None] - one_hot(label, depth, dtype=prob.dtype) * dy[..., None]
+def _sce_xla(op_type):
+    """(prob, out) over jax arrays; labels outside [0, depth) fail the step's check (their
+    ``out`` is NaN, never seen: the step's caller raises the kernel's OpRunError)."""
+    def make(k):
+        jnp = xla_rules.jnp()
+        log_softmax = xla_rules.jnp_fn("nn.log_softmax")
+
+        def sce(pred, label):
+            _check_labels(k, op_type, label)
+            logp = log_softmax(pred, axis=-1)
+            picked = jnp.take_along_axis(logp, label.astype("int32")[..., None], axis=-1, mode="fill",
+                                         fill_value=jnp.nan)
+            return jnp.exp(logp), -picked[..., 0]
+        return sce
+    return make
+
+
+def _sce_grad_xla(op_type):
+    def make(k):
+        depth, one_hot = k.attr("depth"), xla_rules.jnp_fn("nn.one_hot")
+
+        def sce_grad(label, dy, prob):
+            _check_labels(k, op_type, label)
+            return prob * dy[..., None] - one_hot(label, depth, dtype=prob.dtype) * dy[..., None]
+        return sce_grad
+    return make
 
 
 for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
-       infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sbp.batch(min_ndim_arg="prediction"), xla=_sce_xla,
+       infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sbp.batch(min_ndim_arg="prediction"), xla=_sce_xla(_t),
        onnx=onnx_rules.sparse_softmax_cross_entropy,
        grad=lambda g, t=_t: g.needs("prediction") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"label": g.input("label"), "dy": g.dout("out"), "prob": g.output("prob")},
            {"depth": g.attr("depth")})))
     op(f"{_t}_grad", inputs=["label", "dy", "prob"], outputs=["prediction_diff"], attrs={"depth": ("int64", 0)},
        infer=_sce_grad_infer, kernel=_sce_grad_kernel(f"{_t}_grad"), sbp=_sbp.batch(min_ndim_arg="prob"),
-       xla=_sce_grad_xla)
+       xla=_sce_grad_xla(f"{_t}_grad"))
 
 
 __all__ = ["pool_geometry", "conv_out_size", "norm_axis"]

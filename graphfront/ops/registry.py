@@ -42,6 +42,10 @@ Optional rules beside the kernel, for the other lowerings (each reads the same o
   without outputs) and ``updates`` a tuple with the NEW value of every mutated arg, in
   ``mutated_args`` order (a list for a repeated arg, None for an absent optional arg).
   The callable must be traceable by ``jax.jit``: it must not read values on the host.
+  Where the kernel raises on bad input values (an index outside its range), the rule
+  reports the same check with :func:`graphfront.ops.xla_rules.check_ids` (ids, bound,
+  ``error(value, at)``) instead: the lowering raises that error and leaves the
+  variables unchanged.
   Rules import jax inside the factory (jax is an optional dependency); shared builders
   are in :mod:`graphfront.ops.xla_rules`.
 """

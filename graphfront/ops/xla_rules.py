@@ -7,6 +7,10 @@ graphfront is imported (it is an optional dependency: ``pip install graphfront[x
 """
 from __future__ import annotations
 
+import contextlib
+
+import numpy as np
+
 
 def jnp():
     """``jax.numpy``."""
@@ -90,3 +94,102 @@ def conv_dimension_numbers(n, channels_first=True):
     if channels_first:
         return ("NC" + spatial, "OI" + spatial, "NC" + spatial)
     return ("N" + spatial + "C", "O" + spatial + "I", "N" + spatial + "C")
+
+
+# ---------------------------------------------------------------- run-time checks
+
+class StepChecks:
+    """The run-time checks the rules of one lowered step reported (:func:`check_ids`).
+
+    A compiled step cannot raise, so a rule whose kernel raises on bad values (a class
+    label outside ``[0, depth)``) reports a check while the step is traced, and the
+    lowering (:mod:`graphfront.runtime.xla`) makes it:
+
+    * ``on_feeds``: ``(feed index, size, error)``, checks of a value fed to the job as
+      it is: made on the host (numpy) before the step is launched, at no cost in it;
+    * ``in_step``: ``(row, shape, error)``, checks of values computed in the job:
+      ``row`` the int64 vector ``[failed, flat index, value]`` of the first bad element
+      of an array of ``shape``; the step returns the rows (:meth:`flags`) and keeps its
+      variables' old values when one failed, and :meth:`raise_failed` raises on the host.
+
+    ``error(value, at) -> Exception`` builds the error of bad ``value`` at index tuple ``at``.
+    A check of the same array and bound as an earlier one is dropped (the earlier op's
+    error is the one raised, as the per-op plan raises at the first op that fails).
+    """
+
+    def __init__(self):
+        self.reset(())
+
+    def reset(self, feeds):
+        """Start collecting for a step (being traced) whose feed values are ``feeds``."""
+        self.on_feeds, self.in_step = [], []
+        self._feeds, self._seen = {id(f): i for i, f in enumerate(feeds)}, {}
+
+    def add(self, ids, size, error):
+        key = (id(ids), size)
+        if key in self._seen:
+            return
+        self._seen[key] = ids  # (kept alive while tracing: ids are compared by identity)
+        if id(ids) in self._feeds:
+            self.on_feeds.append((self._feeds[id(ids)], size, error))
+            return
+        jnp_ = jnp()
+        flat = ids.reshape(-1)
+        bad = (flat < 0) | (flat >= size)
+        first = jnp_.argmax(bad)  # (0 when none is bad)
+        row = jnp_.stack([bad[first], first, flat[first]]).astype("int64")  # [failed, flat index, value]
+        self.in_step.append((row, tuple(ids.shape), error))
+
+    def flags(self):
+        """``(all ok, flags)`` of the in-step checks, inside the step being traced:
+        ``flags`` the int64 vector ``[any failed]`` + ``[failed, flat index, value]`` per check."""
+        jnp_ = jnp()
+        rows = jnp_.stack([row for row, _, _ in self.in_step])
+        failed = rows[:, 0].any()
+        return ~failed, jnp_.concatenate([failed[None].astype("int64"), rows.reshape(-1)])
+
+    def check_feeds(self, feeds):
+        """Raise the error of the first bad feed value (numpy feeds, before the step runs)."""
+        for index, size, error in self.on_feeds:
+            ids = np.asarray(feeds[index])
+            if ids.size <= 256:  # (a batch of labels: cheaper as a list than by numpy's reductions)
+                values = ids.ravel().tolist()
+                lo, hi = (min(values), max(values)) if values else (0, 0)
+            else:
+                lo, hi = ids.min(), ids.max()
+            if lo < 0 or hi >= size:
+                at = tuple(int(i) for i in np.argwhere((ids < 0) | (ids >= size))[0])
+                raise error(int(ids[at]), at)
+
+    def raise_failed(self, flags):
+        """Raise the error of the first failed in-step check, given the step's ``flags``."""
+        flags = np.asarray(flags)
+        if not flags.item(0):  # (the common case, kept cheap: this runs after every step)
+            return
+        for (failed, index, value), (_, shape, error) in zip(flags[1:].reshape(-1, 3), self.in_step):
+            if failed:
+                raise error(int(value), tuple(int(i) for i in np.unravel_index(int(index), shape)))
+
+
+_CHECKS = []  # the StepChecks of the steps being traced, innermost last
+
+
+@contextlib.contextmanager
+def collecting_checks(checks, feeds):
+    """Collect into ``checks`` (reset) the :func:`check_ids` reports of the rules called
+    inside: the body of a step being traced, whose feed values are ``feeds``."""
+    checks.reset(feeds)
+    _CHECKS.append(checks)
+    try:
+        yield checks
+    finally:
+        _CHECKS.pop()
+
+
+def check_ids(ids, size, error):
+    """Report that every element of the integer array ``ids`` must lie in ``[0, size)``;
+    ``error(value, at) -> Exception`` is raised for the first one that does not (value
+    and index tuple). Called by an ``xla`` rule on its inputs, inside a step being
+    lowered (:class:`StepChecks`); outside one (a rule run on its own) it does nothing."""
+    if _CHECKS and ids.size:
+        _CHECKS[-1].add(ids, size, error)

@@ -2,7 +2,8 @@
 
 ``FunctionConfig().compile_mode("xla")`` lowers a job to one pure function
 
-    step(mutable_vars, const_vars, feeds, learning_rates, key_data) -> (results, new_mutable_vars, key_data)
+    step(mutable_vars, const_vars, feeds, learning_rates, key_data)
+        -> (results, new_mutable_vars, key_data, watched, checks)
 
 built by walking the scheduled ops (:func:`graphfront.runtime.plan.schedule`) and calling
 each op's ``xla`` rule (see :mod:`graphfront.ops.registry`) on ``jax.Array`` values: an
@@ -12,6 +13,25 @@ variable's final value is returned as its new state. ``jax.jit`` compiles that f
 the result is the fused native code of the whole step, as OneFlow's XRT handed sub-graphs
 to XLA (``use_xla_jit``, ``oneflow/xrt/xla/``). ``key_data`` (jobs with random ops only)
 holds the raw bits of a ``jax.random`` key, first drawn on the host from torch's generator.
+
+Watches. ``flow.watch`` and ``flow.watch_diff`` (``foreign_watch_conf`` ops; a watched
+gradient is the blob the autograd pass computed for it) make the watched blobs extra
+outputs of the step (``watched``, empty in jobs without watches); after the step the
+handlers are called on the host, in the job's op order, with host copies of those
+values, as the per-op plan passes them.
+
+Run-time checks. A compiled step cannot raise. Rules whose kernel raises on bad values
+(class labels outside ``[0, depth)`` of ``sparse_softmax_cross_entropy*``) report a check
+while the step is traced (:func:`graphfront.ops.xla_rules.check_ids`, collected in a
+:class:`~graphfront.ops.xla_rules.StepChecks`). A check of a value fed to the job as it
+is (the usual label placeholder) is made with numpy on the feed before the step is
+launched: no cost in the step. A check of a value computed in the job is made in the
+step, which then returns the checks' results (``checks``; None in jobs without such
+checks) and, when one failed, the old value of every mutable variable in place of its
+new one (a select that XLA fuses into the update, so the donated buffers end up holding
+the values they had before the call). Either way the caller raises the rule's error
+(OpRunError naming the op, the expected range, the bad value and its index, as the
+kernel does), calls no watch handler, and the session's variables are unchanged.
 
 A learning-rate schedule reading the train-step variable is evaluated on the host before
 each call (:func:`graphfront.ops.system.learning_rate_at` on the variable's value) and fed
@@ -51,8 +71,9 @@ Dtypes: jax runs with 64-bit types enabled (``jax_enable_x64``), so int64 and fl
 blobs keep their dtypes, as in the other lowerings. That setting is global to the process.
 
 Raises (at build): JobBuildError naming every op type without an ``xla`` rule, and for
-jobs with ``flow.watch`` handlers or placed on a GPU when jax has no GPU backend;
-ImportError naming ``pip install graphfront[xla]`` when jax is not installed.
+jobs placed on a GPU when jax has no GPU backend; ImportError naming ``pip install
+graphfront[xla]`` when jax is not installed. Raises (at run): the OpRunError of a failed
+run-time check (above).
 """
 from __future__ import annotations
 
@@ -67,10 +88,10 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
 from graphfront.framework.job_builder import TensorDesc
-from graphfront.ops import registry
+from graphfront.ops import registry, xla_rules
 from graphfront.ops.system import learning_rate_at, lookup_system
 from graphfront.runtime.native import cache_root, job_digest
-from graphfront.runtime.plan import KernelCtx, call_layout, device_of, placements_of, schedule
+from graphfront.runtime.plan import KernelCtx, _missing_watcher, call_layout, device_of, placements_of, schedule
 
 _CACHE_EVENTS = {"hits": 0}
 
@@ -178,7 +199,7 @@ class XlaPlan:
     Args:
         job: the completed Job.
         variables: the session's VariableStore.
-        watchers: the session's watch handlers (jobs with ``flow.watch`` are refused).
+        watchers: uuid -> handler for ``foreign_watch_conf`` ops (called after each step).
 
     Attributes:
         input_names, output_names, order, devices: as :class:`~graphfront.runtime.plan.Plan`.
@@ -205,9 +226,6 @@ class XlaPlan:
         if missing:
             raise JobBuildError(f"job '{name}': compile_mode('xla') needs an xla rule for every op; these op types "
                                 f"have none: {', '.join(missing)} (use compile_mode('plan') for this job)")
-        if any(jb.op_kind(op) == "foreign_watch_conf" for op in order):
-            raise JobBuildError(f"job '{name}': flow.watch is not supported in compile_mode('xla') "
-                                "(use compile_mode('plan') to watch blobs)")
         placements = placements_of(job)
         self.devices = {device_of(op, placements.get(op.name, ("0:0",))).type for op in order}
         self.device = _jax_device(jax, name, "cuda" in self.devices)
@@ -227,8 +245,11 @@ class XlaPlan:
             spec = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))
             bits = torch.randint(0, 2 ** 32, spec.shape, dtype=torch.int64).numpy().astype(spec.dtype)
             self.key = jax.device_put(bits, self.device)
-        step, self.lr_ops = _build_step(jax, job, order, self.input_names, self.output_names,
-                                        self.mutable_names, self.const_names)
+        step, self.lr_ops, self.checks = _build_step(jax, job, order, self.input_names, self.output_names,
+                                                     self.mutable_names, self.const_names)
+        self.handlers = [(watchers or {}).get(op.foreign_watch_conf.handler_uuid,
+                                              _missing_watcher(op.foreign_watch_conf.handler_uuid))
+                         for op in order if jb.op_kind(op) == "foreign_watch_conf"]
         self._step = jax.jit(step, donate_argnums=(0,))
         self.source = "\n".join([f"# job {name!r} lowered to one jax function compiled by XLA; its ops in order:"] +
                                 [f"#   {op.name!r} ({jb.op_type_name(op)})" for op in order])
@@ -241,8 +262,18 @@ class XlaPlan:
         lrs = self._learning_rates()
         if self.compile_seconds is None:
             return self._first_call(mutable, const, feeds, lrs)
-        results, new, self.key = self._step(mutable, const, feeds, lrs, self.key)
+        self.checks.check_feeds(feeds)
+        return self._finish(self._step(mutable, const, feeds, lrs, self.key))
+
+    def _finish(self, outputs):
+        """Keep the step's new variables and key, raise a failed check's error (the
+        variables then hold their old values), call the watch handlers; the results."""
+        results, new, self.key, watched, checks = outputs
         self.variables.set(self.mutable_names, new)
+        if checks is not None:
+            self.checks.raise_failed(checks)
+        for handler, value in zip(self.handlers, watched):
+            handler(_dt.numpy_to_tensor(np.array(value)))
         return results
 
     def _learning_rates(self):
@@ -257,9 +288,8 @@ class XlaPlan:
         self._step = self._step.lower(mutable, const, feeds, lrs, self.key).compile()
         self.compile_seconds = time.perf_counter() - start
         self.cache_hits = _CACHE_EVENTS["hits"] - hits
-        results, new, self.key = self._step(mutable, const, feeds, lrs, self.key)
-        self.variables.set(self.mutable_names, new)
-        return results
+        self.checks.check_feeds(feeds)
+        return self._finish(self._step(mutable, const, feeds, lrs, self.key))
 
 
 def _jax_device(jax, name, gpu):
@@ -318,7 +348,9 @@ def _mutated_variables(order):
 
 
 def _build_step(jax, job, order, input_names, output_names, mutable_names, const_names):
-    """The pure step function of the job (module docstring)."""
+    """``(step, lr_ops, checks)``: the pure step function of the job (module docstring),
+    the learning-rate ops fed to it, and the StepChecks its rules report (filled each
+    time the step is traced)."""
     descs = {lbn: TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
     var_of = _aliases(order)
     var_lbn = {op.name: jb.op_outputs(op)[0][2] for op in order if jb.op_kind(op) == "variable_conf"}
@@ -330,8 +362,11 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
         if kind == "learning_rate_schedule_conf" and op.learning_rate_schedule_conf.train_step in var_of:
             lr_index[op.name] = len(lr_ops)
             lr_ops.append((op.learning_rate_schedule_conf, var_of[op.learning_rate_schedule_conf.train_step]))
-        if kind in ("input_conf", "variable_conf", "return_conf") or op.name in lr_index:
-            calls.append((op, getattr(op.return_conf, "in") if kind == "return_conf" else jb.op_outputs(op)[0][2]))
+        if kind in ("return_conf", "foreign_watch_conf"):
+            calls.append((op, getattr(getattr(op, kind), "in")))
+            continue
+        if kind in ("input_conf", "variable_conf") or op.name in lr_index:
+            calls.append((op, jb.op_outputs(op)[0][2]))
             continue
         if kind == "user_conf":
             opdef = registry.lookup(op.user_conf.op_type_name)
@@ -348,12 +383,24 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
     output_index = {n: i for i, n in enumerate(output_names)}
     mutable_index = {n: i for i, n in enumerate(mutable_names)}
     const_index = {n: i for i, n in enumerate(const_names)}
+    checks = xla_rules.StepChecks()
 
     def step(mutable, const, feeds, learning_rates, key_data):
         key = None if key_data is None else jax.random.wrap_key_data(key_data)
+        with xla_rules.collecting_checks(checks, feeds):
+            results, state, watched, key = run(mutable, const, feeds, learning_rates, key)
+        key_data = None if key is None else jax.random.key_data(key)
+        if not checks.in_step:
+            return results, state, key_data, watched, None
+        all_ok, flags = checks.flags()
+        state = [jax.numpy.where(all_ok, new, old) for new, old in zip(state, mutable)]  # failed: the old values
+        return results, state, key_data, watched, flags
+
+    def run(mutable, const, feeds, learning_rates, key):
         env = {}
         state = list(mutable)
         results = [None] * len(output_names)
+        watched = []
         for op, *call in calls:
             if len(call) == 1:  # an interface op or a fed learning rate
                 lbn, kind = call[0], jb.op_kind(op)
@@ -364,6 +411,8 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
                 elif kind == "variable_conf":
                     env[lbn] = (state[mutable_index[op.name]] if op.name in mutable_index
                                 else const[const_index[op.name]])
+                elif kind == "foreign_watch_conf":
+                    watched.append(env[lbn])
                 else:  # return_conf
                     results[output_index[op.name]] = env[lbn]
                 continue
@@ -390,7 +439,7 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
                     env.update(zip(lbns, value))
                 elif lbns:
                     env[lbns[0]] = value
-        return tuple(results), state, None if key is None else jax.random.key_data(key)
+        return tuple(results), state, tuple(watched), key
 
     def flat_step(*args):
         # The jnp functions the rules call are jitted functions of their own; with jit disabled
@@ -399,4 +448,4 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
         with jax.disable_jit():
             return step(*args)
 
-    return flat_step, lr_ops
+    return flat_step, lr_ops, checks

@@ -15,3 +15,9 @@ def fresh_session():
     flow.clear_default_session()
     yield
     flow.clear_default_session()
+
+
+@pytest.fixture(autouse=True)
+def graphfront_cache_dir(tmp_path_factory, monkeypatch):
+    """Compile caches (XLA, Inductor) in a directory of this test run, never the user's."""
+    monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "graphfront-cache"))

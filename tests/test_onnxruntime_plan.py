@@ -44,6 +44,18 @@ def _predict(net, mode, batch=2, name="predict"):
     return flow.global_function(type="predict", function_config=_config(mode))(predict)
 
 
+
+def _lenet_train(mode):
+    """LeNet's train job (batch 4, SGD lr 0.1) in lowering ``mode``."""
+    @flow.global_function(type="train", function_config=_config(mode))
+    def train_job(images: tp.Numpy.Placeholder((4, 1, 28, 28), dtype=flow.float),
+                  labels: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, lenet(images), name="loss")
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    return train_job
+
 def _perturb_variables(seed):
     """Non-trivial values for every variable (batch-norm statistics included)."""
     rng = np.random.default_rng(seed)
@@ -78,14 +90,7 @@ def test_job_function_in_onnxruntime_equals_the_plan(net):
 
 def test_variables_written_after_the_build_rebuild_the_session(tmp_path):
     flow.manual_seed(2)
-
-    @flow.global_function(type="train")
-    def train_job(images: tp.Numpy.Placeholder((4, 1, 28, 28), dtype=flow.float),
-                  labels: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
-        with flow.scope.placement("cpu", "0:0"):
-            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, lenet(images), name="loss")
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
-        return loss
+    train_job = _lenet_train("plan")
 
     plan_job = _predict("lenet", "plan", name="plan_predict")
     ort_job = _predict("lenet", "onnxruntime", name="ort_predict")
@@ -127,14 +132,7 @@ def test_variables_updated_by_an_xla_train_job_reach_the_onnxruntime_job():
     """The XLA job keeps its new variable values as jax arrays until they are read: the
     onnxruntime job's next call must bring them into the tensors and rebuild."""
     flow.manual_seed(3)
-
-    @flow.global_function(type="train", function_config=_config("xla"))
-    def xla_train(images: tp.Numpy.Placeholder((4, 1, 28, 28), dtype=flow.float),
-                  labels: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
-        with flow.scope.placement("cpu", "0:0"):
-            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, lenet(images), name="loss")
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
-        return loss
+    xla_train = _lenet_train("xla")
 
     ort_job = _predict("lenet", "onnxruntime", name="ort_predict")
     x = _images(8)

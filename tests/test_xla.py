@@ -20,11 +20,6 @@ from lenet import lenet
 pytest.importorskip("jax")  # the `xla` and `test` extras install it
 
 
-@pytest.fixture(autouse=True)
-def _cache_dir(tmp_path_factory, monkeypatch):
-    """XLA's compile cache in a directory of this test run (not the user's cache)."""
-    monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "graphfront-cache"))
-
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _spec = importlib.util.spec_from_file_location("resnet_bn_train_xla", os.path.join(ROOT, "examples", "resnet_bn",

@@ -21,11 +21,6 @@ from graphfront.ops.fused_ops import encode_constant
 pytest.importorskip("jax")  # the `xla` and `test` extras install it
 
 
-@pytest.fixture(autouse=True)
-def _cache_dir(tmp_path_factory, monkeypatch):
-    """XLA's compile cache in a directory of this test run (not the user's cache)."""
-    monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "graphfront-cache"))
-
 import torch  # noqa: E402
 
 # ops whose inputs must come from another op: name -> (op computing them from the

@@ -14,11 +14,6 @@ RTOL, ATOL = 1e-5, 1e-6
 B, D, H, C = 8, 12, 16, 5
 
 
-@pytest.fixture(autouse=True)
-def _cache_dir(tmp_path_factory, monkeypatch):
-    """XLA's compile cache in a directory of this test run (not the user's cache)."""
-    monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "graphfront-cache"))
-
 
 def _config(mode):
     cfg = flow.FunctionConfig()

@@ -21,3 +21,18 @@ def fresh_session():
 def graphfront_cache_dir(tmp_path_factory, monkeypatch):
     """Compile caches (XLA, Inductor) in a directory of this test run, never the user's."""
     monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "graphfront-cache"))
+
+
+@pytest.fixture
+def serve_saved_model():
+    """``serve(path, mode)``: a launched ``InferenceSession`` on the CPU serving the saved
+    model at ``path`` in lowering ``mode`` (``SessionOption.compile_mode``)."""
+    def serve(path, mode):
+        option = flow.serving.SessionOption()
+        option.device_tag = "cpu"
+        option.compile_mode = mode
+        sess = flow.serving.InferenceSession(option)
+        sess.load_saved_model(str(path))
+        sess.launch()
+        return sess
+    return serve

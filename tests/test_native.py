@@ -67,7 +67,7 @@ def test_native_lowering_uses_an_ops_native_rule_instead_of_its_kernel():
         registry.unregister("test_host_gate")
 
 
-def test_lenet_train_and_serving_native_match_plan(tmp_path, monkeypatch):
+def test_lenet_train_and_serving_native_match_plan(tmp_path, monkeypatch, serve_saved_model):
     monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path))
     B = 8
 
@@ -120,12 +120,7 @@ def test_lenet_train_and_serving_native_match_plan(tmp_path, monkeypatch):
     builder = flow.saved_model.ModelBuilder(str(tmp_path / "saved")).ModelName("lenet").Version(1)
     builder.AddFunction(predict).AddSignature("serve").Input("image", lbns["image"]).Output("prob", lbns["prob"])
     builder.Save()
-    option = flow.serving.SessionOption()
-    option.device_tag = "cpu"
-    option.compile_mode = "native"
-    sess = flow.serving.InferenceSession(option)
-    sess.load_saved_model(str(tmp_path / "saved"))
-    sess.launch()
+    sess = serve_saved_model(tmp_path / "saved", "native")
     got = [sess.run(sess.list_jobs()[0], image=img)[0] for _ in range(2)]
     assert isinstance(sess.job().plan, NativePlan) and sess.job().plan.compile_seconds > 0
     import torch

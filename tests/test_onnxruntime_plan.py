@@ -164,22 +164,12 @@ def _save(net, path, batch=1):
     builder.Save()
 
 
-def _serve(path, mode):
-    option = flow.serving.SessionOption()
-    option.device_tag = "cpu"
-    option.compile_mode = mode
-    sess = flow.serving.InferenceSession(option)
-    sess.load_saved_model(str(path))
-    sess.launch()
-    return sess
-
-
 @pytest.mark.parametrize("net", ["lenet", "resnet"])
-def test_saved_model_served_in_onnxruntime_equals_the_plan(net, tmp_path):
+def test_saved_model_served_in_onnxruntime_equals_the_plan(net, tmp_path, serve_saved_model):
     flow.manual_seed(4)
     _save(net, tmp_path / net)
     flow.clear_default_session()
-    plan_sess, ort_sess, auto_sess = (_serve(tmp_path / net, m) for m in ("plan", "onnxruntime", "auto"))
+    plan_sess, ort_sess, auto_sess = (serve_saved_model(tmp_path / net, m) for m in ("plan", "onnxruntime", "auto"))
     assert plan_sess.compile_mode() == "plan"
     assert ort_sess.compile_mode() == "onnxruntime" and auto_sess.compile_mode() == "onnxruntime"
     assert auto_sess.job().fallback_reason is None
@@ -226,7 +216,7 @@ def test_train_job_and_op_without_converter_are_refused():
         _lgamma_job("onnxruntime")(x)
 
 
-def test_auto_falls_back_to_the_plan_and_says_why(tmp_path):
+def test_auto_falls_back_to_the_plan_and_says_why(tmp_path, serve_saved_model):
     lbns = {}
 
     @flow.global_function(type="predict")
@@ -240,7 +230,7 @@ def test_auto_falls_back_to_the_plan_and_says_why(tmp_path):
     builder = flow.saved_model.ModelBuilder(str(tmp_path / "m")).ModelName("lgamma_job").Version(1)
     builder.AddFunction(lgamma_job).AddSignature("s").Input("x", lbns["x"]).Output("y", lbns["y"])
     builder.Save()
-    sess = _serve(tmp_path / "m", "auto")
+    sess = serve_saved_model(tmp_path / "m", "auto")
     assert sess.compile_mode() == "plan"
     assert "lgamma" in sess.job().fallback_reason
     np.testing.assert_allclose(sess.run("lgamma_job", x=x)[0], np.full((2, 3), np.log(6.0), np.float32), rtol=1e-6)  # lgamma(4) = log(3!)

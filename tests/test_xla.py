@@ -233,7 +233,7 @@ def test_an_op_without_a_rule_is_named():
         job(np.zeros((2, 3), np.float32))
 
 
-def test_serving_a_saved_model_with_xla(tmp_path):
+def test_serving_a_saved_model_with_xla(tmp_path, serve_saved_model):
     flow.manual_seed(0)
     lbns = {}
 
@@ -248,12 +248,7 @@ def test_serving_a_saved_model_with_xla(tmp_path):
     builder = flow.saved_model.ModelBuilder(str(tmp_path / "saved")).ModelName("lenet").Version(1)
     builder.AddFunction(predict).AddSignature("serve").Input("image", lbns["image"]).Output("prob", lbns["prob"])
     builder.Save()
-    option = flow.serving.SessionOption()
-    option.device_tag = "cpu"
-    option.compile_mode = "xla"
-    sess = flow.serving.InferenceSession(option)
-    sess.load_saved_model(str(tmp_path / "saved"))
-    sess.launch()
+    sess = serve_saved_model(tmp_path / "saved", "xla")
     got = [sess.run(sess.list_jobs()[0], image=img)[0] for _ in range(2)]
     assert type(sess.job().plan).__name__ == "XlaPlan"
     for g in got:

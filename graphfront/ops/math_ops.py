@@ -590,11 +590,16 @@ def _reduce_infer(out_dtype=None):
     return infer
 
 
+def reduce_axes(k):
+    """``(axes, keepdims)`` of a ``reduce_*`` op at run time: its ``axis`` attr as sorted,
+    distinct non-negative axes of ``input_tensor`` (shared by the kernels and xla rules)."""
+    ndim = len(k.input("input_tensor").shape)
+    return tuple(sorted({a % ndim for a in k.attr("axis")})), k.attr("keepdims")
+
+
 def _reduce_kernel(fn):
     def make(k):
-        ndim = len(k.input("input_tensor").shape)
-        axes = tuple(sorted({a % ndim for a in k.attr("axis")}))
-        keep = k.attr("keepdims")
+        axes, keep = reduce_axes(k)
         return lambda x: fn(x, axes, keep)
     return make
 

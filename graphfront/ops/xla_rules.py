@@ -66,9 +66,8 @@ def scalar(name):
 def reduce(name):
     """``reduce_*`` ops (``input_tensor`` -> ``output_tensor``, attrs axis, keepdims)."""
     def make(k):
-        ndim = len(k.input("input_tensor").shape)
-        axes = tuple(sorted({a % ndim for a in k.attr("axis")}))
-        keep = k.attr("keepdims")
+        from graphfront.ops.math_ops import reduce_axes
+        axes, keep = reduce_axes(k)
         fn = jnp_fn(name)
         dtype = k.output("output_tensor").dtype.np
         if name == "sum":

@@ -88,17 +88,33 @@ def torch_dilation(k):
 
 
 def dense(t):
-    """``t`` in contiguous (channels_first-ordered) memory when on the CPU.
+    """``t`` with the standard strides of a contiguous channels_first tensor, on the CPU.
 
     torch 2.13's CPU ``convolution`` / ``convolution_backward`` read and write out of
     bounds for channels_last-strided inputs with 1x1 kernels and strides > 1 (heap
-    corruption, wrong and run-to-run different gradients), and graphfront's
-    channels_last layout produces exactly such strides by permuting; contiguous inputs
-    take torch's plain path, which agrees with a float64 reference
-    (tests/test_conv_float64.py). A no-op for contiguous tensors; CUDA is left alone.
-    Kernels apply it through :func:`layout_for`.
+    corruption, wrong and run-to-run different gradients). graphfront's channels_last
+    layout produces such strides by permuting, and ``Tensor.contiguous()`` is not enough:
+    a permuted tensor whose channel (or any other) dim has size 1 already counts as
+    contiguous and keeps its channels_last strides, which torch then reads as
+    channels_last (an NHWC input with one channel is the common case). A contiguous
+    tensor gets the standard strides as a view (no copy: a size-1 dim's stride addresses
+    nothing); any other is copied. CUDA tensors are left alone. Kernels apply it through
+    :func:`layout_for`.
     """
-    return t.contiguous() if t.device.type == "cpu" else t
+    if t.device.type != "cpu":
+        return t
+    if not t.is_contiguous():
+        return t.contiguous()
+    standard = _standard_strides(t.shape)
+    return t if t.stride() == standard else t.as_strided(t.shape, standard, t.storage_offset())
+
+
+def _standard_strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _as_is(t):

@@ -4,8 +4,10 @@
 
     with RunLog("runs/lenet") as log:                  # the run directory
         for epoch in range(1, epochs + 1):
-            for x, y in log.progress(batches, batch_size=100, desc=f"epoch {epoch}"):
-                ...                                     # tqdm bar in samples/s
+            bar = log.progress(batches, batch_size=100, desc=f"epoch {epoch}")
+            for x, y in bar:                            # tqdm bar in samples/s
+                ...
+                bar.set_postfix(loss=f"{loss:.4f}")     # the running loss beside the rate
             log.scalars(epoch, **{"train/loss": loss, "test/accuracy": acc})
     # runs/lenet/tensorboard/events.out.tfevents.*   (tensorboard --logdir runs)
     # runs/lenet/curves.png                          (one panel per scalar, by epoch)
@@ -54,10 +56,14 @@ class RunLog:
         self.history: dict = {}
 
     def progress(self, batches: Iterable, batch_size: int, desc: str = "") -> Iterator:
-        """Iterate over ``batches`` behind a tqdm bar that counts samples (``batch_size`` per item)."""
+        """Iterate over ``batches`` behind a tqdm bar that counts samples (``batch_size`` per item).
+
+        Returns the ``tqdm`` bar itself (an iterator over ``batches``): call
+        ``bar.set_postfix(loss=...)`` to show a running value beside the rate.
+        """
         from tqdm import tqdm
         # unit_scale=batch_size: the bar counts items x batch_size, so its rate reads samples/s.
-        return iter(tqdm(batches, desc=desc, unit="sample", unit_scale=batch_size, leave=False, disable=None))
+        return tqdm(batches, desc=desc, unit="sample", unit_scale=batch_size, leave=False, disable=None)
 
     def scalars(self, step: int, **values: float) -> None:
         """Record scalars at ``step`` (e.g. the epoch): TensorBoard and :attr:`history`.

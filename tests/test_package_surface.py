@@ -127,6 +127,18 @@ def test_job_picture_colours_passes_and_shows_shapes_and_sbp():
     assert "(4, 3) float" in src       # an edge labelled with its blob's shape and dtype
 
 
+def test_render_writes_the_dot_source_without_graphviz(tmp_path, monkeypatch):
+    graph = _train_job().graph
+    gv = graph.render(tmp_path / "job.gv")
+    assert gv == str(tmp_path / "job.gv")
+    assert open(gv).read() == job_picture.job_digraph(graph.proto, f"job '{graph.name}' (completed)").source
+    monkeypatch.setattr(job_picture.shutil, "which", lambda name: None)   # as where dot is not installed
+    with pytest.warns(UserWarning, match=r"dot program is not installed .* instead of .*job\.svg"):
+        written = graph.render(tmp_path / "job.svg", user_job=True)
+    assert written.endswith("job.gv") and "digraph" in open(written).read()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.gv"]
+
+
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot program is not installed")
 def test_render_writes_svg_and_png(tmp_path):
     graph = _train_job().graph

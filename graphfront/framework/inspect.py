@@ -93,15 +93,17 @@ class JobGraph:
         """Draw the completed Job (``user_job=True``: the Job as built) into ``path``.
 
         Args:
-            path: output file; its extension picks the format (``.svg``, ``.png``, ``.pdf``...).
+            path: output file; its extension picks the format (``.svg``, ``.png``, ``.pdf``...,
+                or ``.gv`` for the DOT source).
             user_job: draw the Job before the completion passes.
 
         Returns:
-            str: ``path``.
+            str: the path written; where Graphviz's ``dot`` is not installed, the DOT
+            source beside ``path`` (``.gv``), with a warning.
 
         Raises:
             ValueError: unknown picture format; ImportError: the ``graphviz`` package is
-            missing; ``graphviz.ExecutableNotFound``: Graphviz's ``dot`` is not installed.
+            missing.
         """
         from graphfront.framework.job_picture import render_job
         job = self.user_job if user_job else self.proto

@@ -107,7 +107,8 @@ class JobGraph:
         """
         from graphfront.framework.job_picture import render_job
         job = self.user_job if user_job else self.proto
-        return render_job(job, path, title=f"job '{self.name}' ({'as built' if user_job else 'completed'})")
+        return render_job(job, path, title=f"job '{self.name}' ({'as built' if user_job else 'completed'})",
+                          warn_stacklevel=3)
 
     def __len__(self):
         return len(self.proto.net.op)

@@ -131,7 +131,7 @@ def job_digraph(job, title=None):
     return graph
 
 
-def render_job(job, path, title=None) -> str:
+def render_job(job, path, title=None, *, warn_stacklevel=2) -> str:
     """Draw ``job`` into ``path``; the format comes from the extension (``.svg``, ``.png``, ``.pdf``...).
 
     ``.gv`` / ``.dot`` write the Graphviz (DOT) source itself, which needs no ``dot``
@@ -143,6 +143,7 @@ def render_job(job, path, title=None) -> str:
         job: a ``Job`` proto.
         path: output file; written whole (a temporary file renamed over it).
         title: graph label; default the job name.
+        warn_stacklevel: ``stacklevel`` of the missing-``dot`` warning (the caller's line).
 
     Returns:
         str: the path written: ``path``, or its ``.gv`` sibling when ``dot`` is missing.
@@ -164,7 +165,7 @@ def render_job(job, path, title=None) -> str:
         source = os.path.splitext(path)[0] + ".gv"
         warnings.warn(f"render: Graphviz's dot program is not installed (apt-get install graphviz), so the job's "
                       f"DOT source was written to {source!r} instead of {path!r}; render it later with "
-                      f"`dot -T{fmt} {source} -o {path}`", stacklevel=2)
+                      f"`dot -T{fmt} {source} -o {path}`", stacklevel=warn_stacklevel)
         return _write_atomic(source, graph.source.encode())
     return _write_atomic(path, graph.pipe(format=fmt))
 

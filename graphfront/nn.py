@@ -32,6 +32,11 @@ def _tuple(v, n, what, minimum=1):
     return [int(e) for e in vals] * (n // len(vals))
 
 
+def _who(fn, name):
+    """``fn`` and, when the user named the op, its name: ``max_pool2d 'mp0'`` (for error messages)."""
+    return f"{fn} '{name}'" if name else fn
+
+
 def _channels_first(data_format, fn):
     """Whether ``data_format`` ("NCHW"-like or "channels_first" vs "NHWC"-like or "channels_last")
     puts channels first; ``fn`` names the caller in the ArgumentError raised for any other value."""
@@ -79,13 +84,14 @@ def conv_nd(n, input, filters, strides, padding, data_format, dilations, groups,
             ``n + 2``; an unknown padding string or a padding list of the wrong length.
         JobBuildError: the op's shape checks fail (e.g. channels not matching ``groups``).
     """
-    first = _channels_first(data_format, f"conv{n}d")
+    who = _who(f"conv{n}d", name)
+    first = _channels_first(data_format, who)
     kernel = list(filters.shape[2:]) if first else list(filters.shape[1:-1])
-    strides = _tuple(strides, n, f"conv{n}d: argument 'strides'")
-    dilations = _tuple(dilations if dilations is not None else 1, n, f"conv{n}d: argument 'dilations'")
+    strides = _tuple(strides, n, f"{who}: argument 'strides'")
+    dilations = _tuple(dilations if dilations is not None else 1, n, f"{who}: argument 'dilations'")
     spatial = input.shape[2:] if first else input.shape[1:-1]
     if len(input.shape) != n + 2:
-        raise ArgumentError(f"conv{n}d: input expects rank {n + 2}, received shape {input.shape}")
+        raise ArgumentError(f"{who}: input expects rank {n + 2}, received shape {input.shape}")
     pads_before, explicit = [], None
     if isinstance(padding, str):
         p = padding.upper()
@@ -108,7 +114,7 @@ def conv_nd(n, input, filters, strides, padding, data_format, dilations, groups,
         if len(pairs) == n + 2:
             pairs = pairs[2:] if first else pairs[1:-1]
         if len(pairs) != n:
-            raise ArgumentError(f"conv{n}d: padding list needs {n} (or {n + 2}) entries, received {padding!r}")
+            raise ArgumentError(f"{who}: padding list needs {n} (or {n + 2}) entries, received {padding!r}")
         if all(b == a for b, a in pairs):
             pads_before = [b for b, _ in pairs]
         else:
@@ -289,26 +295,27 @@ def bias_add(value, bias, data_format=None, name=None):
 
 
 def _pool(kind, n, input, ksize, strides, padding, data_format, ceil_mode, name):
-    first = _channels_first(data_format, f"{kind}_pool{n}d")
+    who = _who(f"{kind}_pool{n}d", name)
+    first = _channels_first(data_format, who)
     attrs = {"data_format": "channels_first" if first else "channels_last",
-             "pool_size": _tuple(ksize, n, f"{kind}_pool{n}d: argument 'ksize'"),
-             "strides": _tuple(strides, n, f"{kind}_pool{n}d: argument 'strides'"),
+             "pool_size": _tuple(ksize, n, f"{who}: argument 'ksize'"),
+             "strides": _tuple(strides, n, f"{who}: argument 'strides'"),
              "ceil_mode": bool(ceil_mode), "padding_before": [0] * n, "padding_after": [0] * n}
     if isinstance(padding, str):
         modes = {"SAME": "same_lower", "SAME_LOWER": "same_lower", "SAME_UPPER": "same_upper", "VALID": "valid"}
         if padding.upper() not in modes:
-            raise ArgumentError(f"{kind}_pool{n}d: padding must be VALID, SAME, SAME_LOWER, SAME_UPPER or a list, "
+            raise ArgumentError(f"{who}: padding must be VALID, SAME, SAME_LOWER, SAME_UPPER or a list, "
                                 f"received {padding!r}")
         attrs["padding"] = modes[padding.upper()]
     else:
         pairs = [tuple(p) for p in padding]
         if len(pairs) != n + 2:
-            raise ArgumentError(f"{kind}_pool{n}d: padding list needs {n + 2} (before, after) pairs, "
+            raise ArgumentError(f"{who}: padding list needs {n + 2} (before, after) pairs, "
                                 f"received {padding!r}")
         spatial = pairs[2:] if first else pairs[1:-1]
         other = pairs[:2] if first else [pairs[0], pairs[-1]]
         if any(p != (0, 0) for p in other):
-            raise ArgumentError(f"{kind}_pool{n}d: non-spatial padding must be 0, received {padding!r}")
+            raise ArgumentError(f"{who}: non-spatial padding must be 0, received {padding!r}")
         attrs.update(padding="customized", padding_before=[p[0] for p in spatial], padding_after=[p[1] for p in spatial])
     return build_op(f"tf_{kind}_pool_{n}d", {"x": input}, attrs, outputs=("y",), name=name,
                     prefix=f"{kind.capitalize()}Pool{n}D_")

@@ -57,7 +57,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope as scope_mod
 from graphfront.framework.errors import GraphfrontError, JobBuildError, format_location, user_frame
-from graphfront.framework.names import (InvalidNameError, check_name, check_op_names, check_signature_names,
+from graphfront.framework.names import (InvalidNameError, check_name, shown, check_op_names, check_signature_names,
                                         name_problem)
 from graphfront.framework.session import CompiledJob, Session
 from graphfront.ops.system import SYSTEM_OPS
@@ -282,7 +282,8 @@ class InferenceSession:
             if batch_size is not None:
                 for name, d in signature.inputs.items():
                     if len(d.blob_conf.shape.dim) == 0:
-                        raise SavedModelError(f"set_job_batch_size: signature input '{name}' has no shape")
+                        raise SavedModelError(f"set_job_batch_size: signature input {shown(name, quote=True)} "
+                                              "has no shape")
                     d.blob_conf.shape.dim[0] = batch_size
         job = job_pb2.Job()
         job.job_conf.job_name = job_name
@@ -292,7 +293,7 @@ class InferenceSession:
         job.job_conf.default_initializer_conf.empty_conf.SetInParent()
         scope = scope_mod.make_scope(self.option_.device_tag, ("0:0",))
         builder = jb.JobBuilder(job, scope, self._session)
-        self._building = _Building(job_name, signature, builder, source or f"job '{job_name}'")
+        self._building = _Building(job_name, signature, builder, source or f"job {shown(job_name, quote=True)}")
         try:
             yield self
         finally:
@@ -330,7 +331,7 @@ class InferenceSession:
         if signature is None and job.job_conf.HasField("signature"):
             signature = job.job_conf.signature
         name = job.job_conf.job_name
-        with self.open(name, signature, batch_size, source=f"{source} '{name}'"):
+        with self.open(name, signature, batch_size, source=f"{source} {shown(name, quote=True)}"):
             b = self._building.builder
             if job.job_conf.HasField("default_data_type"):
                 b.job.job_conf.default_data_type = job.job_conf.default_data_type
@@ -369,7 +370,7 @@ class InferenceSession:
                 raise SavedModelError(f"saved model {version_dir!r} has no default graph; pass graph_name= one "
                                       f"of {sorted(model.graphs)}")
         if graph_name not in model.graphs:
-            raise SavedModelError(f"saved model {version_dir!r} has no graph '{graph_name}'; graphs: "
+            raise SavedModelError(f"saved model {version_dir!r} has no graph {shown(graph_name, quote=True)}; graphs: "
                                   f"{sorted(model.graphs)}")
         graph = model.graphs[graph_name]
         signature = None
@@ -377,11 +378,13 @@ class InferenceSession:
             signature_name = graph.default_signature_name
         if signature_name is not None:
             if signature_name not in graph.signatures:
-                raise SavedModelError(f"graph '{graph_name}' of saved model {version_dir!r} has no signature "
-                                      f"'{signature_name}'; signatures: {sorted(graph.signatures)}")
+                raise SavedModelError(f"graph {shown(graph_name, quote=True)} of saved model {version_dir!r} has no "
+                                      f"signature "
+                                      f"{shown(signature_name, quote=True)}; signatures: {sorted(graph.signatures)}")
             signature = graph.signatures[signature_name]
         self.set_checkpoint_path(_checkpoint_dir(version_dir, model.checkpoint_dir))
-        with self.open(graph_name, signature, source=f"saved model {version_dir!r} graph '{graph_name}'"):
+        source = f"saved model {version_dir!r} graph {shown(graph_name, quote=True)}"
+        with self.open(graph_name, signature, source=source):
             self.compile(graph.op_list)
         return self
 
@@ -658,14 +661,15 @@ def _build(building, op_list, device_tag, session, compile_mode="plan") -> _Serv
         if problem:
             fail(f"signature name {name!r} cannot name an interface op: it {problem}")
         if name in kept_names:
-            fail(f"signature name '{name}' is also the name of an op of the job; interface ops are named after "
+            fail(f"signature name {shown(name, quote=True)} is also the name of an op of the job; "
+                 f"interface ops are named after "
                  "the signature, so the names must differ")
     try:
         for name in in_names:
             d = sig.inputs[name]
             bc = d.blob_conf
             if not (bc.HasField("shape") and bc.HasField("data_type")):
-                fail(f"signature input '{name}' has no blob_conf shape/data_type")
+                fail(f"signature input {shown(name, quote=True)} has no blob_conf shape/data_type")
             conf = op_conf_pb2.OperatorConf(name=name, device_tag=device_tag)
             conf.input_conf.out = "out"
             conf.input_conf.blob_conf.CopyFrom(bc)
@@ -683,7 +687,8 @@ def _build(building, op_list, device_tag, session, compile_mode="plan") -> _Serv
             lbn = _lbn(sig.outputs[name].lbi)
             lbn = rename.get(lbn, lbn)
             if not b.has_blob(lbn):
-                fail(f"signature output '{name}' names blob '{lbn}', which no op of the job produces")
+                fail(f"signature output {shown(name, quote=True)} names blob {shown(lbn, quote=True)}, "
+                     "which no op of the job produces")
             conf = op_conf_pb2.OperatorConf(name=name, device_tag="cpu")
             setattr(conf.return_conf, "in", lbn)
             conf.return_conf.out = "out"
@@ -701,7 +706,10 @@ def _build(building, op_list, device_tag, session, compile_mode="plan") -> _Serv
     for op in input_ops:
         bc = op.input_conf.blob_conf
         cls = tp.ListNumpy.Placeholder if bc.is_dynamic else tp.Numpy.Placeholder
-        ph = cls(tuple(int(d) for d in bc.shape.dim), _dt.from_proto(bc.data_type))
+        shape = tuple(int(d) for d in bc.shape.dim)
+        if not shape or any(d <= 0 for d in shape):
+            fail(f"input {op.name!r} has shape {shape}; an input needs at least one dimension, each positive")
+        ph = cls(shape, _dt.from_proto(bc.data_type))
         ph.param_name = op.name
         placeholders.append(ph)
     try:

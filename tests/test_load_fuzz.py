@@ -129,8 +129,10 @@ def _fuzz(count, mutant_bytes, write, load, marker):
         try:
             load(sess)
             outcomes["loaded"] += 1
-        except flow.GraphfrontError:
+        except flow.GraphfrontError as e:
             outcomes["refused"] += 1
+            # names read from the file are shown with repr: no raw NUL, CR or line separator
+            assert not set(str(e)) & {"\x00", "\r", "\u2028"}, f"mutant {i}: raw control character in {str(e)!r}"
         except Exception as e:  # noqa: BLE001 - the assertion below is the test
             pytest.fail(f"mutant {i} escaped as a raw {type(e).__name__}: {e}")
         finally:

@@ -21,7 +21,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.core import blob_desc_pb2, job_pb2, op_conf_pb2
 from graphfront.framework import scope as scope_mod
 from graphfront.framework.errors import JobBuildError, OpCheckError, format_location, user_frame
-from graphfront.framework.names import name_problem
+from graphfront.framework.names import name_problem, shown
 from graphfront.ops import registry
 from graphfront.ops.system import lookup_system
 
@@ -274,10 +274,11 @@ class JobBuilder:
         """Check, infer and append ``op_conf``; returns it. Raises JobBuildError."""
         location = location or user_frame()
         kind = op_kind(op_conf)
-        type_name = op_type_name(op_conf) if kind else "?"
+        type_name = shown(op_type_name(op_conf)) if kind else "?"
 
         def fail(msg):
-            raise JobBuildError(f"op '{op_conf.name}' ({type_name}): {msg}{format_location(location)}") from None
+            raise JobBuildError(f"op {shown(op_conf.name, quote=True)} ({type_name}): {msg}"
+                                f"{format_location(location)}") from None
 
         problem = name_problem(op_conf.name, "op")
         if problem:

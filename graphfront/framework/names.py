@@ -45,6 +45,15 @@ def name_problem(name, kind="op") -> str | None:
     return None
 
 
+def shown(name, quote=False) -> str:
+    """``name`` as a message shows it: as is (in quotes with ``quote``) when every character
+    is printable, else its ``repr``, so that a name read from a file never puts raw control
+    characters (NUL, line breaks) into a message or a log."""
+    if isinstance(name, str) and name.isprintable():
+        return f"'{name}'" if quote else name
+    return repr(name)
+
+
 def check_name(name, kind="op", where="") -> str:
     """Return ``name`` if it is a valid ``kind`` name; raise :class:`InvalidNameError` otherwise.
 

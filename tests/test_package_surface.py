@@ -1,4 +1,5 @@
 """The package surface: __version__, python -m graphfront, job pictures, run logs, logging."""
+import importlib.util
 import os
 import re
 import shutil
@@ -196,3 +197,13 @@ def test_library_messages_use_logging_and_deprecations_warn(caplog):
     assert caplog.records == []
     import logging
     assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("graphfront").handlers)
+
+
+def test_import_pulls_in_no_optional_heavy_package():
+    """jax, onnx, onnxruntime, matplotlib, tensorboard ... are imported when first used
+    (the time ``import graphfront`` adds to ``import torch`` is in benchmarks/import_time.py)."""
+    spec = importlib.util.spec_from_file_location("import_time", os.path.join(REPO, "benchmarks", "import_time.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert "onnxruntime" in module.HEAVY and "jax" in module.HEAVY
+    assert module.heavy_modules_imported() == []

@@ -29,7 +29,7 @@ from graphfront.framework import job_builder as jb
 
 #: Distributions reported by ``--doctor``: required ones, then the optional extras.
 REQUIRED = ("numpy", "torch", "protobuf", "tabulate")
-OPTIONAL = ("tqdm", "matplotlib", "tensorboardX", "graphviz", "mlxtend", "pytest", "grpcio-tools", "tensorboard")
+OPTIONAL = ("tqdm", "matplotlib", "graphviz", "mlxtend", "pytest", "grpcio-tools", "tensorboard")
 
 
 def _version(dist):

@@ -13,10 +13,11 @@
     # runs/lenet/curves.png                          (one panel per scalar, by epoch)
 
 The bar is ``tqdm``'s, hidden when stderr is not a terminal; scalars are written with
-``tensorboardX.SummaryWriter`` (readable by TensorBoard) and plotted with a matplotlib
+TensorBoard's own writer (``torch.utils.tensorboard.SummaryWriter``) and plotted with a matplotlib
 ``Figure`` (no pyplot, no window). These three packages form the ``examples`` extra
-(``pip install "graphfront[examples]"``); they are imported only when a ``RunLog`` is
-made.
+(``pip install "graphfront[examples]"``, with ``tensorboard``); they are imported only
+when a ``RunLog`` is made. A job's graph goes next to the scalars with
+``job.graph.to_tensorboard(log.tensorboard_dir)`` (TensorBoard's Graphs tab).
 """
 from __future__ import annotations
 
@@ -37,21 +38,23 @@ class RunLog:
             ``<run_dir>/tensorboard`` and the plot to ``<run_dir>/curves.png``.
 
     Raises:
-        ImportError: ``tqdm``, ``matplotlib`` or ``tensorboardX`` is missing (the message
+        ImportError: ``tqdm``, ``matplotlib`` or ``tensorboard`` is missing (the message
             names the extra to install).
     """
 
     def __init__(self, run_dir):
         try:
             import matplotlib  # noqa: F401
-            import tensorboardX
             import tqdm  # noqa: F401
+            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
         except ImportError as e:
-            raise ImportError(f"graphfront.runlog needs tqdm, matplotlib and tensorboardX ({e}); "
+            raise ImportError(f"graphfront.runlog needs tqdm, matplotlib and tensorboard ({e}); "
                               "install them with: pip install \"graphfront[examples]\"") from e
         self.run_dir = os.fspath(run_dir)
         os.makedirs(self.run_dir, exist_ok=True)
-        self.writer = tensorboardX.SummaryWriter(logdir=os.path.join(self.run_dir, TENSORBOARD_DIR))
+        #: where the TensorBoard event files go (``tensorboard --logdir`` of the run's parent)
+        self.tensorboard_dir = os.path.join(self.run_dir, TENSORBOARD_DIR)
+        self.writer = SummaryWriter(log_dir=self.tensorboard_dir)
         #: ``{tag: [(step, value), ...]}``, everything passed to :meth:`scalars`.
         self.history: dict = {}
 

@@ -22,12 +22,17 @@ def _example(path, name):
     return module
 
 
-def _check_run_dir(run_dir):
+def _check_run_dir(run_dir, graph=False):
+    """Checkpoint, plot, and TensorBoard scalars (and, with ``graph``, the train job's graph)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     assert (run_dir / "checkpoint" / "snapshot_done").exists()
     png = (run_dir / "curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    events = list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
-    assert len(events) == 1 and events[0].stat().st_size > 0
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    assert "train/loss" in acc.Tags()["scalars"] and acc.Tags()["graph"] == graph
+    if graph:
+        assert "forward/conv1" in {n.name for n in acc.Graph().node}
 
 
 def test_lenet_train_save_model_and_serve(tmp_path, capsys):
@@ -36,7 +41,7 @@ def test_lenet_train_save_model_and_serve(tmp_path, capsys):
                       "--save-model", str(tmp_path / "model")])
     assert acc > 0.6
     run = tmp_path / "run"
-    _check_run_dir(run)
+    _check_run_dir(run, graph=True)
     assert (run / "checkpoint" / "conv1-weight" / "out").stat().st_size == 32 * 1 * 5 * 5 * 4
     if shutil.which("dot"):
         svg = ET.parse(run / "train_job.svg").getroot()

@@ -14,7 +14,7 @@ import pytest
 import graphfront as flow
 from graphfront import cli
 from graphfront import typing as tp
-from graphfront.framework import job_picture
+from graphfront.framework import job_builder, job_picture
 from graphfront.runlog import RunLog
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,6 +186,31 @@ def test_tensorboard_reads_the_scalars_back(tmp_path):
     assert sorted(acc.Tags()["scalars"]) == ["test/accuracy", "train/loss"]
     assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(1, 2.0), (2, 1.25), (3, 0.5)]
     assert [(e.step, e.value) for e in acc.Scalars("test/accuracy")] == [(1, 0.5), (2, 0.75), (3, 0.875)]
+
+
+def test_job_graph_reads_back_from_tensorboard(tmp_path):
+    """The completed job in TensorBoard's Graphs tab: read back with TensorBoard's own event
+    reader, one node per op under its pass, edges from producers, output shapes, devices."""
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
+                                      reason="reading event files needs the tensorboard package")
+    from graphfront.framework.tensorboard_graph import node_name
+    graph = _train_job().graph
+    path = graph.to_tensorboard(tmp_path)
+    assert os.path.basename(path).startswith("events.out.tfevents.")
+    acc = accumulator.EventAccumulator(str(tmp_path))
+    acc.Reload()
+    nodes = {n.name: n for n in acc.Graph().node}
+    job = graph.proto
+    assert set(nodes) == {node_name(op) for op in job.net.op}
+    assert {name.split("/")[0] for name in nodes} == {"forward", "backward", "optimizer"}
+    descs = job.helper.lbn2logical_blob_desc
+    producer = {lbn: node_name(op) for op in job.net.op for _, _, lbn in job_builder.op_outputs(op)}
+    for op in job.net.op:
+        node = nodes[node_name(op)]
+        assert node.op == job_builder.op_type_name(op) and node.device == op.device_tag
+        assert list(node.input) == [producer[lbn] for _, _, lbn in job_builder.op_inputs(op) if lbn in producer]
+        shapes = [tuple(d.size for d in s.dim) for s in node.attr["_output_shapes"].list.shape]
+        assert shapes == [tuple(descs[lbn].shape.dim) for _, _, lbn in job_builder.op_outputs(op)]
 
 
 def test_library_messages_use_logging_and_deprecations_warn(caplog):

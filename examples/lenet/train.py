@@ -11,7 +11,7 @@ Everything goes to the run's own directory (``runs/lenet/<date-time>``, or
 ``runs/lenet/<--run-name>``, or ``--run-dir``): the variables, saved with
 ``flow.checkpoint.save`` in OneFlow's checkpoint layout (``checkpoint/``), the eval job as
 a saved model that ``serve.py`` serves (``model/``), the TensorBoard scalars
-(``tensorboard/``), the loss/accuracy plot (``curves.png``) and a picture of the
+and the completed train job's graph (``tensorboard/``), the loss/accuracy plot (``curves.png``) and a picture of the
 completed train job (``train_job.svg``; its Graphviz source ``train_job.gv`` where
 Graphviz's ``dot`` is not installed).
 
@@ -221,6 +221,7 @@ def main(argv=None):
             log.scalars(epoch, **{"train/loss": np.mean(losses), "test/accuracy": acc})
             print(f"epoch {epoch}: mean loss {np.mean(losses):.4f}, test accuracy {acc:.4f}")
         draw(train_job, os.path.join(args.run_dir, "train_job.svg"))
+        train_job.graph.to_tensorboard(log.tensorboard_dir)   # TensorBoard's Graphs tab
     flow.checkpoint.save(checkpoint_dir)
     print(f"saved variables to {checkpoint_dir}, plot and TensorBoard scalars to {args.run_dir}")
     model_dir = save_model(eval_job, args.save_model or os.path.join(args.run_dir, "model"))

@@ -110,6 +110,21 @@ class JobGraph:
         return render_job(job, path, title=f"job '{self.name}' ({'as built' if user_job else 'completed'})",
                           warn_stacklevel=3)
 
+    def to_tensorboard(self, logdir, user_job=False) -> str:
+        """Write the completed Job (``user_job=True``: as built) for TensorBoard's Graphs tab:
+        TensorBoard's ``GraphDef`` in a new event file under ``logdir`` (one node per op,
+        grouped by forward / backward / optimizer pass; see
+        :mod:`graphfront.framework.tensorboard_graph`).
+
+        Returns:
+            str: the event file written.
+
+        Raises:
+            ImportError: the ``tensorboard`` package is not installed.
+        """
+        from graphfront.framework.tensorboard_graph import write_job_graph
+        return write_job_graph(self.user_job if user_job else self.proto, logdir)
+
     def __len__(self):
         return len(self.proto.net.op)
 

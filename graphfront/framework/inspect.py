@@ -102,8 +102,8 @@ class JobGraph:
             source beside ``path`` (``.gv``), with a warning.
 
         Raises:
-            ValueError: unknown picture format; ImportError: the ``graphviz`` package is
-            missing.
+            ValueError: unknown picture format.
+            ImportError: the ``graphviz`` package is missing.
         """
         from graphfront.framework.job_picture import render_job
         job = self.user_job if user_job else self.proto

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from graphfront.ops.common import like, norm_axis, numel, same_dtype
 from graphfront.ops import onnx_rules
+from graphfront.ops.onnx_rules import int64s, np_dtype, reduce_node
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -80,8 +82,16 @@ def _reshape_back(g):
         g.set_grad("in", g.emit("reshape", {"in": g.dout("out")}, {"shape": d.shape}))
 
 
+def _reshape_to_output_onnx(in_arg, out_arg):
+    """Ops that only change the shape (static shapes): ``Reshape`` to the inferred output shape."""
+    def convert(c):
+        shape = c.const(np.array(c.output_desc(out_arg).shape, dtype=np.int64))
+        c.node("Reshape", [c.input(in_arg), shape], [c.output(out_arg)])
+    return convert
+
+
 op("reshape", inputs=["in"], outputs=["out"], attrs={"shape": "shape"}, infer=_reshape_infer,
-   kernel=_reshape_kernel(), grad=_reshape_back, view=True, sbp=_sbp.reshape, onnx=onnx_rules.reshape_to_output("in", "out"),
+   kernel=_reshape_kernel(), grad=_reshape_back, view=True, sbp=_sbp.reshape, onnx=_reshape_to_output_onnx("in", "out"),
    xla=_reshape_kernel())  # (x.reshape(shape) is also jax.Array's method)
 
 
@@ -93,7 +103,7 @@ def _reshape_like_infer(ctx):
 
 
 op("reshape_like", inputs=["in", "like"], outputs=["out"], infer=_reshape_like_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=onnx_rules.reshape_to_output("in", "out"))
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"))
 
 
 def _flatten_infer(ctx):
@@ -111,7 +121,7 @@ def _flatten_infer(ctx):
 
 op("flatten", inputs=["in"], outputs=["out"], attrs={"start_dim": ("int32", 0), "end_dim": ("int32", -1)},
    infer=_flatten_infer, kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True,
-   onnx=onnx_rules.reshape_to_output("in", "out"))
+   onnx=_reshape_to_output_onnx("in", "out"))
 
 
 def _squeeze_infer(ctx):
@@ -128,7 +138,7 @@ def _squeeze_infer(ctx):
 
 
 op("squeeze", inputs=["in"], outputs=["out"], attrs={"axes": "list_int32"}, infer=_squeeze_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=onnx_rules.reshape_to_output("in", "out"))
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"))
 
 
 def _expand_dims_infer(ctx):
@@ -142,7 +152,7 @@ def _expand_dims_infer(ctx):
 
 
 op("expand_dims", inputs=["in"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=_expand_dims_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=onnx_rules.reshape_to_output("in", "out"))
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"))
 
 
 # ============================================================== transpose
@@ -265,8 +275,15 @@ def _split_like_grad(g):
                             {"axis": axis, "max_dim_size": in_shape[norm_axis(axis, len(in_shape))]}))
 
 
+def _split_like_onnx(c):
+    axis = c.attr("axis") % len(c.input_desc("in").shape)
+    outs = c.all_outputs()
+    sizes = [c.output_desc("out", i).shape[axis] for i in range(len(outs))]
+    c.node("Split", [c.input("in"), c.const(int64s(sizes))], outs, axis=axis)
+
+
 op("split_like", inputs=["in", "like*"], outputs=["out*"], attrs={"axis": ("int64", 0)},
-   infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True, onnx=onnx_rules.split_like)
+   infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True, onnx=_split_like_onnx)
 
 
 # ============================================================== slice family
@@ -354,8 +371,34 @@ def _slice_grad(g):
         g.set_grad("x", g.emit("slice_grad", {"dy": g.dout("y")}, {"like_shape": g.desc(x).shape, **attrs}))
 
 
+_INT64_MIN_onnx = np.iinfo(np.int64).min
+
+
+def _slice_onnx(c, x, out, starts, ends, steps, axes):
+    c.node("Slice", [x, c.const(int64s(starts)), c.const(int64s(ends)), c.const(int64s(axes)), c.const(int64s(steps))],
+           [out])
+
+
+def _ranges_slice_onnx(c, x, out, ranges):
+    """``Slice`` selecting one Python ``range`` per dim (the ranges a slice op resolved)."""
+    starts, ends, steps = [], [], []
+    for r in ranges:
+        if len(r) == 0:
+            starts.append(0), ends.append(0), steps.append(1)
+        else:
+            starts.append(r.start), steps.append(r.step)
+            ends.append(r.stop if r.stop >= 0 else _INT64_MIN_onnx)   # a negative step through index 0
+    _slice_onnx(c, x, out, starts, ends, steps, range(len(ranges)))
+
+
+def _slice_op_onnx(c):
+    """slice: start/stop/step per dim with Python's semantics, resolved to ranges as the kernel does."""
+    ranges = slice_ranges(c.input_desc("x").shape, c.attr("start"), c.attr("stop"), c.attr("step"))
+    _ranges_slice_onnx(c, c.input("x"), c.output("y"), ranges)
+
+
 op("slice", inputs=["x"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_infer,
-   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=onnx_rules.slice_op)
+   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=_slice_op_onnx)
 
 
 def _slice_grad_infer(ctx):
@@ -414,8 +457,16 @@ def _slice_update_grad(g):
         g.set_grad("x", g.emit("slice_update", {"x": dy, "update": zeros}, attrs, name=f"{g.op_name}_x_grad"))
 
 
+def _slice_update_onnx(c):
+    """slice_update: ``x`` with the slice (as ``slice`` resolves it) replaced by ``update``:
+    ScatterND at the constant coordinates of the slice's elements."""
+    ranges = slice_ranges(c.input_desc("x").shape, c.attr("start"), c.attr("stop"), c.attr("step"))
+    grid = np.stack(np.meshgrid(*[np.array(r, dtype=np.int64) for r in ranges], indexing="ij"), axis=-1)
+    c.node("ScatterND", [c.input("x"), c.const(grid), c.input("update")], [c.output("y")])
+
+
 op("slice_update", inputs=["x", "update"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_update_infer,
-   kernel=_slice_update_kernel, grad=_slice_update_grad, onnx=onnx_rules.slice_update)
+   kernel=_slice_update_kernel, grad=_slice_update_grad, onnx=_slice_update_onnx)
 
 
 # ============================================================== narrow (+ narrow_grad)
@@ -450,10 +501,17 @@ def _narrow_kernel(k):
     return lambda x: x.narrow(dim, start, k.attr("length"))
 
 
+def _narrow_onnx(c):
+    shape = c.input_desc("in").shape
+    dim = c.attr("dim") % len(shape)
+    start = c.attr("start") % max(shape[dim], 1)
+    _slice_onnx(c, c.input("in"), c.output("out"), [start], [start + c.attr("length")], [1], [dim])
+
+
 op("narrow", inputs=["in"], outputs=["out"], attrs=NARROW_ATTRS, infer=_narrow_infer, kernel=_narrow_kernel,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "narrow_grad", {"dy": g.dout("out"), "like": g.input("in")}, {a: g.attr(a) for a in NARROW_ATTRS})),
-   view=True, onnx=onnx_rules.narrow)
+   view=True, onnx=_narrow_onnx)
 
 
 def _narrow_grad_infer(ctx):
@@ -528,8 +586,33 @@ def _gather_grad(g):
                                 {"axis": g.attr("axis")}))
 
 
+def _valid_ids_onnx(c, idx, size):
+    """``(in-range mask, ids with out-of-range entries set to 0)`` of an index tensor, as int64."""
+    ids = c.node("Cast", [idx], to=onnx_rules.INT64)
+    valid = c.node("And", [c.node("GreaterOrEqual", [ids, c.const(np.int64(0))]),
+                           c.node("Less", [ids, c.const(np.asarray(size, dtype=np.int64))])])
+    return valid, c.node("Where", [valid, ids, c.const(np.int64(0))])
+
+
+def _zero_invalid_onnx(c, out_value, valid, valid_shape, out_desc, out):
+    """``Where(valid reshaped to valid_shape, value, 0)``: zeros where an index was out of range."""
+    mask = c.node("Reshape", [valid, c.const(int64s(valid_shape))])
+    c.node("Where", [mask, out_value, c.const(np.zeros((), dtype=np_dtype(out_desc)))], [out])
+
+
+def _gather_onnx(c):
+    """gather: out-of-range indices give zero slices (as the kernel), not an error."""
+    shape = c.input_desc("in").shape
+    axis = c.attr("axis") % len(shape)
+    idx_shape = c.input_desc("indices").shape
+    valid, ids = _valid_ids_onnx(c, c.input("indices"), shape[axis])
+    g = c.node("Gather", [c.input("in"), ids], axis=axis)
+    _zero_invalid_onnx(c, g, valid, [1] * axis + list(idx_shape) + [1] * (len(shape) - axis - 1),
+                  c.output_desc("out"), c.output("out"))
+
+
 op("gather", inputs=["in", "indices"], outputs=["out"], attrs={"axis": ("int64", 0)}, infer=_gather_infer,
-   kernel=_gather_kernel, grad=_gather_grad, onnx=onnx_rules.gather)
+   kernel=_gather_kernel, grad=_gather_grad, onnx=_gather_onnx)
 
 
 def _segment_geometry(ctx, data, ids, axis):
@@ -571,9 +654,63 @@ def _unsorted_segment_sum_kernel(k):
     return _segment_sum_fn(norm_axis(k.attr("axis"), len(k.input("data").shape)), k.attr("num_segments"))
 
 
+# Every scatter-add op converts to ONNX as one shape: ``out[b, ids[b, n, i], i] += src[b, n, i]``
+# over a (B, S, inner) output, ids shaped (B, N, inner) or (B, N, 1). Ids outside [0, S)
+# add nothing (as the kernels of scatter_nd, the segment sums and tensor_scatter_nd_add;
+# dim_scatter_add_like's kernel raises on them instead).
+def _scatter_add_onnx(c, base, ids3, src3, src_shape, segments, dtype, out):
+    """``out`` (B, S, inner) = ``base`` (or zeros) plus ``src3`` (shaped ``src_shape`` = (B, N, inner))
+    added at ``ids3`` (B, N, inner or 1) along axis 1; ids outside [0, segments) add nothing.
+
+    ScatterElements with ``reduction="add"`` from opset 16; before it, the sum over N of a
+    one-hot ``Where`` (B, N, S, inner): the same sums, inf and NaN entries included."""
+    b, _, inner = src_shape
+    zero = c.const(np.zeros((), dtype=dtype))
+    valid, ids = _valid_ids_onnx(c, ids3, segments)
+    if c.opset >= 16:
+        src = c.node("Where", [valid, src3, zero])
+        ids = c.node("Expand", [ids, c.const(int64s(src_shape))])
+        if base is None:
+            base = c.node("Expand", [zero, c.const(int64s([b, segments, inner]))])
+        c.node("ScatterElements", [base, ids, src], [out], axis=1, reduction="add")
+        return
+    two = c.const(int64s([2]))
+    hot = c.node("Equal", [c.node("Unsqueeze", [ids, two]),
+                           c.const(np.arange(segments, dtype=np.int64).reshape(1, 1, segments, 1))])
+    hot = c.node("And", [hot, c.node("Unsqueeze", [valid, two])])
+    spread = c.node("Where", [hot, c.node("Unsqueeze", [src3, two]), zero])
+    if base is None:
+        reduce_node(c, "ReduceSum", spread, [1], 0, out)
+    else:
+        c.node("Add", [base, reduce_node(c, "ReduceSum", spread, [1], 0)], [out])
+
+
+def _prod_onnx(dims):
+    return int(np.prod(dims, dtype=np.int64))
+
+
+def _segment_sum_onnx(segments_of):
+    """unsorted_segment_sum(_like): ``data`` slices summed into rows ``segment_ids`` of axis ``axis``."""
+    def convert(c):
+        shape, ids_shape = c.input_desc("data").shape, c.input_desc("segment_ids").shape
+        axis = c.attr("axis") % len(shape)
+        segments = segments_of(c, axis)
+        outer, n, inner = _prod_onnx(shape[:axis]), _prod_onnx(ids_shape), _prod_onnx(shape[axis + len(ids_shape):])
+        ids = c.node("Reshape", [c.input("segment_ids"), c.const(int64s([1, n, 1]))])
+        ids = c.node("Expand", [ids, c.const(int64s([outer, n, 1]))])
+        src = c.node("Reshape", [c.input("data"), c.const(int64s([outer, n, inner]))])
+        res = c.tmp("summed")
+        _scatter_add_onnx(c, None, ids, src, [outer, n, inner], segments, np_dtype(c.output_desc("out")), res)
+        c.node("Reshape", [res, c.const(int64s(c.output_desc("out").shape))], [c.output("out")])
+    return convert
+
+
+_unsorted_segment_sum_onnx = _segment_sum_onnx(lambda c, axis: c.attr("num_segments"))
+
+
 op("unsorted_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
    attrs={"axis": ("int64", 0), "num_segments": ("int64", 0)},
-   infer=_unsorted_segment_sum_infer, kernel=_unsorted_segment_sum_kernel, onnx=onnx_rules.unsorted_segment_sum,
+   infer=_unsorted_segment_sum_infer, kernel=_unsorted_segment_sum_kernel, onnx=_unsorted_segment_sum_onnx,
    grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
        "gather", {"in": g.dout("out"), "indices": g.input("segment_ids")}, {"axis": g.attr("axis")})))
 
@@ -594,9 +731,12 @@ def _unsorted_segment_sum_like_kernel(k):
     return lambda data_, ids_, like_: fn(data_, ids_)
 
 
+_unsorted_segment_sum_like_onnx = _segment_sum_onnx(lambda c, axis: c.input_desc("like").shape[axis])
+
+
 op("unsorted_segment_sum_like", inputs=["data", "segment_ids", "like"], outputs=["out"],
    attrs={"axis": ("int64", 0)}, infer=_unsorted_segment_sum_like_infer,
-   kernel=_unsorted_segment_sum_like_kernel, onnx=onnx_rules.unsorted_segment_sum_like)
+   kernel=_unsorted_segment_sum_like_kernel, onnx=_unsorted_segment_sum_like_onnx)
 
 
 def _batch_dims(ctx, x, idx, x_arg):
@@ -628,8 +768,18 @@ def _batch_gather_kernel(k):
     return batch_gather
 
 
+def _batch_gather_onnx(c):
+    """batch_gather: ``GatherND`` with the leading dims of ``indices`` as batch dims."""
+    shape, idx_shape = c.input_desc("in").shape, c.input_desc("indices").shape
+    b = len(idx_shape) - 1
+    valid, ids = _valid_ids_onnx(c, c.input("indices"), shape[b])
+    ids = c.node("Unsqueeze", [ids, c.const(int64s([-1]))])
+    g = c.node("GatherND", [c.input("in"), ids], batch_dims=b)
+    _zero_invalid_onnx(c, g, valid, list(idx_shape) + [1] * (len(shape) - b - 1), c.output_desc("out"), c.output("out"))
+
+
 op("batch_gather", inputs=["in", "indices"], outputs=["out"], infer=_batch_gather_infer,
-   kernel=_batch_gather_kernel, onnx=onnx_rules.batch_gather,
+   kernel=_batch_gather_kernel, onnx=_batch_gather_onnx,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "unsorted_batch_segment_sum", {"data": g.dout("out"), "segment_ids": g.input("indices")},
        {"num_segments": g.desc(g.input("in")).shape[len(g.desc(g.input("indices")).shape) - 1]})))
@@ -661,9 +811,21 @@ def _unsorted_batch_segment_sum_kernel(k):
     return batch_segment_sum
 
 
+def _unsorted_batch_segment_sum_onnx(c):
+    """Per batch row (the leading dims of ``segment_ids``), ``data`` rows summed into ``num_segments``."""
+    shape, ids_shape = c.input_desc("data").shape, c.input_desc("segment_ids").shape
+    b = len(ids_shape) - 1
+    batch, n, inner = _prod_onnx(ids_shape[:-1]), ids_shape[-1], _prod_onnx(shape[b + 1:])
+    ids = c.node("Reshape", [c.input("segment_ids"), c.const(int64s([batch, n, 1]))])
+    src = c.node("Reshape", [c.input("data"), c.const(int64s([batch, n, inner]))])
+    res = c.tmp("summed")
+    _scatter_add_onnx(c, None, ids, src, [batch, n, inner], c.attr("num_segments"), np_dtype(c.output_desc("out")), res)
+    c.node("Reshape", [res, c.const(int64s(c.output_desc("out").shape))], [c.output("out")])
+
+
 op("unsorted_batch_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
    attrs={"num_segments": ("int64", 0)}, infer=_unsorted_batch_segment_sum_infer,
-   kernel=_unsorted_batch_segment_sum_kernel, onnx=onnx_rules.unsorted_batch_segment_sum,
+   kernel=_unsorted_batch_segment_sum_kernel, onnx=_unsorted_batch_segment_sum_onnx,
    grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
        "batch_gather", {"in": g.dout("out"), "indices": g.input("segment_ids")})))
 
@@ -712,8 +874,20 @@ def _gather_nd_kernel(k):
     return gather_nd
 
 
+def _gather_nd_onnx(c):
+    """gather_nd: rows whose index tuple is out of range give zeros (as the kernel)."""
+    shape, idx_shape = c.input_desc("params").shape, c.input_desc("indices").shape
+    k = idx_shape[-1]
+    valid, ids = _valid_ids_onnx(c, c.input("indices"), np.array(shape[:k], dtype=np.int64))
+    # a row is valid when all its k entries are: min over the last axis of the int mask
+    row = reduce_node(c, "ReduceMin", c.node("Cast", [valid], to=onnx_rules.INT32), [-1], 0)
+    row = c.node("Cast", [row], to=onnx_rules.BOOL)
+    g = c.node("GatherND", [c.input("params"), ids])
+    _zero_invalid_onnx(c, g, row, list(idx_shape[:-1]) + [1] * (len(shape) - k), c.output_desc("out"), c.output("out"))
+
+
 op("gather_nd", inputs=["params", "indices"], outputs=["out"], infer=_gather_nd_infer, kernel=_gather_nd_kernel,
-   onnx=onnx_rules.gather_nd,
+   onnx=_gather_nd_onnx,
    grad=lambda g: g.needs("params") and g.set_grad("params", g.emit(
        "scatter_nd_like", {"like": g.input("params"), "indices": g.input("indices"), "updates": g.dout("out")})))
 
@@ -757,8 +931,42 @@ def _scatter_nd_kernel(k):
     return lambda idx, updates: fn(torch.zeros(shape, dtype=updates.dtype, device=updates.device), idx, updates)
 
 
+def _nd_rows_onnx(c, shape):
+    """``(n, k, rows, inner, ids)``: the row-major row id (int64, (n, 1)) that each index tuple of
+    ``indices`` (..., k) picks in the first k dims of ``shape``; -1 for a tuple out of range."""
+    idx_shape = c.input_desc("indices").shape
+    k, n = idx_shape[-1], _prod_onnx(idx_shape[:-1])
+    ids = c.node("Reshape", [c.node("Cast", [c.input("indices")], to=onnx_rules.INT64), c.const(int64s([n, k]))])
+    valid, ids = _valid_ids_onnx(c, ids, np.array(shape[:k], dtype=np.int64))
+    strides = np.cumprod([1] + shape[:k][::-1][:-1])[::-1] if k else np.zeros(0)
+    linear = c.node("MatMul", [ids, c.const(np.array(strides, dtype=np.int64).reshape(k, 1))])
+    row_ok = reduce_node(c, "ReduceMin", c.node("Cast", [valid], to=onnx_rules.INT32), [1], 1)
+    row_ok = c.node("Cast", [row_ok], to=onnx_rules.BOOL)
+    return n, k, _prod_onnx(shape[:k]), _prod_onnx(shape[k:]), c.node("Where", [row_ok, linear, c.const(np.int64(-1))])
+
+
+def _scatter_nd_add_onnx(base_arg, shape_of):
+    """scatter_nd / scatter_nd_like (into zeros) and tensor_scatter_nd_add (into ``params``):
+    ``indices`` (..., k) pick rows of the first k dims of the output (row-major ids)."""
+    def convert(c):
+        shape = list(shape_of(c))
+        n, k, rows, inner, linear = _nd_rows_onnx(c, shape)
+        base = None
+        if base_arg is not None:
+            base = c.node("Reshape", [c.input(base_arg), c.const(int64s([1, rows, inner]))])
+        src = c.node("Reshape", [c.input("updates"), c.const(int64s([1, n, inner]))])
+        res = c.tmp("scattered")
+        _scatter_add_onnx(c, base, c.node("Reshape", [linear, c.const(int64s([1, n, 1]))]), src, [1, n, inner], rows,
+                     np_dtype(c.output_desc("out")), res)
+        c.node("Reshape", [res, c.const(int64s(shape))], [c.output("out")])
+    return convert
+
+
+_scatter_nd_onnx = _scatter_nd_add_onnx(None, lambda c: c.attr("shape"))
+
+
 op("scatter_nd", inputs=["indices", "updates"], outputs=["out"], attrs={"shape": "shape"},
-   infer=_scatter_nd_infer, kernel=_scatter_nd_kernel, onnx=onnx_rules.scatter_nd,
+   infer=_scatter_nd_infer, kernel=_scatter_nd_kernel, onnx=_scatter_nd_onnx,
    grad=lambda g: g.needs("updates") and g.set_grad("updates", g.emit(
        "gather_nd", {"params": g.dout("out"), "indices": g.input("indices")})))
 
@@ -776,8 +984,11 @@ def _scatter_nd_like_kernel(k):
                                           idx, updates)
 
 
+_scatter_nd_like_onnx = _scatter_nd_add_onnx(None, lambda c: c.input_desc("like").shape)
+
+
 op("scatter_nd_like", inputs=["like", "indices", "updates"], outputs=["out"], infer=_scatter_nd_like_infer,
-   kernel=_scatter_nd_like_kernel, onnx=onnx_rules.scatter_nd_like)
+   kernel=_scatter_nd_like_kernel, onnx=_scatter_nd_like_onnx)
 
 
 def _tensor_scatter_nd_infer(ctx):
@@ -813,11 +1024,31 @@ def _tensor_scatter_nd_update_grad(g):
                                     name=f"{g.op_name}_params_grad"))
 
 
+_tensor_scatter_nd_add_onnx = _scatter_nd_add_onnx("params", lambda c: c.input_desc("params").shape)
+
+
 op("tensor_scatter_nd_add", inputs=["params", "updates", "indices"], outputs=["out"],
    infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("add"), grad=_tensor_scatter_nd_add_grad,
-   onnx=onnx_rules.tensor_scatter_nd_add)
+   onnx=_tensor_scatter_nd_add_onnx)
+
+
+def _tensor_scatter_nd_update_onnx(c):
+    """params with the rows picked by ``indices`` replaced by ``updates`` (ScatterND); a row whose
+    index is out of range is written to a scratch row past the end, dropped after (as the kernel
+    skips it). Among duplicate indices which update wins is unspecified, in ONNX as in the kernel."""
+    shape = list(c.input_desc("params").shape)
+    n, k, rows, inner, linear = _nd_rows_onnx(c, shape)
+    linear = c.node("Where", [c.node("Less", [linear, c.const(np.int64(0))]), c.const(np.int64(rows)), linear])
+    base = c.node("Reshape", [c.input("params"), c.const(int64s([rows, inner]))])
+    base = c.node("Concat", [base, c.const(np.zeros((1, inner), dtype=np_dtype(c.input_desc("params"))))], axis=0)
+    src = c.node("Reshape", [c.input("updates"), c.const(int64s([n, inner]))])
+    res = c.node("ScatterND", [base, linear, src])
+    res = c.node("Slice", [res, c.const(int64s([0])), c.const(int64s([rows])), c.const(int64s([0]))])
+    c.node("Reshape", [res, c.const(int64s(shape))], [c.output("out")])
+
+
 op("tensor_scatter_nd_update", inputs=["params", "updates", "indices"], outputs=["out"],
-   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("update"), onnx=onnx_rules.tensor_scatter_nd_update,
+   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("update"), onnx=_tensor_scatter_nd_update_onnx,
    grad=_tensor_scatter_nd_update_grad)
 
 
@@ -862,8 +1093,30 @@ def _dim_scatter_add_like_kernel(k):
         dim, idx.long(), src)
 
 
+def _dim_scatter_add_like_onnx(c):
+    """zeros of like's shape, ``src[i]`` added at ``index[i]`` along ``dim`` (torch.scatter_add); an
+    index smaller than ``like`` outside ``dim`` is zero-padded (padding adds 0). Out-of-range ids add
+    nothing here, where the kernel raises."""
+    like = list(c.input_desc("like").shape)
+    ishape = list(c.input_desc("index").shape)
+    dim = c.attr("dim") % len(like)
+    target = [ishape[i] if i == dim else like[i] for i in range(len(like))]
+    index, src = c.input("index"), c.input("src")
+    if target != ishape:
+        after = [t - s for t, s in zip(target, ishape)]
+        pads = c.const(int64s([0] * len(like) + after))
+        index = c.node("Pad", [index, pads, c.const(np.zeros((), dtype=np_dtype(c.input_desc("index"))))])
+        src = c.node("Pad", [src, pads, c.const(np.zeros((), dtype=np_dtype(c.input_desc("src"))))])
+    b, n, inner = _prod_onnx(like[:dim]), ishape[dim], _prod_onnx(like[dim + 1:])
+    three = c.const(int64s([b, n, inner]))
+    res = c.tmp("summed")
+    _scatter_add_onnx(c, None, c.node("Reshape", [index, three]), c.node("Reshape", [src, three]), [b, n, inner],
+                 like[dim], np_dtype(c.output_desc("output")), res)
+    c.node("Reshape", [res, c.const(int64s(like))], [c.output("output")])
+
+
 op("dim_scatter_add_like", inputs=["like", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
-   infer=_dim_scatter_add_like_infer, kernel=_dim_scatter_add_like_kernel, onnx=onnx_rules.dim_scatter_add_like)
+   infer=_dim_scatter_add_like_infer, kernel=_dim_scatter_add_like_kernel, onnx=_dim_scatter_add_like_onnx)
 
 
 # ============================================================== expand (+ expand_grad)
@@ -990,7 +1243,24 @@ def _pad_attrs(g):
     return {a: g.attr(a) for a in PAD_ATTRS}
 
 
-op("pad", inputs=["x"], outputs=["y"], attrs=PAD_ATTRS, infer=_pad_infer, kernel=_pad_kernel, onnx=onnx_rules.pad,
+def _pad_node_onnx(c, x, out, before, after, mode="constant", value=None):
+    ins = [x, c.const(int64s(list(before) + list(after)))]
+    if value is not None:
+        ins.append(c.const(np.array(value, dtype=np_dtype(c.input_desc("x")))))
+    c.node("Pad", ins, [out], mode=mode)
+
+
+def _pad_value_onnx(c, floating, integral):
+    return c.attr(floating) if c.input_desc("x").dtype.is_floating_point else c.attr(integral)
+
+
+def _pad_onnx(c):
+    """pad: per-dim padding_before / padding_after, constant value of the input's kind."""
+    _pad_node_onnx(c, c.input("x"), c.output("y"), c.attr("padding_before"), c.attr("padding_after"),
+              value=_pad_value_onnx(c, "floating_constant_value", "integral_constant_value"))
+
+
+op("pad", inputs=["x"], outputs=["y"], attrs=PAD_ATTRS, infer=_pad_infer, kernel=_pad_kernel, onnx=_pad_onnx,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("pad_grad", {"dy": g.dout("y")}, _pad_attrs(g))))
 
 
@@ -1084,9 +1354,24 @@ def _padnd_grad_kernel(mode):
 CONSTANT_PAD_ATTRS = {"padding": "list_int64", "floating_value": ("double", 0.0), "integral_value": ("int64", 0)}
 
 
+def _padnd_onnx(mode):
+    """constant_padNd / reflection_pad2d / replication_pad2d: ``padding`` in
+    torch.nn.functional.pad's order (last dim first, (before, after) pairs);
+    ONNX Pad modes ``constant`` / ``reflect`` / ``edge``."""
+    def convert(c):
+        n = len(c.input_desc("x").shape)
+        p = list(c.attr("padding"))
+        k = len(p) // 2
+        before = [0] * (n - k) + [p[2 * (k - 1 - i)] for i in range(k)]
+        after = [0] * (n - k) + [p[2 * (k - 1 - i) + 1] for i in range(k)]
+        value = _pad_value_onnx(c, "floating_value", "integral_value") if mode == "constant" else None
+        _pad_node_onnx(c, c.input("x"), c.output("y"), before, after, mode=mode, value=value)
+    return convert
+
+
 def _padnd_family(name, n, mode, attrs):
     op(name, inputs=["x"], outputs=["y"], attrs=attrs, infer=_padnd_infer(n, mode), kernel=_padnd_kernel(mode),
-       onnx=onnx_rules.padnd({"reflect": "reflect", "replicate": "edge"}.get(mode, mode)),
+       onnx=_padnd_onnx({"reflect": "reflect", "replicate": "edge"}.get(mode, mode)),
        grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
            f"{name}_grad", {"dy": g.dout("y")}, {a: g.attr(a) for a in attrs})))
     op(f"{name}_grad", inputs=["dy"], outputs=["dx"], attrs=attrs, infer=_padnd_grad_infer(n),
@@ -1121,8 +1406,30 @@ def _roll_kernel(k):
     return lambda x: torch.roll(x, shifts, dims)
 
 
+def _roll_onnx(c):
+    """roll: per dim, the last ``shift`` entries moved to the front (Slice + Concat); with no
+    dims, the flattened input rolled and reshaped back."""
+    d = c.input_desc("in")
+    x, out = c.input("in"), c.output("out")
+    shifts, dims = list(c.attr("shifts")), [a % len(d.shape) for a in c.attr("dims")]
+    shape = list(d.shape)
+    if not dims:
+        x = c.node("Reshape", [x, c.const(int64s([-1]))])
+        shape, dims = [int(np.prod(d.shape))], [0]
+    for shift, dim in zip(shifts, dims):
+        s = shift % shape[dim] if shape[dim] else 0
+        if s:
+            tail, head = c.tmp("tail"), c.tmp("head")
+            _slice_onnx(c, x, tail, [shape[dim] - s], [shape[dim]], [1], [dim])
+            _slice_onnx(c, x, head, [0], [shape[dim] - s], [1], [dim])
+            x = c.node("Concat", [tail, head], axis=dim)
+    if len(shape) != len(d.shape):
+        x = c.node("Reshape", [x, c.const(int64s(d.shape))])
+    c.node("Identity", [x], [out])
+
+
 op("roll", inputs=["in"], outputs=["out"], attrs={"shifts": "list_int32", "dims": "list_int32"},
-   infer=_roll_infer, kernel=_roll_kernel, onnx=onnx_rules.roll,
+   infer=_roll_infer, kernel=_roll_kernel, onnx=_roll_onnx,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "roll", {"in": g.dout("out")}, {"shifts": [-s for s in g.attr("shifts")], "dims": g.attr("dims")})))
 
@@ -1141,10 +1448,19 @@ def _flip_kernel(x_arg):
                       torch.flip(x, d))
 
 
+def _flip_onnx(c):
+    n = len(c.input_desc("x").shape)
+    dims = sorted({d % n for d in c.attr("dims")})
+    if not dims:
+        c.node("Identity", [c.input("x")], [c.output("y")])
+        return
+    _slice_onnx(c, c.input("x"), c.output("y"), [-1] * len(dims), [_INT64_MIN_onnx] * len(dims), [-1] * len(dims), dims)
+
+
 # v0.6.0 registers no grad function for ``flip`` (``oneflow/user/ops/flip_op.cpp``); ``flip_grad``
 # exists as its own op. flow.reverse uses ``slice`` with step -1, which is differentiable.
 op("flip", inputs=["x"], outputs=["y"], attrs={"dims": "list_int32"}, infer=_flip_infer("x", "y"),
-   kernel=_flip_kernel("x"), onnx=onnx_rules.flip)
+   kernel=_flip_kernel("x"), onnx=_flip_onnx)
 op("flip_grad", inputs=["dy"], outputs=["dx"], attrs={"dims": "list_int32"}, infer=_flip_infer("dy", "dx"),
    kernel=_flip_kernel("dy"))
 
@@ -1186,7 +1502,25 @@ def _diag_grad_kernel(k):
     return diag_grad
 
 
-op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer, onnx=onnx_rules.diag,
+def _diag_onnx(c):
+    """1-D ``in`` (n,): the (n + |d|)^2 matrix with ``in`` on diagonal d, zeros elsewhere;
+    2-D ``in``: its diagonal d as a vector (torch.diag)."""
+    d, desc = c.attr("diagonal"), c.input_desc("in")
+    if len(desc.shape) == 2:
+        size = c.output_desc("out").shape[0]
+        i = np.arange(size, dtype=np.int64)
+        rows, cols = (i, i + d) if d >= 0 else (i - d, i)
+        c.node("GatherND", [c.input("in"), c.const(np.stack([rows, cols], axis=1))], [c.output("out")])
+        return
+    m = c.output_desc("out").shape[0]
+    r, k = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
+    on = (k - r) == d
+    src = np.where(on, np.minimum(r, k), 0).astype(np.int64)   # row r, column r + d holds in[min(r, col)]
+    c.node("Where", [c.const(on), c.node("Gather", [c.input("in"), c.const(src)], axis=0),
+                     c.const(np.zeros((), dtype=np_dtype(desc)))], [c.output("out")])
+
+
+op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer, onnx=_diag_onnx,
    kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.diag(x, d)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "diag_grad", {"dy": g.dout("out"), "in": g.input("in")}, {"diagonal": g.attr("diagonal")})))
@@ -1210,8 +1544,14 @@ def _tuple_identity_grad(g):
             g.set_grad("in", g.dout("out", i), i)
 
 
+def _identity_each_onnx(c):
+    """``Identity`` from each input to the output of the same position (tuple_identity)."""
+    for i, o in zip(c.all_inputs(), c.all_outputs()):
+        c.node("Identity", [i], [o])
+
+
 op("tuple_identity", inputs=["in*"], outputs=["out*"], infer=_tuple_identity_infer,
-   kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True, onnx=onnx_rules.identity_each)
+   kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True, onnx=_identity_each_onnx)
 
 
 # ============================================================== constant sources and *_like (NoGrad)
@@ -1236,19 +1576,36 @@ def _constant_kernel(k):
     return lambda: torch.full(shape, value, dtype=dtype.torch, device=device)
 
 
+def _constant_value_onnx(c):
+    d = c.output_desc("out")
+    value = c.attr("floating_value") if c.attr("is_floating_value") else c.attr("integer_value")
+    return np.full(d.shape, value, dtype=np_dtype(d))
+
+
+_constant_onnx = onnx_rules.constant_output(_constant_value_onnx)
+
+
 op("constant", outputs=["out"],
    attrs={"floating_value": ("double", 0.0), "integer_value": ("int64", 0), "is_floating_value": ("bool", False),
           "dtype": "dtype", "shape": "shape", "nd_sbp": "list_string"},
-   infer=_constant_infer, kernel=_constant_kernel, no_grad=True, onnx=onnx_rules.constant)
+   infer=_constant_infer, kernel=_constant_kernel, no_grad=True, onnx=_constant_onnx)
+
+def _full_like_output_onnx(value, out_arg):
+    """zero_like / ones_like: ``value`` in the output's shape and dtype."""
+    def value_of(c):
+        d = c.output_desc(out_arg)
+        return np.full(d.shape, value, dtype=np_dtype(d))
+    return onnx_rules.constant_output(value_of)
+
 
 op("zero_like", inputs=["like"], outputs=["out"], infer=like("like"),
-   kernel=lambda k: torch.zeros_like, no_grad=True, onnx=onnx_rules.full_like_output(0, "out"))
+   kernel=lambda k: torch.zeros_like, no_grad=True, onnx=_full_like_output_onnx(0, "out"))
 
 # v0.6.0 declares ones_like as ``x -> y`` (its C++ inference reads ``like``/``out``,
 # a bug). graphfront keeps the declared signature, the one a conf is checked against,
 # and infers ``y`` from ``x`` consistently.
 op("ones_like", inputs=["x"], outputs=["y"], infer=like("x"), kernel=lambda k: torch.ones_like, no_grad=True,
-   onnx=onnx_rules.full_like_output(1, "y"))
+   onnx=_full_like_output_onnx(1, "y"))
 
 
 def _one_hot_infer(ctx):
@@ -1271,10 +1628,23 @@ def _one_hot_kernel(k):
     return one_hot
 
 
+def _one_hot_onnx(c):
+    """one_hot: ``on`` where index == position along the new last axis, ``off`` elsewhere
+    (all ``off`` for out-of-range indices, as the kernel)."""
+    d = c.output_desc("out")
+    floating = d.dtype.is_floating_point
+    on = c.attr("floating_on_value") if floating else c.attr("integer_on_value")
+    off = c.attr("floating_off_value") if floating else c.attr("integer_off_value")
+    ids = c.node("Unsqueeze", [c.node("Cast", [c.input("indices")], to=onnx_rules.INT64), c.const(int64s([-1]))])
+    hot = c.node("Equal", [ids, c.const(np.arange(c.attr("depth"), dtype=np.int64))])
+    c.node("Where", [hot, c.const(np.array(on, dtype=np_dtype(d))), c.const(np.array(off, dtype=np_dtype(d)))],
+           [c.output("out")])
+
+
 op("one_hot", inputs=["indices"], outputs=["out"],
    attrs={"depth": ("int64", 0), "floating_on_value": ("double", 0.0), "integer_on_value": ("int64", 0),
           "floating_off_value": ("double", 0.0), "integer_off_value": ("int64", 0), "dtype": "dtype"},
-   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True, onnx=onnx_rules.one_hot)
+   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True, onnx=_one_hot_onnx)
 
 
 ARANGE_ATTRS = {"integer_start": ("int64", 0), "integer_delta": ("int64", 0), "integer_limit": ("int64", 0),
@@ -1309,8 +1679,20 @@ def _arange_kernel(k):
                                          device=device) * delta).to(dtype.torch)
 
 
+def _arange_value_onnx(c):
+    """start + i * delta computed in float64 (int64 for integer dtypes), then cast: the kernel's arithmetic."""
+    d = c.output_desc("out")
+    prefix = "float" if d.dtype.is_floating_point else "integer"
+    start, delta = c.attr(f"{prefix}_start"), c.attr(f"{prefix}_delta")
+    steps = np.arange(d.shape[0], dtype=np.float64 if d.dtype.is_floating_point else np.int64)
+    return (start + steps * delta).astype(np_dtype(d))
+
+
+_arange_onnx = onnx_rules.constant_output(_arange_value_onnx)
+
+
 op("arange", outputs=["out"], attrs=ARANGE_ATTRS, infer=_arange_infer, kernel=_arange_kernel, no_grad=True,
-   onnx=onnx_rules.arange)
+   onnx=_arange_onnx)
 
 
 def _eye_infer(ctx):
@@ -1319,9 +1701,13 @@ def _eye_infer(ctx):
     ctx.set_output("out", (rows, cols), _dtype_attr(ctx))
 
 
+_eye_onnx = onnx_rules.constant_output(
+    lambda c: np.eye(c.attr("rows"), c.attr("cols"), dtype=np_dtype(c.output_desc("out"))))
+
+
 op("eye", outputs=["out"], attrs={"rows": ("int64", 0), "cols": ("int64", 0), "dtype": "dtype",
                                   "nd_sbp": "list_string"},
    infer=_eye_infer,
    kernel=lambda k: (lambda r=k.attr("rows"), c=k.attr("cols"), t=k.attr("dtype").torch, dev=k.device:
                      torch.eye(r, c, dtype=t, device=dev)),
-   no_grad=True, onnx=onnx_rules.eye)
+   no_grad=True, onnx=_eye_onnx)

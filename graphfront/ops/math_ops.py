@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -25,6 +26,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import (broadcast_shape, like, norm_axis, numel, reduce_to, same_dtype,
                                    same_shape)
 from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops.onnx_rules import const_as, int64s, nonzero, np_dtype, reduce_node
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -53,8 +55,13 @@ def _float_input(ctx, arg):
 
 # ----------------------------------------------------------------- relu / identity
 
+def _same_xla(name):
+    """The op is the named jax function of its inputs, in declaration order."""
+    return lambda k: xla_rules.jnp_fn(name)
+
+
 op("relu", inputs=["x"], outputs=["y"], infer=like("x"),
-   kernel=lambda k: torch.relu, sbp=_sbp.elementwise(), onnx=onnx_rules.same("Relu"), xla=xla_rules.same("nn.relu"),
+   kernel=lambda k: torch.relu, sbp=_sbp.elementwise(), onnx=onnx_rules.same("Relu"), xla=_same_xla("nn.relu"),
    grad=lambda g: g.needs("x") and g.set_grad(
        "x", g.emit("relu_grad", {"y": g.output("y"), "dy": g.dout("y")})))
 
@@ -91,11 +98,17 @@ op("cast", inputs=["in"], outputs=["out"], attrs={"dtype": "dtype"}, infer=_cast
    grad=lambda g: g.needs("in") and g.set_grad(
        "in", g.emit("cast", {"in": g.dout("out")}, {"dtype": g.desc(g.input("in")).dtype})))
 
+def _cast_to_output_onnx(in_arg, out_arg):
+    """``Cast`` to the output's inferred dtype (cast_like)."""
+    return lambda c: c.node("Cast", [c.input(in_arg)], [c.output(out_arg)],
+                            to=c.dtype_code(c.output_desc(out_arg).dtype))
+
+
 # cast_like: `in` converted to the dtype of `dtype_like` (used by reduce_max/min grads)
 op("cast_like", inputs=["in", "dtype_like"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape, ctx.input("dtype_like").dtype),
    kernel=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.torch: x.to(t)), no_grad=True,
-   onnx=onnx_rules.cast_to_output("in", "out"))
+   onnx=_cast_to_output_onnx("in", "out"))
 
 # (zero_like, used by the `where` grad, is defined with the array ops)
 
@@ -139,12 +152,31 @@ def _scalar_infer(out_dtype=None, float_only=False):
     return infer
 
 
+def _scalar_onnx(onnx_type):
+    """``scalar_*`` ops (input ``in``, attr operand): ``onnx_type(in, const)``."""
+    def convert(c):
+        s = c.attr("int_operand") if c.attr("has_int_operand") else c.attr("float_operand")
+        c.node(onnx_type, [c.input("in"), c.const(np.array(s, dtype=c.input_desc("in").dtype.np))],
+               [c.output("out")])
+    return convert
+
+
+def _scalar_xla(name):
+    """``scalar_*`` ops: ``name(x, operand)`` with the operand of the kernel's
+    ``scalar_operand`` (an int for integer inputs)."""
+    def make(k):
+        fn, s = xla_rules.jnp_fn(name), scalar_operand(k)
+        dtype = k.input("in").dtype.np
+        return lambda x: fn(x, xla_rules.jnp().asarray(s, dtype=dtype))
+    return make
+
+
 op("scalar_add", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=like("in"),
-   kernel=_scalar_kernel(torch.add), sbp=_sbp.elementwise(), onnx=onnx_rules.scalar("Add"), xla=xla_rules.scalar("add"),
+   kernel=_scalar_kernel(torch.add), sbp=_sbp.elementwise(), onnx=_scalar_onnx("Add"), xla=_scalar_xla("add"),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.dout("out")))
 op("scalar_mul", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=like("in"),
-   kernel=_scalar_kernel(torch.mul), sbp=_sbp.elementwise(p_all=True), onnx=onnx_rules.scalar("Mul"),
-   xla=xla_rules.scalar("multiply"),
+   kernel=_scalar_kernel(torch.mul), sbp=_sbp.elementwise(p_all=True), onnx=_scalar_onnx("Mul"),
+   xla=_scalar_xla("multiply"),
    grad=lambda g: g.needs("in") and g.set_grad(
        "in", g.emit("scalar_mul", {"in": g.dout("out")}, _scalar_attrs_of(g))))
 
@@ -166,19 +198,56 @@ def _scalar_pow_grad_kernel(k):
     return lambda x, dy: dy * s * torch.pow(x, s - 1)
 
 
+def _scalar_operand_onnx(c):
+    """The scalar of a ``scalar_*`` op in the input's dtype (a float operand truncated for integer inputs)."""
+    d = c.input_desc("in")
+    s = c.attr("int_operand") if c.attr("has_int_operand") else c.attr("float_operand")
+    return const_as(c, s if d.dtype.is_floating_point else int(s), d)
+
+
+def _scalar_binary_onnx(fn):
+    """scalar_pow / scalar_floordiv: ``fn(c, in, operand, out, desc)``."""
+    return lambda c: fn(c, c.input("in"), _scalar_operand_onnx(c), c.output("out"), c.input_desc("in"))
+
+
+def _power_onnx(c, x, y, out, d):
+    c.node("Pow", [x, y], [out])
+
+
 op("scalar_pow", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(float_only=True),
-   kernel=_scalar_kernel(torch.pow), onnx=onnx_rules.scalar_binary(onnx_rules.power),
+   kernel=_scalar_kernel(torch.pow), onnx=_scalar_binary_onnx(_power_onnx),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "scalar_pow_grad", {"x": g.input("in"), "dy": g.dout("out")}, _scalar_attrs_of(g))))
 op("scalar_pow_grad", inputs=["x", "dy"], outputs=["dx"], attrs=SCALAR_ATTRS, infer=like("x"),
    kernel=_scalar_pow_grad_kernel)
 
+def _floor_div_onnx(c, x, y, out, d):
+    """floor(x / y); for integers the truncating ``Div`` moved down by one where the
+    remainder's sign differs from y's."""
+    if d.dtype.is_floating_point:
+        c.node("Floor", [c.node("Div", [x, y])], [out])
+        return
+    q = c.node("Div", [x, y])
+    r = c.node("Sub", [x, c.node("Mul", [q, y])])
+    zero = const_as(c, 0, d)
+    off = c.node("And", [c.node("Not", [c.node("Equal", [r, zero])]),
+                         c.node("Xor", [c.node("Less", [r, zero]), c.node("Less", [y, zero])])])
+    c.node("Sub", [q, c.node("Cast", [off], to=c.dtype_code(d.dtype))], [out])
+
+
 # no grad function (as OneFlow): autograd fails if it reaches them
 op("scalar_floordiv", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
    kernel=_scalar_kernel(lambda x, s: torch.div(x, s, rounding_mode="floor").to(x.dtype)),
-   onnx=onnx_rules.scalar_binary(onnx_rules.floor_div))
+   onnx=_scalar_binary_onnx(_floor_div_onnx))
+
+
+def _fmod_onnx(c, x, y, out, d):
+    """C ``fmod`` (the sign of x)."""
+    c.node("Mod", [x, y], [out], fmod=1)
+
+
 op("scalar_fmod", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
-   kernel=_scalar_kernel(torch.fmod), onnx=onnx_rules.scalar_binary(onnx_rules.fmod))
+   kernel=_scalar_kernel(torch.fmod), onnx=_scalar_binary_onnx(_fmod_onnx))
 
 _LOGICAL = {
     "equal": torch.eq, "not_equal": torch.ne, "greater": torch.gt, "greater_equal": torch.ge,
@@ -217,10 +286,30 @@ def _scalar_logical_kernel(fn):
     return make
 
 
+_COMPARE_onnx = {"equal": "Equal", "greater": "Greater", "greater_equal": "GreaterOrEqual", "less": "Less",
+            "less_equal": "LessOrEqual"}
+
+
+def _compare_onnx_node(c, kind, x, y, out):
+    """x <kind> y as int8 1/0; the logical kinds compare ``x != 0`` with ``y != 0``."""
+    if kind in ("and", "or", "xor"):
+        z = c.node(kind.capitalize(), [nonzero(c, x), nonzero(c, y)])
+    elif kind == "not_equal":
+        z = c.node("Not", [c.node("Equal", [x, y])])
+    else:
+        z = c.node(_COMPARE_onnx[kind], [x, y])
+    c.node("Cast", [z], [out], to=onnx_rules.INT8)
+
+
+def _scalar_compare_onnx(kind):
+    """scalar_logical_<kind>: ``in <kind> operand`` as int8."""
+    return lambda c: _compare_onnx_node(c, kind, c.input("in"), _scalar_operand_onnx(c), c.output("out"))
+
+
 for _name, _fn in _LOGICAL.items():
     op(f"scalar_logical_{_name}", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS,
        infer=_scalar_infer(_dt.int8), kernel=_scalar_logical_kernel(_fn), no_grad=True,
-       xla=_logical_xla(_name, scalar=True), onnx=onnx_rules.scalar_compare(_name))
+       xla=_logical_xla(_name, scalar=True), onnx=_scalar_compare_onnx(_name))
 
 
 # scalar_{add,sub,mul,div}_by_tensor: the scalar is a one-element blob
@@ -279,9 +368,16 @@ def divide(x, y):
     return torch.div(x, y, rounding_mode="trunc")
 
 
+def _by_tensor_onnx(onnx_type):
+    """scalar_{add,sub,mul,div}_by_tensor: ``onnx_type(x, scalar as a 0-d tensor)`` (integer
+    ``Div`` truncates toward zero, as the kernel)."""
+    return lambda c: c.node(onnx_type, [c.input("x"), c.node("Reshape", [c.input("scalar"), c.const(int64s([]))])],
+                            [c.output("y")])
+
+
 for _kind, _fn in (("add", torch.add), ("sub", torch.sub), ("mul", torch.mul), ("div", divide)):
     op(f"scalar_{_kind}_by_tensor", inputs=["x", "scalar"], outputs=["y"], infer=_by_tensor_infer,
-       kernel=_by_tensor_kernel(_fn), grad=_by_tensor_grad(_kind), onnx=onnx_rules.by_tensor(_kind.capitalize()),
+       kernel=_by_tensor_kernel(_fn), grad=_by_tensor_grad(_kind), onnx=_by_tensor_onnx(_kind.capitalize()),
        sbp=_sbp.elementwise(p_each=("x",) if _kind in ("mul", "div") else ()))
 
 
@@ -389,19 +485,37 @@ def _divide_xla(k):
     return lambda x, y: (jnp.sign(x) * jnp.sign(y) * (jnp.abs(x) // jnp.abs(y))).astype(x.dtype)
 
 
+def _binary_onnx(fn, out_arg="z"):
+    """A converter applying ``fn(c, x, y, out, desc of x)``."""
+    return lambda c: fn(c, c.input("x"), c.input("y"), c.output(out_arg), c.input_desc("x"))
+
+
+def _floor_mod_onnx(c, x, y, out, d):
+    """x mod y with the sign of y (torch.remainder): integers by ``Mod``; floats by the
+    C ``fmod`` moved by y where its sign differs from y's, as PyTorch's kernel."""
+    if not d.dtype.is_floating_point:
+        c.node("Mod", [x, y], [out])
+        return
+    r = c.node("Mod", [x, y], fmod=1)
+    zero = const_as(c, 0, d)
+    off = c.node("And", [c.node("Not", [c.node("Equal", [r, zero])]),
+                         c.node("Xor", [c.node("Less", [r, zero]), c.node("Less", [y, zero])])])
+    c.node("Where", [off, c.node("Add", [r, y]), r], [out])
+
+
 for _name, _fn, _grad, _onnx, _xla in (
         ("broadcast_add", torch.add, _bgrad_add, "Add", "add"),
         ("broadcast_sub", torch.sub, _bgrad_sub, "Sub", "subtract"),
         ("broadcast_mul", torch.mul, _bgrad_mul, "Mul", "multiply"), ("broadcast_div", divide, _bgrad_div, "Div", None),
         ("broadcast_pow", torch.pow, _bgrad_pow, "Pow", "power"),
-        ("broadcast_floor_mod", _floor_mod, _bgrad_x_only, onnx_rules.binary(onnx_rules.floor_mod), "remainder"),
-        ("broadcast_fmod", torch.fmod, _bgrad_x_only, onnx_rules.binary(onnx_rules.fmod), "fmod"),
+        ("broadcast_floor_mod", _floor_mod, _bgrad_x_only, _binary_onnx(_floor_mod_onnx), "remainder"),
+        ("broadcast_fmod", torch.fmod, _bgrad_x_only, _binary_onnx(_fmod_onnx), "fmod"),
         # no grad function (as OneFlow): use elementwise_maximum/minimum to differentiate
         ("broadcast_maximum", torch.maximum, None, "Max", "maximum"),
         ("broadcast_minimum", torch.minimum, None, "Min", "minimum")):
     op(_name, inputs=["x", "y"], outputs=["z"], infer=_binary_infer,
        kernel=lambda k, f=_fn: f, grad=_grad, onnx=onnx_rules.same(_onnx) if isinstance(_onnx, str) else _onnx,
-       xla=xla_rules.same(_xla) if _xla else _divide_xla,
+       xla=_same_xla(_xla) if _xla else _divide_xla,
        sbp=_sbp.elementwise(p_all=_name in ("broadcast_add", "broadcast_sub"),
                             p_each={"broadcast_mul": ("x", "y"), "broadcast_div": ("x",)}.get(_name, ())))
 
@@ -430,12 +544,17 @@ op("broadcast_pow_x_grad", inputs=["x", "y", "z", "dz"], outputs=["dx"], infer=_
 op("broadcast_pow_y_grad", inputs=["x", "y", "z", "dz"], outputs=["dy"], infer=_pow_grad_infer("y"),
    kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_y_grad(x, y, z, dz), y.shape)))
 
+def _compare_onnx(kind):
+    """broadcast_<comparison> / broadcast_logical_<and|or|xor>: int8 1 where true."""
+    return lambda c: _compare_onnx_node(c, kind, c.input("x"), c.input("y"), c.output("z"))
+
+
 # comparisons and logical ops: int8 output (1 true, 0 false), NoGrad
 for _name, _fn in _LOGICAL.items():
     _type = f"broadcast_{'logical_' + _name if _name in ('and', 'or', 'xor') else _name}"
     op(_type, inputs=["x", "y"], outputs=["z"], infer=functools.partial(_binary_infer, out_dtype=_dt.int8),
        kernel=lambda k, f=_fn: (lambda x, y: f(x, y).to(torch.int8)), no_grad=True, xla=_logical_xla(_name),
-       onnx=onnx_rules.compare(_name))
+       onnx=_compare_onnx(_name))
 
 
 # ----------------------------------------------------------------- same-shape binary
@@ -513,7 +632,7 @@ def binary_family(name, fwd, dx_fn, dy_fn, xla=None, onnx=None):
     (x, y, dz -> dx / dy), OneFlow's wiring (``oneflow/user/ops/elementwise_maximum_minimum_ops.cpp``).
     ``xla`` names the jax function computing ``fwd`` (the grads' rules are its
     vector-Jacobian products); ``onnx(c, x, y, out, desc)`` writes its ONNX nodes (see
-    :func:`onnx_rules.binary`)."""
+    :func:`_binary_onnx`)."""
     def grad(g):
         ins = {"x": g.input("x"), "y": g.input("y"), "dz": g.dout("z")}
         for side in ("x", "y"):
@@ -537,7 +656,7 @@ def binary_family(name, fwd, dx_fn, dy_fn, xla=None, onnx=None):
         return make
 
     op(name, inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(float_only=True),
-       kernel=lambda k: fwd, grad=grad, xla=xla and xla_rules.same(xla), onnx=onnx and onnx_rules.binary(onnx))
+       kernel=lambda k: fwd, grad=grad, xla=xla and _same_xla(xla), onnx=onnx and _binary_onnx(onnx))
     op(f"{name}_x_grad", inputs=["x", "y", "dz"], outputs=["dx"], infer=grad_infer("x"),
        kernel=lambda k: dx_fn, xla=xla and vjp("x"))
     op(f"{name}_y_grad", inputs=["x", "y", "dz"], outputs=["dy"], infer=grad_infer("y"),
@@ -553,21 +672,50 @@ def _xlogy(x, y):
 
 
 binary_family("pow", torch.pow, _pow_x_grad, lambda x, y, dz: _pow_y_grad(x, y, torch.pow(x, y), dz), xla="power",
-              onnx=onnx_rules.power)
+              onnx=_power_onnx)
+
+
+def _atan2_onnx(c, x, y, out, d):
+    """atan2(x, y), the angle of the point (y, x): atan(x / y) moved by +-pi when y < 0,
+    +-pi/2 (0 at the origin) when y == 0."""
+    zero = const_as(c, 0, d)
+    base = c.node("Atan", [c.node("Div", [x, y])])
+    # y < 0: + pi where x >= 0, - pi where x < 0
+    shift = c.node("Where", [c.node("Less", [x, zero]), const_as(c, -np.pi, d), const_as(c, np.pi, d)])
+    left = c.node("Add", [base, shift])
+    on_axis = c.node("Mul", [c.node("Sign", [x]), const_as(c, np.pi / 2, d)])
+    y_neg, y_zero = c.node("Less", [y, zero]), c.node("Equal", [y, zero])
+    c.node("Where", [y_zero, on_axis, c.node("Where", [y_neg, left, base])], [out])
+
+
 binary_family("atan2", torch.atan2,
               lambda x, y, dz: dz * y / (x * x + y * y),
-              lambda x, y, dz: -dz * x / (x * x + y * y), xla="arctan2", onnx=onnx_rules.atan2)
+              lambda x, y, dz: -dz * x / (x * x + y * y), xla="arctan2", onnx=_atan2_onnx)
 # floor(x / y): piecewise constant, zero gradients
 binary_family("floordiv", lambda x, y: torch.div(x, y, rounding_mode="floor"),
-              lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz), onnx=onnx_rules.floor_div)
+              lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz), onnx=_floor_div_onnx)
+
+
+def _xdivy_onnx(c, x, y, out, d):
+    zero = const_as(c, 0, d)
+    c.node("Where", [c.node("Equal", [x, zero]), zero, c.node("Div", [x, y])], [out])
+
+
 # x / y, defined as 0 where x == 0 (TensorFlow's xdivy)
 binary_family("xdivy", _xdivy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz / y),
-              lambda x, y, dz: torch.where(x == 0, _zero(dz), -dz * x / (y * y)), onnx=onnx_rules.xdivy)
+              lambda x, y, dz: torch.where(x == 0, _zero(dz), -dz * x / (y * y)), onnx=_xdivy_onnx)
+
+
+def _xlogy_onnx(c, x, y, out, d):
+    zero = const_as(c, 0, d)
+    c.node("Where", [c.node("Equal", [x, zero]), zero, c.node("Mul", [x, c.node("Log", [y])])], [out])
+
+
 # x * log(y), defined as 0 where x == 0 (TensorFlow's xlogy)
 binary_family("xlogy", _xlogy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * torch.log(y)),
-              lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * x / y), onnx=onnx_rules.xlogy)
+              lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * x / y), onnx=_xlogy_onnx)
 
 
 # ----------------------------------------------------------------- reductions
@@ -606,10 +754,31 @@ def _reduce_kernel(fn):
 
 REDUCE_ATTRS = {"axis": "list_int32", "keepdims": ("bool", False)}
 
+def _reduce_onnx(onnx_type):
+    """``reduce_*`` ops (``input_tensor`` -> ``output_tensor``, attrs axis, keepdims)."""
+    def convert(c):
+        ndim = len(c.input_desc("input_tensor").shape)
+        axes = sorted({a % ndim for a in c.attr("axis")})
+        reduce_node(c, onnx_type, c.input("input_tensor"), axes, int(c.attr("keepdims")), c.output("output_tensor"))
+    return convert
+
+
+def _reduce_xla(name):
+    """``reduce_*`` ops (``input_tensor`` -> ``output_tensor``, attrs axis, keepdims)."""
+    def make(k):
+        axes, keep = reduce_axes(k)
+        fn = xla_rules.jnp_fn(name)
+        dtype = k.output("output_tensor").dtype.np
+        if name == "sum":
+            return lambda x: fn(x, axis=axes, keepdims=keep, dtype=dtype)
+        return lambda x: fn(x, axis=axes, keepdims=keep).astype(dtype)
+    return make
+
+
 op("reduce_sum", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.sum(x, dim=a, keepdim=keep, dtype=x.dtype)),
-   xla=xla_rules.reduce("sum"),
-   sbp=_sbp.reduce(split_to_partial=True, partial_in=True), onnx=onnx_rules.reduce("ReduceSum"),
+   xla=_reduce_xla("sum"),
+   sbp=_sbp.reduce(split_to_partial=True, partial_in=True), onnx=_reduce_onnx("ReduceSum"),
    grad=lambda g: g.needs("input_tensor") and g.set_grad("input_tensor", g.emit(
        "broadcast_like", {"x": g.dout("output_tensor"), "like": g.input("input_tensor")},
        {"broadcast_axes": g.attr("axis")})))
@@ -642,22 +811,35 @@ def _prod(x, axes, keep):
 
 op("reduce_max", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amax(x, dim=a, keepdim=keep)),
-   onnx=onnx_rules.reduce("ReduceMax"),
-   grad=_reduce_extremum_grad, xla=xla_rules.reduce("max"))
+   onnx=_reduce_onnx("ReduceMax"),
+   grad=_reduce_extremum_grad, xla=_reduce_xla("max"))
 op("reduce_min", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amin(x, dim=a, keepdim=keep)),
-   onnx=onnx_rules.reduce("ReduceMin"),
-   grad=_reduce_extremum_grad, xla=xla_rules.reduce("min"))
+   onnx=_reduce_onnx("ReduceMin"),
+   grad=_reduce_extremum_grad, xla=_reduce_xla("min"))
 # no grad function (as OneFlow)
 op("reduce_prod", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
-   infer=_reduce_infer(), kernel=_reduce_kernel(_prod), onnx=onnx_rules.reduce("ReduceProd"),
-   xla=xla_rules.reduce("prod"))
+   infer=_reduce_infer(), kernel=_reduce_kernel(_prod), onnx=_reduce_onnx("ReduceProd"),
+   xla=_reduce_xla("prod"))
+
+
+def _reduce_logical_onnx(onnx_type):
+    """reduce_any (ReduceMax) / reduce_all (ReduceMin) of ``x != 0``, bool."""
+    def convert(c):
+        ndim = len(c.input_desc("input_tensor").shape)
+        axes = sorted({a % ndim for a in c.attr("axis")})
+        flags = c.node("Cast", [nonzero(c, c.input("input_tensor"))], to=onnx_rules.INT32)
+        r = reduce_node(c, onnx_type, flags, axes, int(c.attr("keepdims")))
+        c.node("Cast", [r], [c.output("output_tensor")], to=onnx_rules.BOOL)
+    return convert
+
+
 op("reduce_any", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.any(x != 0, dim=a, keepdim=keep)),
-   onnx=onnx_rules.reduce_logical("ReduceMax"))
+   onnx=_reduce_logical_onnx("ReduceMax"))
 op("reduce_all", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.all(x != 0, dim=a, keepdim=keep)),
-   onnx=onnx_rules.reduce_logical("ReduceMin"))
+   onnx=_reduce_logical_onnx("ReduceMin"))
 
 
 def _reduce_sum_like_infer(ctx):
@@ -685,8 +867,18 @@ def _reduce_sum_like_xla(k):
     return lambda x, like_: xla_rules.jnp().sum(x, axis=axes, keepdims=True).reshape(shape)
 
 
+def _reduce_sum_like_onnx(c):
+    """sum of x over attr axis (kept), reshaped to like's shape."""
+    axes = list(c.attr("axis"))
+    if not axes:
+        c.node("Identity", [c.input("x")], [c.output("y")])
+        return
+    s = reduce_node(c, "ReduceSum", c.input("x"), axes, 1)
+    c.node("Reshape", [s, c.const(int64s(c.input_desc("like").shape))], [c.output("y")])
+
+
 op("reduce_sum_like", inputs=["x", "like"], outputs=["y"], attrs={"axis": "list_int32"},
-   infer=_reduce_sum_like_infer, kernel=_reduce_sum_like_kernel, no_grad=True, onnx=onnx_rules.reduce_sum_like,
+   infer=_reduce_sum_like_infer, kernel=_reduce_sum_like_kernel, no_grad=True, onnx=_reduce_sum_like_onnx,
    xla=_reduce_sum_like_xla)
 
 
@@ -714,9 +906,16 @@ def _broadcast_like_xla(k):
     return lambda x, like_: xla_rules.jnp().broadcast_to(x.reshape(keep_shape), like_shape)
 
 
+def _broadcast_like_keep_shape_onnx(c):
+    """broadcast_like: ``like``'s shape with 1 on ``broadcast_axes`` (``x`` reshaped to it)."""
+    shape = c.input_desc("like").shape
+    axes = {a % len(shape) for a in c.attr("broadcast_axes")}
+    return [1 if i in axes else s for i, s in enumerate(shape)]
+
+
 op("broadcast_like", inputs=["x", "like"], outputs=["y"], attrs={"broadcast_axes": "list_int32"},
    infer=_broadcast_like_infer, kernel=_broadcast_like_kernel, xla=_broadcast_like_xla,
-   onnx=onnx_rules.expand_to_output("x", "y", onnx_rules.broadcast_like_keep_shape),
+   onnx=onnx_rules.expand_to_output("x", "y", _broadcast_like_keep_shape_onnx),
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "reduce_sum_like", {"x": g.dout("y"), "like": g.input("x")}, {"axis": g.attr("broadcast_axes")})),
    view=True)
@@ -724,9 +923,14 @@ op("broadcast_like", inputs=["x", "like"], outputs=["y"], attrs={"broadcast_axes
 
 # ----------------------------------------------------------------- argmax, top_k, sort
 
+def _argmax_onnx(c):
+    """argmax over the last axis, the first of equal maxima (int64)."""
+    c.node("ArgMax", [c.input("in")], [c.output("out")], axis=-1, keepdims=0, select_last_index=0)
+
+
 op("argmax", inputs=["in"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape[:-1], _dt.int64),
-   kernel=lambda k: lambda x: torch.argmax(x, dim=-1), no_grad=True, onnx=onnx_rules.argmax)
+   kernel=lambda k: lambda x: torch.argmax(x, dim=-1), no_grad=True, onnx=_argmax_onnx)
 
 
 def _top_k_infer(ctx):
@@ -745,9 +949,24 @@ def _top_k_kernel(k):
     return lambda x: torch.topk(x, n, dim=-1, largest=True, sorted=True).indices.to(torch.int32)
 
 
+def _top_k_onnx_node(c, k, largest, values):
+    """``TopK`` over the last axis, sorted; equal values keep their index order (a stable sort)."""
+    outs = [c.output("out"), c.tmp("indices")] if values else [c.tmp("values"), c.tmp("indices")]
+    c.node("TopK", [c.input("in"), c.const(int64s([k]))], outs, axis=-1, largest=int(largest), sorted=1)
+    if not values:
+        c.node("Cast", [outs[1]], [c.output("out")], to=onnx_rules.INT32)
+
+
+def _top_k_onnx(c):
+    """int32 indices of the k largest entries of the last axis, largest first. On equal values
+    ONNX TopK puts the lower index first; torch.topk (the graphfront kernel) has no fixed order."""
+    k = c.output_desc("out").shape[-1]
+    _top_k_onnx_node(c, k, True, False)
+
+
 # top_k: int32 indices of the k largest entries of the last axis
 op("top_k", inputs=["in"], outputs=["out"], attrs={"k": ("int32", 0), "sorted": ("bool", False)},
-   infer=_top_k_infer, kernel=_top_k_kernel, no_grad=True, onnx=onnx_rules.top_k)
+   infer=_top_k_infer, kernel=_top_k_kernel, no_grad=True, onnx=_top_k_onnx)
 
 
 def _in_top_k_infer(ctx):
@@ -771,8 +990,18 @@ def _in_top_k_kernel(k):
     return in_top_k
 
 
+def _in_top_k_onnx(c):
+    """int8 1 where fewer than k classes score strictly higher than the target's class."""
+    p = c.input("predictions")
+    target = c.node("Unsqueeze", [c.node("Cast", [c.input("targets")], to=onnx_rules.INT64), c.const(int64s([1]))])
+    score = c.node("GatherElements", [p, target], axis=1)
+    higher = c.node("Cast", [c.node("Greater", [p, score])], to=onnx_rules.INT64)
+    count = reduce_node(c, "ReduceSum", higher, [1], 0)
+    c.node("Cast", [c.node("Less", [count, c.const(np.int64(c.attr("k")))])], [c.output("out")], to=onnx_rules.INT8)
+
+
 op("in_top_k", inputs=["targets", "predictions"], outputs=["out"], attrs={"k": ("int32", 0)},
-   infer=_in_top_k_infer, kernel=_in_top_k_kernel, no_grad=True, onnx=onnx_rules.in_top_k)
+   infer=_in_top_k_infer, kernel=_in_top_k_kernel, no_grad=True, onnx=_in_top_k_onnx)
 
 
 def _direction(ctx):
@@ -799,10 +1028,17 @@ def _sort_kernel(indices):
     return make
 
 
+def _sort_onnx(values):
+    """sort (values) / arg_sort (int32 indices): a stable sort of the last axis as TopK of all entries."""
+    def convert(c):
+        _top_k_onnx_node(c, c.input_desc("in").shape[-1], c.attr("direction") == "DESCENDING", values)
+    return convert
+
+
 op("arg_sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(_dt.int32),
-   kernel=_sort_kernel(True), no_grad=True, onnx=onnx_rules.sort(False))
+   kernel=_sort_kernel(True), no_grad=True, onnx=_sort_onnx(False))
 op("sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(),
-   kernel=_sort_kernel(False), no_grad=True, onnx=onnx_rules.sort(True))
+   kernel=_sort_kernel(False), no_grad=True, onnx=_sort_onnx(True))
 
 
 # ----------------------------------------------------------------- unary math family
@@ -814,6 +1050,19 @@ def vjp_kernel(fwd):
             with torch.enable_grad():
                 xr = x.detach().requires_grad_(True)
                 return torch.autograd.grad(fwd(xr), xr, dy)[0]
+        return grad
+    return make
+
+
+def _vjp_xla(name):
+    """``<op>_grad`` rule (x, dy -> dx): the vector-Jacobian product of the named forward
+    function, as the torch kernels' ``vjp_kernel`` uses torch autograd."""
+    def make(k):
+        import jax
+        fwd = xla_rules.jnp_fn(name)
+
+        def grad(x, dy):
+            return jax.vjp(fwd, x)[1](dy)[0]
         return grad
     return make
 
@@ -838,12 +1087,12 @@ def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, 
     if differentiable:
         op(name, inputs=["x"], outputs=["y"], infer=infer, kernel=lambda k: fwd, sbp=_sbp.elementwise(), onnx=convert,
            grad=lambda g: g.set_grad("x", g.emit(f"{name}_grad", {"x": g.input("x"), "dy": g.dout("y")})),
-           xla=xla and xla_rules.same(xla))
+           xla=xla and _same_xla(xla))
         op(f"{name}_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), sbp=_sbp.elementwise(p_each=("dy",)),
-           kernel=(lambda k: grad_fn) if grad_fn else vjp_kernel(fwd), xla=xla and xla_rules.vjp(xla))
+           kernel=(lambda k: grad_fn) if grad_fn else vjp_kernel(fwd), xla=xla and _vjp_xla(xla))
     else:
         op(name, inputs=["x"], outputs=["y"], infer=infer, kernel=lambda k: fwd, no_grad=True, sbp=_sbp.elementwise(),
-           onnx=convert, xla=xla and xla_rules.same(xla))
+           onnx=convert, xla=xla and _same_xla(xla))
 
 
 def _zero_grad(x, dy):
@@ -858,12 +1107,49 @@ def _reciprocal_no_nan(x):
     return torch.where(x == 0, _zero(x), torch.reciprocal(x))
 
 
+# ONNX compositions of the unary ops without an ONNX operator of their own:
+# ``fn(c, x, out, desc)`` (see ``onnx_rules.unary``).
+def _rsqrt_onnx(c, x, out, d):
+    c.node("Reciprocal", [c.node("Sqrt", [x])], [out])
+
+
+def _square_onnx(c, x, out, d):
+    c.node("Mul", [x, x], [out])
+
+
+def _erfc_onnx(c, x, out, d):
+    c.node("Sub", [const_as(c, 1, d), c.node("Erf", [x])], [out])
+
+
+def _expm1_onnx(c, x, out, d):
+    c.node("Sub", [c.node("Exp", [x]), const_as(c, 1, d)], [out])
+
+
+def _log1p_onnx(c, x, out, d):
+    c.node("Log", [c.node("Add", [x, const_as(c, 1, d)])], [out])
+
+
+def _log2_onnx(c, x, out, d):
+    c.node("Div", [c.node("Log", [x]), const_as(c, np.log(2.0), d)], [out])
+
+
+def _log_sigmoid_onnx(c, x, out, d):
+    """log(sigmoid(x)) = -softplus(-x)."""
+    c.node("Neg", [c.node("Softplus", [c.node("Neg", [x])])], [out])
+
+
+def _reciprocal_no_nan_onnx(c, x, out, d):
+    zero = const_as(c, 0, d)
+    c.node("Where", [c.node("Equal", [x, zero]), zero, c.node("Reciprocal", [x])], [out])
+
+
 unary_family("negative", torch.neg, lambda x, dy: -dy, float_only=False, onnx="Neg", xla="negative")
 unary_family("exp", torch.exp, lambda x, dy: dy * torch.exp(x), onnx="Exp", xla="exp")
 unary_family("log", torch.log, lambda x, dy: dy / x, onnx="Log", xla="log")
 unary_family("sqrt", torch.sqrt, lambda x, dy: dy * 0.5 * torch.rsqrt(x), onnx="Sqrt", xla="sqrt")
-unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3, onnx=onnx_rules.unary(onnx_rules.rsqrt), xla="lax.rsqrt")
-unary_family("square", torch.square, lambda x, dy: dy * 2 * x, onnx=onnx_rules.unary(onnx_rules.square), xla="square")
+unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3, onnx=onnx_rules.unary(_rsqrt_onnx),
+             xla="lax.rsqrt")
+unary_family("square", torch.square, lambda x, dy: dy * 2 * x, onnx=onnx_rules.unary(_square_onnx), xla="square")
 unary_family("abs", torch.abs, lambda x, dy: dy * torch.sign(x), float_only=False, onnx="Abs", xla="abs")
 unary_family("tanh", torch.tanh, lambda x, dy: dy * (1 - torch.tanh(x) ** 2), onnx="Tanh", xla="tanh")
 unary_family("sigmoid_v2", torch.sigmoid, lambda x, dy: dy * torch.sigmoid(x) * (1 - torch.sigmoid(x)), onnx="Sigmoid",
@@ -880,17 +1166,17 @@ unary_family("cos", torch.cos, lambda x, dy: -dy * torch.sin(x), onnx="Cos", xla
 unary_family("cosh", torch.cosh, lambda x, dy: dy * torch.sinh(x), onnx="Cosh", xla="cosh")
 unary_family("erf", torch.erf, lambda x, dy: dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), onnx="Erf", xla="lax.erf")
 unary_family("erfc", torch.erfc, lambda x, dy: -dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x),
-             onnx=onnx_rules.unary(onnx_rules.erfc), xla="lax.erfc")
-unary_family("expm1", torch.expm1, lambda x, dy: dy * torch.exp(x), onnx=onnx_rules.unary(onnx_rules.expm1), xla="expm1")
+             onnx=onnx_rules.unary(_erfc_onnx), xla="lax.erfc")
+unary_family("expm1", torch.expm1, lambda x, dy: dy * torch.exp(x), onnx=onnx_rules.unary(_expm1_onnx), xla="expm1")
 unary_family("floor", torch.floor, _zero_grad, onnx="Floor", xla="floor")
 unary_family("lgamma", torch.lgamma, lambda x, dy: dy * torch.digamma(x), xla="lax.lgamma")
-unary_family("log1p", torch.log1p, lambda x, dy: dy / (1 + x), onnx=onnx_rules.unary(onnx_rules.log1p), xla="log1p")
-unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)), onnx=onnx_rules.unary(onnx_rules.log2),
+unary_family("log1p", torch.log1p, lambda x, dy: dy / (1 + x), onnx=onnx_rules.unary(_log1p_onnx), xla="log1p")
+unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)), onnx=onnx_rules.unary(_log2_onnx),
              xla="log2")
 unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x),
-             onnx=onnx_rules.unary(onnx_rules.log_sigmoid), xla="nn.log_sigmoid")
+             onnx=onnx_rules.unary(_log_sigmoid_onnx), xla="nn.log_sigmoid")
 unary_family("reciprocal_no_nan", _reciprocal_no_nan, lambda x, dy: -dy * _reciprocal_no_nan(x * x),
-             onnx=onnx_rules.unary(onnx_rules.reciprocal_no_nan))
+             onnx=onnx_rules.unary(_reciprocal_no_nan_onnx))
 unary_family("rint", torch.round, _zero_grad, onnx="Round", xla="round")          # round half to even
 unary_family("round", torch.round, _zero_grad, onnx="Round", xla="round")         # round half to even (nearbyint)
 unary_family("sign", torch.sign, _zero_grad, onnx="Sign", xla="sign")
@@ -918,7 +1204,7 @@ def _float_like(arg):
 
 
 op("sigmoid", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: torch.sigmoid,
-   onnx=onnx_rules.same("Sigmoid"), xla=xla_rules.same("nn.sigmoid"),
+   onnx=onnx_rules.same("Sigmoid"), xla=_same_xla("nn.sigmoid"),
    grad=lambda g: g.set_grad("in", g.emit("sigmoid_grad", {"y": g.output("out"), "dy": g.dout("out")})))
 op("sigmoid_grad", inputs=["y", "dy"], outputs=["dx"], infer=_y_dy_infer,
    kernel=lambda k: (lambda y, dy: dy * y * (1 - y)),
@@ -976,9 +1262,17 @@ def _clip_grad_kernel(k):
     return clip_grad
 
 
+def _clip_onnx(c):
+    """clip_by_scalar(_min/_max): bounds of the input's kind (floating_* or integral_*)."""
+    d = c.input_desc("x")
+    prefix = "floating_" if d.dtype.is_floating_point else "integral_"
+    bounds = [const_as(c, c.attrs[prefix + b], d) if prefix + b in c.attrs else None for b in ("min", "max")]
+    c.node("Clip", [c.input("x")] + bounds, [c.output("y")])
+
+
 for _name, _attrs in CLIP_ATTRS.items():
     op(_name, inputs=["x"], outputs=["y"], attrs=_attrs, infer=like("x"), kernel=_clip_kernel, sbp=_sbp.elementwise(),
-       onnx=onnx_rules.clip,
+       onnx=_clip_onnx,
        grad=lambda g, t=_name: g.needs("x") and g.set_grad("x", g.emit(
            f"{t}_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)))
     op(f"{_name}_grad", inputs=["dy", "x"], outputs=["dx"], attrs=_attrs, infer=like("x"),
@@ -1005,17 +1299,55 @@ def _count_not_finite(x):
     return torch.sum(~torch.isfinite(x)).reshape(1).to(torch.int64)
 
 
+def _square_sum_onnx(c):
+    """sum(x * x) over all elements, shape (1,)."""
+    x = c.input("x")
+    s = c.node("ReduceSum", [c.node("Mul", [x, x])], keepdims=0)
+    c.node("Reshape", [s, c.const(int64s([1]))], [c.output("y")])
+
+
 # square_sum / multi_square_sum: no grad function; count_not_finite*: NoGrad
-op("square_sum", inputs=["x"], outputs=["y"], infer=_sum_infer(), kernel=lambda k: _square_sum, onnx=onnx_rules.square_sum,
+op("square_sum", inputs=["x"], outputs=["y"], infer=_sum_infer(), kernel=lambda k: _square_sum, onnx=_square_sum_onnx,
    sbp=_sbp.reduce(split_to_partial=True))
+
+
+def _sum_to_one_onnx(c, parts, out):
+    total = parts[0]
+    for p in parts[1:]:
+        total = c.node("Add", [total, p])
+    c.node("Reshape", [total, c.const(int64s([1]))], [out])
+
+
+def _multi_square_sum_onnx(c):
+    """sum of x * x over every element of every ``x``, shape (1,)."""
+    parts = [c.node("ReduceSum", [c.node("Mul", [x, x])], keepdims=0) for x in c.inputs("x")]
+    _sum_to_one_onnx(c, parts, c.output("y"))
+
+
 op("multi_square_sum", inputs=["x*"], outputs=["y"], infer=_sum_infer(repeated=True),
    kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_square_sum(x) for x in xs])),
-   onnx=onnx_rules.multi_square_sum)
+   onnx=_multi_square_sum_onnx)
+
+
+def _count_not_finite_onnx_node(c, x, desc):
+    """int64 scalar: the number of inf and NaN entries (0 for integer dtypes)."""
+    if not desc.dtype.is_floating_point:
+        return c.const(np.int64(0))
+    bad = c.node("Or", [c.node("IsInf", [x]), c.node("IsNaN", [x])])
+    return c.node("ReduceSum", [c.node("Cast", [bad], to=onnx_rules.INT64)], keepdims=0)
+
+
+def _count_not_finite_onnx(c):
+    """count_not_finite / multi_count_not_finite: int64 (1,) count of inf and NaN in every ``x``."""
+    parts = [_count_not_finite_onnx_node(c, x, c.input_desc("x", i)) for i, x in enumerate(c.inputs("x"))]
+    _sum_to_one_onnx(c, parts, c.output("y"))
+
+
 op("count_not_finite", inputs=["x"], outputs=["y"], infer=_sum_infer(_dt.int64),
-   kernel=lambda k: _count_not_finite, no_grad=True, onnx=onnx_rules.count_not_finite)
+   kernel=lambda k: _count_not_finite, no_grad=True, onnx=_count_not_finite_onnx)
 op("multi_count_not_finite", inputs=["x*"], outputs=["y"], infer=_sum_infer(_dt.int64, repeated=True),
    kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_count_not_finite(x) for x in xs])), no_grad=True,
-   onnx=onnx_rules.count_not_finite)
+   onnx=_count_not_finite_onnx)
 
 
 # l2_normalize (x -> y, square_x_sum): y = x / sqrt(max(sum(x^2, axis), epsilon))
@@ -1049,8 +1381,19 @@ def _l2_normalize_grad_kernel(k):
 
 
 L2_ATTRS = {"axis": ("int32", 0), "epsilon": ("float", 0.0)}
+
+
+def _l2_normalize_onnx(c):
+    """y = x / sqrt(max(sum(x^2, axis), epsilon)); square_x_sum = sum(x^2, axis) (kept dims)."""
+    x, d = c.input("x"), c.input_desc("x")
+    axis = c.attr("axis") % len(d.shape)
+    ss = reduce_node(c, "ReduceSum", c.node("Mul", [x, x]), [axis], 1, c.output("square_x_sum"))
+    inv = c.node("Reciprocal", [c.node("Sqrt", [c.node("Max", [ss, const_as(c, c.attr("epsilon"), d)])])])
+    c.node("Mul", [x, inv], [c.output("y")])
+
+
 op("l2_normalize", inputs=["x"], outputs=["y", "square_x_sum"], attrs=L2_ATTRS, infer=_l2_normalize_infer,
-   kernel=_l2_normalize_kernel, onnx=onnx_rules.l2_normalize,
+   kernel=_l2_normalize_kernel, onnx=_l2_normalize_onnx,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "l2_normalize_grad", {"dy": g.dout("y"), "y": g.output("y"), "square_x_sum": g.output("square_x_sum")},
        g.attrs)))
@@ -1090,8 +1433,12 @@ def _where_grad(g):
         g.set_grad("y", reduce_to(g, t, g.input("y"), f"{g.op_name}_y_grad"))
 
 
+def _where_onnx(c):
+    c.node("Where", [nonzero(c, c.input("condition")), c.input("x"), c.input("y")], [c.output("out")])
+
+
 op("where", inputs=["condition", "x", "y"], outputs=["out"], infer=_where_infer,
-   kernel=lambda k: (lambda c, x, y: torch.where(c != 0, x, y)), grad=_where_grad, onnx=onnx_rules.where)
+   kernel=lambda k: (lambda c, x, y: torch.where(c != 0, x, y)), grad=_where_grad, onnx=_where_onnx)
 
 
 def _where_scalar_infer(blob):
@@ -1122,11 +1469,26 @@ def _where_scalar_kernel(scalar_is_x):
     return make
 
 
+def _operand_onnx(c, prefix, dtype):
+    v = c.attr(f"{prefix}int_operand") if c.attr(f"has_{prefix}int_operand") else c.attr(f"{prefix}float_operand")
+    return np.array(v if dtype.is_floating_point else int(v), dtype=np.dtype(dtype.np))
+
+
+def _where_scalar_onnx(scalar_is_x):
+    def convert(c):
+        blob = "y" if scalar_is_x else "x"
+        s = c.const(_operand_onnx(c, "", c.input_desc(blob).dtype))
+        t = c.input(blob)
+        c.node("Where", [nonzero(c, c.input("condition"))] + ([s, t] if scalar_is_x else [t, s]),
+               [c.output("out")])
+    return convert
+
+
 # where_scalar_x / where_scalar_y: no grad function (as OneFlow)
 op("where_scalar_x", inputs=["condition", "y"], outputs=["out"], attrs=SCALAR_ATTRS,
-   infer=_where_scalar_infer("y"), kernel=_where_scalar_kernel(True), onnx=onnx_rules.where_scalar(True))
+   infer=_where_scalar_infer("y"), kernel=_where_scalar_kernel(True), onnx=_where_scalar_onnx(True))
 op("where_scalar_y", inputs=["condition", "x"], outputs=["out"], attrs=SCALAR_ATTRS,
-   infer=_where_scalar_infer("x"), kernel=_where_scalar_kernel(False), onnx=onnx_rules.where_scalar(False))
+   infer=_where_scalar_infer("x"), kernel=_where_scalar_kernel(False), onnx=_where_scalar_onnx(False))
 
 WHERE_XY_ATTRS = {"has_x_int_operand": ("bool", False), "has_x_float_operand": ("bool", False),
                   "has_y_int_operand": ("bool", False), "has_y_float_operand": ("bool", False),
@@ -1157,8 +1519,14 @@ def _where_xy_kernel(k):
     return where
 
 
+def _where_scalar_xy_onnx(c):
+    dtype = c.output_desc("out").dtype
+    c.node("Where", [nonzero(c, c.input("condition")), c.const(_operand_onnx(c, "x_", dtype)),
+                     c.const(_operand_onnx(c, "y_", dtype))], [c.output("out")])
+
+
 op("where_scalar_xy", inputs=["condition"], outputs=["out"], attrs=WHERE_XY_ATTRS, infer=_where_xy_infer,
-   kernel=_where_xy_kernel, no_grad=True, onnx=onnx_rules.where_scalar_xy)
+   kernel=_where_xy_kernel, no_grad=True, onnx=_where_scalar_xy_onnx)
 
 
 def _masked_fill_infer(ctx):
@@ -1172,9 +1540,14 @@ def _masked_fill_kernel(k):
     return lambda x, m: torch.where(m != 0, torch.tensor(s, dtype=x.dtype, device=x.device), x)
 
 
+def _masked_fill_onnx(c):
+    s = c.const(_operand_onnx(c, "", c.input_desc("x").dtype))
+    c.node("Where", [nonzero(c, c.input("mask")), s, c.input("x")], [c.output("out")])
+
+
 # masked_fill: no grad function (as OneFlow); flow.masked_fill builds constant_like + where instead
 op("masked_fill", inputs=["x", "mask"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_masked_fill_infer,
-   kernel=_masked_fill_kernel, onnx=onnx_rules.masked_fill)
+   kernel=_masked_fill_kernel, onnx=_masked_fill_onnx)
 
 
 # ----------------------------------------------------------------- tril, triu, fused_scale_tril
@@ -1224,11 +1597,42 @@ def _tril_grad(op_type):
     return grad
 
 
+def _triangle_onnx(lower):
+    """tril / triu: a constant mask of the last two dims; tril's fill value above it, 0 below triu's."""
+    def convert(c):
+        d = c.input_desc("in")
+        rows, cols = d.shape[-2:]
+        mask = (np.tril if lower else np.triu)(np.ones((rows, cols), dtype=bool), c.attr("diagonal"))
+        fill = 0
+        if lower:
+            fill = c.attr("floating_fill_value") if c.attr("is_floating_fill_value") else c.attr("integer_fill_value")
+            fill = fill if d.dtype.is_floating_point else int(fill)
+        c.node("Where", [c.const(mask), c.input("in"), c.const(np.array(fill, dtype=np_dtype(d)))], [c.output("out")])
+    return convert
+
+
 op("tril", inputs=["in"], outputs=["out"], attrs=TRIL_ATTRS, infer=_matrix_infer, kernel=_tril_kernel(False),
-   grad=_tril_grad("tril"), onnx=onnx_rules.triangle(True))
+   grad=_tril_grad("tril"), onnx=_triangle_onnx(True))
 # triu: no grad function (as OneFlow)
 op("triu", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int64", 0)}, infer=_matrix_infer,
-   kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)), onnx=onnx_rules.triangle(False))
+   kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)), onnx=_triangle_onnx(False))
+
+
+def _fused_scale_tril_onnx(c):
+    """scale * x on and below the diagonal, the fill value above it."""
+    d = c.input_desc("in")
+
+    def pick(kind):
+        if c.attr(f"is_floating_{kind}_value"):
+            v = c.attr(f"floating_{kind}_value")
+            return v if d.dtype.is_floating_point else int(v)
+        return c.attr(f"integer_{kind}_value")
+    rows, cols = d.shape[-2:]
+    mask = np.tril(np.ones((rows, cols), dtype=bool), c.attr("diagonal"))
+    scaled = c.node("Mul", [c.input("in"), const_as(c, pick("scale"), d)])
+    c.node("Where", [c.const(mask), scaled, const_as(c, pick("fill"), d)], [c.output("out")])
+
+
 # fused_scale_tril: scale * x on and below `diagonal`, fill above; grad = same op on dy with fill 0
 op("fused_scale_tril", inputs=["in"], outputs=["out"], attrs=FUSED_SCALE_TRIL_ATTRS, infer=_matrix_infer,
-   kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"), onnx=onnx_rules.fused_scale_tril)
+   kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"), onnx=_fused_scale_tril_onnx)

@@ -14,6 +14,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpRunError
 from graphfront.ops.common import like, norm_axis, same_dtype
 from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops.onnx_rules import neg, pick_last
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -156,12 +157,21 @@ def _conv_onnx(c):
            dilations=list(c.attr("dilation_rate")), pads=pads + pads, group=c.attr("groups"))
 
 
+def _conv_dimension_numbers_xla(n, channels_first=True):
+    """``lax.conv_general_dilated`` layout names of a rank ``n + 2`` convolution: input,
+    weight and output ``NC<spatial>``/``OI<spatial>`` or ``N<spatial>C``/``O<spatial>I``."""
+    spatial = "DHW"[3 - n:]
+    if channels_first:
+        return ("NC" + spatial, "OI" + spatial, "NC" + spatial)
+    return ("N" + spatial + "C", "O" + spatial + "I", "N" + spatial + "C")
+
+
 def conv_xla_fn(k, n):
     """``(x, w) -> out`` of a convolution with this op's attrs, over jax arrays in the
     op's data_format (``lax.conv_general_dilated``; symmetric ``padding_before`` pads as
     the torch kernels). Shared by the conv ops and their grads' XLA rules."""
     lax = xla_rules.lax()
-    dn = xla_rules.conv_dimension_numbers(n, k.attr("data_format") == "channels_first")
+    dn = _conv_dimension_numbers_xla(n, k.attr("data_format") == "channels_first")
     args = dict(window_strides=tuple(k.attr("strides")), padding=[(p, p) for p in k.attr("padding_before")],
                 rhs_dilation=tuple(k.attr("dilation_rate")), dimension_numbers=dn,
                 feature_group_count=k.attr("groups"))
@@ -843,10 +853,17 @@ def _sce_grad_xla(op_type):
     return make
 
 
+def _sparse_softmax_cross_entropy_onnx(c):
+    """prob = softmax(prediction); out = -log_softmax(prediction)[..., label]."""
+    logp = c.node("LogSoftmax", [c.input("prediction")], axis=-1)
+    c.node("Exp", [logp], [c.output("prob")])
+    neg(c, pick_last(c, logp, c.input("label")), c.output("out"))
+
+
 for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
        infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sbp.batch(min_ndim_arg="prediction"), xla=_sce_xla(_t),
-       onnx=onnx_rules.sparse_softmax_cross_entropy,
+       onnx=_sparse_softmax_cross_entropy_onnx,
        grad=lambda g, t=_t: g.needs("prediction") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"label": g.input("label"), "dy": g.dout("out"), "prob": g.output("prob")},
            {"depth": g.attr("depth")})))

@@ -3,7 +3,7 @@
 Thin wrappers in OneFlow's signatures: they validate the user's arguments, build the
 op (OneFlow v0.6.0 ``python/oneflow/compatible/single_client/ops/math_ops.py`` for the op chosen by each
 wrapper, ``oneflow/user/ops/`` for the op itself) and return its output BlobDesc. Semantics
-live in the op registry (``graphfront/ops/math_ops.py``).
+live in the op registry (``graphfront/ops/math_ops.py``, ``reduce_ops.py``, ``select_ops.py``).
 
 Default op names are ``UniqueStr(prefix)`` with OneFlow's prefixes (``ScalarAdd_``,
 ``broadcast_add_``, ``ReduceMax_`` ...). A few wrappers go beyond the 0.6.0 API and

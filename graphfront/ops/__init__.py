@@ -2,7 +2,7 @@
 
 Importing this package registers every op family; see :mod:`graphfront.ops.registry`.
 """
-from graphfront.ops import array_ops, math_ops, nn_ops, optimizer_ops  # noqa: F401
+from graphfront.ops import array_ops, gather_ops, math_ops, reduce_ops, select_ops, nn_ops, optimizer_ops  # noqa: F401
 from graphfront.ops import activation_ops, deconv_ops, fused_ops, loss_ops, norm_ops, pool_ops  # noqa: F401
 from graphfront.ops import indexed_slices_ops  # noqa: F401
 from graphfront.ops import amp_ops  # noqa: F401

@@ -18,19 +18,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graphfront.ops.common import same_dtype
+from graphfront.ops.common import float_input, same_dtype
 from graphfront.ops import onnx_rules
 from graphfront.ops.onnx_rules import const_as, int64s
 from graphfront.ops.registry import op
 
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
-
-
-def _float_input(ctx, arg):
-    d = ctx.input(arg)
-    ctx.check(d.dtype.is_floating_point, f"input '{arg}' expected a floating dtype, received {d.dtype.name}")
-    return d
 
 
 def grad_like(src):
@@ -55,7 +49,7 @@ def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", 
     attr_names = list(attrs or {})
 
     def infer(ctx):
-        d = _float_input(ctx, i)
+        d = float_input(ctx, i)
         ctx.set_output(o, d.shape, d.dtype)
 
     def grad(g):
@@ -227,7 +221,7 @@ activation(
 # ------------------------------------------------------------------ prelu / tf_prelu
 
 def _prelu_infer(ctx):
-    x, alpha = _float_input(ctx, "x"), ctx.input("alpha")
+    x, alpha = float_input(ctx, "x"), ctx.input("alpha")
     same_dtype(ctx, "x", "alpha")
     c = x.shape[1] if len(x.shape) >= 2 else 1
     ctx.check(len(alpha.shape) == 1 and alpha.shape[0] in (1, c),
@@ -258,7 +252,7 @@ def _prelu_grad_kernel(k):
 
 
 def _tf_prelu_infer(ctx):
-    x, alpha = _float_input(ctx, "x"), ctx.input("alpha")
+    x, alpha = float_input(ctx, "x"), ctx.input("alpha")
     same_dtype(ctx, "x", "alpha")
     ok = len(alpha.shape) == len(x.shape) - 1 and all(a in (1, s) for a, s in zip(alpha.shape, x.shape[1:]))
     ctx.check(ok, f"input 'alpha' expected shape {x.shape[1:]} (input 'x' {x.shape} without its batch dim; "

@@ -13,6 +13,20 @@ def like(arg, dtype=None):
     return infer
 
 
+def float_input(ctx, arg):
+    """The desc of input ``arg``, checked to have a floating dtype."""
+    d = ctx.input(arg)
+    ctx.check(d.dtype.is_floating_point, f"input '{arg}' expected a floating dtype, received {d.dtype.name}")
+    return d
+
+
+def integer_input(ctx, arg):
+    """The desc of input ``arg``, checked to have an integer (index) dtype."""
+    d = ctx.input(arg)
+    ctx.check(d.dtype.is_integer, f"input '{arg}' expected an integer (index) dtype, received {d.dtype.name}")
+    return d
+
+
 def same_dtype(ctx, *args):
     """Check that the given inputs share one dtype; returns it."""
     descs = [(a, ctx.input(a)) for a in args if ctx.has_input(a)]

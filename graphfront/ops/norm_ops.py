@@ -1,5 +1,5 @@
 """Normalization ops: ``normalization`` (batch norm), ``layer_norm`` and their grads
-(``l2_normalize`` lives with the math family in ``math_ops.py``).
+(``l2_normalize`` lives with the reductions in ``reduce_ops.py``).
 
 Names, arguments, attrs and grad wiring follow OneFlow v0.6.0
 (``oneflow/user/ops/normalization_op.cpp``, ``oneflow/user/ops/layer_norm_op.cpp``).

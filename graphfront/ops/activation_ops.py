@@ -312,7 +312,8 @@ _prelu_onnx = _prelu_onnx_rule(True)
 
 
 op("prelu", inputs=["x", "alpha"], outputs=["y"], infer=_prelu_infer, kernel=_prelu_kernel,
-   grad=_prelu_family_grad("prelu"), doc="y = x if x > 0 else alpha[c] * x, c = dim 1 of x", onnx=_prelu_onnx)
+   grad=_prelu_family_grad("prelu"), doc="y = x if x > 0 else alpha[c] * x, c = dim 1 of x", onnx=_prelu_onnx,
+   amp="white")
 op("prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
    kernel=_prelu_grad_kernel)
 _tf_prelu_onnx = _prelu_onnx_rule(False)
@@ -320,6 +321,6 @@ _tf_prelu_onnx = _prelu_onnx_rule(False)
 
 op("tf_prelu", inputs=["x", "alpha"], outputs=["y"], infer=_tf_prelu_infer, kernel=_tf_prelu_kernel,
    grad=_prelu_family_grad("tf_prelu"), doc="y = x if x > 0 else alpha * x, alpha broadcast over x.shape[1:]",
-   onnx=_tf_prelu_onnx)
+   onnx=_tf_prelu_onnx, amp="white")
 op("tf_prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
    kernel=_tf_prelu_grad_kernel)

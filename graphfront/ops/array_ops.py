@@ -86,7 +86,7 @@ def _reshape_to_output_onnx(in_arg, out_arg):
 
 op("reshape", inputs=["in"], outputs=["out"], attrs={"shape": "shape"}, infer=_reshape_infer,
    kernel=_reshape_kernel(), grad=_reshape_back, view=True, sbp=_sbp.reshape, onnx=_reshape_to_output_onnx("in", "out"),
-   xla=_reshape_kernel())  # (x.reshape(shape) is also jax.Array's method)
+   xla=_reshape_kernel(), amp="clear")  # (x.reshape(shape) is also jax.Array's method)
 
 
 def _reshape_like_infer(ctx):
@@ -115,7 +115,7 @@ def _flatten_infer(ctx):
 
 op("flatten", inputs=["in"], outputs=["out"], attrs={"start_dim": ("int32", 0), "end_dim": ("int32", -1)},
    infer=_flatten_infer, kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True,
-   onnx=_reshape_to_output_onnx("in", "out"))
+   onnx=_reshape_to_output_onnx("in", "out"), amp="clear")
 
 
 def _squeeze_infer(ctx):
@@ -132,7 +132,8 @@ def _squeeze_infer(ctx):
 
 
 op("squeeze", inputs=["in"], outputs=["out"], attrs={"axes": "list_int32"}, infer=_squeeze_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"))
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
+   amp="clear")
 
 
 def _expand_dims_infer(ctx):
@@ -146,7 +147,8 @@ def _expand_dims_infer(ctx):
 
 
 op("expand_dims", inputs=["in"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=_expand_dims_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"))
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
+   amp="clear")
 
 
 # ============================================================== transpose
@@ -171,7 +173,7 @@ def _transpose_grad(g):
 
 op("transpose", inputs=["input"], outputs=["output"], attrs={"perm": "list_int32"}, infer=_transpose_infer,
    kernel=lambda k: (lambda x, p=tuple(k.attr("perm")): x.permute(p)), grad=_transpose_grad, view=True,
-   onnx=lambda c: c.node("Transpose", [c.input("input")], [c.output("output")], perm=list(c.attr("perm"))))
+   onnx=lambda c: c.node("Transpose", [c.input("input")], [c.output("output")], perm=list(c.attr("perm"))), amp="clear")
 
 
 # ============================================================== concat / split_like
@@ -223,7 +225,7 @@ def _concat_grad(g):
 
 op("concat", inputs=["in*"], outputs=["out"], attrs={"axis": ("int64", 0), "max_dim_size": ("int64", 0)},
    infer=_concat_infer, kernel=_concat_kernel, grad=_concat_grad,
-   onnx=lambda c: c.node("Concat", c.inputs("in"), [c.output("out")], axis=c.attr("axis")))
+   onnx=lambda c: c.node("Concat", c.inputs("in"), [c.output("out")], axis=c.attr("axis")), amp="clear")
 
 
 def _split_like_infer(ctx):
@@ -392,7 +394,7 @@ def _slice_op_onnx(c):
 
 
 op("slice", inputs=["x"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_infer,
-   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=_slice_op_onnx)
+   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=_slice_op_onnx, amp="clear")
 
 
 def _slice_grad_infer(ctx):
@@ -674,7 +676,7 @@ def _pad_onnx(c):
 
 
 op("pad", inputs=["x"], outputs=["y"], attrs=PAD_ATTRS, infer=_pad_infer, kernel=_pad_kernel, onnx=_pad_onnx,
-   grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("pad_grad", {"dy": g.dout("y")}, _pad_attrs(g))))
+   grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("pad_grad", {"dy": g.dout("y")}, _pad_attrs(g))), amp="clear")
 
 
 def _pad_grad_infer(ctx):

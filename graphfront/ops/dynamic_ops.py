@@ -195,7 +195,7 @@ op("cast_to_static_shape", inputs=["input"], outputs=["output"],
    infer=lambda ctx: ctx.set_output("output", ctx.input("input").shape, ctx.input("input").dtype),
    kernel=_cast_to_static_kernel, onnx=_cast_to_static_shape_onnx,
    grad=lambda g: g.set_grad("input", g.emit("identity", {"in": g.dout("output")})),
-   doc="the same blob with a static shape (zero-padded when the run-time blob is smaller)")
+   doc="the same blob with a static shape (zero-padded when the run-time blob is smaller)", amp="clear")
 
 
 # ------------------------------------------------------------------ sync_dynamic_resize (system op)

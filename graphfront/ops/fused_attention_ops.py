@@ -110,7 +110,7 @@ def _bias_add_gelu_grad(g):
 
 op("fused_bias_add_gelu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_infer(), kernel=_bias_add_gelu_kernel, grad=_bias_add_gelu_grad, onnx=onnx_rules.bias_add_then("Gelu"),
-   doc="gelu(a + b) with b along attr axis (exact erf GELU)")
+   doc="gelu(a + b) with b along attr axis (exact erf GELU)", amp="gray")
 op("fused_bias_add_gelu_grad", inputs=["a", "b", "dy"], outputs=["dx"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_infer("dy"), kernel=_bias_add_gelu_grad_kernel,
    doc="dy * gelu'(a + b): the gradient of fused_bias_add_gelu with respect to a")
@@ -161,7 +161,7 @@ op("fused_bias_add_mask_scale", inputs=["a", "b", "mask", "_add_to_output?"], ou
    attrs={"axis": ("int32", 0), "scale": ("float", 1.0)},
    infer=_bias_add_infer("mask", "_add_to_output"), kernel=_bias_add_mask_scale_kernel,
    grad=_bias_add_mask_scale_grad, onnx=_fused_bias_add_mask_scale_onnx,
-   doc="(a + b) * mask * scale: bias_add followed by dropout with a given mask")
+   doc="(a + b) * mask * scale: bias_add followed by dropout with a given mask", amp="gray")
 
 
 # ------------------------------------------------------------------ fused_tril_scale_softmax_mask_scale
@@ -237,7 +237,7 @@ op("fused_tril_scale_softmax_mask_scale", inputs=["x", "mask"], outputs=["y", "s
           "mask_scale_value": ("float", 1.0)},
    infer=_tril_softmax_infer, kernel=_tril_softmax_kernel, grad=_tril_softmax_grad,
    onnx=_fused_tril_scale_softmax_mask_scale_onnx,
-   doc="softmax over the last axis of tril(x * scale, fill), then * mask * mask_scale_value")
+   doc="softmax over the last axis of tril(x * scale, fill), then * mask * mask_scale_value", amp="gray")
 op("fused_tril_scale_softmax_mask_scale_grad", inputs=["softmax_y", "dy", "mask"], outputs=["dx"],
    attrs={"diagonal": ("int64", 0), "tril_scale_value": ("float", 1.0), "mask_scale_value": ("float", 1.0)},
    infer=_tril_softmax_grad_infer, kernel=_tril_softmax_grad_kernel,
@@ -335,7 +335,7 @@ op("fused_self_attention_query_mul_key_and_value", inputs=["hidden_states"], out
    attrs={"head_size": ("int64", 0), "alpha": ("float", 1.0)}, infer=_self_attention_infer,
    kernel=_self_attention_kernel, grad=_self_attention_grad,
    onnx=_fused_self_attention_query_mul_key_and_value_onnx,
-   doc="alpha * q @ k^T and v of packed (seq, batch, heads*3*head_size) hidden states")
+   doc="alpha * q @ k^T and v of packed (seq, batch, heads*3*head_size) hidden states", amp="white")
 op("fused_self_attention_query_mul_key_and_value_grad",
    inputs=["query_mul_key_grad", "value_grad", "hidden_states"], outputs=["hidden_states_grad"],
    attrs={"alpha": ("float", 1.0)}, infer=_self_attention_grad_infer, kernel=_self_attention_grad_kernel,

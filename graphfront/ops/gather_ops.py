@@ -91,7 +91,7 @@ def _gather_onnx(c):
 
 
 op("gather", inputs=["in", "indices"], outputs=["out"], attrs={"axis": ("int64", 0)}, infer=_gather_infer,
-   kernel=_gather_kernel, grad=_gather_grad, onnx=_gather_onnx)
+   kernel=_gather_kernel, grad=_gather_grad, onnx=_gather_onnx, amp="clear")
 
 
 def _segment_geometry(ctx, data, ids, axis):

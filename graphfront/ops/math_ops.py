@@ -55,7 +55,7 @@ def _same_xla(name):
 op("relu", inputs=["x"], outputs=["y"], infer=like("x"),
    kernel=lambda k: torch.relu, sbp=_sbp.elementwise(), onnx=onnx_rules.same("Relu"), xla=_same_xla("nn.relu"),
    grad=lambda g: g.needs("x") and g.set_grad(
-       "x", g.emit("relu_grad", {"y": g.output("y"), "dy": g.dout("y")})))
+       "x", g.emit("relu_grad", {"y": g.output("y"), "dy": g.dout("y")})), amp="clear")
 
 
 def _relu_grad_infer(ctx):
@@ -72,7 +72,7 @@ op("relu_grad", inputs=["y", "dy"], outputs=["dx"], infer=_relu_grad_infer, sbp=
 op("identity", inputs=["in"], outputs=["out"], infer=like("in"), sbp=_sbp.elementwise(p_all=True),
    kernel=lambda k: lambda x: x, xla=lambda k: lambda x: x,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit("identity", {"in": g.dout("out")})), view=True,
-   onnx=onnx_rules.same("Identity"))
+   onnx=onnx_rules.same("Identity"), amp="clear")
 
 
 # ----------------------------------------------------------------- cast, cast_like
@@ -165,12 +165,12 @@ def _scalar_xla(name):
 
 op("scalar_add", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=like("in"),
    kernel=_scalar_kernel(torch.add), sbp=_sbp.elementwise(), onnx=_scalar_onnx("Add"), xla=_scalar_xla("add"),
-   grad=lambda g: g.needs("in") and g.set_grad("in", g.dout("out")))
+   grad=lambda g: g.needs("in") and g.set_grad("in", g.dout("out")), amp="gray")
 op("scalar_mul", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=like("in"),
    kernel=_scalar_kernel(torch.mul), sbp=_sbp.elementwise(p_all=True), onnx=_scalar_onnx("Mul"),
    xla=_scalar_xla("multiply"),
    grad=lambda g: g.needs("in") and g.set_grad(
-       "in", g.emit("scalar_mul", {"in": g.dout("out")}, _scalar_attrs_of(g))))
+       "in", g.emit("scalar_mul", {"in": g.dout("out")}, _scalar_attrs_of(g))), amp="gray")
 
 
 def _pow_x_grad(x, y, dz):
@@ -402,7 +402,7 @@ def _add_n_grad(g):
 
 op("add_n", inputs=["in*"], outputs=["out"], infer=_add_n_infer, kernel=_add_n_kernel, grad=_add_n_grad,
    sbp=_sbp.elementwise(p_all=True), onnx=onnx_rules.same("Sum"),
-   xla=lambda k: lambda xs: functools.reduce(lambda a, b: a + b, xs))  # in the kernel's order
+   xla=lambda k: lambda xs: functools.reduce(lambda a, b: a + b, xs), amp="gray")  # in the kernel's order
 
 
 # ----------------------------------------------------------------- broadcast binary
@@ -509,7 +509,8 @@ for _name, _fn, _grad, _onnx, _xla in (
        kernel=lambda k, f=_fn: f, grad=_grad, onnx=onnx_rules.same(_onnx) if isinstance(_onnx, str) else _onnx,
        xla=_same_xla(_xla) if _xla else _divide_xla,
        sbp=_sbp.elementwise(p_all=_name in ("broadcast_add", "broadcast_sub"),
-                            p_each={"broadcast_mul": ("x", "y"), "broadcast_div": ("x",)}.get(_name, ())))
+                            p_each={"broadcast_mul": ("x", "y"), "broadcast_div": ("x",)}.get(_name, ())),
+       amp="gray" if _name in ("broadcast_add", "broadcast_sub", "broadcast_mul", "broadcast_div") else None)
 
 
 def _div_grad_kernel(k):
@@ -564,7 +565,7 @@ def _multiply_grad(g):
 
 
 op("multiply", inputs=["x", "y"], outputs=["out"], infer=_multiply_infer,
-   kernel=lambda k: torch.mul, grad=_multiply_grad, onnx=onnx_rules.same("Mul"))
+   kernel=lambda k: torch.mul, grad=_multiply_grad, onnx=onnx_rules.same("Mul"), amp="gray")
 
 
 def _same_shape_infer(out="z", float_only=False):
@@ -736,7 +737,7 @@ def _vjp_xla(name):
     return make
 
 
-def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, onnx=None, xla=None):
+def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, onnx=None, xla=None, amp=None):
     """Register ``name`` (x -> y) and, if differentiable, ``name_grad`` (x, dy -> dx).
 
     ``grad_fn(x, dy)`` is the explicit derivative; without it the grad op's kernel
@@ -744,7 +745,7 @@ def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, 
     forward input ``x`` and ``dy``, ``oneflow/user/ops/math_unary_elementwise_op.cpp``).
     ``onnx`` names the ONNX operator computing ``fwd``, or is the op's ONNX converter, if there is one;
     ``xla`` the jax function computing it (see :func:`graphfront.ops.xla_rules.jnp_fn`; the
-    grad op's rule is its vector-Jacobian product).
+    grad op's rule is its vector-Jacobian product); ``amp`` the forward op's AMP list.
     """
     convert = onnx_rules.same(onnx) if isinstance(onnx, str) else onnx
     def infer(ctx):
@@ -756,12 +757,12 @@ def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, 
     if differentiable:
         op(name, inputs=["x"], outputs=["y"], infer=infer, kernel=lambda k: fwd, sbp=_sbp.elementwise(), onnx=convert,
            grad=lambda g: g.set_grad("x", g.emit(f"{name}_grad", {"x": g.input("x"), "dy": g.dout("y")})),
-           xla=xla and _same_xla(xla))
+           xla=xla and _same_xla(xla), amp=amp)
         op(f"{name}_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), sbp=_sbp.elementwise(p_each=("dy",)),
            kernel=(lambda k: grad_fn) if grad_fn else vjp_kernel(fwd), xla=xla and _vjp_xla(xla))
     else:
         op(name, inputs=["x"], outputs=["y"], infer=infer, kernel=lambda k: fwd, no_grad=True, sbp=_sbp.elementwise(),
-           onnx=convert, xla=xla and _same_xla(xla))
+           onnx=convert, xla=xla and _same_xla(xla), amp=amp)
 
 
 def _zero_grad(x, dy):
@@ -815,12 +816,12 @@ def _reciprocal_no_nan_onnx(c, x, out, d):
 unary_family("negative", torch.neg, lambda x, dy: -dy, float_only=False, onnx="Neg", xla="negative")
 unary_family("exp", torch.exp, lambda x, dy: dy * torch.exp(x), onnx="Exp", xla="exp")
 unary_family("log", torch.log, lambda x, dy: dy / x, onnx="Log", xla="log")
-unary_family("sqrt", torch.sqrt, lambda x, dy: dy * 0.5 * torch.rsqrt(x), onnx="Sqrt", xla="sqrt")
+unary_family("sqrt", torch.sqrt, lambda x, dy: dy * 0.5 * torch.rsqrt(x), onnx="Sqrt", xla="sqrt", amp="gray")
 unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3, onnx=onnx_rules.unary(_rsqrt_onnx),
              xla="lax.rsqrt")
 unary_family("square", torch.square, lambda x, dy: dy * 2 * x, onnx=onnx_rules.unary(_square_onnx), xla="square")
 unary_family("abs", torch.abs, lambda x, dy: dy * torch.sign(x), float_only=False, onnx="Abs", xla="abs")
-unary_family("tanh", torch.tanh, lambda x, dy: dy * (1 - torch.tanh(x) ** 2), onnx="Tanh", xla="tanh")
+unary_family("tanh", torch.tanh, lambda x, dy: dy * (1 - torch.tanh(x) ** 2), onnx="Tanh", xla="tanh", amp="gray")
 unary_family("sigmoid_v2", torch.sigmoid, lambda x, dy: dy * torch.sigmoid(x) * (1 - torch.sigmoid(x)), onnx="Sigmoid",
              xla="nn.sigmoid")
 unary_family("reciprocal", torch.reciprocal, lambda x, dy: -dy / (x * x), onnx="Reciprocal", xla="reciprocal")
@@ -874,7 +875,7 @@ def _float_like(arg):
 
 op("sigmoid", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: torch.sigmoid,
    onnx=onnx_rules.same("Sigmoid"), xla=_same_xla("nn.sigmoid"),
-   grad=lambda g: g.set_grad("in", g.emit("sigmoid_grad", {"y": g.output("out"), "dy": g.dout("out")})))
+   grad=lambda g: g.set_grad("in", g.emit("sigmoid_grad", {"y": g.output("out"), "dy": g.dout("out")})), amp="gray")
 op("sigmoid_grad", inputs=["y", "dy"], outputs=["dx"], infer=_y_dy_infer,
    kernel=lambda k: (lambda y, dy: dy * y * (1 - y)),
    xla=lambda k: (lambda y, dy: dy * y * (1 - y)))  # (the same arithmetic on jax arrays)
@@ -891,7 +892,7 @@ def _gelu_grad(x, dy):
 
 op("gelu", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: F.gelu,
    onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"),
-   grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})))
+   grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})), amp="gray")
 op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: _gelu_grad)
 
 

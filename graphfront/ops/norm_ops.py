@@ -206,7 +206,8 @@ op("normalization", inputs=["x", "moving_mean?", "moving_variance?", "gamma", "b
    outputs=["y", "mean?", "inv_variance?"], attrs=NORM_ATTRS, infer=_norm_infer, kernel=_norm_kernel, onnx=_norm_onnx,
    xla=_norm_xla,
    grad=_norm_grad, mutates=lambda attrs: ("moving_mean", "moving_variance") if attrs["training"] else (),
-   doc="batch normalization over every axis but 'axis' (see module docstring)")
+   doc="batch normalization over every axis but 'axis' (see module docstring)",
+   amp="gray", amp_no_cast=("beta", "gamma", "moving_mean", "moving_variance"))
 
 
 def _norm_grad_infer(ctx):
@@ -254,7 +255,8 @@ def _norm_grad_xla(k):
 op("normalization_grad", inputs=["x", "dy", "mean", "inv_variance", "gamma"],
    outputs=["gamma_diff", "beta_diff", "dx"], attrs={"axis": ("int32", 0), "epsilon": ("float", 0.0)},
    infer=_norm_grad_infer, kernel=_norm_grad_kernel, xla=_norm_grad_xla,
-   doc="batch-norm backward with batch statistics: dx = gamma * inv / n * (n dy - sum dy - xhat sum(dy xhat))")
+   doc="batch-norm backward with batch statistics: dx = gamma * inv / n * (n dy - sum dy - xhat sum(dy xhat))",
+   amp_no_cast=("gamma",))
 
 
 # ------------------------------------------------------------------ layer_norm
@@ -380,7 +382,7 @@ def _layer_norm_onnx(c):
 op("layer_norm", inputs=["x", "beta?", "gamma?"], outputs=["y", "mean", "inv_variance", "normalized?"],
    attrs=LN_ATTRS, infer=_ln_infer, kernel=_ln_kernel, grad=_ln_grad, onnx=_layer_norm_onnx,
    doc="normalized = (x - mean) * rsqrt(var + epsilon) over axes >= begin_norm_axis (biased var); "
-       "y = normalized * gamma + beta, gamma/beta shaped x.shape[begin_params_axis:]")
+       "y = normalized * gamma + beta, gamma/beta shaped x.shape[begin_params_axis:]", amp="gray")
 
 
 def _ln_grad_infer(ctx):

@@ -127,6 +127,8 @@ class OpDef:
     native: Optional[Callable] = None   # kernel factory for the native lowering (default: kernel)
     onnx: Optional[Callable] = None     # ONNX converter (graphfront.onnx)
     xla: Optional[Callable] = None      # jax lowering rule (graphfront.runtime.xla)
+    amp: Optional[str] = None           # auto mixed precision list: "white", "gray", "clear" or None
+    amp_no_cast: tuple = ()             # inputs AMP never casts to the low-precision type
 
     def mutated_args(self, attrs) -> tuple:
         """Input args the kernel updates in place, for an op with these attrs."""
@@ -166,9 +168,12 @@ class OpDef:
 _REGISTRY: dict = {}
 
 
+AMP_LISTS = ("white", "gray", "clear")
+
+
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
-       xla=None):
+       xla=None, amp=None, amp_no_cast=()):
     """Register a user op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
@@ -180,9 +185,20 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     on equal inputs (never folded or hoisted). ``sbp(ctx)`` lists the op's candidate SBP
     signatures for multi-device jobs (see :mod:`graphfront.parallel.sbp`). ``native``,
     ``onnx`` and ``xla`` are the optional lowering rules described in the module docstring.
+    ``amp`` puts the op on one of the auto mixed precision lists of
+    :mod:`graphfront.passes.amp` (``"white"``: runs in low precision; ``"gray"``: follows
+    its neighbours; ``"clear"``: layout-only, joins a low-precision neighbour; ``None``:
+    stays float32); ``amp_no_cast`` names inputs that stay float32 inside the
+    low-precision set (batch norm's statistics).
+
+    Raises:
+        ValueError: ``op_type`` already registered, an attr of unknown type, or ``amp``
+            not one of ``"white"``, ``"gray"``, ``"clear"``, None.
     """
     if op_type in _REGISTRY:
         raise ValueError(f"op type {op_type!r} is already registered")
+    if amp is not None and amp not in AMP_LISTS:
+        raise ValueError(f"op {op_type}: amp expects one of {', '.join(AMP_LISTS)} or None, received {amp!r}")
     attr_defs = {}
     for name, spec in (attrs or {}).items():
         if isinstance(spec, str):
@@ -194,7 +210,7 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
                                   rest[0] if rest else None)
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
-                  view, random, doc, sbp, native, onnx, xla)
+                  view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast))
     _REGISTRY[op_type] = opdef
     return opdef
 

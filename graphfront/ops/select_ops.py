@@ -227,7 +227,7 @@ def _triangle_onnx(lower):
 
 
 op("tril", inputs=["in"], outputs=["out"], attrs=TRIL_ATTRS, infer=_matrix_infer, kernel=_tril_kernel(False),
-   grad=_tril_grad("tril"), onnx=_triangle_onnx(True))
+   grad=_tril_grad("tril"), onnx=_triangle_onnx(True), amp="clear")
 # triu: no grad function (as OneFlow)
 op("triu", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int64", 0)}, infer=_matrix_infer,
    kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)), onnx=_triangle_onnx(False))
@@ -250,4 +250,4 @@ def _fused_scale_tril_onnx(c):
 
 # fused_scale_tril: scale * x on and below `diagonal`, fill above; grad = same op on dy with fill 0
 op("fused_scale_tril", inputs=["in"], outputs=["out"], attrs=FUSED_SCALE_TRIL_ATTRS, infer=_matrix_infer,
-   kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"), onnx=_fused_scale_tril_onnx)
+   kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"), onnx=_fused_scale_tril_onnx, amp="clear")

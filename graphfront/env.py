@@ -14,12 +14,14 @@ import logging
 import numbers
 import warnings
 
+from graphfront.framework.env_settings import STATE as _state
+from graphfront.framework.env_settings import current_env
+
 __all__ = ["ctrl_port", "current_env", "data_port", "grpc_use_no_signal", "init", "log_dir", "logbuflevel",
            "logtostderr", "machine"]
 
 logger = logging.getLogger(__name__)
 _NOTICE = "Environment has been initialized, this env init will do nothing."
-_state = {"initialized": False, "conf": {}}
 
 
 def init():
@@ -29,11 +31,6 @@ def init():
         return False
     _state["initialized"] = True
     return True
-
-
-def current_env() -> dict:
-    """The settings recorded by the setters of this module (graphfront helper)."""
-    return dict(_state["conf"])
 
 
 def _set(key, value):

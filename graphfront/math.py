@@ -1273,3 +1273,21 @@ def fused_scale_tril(x, diagonal=0, fill_value=0, scale=1, name=None) -> BlobDes
     attrs = _fill_attrs(fill_value, "fill", {"diagonal": int(diagonal)})
     _fill_attrs(scale, "scale", attrs)
     return build_op("fused_scale_tril", {"in": x}, attrs, name=name, prefix="FusedScaleTril_")
+
+
+def _attach_blob_operators():
+    """Give ``BlobDesc`` its Python operators: each builds the ``flow.math`` op of the same
+    meaning (comparisons give int8 blobs, as OneFlow's blobs do; compare handles with ``is``)."""
+    binary = {"__add__": add, "__sub__": subtract, "__mul__": multiply, "__truediv__": divide, "__pow__": pow,
+              "__mod__": mod, "__eq__": equal, "__ne__": not_equal, "__lt__": less, "__le__": less_equal,
+              "__gt__": greater, "__ge__": greater_equal}
+    reflected = {"__radd__": add, "__rsub__": subtract, "__rmul__": multiply, "__rtruediv__": divide}
+    for name, fn in binary.items():
+        setattr(BlobDesc, name, lambda self, other, fn=fn: fn(self, other))
+    for name, fn in reflected.items():
+        setattr(BlobDesc, name, lambda self, other, fn=fn: fn(other, self))
+    BlobDesc.__neg__ = lambda self: negative(self)
+    BlobDesc.__abs__ = lambda self: abs(self)
+
+
+_attach_blob_operators()

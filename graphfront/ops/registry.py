@@ -4,7 +4,8 @@ An op type is declared once with :func:`op`: its arguments (required ``"x"``,
 optional ``"bias?"``, repeated ``"in*"``), its attrs with OneFlow's attr types and
 defaults, its shape/dtype inference, its grad maker and its torch kernel. Everything
 else in graphfront (the builder, CurJobAddOp, autograd, the runtime, AutoTest)
-reads this registry and never special-cases an op by name.
+reads this registry and never special-cases an op by name. Importing this module imports
+the package :mod:`graphfront.ops` first, which registers every op family.
 
 Attr types are OneFlow's (v0.6.0 ``oneflow/core/framework/user_op_attr.proto``): ``int32``, ``int64``,
 ``bool``, ``float``, ``double``, ``string``, ``shape``, ``dtype`` and ``list_int32``,
@@ -222,7 +223,6 @@ def unregister(op_type: str) -> None:
 
 def lookup(op_type: str) -> OpDef:
     """Return the OpDef of ``op_type``; KeyError with close matches if unknown."""
-    _ensure_loaded()
     try:
         return _REGISTRY[op_type]
     except KeyError:
@@ -232,28 +232,16 @@ def lookup(op_type: str) -> OpDef:
 
 
 def has_op(op_type: str) -> bool:
-    _ensure_loaded()
     return op_type in _REGISTRY
 
 
 def registered_op_types() -> list:
     """Sorted list of every registered user op type."""
-    _ensure_loaded()
     return sorted(_REGISTRY)
 
 
 def describe(op_type: str) -> str:
     return lookup(op_type).describe()
-
-
-_loaded = False
-
-
-def _ensure_loaded():
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import graphfront.ops  # noqa: F401  (registers every op family)
 
 
 # --------------------------------------------------------------------------- attrs

@@ -21,6 +21,7 @@ from graphfront.array import (broadcast_to_compatible_with, unsorted_batch_segme
                               unsorted_segment_sum, unsorted_segment_sum_like)
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.ops.builder import build_op, unique_str
+from graphfront.dynamic import argwhere
 
 
 def _is_number(v) -> bool:
@@ -1173,7 +1174,6 @@ def where(condition, x=None, y=None, name=None) -> BlobDesc:
     """
     _check_blob(condition, "where", "condition")
     if x is None and y is None:
-        from graphfront.dynamic import argwhere
         return argwhere(condition, name=name)
     if x is None or y is None:
         raise ArgumentError("flow.where: x and y must both be given, or both be None")

@@ -18,6 +18,7 @@ The rules, checked by :func:`check_name` for every name that comes from a file o
 from __future__ import annotations
 
 from graphfront.framework.errors import GraphfrontError
+from graphfront.ops.system import SYSTEM_OPS
 
 MAX_NAME_LENGTH = 1024
 KINDS = ("op", "variable", "blob", "job", "signature", "signature input", "signature output")
@@ -83,7 +84,6 @@ def check_job_names(job, where) -> None:
 def check_op_names(ops, where) -> None:
     """Check the names of ``ops`` (OperatorConfs): each op's, every lbn it reads or
     writes, its argument names and its control inputs (raises :class:`InvalidNameError`)."""
-    from graphfront.ops.system import SYSTEM_OPS
     for op in ops:
         check_name(op.name, "op", where)
         at = f"{where}, op {op.name!r}"

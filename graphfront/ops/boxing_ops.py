@@ -32,6 +32,7 @@ import torch
 from graphfront.ops.common import like
 from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 
 def group():
@@ -140,7 +141,6 @@ BOXING_OP_TYPES = ("_nccl_logical_all_reduce", "_nccl_logical_reduce_scatter", "
 
 def _cast_rule(attr):
     def rule(ctx):
-        from graphfront.parallel import sbp as _sbp
         value = ctx.attr(attr)
         value = value[0] if isinstance(value, list) and value else value
         return _sbp.Only([{"in": _sbp.parse(value), "out": _sbp.parse(value)}]) if value else \
@@ -149,7 +149,6 @@ def _cast_rule(attr):
 
 
 def _check_sbp(value):
-    from graphfront.parallel import sbp as _sbp
     for v in ([value] if isinstance(value, str) else value):
         if v:
             try:
@@ -180,7 +179,6 @@ def _hierarchical_cast_grad(g):
 
 
 def _like_rule(ctx):
-    from graphfront.parallel import sbp as _sbp
     s = ctx.sbp("like")
     return _sbp.Only([{"in": s, "like": s, "out": s}])
 

@@ -4,8 +4,8 @@ An op type is declared once with :func:`op`: its arguments (required ``"x"``,
 optional ``"bias?"``, repeated ``"in*"``), its attrs with OneFlow's attr types and
 defaults, its shape/dtype inference, its grad maker and its torch kernel. Everything
 else in graphfront (the builder, CurJobAddOp, autograd, the runtime, AutoTest)
-reads this registry and never special-cases an op by name. Importing this module imports
-the package :mod:`graphfront.ops` first, which registers every op family.
+reads this registry and never special-cases an op by name. ``import graphfront`` registers
+every op family first (:mod:`graphfront.ops.families`).
 
 Attr types are OneFlow's (v0.6.0 ``oneflow/core/framework/user_op_attr.proto``): ``int32``, ``int64``,
 ``bool``, ``float``, ``double``, ``string``, ``shape``, ``dtype`` and ``list_int32``,

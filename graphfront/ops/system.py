@@ -21,6 +21,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpCheckError
+from graphfront.runtime.variables import initial_value
 
 
 @dataclasses.dataclass
@@ -105,7 +106,6 @@ def _decode_random_infer(conf, ins, job_conf):
 def _decode_random_kernel(conf):
     """A new batch drawn from ``data_initializer`` on every run (OneFlow v0.6.0
     ``oneflow/core/kernel/decode_random_kernel.cpp``), on the host."""
-    from graphfront.runtime.variables import initial_value
     shape = (int(conf.batch_size),) + _shape_of(conf.shape)
     dtype = _dt.from_proto(conf.data_type)
     gen = torch.Generator()

@@ -31,6 +31,7 @@ from graphfront.core import sbp_parallel_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
 from graphfront.ops import registry
+from graphfront.runtime.plan import schedule
 
 B, P = "B", "P"
 _SPLIT = re.compile(r"^S\((\d+)\)$")
@@ -356,7 +357,6 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False) -> dic
     when no candidate of its rule is valid (an in-place update of a blob whose layout the
     rule cannot keep).
     """
-    from graphfront.runtime.plan import schedule
     descs = {lbn: jb.TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
     variable_sbp = _variable_sbp(job, parallel_num)
     blob_sbp, converted, result = {}, set(), {}

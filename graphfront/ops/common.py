@@ -8,7 +8,7 @@ def like(arg, dtype=None):
     """Infer every output with the shape, dynamic flag (and dtype, unless given) of input ``arg``."""
     def infer(ctx):
         d = ctx.input(arg)
-        for out in ctx._uc.output:
+        for out in ctx.output_names():
             ctx.set_output(out, d.shape, dtype or d.dtype, is_dynamic=d.is_dynamic)
     return infer
 

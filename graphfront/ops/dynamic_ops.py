@@ -200,19 +200,19 @@ op("cast_to_static_shape", inputs=["input"], outputs=["output"],
 
 # ------------------------------------------------------------------ sync_dynamic_resize (system op)
 
-def _sync_dynamic_resize_infer(conf, ins, job_conf):
-    x, size = ins["in"], ins["size"]
+def _sync_dynamic_resize_infer(ctx):
+    conf, x, size = ctx.conf, ctx.input("in"), ctx.input("size")
     if not 0 <= conf.axis < len(x.shape):
         raise OpCheckError(f"sync_dynamic_resize_conf: axis {conf.axis} is out of range for input 'in' of "
                            f"shape {x.shape}")
     if size.dtype not in _INDEX_DTYPES or numel(size.shape) != 1:
         raise OpCheckError(f"sync_dynamic_resize_conf: input 'size' expected an int32/int64 blob of one element, "
                            f"received {size.dtype.name} {size.shape}")
-    return x.shape, x.dtype, True
+    ctx.set_output("out", x.shape, x.dtype, is_dynamic=True)
 
 
-def _sync_dynamic_resize_kernel(conf):
-    axis = conf.axis
+def _sync_dynamic_resize_kernel(k):
+    axis = k.conf.axis
 
     def sync_dynamic_resize(x, size):
         n = int(size.reshape(-1)[0])
@@ -224,4 +224,4 @@ def _sync_dynamic_resize_kernel(conf):
 
 
 system_op("sync_dynamic_resize_conf", ("in", "size"), infer=_sync_dynamic_resize_infer,
-          kernel=_sync_dynamic_resize_kernel, view=True)
+          kernel=_sync_dynamic_resize_kernel, view=True, no_grad=True)

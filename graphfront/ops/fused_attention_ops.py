@@ -70,7 +70,7 @@ def _bias_add_infer(*extra):
         if ctx.has_input("mask"):
             ctx.check(ctx.input("mask").dtype is _dt.int8,
                       f"input 'mask' expected dtype int8, received {ctx.input('mask').dtype.name}")
-        for out in ctx._uc.output:
+        for out in ctx.output_names():
             ctx.set_output(out, a.shape, a.dtype)
     return infer
 

@@ -408,7 +408,7 @@ def _fused_pool_infer(n):
 
     def infer(ctx):
         base(ctx)
-        ctx.set_output("indices", ctx.out[ctx._uc.output["y"].s[0]].shape, _dt.int64)
+        ctx.set_output("indices", ctx.out[ctx.output_lbn("y")].shape, _dt.int64)
     return infer
 
 

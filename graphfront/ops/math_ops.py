@@ -868,7 +868,7 @@ def _y_dy_infer(ctx):
 def _float_like(arg):
     def infer(ctx):
         d = float_input(ctx, arg)
-        for out in ctx._uc.output:
+        for out in ctx.output_names():
             ctx.set_output(out, d.shape, d.dtype)
     return infer
 

@@ -110,7 +110,8 @@ class AttrDef:
 
 @dataclasses.dataclass
 class OpDef:
-    """Everything graphfront knows about one user op type."""
+    """Everything graphfront knows about one op type: a user op (``conf == "user_conf"``) or
+    a system op, whose ``conf`` is its own ``OperatorConf`` field (``"variable_conf"`` ...)."""
 
     op_type: str
     inputs: list
@@ -130,6 +131,8 @@ class OpDef:
     xla: Optional[Callable] = None      # jax lowering rule (graphfront.runtime.xla)
     amp: Optional[str] = None           # auto mixed precision list: "white", "gray", "clear" or None
     amp_no_cast: tuple = ()             # inputs AMP never casts to the low-precision type
+    conf: str = "user_conf"             # the OperatorConf field holding the op
+    interface: bool = False             # an interface op: bound to feeds, variables, fetches, watches
 
     def mutated_args(self, attrs) -> tuple:
         """Input args the kernel updates in place, for an op with these attrs."""
@@ -166,7 +169,7 @@ class OpDef:
         return "\n".join(lines)
 
 
-_REGISTRY: dict = {}
+_REGISTRY: dict = {}  # (conf field, op type) -> OpDef
 
 
 AMP_LISTS = ("white", "gray", "clear")
@@ -174,8 +177,8 @@ AMP_LISTS = ("white", "gray", "clear")
 
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
-       xla=None, amp=None, amp_no_cast=()):
-    """Register a user op type. Returns its :class:`OpDef`.
+       xla=None, amp=None, amp_no_cast=(), conf="user_conf", interface=False):
+    """Register an op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
     ``(type, default)`` pair or a ``(type, default, check)`` triple where ``check(v)``
@@ -190,13 +193,17 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     :mod:`graphfront.passes.amp` (``"white"``: runs in low precision; ``"gray"``: follows
     its neighbours; ``"clear"``: layout-only, joins a low-precision neighbour; ``None``:
     stays float32); ``amp_no_cast`` names inputs that stay float32 inside the
-    low-precision set (batch norm's statistics).
+    low-precision set (batch norm's statistics). A system op (OneFlow's ``OperatorConf``
+    members besides ``user_conf``) names its conf field as ``conf`` and as ``op_type``; its
+    inputs and output are fields of that conf, its rules read it as ``ctx.conf``;
+    ``interface=True`` marks the ops the runtime binds to feeds, variables, fetches and
+    watch handlers instead of running a kernel.
 
     Raises:
         ValueError: ``op_type`` already registered, an attr of unknown type, or ``amp``
             not one of ``"white"``, ``"gray"``, ``"clear"``, None.
     """
-    if op_type in _REGISTRY:
+    if (conf, op_type) in _REGISTRY:
         raise ValueError(f"op type {op_type!r} is already registered")
     if amp is not None and amp not in AMP_LISTS:
         raise ValueError(f"op {op_type}: amp expects one of {', '.join(AMP_LISTS)} or None, received {amp!r}")
@@ -211,33 +218,54 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
                                   rest[0] if rest else None)
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
-                  view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast))
-    _REGISTRY[op_type] = opdef
+                  view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), conf, interface)
+    _REGISTRY[conf, op_type] = opdef
     return opdef
 
 
 def unregister(op_type: str) -> None:
-    """Remove an op type (for tests and for redefining a custom op interactively)."""
-    _REGISTRY.pop(op_type, None)
+    """Remove a user op type (for tests and for redefining a custom op interactively)."""
+    _REGISTRY.pop(("user_conf", op_type), None)
 
 
 def lookup(op_type: str) -> OpDef:
-    """Return the OpDef of ``op_type``; KeyError with close matches if unknown."""
+    """Return the OpDef of user op type ``op_type``; KeyError with close matches if unknown."""
     try:
-        return _REGISTRY[op_type]
+        return _REGISTRY["user_conf", op_type]
     except KeyError:
-        close = difflib.get_close_matches(op_type, _REGISTRY, n=3)
+        close = difflib.get_close_matches(op_type, registered_op_types(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise KeyError(f"unknown op type {op_type!r}{hint}") from None
 
 
+def op_def(op_conf) -> OpDef:
+    """The OpDef of any ``OperatorConf``: its user op type, or its system conf field.
+
+    Raises:
+        KeyError: an unknown user op type, or a conf field no system op is defined for.
+    """
+    kind = op_conf.WhichOneof("op_type")
+    if kind == "user_conf":
+        return lookup(op_conf.user_conf.op_type_name)
+    try:
+        return _REGISTRY[kind, kind]
+    except KeyError:
+        raise KeyError(f"unsupported system op kind {kind!r}; supported: {', '.join(system_kinds())}") from None
+
+
 def has_op(op_type: str) -> bool:
-    return op_type in _REGISTRY
+    """Whether user op type ``op_type`` is registered."""
+    return ("user_conf", op_type) in _REGISTRY
 
 
 def registered_op_types() -> list:
     """Sorted list of every registered user op type."""
-    return sorted(_REGISTRY)
+    return sorted(t for conf, t in _REGISTRY if conf == "user_conf")
+
+
+def system_kinds() -> list:
+    """Sorted conf fields of the registered system ops (``"identity_conf"``, ``"variable_conf"`` ...)."""
+    return sorted(conf for conf, _ in _REGISTRY if conf != "user_conf")
 
 
 def describe(op_type: str) -> str:

@@ -1466,7 +1466,7 @@ def _is_variable_or_alias(builder, op_name):
     kind = jb.op_kind(op)
     if kind == "variable_conf":
         return True
-    if kind != "user_conf" or not registry.lookup(op.user_conf.op_type_name).view:
+    if not registry.op_def(op).view:
         return False
     inputs = jb.op_inputs(op)
     return len(inputs) == 1 and _is_variable_or_alias(builder, inputs[0][2].split("/", 1)[0])

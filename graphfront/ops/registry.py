@@ -1,4 +1,4 @@
-"""The user-op registry: one definition per op type.
+"""The op registry: one definition per op type, user op or system op.
 
 An op type is declared once with :func:`op`: its arguments (required ``"x"``,
 optional ``"bias?"``, repeated ``"in*"``), its attrs with OneFlow's attr types and

@@ -18,7 +18,7 @@ import graphfront as flow
 from graphfront import typing as tp
 from graphfront.core import job_conf_pb2, op_conf_pb2
 from graphfront.framework.errors import JobBuildError
-from graphfront.ops.system import learning_rate_at
+from graphfront.ops.lr_schedule import learning_rate_at
 
 N = 25
 opt = flow.optimizer

@@ -1,7 +1,17 @@
 """Small helpers shared by op families: inference rules, broadcasting, grad wiring."""
 from __future__ import annotations
 
+import torch
+
 from graphfront.framework.errors import OpCheckError
+
+
+def vjp(fn, x, dy):
+    """``dy`` pulled back through ``fn`` at ``x`` with torch autograd: the gradient of a
+    kernel's input ``x`` for the gradient ``dy`` of its output ``fn(x)``."""
+    with torch.enable_grad():
+        xr = x.detach().requires_grad_(True)
+        return torch.autograd.grad(fn(xr), xr, dy)[0]
 
 
 def like(arg, dtype=None):

@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import broadcast_shape, float_input, like, numel, reduce_to, same_dtype, same_shape
+from graphfront.ops.common import (broadcast_shape, float_input, like, numel, reduce_to, same_dtype, same_shape,
+                                   vjp)
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, nonzero
 from graphfront.ops.registry import op
@@ -716,11 +717,7 @@ binary_family("xlogy", _xlogy,
 def vjp_kernel(fwd):
     """Kernel factory of a ``*_grad`` op computing ``dx = dy * d fwd(x) / dx`` with torch autograd."""
     def make(k):
-        def grad(x, dy):
-            with torch.enable_grad():
-                xr = x.detach().requires_grad_(True)
-                return torch.autograd.grad(fwd(xr), xr, dy)[0]
-        return grad
+        return lambda x, dy: vjp(fwd, x, dy)
     return make
 
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpRunError
-from graphfront.ops.common import like, norm_axis, same_dtype
+from graphfront.ops.common import like, norm_axis, same_dtype, vjp
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import neg, pick_last
 from graphfront.ops.registry import op
@@ -456,11 +456,7 @@ def _pool_grad_kernel(kind, n):
     def make(k):
         fn = _pool_fn(kind, n, k)
 
-        def pool_grad(x, y, dy):
-            with torch.enable_grad():
-                xr = x.detach().requires_grad_(True)
-                return torch.autograd.grad(fn(xr), xr, dy)[0]
-        return pool_grad
+        return lambda x, y, dy: vjp(fn, x, dy)
     return make
 
 

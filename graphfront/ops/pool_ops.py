@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
+from graphfront.ops.common import vjp
 from graphfront.ops.onnx_rules import channels_first_io, int64s, np_dtype
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -159,11 +160,7 @@ def _avgpool_grad_kernel(n):
     def make(k):
         fn = _layout(_avgpool_fn(n, k), n, k.attr("data_format") == "channels_first")
 
-        def avgpool_grad(x, y, dy):
-            with torch.enable_grad():
-                xr = x.detach().requires_grad_(True)
-                return torch.autograd.grad(fn(xr), xr, dy)[0]
-        return avgpool_grad
+        return lambda x, y, dy: vjp(fn, x, dy)
     return make
 
 
@@ -334,11 +331,7 @@ def _adaptive_grad_kernel(n):
     def make(k):
         fn = _adaptive_fn(n, k)
 
-        def adaptive_grad(x, dy):
-            with torch.enable_grad():
-                xr = x.detach().requires_grad_(True)
-                return torch.autograd.grad(fn(xr), xr, dy)[0]
-        return adaptive_grad
+        return lambda x, dy: vjp(fn, x, dy)
     return make
 
 
@@ -406,11 +399,7 @@ def _upsample_fn(k):
 def _upsample_grad_kernel(k):
     fn = _upsample_fn(k)
 
-    def upsample_grad(dy, x):
-        with torch.enable_grad():
-            xr = x.detach().requires_grad_(True)
-            return torch.autograd.grad(fn(xr), xr, dy)[0]
-    return upsample_grad
+    return lambda dy, x: vjp(fn, x, dy)
 
 
 def _upsample_grad_infer(ctx):

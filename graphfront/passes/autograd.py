@@ -177,8 +177,7 @@ def autograd(job):
         return total
 
     for op in reversed(forward):
-        kind = jb.op_kind(op)
-        if kind in ("variable_conf", "input_conf", "return_conf", "foreign_watch_conf"):
+        if registry.op_def(op).interface:
             continue
         outs = [lbn for _, _, lbn in jb.op_outputs(op) if lbn in requires]
         if not outs or not any(lbn in partials for lbn in outs):

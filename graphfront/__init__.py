@@ -19,6 +19,7 @@ except _PackageNotFoundError:  # running from a source tree that was not install
     __version__ = "0.0.0+unknown"
 _logging.getLogger("graphfront").addHandler(_logging.NullHandler())
 
+from graphfront.ops import families as _families  # noqa: F401 - registers every op type
 from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
 from graphfront import checkpoint, distribute, env, experimental, linalg, losses, saved_model, serving, train
 from graphfront import profiler, random, unittest, util

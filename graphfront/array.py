@@ -24,6 +24,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.ops.builder import build_op, unique_str
+from graphfront.ops import registry
 
 __all__ = [
     "reshape", "reshape_like", "flatten", "identity", "identity_n", "cast", "transpose", "concat", "split",
@@ -1459,14 +1460,13 @@ def eye(rows, cols=None, dtype=None, name=None) -> BlobDesc:
 def _is_variable_or_alias(builder, op_name):
     """Whether ``op_name`` is a variable op, or a view op (its outputs may alias its input)
     applied to one."""
-    from graphfront.ops import registry
     op = builder.ops.get(op_name)
     if op is None:
         return False
     kind = jb.op_kind(op)
     if kind == "variable_conf":
         return True
-    if kind != "user_conf" or not registry.lookup(op.user_conf.op_type_name).view:
+    if not registry.op_def(op).view:
         return False
     inputs = jb.op_inputs(op)
     return len(inputs) == 1 and _is_variable_or_alias(builder, inputs[0][2].split("/", 1)[0])

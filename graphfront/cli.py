@@ -26,6 +26,12 @@ from tabulate import tabulate
 from graphfront.core import data_type_pb2
 from graphfront.framework import dtypes
 from graphfront.framework import job_builder as jb
+import graphfront
+from graphfront import data
+from graphfront import serving
+from graphfront.core import job_pb2
+from graphfront.framework import job_io
+from graphfront.framework.job_picture import render_job
 
 #: Distributions reported by ``--doctor``: required ones, then the optional extras.
 REQUIRED = ("numpy", "torch", "protobuf", "tabulate")
@@ -48,7 +54,6 @@ def _dtype(code) -> str:
 
 def doctor_rows() -> list:
     """``(section, item, value)`` rows of the ``--doctor`` report."""
-    import graphfront
     import torch
     from google.protobuf.internal import api_implementation
 
@@ -77,7 +82,6 @@ def doctor_rows() -> list:
 
 
 def _data_rows() -> list:
-    from graphfront import data
 
     rows = []
     for dataset in ("mnist", "fashion"):
@@ -175,8 +179,6 @@ def _parameters(variables) -> str:
 
 def saved_model_tables(path) -> str:
     """Model name, version, signatures and each graph's tables for a saved model directory."""
-    from graphfront import serving
-    from graphfront.core import job_pb2
 
     path = os.fspath(path)
     version_dir = path
@@ -200,7 +202,6 @@ def saved_model_tables(path) -> str:
 
 def info(path, render=None) -> str:
     """Describe a Job file or a saved model directory (see module docstring)."""
-    from graphfront.framework import job_io
 
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -210,7 +211,6 @@ def info(path, render=None) -> str:
     job = job_io.load_job(path)
     text = job_tables(job)
     if render:
-        from graphfront.framework.job_picture import render_job
         text += f"\n\ndrawn to {render_job(job, render)}"
     return text
 
@@ -229,7 +229,6 @@ def main(argv=None) -> int:
     p_info.add_argument("--render", metavar="PICTURE", help="also draw a job file with Graphviz (.svg, .png ...)")
     args = parser.parse_args(argv)
     if args.version:
-        import graphfront
         print(graphfront.__version__)
     elif args.doctor:
         print(doctor())

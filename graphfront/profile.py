@@ -16,6 +16,7 @@ from tabulate import tabulate
 
 from graphfront.framework import job_builder as jb
 from graphfront.runtime.plan import Plan
+from graphfront.framework.errors import FeedError
 
 
 class OpTimer:
@@ -109,7 +110,6 @@ def profile(job_func, *feeds, runs=10, warmup=1, print_table=True, limit=None):
     compiled = job_func.compiled_job
     session = compiled.session
     if len(feeds) != len(compiled.placeholders):
-        from graphfront.framework.errors import FeedError
         raise FeedError(f"flow.profile: job '{compiled.name}' expects {len(compiled.placeholders)} argument(s), "
                         f"received {len(feeds)}")
     tensors = [compiled._feed(i, ph, a) for i, (ph, a) in enumerate(zip(compiled.placeholders, feeds))]

@@ -16,6 +16,7 @@ import torch
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope as _scope
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.parallel.placement import resolve_device_tag
 
 
 class PlacementScope:
@@ -49,7 +50,6 @@ class PlacementScope:
         or when the placed GPU does not exist. Used by ``with placement(...)`` and by
         ``FunctionConfig.default_placement_scope``, so both report alike.
         """
-        from graphfront.parallel.placement import resolve_device_tag
         try:
             tag = resolve_device_tag(self.device_tag)
         except RuntimeError as e:

@@ -60,7 +60,8 @@ from graphfront.framework.errors import GraphfrontError, JobBuildError, format_l
 from graphfront.framework.names import (InvalidNameError, check_name, shown, check_op_names, check_signature_names,
                                         name_problem)
 from graphfront.framework.session import CompiledJob, Session
-from graphfront.ops.system import SYSTEM_OPS
+from graphfront.ops import registry
+from graphfront.passes.rewrite import set_op_input
 
 __all__ = ["InferenceSession", "ModelVersionPolicy", "SavedModelError", "SessionOption"]
 
@@ -613,26 +614,11 @@ def _checkpoint_dir(version_dir, checkpoint_dir):
 # ---------------------------------------------------------------------- job rebuilding
 
 def _rename_inputs(op, rename):
-    kind = jb.op_kind(op)
-    if kind == "user_conf":
-        for arg in op.user_conf.input:
-            s = op.user_conf.input[arg].s
-            for i, lbn in enumerate(s):
-                if lbn in rename:
-                    s[i] = rename[lbn]
-        return
-    if kind not in SYSTEM_OPS:
+    if jb.op_kind(op) not in ("user_conf", *registry.system_kinds()):
         return  # add_op reports the unsupported kind, naming the op
-    conf = getattr(op, kind)
-    for field in SYSTEM_OPS[kind].input_fields:
-        value = getattr(conf, field)
-        if isinstance(value, str):
-            if value in rename:
-                setattr(conf, field, rename[value])
-        else:
-            for i, lbn in enumerate(value):
-                if lbn in rename:
-                    value[i] = rename[lbn]
+    for arg, i, lbn in jb.op_inputs(op):
+        if lbn in rename:
+            set_op_input(op, arg, i, rename[lbn])
 
 
 def _build(building, op_list, device_tag, session, compile_mode="plan") -> _ServedJob:

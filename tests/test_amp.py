@@ -173,6 +173,46 @@ def test_white_set_follows_oneflow_rules():
     np.testing.assert_array_equal(job(x), x.astype(ml_dtypes.bfloat16).astype(np.float32))
 
 
+# OneFlow v0.6.0 ``oneflow/core/job_rewriter/auto_mixed_precision_lists.cpp`` (the black list is
+# empty) and the no-cast registry of ``auto_mixed_precision.cpp``: the reference the ``amp`` and
+# ``amp_no_cast`` fields of the op definitions are checked against.
+ONEFLOW_AMP_LISTS = {
+    "white": {"matmul", "batch_matmul", "conv2d", "amp_white_identity", "broadcast_matmul",
+              "fused_self_attention_query_mul_key_and_value", "prelu", "tf_prelu"},
+    "gray": {"add_n", "tf_avg_pool_1d", "tf_avg_pool_2d", "tf_avg_pool_3d", "bias_add", "multiply", "sigmoid",
+             "tanh", "sqrt", "scalar_mul", "scalar_add", "broadcast_add", "broadcast_sub", "broadcast_mul",
+             "broadcast_div", "layer_norm", "dropout", "softmax", "gelu", "normalization", "normalization_add_relu",
+             "sparse_softmax_cross_entropy", "fused_tril_scale_softmax_mask_scale",
+             "fused_scale_mask_softmax_dropout", "fused_scale_mask_softmax", "fused_bias_add_gelu",
+             "fused_bias_add_mask_scale", "acc"},
+    "clear": {"gather", "tf_max_pool_1d", "tf_max_pool_2d", "tf_max_pool_3d", "reshape", "relu", "transpose",
+              "random_mask_like", "concat", "pad", "same_padding", "tril", "slice", "fused_scale_tril", "identity",
+              "flatten", "squeeze", "expand_dims", "cast_to_static_shape", "parallel_cast",
+              "hierarchical_parallel_cast", "hierarchical_parallel_cast_like", "repeat", "unpack", "pack",
+              "nvtx_start", "nvtx_end"},
+}
+ONEFLOW_NO_CAST = {("normalization", "moving_mean"), ("normalization", "moving_variance"), ("normalization", "gamma"),
+                   ("normalization", "beta"), ("normalization_grad", "gamma")}
+
+
+def test_amp_fields_of_the_op_definitions_are_oneflows_lists():
+    from graphfront.ops import registry
+    types = registry.registered_op_types()
+    for name, listed in ONEFLOW_AMP_LISTS.items():
+        declared = {t for t in types if registry.lookup(t).amp == name}
+        assert declared == {t for t in listed if registry.has_op(t)}, name
+    no_cast = {(t, arg) for t in types for arg in registry.lookup(t).amp_no_cast}
+    assert no_cast == ONEFLOW_NO_CAST
+
+
+def test_op_rejects_an_unknown_amp_list():
+    from graphfront.ops import registry
+    with pytest.raises(ValueError, match=r"op amp_list_probe: amp expects one of white, gray, clear or None, "
+                                         r"received 'black'"):
+        registry.op("amp_list_probe", inputs=["x"], outputs=["y"], infer=lambda ctx: None, kernel=None, amp="black")
+    assert not registry.has_op("amp_list_probe")
+
+
 def test_mixed_precision_data_type_rejects_float32():
     with pytest.raises(TypeError, match=r"mixed_precision_data_type expects flow.float16 or flow.bfloat16, "
                                         r"received graphfront.float32"):

@@ -23,6 +23,8 @@ from tabulate import tabulate
 from graphfront.framework import job_builder as jb
 from graphfront.parallel.sbp import blob_sbps
 from graphfront.runtime.plan import device_of, placements_of
+from graphfront.passes import COMPLETION_LOG
+from graphfront.framework.job_picture import render_job
 
 TABLE_HEADERS = ("#", "op name", "op type", "inputs", "outputs", "shapes", "dtypes", "device")
 
@@ -51,7 +53,6 @@ class JobGraph:
     @property
     def passes(self) -> list:
         """Names of the completion passes that ran, in order."""
-        from graphfront.passes import COMPLETION_LOG
         flags = self.proto.job_conf.flag_name2flag_value
         return list(flags[COMPLETION_LOG].at_list_string.val) if COMPLETION_LOG in flags else []
 
@@ -105,7 +106,6 @@ class JobGraph:
             ValueError: unknown picture format.
             ImportError: the ``graphviz`` package is missing.
         """
-        from graphfront.framework.job_picture import render_job
         job = self.user_job if user_job else self.proto
         return render_job(job, path, title=f"job '{self.name}' ({'as built' if user_job else 'completed'})",
                           warn_stacklevel=3)

@@ -42,6 +42,7 @@ import torch
 import torch.multiprocessing as mp
 
 from graphfront.framework import job_builder as jb
+from graphfront.framework.env_settings import current_env
 from graphfront.parallel import sbp as _sbp
 from graphfront.runtime.variables import VariableStore
 
@@ -220,13 +221,12 @@ def _free_port():
 
 def rendezvous(session):
     """``(master address, port, machine rank, machine count)`` for the session's workers."""
-    from graphfront import env
     from graphfront.parallel.placement import machine_count
     machines = machine_count(session)
     machine_rank = int(os.environ.get("GRAPHFRONT_MACHINE_RANK", os.environ.get("RANK", 0)) if machines > 1 else 0)
     addr = os.environ.get("MASTER_ADDR")
     port = os.environ.get("MASTER_PORT")
-    conf = env.current_env() if hasattr(env, "current_env") else {}
+    conf = current_env()
     if not addr:
         listed = conf.get("machine") if isinstance(conf, dict) else None
         if listed:

@@ -41,7 +41,7 @@ import torch
 from graphfront.framework import job_builder as jb
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry
-from graphfront.ops.system import lookup_system
+from graphfront.ops.lr_schedule import learning_rate_at
 
 INTERFACE_KINDS = ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf")
 
@@ -55,12 +55,14 @@ def device_of(op_conf, device_ids) -> torch.device:
 
 
 class KernelCtx:
-    """What a kernel factory sees: attrs, input/output descs and the device."""
+    """What a kernel factory sees: attrs (a system op: its ``conf``), input/output descs and
+    the device."""
 
     def __init__(self, op_conf, descs, device):
         self.op_name = op_conf.name
         self.device = device
-        self._uc = op_conf.user_conf
+        self.conf = getattr(op_conf, jb.op_kind(op_conf))
+        self._ins, self._outs = jb.op_args(op_conf)
         self._descs = descs
         self.attrs = jb.user_attrs(op_conf)
 
@@ -68,50 +70,40 @@ class KernelCtx:
         return self.attrs[name]
 
     def has_input(self, name) -> bool:
-        return name in self._uc.input and len(self._uc.input[name].s) > 0
+        return len(self._ins.get(name, ())) > 0
 
     def input(self, name, i=0) -> TensorDesc:
-        return self._descs[self._uc.input[name].s[i]] if self.has_input(name) else None
+        return self._descs[self._ins[name][i]] if self.has_input(name) else None
 
     def has_output(self, name) -> bool:
-        return name in self._uc.output
+        return name in self._outs
 
     def output(self, name, i=0) -> TensorDesc:
-        return self._descs[self._uc.output[name].s[i]] if self.has_output(name) else None
+        return self._descs[self._outs[name][i]] if self.has_output(name) else None
 
     def output_count(self, name) -> int:
-        return len(self._uc.output[name].s) if name in self._uc.output else 0
+        return len(self._outs.get(name, ()))
 
 
 def _is_view(op_conf) -> bool:
-    kind = jb.op_kind(op_conf)
-    if kind == "user_conf":
-        return registry.lookup(op_conf.user_conf.op_type_name).view
-    return lookup_system(kind).view
+    return registry.op_def(op_conf).view
 
 
 def _mutated_lbns(op_conf):
-    if jb.op_kind(op_conf) != "user_conf":
+    opdef = registry.op_def(op_conf)
+    if not opdef.may_mutate:
         return []
-    opdef = registry.lookup(op_conf.user_conf.op_type_name)
-    uc = op_conf.user_conf
-    args = opdef.mutated_args(jb.user_attrs(op_conf)) if opdef.may_mutate else ()
-    return [lbn for arg in args if arg in uc.input for lbn in uc.input[arg].s]
+    ins = jb.op_args(op_conf)[0]
+    return [lbn for arg in opdef.mutated_args(jb.user_attrs(op_conf)) for lbn in ins.get(arg, ())]
 
 
 def is_pure(op_conf) -> bool:
     """Whether an op (not an interface op) computes the same outputs from the same inputs
     without side effects: it has outputs and a kernel, updates nothing in place and draws
-    no random numbers."""
-    kind = jb.op_kind(op_conf)
-    if kind in INTERFACE_KINDS:
-        return False
-    if kind != "user_conf":
-        sysdef = lookup_system(kind)
-        return sysdef.kernel is not None and sysdef.output_field is not None and not sysdef.random \
-            and kind != "learning_rate_schedule_conf"
-    opdef = registry.lookup(op_conf.user_conf.op_type_name)
-    return not (_mutated_lbns(op_conf) or opdef.kernel is None or not opdef.outputs or opdef.random)
+    no random numbers (the learning rate follows the train step, a variable)."""
+    opdef = registry.op_def(op_conf)
+    return not (opdef.interface or _mutated_lbns(op_conf) or opdef.kernel is None or not opdef.outputs
+                or opdef.random or opdef.op_type == "learning_rate_schedule_conf")
 
 
 def schedule(job):
@@ -180,31 +172,20 @@ def call_layout(op_conf):
     argument per input group (a tensor, None when absent, a list when repeated); the
     kernel returns one value per output group (a single value when there is one group).
     """
-    kind = jb.op_kind(op_conf)
-    if kind != "user_conf":
-        return ([([lbn], False) for _, _, lbn in jb.op_inputs(op_conf)],
-                [([lbn], False) for _, _, lbn in jb.op_outputs(op_conf)])
-    opdef = registry.lookup(op_conf.user_conf.op_type_name)
-    uc = op_conf.user_conf
-    ins = [(list(uc.input[a.name].s) if a.name in uc.input else [], a.repeated) for a in opdef.inputs]
-    outs = [(list(uc.output[a.name].s) if a.name in uc.output else [], a.repeated) for a in opdef.outputs]
-    return ins, outs
+    opdef = registry.op_def(op_conf)
+    ins, outs = jb.op_args(op_conf)
+    return ([(ins.get(a.name, []), a.repeated) for a in opdef.inputs],
+            [(outs.get(a.name, []), a.repeated) for a in opdef.outputs])
 
 
 def make_kernel(op_conf, descs, device, native=False):
     """The callable computing one (non-interface) op, from its registered kernel factory
     (with ``native=True``: the op's ``native`` lowering rule where it has one)."""
-    kind = jb.op_kind(op_conf)
-    if kind == "user_conf":
-        opdef = registry.lookup(op_conf.user_conf.op_type_name)
-        if opdef.kernel is None:
-            raise RuntimeError(f"op '{op_conf.name}' ({opdef.op_type}) has no kernel")
-        factory = opdef.native if native and opdef.native is not None else opdef.kernel
-        return factory(KernelCtx(op_conf, descs, device))
-    sysdef = lookup_system(kind)
-    if sysdef.kernel is None:
-        raise RuntimeError(f"system op '{op_conf.name}' ({kind}) has no kernel")
-    return sysdef.kernel(getattr(op_conf, kind))
+    opdef = registry.op_def(op_conf)
+    if opdef.kernel is None:
+        raise RuntimeError(f"op '{op_conf.name}' ({opdef.op_type}) has no kernel")
+    factory = opdef.native if native and opdef.native is not None else opdef.kernel
+    return factory(KernelCtx(op_conf, descs, device))
 
 
 def run_op(op_conf, descs, device, values):
@@ -472,7 +453,6 @@ class CudaGraphRunner:
     """
 
     def __init__(self, plan, job, descs, variables):
-        from graphfront.ops.system import learning_rate_at
         self.plan = plan
         self.failed = False
         self.calls = 0

@@ -34,7 +34,7 @@ the values they had before the call). Either way the caller raises the rule's er
 kernel does), calls no watch handler, and the session's variables are unchanged.
 
 A learning-rate schedule reading the train-step variable is evaluated on the host before
-each call (:func:`graphfront.ops.system.learning_rate_at` on the variable's value) and fed
+each call (:func:`graphfront.ops.lr_schedule.learning_rate_at` on the variable's value) and fed
 to the step, rather than through its ``xla`` rule's host callback inside the step (which
 costs a round trip from compiled code to Python on every step).
 
@@ -89,7 +89,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry, xla_rules
-from graphfront.ops.system import learning_rate_at, lookup_system
+from graphfront.ops.lr_schedule import learning_rate_at
 from graphfront.runtime.native import cache_root, job_digest
 from graphfront.runtime.plan import KernelCtx, _missing_watcher, call_layout, device_of, placements_of, schedule
 
@@ -124,17 +124,8 @@ def _on_event(event, **kwargs):
 
 def missing_rules(order) -> list:
     """Sorted op types (or system op kinds) of ``order`` that have no ``xla`` rule."""
-    missing = set()
-    for op in order:
-        kind = jb.op_kind(op)
-        if kind in ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf"):
-            continue
-        if kind == "user_conf":
-            if registry.lookup(op.user_conf.op_type_name).xla is None:
-                missing.add(op.user_conf.op_type_name)
-        elif lookup_system(kind).xla is None:
-            missing.add(kind)
-    return sorted(missing)
+    return sorted({jb.op_type_name(op) for op in order
+                   if not registry.op_def(op).interface and registry.op_def(op).xla is None})
 
 
 class JaxVariables:
@@ -303,17 +294,11 @@ def _jax_device(jax, name, gpu):
 
 
 def _is_random(op):
-    kind = jb.op_kind(op)
-    if kind == "user_conf":
-        return registry.lookup(op.user_conf.op_type_name).random
-    return kind not in ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf") and \
-        lookup_system(kind).random
+    return registry.op_def(op).random
 
 
 def _mutated_args(op):
-    if jb.op_kind(op) != "user_conf":
-        return ()
-    opdef = registry.lookup(op.user_conf.op_type_name)
+    opdef = registry.op_def(op)
     return opdef.mutated_args(jb.user_attrs(op)) if opdef.may_mutate else ()
 
 
@@ -368,17 +353,11 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
         if kind in ("input_conf", "variable_conf") or op.name in lr_index:
             calls.append((op, jb.op_outputs(op)[0][2]))
             continue
-        if kind == "user_conf":
-            opdef = registry.lookup(op.user_conf.op_type_name)
-            fn = opdef.xla(KernelCtx(op, descs, torch.device("cpu")))
-            mutated = [(list(op.user_conf.input[a].s) if a in op.user_conf.input else [], opdef.input_def(a).repeated)
-                       for a in _mutated_args(op)]
-            random = opdef.random
-        else:
-            fn = lookup_system(kind).xla(getattr(op, kind))
-            mutated, random = [], lookup_system(kind).random
+        opdef, op_ins = registry.op_def(op), jb.op_args(op)[0]
+        fn = opdef.xla(KernelCtx(op, descs, torch.device("cpu")))
+        mutated = [(op_ins.get(a, []), opdef.input_def(a).repeated) for a in _mutated_args(op)]
         ins, outs = call_layout(op)
-        calls.append((op, fn, ins, outs, mutated, random))
+        calls.append((op, fn, ins, outs, mutated, opdef.random))
     input_index = {n: i for i, n in enumerate(input_names)}
     output_index = {n: i for i, n in enumerate(output_names)}
     mutable_index = {n: i for i, n in enumerate(mutable_names)}

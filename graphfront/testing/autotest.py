@@ -71,6 +71,17 @@ from graphfront.testing import compare as _compare
 from graphfront.testing import records as _records
 from graphfront.testing import reproducer as _repro
 from graphfront.testing.generators import NOTHING, Device, DrawContext, TensorValue
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework import dtypes as _dt
+from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework import session as _session
+from graphfront.runtime.plan import Plan
+from graphfront.ops.builder import build_op
+from graphfront.framework import scope as _scope
+from graphfront.framework.job_builder import TensorDesc
+from graphfront.ops import registry
+from graphfront.runtime.plan import device_of
 
 __all__ = ["autotest", "AutoTest", "Checker", "HARNESS_PREFIX"]
 
@@ -463,11 +474,6 @@ def _float64_verdict(g, resolved, leaves, train, device, case, compare) -> tuple
 # ------------------------------------------------------------------ graphfront side
 
 def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True):
-    import graphfront as flow
-    from graphfront import typing as tp
-    from graphfront.framework import dtypes as _dt
-    from graphfront.framework.blob_desc import BlobDesc
-    from graphfront.framework import session as _session
 
     res = _SideResult()
     try:
@@ -517,7 +523,6 @@ def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True
         compiled = gfn.compiled_job
         res.forward_ops, res.backward_ops = exercised_ops(compiled.job)
         if check_graph:
-            from graphfront.runtime.plan import Plan
             session = _session.default_session()
             compiled.plan = Plan(compiled.job, session.variables, session.watchers,
                                  kernel_wrapper=_graph_checker(compiled.job, res.graph_problems))
@@ -532,8 +537,6 @@ def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True
 
 def _harness_loss(outs, trainable):
     """sum of every floating output + 0 * sum of each trainable input, as one float32 scalar."""
-    from graphfront.framework import dtypes as _dt
-    from graphfront.ops.builder import build_op
 
     def scalar(blob, tag):
         t = blob
@@ -562,7 +565,6 @@ def exercised_ops(job) -> tuple:
     optimizer pass are left out; the calculation pass of each op's scope tells forward
     from backward.
     """
-    from graphfront.framework import scope as _scope
     forward, backward = set(), set()
     for op in job.net.op:
         if op.WhichOneof("op_type") != "user_conf" or HARNESS_PREFIX in op.name:
@@ -578,9 +580,6 @@ def exercised_ops(job) -> tuple:
 
 def _graph_checker(job, problems):
     """A Plan ``kernel_wrapper`` comparing kernel outputs with the Job's inferred BlobDescs."""
-    from graphfront.framework.job_builder import TensorDesc
-    from graphfront.ops import registry
-    from graphfront.runtime.plan import device_of
 
     descs = job.helper.lbn2logical_blob_desc
     ids = {n: tuple(g.parallel_conf.device_name) for g in job.placement.placement_group for n in g.op_set.op_name}

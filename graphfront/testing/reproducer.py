@@ -21,6 +21,7 @@ import types
 import numpy as np
 
 from graphfront.testing.generators import Device, TensorValue
+from graphfront.framework import dtypes as _dt
 
 _TMPDIR = None
 
@@ -137,7 +138,6 @@ def _binding(name, value, seen, out):
     if lit is not None:
         out.append(f"{name} = {lit}")
         return
-    from graphfront.framework import dtypes as _dt
     if isinstance(value, _dt.dtype):
         out.append(f"import graphfront\n{name} = graphfront.{value.name}")
         return
@@ -190,7 +190,6 @@ def render(value, leaf_of) -> str:
     if isinstance(value, tuple):
         inner = ", ".join(render(v, leaf_of) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
-    from graphfront.framework import dtypes as _dt
     if isinstance(value, _dt.dtype):
         return f"graphfront.{value.name}"
     if isinstance(value, (np.generic,)):
@@ -240,7 +239,6 @@ def graphfront_snippet(*, f, kwargs, leaves, train, device, npz, rtol, atol, hea
     variables = [(leaf, tv) for leaf, tv in leaves if (train and tv.requires_grad) or tv.array.ndim == 0]
     fed = [(leaf, tv) for leaf, tv in leaves if (leaf, tv) not in variables]
     tag = "gpu" if device == "cuda" else "cpu"
-    from graphfront.framework import dtypes as _dt
     lines = [f"# {header}", "import numpy as np", "import graphfront", "import graphfront as flow",
              "from graphfront import typing as tp", "", definitions(f, "f"), _FLATTEN,
              _REPORT.format(rtol=rtol, atol=atol), f"data = np.load({npz!r})", "flow.clear_default_session()",

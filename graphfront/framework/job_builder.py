@@ -115,7 +115,7 @@ def check_and_complete(op_conf) -> registry.OpDef:
         names = {a.name for a in defs}
         for arg in args:
             if arg not in names:
-                raise OpCheckError(f"op type {opdef.op_type} has no {direction} '{arg}'; its {direction}s "
+                raise OpCheckError(f"op type {opdef.op_type} has no {direction} {shown(arg, quote=True)}; its {direction}s "
                                    f"are {', '.join(sorted(names)) or '(none)'}")
         for a in defs:
             if not a.optional and (a.name not in args or len(args[a.name].s) == 0):
@@ -130,7 +130,7 @@ def check_and_complete(op_conf) -> registry.OpDef:
     for name, av in uc.attr.items():
         adef = opdef.attrs.get(name)
         if adef is None:
-            raise OpCheckError(f"op type {opdef.op_type} has no attr '{name}'; its attrs are "
+            raise OpCheckError(f"op type {opdef.op_type} has no attr {shown(name, quote=True)}; its attrs are "
                                f"{', '.join(opdef.attrs) or '(none)'}")
         got = registry.attr_value_type(av)
         if got != adef.type:

@@ -61,6 +61,7 @@ from graphfront.framework.names import (InvalidNameError, check_name, check_op_n
                                         name_problem)
 from graphfront.framework.session import CompiledJob, Session
 from graphfront.ops.system import SYSTEM_OPS
+from graphfront.runtime.lowering import check_mode
 
 __all__ = ["InferenceSession", "ModelVersionPolicy", "SavedModelError", "SessionOption"]
 
@@ -127,10 +128,7 @@ def _check_option(option):
     if option.device_tag == "gpu" and not torch.cuda.is_available():
         raise ValueError("SessionOption.device_tag is 'gpu' but CUDA is not available on this machine "
                          "(torch.cuda.is_available() is False); set option.device_tag = 'cpu'")
-    from graphfront.runtime.native import COMPILE_MODES
-    if option.compile_mode not in COMPILE_MODES + ("auto",):
-        raise ValueError(f"SessionOption.compile_mode must be one of {COMPILE_MODES + ('auto',)}, received "
-                         f"{option.compile_mode!r}")
+    check_mode(option.compile_mode, "SessionOption.compile_mode")
     if not isinstance(option.device_num, int) or isinstance(option.device_num, bool) or option.device_num != 1:
         raise ValueError(f"SessionOption.device_num: graphfront serves on one device, so it must be 1; "
                          f"received {option.device_num!r}")

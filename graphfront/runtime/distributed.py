@@ -43,7 +43,9 @@ import torch.multiprocessing as mp
 
 from graphfront.framework import job_builder as jb
 from graphfront.parallel import sbp as _sbp
+from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.variables import VariableStore
+from graphfront.runtime.walk import ScheduleWalk
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -430,7 +432,7 @@ def _session_group(session, n, device_tag):
     return group
 
 
-class DistributedPlan:
+class DistributedPlan(Lowering):
     """What :class:`CompiledJob` calls for a job on ``n > 1`` devices: the same interface
     as :class:`graphfront.runtime.plan.Plan` (``plan(feeds) -> results``, ``input_names``,
     ``output_names``, ``order``, ``source``), running on the session's workers.
@@ -439,16 +441,14 @@ class DistributedPlan:
     """
 
     def __init__(self, session, job, n, part=""):
-        from graphfront.runtime.plan import schedule
         self.job = job
         self.name = job.job_conf.job_name
         self.key = f"{self.name}:{part}" if part else self.name  # the workers' name for it (``part``: one of
         # several plans of a job, as gradient accumulation's "micro" and "update")
-        self.order, _ = schedule(job)
-        self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
-        self.output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
+        walk = ScheduleWalk(job)
+        self.order, self.input_names, self.output_names = walk.order, walk.input_names, walk.output_names
         self.devices = set()
-        descs = {lbn: jb.TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
+        descs = walk.descs
         by_name = {op.name: op for op in job.net.op}
         tags = {op.device_tag for op in job.net.op if jb.op_kind(op) not in ("return_conf",)}
         device_tag = "gpu" if "gpu" in tags else "cpu"
@@ -486,6 +486,9 @@ class DistributedPlan:
         replies = self.group.request("compile", (self.key, worker_job.SerializeToString(), self.feed_bufs,
                                                  self.out_bufs + self.watch_bufs, new_vars))
         self.source = f"# device 0 of {n} (every device runs the same plan over its local shapes)\n" + replies[0]
+
+    def before_call(self, variables):
+        """Nothing: a call sends the variables changed here to the workers itself."""
 
     def __call__(self, feeds):
         """Run one step. ``feeds``: one tensor per argument, or for a mirrored job one list

@@ -146,14 +146,14 @@ def _signature_rows(graph) -> list:
 
 def saved_model_tables(path) -> str:
     """Model name, version, signatures and each graph's tables for a saved model directory."""
-    from graphfront import serving
     from graphfront.core import job_pb2
+    from graphfront.framework.served_jobs import ModelVersionPolicy, pick_version, read_saved_model
 
     path = os.fspath(path)
     version_dir = path
     if not any(os.path.isfile(os.path.join(path, "saved_model" + ext)) for ext in (".pb", ".prototxt")):
-        version_dir = os.path.join(path, str(serving._pick_version(path, serving.ModelVersionPolicy.LATEST)))
-    model = serving._read_saved_model(version_dir, "saved_model")
+        version_dir = os.path.join(path, str(pick_version(path, ModelVersionPolicy.LATEST)))
+    model = read_saved_model(version_dir, "saved_model")
     parts = [f"saved model '{model.name}' version {model.version} in {version_dir} "
              f"(variables in {model.checkpoint_dir!r}, default graph {model.default_graph_name!r})"]
     for graph_name, graph in sorted(model.graphs.items()):

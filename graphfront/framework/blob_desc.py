@@ -130,7 +130,7 @@ class BlobDesc:
         """
         from graphfront.distribute import assert_is_valid_distribute
         from graphfront.framework import job_builder as jb
-        from graphfront.framework.scope import device_count
+        from graphfront.framework.scope_symbols import device_count
         assert_is_valid_distribute(distribute)
         names = self.parallel_conf.device_name
         if distribute.kind != "auto" and jb.is_building() and jb.current().job_name == self.job_name and \

@@ -23,12 +23,13 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront import typing as tp
+from graphfront.framework import annotations as tp
 from graphfront.core import job_conf_pb2, job_pb2, op_conf_pb2
 from graphfront.core.descriptor_compat import is_repeated
 from graphfront.framework import job_builder as jb
-from graphfront.framework import scope as scope_mod
+from graphfront.framework import scope_symbols as scope_mod
 from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.placement_scope import LogicalView, PlacementScope
 from graphfront.framework.errors import FeedError, GraphfrontError, JobBuildError, format_location, user_frame
 from graphfront.ops.builder import unique_str
 from graphfront.passes import complete
@@ -36,7 +37,7 @@ from graphfront.passes.boxing import parallel_num
 from graphfront.runtime.choice import LoweringRequest, choose
 from graphfront.runtime.lowering import check_mode
 from graphfront.runtime.walk import device_of
-from graphfront.runtime.variables import VariableStore
+from graphfront.runtime.variable_store import VariableStore
 
 _session_ids = itertools.count()
 
@@ -88,7 +89,6 @@ class FunctionConfig:
         Raises:
             TypeError: ``value`` is neither.
         """
-        from graphfront.scope import LogicalView
         if not isinstance(value, LogicalView):
             raise TypeError("FunctionConfig.default_logical_view expects flow.scope.consistent_view() or "
                             f"flow.scope.mirrored_view(), received {value!r}")
@@ -105,7 +105,6 @@ class FunctionConfig:
         Raises:
             TypeError: ``value`` is not a placement scope.
         """
-        from graphfront.scope import PlacementScope
         if not isinstance(value, PlacementScope):
             raise TypeError("FunctionConfig.default_placement_scope expects flow.scope.placement(tag, ids), "
                             f"received {value!r}")

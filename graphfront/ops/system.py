@@ -105,7 +105,7 @@ def _decode_random_infer(conf, ins, job_conf):
 def _decode_random_kernel(conf):
     """A new batch drawn from ``data_initializer`` on every run (OneFlow v0.6.0
     ``oneflow/core/kernel/decode_random_kernel.cpp``), on the host."""
-    from graphfront.runtime.variables import initial_value
+    from graphfront.runtime.variable_store import initial_value
     shape = (int(conf.batch_size),) + _shape_of(conf.shape)
     dtype = _dt.from_proto(conf.data_type)
     gen = torch.Generator()

@@ -44,7 +44,7 @@ import torch.multiprocessing as mp
 from graphfront.framework import job_builder as jb
 from graphfront.parallel import sbp as _sbp
 from graphfront.runtime.lowering import Lowering
-from graphfront.runtime.variables import VariableStore
+from graphfront.runtime.variable_store import VariableStore
 from graphfront.runtime.walk import ScheduleWalk
 
 DEFAULT_TIMEOUT_S = 60.0

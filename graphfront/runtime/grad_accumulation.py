@@ -33,7 +33,7 @@ import torch
 
 from graphfront.core import op_conf_pb2
 from graphfront.framework import job_builder as jb
-from graphfront.framework import scope as _scope
+from graphfront.framework import scope_symbols as _scope
 from graphfront.framework.errors import JobBuildError
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes.rewrite import Net

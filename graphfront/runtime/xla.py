@@ -38,7 +38,7 @@ each call (:func:`graphfront.ops.system.learning_rate_at` on the variable's valu
 to the step, rather than through its ``xla`` rule's host callback inside the step (which
 costs a round trip from compiled code to Python on every step).
 
-Variables. The session's :class:`~graphfront.runtime.variables.VariableStore` holds
+Variables. The session's :class:`~graphfront.runtime.variable_store.VariableStore` holds
 torch tensors that plan-mode jobs, checkpoints and ``flow.load_variables`` read and
 write. An XLA job keeps its variables as jax arrays between calls (a
 :class:`JaxVariables` per store, shared by the session's XLA jobs): before a run it

@@ -562,7 +562,7 @@ def exercised_ops(job) -> tuple:
     optimizer pass are left out; the calculation pass of each op's scope tells forward
     from backward.
     """
-    from graphfront.framework import scope as _scope
+    from graphfront.framework import scope_symbols as _scope
     forward, backward = set(), set()
     for op in job.net.op:
         if op.WhichOneof("op_type") != "user_conf" or HARNESS_PREFIX in op.name:

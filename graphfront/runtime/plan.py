@@ -1,8 +1,9 @@
 """Lowering: a completed Job becomes a plan, generated straight-line Python.
 
-``Plan(job, ...)`` orders the ops topologically (data edges, ``ctrl_in_op_name``, and
-in-place updates after every reader of the updated blob or of a view of it), asks each
-op's registered kernel factory for a callable once, and generates one Python function
+``Plan(job, ...)`` walks the ops in schedule order (:class:`~graphfront.runtime.walk.ScheduleWalk`:
+data edges, ``ctrl_in_op_name``, and in-place updates after every reader of the updated
+blob or of a view of it), emitting one line per op: it asks each op's registered kernel
+factory for a callable once, and generates one Python function
 that calls one kernel per op and ``del``s each buffer right after its last use. The
 source of that function is ``plan.source``; it is exactly what runs on each LazyRun.
 

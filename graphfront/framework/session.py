@@ -35,6 +35,7 @@ from graphfront.ops.builder import unique_str
 from graphfront.passes import complete
 from graphfront.passes.boxing import parallel_num
 from graphfront.runtime.choice import LoweringRequest, choose
+from graphfront.runtime.grad_accumulation import micro_batch_placeholders
 from graphfront.runtime.lowering import check_mode
 from graphfront.runtime.walk import device_of
 from graphfront.runtime.variable_store import VariableStore
@@ -370,7 +371,6 @@ class CompiledJob:
         k = gf.config.job_config_proto.num_gradient_accumulation_steps
         micro = None
         if k > 1:
-            from graphfront.runtime.grad_accumulation import micro_batch_placeholders
             micro = micro_batch_placeholders(gf.placeholders, k, gf.name)
         builder, ret = trace(session, gf, micro)
         k = k if builder.is_train else 1  # (OneFlow accumulates in train jobs only)

@@ -41,9 +41,13 @@ import traceback
 import torch
 import torch.multiprocessing as mp
 
+from graphfront.core import job_pb2, op_conf_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.parallel import sbp as _sbp
+from graphfront.parallel.placement import machine_count
+from graphfront.passes.mirrored import is_mirrored
 from graphfront.runtime.lowering import Lowering
+from graphfront.runtime.plan import Plan
 from graphfront.runtime.variable_store import VariableStore
 from graphfront.runtime.walk import ScheduleWalk
 
@@ -94,7 +98,6 @@ def watches_as_returns(job):
     client calls the handlers, which live in its process."""
     if not any(jb.op_kind(op) == "foreign_watch_conf" for op in job.net.op):
         return job, []
-    from graphfront.core import op_conf_pb2
     wj = copy.deepcopy(job)
     kept, returns, uuids = [], [], []
     for op in wj.net.op:
@@ -124,8 +127,6 @@ def part(buf, shape):
 
 class _WorkerJob:
     def __init__(self, job, n, rank, local_rank, device, store, feeds, outs):
-        from graphfront.passes.mirrored import is_mirrored
-        from graphfront.runtime.plan import Plan
         self.n, self.rank, self.local_rank, self.device = n, rank, local_rank, device
         self.mirrored = is_mirrored(job)
         if not self.mirrored:
@@ -184,7 +185,6 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 break
             if cmd == "compile":
                 name, job_bytes, feeds, outs, new_vars = payload
-                from graphfront.core import job_pb2
                 job = job_pb2.Job.FromString(job_bytes)
                 sbps = _sbp.blob_sbps(job)
                 for var_name, t in new_vars.items():
@@ -223,7 +223,6 @@ def _free_port():
 def rendezvous(session):
     """``(master address, port, machine rank, machine count)`` for the session's workers."""
     from graphfront import env
-    from graphfront.parallel.placement import machine_count
     machines = machine_count(session)
     machine_rank = int(os.environ.get("GRAPHFRONT_MACHINE_RANK", os.environ.get("RANK", 0)) if machines > 1 else 0)
     addr = os.environ.get("MASTER_ADDR")
@@ -454,7 +453,6 @@ class DistributedPlan(Lowering):
         device_tag = "gpu" if "gpu" in tags else "cpu"
         self.group = _session_group(session, n, device_tag)
         self.store = session.variables
-        from graphfront.passes.mirrored import is_mirrored
         self.mirrored = is_mirrored(job)
         self.parts = n if self.mirrored else 1  # arrays per ListNumpy argument
         if self.mirrored and len(self.group.ranks) != n:

@@ -41,7 +41,7 @@ import torch
 from graphfront.framework import job_builder as jb
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry
-from graphfront.ops.system import lookup_system
+from graphfront.ops.system import learning_rate_at, lookup_system
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.walk import (INTERFACE_KINDS, ScheduleWalk, call_layout, device_of, is_view, mutated_lbns,
                                      placements_of, schedule, watcher)
@@ -361,7 +361,6 @@ class CudaGraphRunner:
     """
 
     def __init__(self, plan, job, descs, variables):
-        from graphfront.ops.system import learning_rate_at
         self.plan = plan
         self.failed = False
         self.calls = 0

@@ -184,3 +184,15 @@ def test_every_lowering_declares_the_interface():
     assert declared[OrtPlan] == ("onnxruntime", True, True, False)
     assert declared[NativePlan] == ("native", False, False, True)
     assert declared[Plan] == declared[DistributedPlan] == declared[AccumulatingPlan] == ("plan", False, False, True)
+
+
+@pytest.mark.parametrize("mode", ["plan", "native", "xla", "onnxruntime"])
+def test_each_lowering_sets_the_annotated_attributes(mode):
+    job, _ = _predict("softplus_job", BODIES["softplus_job"], mode)
+    compiled = job.compiled_job  # compiled, not run
+    plan = compiled.plan
+    assert isinstance(plan, lowering.Lowering) and compiled.compile_mode == plan.compile_mode == mode
+    for name in lowering.Lowering.__annotations__:
+        assert hasattr(plan, name), name
+    assert plan.input_names == [op.name for op in compiled.job.net.op if op.HasField("input_conf")]
+    assert len(plan.output_names) == 1 and plan.devices == {"cpu"} and plan.source

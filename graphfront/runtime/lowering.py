@@ -44,10 +44,15 @@ class Lowering:
         parts: arrays per ``ListNumpy`` argument (the mirrored view on several devices).
         uses_cuda_graph: calls replay a captured CUDA graph.
 
-    Each instance also has ``job`` (the Job it runs), ``order`` (its scheduled ops),
-    ``input_names`` / ``output_names`` (input and return op names, in feed and result
-    order), ``devices`` (device types) and ``source`` (the lowered form as text).
+    Each instance also sets the annotated attributes below (``job`` ... ``source``).
     """
+
+    job: object  # the Job it runs (a job_pb2.Job)
+    order: list  # its scheduled op confs
+    input_names: list  # input op names, in feed order
+    output_names: list  # return op names, in result order
+    devices: set  # device types ("cpu", "cuda")
+    source: str  # the lowered form as text
 
     compile_mode = "plan"
     takes_numpy = False

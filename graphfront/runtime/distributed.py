@@ -129,14 +129,12 @@ class _WorkerJob:
     def __init__(self, job, n, rank, local_rank, device, store, feeds, outs):
         self.n, self.rank, self.local_rank, self.device = n, rank, local_rank, device
         self.mirrored = is_mirrored(job)
-        if not self.mirrored:
-            sbps = _sbp.blob_sbps(job)
-            inputs = [op for op in job.net.op if jb.op_kind(op) == "input_conf"]
-            returns = [op for op in job.net.op if jb.op_kind(op) == "return_conf"]
-            self.feed_sbps = [sbps[f"{op.name}/out"] for op in inputs]
-            self.out_sbps = [sbps[getattr(op.return_conf, "in")] for op in returns]
         self.feeds, self.outs = feeds, outs
         self.plan = Plan(local_job(job, n, local_rank), store, {}, cuda_graph=False)
+        if not self.mirrored:
+            sbps = _sbp.blob_sbps(job)
+            self.feed_sbps = [sbps[lbn] for lbn in self.plan.input_lbns]
+            self.out_sbps = [sbps[lbn] for lbn in self.plan.result_lbns]
 
     def run(self, feed_shapes):
         """Run one step; a mirrored job reads its part of each feed (``feed_shapes[f][local
@@ -448,7 +446,6 @@ class DistributedPlan(Lowering):
         self.order, self.input_names, self.output_names = walk.order, walk.input_names, walk.output_names
         self.devices = set()
         descs = walk.descs
-        by_name = {op.name: op for op in job.net.op}
         tags = {op.device_tag for op in job.net.op if jb.op_kind(op) not in ("return_conf",)}
         device_tag = "gpu" if "gpu" in tags else "cpu"
         self.group = _session_group(session, n, device_tag)
@@ -475,8 +472,8 @@ class DistributedPlan(Lowering):
                                    "FunctionConfig().default_logical_view(flow.scope.mirrored_view()), for "
                                    "tp.ListNumpy placeholders: one array per device)")
             return torch.zeros(d.shape, dtype=d.dtype.torch).share_memory_()
-        self.feed_bufs = [buffer(f"{name}/out") for name in self.input_names]
-        self.out_bufs = [buffer(getattr(by_name[name].return_conf, "in")) for name in self.output_names]
+        self.feed_bufs = [buffer(lbn) for lbn in walk.input_lbns]
+        self.out_bufs = [buffer(lbn) for lbn in walk.result_lbns]
         self.watch_bufs = [buffer(getattr(op.foreign_watch_conf, "in")) for op in watches]
         var_names = [op.name for op in job.net.op if jb.op_kind(op) == "variable_conf"]
         self.store.tensors  # noqa: B018 - bring the shared tensors up to date before sharing more

@@ -168,6 +168,8 @@ class ScheduleWalk:
         input_names: input op names, in feed order (the job's order).
         output_names: return op names, in result order (the job's order: the order of
             the returned structure's leaves, not the schedule's).
+        input_lbns: the blob each input op feeds, in feed order.
+        result_lbns: the blob each return op returns, in result order.
     """
 
     def __init__(self, job):
@@ -175,8 +177,12 @@ class ScheduleWalk:
         self.order, self.aliased = schedule(job)
         self.descs = {lbn: TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
         self.placements = placements_of(job)
-        self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
-        self.output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
+        inputs = [op for op in job.net.op if jb.op_kind(op) == "input_conf"]
+        returns = [op for op in job.net.op if jb.op_kind(op) == "return_conf"]
+        self.input_names = [op.name for op in inputs]
+        self.output_names = [op.name for op in returns]
+        self.input_lbns = [jb.op_outputs(op)[0][2] for op in inputs]
+        self.result_lbns = [getattr(op.return_conf, "in") for op in returns]
         self._feed_index = {n: i for i, n in enumerate(self.input_names)}
         self._result_index = {n: i for i, n in enumerate(self.output_names)}
 

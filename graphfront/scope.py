@@ -14,6 +14,9 @@ import contextlib
 from graphfront.framework import job_builder as jb
 from graphfront.framework.placement_scope import LogicalView, PlacementScope
 
+__all__ = ["LogicalView", "PlacementScope", "consistent_view", "consistent_view_enabled", "current_scope",
+           "mirrored_view", "mirrored_view_enabled", "namespace", "placement"]
+
 
 def placement(device_tag, machine_device_ids, hierarchy=None) -> PlacementScope:
     """Place the ops built inside the ``with`` block on ``device_tag`` / ``machine_device_ids``."""

@@ -16,7 +16,7 @@ from graphfront.parallel.placement import resolve_device_tag
 
 
 class PlacementScope:
-    """Context manager returned by :func:`placement`; also a FunctionConfig value."""
+    """Context manager returned by ``flow.scope.placement``; also a FunctionConfig value."""
 
     def __init__(self, device_tag, machine_device_ids, hierarchy=None):
         loc = user_frame()
@@ -64,8 +64,10 @@ class PlacementScope:
         return False
 
 
-
 class LogicalView:
+    """A logical view (``kind``: ``"consistent"`` or ``"mirrored"``), for
+    ``FunctionConfig().default_logical_view``."""
+
     def __init__(self, kind):
         self.kind = kind
 

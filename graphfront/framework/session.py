@@ -259,9 +259,9 @@ class FunctionConfig:
                 ``"native"``, ``"xla"``, ``"onnxruntime"`` or ``"auto"``.
 
         Raises:
-            ValueError: ``mode`` is another value. The job's first call raises JobBuildError
-            when the mode cannot run the job, e.g. ``"xla"`` on several devices or with
-            gradient accumulation (the message names both).
+            ValueError: ``mode`` is another value.
+            JobBuildError: at the job's first call, when the mode cannot run the job, e.g.
+                ``"xla"`` on several devices or with gradient accumulation (the message names both).
         """
         self._compile_mode = check_mode(mode, "FunctionConfig.compile_mode")
 

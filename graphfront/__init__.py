@@ -52,7 +52,7 @@ from graphfront.math import (add_n, argsort, clip_by_value, count_not_finite, in
                              multi_count_not_finite, sort, where)
 from graphfront.nn import smooth_l1_loss
 from graphfront.ops.builder import user_op_builder
-from graphfront.profile import profile
+from graphfront.runtime.op_timing import profile
 from graphfront.time_shape import acc, pack, repeat, unpack
 from graphfront.toplevel import *  # noqa: F401,F403 - flow.Size, flow.cast_to_current_logical_view, ...
 from graphfront.variables import get_variable

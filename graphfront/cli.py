@@ -32,6 +32,7 @@ from graphfront import serving
 from graphfront.core import job_pb2
 from graphfront.framework import job_io
 from graphfront.framework.job_picture import render_job
+from graphfront.framework.served_jobs import ModelVersionPolicy, pick_version, read_saved_model
 
 #: Distributions reported by ``--doctor``: required ones, then the optional extras.
 REQUIRED = ("numpy", "torch", "protobuf", "tabulate")
@@ -183,8 +184,8 @@ def saved_model_tables(path) -> str:
     path = os.fspath(path)
     version_dir = path
     if not any(os.path.isfile(os.path.join(path, "saved_model" + ext)) for ext in (".pb", ".prototxt")):
-        version_dir = os.path.join(path, str(serving._pick_version(path, serving.ModelVersionPolicy.LATEST)))
-    model = serving._read_saved_model(version_dir, "saved_model")
+        version_dir = os.path.join(path, str(pick_version(path, ModelVersionPolicy.LATEST)))
+    model = read_saved_model(version_dir, "saved_model")
     parts = [f"saved model '{model.name}' version {model.version} in {version_dir} "
              f"(variables in {model.checkpoint_dir!r}, default graph {model.default_graph_name!r})"]
     descs = _output_descs(version_dir, sorted(model.graphs))

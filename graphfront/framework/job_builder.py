@@ -19,7 +19,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.core import blob_desc_pb2, job_pb2, op_conf_pb2
-from graphfront.framework import scope as scope_mod
+from graphfront.framework import scope_symbols as scope_mod
 from graphfront.framework.errors import JobBuildError, OpCheckError, format_location, user_frame
 from graphfront.framework.names import name_problem, shown
 from graphfront.ops import registry

@@ -19,7 +19,7 @@ import warnings
 
 from graphfront.core import data_type_pb2
 from graphfront.framework import job_builder as jb
-from graphfront.framework import scope as _scope
+from graphfront.framework import scope_symbols as _scope
 
 #: Fill colour per calculation pass (forward / backward / optimizer) and for interface ops.
 COLORS = {

@@ -20,7 +20,7 @@ from graphfront.ops.common import like
 from graphfront.ops.lr_schedule import learning_rate_at
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
-from graphfront.runtime.variables import initial_value
+from graphfront.runtime.variable_store import initial_value
 
 
 def system_op(conf_name, inputs=(), outputs=("out",), kernel=None, **rules):

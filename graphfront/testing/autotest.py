@@ -78,7 +78,7 @@ from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework import session as _session
 from graphfront.runtime.plan import Plan
 from graphfront.ops.builder import build_op
-from graphfront.framework import scope as _scope
+from graphfront.framework import scope_symbols as _scope
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry
 from graphfront.runtime.plan import device_of

@@ -1,5 +1,7 @@
 """``flow.profile(job_func, *feeds, runs=10)``: per-op time of a compiled job.
 
+(``flow.profiler``, :mod:`graphfront.profiler`, is another thing: OneFlow's NVTX range ops.)
+
 The job is run ``warmup + runs`` times through a :class:`ProfilingPlan`: the job's own
 plan rebuilt with a kernel wrapper that times every kernel call (on CUDA it
 synchronizes the device around each call, so the times are the kernels' own). The
@@ -15,6 +17,7 @@ import torch
 from tabulate import tabulate
 
 from graphfront.framework import job_builder as jb
+from graphfront.framework.errors import FeedError
 from graphfront.runtime.plan import Plan
 from graphfront.framework.errors import FeedError
 

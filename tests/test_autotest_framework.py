@@ -77,8 +77,10 @@ def test_the_npz_holds_the_inputs_and_both_sides_results():
     assert x.shape == (3, 4) and x.dtype == np.float32
     np.testing.assert_allclose(data["graphfront_out_0"], np.maximum(x, 0) * 0.5, rtol=1e-6)
     np.testing.assert_allclose(data["torch_out_0"], np.maximum(x, 0) * 0.5 + 1.0, rtol=1e-6)
-    np.testing.assert_allclose(data["graphfront_grad_x"], (x > 0) * 0.5, rtol=1e-6)
-    np.testing.assert_allclose(data["torch_grad_x"], (x > 0) * 0.5, rtol=1e-6)
+    v = data["cotangent_0"]  # the random upstream gradient of output 0
+    assert v.shape == (3, 4) and v.dtype == np.float32 and np.all(np.abs(v) >= 0.5) and len(np.unique(v)) == 12
+    np.testing.assert_allclose(data["graphfront_grad_x"], (x > 0) * 0.5 * v, rtol=1e-6)
+    np.testing.assert_allclose(data["torch_grad_x"], (x > 0) * 0.5 * v, rtol=1e-6)
 
 
 @pytest.mark.slow

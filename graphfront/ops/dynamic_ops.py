@@ -153,7 +153,7 @@ def _cast_to_static_kernel(k):
 
 
 op("cast_to_static_shape", inputs=["input"], outputs=["output"],
-   infer=lambda ctx: ctx.set_output("output", ctx.input("input").shape, ctx.input("input").dtype),
+   infer=lambda ctx: ctx.set_output("output", ctx.input("input").shape, ctx.input("input").dtype, is_dynamic=False),
    kernel=_cast_to_static_kernel, onnx=onnx_rules.cast_to_static_shape,
    grad=lambda g: g.set_grad("input", g.emit("identity", {"in": g.dout("output")})),
    doc="the same blob with a static shape (zero-padded when the run-time blob is smaller)")

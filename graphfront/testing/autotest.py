@@ -124,6 +124,7 @@ class RunStats:
         self.backward_ops = set()
         self.skip_reasons = []
         self.reference_wrong = []  # notes of draws passed by float64 arbitration
+        self.history = {}          # comparer evidence across the draws (compare.Case.history)
 
     @property
     def ops(self):
@@ -230,6 +231,7 @@ class _SideResult:
         self.error = None          # formatted traceback
         self.error_line = None     # "ExcType: message" (first line)
         self.graph_problems = []
+        self.cotangents = {}       # output index -> the float32 upstream gradient of a train draw
         self.forward_ops = None    # op types exercised (graphfront side, once compiled)
         self.backward_ops = None
 
@@ -312,8 +314,9 @@ class Checker:
         device = next((v for v in resolved.values() if isinstance(v, Device)), Device("cpu"))
         train = bool(t.auto_backward and any(tv.requires_grad for _, tv in leaves))
         passes = self.draw % 2 == 0
-        gf = _run_graphfront(graphfront, resolved, leaves, train, device, t.check_graph, passes)
-        th = _run_torch(torch, resolved, leaves, train, device)
+        cotangent = _cotangents(self.seed, self.draw, self.calls)
+        gf = _run_graphfront(graphfront, resolved, leaves, train, device, t.check_graph, passes, cotangent)
+        th = _run_torch(torch, resolved, leaves, train, device, cotangent)
         if gf.forward_ops is not None:
             self.stats.forward_ops |= gf.forward_ops
             self.stats.backward_ops |= gf.backward_ops
@@ -331,12 +334,14 @@ class Checker:
                         + _indent(_tail(th.error))], report)
         case = _compare.Case(kwargs=_arrays(resolved), inputs={leaf: tv.array for leaf, tv in leaves},
                              outputs=gf.outputs, grads=gf.grads, torch_outputs=th.outputs, torch_grads=th.grads,
-                             train=train, rtol=t.rtol, atol=t.atol)
+                             train=train, rtol=t.rtol, atol=t.atol, cotangents=th.cotangents,
+                             history=self.stats.history)
         problems = list(gf.graph_problems) + _compare.structure_problems(case)
         if not problems:
             problems = _compare.run_comparer(compare, case)
-            if problems:
-                verdict, note = _float64_verdict(torch, resolved, leaves, train, device, case, compare)
+            if problems and compare == "values":  # a random op's comparer gets no second torch sample
+                verdict, note = _float64_verdict(torch, resolved, leaves, train, device, case, compare,
+                                                 cotangent)
                 if verdict == REFERENCE_WRONG:
                     note = f"draw {self.draw} (seed {self.seed}): {note}"
                     self.stats.reference_wrong.append(note)
@@ -352,6 +357,8 @@ class Checker:
         leaves = r["leaves"]
         leaf_of = {id(tv): leaf for leaf, tv in leaves}
         arrays = {leaf: tv.array for leaf, tv in leaves}
+        for i, v in r["th"].cotangents.items():
+            arrays[f"cotangent_{i}"] = v
         for side, res in (("graphfront", r["gf"]), ("torch", r["th"])):
             for i, o in enumerate(res.outputs or []):
                 arrays[f"{side}_out_{i}"] = o
@@ -379,7 +386,7 @@ class Checker:
             kw_lines,
             f"arrays saved to: {npz}",
             "  (inputs under their names; results as graphfront_out_<i>, torch_out_<i>, graphfront_grad_<name>, "
-            "torch_grad_<name>)",
+            "torch_grad_<name>; the upstream gradient of output <i> as cotangent_<i>)",
             "---------------- graphfront reproducer ----------------",
             gf_src.rstrip(),
             "---------------- torch reproducer ----------------",
@@ -387,6 +394,21 @@ class Checker:
             "----------------------------------------------------",
         ]
         raise AssertionError("\n".join(lines))
+
+
+def _cotangents(seed, draw, call):
+    """``cotangent(i, shape)``: the upstream gradient of output ``i`` in check call ``call`` of a draw.
+
+    float32 values of random sign and magnitude in [0.5, 1.5), drawn from their own
+    generator (``[seed, draw, call, i]``), so both sides (and the float64 reference)
+    receive the same array whatever else the draw consumed, and no element is close to 0
+    (a comparer may divide a gradient by it).
+    """
+    def cotangent(i, shape):
+        rng = np.random.default_rng([seed, draw, call, i, 0xC07])
+        magnitude = rng.uniform(0.5, 1.5, size=shape)
+        return np.where(rng.random(size=shape) < 0.5, -magnitude, magnitude).astype(np.float32)
+    return cotangent
 
 
 def _indent(text):
@@ -416,7 +438,7 @@ REFERENCE_WRONG = "torch reference is wrong here"
 GRAPHFRONT_WRONG = "graphfront is wrong here"
 
 
-def _float64_verdict(g, resolved, leaves, train, device, case, compare) -> tuple:
+def _float64_verdict(g, resolved, leaves, train, device, case, compare, cotangent) -> tuple:
     """Judge a float32 mismatch against torch run with the float32 inputs in float64.
 
     Returns ``(verdict, note)``: ``REFERENCE_WRONG`` when graphfront's results match the
@@ -430,7 +452,7 @@ def _float64_verdict(g, resolved, leaves, train, device, case, compare) -> tuple
         return None, "float64 arbitration: no float32 input, nothing to widen"
     by_id = {id(tv): wide.get(id(tv), tv) for _, tv in leaves}
     resolved64 = {k: _substitute(v, by_id) for k, v in resolved.items()}
-    ref = _run_torch(g, resolved64, _leaves(resolved64), train, device)
+    ref = _run_torch(g, resolved64, _leaves(resolved64), train, device, cotangent)
     if ref.error:
         return None, f"float64 arbitration impossible: torch raised {ref.error_line} on float64 inputs"
 
@@ -442,7 +464,7 @@ def _float64_verdict(g, resolved, leaves, train, device, case, compare) -> tuple
     def problems(outputs, grads, side):
         c = _compare.Case(kwargs=case.kwargs, inputs=case.inputs, outputs=outputs, grads=grads,
                           torch_outputs=ref_outputs, torch_grads=ref_grads, train=train, rtol=case.rtol,
-                          atol=case.atol)
+                          atol=case.atol, cotangents=case.cotangents)
         found = _compare.structure_problems(c) or _compare.run_comparer(compare, c)
         # the comparer calls its sides "graphfront" and "torch": here they are `side` and float64
         return [re.sub(r"\b(graphfront|torch)\b", lambda m: side if m.group(1) == "graphfront" else "float64", p)
@@ -462,7 +484,7 @@ def _float64_verdict(g, resolved, leaves, train, device, case, compare) -> tuple
 
 # ------------------------------------------------------------------ graphfront side
 
-def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True):
+def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True, cotangent=None):
     import graphfront as flow
     from graphfront import typing as tp
     from graphfront.framework import dtypes as _dt
@@ -498,7 +520,8 @@ def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True
                 kwargs = {k: _substitute(v, blobs) for k, v in resolved.items()}
                 outs = _flatten(f(flow, **kwargs), BlobDesc, "graphfront")
                 if train:
-                    loss = _harness_loss(outs, [(leaf, blobs[id(tv)]) for leaf, tv in trainable])
+                    loss = _harness_loss(outs, [(leaf, blobs[id(tv)]) for leaf, tv in trainable], cotangent,
+                                         res.cotangents)
                     flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
                                        momentum=0).minimize(loss)
                     for leaf, tv in trainable:
@@ -521,8 +544,10 @@ def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True
             session = _session.default_session()
             compiled.plan = Plan(compiled.job, session.variables, session.watchers,
                                  kernel_wrapper=_graph_checker(compiled.job, res.graph_problems))
-        if variables:
-            flow.load_variables({HARNESS_PREFIX + "Var-" + leaf: tv.array for leaf, tv in variables})
+        values = {HARNESS_PREFIX + "Var-" + leaf: tv.array for leaf, tv in variables}
+        values.update({f"{HARNESS_PREFIX}Cotangent-{i}": v for i, v in res.cotangents.items()})
+        if values:
+            flow.load_variables(values)
         outs = gfn(*[tv.array for _, tv in fed])
         res.outputs = [np.asarray(o) for o in outs]
     except Exception as e:  # noqa: BLE001 - a raising side is a result, compared with the other side
@@ -530,23 +555,50 @@ def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True
     return res
 
 
-def _harness_loss(outs, trainable):
-    """sum of every floating output + 0 * sum of each trainable input, as one float32 scalar."""
+def _harness_loss(outs, trainable, cotangent, cotangents):
+    """sum_i(out_i * v_i) over the floating outputs + 0 * sum of each trainable input, as one float32 scalar.
+
+    ``v_i = cotangent(i, shape)`` is a non-trainable float32 variable (recorded in
+    ``cotangents[i]``, loaded after compilation; the float operand of a ``scalar_mul`` for
+    a 0-d output), so input gradients are the vector-Jacobian products with those random
+    upstream gradients.
+    """
+    import graphfront as flow
     from graphfront.framework import dtypes as _dt
     from graphfront.ops.builder import build_op
 
-    def scalar(blob, tag):
-        t = blob
-        if len(t.shape):
-            t = build_op("reduce_sum", {"input_tensor": t}, {"axis": list(range(len(t.shape))), "keepdims": False},
-                         outputs=("output_tensor",), name=f"{HARNESS_PREFIX}{tag}-ReduceSum")
-        if t.dtype is not _dt.float32:
-            t = build_op("cast", {"in": t}, {"dtype": _dt.float32}, name=f"{HARNESS_PREFIX}{tag}-Cast")
-        return t
+    def f32(blob, tag):
+        if blob.dtype is _dt.float32:
+            return blob
+        return build_op("cast", {"in": blob}, {"dtype": _dt.float32}, name=f"{HARNESS_PREFIX}{tag}-Cast")
 
-    terms = [scalar(o, f"Loss-{i}") for i, o in enumerate(outs) if o.dtype.is_floating_point]
+    def total(blob, tag):
+        if not len(blob.shape):
+            return blob
+        return build_op("reduce_sum", {"input_tensor": blob}, {"axis": list(range(len(blob.shape))),
+                                                               "keepdims": False},
+                        outputs=("output_tensor",), name=f"{HARNESS_PREFIX}{tag}-ReduceSum")
+
+    terms = []
+    for i, o in enumerate(outs):
+        if not o.dtype.is_floating_point:
+            continue
+        if o.is_dynamic:
+            raise NotImplementedError(f"AutoTest: output {i} has a dynamic shape; its cotangent cannot be drawn "
+                                      f"before the job runs")
+        v = cotangent(i, tuple(o.shape))
+        if not v.ndim:  # a 0-d output: the cotangent is the float operand of a scalar_mul
+            terms.append(build_op("scalar_mul", {"in": f32(o, f"Loss-{i}")},
+                                  {"has_float_operand": True, "float_operand": float(v)},
+                                  name=f"{HARNESS_PREFIX}Loss-{i}-ScalarMul"))
+            continue
+        cotangents[i] = v
+        var = flow.get_variable(f"{HARNESS_PREFIX}Cotangent-{i}", shape=v.shape, dtype=_dt.float32,
+                                initializer=flow.zeros_initializer(_dt.float32), trainable=False)
+        prod = build_op("multiply", {"x": f32(o, f"Loss-{i}"), "y": var}, name=f"{HARNESS_PREFIX}Loss-{i}-Multiply")
+        terms.append(total(prod, f"Loss-{i}"))
     for leaf, blob in trainable:
-        s = scalar(blob, f"Zero-{leaf}")
+        s = f32(total(blob, f"Zero-{leaf}"), f"Zero-{leaf}")
         terms.append(build_op("scalar_mul", {"in": s}, {"has_float_operand": True, "float_operand": 0.0},
                               name=f"{HARNESS_PREFIX}Zero-{leaf}-ScalarMul"))
     if len(terms) == 1:
@@ -636,7 +688,7 @@ def _check_blob(op, lbn, t, desc, device, problems):
 
 # ------------------------------------------------------------------ torch side
 
-def _run_torch(g, resolved, leaves, train, device):
+def _run_torch(g, resolved, leaves, train, device, cotangent=None):
     import torch
     res = _SideResult()
     try:
@@ -655,7 +707,11 @@ def _run_torch(g, resolved, leaves, train, device):
             outs = [o if isinstance(o, torch.Tensor) else torch.as_tensor(o)
                     for o in _flatten(raw, (torch.Tensor, int, float, bool), "torch")]
             if train:
-                loss = sum(o.sum().float() for o in outs if o.is_floating_point())
+                loss = torch.zeros((), dtype=torch.float32, device=dev)
+                for i, o in enumerate(outs):
+                    if o.is_floating_point():
+                        v = res.cotangents[i] = cotangent(i, tuple(o.shape))
+                        loss = loss + (o.float() * torch.from_numpy(v).to(o.device)).sum()
                 loss = loss + sum(t.sum().float() * 0.0 for _, t in trainable)
                 loss.backward()
         res.outputs = [_to_numpy(o) for o in outs]

@@ -35,10 +35,16 @@ class Case:
         kwargs: the resolved keyword arguments (tensors as arrays).
         inputs: tensor leaf name -> array (``x``; ``xs_0``, ``xs_1`` for lists).
         outputs / torch_outputs: the flattened outputs of each side.
-        grads / torch_grads: leaf name -> gradient of sum(floating outputs), for
-            trainable inputs of train draws (empty otherwise).
+        grads / torch_grads: leaf name -> gradient of ``sum_i(out_i * cotangents[i])``
+            (a vector-Jacobian product), for trainable inputs of train draws (empty
+            otherwise).
         train: whether gradients were computed.
         rtol, atol: the autotest's tolerances.
+        cotangents: output index -> the random float32 upstream gradient of that
+            floating output (train draws; the same array on both sides).
+        history: a dict shared by the draws of one run, where a comparer keeps the
+            evidence that only the draws together can give (see
+            :func:`permutation_problems`).
     """
 
     kwargs: dict
@@ -50,6 +56,8 @@ class Case:
     train: bool
     rtol: float
     atol: float
+    cotangents: dict = dataclasses.field(default_factory=dict)
+    history: dict = dataclasses.field(default_factory=dict)
 
 
 def kind(a: np.ndarray) -> str:
@@ -180,12 +188,13 @@ def statistics_problems(case: Case, sigmas: float = SIGMAS) -> list:
 
 
 def dropout_statistics(x="x", rate="rate", output=0, sigmas: float = SIGMAS):
-    """Comparer for dropout-like ops: ``out = x * mask / (1 - rate)``, ``dx = mask / (1 - rate)``.
+    """Comparer for dropout-like ops: ``out = x * mask / (1 - rate)``, ``dx = v * mask / (1 - rate)``.
 
     ``x`` and ``rate`` name the keyword arguments holding the input tensor and the drop
-    rate; ``output`` indexes the dropped-out output. Checks, on the graphfront side:
-    the gradient of ``x`` (train draws) only takes the values 0 and ``1/(1-rate)``, and
-    defines the keep-mask (else the mask is ``out != 0``); ``out == x * mask / (1-rate)``;
+    rate; ``output`` indexes the dropped-out output (``v`` is its cotangent). Checks, on
+    the graphfront side: the gradient of ``x`` (train draws) divided by ``v`` only takes
+    the values 0 and ``1/(1-rate)``, and defines the keep-mask (else the mask is
+    ``out != 0``); ``out == x * mask / (1-rate)``;
     the kept fraction is ``1 - rate`` within ``sigmas`` binomial standard errors; and
     the zero fraction of the output agrees with torch's statistically.
     """
@@ -198,7 +207,7 @@ def dropout_statistics(x="x", rate="rate", output=0, sigmas: float = SIGMAS):
         if out.shape != xv.shape:
             return [f"output[{output}] has shape {out.shape}, input '{x}' {xv.shape}"]
         if case.train and x in case.grads:
-            g = case.grads[x].astype(np.float64)
+            g = case.grads[x].astype(np.float64) / case.cotangents[output].astype(np.float64)
             mask = g != 0
             if not np.allclose(g[mask], scale, rtol=case.rtol, atol=case.atol):
                 bad = g[mask][~np.isclose(g[mask], scale, rtol=case.rtol, atol=case.atol)]
@@ -251,6 +260,41 @@ def mask_statistics(rate="rate", output=0, sigmas: float = SIGMAS):
         return problems
     compare.__qualname__ = f"mask_statistics(rate={rate!r}, output={output})"
     return compare
+
+
+IDENTITY_ALPHA = 1e-6  # a true random permutation fails the identity test of a run with at most this probability
+
+
+def permutation_problems(case: Case, perm, what="output[0]") -> list:
+    """``perm`` must be a permutation of ``range(len(perm))`` that is not the identity more
+    often than chance over the draws of the run.
+
+    A uniform permutation of ``n`` elements is the identity with probability ``1/n!``;
+    the draws' identities are counted in ``case.history`` and the run fails at the first
+    draw where the probability of seeing at least that many identities (Poisson-binomial
+    tail over the draws so far) falls below :data:`IDENTITY_ALPHA`.
+    """
+    perm = np.asarray(perm).ravel()
+    n = perm.size
+    if not np.array_equal(np.sort(perm), np.arange(n)):
+        return [f"{what} {perm[:12].tolist()} is not a permutation of range({n})"]
+    draws = case.history.setdefault("identity_draws", [])
+    draws.append((n, bool(np.array_equal(perm, np.arange(n)))))
+    k = sum(ident for _, ident in draws)
+    if k == 0:
+        return []
+    dist = np.zeros(len(draws) + 1)  # distribution of the number of identities under uniform permutations
+    dist[0] = 1.0
+    for size, _ in draws:
+        p = 1.0 / math.factorial(size) if size < 171 else 0.0
+        dist[1:] = dist[1:] * (1 - p) + dist[:-1] * p
+        dist[0] *= 1 - p
+    tail = float(dist[k:].sum())
+    if tail < IDENTITY_ALPHA:
+        sizes = [size for size, ident in draws if ident]
+        return [f"{what} is the identity permutation in {k} of {len(draws)} draws so far (of sizes {sizes}); "
+                f"a uniform random permutation does that with probability {tail:.3g} < {IDENTITY_ALPHA}"]
+    return []
 
 
 def run_comparer(compare, case: Case) -> list:

@@ -9,6 +9,7 @@ are not counted.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -44,6 +45,18 @@ def summary_line(name, draws, skipped, ops) -> str:
 
 
 RECORDS: dict = {}
+MUTATION: dict = {}  # mutant name -> the failure that caught it, or None (survived); see testing.mutation
+
+
+@contextlib.contextmanager
+def isolated():
+    """Runs inside do not count in :data:`RECORDS` (the mutation runs of the AutoTest)."""
+    global RECORDS
+    saved, RECORDS = RECORDS, {}
+    try:
+        yield
+    finally:
+        RECORDS = saved
 
 
 def record_for(file, qualname, name) -> AutotestRecord:

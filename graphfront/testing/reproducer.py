@@ -266,10 +266,18 @@ def graphfront_snippet(*, f, kwargs, leaves, train, device, npz, rtol, atol, hea
     if train:
         names = "".join(f"{leaf}, " for leaf, _ in trainable)
         lines += [
-            "        # loss = sum of every floating output (+ 0 * sum of each trainable input, so every input",
-            "        # receives a gradient); learning rate 0 keeps the variables unchanged",
-            "        terms = [flow.cast(flow.math.reduce_sum(o), flow.float32) for o in outs "
-            "if o.dtype.is_floating_point]",
+            "        # loss = sum_i(out_i * cotangent_i) over the floating outputs (+ 0 * sum of each trainable",
+            "        # input, so every input receives a gradient); learning rate 0 keeps the variables unchanged",
+            "        terms = []",
+            "        for i, o in enumerate(outs):",
+            "            if not o.dtype.is_floating_point:",
+            "                continue",
+            "            if not len(o.shape):",
+            "                terms.append(flow.cast(o, flow.float32) * float(data[f'cotangent_{i}']))",
+            "                continue",
+            "            v = flow.get_variable(f'cotangent_{i}', shape=tuple(o.shape), dtype=flow.float32, "
+            "initializer=flow.zeros_initializer(flow.float32), trainable=False)",
+            "            terms.append(flow.math.reduce_sum(flow.cast(o, flow.float32) * v))",
             f"        terms += [flow.cast(flow.math.reduce_sum(v), flow.float32) * 0.0 for v in ({names})]",
             "        loss = flow.math.add_n(terms)",
             "        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]), momentum=0)"
@@ -278,8 +286,11 @@ def graphfront_snippet(*, f, kwargs, leaves, train, device, npz, rtol, atol, hea
             lines.append(f'        flow.watch_diff({leaf}, keep_grad("{leaf}"))')
     lines.append("    return tuple(outs)")
     lines += ["", ""]
-    if variables:
-        lines.append("flow.load_variables({" + ", ".join(f'"{leaf}": data["{leaf}"]' for leaf, _ in variables) + "})")
+    if variables or train:
+        items = [f'"{leaf}": data["{leaf}"]' for leaf, _ in variables]
+        if train:
+            items.append("**{k: data[k] for k in data.files if k.startswith('cotangent_') and data[k].ndim}")
+        lines.append("flow.load_variables({" + ", ".join(items) + "})")
     lines.append("outs = job(" + ", ".join(f'data["{leaf}"]' for leaf, _ in fed) + ")")
     lines += ["for i, out in enumerate(outs):",
               '    key = f"torch_out_{i}"',
@@ -307,7 +318,8 @@ def torch_snippet(*, g, kwargs, leaves, train, device, npz, rtol, atol, header) 
     trainable = [leaf for leaf, tv in leaves if train and tv.requires_grad]
     if train:
         names = "".join(f"{leaf}, " for leaf in trainable)
-        lines += ["loss = sum(o.sum().float() for o in outs if o.is_floating_point())",
+        lines += ["loss = sum((o.float() * torch.tensor(data[f'cotangent_{i}'], device=o.device)).sum()",
+                  "           for i, o in enumerate(outs) if o.is_floating_point())",
                   f"loss = loss + sum(v.sum().float() * 0.0 for v in ({names}))",
                   "loss.backward()"]
     lines += ["for i, out in enumerate(outs):",

@@ -82,13 +82,26 @@ def test_test_multi_output_order(check):
           torch=th, x=tensor(shape, requires_grad=False))
 
 
+def fixed_grads_identity(torch, x1, x2):
+    """x1, with the fixed gradients 1 (x1) and 2 (x2) of OneFlow's TestMultiInputGrad."""
+    class FixedGrads(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            return a.clone()
+
+        @staticmethod
+        def backward(ctx, dy):
+            return torch.ones_like(dy), torch.full_like(dy, 2.0)
+    return FixedGrads.apply(x1, x2)
+
+
 @autotest(n=N)
 def test_test_multi_input_grad(check):
-    """y = x1; OneFlow's TestMultiInputGrad returns fixed gradients 1 (x1) and 2 (x2), which the
-    torch side reproduces with 2 * x2 - 2 * x2.detach() (zero in value)."""
+    """y = x1; OneFlow's TestMultiInputGrad returns fixed gradients 1 (x1) and 2 (x2) whatever
+    the upstream gradient, which the torch side reproduces with a custom autograd Function."""
     shape = dims(check, 2)
     check(graphfront=lambda flow, x1, x2: user_op(flow, "TestMultiInput", {"x1": [x1], "x2": [x2]}, ["y"]),
-          torch=lambda torch, x1, x2: [x1 + 2 * x2 - 2 * x2.detach()],
+          torch=lambda torch, x1, x2: [fixed_grads_identity(torch, x1, x2)],
           x1=tensor(shape), x2=tensor(shape))
 
 

@@ -230,7 +230,8 @@ def test_random_tensor_shapes_values_and_dtypes():
     tensors = draws(random_tensor(), n=300)
     assert all(isinstance(t, TensorValue) for t in tensors)
     assert {t.array.ndim for t in tensors} == {1, 2, 3, 4}
-    assert all(t.shape[0] == 1 for t in tensors)  # dim0 defaults to 1
+    # every dimension is drawn, the leading one included
+    assert {t.shape[0] for t in tensors} == {1, 2, 3, 4, 5, 6}
     assert {d for t in tensors for d in t.shape[1:]} == {1, 2, 3, 4, 5, 6}
     assert all(t.dtype == np.float32 and t.requires_grad and (t.array >= 0).all() and (t.array < 1).all()
                for t in tensors)
@@ -486,3 +487,19 @@ def test_collect_imports_and_runs_autotests_and_reports_broken_files(tmp_path):
     assert rec.draws == 2
     again = coverage.collect(str(tmp_path), n=2)  # records exist now: nothing runs again
     assert again.ran == [] and again.exercised == result.exercised
+
+
+def test_outputs_must_have_exactly_torchs_dtype():
+    @autotest(n=1, auto_backward=False)
+    def wider(check):
+        check(graphfront=lambda flow, x: flow.cast(flow.math.relu(x), flow.float64),
+              torch=lambda torch, x: torch.relu(x), x=random_tensor(ndim=2, dim0=3, dim1=4, low=-1, high=1))
+    with pytest.raises(AssertionError, match=r"output\[0\]: dtype float64 \(graphfront\) vs float32 \(torch\)"):
+        wider()
+
+    @autotest(n=1, auto_backward=False)
+    def narrower(check):
+        check(graphfront=lambda flow, x: flow.cast(flow.math.argmax(x), flow.int8),
+              torch=lambda torch, x: torch.argmax(x, -1), x=random_tensor(ndim=2, dim0=3, dim1=4))
+    with pytest.raises(AssertionError, match=r"output\[0\]: dtype int8 \(graphfront\) vs int64 \(torch\)"):
+        narrower()

@@ -20,13 +20,17 @@ compare="values", **kwargs)``:
 2. builds a fresh graphfront job (``flow.clear_default_session()`` first). When
    ``auto_backward`` and some floating tensor input requires grad it is a *train* job:
    those inputs are trainable ``flow.get_variable`` s holding the drawn values
-   (``flow.load_variables`` after compilation), the loss is the sum of every floating
-   output (``reduce_sum`` + ``add_n``, plus ``0 * sum`` of each trainable input so that
-   every input receives a gradient), the optimizer is SGD with learning rate 0, and
-   each input's gradient is fetched with ``flow.watch_diff``. All other tensors are
+   (``flow.load_variables`` after compilation), the loss is ``sum_i(out_i * v_i)`` over
+   the floating outputs, where ``v_i`` is a random *cotangent* (float32, random sign,
+   magnitude in [0.5, 1.5), drawn per draw and output, the same array on both sides),
+   plus ``0 * sum`` of each trainable input so that every input receives a gradient.
+   Input gradients are thus vector-Jacobian products, as ``torch.autograd.gradcheck``
+   checks them: a normalising op's gradient is not identically zero and a routing
+   error (a permuted, mirrored or transposed gradient) shows. The optimizer is SGD with
+   learning rate 0, and each input's gradient is fetched with ``flow.watch_diff``. All other tensors are
    placeholders (0-d ones non-trainable variables). Otherwise a *predict* job;
 3. runs ``g(torch, **kwargs)`` with the same values (leaf tensors requiring grad) and
-   ``backward()`` of the same loss;
+   ``backward()`` of the same loss (the same cotangents);
 4. compares outputs and gradients (:mod:`graphfront.testing.compare`). When both
    sides raise, the draw is *skipped* (counted); when only one raises, or results
    differ, an AssertionError carries a self-contained reproducer: the seed and draw,
@@ -232,6 +236,7 @@ class _SideResult:
         self.error_line = None     # "ExcType: message" (first line)
         self.graph_problems = []
         self.cotangents = {}       # output index -> the float32 upstream gradient of a train draw
+        self.dtypes = []           # output dtype names (graphfront: declared blob dtypes)
         self.forward_ops = None    # op types exercised (graphfront side, once compiled)
         self.backward_ops = None
 
@@ -335,7 +340,7 @@ class Checker:
         case = _compare.Case(kwargs=_arrays(resolved), inputs={leaf: tv.array for leaf, tv in leaves},
                              outputs=gf.outputs, grads=gf.grads, torch_outputs=th.outputs, torch_grads=th.grads,
                              train=train, rtol=t.rtol, atol=t.atol, cotangents=th.cotangents,
-                             history=self.stats.history)
+                             history=self.stats.history, dtypes=gf.dtypes, torch_dtypes=th.dtypes)
         problems = list(gf.graph_problems) + _compare.structure_problems(case)
         if not problems:
             problems = _compare.run_comparer(compare, case)
@@ -519,6 +524,7 @@ def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True
                         initializer=flow.zeros_initializer(dtype), trainable=train and tv.requires_grad)
                 kwargs = {k: _substitute(v, blobs) for k, v in resolved.items()}
                 outs = _flatten(f(flow, **kwargs), BlobDesc, "graphfront")
+                res.dtypes = [_dtype_name(o.dtype.torch) if o.dtype.torch is not None else o.dtype.name for o in outs]
                 if train:
                     loss = _harness_loss(outs, [(leaf, blobs[id(tv)]) for leaf, tv in trainable], cotangent,
                                          res.cotangents)
@@ -715,11 +721,17 @@ def _run_torch(g, resolved, leaves, train, device, cotangent=None):
                 loss = loss + sum(t.sum().float() * 0.0 for _, t in trainable)
                 loss.backward()
         res.outputs = [_to_numpy(o) for o in outs]
+        res.dtypes = [_dtype_name(o.dtype) for o in outs]
         for leaf, t in trainable:
             res.grads[leaf] = _to_numpy(t.grad) if t.grad is not None else np.zeros(t.shape, dtype=_to_numpy(t).dtype)
     except Exception as e:  # noqa: BLE001 - a raising side is a result
         res.error, res.error_line = _format_error(e)
     return res
+
+
+def _dtype_name(torch_dtype) -> str:
+    """``float32`` for ``torch.float32``."""
+    return str(torch_dtype).replace("torch.", "")
 
 
 def _to_numpy(t):

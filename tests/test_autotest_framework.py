@@ -16,6 +16,7 @@ from graphfront.testing import (autotest, constant, dropout_statistics, mask_sta
 from graphfront.testing import coverage
 from graphfront.testing import records as records_mod
 from graphfront.testing.autotest import DRAW_ENV, N_ENV, SEED_ENV
+from graphfront.testing.compare import Case
 from graphfront.testing.generators import NOTHING, DrawContext, TensorValue
 
 SHIFT = 1.0
@@ -503,3 +504,43 @@ def test_outputs_must_have_exactly_torchs_dtype():
               torch=lambda torch, x: torch.argmax(x, -1), x=random_tensor(ndim=2, dim0=3, dim1=4))
     with pytest.raises(AssertionError, match=r"output\[0\]: dtype int8 \(graphfront\) vs int64 \(torch\)"):
         narrower()
+
+
+def _perm_case():
+    return Case(kwargs={}, inputs={}, outputs=[], grads={}, torch_outputs=[], torch_grads={}, train=False,
+                rtol=0, atol=0)
+
+
+def test_a_permutation_must_be_one_and_not_the_identity_beyond_chance():
+    from graphfront.testing.compare import IDENTITY_ALPHA, permutation_problems
+    assert "is not a permutation of range(3)" in permutation_problems(_perm_case(), [0, 0, 2])[0]
+    # uniform permutations of small sizes are often the identity: never a failure over 1000 draws
+    rng = np.random.default_rng(0)
+    case = _perm_case()
+    assert not any(permutation_problems(case, rng.permutation(int(n))) for n in rng.integers(1, 4, size=1000))
+    # the identity of 10 elements (probability 1/10! < alpha) fails at once; of 3 elements
+    # (1/6) only when it keeps coming
+    assert permutation_problems(_perm_case(), np.arange(10))
+    case = _perm_case()
+    results = [permutation_problems(case, np.arange(3)) for _ in range(10)]
+    first = next(i for i, r in enumerate(results) if r)
+    assert (1 / 6) ** first >= IDENTITY_ALPHA > (1 / 6) ** (first + 1)
+
+
+def test_a_random_ops_comparer_gets_no_second_torch_sample():
+    """A failing statistical comparison is final: torch is not rerun (in float64, with a
+    new random sample) to excuse it."""
+    calls = []
+
+    def th(torch, x):
+        calls.append(x.dtype)
+        return torch.bernoulli(x)
+
+    @autotest(n=1, auto_backward=False)
+    def body(check):
+        check(graphfront=lambda flow, x: flow.random.bernoulli(x) * 0.0, torch=th, compare="statistics",
+              x=constant(np.full((30, 30), 0.5, np.float32)))
+    with pytest.raises(AssertionError) as e:
+        body()
+    assert "fraction of zeros" in str(e.value) and "arbitration" not in str(e.value)
+    assert calls == [torch.float32]

@@ -187,7 +187,8 @@ def test_nothing_drops_the_argument_on_both_sides():
         return flow.math.relu(x)
 
     def torch_side(torch, x, **kw):
-        seen.append(("torch", dict(kw)))
+        if x.dtype == torch.float32:  # not the float64 reference run
+            seen.append(("torch", dict(kw)))
         return torch.relu(x)
 
     @autotest(n=12)
@@ -255,7 +256,8 @@ def test_one_generator_object_is_one_value_per_draw_and_value_returns_it():
     seen = []
 
     def reference(torch, x, y):
-        seen.append((tuple(x.shape), tuple(y.shape)))
+        if x.dtype == torch.float32:  # not the float64 reference run
+            seen.append((tuple(x.shape), tuple(y.shape)))
         return x.sum() + y.sum()
 
     @autotest(n=10)
@@ -290,7 +292,8 @@ def test_random_device_draws_cpu_and_cuda_when_available():
 
 def _recording_autotest(store, n=6):
     def reference(torch, x):
-        store.append(x.detach().numpy().copy())
+        if x.dtype == torch.float32:  # not the float64 reference run
+            store.append(x.detach().numpy().copy())
         return x * 2
 
     @autotest(n=n)
@@ -358,8 +361,8 @@ def test_records_hold_the_exercised_op_types_without_the_harness_ops(capsys):
     assert test_relu_train.autotest.last_run.ops == ["relu", "relu_grad"]
     assert test_relu_forward.autotest.last_run.ops == ["relu"]
     out = capsys.readouterr().out
-    assert "autotest test_relu_train: 3 draws, 0 skipped, ops: relu, relu_grad" in out
-    assert "autotest test_relu_forward: 2 draws, 0 skipped, ops: relu" in out
+    assert "autotest test_relu_train: 3 draws (cpu 3), 0 skipped, ops: relu, relu_grad" in out
+    assert "autotest test_relu_forward: 2 draws (cpu 2), 0 skipped, ops: relu" in out
     rec = test_relu_train.autotest.record
     assert rec.forward_ops == {"relu"} and rec.backward_ops == {"relu_grad"} and rec.draws >= 3
     here = os.path.dirname(os.path.abspath(__file__))
@@ -544,3 +547,25 @@ def test_a_random_ops_comparer_gets_no_second_torch_sample():
         body()
     assert "fraction of zeros" in str(e.value) and "arbitration" not in str(e.value)
     assert calls == [torch.float32]
+
+
+def test_each_draw_picks_its_device_among_those_present(monkeypatch):
+    """cpu and cuda where CUDA is present (so the same suite checks the GPU kernels on a GPU
+    machine), cpu only for an autotest restricted to it; drawn from a generator of its own."""
+    from graphfront.testing.autotest import Checker, RunStats
+
+    @autotest(n=1)
+    def anywhere(check):
+        pass
+
+    @autotest(n=1, devices=("cpu",))
+    def host(check):
+        pass
+
+    def picks(at):
+        return [Checker(at.autotest, None, 7, i, 40, RunStats())._draw_device() for i in range(40)]
+    assert set(picks(anywhere)) == ({"cpu", "cuda"} if torch.cuda.is_available() else {"cpu"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert set(picks(anywhere)) == {"cpu", "cuda"} and set(picks(host)) == {"cpu"}
+    with pytest.raises(ValueError, match="devices must be a non-empty subset"):
+        autotest(devices=("tpu",))(lambda check: None)

@@ -34,7 +34,7 @@ def test_ccrelu(check):
           torch=lambda torch, x: [torch.relu(x)], x=tensor(dims(check, int(check.rng.integers(1, 4)))))
 
 
-@autotest(n=N)
+@autotest(n=N, devices=("cpu",))  # cpu_only_relu_test has a CPU kernel only
 def test_cpu_only_relu_and_attr_auto_type(check):
     def gf(flow, x):
         y = user_op(flow, "cpu_only_relu_test", {"in": [x]}, ["out"])[0]
@@ -64,7 +64,7 @@ def test_test_sources(check):
     check(graphfront=gf, torch=lambda torch: [torch.arange(5.0), torch.arange(float(out_num)), torch.arange(3.0)])
 
 
-@autotest(n=N, auto_backward=False)
+@autotest(n=N, auto_backward=False, devices=("cpu",))  # compared with a CPU torch.Generator's numbers
 def test_test_random_source(check):
     seed = int(check.rng.integers(0, 2 ** 31))
     check(graphfront=lambda flow: user_op(flow, "TestRandomSource", {}, ["out"], {"seed": seed}),

@@ -7,6 +7,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "lenet"))
 
 import graphfront as flow  # noqa: E402
+from graphfront.testing import records  # noqa: E402
+
+AUTOTEST_DIR = os.path.join(ROOT, "tests", "autotest")
 
 
 @pytest.fixture(autouse=True)
@@ -36,3 +39,15 @@ def serve_saved_model():
         sess.launch()
         return sess
     return serve
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The AutoTest summary: draws per file and per device, draws per op type, upstream torch
+    bugs and the mutation score; one line per autotest with the op types it exercised when
+    pytest runs with -v (the project's addopts is -q, so -v brings the verbosity to 0) or
+    GRAPHFRONT_AUTOTEST_SUMMARY=1."""
+    per_test = config.getoption("verbose") >= 0 or os.environ.get("GRAPHFRONT_AUTOTEST_SUMMARY") == "1"
+    text = records.summary(AUTOTEST_DIR, per_test=per_test)
+    if text:
+        terminalreporter.write_sep("-", "graphfront autotest summary")
+        terminalreporter.write_line(text)

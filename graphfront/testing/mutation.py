@@ -20,8 +20,8 @@ from typing import Callable, Optional
 
 from graphfront.testing import records as _records
 
-__all__ = ["Mutant", "applied", "caught", "score", "outputs", "inputs", "attrs", "replace", "flip", "scale",
-           "zeros", "retype"]
+__all__ = ["Mutant", "applied", "caught", "score", "outputs", "inputs", "attrs", "swap_args", "swap_outputs",
+           "replace", "flip", "scale", "zeros", "retype", "shorter"]
 
 
 @dataclasses.dataclass
@@ -139,6 +139,36 @@ def attrs(**changes):
     return mutate
 
 
+def swap_args(i, j):
+    """Call the true kernel with positional arguments ``i`` and ``j`` exchanged."""
+    def mutate(true_factory):
+        def factory(k):
+            fn = true_factory(k)
+
+            def mutated(*args):
+                args = list(args)
+                args[i], args[j] = args[j], args[i]
+                return fn(*args)
+            return mutated
+        return factory
+    return mutate
+
+
+def swap_outputs(i, j):
+    """Return the true kernel's outputs ``i`` and ``j`` exchanged."""
+    def mutate(true_factory):
+        def factory(k):
+            fn = true_factory(k)
+
+            def mutated(*args):
+                outs = list(fn(*args))
+                outs[i], outs[j] = outs[j], outs[i]
+                return tuple(outs)
+            return mutated
+        return factory
+    return mutate
+
+
 def replace(make):
     """A kernel of its own: ``make(k) -> callable`` (the true factory is not used)."""
     return lambda true_factory: make
@@ -172,3 +202,16 @@ def retype(dtype_name):
                 ctx.out[lbn] = desc._replace(dtype=dtype)
         return mutated
     return outputs(lambda t: t.to(dtype.torch)), infer
+
+
+def shorter():
+    """(kernel transform, infer transform): every output one element short in its last
+    dimension, declared so by the inference and returned so by the kernel."""
+    def infer(true_infer):
+        def mutated(ctx):
+            true_infer(ctx)
+            for lbn, desc in list(ctx.out.items()):
+                if desc.shape and desc.shape[-1] > 1:
+                    ctx.out[lbn] = desc._replace(shape=tuple(desc.shape[:-1]) + (desc.shape[-1] - 1,))
+        return mutated
+    return outputs(lambda t: t[..., :-1] if t.dim() and t.shape[-1] > 1 else t), infer

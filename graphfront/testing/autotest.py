@@ -16,7 +16,11 @@ times (one *draw* each) with a ``check`` callable. ``check(graphfront=f, torch=g
 compare="values", **kwargs)``:
 
 1. resolves every generator keyword (:mod:`graphfront.testing.generators`); a
-   ``nothing()`` keyword is dropped on both sides;
+   ``nothing()`` keyword is dropped on both sides. The draw's *device* is the value of
+   a ``random_device()`` keyword, else drawn (from a generator of its own) among cpu
+   and, where present, cuda (``@autotest(devices=("cpu",))`` for host-only ops): the
+   graphfront job is placed on it, and the torch side runs under ``with device:`` so
+   the tensors its function creates land there too;
 2. builds a fresh graphfront job (``flow.clear_default_session()`` first). When
    ``auto_backward`` and some floating tensor input requires grad it is a *train* job:
    those inputs are trainable ``flow.get_variable`` s holding the drawn values
@@ -26,23 +30,31 @@ compare="values", **kwargs)``:
    plus ``0 * sum`` of each trainable input so that every input receives a gradient.
    Input gradients are thus vector-Jacobian products, as ``torch.autograd.gradcheck``
    checks them: a normalising op's gradient is not identically zero and a routing
-   error (a permuted, mirrored or transposed gradient) shows. The optimizer is SGD with
-   learning rate 0, and each input's gradient is fetched with ``flow.watch_diff``. All other tensors are
-   placeholders (0-d ones non-trainable variables). Otherwise a *predict* job;
+   error (a permuted, mirrored or transposed gradient) shows. The optimizer is SGD
+   with learning rate 0, and each input's gradient is fetched with
+   ``flow.watch_diff``. All other tensors are placeholders (0-d ones non-trainable
+   variables). Otherwise a *predict* job. A job without random ops runs *twice* on
+   the same inputs (variables reloaded): any output or gradient that differs between
+   the two runs fails the draw as nondeterministic;
 3. runs ``g(torch, **kwargs)`` with the same values (leaf tensors requiring grad) and
    ``backward()`` of the same loss (the same cotangents);
-4. compares outputs and gradients (:mod:`graphfront.testing.compare`). When both
-   sides raise, the draw is *skipped* (counted); when only one raises, or results
+4. compares outputs and gradients (:mod:`graphfront.testing.compare`): each output's
+   and gradient's shape and dtype must equal torch's exactly, then the values. When
+   both sides raise, the draw is *skipped* (counted); when only one raises, or results
    differ, an AssertionError carries a self-contained reproducer: the seed and draw,
-   every resolved argument, the path of an ``.npz`` with the arrays, and runnable
-   graphfront and PyTorch snippets.
-5. *float64 arbitration*: when values differ and some input is float32, the torch
-   side runs again with those inputs in float64, and both float32 results are compared
-   with it (same tolerances). If graphfront matches the float64 reference, the torch
-   float32 reference was wrong (an upstream kernel bug or rounding): the draw passes,
-   and a note is printed and counted (``RunStats.reference_wrong``, the record's
-   ``reference_wrong``, the pytest summary). Otherwise the failure says
-   "graphfront is wrong here" (torch float32 matches float64) or that both differ.
+   every resolved argument, the path of an ``.npz`` with the arrays (and the
+   cotangents), and runnable graphfront and PyTorch snippets.
+5. *float64 arbitration* (``compare="values"`` with some float32 input, on every
+   draw): torch runs again with those inputs in float64 and the same cotangents, and a
+   draw passes only if graphfront's results are within the tolerances of that
+   reference. graphfront's kernels are torch's kernels, so agreeing with torch float32
+   is not enough: a float32 bug both sides share fails. When graphfront matches float64
+   but torch float32 does not, the draw is an *upstream torch bug*: it is printed and
+   counted apart (``RunStats.torch_bugs``, the record's ``torch_bugs``, the pytest
+   summary) with a reproducer script of the torch side, and graphfront passes. Two
+   float32 results that are each within tolerance of float64 but not of each other
+   fail. Random ops' comparers (``"statistics"``, a callable) get no second torch
+   sample: their verdict is final.
 
 Even draws compile the job with graphfront's cleanup passes (constant folding,
 fusions), odd draws without them (``FunctionConfig.enable_passes(False)``), so both the
@@ -57,8 +69,9 @@ is a hash of the test's file name and qualified name, or ``GRAPHFRONT_AUTOTEST_S
 ``GRAPHFRONT_AUTOTEST_DRAW=i`` runs only draw ``i``; ``GRAPHFRONT_AUTOTEST_N`` overrides
 ``n``. torch's and Python's global RNGs are seeded per draw and restored afterwards.
 
-Each run prints ``autotest test_relu: 20 draws, 0 skipped, ops: relu, relu_grad`` and
-adds to :mod:`graphfront.testing.records`.
+Each run prints ``autotest test_relu: 20 draws (cpu 20), 0 skipped, ops: relu, relu_grad``
+and adds to :mod:`graphfront.testing.records` (draws per device and per op type); the
+mutation score of :mod:`graphfront.testing.mutation` is kept there too.
 """
 import contextlib
 import inspect

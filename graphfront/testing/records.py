@@ -1,4 +1,5 @@
-"""Statistics of AutoTest runs: draws, skipped draws and the op types exercised.
+"""Statistics of AutoTest runs: draws (per device and per op type), skipped draws, the op
+types exercised, upstream torch bugs found, and the mutation score.
 
 Every autotest run adds to one :class:`AutotestRecord` per test function, keyed by
 ``(source file, qualified name)`` so that a module imported twice (by pytest and by
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import textwrap
 
 
 @dataclasses.dataclass
@@ -108,8 +110,9 @@ def summary(directory=None, per_test=True) -> str:
         for t, n in r.op_draws.items():
             op_draws[t] = op_draws.get(t, 0) + n
     if op_draws:
-        lines.append(f"draws per op ({len(op_draws)} op types): "
-                     + ", ".join(f"{t} {n}" for t, n in sorted(op_draws.items())))
+        lines.append(f"draws per op ({len(op_draws)} op types):")
+        lines.extend(textwrap.wrap(", ".join(f"{t} {n}" for t, n in sorted(op_draws.items())), 100,
+                                   initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False))
     lines.extend(mutation_lines())
     return "\n".join(lines)
 

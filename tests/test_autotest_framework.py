@@ -17,6 +17,8 @@ from graphfront.testing import coverage
 from graphfront.testing import records as records_mod
 from graphfront.testing.autotest import DRAW_ENV, N_ENV, SEED_ENV
 from graphfront.testing.compare import Case
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from graphfront.testing.generators import NOTHING, DrawContext, TensorValue
 
 SHIFT = 1.0
@@ -92,7 +94,8 @@ def test_the_reproducer_snippets_run_on_their_own(tmp_path):
     (tmp_path / "gf.py").write_text(gf)
     (tmp_path / "th.py").write_text(th)
     for script, other in (("gf.py", "torch"), ("th.py", "graphfront")):
-        done = subprocess.run([sys.executable, script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        done = subprocess.run([sys.executable, script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=ROOT))  # this checkout's graphfront
         assert done.returncode == 0, done.stderr
         assert f"output 0: MISMATCH (shape (3, 4) vs {other} (3, 4), max abs diff 1)" in done.stdout
         assert f"gradient of x: OK (shape (3, 4) vs {other} (3, 4), max abs diff 0)" in done.stdout

@@ -17,10 +17,9 @@ from graphfront.testing import coverage
 from graphfront.testing import records as records_mod
 from graphfront.testing.autotest import DRAW_ENV, N_ENV, SEED_ENV
 from graphfront.testing.compare import Case
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from graphfront.testing.generators import NOTHING, DrawContext, TensorValue
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIFT = 1.0
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import textwrap
 
 
 @dataclasses.dataclass
@@ -111,8 +110,13 @@ def summary(directory=None, per_test=True) -> str:
             op_draws[t] = op_draws.get(t, 0) + n
     if op_draws:
         lines.append(f"draws per op ({len(op_draws)} op types):")
-        lines.extend(textwrap.wrap(", ".join(f"{t} {n}" for t, n in sorted(op_draws.items())), 100,
-                                   initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False))
+        line = ""
+        for item in (f"{t} {n}" for t, n in sorted(op_draws.items())):
+            if line and len(line) + len(item) > 96:
+                lines.append(f"  {line},")
+                line = ""
+            line = f"{line}, {item}" if line else item
+        lines.append(f"  {line}")
     lines.extend(mutation_lines())
     return "\n".join(lines)
 

@@ -9,6 +9,7 @@ of a max pool) are computed by that op's torch kernel first (``FED_BY``).
 import inspect
 import typing
 
+import jax  # noqa: F401 - a hard requirement of the `test` extra: its absence fails, never skips
 import numpy as np
 import pytest
 
@@ -17,8 +18,6 @@ from graphfront import typing as tp
 from graphfront.ops import registry
 from graphfront.ops.builder import build_op
 from graphfront.ops.fused_ops import encode_constant
-
-pytest.importorskip("jax")  # the `xla` and `test` extras install it
 
 
 import torch  # noqa: E402

@@ -192,7 +192,7 @@ def _cast_to_static_shape_onnx(c):
 
 
 op("cast_to_static_shape", inputs=["input"], outputs=["output"],
-   infer=lambda ctx: ctx.set_output("output", ctx.input("input").shape, ctx.input("input").dtype),
+   infer=lambda ctx: ctx.set_output("output", ctx.input("input").shape, ctx.input("input").dtype, is_dynamic=False),
    kernel=_cast_to_static_kernel, onnx=_cast_to_static_shape_onnx,
    grad=lambda g: g.set_grad("input", g.emit("identity", {"in": g.dout("output")})),
    doc="the same blob with a static shape (zero-padded when the run-time blob is smaller)", amp="clear")

@@ -170,7 +170,8 @@ class TorchBertPretrain(nn.Module):
                 masked_lm_positions, masked_lm_weights):
         v, (b, s) = self.v, input_ids.shape
         table = v["bert-embeddings-word_embeddings"]
-        h = table[input_ids.long()] + v["bert-embeddings-token_type_embeddings"][segment_ids.long()]
+        h = F.embedding(input_ids.long(), table) + F.embedding(segment_ids.long(),
+                                                               v["bert-embeddings-token_type_embeddings"])
         h = h + v["bert-embeddings-position_embeddings"][:, :s]
         h = self._drop(self._ln(h, "bert-embeddings-LayerNorm")).reshape(b * s, -1)
         width = h.shape[-1]

@@ -36,6 +36,13 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 DEVICES = ["cpu", pytest.param("gpu", marks=[pytest.mark.cuda, cuda])]
 
 
+@pytest.fixture(autouse=True)
+def no_tf32(monkeypatch):
+    """float32 on CUDA means float32 here: no TF32 matmuls or convolutions on either side."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+
+
 def _variables():
     return {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
 

@@ -162,7 +162,9 @@ def synthetic_batch(args, seed=0):
     """A random pretraining batch (numpy) shaped as OneFlow-Benchmark's BERT decoder gives it."""
     rng = np.random.default_rng(seed)
     b, s, p = args.batch_size_per_device, args.seq_length, args.max_predictions_per_seq
-    lengths = rng.integers(s // 2, s + 1, b)
+    if p > s:
+        raise ValueError(f"max_predictions_per_seq {p} exceeds seq_length {s}")
+    lengths = rng.integers(max(s // 2, p), s + 1, b)   # real tokens per sequence, the rest padding
     mask = (np.arange(s)[None, :] < lengths[:, None]).astype(np.int32)
     positions = np.stack([np.sort(rng.choice(n, p, replace=False)) for n in lengths]).astype(np.int32)
     return {

@@ -37,10 +37,12 @@ DEVICES = ["cpu", pytest.param("gpu", marks=[pytest.mark.cuda, cuda])]
 
 
 @pytest.fixture(autouse=True)
-def no_tf32(monkeypatch):
+def no_tf32():
     """float32 on CUDA means float32 here: no TF32 matmuls or convolutions on either side."""
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def _variables():
@@ -286,3 +288,22 @@ def test_bert_warmup_from_zero_holds_the_loss_as_oneflow_benchmark_defaults_do()
     np.testing.assert_allclose(got, ref, rtol=1e-5)
     assert got[1] == got[0]                               # step 0 has learning rate 0
     assert abs(got[-1] - got[0]) < 1e-3
+
+
+# ----------------------------------------------------------------------------- the scripts
+
+@pytest.mark.parametrize("script, extra", [
+    ("resnet50", ["--batch-size", "2", "--image-size", "32", "--width", "0.125"]),
+    ("bert_pretrain", ["--batch-size", "2", "--layers", "1", "--heads", "1", "--vocab-size", "100",
+                       "--seq-length", "32"]),
+])
+def test_benchmark_script_prints_samples_per_second_and_ratios(script, extra, capsys):
+    spec = importlib.util.spec_from_file_location(f"bench_{script}", os.path.join(ROOT, "benchmarks", f"{script}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    medians = module.main(["--device", "cpu", "--modes", "plan", "--only", "graphfront-plan,torch-eager",
+                           "--rounds", "1", "--steps", "2", "--warmup", "1"] + extra)
+    assert set(medians) == {"graphfront-plan", "torch-eager"} and all(t > 0 for t in medians.values())
+    out = capsys.readouterr().out
+    assert "ratio to best peer (torch-eager)" in out and "samples/s" in out
+    assert out.count("\ngraphfront-plan ") == 1

@@ -76,15 +76,17 @@ def _resnet_args(**kw):
     return args
 
 
+@pytest.mark.parametrize("channel_last", [False, True], ids=["NCHW", "NHWC"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_resnet50_train_step_matches_pytorch(device):
-    args = _resnet_args(device=device)
+def test_resnet50_train_step_matches_pytorch(device, channel_last):
+    args = _resnet_args(device=device, channel_last=channel_last)
     rng = np.random.default_rng(0)
     images = rng.standard_normal((4, 3, 64, 64)).astype(np.float32)
     labels = rng.integers(0, 10, 4).astype(np.int32)
+    fed = np.ascontiguousarray(images.transpose(0, 2, 3, 1)) if channel_last else images
 
     @flow.global_function(type="train")
-    def step(x: tp.Numpy.Placeholder(images.shape), y: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+    def step(x: tp.Numpy.Placeholder(fed.shape), y: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
         with flow.scope.placement(device, "0:0"):
             logits = resnet_model.resnet50(x, args)
             loss = flow.math.reduce_mean(flow.nn.softmax_cross_entropy_with_logits(
@@ -94,10 +96,14 @@ def test_resnet50_train_step_matches_pytorch(device):
 
     step.compiled_job   # compiles the session and initializes the variables
     before = _variables()
-    loss = step(images, labels)
+    loss = step(fed, labels)
     after = _variables()
     convs, bns = tm.resnet_variable_names(args.block_counts)
     assert {c + "-weight" for c in convs} | {b + "-gamma" for b in bns} | {"fc1001-weight"} <= set(before)
+    if channel_last:   # (out, k, k, in) convolution weights, as OneFlow-Benchmark's NHWC model
+        assert before["conv1-weight"].shape == (8, 7, 7, 3)
+        for d in (before, after):
+            d.update({c + "-weight": d[c + "-weight"].transpose(0, 3, 1, 2) for c in convs})
 
     dev = "cuda" if device == "gpu" else "cpu"
     model = tm.TorchResNet50(before, args.block_counts).to(dev).train()

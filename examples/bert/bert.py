@@ -70,7 +70,6 @@ def _TransformerModel(input_blob, attention_mask_blob, seq_length, hidden_size, 
         raise ValueError(f"hidden_size {hidden_size} is not a multiple of num_attention_heads {num_attention_heads}")
     head_size = hidden_size // num_attention_heads
     prev = flow.reshape(input_blob, (-1, hidden_size))
-    outputs = []
     for layer_idx in range(num_hidden_layers):
         with flow.scope.namespace("layer_%d" % layer_idx):
             layer_input = prev
@@ -94,8 +93,7 @@ def _TransformerModel(input_blob, attention_mask_blob, seq_length, hidden_size, 
                                       CreateInitializer(initializer_range))
                 out = _Dropout(out, hidden_dropout_prob)
                 prev = _LayerNorm(out + attention, hidden_size)
-                outputs.append(prev)
-    return [flow.reshape(prev, (-1, seq_length, hidden_size))]
+    return [flow.reshape(prev, (-1, seq_length, hidden_size))]   # the last layer only (do_return_all_layers=False)
 
 
 def _AttentionLayer(from_blob, to_blob, attention_mask_blob, num_attention_heads, size_per_head,  # noqa: N802

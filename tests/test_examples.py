@@ -8,6 +8,7 @@ import os
 import shutil
 import xml.etree.ElementTree as ET
 
+import numpy as np
 import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
@@ -97,3 +98,37 @@ def test_lenet_trains_from_ofrecord_shards_read_inside_the_jobs(tmp_path):
     assert acc > 0.6
     _check_run_dir(tmp_path / "run")
 
+
+
+def test_resnet50_trains_from_imagenet_style_ofrecord_shards(tmp_path):
+    from PIL import Image
+    from graphfront.tools import ofrecord as tool
+    rng = np.random.default_rng(0)
+    for c in range(3):   # three classes of RGB JPEGs of differing sizes, one colour each
+        (tmp_path / "images" / f"class{c}").mkdir(parents=True)
+        for i in range(8):
+            h, w = rng.integers(40, 80, 2)
+            pixels = np.clip(rng.normal(60 + 70 * c, 20, (h, w, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "images" / f"class{c}" / f"{i}.jpg")
+    count, classes = tool.write_folder(str(tmp_path / "images"), str(tmp_path / "shards" / "train"), data_part_num=2)
+    assert count == 24 and len(classes) == 3
+    train = _example("resnet50/train.py", "resnet50_train_example")
+    losses = train.main(["--ofrecord", str(tmp_path / "shards"), "--device", "cpu", "--batch_size", "8",
+                         "--image_size", "32", "--block_counts", "1,1,1,1", "--width", "0.125", "--num_classes", "3",
+                         "--steps", "12", "--learning_rate", "0.05", "--loss_print_every_n_iter", "4",
+                         "--model_save_dir", str(tmp_path / "ckpt")])
+    assert np.mean(losses[-3:]) < np.mean(losses[:3])
+    assert (tmp_path / "ckpt" / "res4_0_branch2b_bn-moving_variance" / "out").exists()
+
+
+def test_bert_pretraining_example_loss_falls(tmp_path, capsys):
+    train = _example("bert/train.py", "bert_train_example")
+    history = train.main(["--device", "cpu", "--layers", "2", "--num_attention_heads", "2", "--batch-size", "8",
+                          "--vocab_size", "1000", "--iter_num", "20", "--warmup_proportion", "0",
+                          "--loss_print_every_n_iter", "10", "--model_save_dir", str(tmp_path / "ckpt")])
+    assert history[-1, 0] < history[0, 0] - 1.0          # total loss of the fixed batch
+    assert "updates applied 20" in capsys.readouterr().out
+    names = {p.name for p in (tmp_path / "ckpt").iterdir()}
+    assert {"bert-embeddings-word_embeddings", "bert-encoder-layer_1-attention-self-query-weight",
+            "bert-encoder-layer_0-attention-output-LayerNorm-gamma", "cls-predictions-output_bias",
+            "cls-seq_relationship-output_weights"} <= names

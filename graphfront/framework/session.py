@@ -302,9 +302,10 @@ def trace(session, gf, placeholders=None):
     job = job_pb2.Job()
     job.job_conf.CopyFrom(gf.config.job_config_proto)
     job.job_conf.job_name = gf.name
-    if gf.type == "train" or gf.config.job_config_proto.HasField("train_conf"):  # config.train.* makes a train job
+    train = gf.type == "train" if gf.type is not None else gf.config.job_config_proto.HasField("train_conf")
+    if train:
         job.job_conf.train_conf.SetInParent()
-    else:
+    else:  # (the oneof drops any train settings: they do nothing in a predict job)
         job.job_conf.predict_conf.SetInParent()
     builder = jb.JobBuilder(job, session.default_scope(gf.config), session)
     builder.logical_view = gf.config._logical_view  # (flow.scope.mirrored_view_enabled())
@@ -700,12 +701,16 @@ class GlobalFunction:
         return self.session.compiled(self.name)
 
 
-def global_function(type: str = "predict",  # noqa: A002 - OneFlow's name
+def global_function(type: str | None = None,  # noqa: A002 - OneFlow's name
                     function_config: FunctionConfig | None = None) -> Callable[[Callable], GlobalFunction]:
     """Decorator turning a Python function into a lazily compiled job.
 
     Args:
-        type: ``"train"`` (autograd and optimizer passes run) or ``"predict"``.
+        type: ``"train"`` (autograd and optimizer passes run) or ``"predict"``. A given
+            type decides, as in OneFlow: a predict job ignores the config's
+            ``config.train.*`` settings. Without a type (or in the deprecated form
+            ``global_function(config)``) the config decides: a train job if it sets any
+            ``config.train.*``, else a predict job.
         function_config: a ``flow.FunctionConfig`` (deep-copied at decoration time).
 
     Returns:
@@ -718,8 +723,8 @@ def global_function(type: str = "predict",  # noqa: A002 - OneFlow's name
         ValueError: for any other ``type``; TypeError for unannotated parameters.
     """
     if isinstance(type, FunctionConfig):
-        type, function_config = "predict", type
-    if type not in ("train", "predict"):
+        type, function_config = None, type
+    if type not in ("train", "predict", None):
         raise ValueError(f'global_function: type must be "train" or "predict", received {type!r}')
     config = function_config or FunctionConfig()
 

@@ -277,7 +277,7 @@ def test_system_op_rules_match_their_kernels():
     conf.int_operand = 7
     conf.data_type = flow.int64.proto
     for kind, conf, args in (("identity_conf", None, [like]), ("constant_like_conf", conf, [like])):
-        want = SYSTEM_OPS[kind].kernel(conf)(*[torch.from_numpy(a) for a in args]).numpy()
+        want = SYSTEM_OPS[kind].kernel(conf, None)(*[torch.from_numpy(a) for a in args]).numpy()
         got = np.asarray(jax.jit(SYSTEM_OPS[kind].xla(conf))(*args))
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
@@ -287,7 +287,7 @@ def test_system_op_rules_match_their_kernels():
     lr.warmup_conf.linear_conf.warmup_batches = 3
     lr.warmup_conf.linear_conf.start_multiplier = 0.1
     fn = jax.jit(SYSTEM_OPS["learning_rate_schedule_conf"].xla(lr))
-    kernel = SYSTEM_OPS["learning_rate_schedule_conf"].kernel(lr)
+    kernel = SYSTEM_OPS["learning_rate_schedule_conf"].kernel(lr, None)
     for step in (0, 2, 3, 7, 12):
         t = np.array([step], np.int64)
         np.testing.assert_array_equal(np.asarray(fn(t)), kernel(torch.from_numpy(t)).numpy())

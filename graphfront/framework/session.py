@@ -472,7 +472,12 @@ class CompiledJob:
             return np.ascontiguousarray(value)
         t = _dt.numpy_to_tensor(value)
         device = self.input_devices[i]
-        return t if device.type == "cpu" else t.to(device, non_blocking=True)
+        if device.type == "cpu":
+            return t
+        check = getattr(self.plan, "check_feeds", None)
+        if check is not None:  # index values checked on the host: a bad one never reaches the device
+            check([value if j == i else None for j in range(len(self.input_devices))])
+        return t.to(device, non_blocking=True)
 
     def run_arrays(self, arrays) -> list:
         """LazyRun on ndarrays already checked against the placeholders (shape, dtype; one

@@ -692,9 +692,12 @@ def _nd_linear(shape, idx):
         zeros = torch.zeros(count, dtype=torch.long, device=idx.device)
         return zeros, zeros == 0, acc
     idx = idx.reshape(count, k).long()
-    dims = torch.tensor(tuple(shape[:k]), dtype=torch.long, device=idx.device)
-    valid = ((idx >= 0) & (idx < dims)).all(-1)
-    ids = (idx * torch.tensor(strides, dtype=torch.long, device=idx.device)).sum(-1)
+    # (column by column with Python ints: no constant tensor is copied to the device per call)
+    valid = (idx[:, 0] >= 0) & (idx[:, 0] < shape[0])
+    ids = idx[:, 0] * strides[0]
+    for j in range(1, k):
+        valid = valid & (idx[:, j] >= 0) & (idx[:, j] < shape[j])
+        ids = ids + idx[:, j] * strides[j]
     return torch.where(valid, ids, torch.zeros_like(ids)), valid, acc
 
 
@@ -1264,10 +1267,13 @@ def _one_hot_kernel(k):
     on = k.attr("floating_on_value") if dtype.is_floating_point else k.attr("integer_on_value")
     off = k.attr("floating_off_value") if dtype.is_floating_point else k.attr("integer_off_value")
 
+    # made once, on the op's device (nothing is copied from the host per call or in a CUDA graph)
+    classes = torch.arange(depth, device=k.device)
+    on_t = torch.full((), on, dtype=dtype.torch, device=k.device)
+    off_t = torch.full((), off, dtype=dtype.torch, device=k.device)
+
     def one_hot(idx):
-        hot = idx.long().unsqueeze(-1) == torch.arange(depth, device=idx.device)
-        return torch.where(hot, torch.tensor(on, dtype=dtype.torch, device=idx.device),
-                           torch.tensor(off, dtype=dtype.torch, device=idx.device))
+        return torch.where(idx.long().unsqueeze(-1) == classes, on_t, off_t)
     return one_hot
 
 

@@ -1,7 +1,9 @@
 """Small helpers shared by op families: inference rules, broadcasting, grad wiring."""
 from __future__ import annotations
 
-from graphfront.framework.errors import OpCheckError
+import torch
+
+from graphfront.framework.errors import OpCheckError, OpRunError
 
 
 def like(arg, dtype=None):
@@ -74,3 +76,49 @@ def reduce_to(g, grad_lbn, target_lbn, name):
     axes = [i for i in range(len(gshape)) if i < offset or (tshape[i - offset] == 1 and gshape[i] != 1)]
     return g.emit("reduce_sum_like", {"x": grad_lbn, "like": target_lbn}, {"axis": axes},
                   name=f"{name}_reduce_sum_like")
+
+
+def label_error(k, op_type, value, at):
+    """The OpRunError of class label ``value`` at index ``at``, outside ``[0, depth)``."""
+    return OpRunError(f"op '{k.op_name}' ({op_type}): input 'label' expects class ids in [0, {k.attr('depth')}), "
+                      f"received {value} at index {at}")
+
+
+def label_checks(op_type):
+    """The ``checks`` rule of an op whose input ``label`` holds class ids in ``[0, depth)``."""
+    return lambda k: [("label", k.attr("depth"), lambda value, at: label_error(k, op_type, value, at))]
+
+
+def bad_labels(k, op_type, label, error):
+    """Raise OpRunError naming the op when a label is outside ``[0, depth)``, else ``error``.
+
+    Called by a kernel only after torch's own bounds check failed (on the CPU), so
+    correct labels pay nothing."""
+    depth = k.attr("depth")
+    bad = ((label < 0) | (label >= depth)).nonzero()
+    if not len(bad):
+        raise error
+    at = tuple(bad[0].tolist())
+    raise label_error(k, op_type, int(label[at]), at) from None
+
+
+def skippable(skip_if, tensors, update):
+    """Run ``update()``, which writes ``tensors`` in place, unless ``skip_if`` (an int
+    tensor of one element, or None) is nonzero: the skip of an optimizer step whose
+    gradients overflowed (dynamic loss scaling).
+
+    On the CPU ``skip_if`` is read on the host and the update not run at all. Elsewhere
+    (a GPU) nothing is read on the host, so the step never waits on the device: the
+    update runs and each tensor then keeps its old value where ``skip_if`` is nonzero
+    (``torch.where``, so the overflowed values never mix in)."""
+    if skip_if is None:
+        update()
+    elif skip_if.device.type == "cpu":
+        if not bool(skip_if.reshape(-1)[0] != 0):
+            update()
+    else:
+        old = [t.clone() for t in tensors]
+        update()
+        skip = skip_if.reshape(()) != 0
+        for t, o in zip(tensors, old):
+            t.copy_(torch.where(skip, o, t))

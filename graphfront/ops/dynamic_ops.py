@@ -172,7 +172,7 @@ def _sync_dynamic_resize_infer(conf, ins, job_conf):
     return x.shape, x.dtype, True
 
 
-def _sync_dynamic_resize_kernel(conf):
+def _sync_dynamic_resize_kernel(conf, k):
     axis = conf.axis
 
     def sync_dynamic_resize(x, size):

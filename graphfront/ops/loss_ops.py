@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from graphfront.ops.common import same_dtype
+from graphfront.ops.common import bad_labels, label_checks, same_dtype
 from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 
@@ -143,8 +143,15 @@ def _sparse_ce_infer(ctx):
     ctx.set_output("out", label.shape, pred.dtype)
 
 
-def _sparse_ce_kernel(k):
-    return lambda p, label: -torch.log(p.gather(-1, label.long().unsqueeze(-1)).squeeze(-1))
+def _sparse_ce_kernel(op_type):
+    def make(k):
+        def sparse_ce(p, label):
+            try:
+                return -torch.log(p.gather(-1, label.long().unsqueeze(-1)).squeeze(-1))
+            except (RuntimeError, IndexError) as e:
+                bad_labels(k, op_type, label, e)
+        return sparse_ce
+    return make
 
 
 def _sparse_ce_grad_infer(ctx):
@@ -153,22 +160,28 @@ def _sparse_ce_grad_infer(ctx):
     ctx.set_output("prediction_diff", pred.shape, pred.dtype)
 
 
-def _sparse_ce_grad_kernel(k):
-    def sparse_ce_grad(p, label, dy):
-        idx = label.long().unsqueeze(-1)
-        return torch.zeros_like(p).scatter_(-1, idx, -dy.unsqueeze(-1) / p.gather(-1, idx))
-    return sparse_ce_grad
+def _sparse_ce_grad_kernel(op_type):
+    def make(k):
+        def sparse_ce_grad(p, label, dy):
+            idx = label.long().unsqueeze(-1)
+            try:
+                return torch.zeros_like(p).scatter_(-1, idx, -dy.unsqueeze(-1) / p.gather(-1, idx))
+            except (RuntimeError, IndexError) as e:
+                bad_labels(k, op_type, label, e)
+        return sparse_ce_grad
+    return make
 
 
 for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["out"], attrs={"depth": ("int64", 0)}, infer=_sparse_ce_infer,
-       kernel=_sparse_ce_kernel, onnx=onnx_rules.sparse_cross_entropy,
+       kernel=_sparse_ce_kernel(_t), checks=label_checks(_t), onnx=onnx_rules.sparse_cross_entropy,
        grad=lambda g, t=_t: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"prediction": g.input("prediction"), "label": g.input("label"), "dy": g.dout("out")},
            {"depth": g.attr("depth")})),
        doc="out = -log(prediction[..., label]); prediction holds probabilities")
     op(f"{_t}_grad", inputs=["prediction", "label", "dy"], outputs=["prediction_diff"],
-       attrs={"depth": ("int64", 0)}, infer=_sparse_ce_grad_infer, kernel=_sparse_ce_grad_kernel)
+       attrs={"depth": ("int64", 0)}, infer=_sparse_ce_grad_infer, kernel=_sparse_ce_grad_kernel(f"{_t}_grad"),
+       checks=label_checks(f"{_t}_grad"))
 
 
 # ------------------------------------------------------------------ binary cross entropy

@@ -127,6 +127,8 @@ class OpDef:
     native: Optional[Callable] = None   # kernel factory for the native lowering (default: kernel)
     onnx: Optional[Callable] = None     # ONNX converter (graphfront.onnx)
     xla: Optional[Callable] = None      # jax lowering rule (graphfront.runtime.xla)
+    checks: Optional[Callable] = None   # (k) -> [(arg, size, error)]: index inputs that must lie in [0, size)
+    host_reads: bool = False            # the kernel reads device values on the host (never in a CUDA graph)
 
     def mutated_args(self, attrs) -> tuple:
         """Input args the kernel updates in place, for an op with these attrs."""
@@ -168,7 +170,7 @@ _REGISTRY: dict = {}
 
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
-       xla=None):
+       xla=None, checks=None, host_reads=False):
     """Register a user op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
@@ -180,6 +182,17 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     on equal inputs (never folded or hoisted). ``sbp(ctx)`` lists the op's candidate SBP
     signatures for multi-device jobs (see :mod:`graphfront.parallel.sbp`). ``native``,
     ``onnx`` and ``xla`` are the optional lowering rules described in the module docstring.
+
+    ``checks(k)`` lists the integer inputs whose values must lie in ``[0, size)``, as
+    ``(arg, size, error)`` with ``error(value, at) -> Exception`` (``at``: the index
+    tuple of the first bad element); the kernel itself raises that error on the CPU,
+    where torch raises on a bad index. The plan checks fed values on the host before the
+    step; elsewhere (a GPU, where a bad index trips a device-side assert that kills the
+    process) it clamps the values into range on the device, flags the first bad one and
+    raises its error after the step (:mod:`graphfront.runtime.plan`).
+    ``host_reads=True`` marks kernels that read device values on the host (their output
+    shape or a Python branch depends on them): a job holding one is not captured into a
+    CUDA graph.
     """
     if op_type in _REGISTRY:
         raise ValueError(f"op type {op_type!r} is already registered")
@@ -194,7 +207,7 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
                                   rest[0] if rest else None)
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
-                  view, random, doc, sbp, native, onnx, xla)
+                  view, random, doc, sbp, native, onnx, xla, checks, host_reads)
     _REGISTRY[op_type] = opdef
     return opdef
 

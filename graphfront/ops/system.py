@@ -29,7 +29,7 @@ class SystemOpDef:
     input_fields: tuple          # conf fields holding input lbns (string or repeated string)
     output_field: Optional[str]  # conf field naming the single output blob, or None
     infer: Callable              # (conf, {field: TensorDesc}, job_conf) -> (shape, dtype[, is_dynamic]) or None
-    kernel: Optional[Callable] = None   # (conf) -> callable(*inputs) -> tensor
+    kernel: Optional[Callable] = None   # (conf, KernelCtx) -> callable(*inputs) -> tensor
     interface: bool = False
     grad_pass_through: Optional[str] = None  # input field whose grad is the output grad
     view: bool = False           # output may alias the input
@@ -70,7 +70,7 @@ system_op("input_conf", (), infer=_input_infer, interface=True)
 system_op("variable_conf", (), infer=_variable_infer, interface=True)
 system_op("return_conf", ("in",), infer=_like("in"), interface=True)
 system_op("foreign_watch_conf", ("in",), None, infer=lambda conf, ins, jc: None, interface=True)
-system_op("identity_conf", ("in",), infer=_like("in"), kernel=lambda conf: (lambda x: x),
+system_op("identity_conf", ("in",), infer=_like("in"), kernel=lambda conf, k: (lambda x: x),
           grad_pass_through="in", view=True, xla=lambda conf: (lambda x: x))
 
 
@@ -79,7 +79,7 @@ def _constant_like_infer(conf, ins, job_conf):
     return ins["like"].shape, dtype
 
 
-def _constant_like_kernel(conf):
+def _constant_like_kernel(conf, k):
     value = conf.int_operand if conf.WhichOneof("scalar_operand") == "int_operand" else conf.float_operand
     dtype = _dt.from_proto(conf.data_type).torch if conf.HasField("data_type") else None
     return lambda like: torch.full_like(like, value, dtype=dtype)
@@ -102,15 +102,15 @@ def _decode_random_infer(conf, ins, job_conf):
     return (int(conf.batch_size),) + _shape_of(conf.shape), _dt.from_proto(conf.data_type)
 
 
-def _decode_random_kernel(conf):
+def _decode_random_kernel(conf, k):
     """A new batch drawn from ``data_initializer`` on every run (OneFlow v0.6.0
-    ``oneflow/core/kernel/decode_random_kernel.cpp``), on the host."""
+    ``oneflow/core/kernel/decode_random_kernel.cpp``), on the op's device, from the op's
+    own generator there (:meth:`~graphfront.runtime.plan.KernelCtx.generator`)."""
     from graphfront.runtime.variables import initial_value
     shape = (int(conf.batch_size),) + _shape_of(conf.shape)
     dtype = _dt.from_proto(conf.data_type)
-    gen = torch.Generator()
-    gen.seed()
-    return lambda: initial_value(conf.data_initializer, shape, dtype, torch.device("cpu"), gen)
+    gen, device = k.generator(), k.device
+    return lambda: initial_value(conf.data_initializer, shape, dtype, device, gen)
 
 
 # ``tick`` orders the op after another (a control edge, ``ctrl_in_op_name``), it carries no data
@@ -233,10 +233,21 @@ def learning_rate_at(conf, step: int) -> float:
     raise ValueError(f"unsupported learning-rate decay kind {kind!r}")
 
 
-def _lr_kernel(conf):
+def _lr_kernel(conf, k):
+    """float32 ``(1,)``: the schedule at the train step, evaluated on the host by
+    :func:`learning_rate_at`. On a GPU the step is read from the device only when the
+    ``train_step`` tensor was written by something else than one increment since the
+    last call (its in-place version counter tells), so a steady step does not wait on it."""
+    last = {}  # the step of the last call and the train_step tensor's (storage, version) then
+
     def schedule(train_step):
-        lr = learning_rate_at(conf, int(train_step.reshape(-1)[0]))
-        return torch.tensor([lr], dtype=torch.float32, device=train_step.device)
+        key = (train_step.data_ptr(), train_step._version)
+        if train_step.device.type != "cpu" and last.get("key") == (key[0], key[1] - 1):
+            step = last["step"] + 1  # only the job's own increment wrote it since
+        else:
+            step = int(train_step.reshape(-1)[0])
+        last.update(key=key, step=step)
+        return torch.full((1,), learning_rate_at(conf, step), dtype=torch.float32, device=train_step.device)
     return schedule
 
 

@@ -213,6 +213,12 @@ class AccumulatingPlan:
         self.source = (f"# micro-batch plan (runs {k} times per call)\n{self.micro.source}\n"
                        f"# update plan (runs once per call)\n{self.update.source}")
 
+    def check_feeds(self, arrays):
+        """The micro-batch plan's check of fed index values (whole batches, numpy)."""
+        check = getattr(self.micro, "check_feeds", None)
+        if check is not None:
+            check(arrays)
+
     def __call__(self, feeds):
         parts = [f.chunk(self.k, dim=0) for f in feeds]
         results = [self.micro([p[i] for p in parts]) for i in range(self.k)]

@@ -42,6 +42,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry
 from graphfront.ops.system import lookup_system
+from graphfront.ops.xla_rules import StepChecks
 
 INTERFACE_KINDS = ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf")
 
@@ -55,14 +56,35 @@ def device_of(op_conf, device_ids) -> torch.device:
 
 
 class KernelCtx:
-    """What a kernel factory sees: attrs, input/output descs and the device."""
+    """What a kernel factory sees: attrs, input/output descs and the device.
 
-    def __init__(self, op_conf, descs, device):
+    ``generators``: a list collecting the generators that :meth:`generator` makes (the
+    plan registers them with a captured CUDA graph); None outside a plan.
+    """
+
+    def __init__(self, op_conf, descs, device, generators=None):
         self.op_name = op_conf.name
         self.device = device
         self._uc = op_conf.user_conf
         self._descs = descs
         self.attrs = jb.user_attrs(op_conf)
+        self._generators = generators
+
+    def generator(self, seed=None):
+        """A ``torch.Generator`` on the op's device for the kernel's own random stream,
+        seeded with ``seed`` (an int), or when None with a seed drawn from torch's global
+        CPU generator (so ``flow.manual_seed`` / ``torch.manual_seed`` reproduce it).
+        Draws on a GPU stay on the GPU, and replays of a captured CUDA graph continue the
+        same stream. None on the ``meta`` device (whose tensors hold no values)."""
+        if self.device.type == "meta":
+            return None
+        if seed is None:
+            seed = int(torch.randint(0, 2 ** 62, (1,)))
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
+        if self._generators is not None:
+            self._generators.append(gen)
+        return gen
 
     def attr(self, name):
         return self.attrs[name]
@@ -191,20 +213,22 @@ def call_layout(op_conf):
     return ins, outs
 
 
-def make_kernel(op_conf, descs, device, native=False):
+def make_kernel(op_conf, descs, device, native=False, generators=None):
     """The callable computing one (non-interface) op, from its registered kernel factory
-    (with ``native=True``: the op's ``native`` lowering rule where it has one)."""
+    (with ``native=True``: the op's ``native`` lowering rule where it has one);
+    ``generators`` collects the generators its kernel draws from (:meth:`KernelCtx.generator`)."""
     kind = jb.op_kind(op_conf)
+    ctx = KernelCtx(op_conf, descs, device, generators)
     if kind == "user_conf":
         opdef = registry.lookup(op_conf.user_conf.op_type_name)
         if opdef.kernel is None:
             raise RuntimeError(f"op '{op_conf.name}' ({opdef.op_type}) has no kernel")
         factory = opdef.native if native and opdef.native is not None else opdef.kernel
-        return factory(KernelCtx(op_conf, descs, device))
+        return factory(ctx)
     sysdef = lookup_system(kind)
     if sysdef.kernel is None:
         raise RuntimeError(f"system op '{op_conf.name}' ({kind}) has no kernel")
-    return sysdef.kernel(getattr(op_conf, kind))
+    return sysdef.kernel(getattr(op_conf, kind), ctx)
 
 
 def run_op(op_conf, descs, device, values):
@@ -250,8 +274,16 @@ def _outliving(order):
     return found
 
 
-def _hoistable(order, aliased):
-    """Names of ops computed from variables only (that no op of the job updates)."""
+def _device_checked(order, placements):
+    """Names of the ops off the CPU whose index inputs are checked in the step."""
+    return {op.name for op in order if jb.op_kind(op) == "user_conf"
+            and registry.lookup(op.user_conf.op_type_name).checks is not None
+            and device_of(op, placements.get(op.name, ("0:0",))).type != "cpu"}
+
+
+def _hoistable(order, aliased, exclude=()):
+    """Names of ops computed from variables only (that no op of the job updates), but
+    those in ``exclude``."""
     mutated = set()
     for op in order:
         mutated.update(_mutated_lbns(op))
@@ -266,7 +298,7 @@ def _hoistable(order, aliased):
             continue
         ins = [lbn for _, _, lbn in jb.op_inputs(op)]
         if ins and not op.ctrl_in_op_name and all(l in ready for l in ins) and is_pure(op) and \
-                not any(l in aliased for l in outs):
+                op.name not in exclude and not any(l in aliased for l in outs):
             ready.update(outs)
             hoisted.append(op.name)
     return set(hoisted)
@@ -301,7 +333,7 @@ class Plan:
         placements = placements_of(job)
         order, aliased = schedule(job)
         self.order = order
-        self.hoisted = set() if native else _hoistable(order, aliased)
+        self.hoisted = set() if native else _hoistable(order, aliased, _device_checked(order, placements))
         outliving = _outliving(order)
         env = {"torch": torch}
         names = {}            # lbn -> local variable name
@@ -320,10 +352,15 @@ class Plan:
         self.output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
         self.devices = set()
         self.has_watchers = False
+        self.host_reads = False
         self.lr_ops = []
+        self.generators = []  # the kernels' own generators (registered with a captured CUDA graph)
+        self.checks = StepChecks()  # index checks: of fed values on the host, of computed ones in the step
         results = []
         devices = {}
         var_keys = {}
+        feed_of = {}    # lbn -> feed index
+        check_rows = []  # names of the in-step check rows, in schedule order
 
         def dev_name(device):
             key = str(device)
@@ -348,7 +385,8 @@ class Plan:
                 lbn_device[lbn] = device
             comment = f"  # {_comment(op)}"
             if kind == "input_conf":
-                lines.append(f"{names[outs[0][2]]} = feeds[{self.input_names.index(op.name)}]{comment}")
+                feed_of[outs[0][2]] = self.input_names.index(op.name)
+                lines.append(f"{names[outs[0][2]]} = feeds[{feed_of[outs[0][2]]}]{comment}")
             elif kind == "variable_conf":
                 key = f"V{i}"
                 var_keys[op.name] = key
@@ -370,16 +408,32 @@ class Plan:
                 self.has_watchers = True
             else:
                 key = f"K{i}"
-                fn = make_kernel(op, descs, device, native)
+                fn = make_kernel(op, descs, device, native, self.generators)
                 if kind == "learning_rate_schedule_conf":
                     self.lr_ops.append((op, key))
+                guarded, guard_lines = {}, []
+                if kind == "user_conf":
+                    opdef = registry.lookup(op.user_conf.op_type_name)
+                    self.host_reads |= opdef.host_reads
+                    if opdef.checks is not None:
+                        for a, size, error in opdef.checks(KernelCtx(op, descs, device)):
+                            for lbn in op.user_conf.input[a].s if a in op.user_conf.input else ():
+                                if lbn in feed_of:  # a fed value: checked on the host before the step
+                                    self.checks.add_feed(feed_of[lbn], size, error)
+                                elif device.type != "cpu" and descs[lbn].shape and 0 not in descs[lbn].shape:
+                                    row, gkey = f"c{len(check_rows)}", f"G{i}_{len(guarded)}"
+                                    env[gkey] = _index_guard(size)
+                                    guarded[lbn] = f"{names[lbn]}g"
+                                    guard_lines.append(f"{row}, {guarded[lbn]} = {gkey}({arg(lbn, device)})")
+                                    self.checks.in_step.append((row, tuple(descs[lbn].shape), error))
+                                    check_rows.append(row)
                 ins, out_groups = call_layout(op)
                 args = []
                 for lbns, rep in ins:
                     if rep:
-                        args.append("[" + ", ".join(arg(l, device) for l in lbns) + "]")
+                        args.append("[" + ", ".join(guarded.get(l) or arg(l, device) for l in lbns) + "]")
                     else:
-                        args.append(arg(lbns[0], device) if lbns else "None")
+                        args.append((guarded.get(lbns[0]) or arg(lbns[0], device)) if lbns else "None")
                 targets = []
                 for lbns, rep in out_groups:
                     if rep:
@@ -401,7 +455,10 @@ class Plan:
                     used = [lbn for _, _, lbn in outs if lbn in last_use]
                     hoist_outs.extend(names[l] for l in used)
                     continue
+                lines.extend(guard_lines)
                 lines.append(line)
+                if guarded:
+                    lines.append(f"del {', '.join(guarded.values())}")
             dead = [names[lbn] for _, _, lbn in jb.op_inputs(op) if last_use.get(lbn) == i]
             if kind != "return_conf":
                 dead += [names[lbn] for _, _, lbn in outs if lbn not in last_use]
@@ -424,8 +481,13 @@ class Plan:
                      f"{outs_tuple[1:-1]}= HOISTED[1]"] + lines
         else:  # (hoisted ops whose results nobody reads need not run at all)
             self.hoisted = set()
+        returned = sorted(results, key=lambda r: int(r[1:]))
+        if check_rows:  # the rows of the in-step checks: one more result, read after the step
+            env["CHECK_FLAGS"] = _check_flags
+            lines.append(f"checks = CHECK_FLAGS([{', '.join(check_rows)}])")
+            returned.append("checks")
         body = "\n".join("    " + ln for ln in lines) or "    pass"
-        ret = "(" + "".join(r + ", " for r in sorted(results, key=lambda r: int(r[1:]))) + ")"
+        ret = "(" + "".join(r + ", " for r in returned) + ")"
         src.append(f"def plan(feeds):\n{body}\n    return {ret}\n")
         self.source = "\n".join(src)
         code = compile(self.source, f"<graphfront plan {job.job_conf.job_name!r}>", "exec")
@@ -441,11 +503,47 @@ class Plan:
         """Whether calls replay a captured CUDA graph (after the warm-up call)."""
         return self._graph is not None and not self._graph.failed
 
+    def check_feeds(self, arrays):
+        """Raise the error of the first bad fed index value (of an op's ``checks``), given
+        the feeds as numpy arrays in feed order (None: not checked here): the caller's
+        check before it copies the feeds to the device. Feeds that are CPU tensors are
+        checked by the call itself."""
+        self.checks.check_feeds(arrays)
+
     def __call__(self, feeds):
+        checked = {i for i, _, _ in self.checks.on_feeds}
+        if checked and all(isinstance(feeds[i], torch.Tensor) and feeds[i].device.type == "cpu" for i in checked):
+            self.checks.check_feeds([f.numpy() if i in checked else None for i, f in enumerate(feeds)])
         if self._graph is not None and not self._graph.failed:
-            return self._graph(feeds)
-        with torch.no_grad():
-            return self._fn(feeds)
+            outs = self._graph(feeds)
+        else:
+            with torch.no_grad():
+                outs = self._fn(feeds)
+        if self.checks.in_step:  # (jobs whose checked indices are computed on a GPU: one small read)
+            *outs, flags = outs
+            self.checks.raise_failed(flags.cpu().numpy())
+            outs = tuple(outs)
+        return outs
+
+
+def _index_guard(size):
+    """``ids -> (row, clamped ids)`` for an index input checked in the step: ``row`` the
+    int64 vector ``[failed, flat index, value]`` of the first element outside
+    ``[0, size)`` (``failed`` 0 when none is), ``clamped`` the ids clamped into range so
+    that the kernel never reads outside its input. Nothing is read on the host."""
+    def guard(ids):
+        flat = ids.reshape(-1)
+        bad = (flat < 0) | (flat >= size)
+        first = torch.argmax(bad.to(torch.int32)).reshape(1)  # (0 when none is bad)
+        row = torch.cat([bad.gather(0, first).to(torch.int64), first, flat.gather(0, first).to(torch.int64)])
+        return row, ids.clamp(0, size - 1)
+    return guard
+
+
+def _check_flags(rows):
+    """The step's check flags: ``[any failed]`` + every row (:class:`StepChecks`' layout)."""
+    rows = torch.stack(rows)
+    return torch.cat([rows[:, 0].amax().reshape(1), rows.reshape(-1)])
 
 
 def _comment(op_conf) -> str:
@@ -491,7 +589,7 @@ class CudaGraphRunner:
 
     @classmethod
     def maybe(cls, plan, job, descs, variables):
-        if plan.has_watchers:
+        if plan.has_watchers or plan.host_reads:
             return None
         if any(d.is_dynamic for d in descs.values()):
             return None
@@ -539,9 +637,17 @@ class CudaGraphRunner:
         self.static_feeds = [f.clone() for f in feeds]
         self._fill_lr()
         self.graph = torch.cuda.CUDAGraph()
+        if self.plan.generators and not hasattr(self.graph, "register_generator_state"):
+            raise RuntimeError("this torch cannot register a kernel's own generator with a CUDA graph")
+        for gen in self.plan.generators:  # the kernels' own generators: replays continue their streams
+            self.graph.register_generator_state(gen)
         try:
             with torch.cuda.graph(self.graph), torch.no_grad():
                 self.static_outs = self.plan._fn(self.static_feeds)
+        except BaseException:
+            self.graph = None
+            _release_generators(self.plan.generators)
+            raise
         finally:
             for key, (_, _, fn) in self.lr_static.items():
                 self.plan.env[key] = fn
@@ -571,6 +677,23 @@ class CudaGraphRunner:
         if self.host_step is not None:
             self.host_step += 1
         return tuple(o.clone() for o in self.static_outs)
+
+
+def _release_generators(generators):
+    """After a failed capture, give each generator registered with the graph (and the
+    device's default one) a fresh copy of its state: a capture that ended in an error
+    can leave a state marked as capturing, which makes every later draw outside a
+    graph fail ("Offset increment outside graph capture")."""
+    gens = list(generators)
+    try:
+        gens.append(torch.cuda.default_generators[torch.cuda.current_device()])
+    except (AttributeError, IndexError, RuntimeError):
+        pass
+    for gen in gens:
+        try:
+            gen.graphsafe_set_state(gen.clone_state())
+        except (AttributeError, RuntimeError):
+            pass
 
 
 def _variable_behind(job, lbn):

@@ -18,12 +18,23 @@ Two lowering steps go beyond one call per op:
   plan calls it only when one of those variables changed since the last call (it
   compares the tensors' in-place version counters), so their results are computed once
   per variable state, not once per step.
-* **CUDA graphs.** On a CUDA placement with ``cuda_graph=True`` and static shapes, the
-  first call runs eagerly (warm-up), the second captures the whole step once into a
+* **CUDA graphs.** For a job wholly on CUDA with ``cuda_graph=True`` and static shapes,
+  the first call runs eagerly (warm-up), the second captures the whole step once into a
   ``torch.cuda.CUDAGraph`` and every call then copies the feeds into static buffers and
-  replays it (see :class:`CudaGraphRunner`). Jobs with watch handlers or with kernels
-  that read device values on the host are not captured; a failed capture falls back to
-  eager execution for good. This path needs a GPU and is exercised only where one is.
+  replays it (see :class:`CudaGraphRunner`). The kernels' own generators
+  (:meth:`KernelCtx.generator`) are registered with the graph, so replays draw the
+  random numbers that uncaptured calls would. Jobs with watch handlers, with ops on
+  the CPU or with kernels that read device values on the host (``host_reads``) are not
+  captured; a failed capture falls back to eager execution for good. This path needs a
+  GPU and is exercised only where one is.
+* **Index checks.** An op's ``checks`` rule names integer inputs that must lie in
+  ``[0, size)`` (class labels). Fed values are checked on the host before the step
+  (:meth:`Plan.check_feeds`, by the session before it copies them to the device, or by
+  the call for CPU tensors). A computed value on a GPU is clamped into range on the
+  device, its first bad element flagged, and the flags, returned as one more result of
+  the plan function, are read after the step to raise the op's error (the step then has
+  run on clamped values; a bad index never trips a device-side assert, which would end
+  every later CUDA call of the process). On the CPU the kernel raises it itself.
 
 Hooks: ``kernel_wrapper(op_conf, fn) -> fn`` wraps every kernel (profiling, debugging).
 
@@ -51,6 +62,9 @@ def device_of(op_conf, device_ids) -> torch.device:
     """torch device for an op: ``"gpu"`` -> ``cuda:<first device id>``, else cpu."""
     if op_conf.device_tag == "gpu":
         first = int(device_ids[0].split(":")[1].split("-")[0]) if device_ids else 0
+        if torch.cuda.is_available() and first >= torch.cuda.device_count():
+            raise RuntimeError(f"op '{op_conf.name}' is placed on gpu {first}, but this machine has "
+                               f"{torch.cuda.device_count()} GPU(s) (torch.cuda.device_count())")
         return torch.device("cuda", first)
     return torch.device("cpu")
 
@@ -495,7 +509,8 @@ class Plan:
         self._fn = env["plan"]
         self.env = env
         self._graph = None
-        if cuda_graph and not native and "cuda" in self.devices and torch.cuda.is_available():
+        # (only a job wholly on the GPU: a graph replays device work only, never the host's ops)
+        if cuda_graph and not native and self.devices == {"cuda"} and torch.cuda.is_available():
             self._graph = CudaGraphRunner.maybe(self, job, descs, variables)
 
     @property

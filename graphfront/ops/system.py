@@ -233,6 +233,11 @@ def learning_rate_at(conf, step: int) -> float:
     raise ValueError(f"unsupported learning-rate decay kind {kind!r}")
 
 
+def read_step(train_step) -> int:
+    """The train step held by a one-element tensor, read on the host (a GPU waits)."""
+    return int(train_step.reshape(-1)[0])
+
+
 def _lr_kernel(conf, k):
     """float32 ``(1,)``: the schedule at the train step, evaluated on the host by
     :func:`learning_rate_at`. On a GPU the step is read from the device only when the
@@ -245,7 +250,7 @@ def _lr_kernel(conf, k):
         if train_step.device.type != "cpu" and last.get("key") == (key[0], key[1] - 1):
             step = last["step"] + 1  # only the job's own increment wrote it since
         else:
-            step = int(train_step.reshape(-1)[0])
+            step = read_step(train_step)
         last.update(key=key, step=step)
         return torch.full((1,), learning_rate_at(conf, step), dtype=torch.float32, device=train_step.device)
     return schedule

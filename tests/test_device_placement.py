@@ -1,0 +1,224 @@
+"""A job placed on a device other than the CPU (a GPU) makes every tensor of its steps on
+that device, and reads nothing on the host in a steady step.
+
+Proven on the CPU: the plan's notion of the placement device (``device_of``, in the
+plan and the session) becomes torch's ``meta`` device, which stands for the GPU. Every
+tensor a kernel makes on its placement device is then a meta tensor; a tensor made on the
+host (a CPU tensor: a factory call without the device, a kernel running on the host) or
+host data copied in (``torch.tensor`` / ``torch.as_tensor``, a copy from a CPU tensor) is
+recorded with the op that made it. Meta tensors hold no values, so a kernel that reads a
+device value on the host fails outright; the one such read allowed, the train step for
+the learning-rate schedule on the first call, is counted. Constant folding still runs on
+the CPU at compile time (its values are encoded into the Job).
+"""
+import types
+
+import numpy as np
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework import job_builder as jb
+from graphfront.framework import session as session_mod
+from graphfront.framework.errors import OpRunError
+from graphfront.ops import system
+from graphfront.passes import fold
+from graphfront.runtime import plan as plan_mod
+
+B, C = 8, 10
+META = torch.device("meta")
+_COPIES = {torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default, torch.ops.aten.copy.default}
+
+
+class _HostTensors(TorchDispatchMode):
+    """Records (op, devices) of every aten call that makes a tensor off the meta device or
+    copies from a CPU tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.found = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        made = [t.device.type for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        read = [t.device.type for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if any(d != "meta" for d in made) or (func in _COPIES and "cpu" in read):
+            self.found.append((str(func), read, made))
+        return out
+
+
+class _HostData(TorchFunctionMode):
+    """Records ``torch.tensor`` / ``torch.as_tensor`` calls: host data copied to the device."""
+
+    def __init__(self):
+        super().__init__()
+        self.found = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.tensor, torch.as_tensor):
+            self.found.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _recorded(fn):
+    """``(result, host-made tensors, host data copies)`` of ``fn()``."""
+    with _HostTensors() as tensors, _HostData() as data:
+        result = fn()
+    return result, tensors.found, data.found
+
+
+@pytest.fixture
+def on_meta(monkeypatch):
+    """Jobs compiled from here on run on the meta device; returns the list of train-step
+    reads on the host (the device of each)."""
+    real = plan_mod.device_of
+    monkeypatch.setattr(plan_mod, "device_of", lambda op_conf, ids: META)
+    monkeypatch.setattr(session_mod, "device_of", lambda op_conf, ids: META)
+    monkeypatch.setattr(fold, "rt", types.SimpleNamespace(
+        device_of=real, is_pure=plan_mod.is_pure, placements_of=plan_mod.placements_of, run_op=plan_mod.run_op))
+    reads = []
+    monkeypatch.setattr(system, "read_step", lambda t: reads.append(t.device.type) or 0)
+    return reads
+
+
+def _resnet_like_train_job():
+    """What a ResNet-style benchmark job holds: synthetic data from ``decode_random``
+    (truncated normal, so the redraws), conv, batch norm, dropout, a dense layer, a
+    label-smoothed loss through ``one_hot``, losses on labels fed and computed in the job, a
+    seeded ``bernoulli``, a folded ``range``, a piecewise learning rate, momentum SGD,
+    float16 AMP with dynamic loss scaling."""
+    cfg = flow.FunctionConfig()
+    cfg.enable_auto_mixed_precision(True)
+    cfg.mixed_precision_data_type(flow.float16)  # (as on a GPU)
+    cfg.default_placement_scope(flow.scope.placement("cpu", "0:0"))
+
+    @flow.global_function(type="train", function_config=cfg)
+    def train(y: tp.Numpy.Placeholder((B,), dtype=flow.int32)):
+        images = flow.data.decode_random((3, 8, 8), flow.float, batch_size=B, initializer=flow.truncated_normal(0.5))
+        z = flow.data.decode_random((), flow.int32, batch_size=B,
+                                    initializer=flow.random_uniform_initializer(0, C, dtype=flow.int32))
+        h = flow.layers.conv2d(images, 4, 3, padding="SAME", name="conv", kernel_initializer=flow.truncated_normal(0.1))
+        h = flow.nn.relu(flow.layers.batch_normalization(h, axis=1, name="bn"))
+        h = flow.nn.dropout(h, rate=0.25)
+        logits = flow.layers.dense(flow.reshape(h, (B, -1)), C, name="fc",
+                                   kernel_initializer=flow.truncated_normal(0.1))
+        smooth = flow.one_hot(y, C, on_value=0.91, off_value=0.01, dtype=flow.float)
+        loss = flow.math.reduce_mean(flow.nn.softmax_cross_entropy_with_logits(smooth, logits))
+        for labels in (y, z):  # fed, computed
+            loss = loss + flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+        mask = flow.random.bernoulli(flow.constant(0.5, flow.float, (B,)), seed=3)
+        ramp = flow.cast(flow.range(B), flow.float) * 0.125
+        loss = loss + 1e-3 * flow.math.reduce_mean(mask * ramp)
+        policy = flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=1024.0, increment_period=2)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([2], [0.1, 0.01]), momentum=0.9,
+                           loss_scale_policy=policy).minimize(loss)
+        return loss
+    return train
+
+
+def _op_types(compiled):
+    return {jb.op_type_name(op) for op in compiled.plan.order}
+
+
+def test_gpu_placed_train_step_makes_every_tensor_on_its_device(on_meta):
+    flow.manual_seed(0)
+    train = _resnet_like_train_job()
+    compiled = train.compiled_job          # compile: variables initialized on the device
+    assert {t.device for t in compiled.session.variables.tensors.values()} == {META}
+    plan = compiled.plan
+    kinds = _op_types(compiled)
+    assert {"decode_random_conf", "one_hot", "dropout", "bernoulli", "folded_constant", "constant",
+            "dynamic_loss_scale_schedule", "learning_rate_schedule_conf", "normalization",
+            "sparse_softmax_cross_entropy"} <= kinds, kinds
+    assert {"multi_count_not_finite", "count_not_finite"} & kinds, kinds
+    # the fed labels are checked on the host, the computed ones in the step
+    assert [(i, size) for i, size, _ in plan.checks.on_feeds] == [(0, C)]
+    assert len(plan.checks.in_step) == 2   # the loss and its gradient read z
+    feeds = [torch.zeros(B, dtype=torch.int32, device=META)]
+    for step in range(3):
+        outs, tensors, data = _recorded(lambda: plan._fn(feeds))
+        assert not tensors, f"step {step}: tensors made or read on the host: {tensors}"
+        assert not data, f"step {step}: host data copied in: {data}"
+        loss, flags = outs
+        assert loss.device == META and flags.device == META and flags.shape == (1 + 3 * 2,)
+    assert on_meta == ["meta"]  # the train step was read once, on the first call, never in a steady step
+
+
+def test_the_recorder_sees_a_kernel_that_makes_a_host_tensor(on_meta, monkeypatch):
+    """The check above can fail: a kernel making its output on the host is caught, and so
+    is one copying host data in."""
+    from graphfront.ops import registry
+
+    def host_kernel(k):
+        return lambda x: torch.zeros(x.shape)       # made on the CPU: no device given
+    monkeypatch.setattr(registry.lookup("relu"), "kernel", host_kernel)
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3,))):
+        return flow.math.relu(x)
+    plan = job.compiled_job.plan
+    _, tensors, _ = _recorded(lambda: plan._fn([torch.zeros(3, device=META)]))
+    assert [made for _, _, made in tensors] == [["cpu"]], tensors
+
+    def copy_kernel(k):
+        return lambda x: x + torch.tensor([1.0, 2.0, 3.0], device=x.device)
+    monkeypatch.setattr(registry.lookup("relu"), "kernel", copy_kernel)
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job2(x: tp.Numpy.Placeholder((3,))):
+        return flow.math.relu(x)
+    plan = job2.compiled_job.plan
+    _, _, data = _recorded(lambda: plan._fn([torch.zeros(3, device=META)]))
+    assert data == ["tensor"]
+
+
+def test_old_host_decode_random_would_be_caught(on_meta, monkeypatch):
+    """``decode_random`` drawing on the host (as it once did) is recorded."""
+    from graphfront.runtime.variables import initial_value
+
+    def host_decode_random(conf, k):
+        shape = (int(conf.batch_size),) + tuple(conf.shape.dim)
+        return lambda: initial_value(conf.data_initializer, shape, flow.float, torch.device("cpu")).to(k.device)
+    monkeypatch.setattr(system.SYSTEM_OPS["decode_random_conf"], "kernel", host_decode_random)
+
+    @flow.global_function()
+    def job():
+        return flow.data.decode_random((2,), flow.float, batch_size=3)
+    plan = job.compiled_job.plan
+    _, tensors, _ = _recorded(lambda: plan._fn([]))
+    assert tensors, "a host-made batch went unnoticed"
+
+
+def test_fed_bad_label_is_refused_before_the_step_and_the_session_stays_usable():
+    """A bad fed label raises the op's OpRunError (value and index) before the step runs:
+    no variable changes, and the next good call gives the step an untouched session gives."""
+    def build():
+        flow.clear_default_session()
+        flow.manual_seed(0)
+
+        @flow.global_function(type="train")
+        def train(x: tp.Numpy.Placeholder((4, 3)), y: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+            logits = flow.layers.dense(x, C, name="fc", kernel_initializer=flow.random_normal_initializer(0.1))
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
+            return loss
+        return train
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    good = np.array([1, 2, 3, 4], np.int32)
+    ref = build()
+    want = [ref(x, good) for _ in range(2)]
+    train = build()
+    before = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+    with pytest.raises(OpRunError, match=r"sparse_softmax_cross_entropy.*class ids in \[0, 10\), "
+                                              r"received 12 at index \(2,\)"):
+        train(x, np.array([1, 2, 12, 4], np.int32))
+    after = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    for k in before:
+        np.testing.assert_array_equal(after[k], before[k], err_msg=k)
+    got = [train(x, good) for _ in range(2)]
+    np.testing.assert_array_equal(np.array(got), np.array(want))

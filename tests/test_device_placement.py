@@ -222,3 +222,47 @@ def test_fed_bad_label_is_refused_before_the_step_and_the_session_stays_usable()
         np.testing.assert_array_equal(after[k], before[k], err_msg=k)
     got = [train(x, good) for _ in range(2)]
     np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+def test_in_step_index_guard_clamps_flags_and_raises_the_ops_error():
+    """The GPU's check of computed indices, on CPU tensors: the guard clamps the ids into
+    range and flags the first bad one (nothing read on the host); the flags of a step
+    raise the error of the first failed check with its value and index."""
+    from graphfront.ops.xla_rules import StepChecks
+    guard = plan_mod._index_guard(10)
+    ids = torch.tensor([[3, 12], [-1, 9]], dtype=torch.int32)
+    row, clamped = guard(ids)
+    assert row.tolist() == [1, 1, 12] and clamped.tolist() == [[3, 9], [0, 9]] and clamped.dtype == ids.dtype
+    ok_row, same = guard(torch.tensor([0, 9]))
+    assert ok_row.tolist()[0] == 0 and same.tolist() == [0, 9]
+    checks = StepChecks()
+    checks.in_step = [("c0", (2,), None), ("c1", (2, 2), lambda v, at: OpRunError(f"op 'x': received {v} at {at}"))]
+    checks.raise_failed(plan_mod._check_flags([ok_row, ok_row]).numpy())  # nothing failed: nothing raised
+    with pytest.raises(OpRunError, match=r"received 12 at \(0, 1\)"):
+        checks.raise_failed(plan_mod._check_flags([ok_row, row]).numpy())
+
+
+def test_out_of_device_memory_names_the_job_and_the_size_and_the_session_stays_usable(monkeypatch):
+    """torch's CUDA out-of-memory error becomes DeviceMemoryError naming the job and the
+    size asked for (raised here by a kernel standing in for the allocation); the next
+    call runs."""
+    from graphfront.ops import registry
+    fail = [True]
+
+    def kernel(k):
+        def relu(x):
+            if fail.pop() if fail else False:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a "
+                                                  "total capacity of 79.1 GiB of which 1.2 GiB is free.")
+            return torch.relu(x)
+        return relu
+    monkeypatch.setattr(registry.lookup("relu"), "kernel", kernel)
+
+    @flow.global_function()
+    def big_job(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        return flow.math.relu(x)
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    with pytest.raises(flow.DeviceMemoryError, match=r"job 'big_job' ran out of GPU memory: an allocation of "
+                                                     r"4.00 GiB failed"):
+        big_job(x)
+    np.testing.assert_array_equal(big_job(x), np.maximum(x, 0))

@@ -15,6 +15,7 @@ import functools
 from typing import Callable
 import inspect
 import itertools
+import re
 import threading
 import typing
 import warnings
@@ -29,7 +30,8 @@ from graphfront.core.descriptor_compat import is_repeated
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope as scope_mod
 from graphfront.framework.blob_desc import BlobDesc
-from graphfront.framework.errors import FeedError, GraphfrontError, JobBuildError, format_location, user_frame
+from graphfront.framework.errors import (DeviceMemoryError, FeedError, GraphfrontError, JobBuildError, format_location,
+                                        user_frame)
 from graphfront.ops.builder import unique_str
 from graphfront.runtime.plan import Plan, device_of
 from graphfront.runtime.variables import VariableStore
@@ -421,7 +423,7 @@ class CompiledJob:
                 self.session.variables.flush()                          # bring them up to date (after XLA runs)
             if self.writes_variables:
                 self.session.variables.generation += 1
-            outs = self.plan(feeds)
+            outs = self._run(feeds)
         ann = self.return_annotation
         if self.return_structure is None and ann is inspect.Signature.empty:
             return None  # the job returns nothing (as OneFlow, the call returns None)
@@ -433,6 +435,19 @@ class CompiledJob:
         if isinstance(ann, tp._Alias) and ann.origin is tp.Callback:
             return lambda callback: callback(tp.convert(ann.arg, value()))
         return tp.convert(ann, value())
+
+    def _run(self, feeds):
+        """The plan on ``feeds``; running out of device memory raises DeviceMemoryError."""
+        try:
+            return self.plan(feeds)
+        except torch.cuda.OutOfMemoryError as e:
+            asked = re.search(r"[Tt]ried to allocate ([0-9.]+ [KMGT]?i?B)", str(e))
+            asked = f"an allocation of {asked.group(1)}" if asked else "an allocation"
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            del e
+            torch.cuda.empty_cache()
+            raise DeviceMemoryError(f"job '{self.name}' ran out of GPU memory: {asked} failed ({first}); "
+                                    "use a smaller batch or free other jobs' memory") from None
 
     def _feed(self, i, ph, value):
         name = ph.param_name
@@ -487,7 +502,7 @@ class CompiledJob:
         with self.session.lock:
             if self.writes_variables:
                 self.session.variables.generation += 1
-            outs = self.plan(feeds)
+            outs = self._run(feeds)
         return outs if self.numpy_results else [_to_numpy(t) for t in outs]
 
 

@@ -623,15 +623,16 @@ class CudaGraphRunner:
             self.step_version = self.step_var._version
 
     def __call__(self, feeds):
+        if self.calls == 0:  # warm-up on a side stream (allocator and library handles); its
+            stream = torch.cuda.Stream()  # errors are the step's (a bad value, out of memory)
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream), torch.no_grad():
+                outs = self.plan._fn(feeds)
+            torch.cuda.current_stream().wait_stream(stream)
+            self.calls += 1
+            return outs
         self.calls += 1
         try:
-            if self.calls == 1:  # warm-up on a side stream (allocator and library handles)
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream), torch.no_grad():
-                    outs = self.plan._fn(feeds)
-                torch.cuda.current_stream().wait_stream(stream)
-                return outs
             if self.graph is None:
                 self._capture(feeds)
             return self._replay(feeds)

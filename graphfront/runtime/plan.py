@@ -367,7 +367,6 @@ class Plan:
         self.devices = set()
         self.has_watchers = False
         self.host_reads = False
-        self.lr_ops = []
         self.generators = []  # the kernels' own generators (registered with a captured CUDA graph)
         self.checks = StepChecks()  # index checks: of fed values on the host, of computed ones in the step
         results = []
@@ -423,8 +422,6 @@ class Plan:
             else:
                 key = f"K{i}"
                 fn = make_kernel(op, descs, device, native, self.generators)
-                if kind == "learning_rate_schedule_conf":
-                    self.lr_ops.append((op, key))
                 guarded, guard_lines = {}, []
                 if kind == "user_conf":
                     opdef = registry.lookup(op.user_conf.op_type_name)
@@ -577,30 +574,19 @@ def _missing_watcher(uuid):
 class CudaGraphRunner:
     """Capture a plan once into a CUDA graph and replay it (needs CUDA; see module doc).
 
-    The learning-rate schedule reads the train step on the host, which a graph cannot
-    do: while capturing, its kernel is replaced by a static device tensor that is
-    filled from a host-side step counter before each replay. The counter is read back
-    from the train-step variable once at capture, and again whenever that tensor was
-    written from outside the graph (``flow.load_variables``: its version counter moves).
+    Everything a step computes is on the device (the learning-rate schedule too, from
+    the train step there), so a replay needs nothing from the host but the feeds; the
+    variable-only (hoisted) results are recomputed into the graph's buffers when a
+    variable they read was written from outside (``flow.load_variables``).
     """
 
-    def __init__(self, plan, job, descs, variables):
-        from graphfront.ops.system import learning_rate_at
+    def __init__(self, plan):
         self.plan = plan
         self.failed = False
         self.calls = 0
         self.graph = None
         self.static_feeds = None
         self.static_outs = None
-        self._lr_at = learning_rate_at
-        step_lbn = job.job_conf.train_conf.train_step_lbn if job.job_conf.HasField("train_conf") else ""
-        self.step_var = None
-        if plan.lr_ops:
-            var_name = _variable_behind(job, step_lbn)
-            self.step_var = variables.tensors.get(var_name) if var_name else None
-        self.lr_static = {}
-        self.host_step = None
-        self.step_version = None
 
     @classmethod
     def maybe(cls, plan, job, descs, variables):
@@ -610,17 +596,7 @@ class CudaGraphRunner:
             return None
         if any(d.dtype.torch is None for d in descs.values()):  # a host data pipeline (readers) feeds the job
             return None
-        runner = cls(plan, job, descs, variables)
-        if plan.lr_ops and runner.step_var is None:
-            return None
-        return runner
-
-    def _sync_step(self):
-        if self.step_var is None:
-            return
-        if self.host_step is None or self.step_var._version != self.step_version:
-            self.host_step = int(self.step_var.reshape(-1)[0])
-            self.step_version = self.step_var._version
+        return cls(plan)
 
     def __call__(self, feeds):
         if self.calls == 0:  # warm-up on a side stream (allocator and library handles); its
@@ -644,34 +620,19 @@ class CudaGraphRunner:
                 return self.plan._fn(feeds)
 
     def _capture(self, feeds):
-        self._sync_step()
-        for op, key in self.plan.lr_ops:
-            dev = torch.device("cuda", torch.cuda.current_device())
-            static = torch.zeros(1, dtype=torch.float32, device=dev)
-            self.lr_static[key] = (op.learning_rate_schedule_conf, static, self.plan.env[key])
-            self.plan.env[key] = (lambda t: (lambda _step: t))(static)
         self.static_feeds = [f.clone() for f in feeds]
-        self._fill_lr()
-        self.graph = torch.cuda.CUDAGraph()
-        if self.plan.generators and not hasattr(self.graph, "register_generator_state"):
+        graph = torch.cuda.CUDAGraph()
+        if self.plan.generators and not hasattr(graph, "register_generator_state"):
             raise RuntimeError("this torch cannot register a kernel's own generator with a CUDA graph")
         for gen in self.plan.generators:  # the kernels' own generators: replays continue their streams
-            self.graph.register_generator_state(gen)
+            graph.register_generator_state(gen)
         try:
-            with torch.cuda.graph(self.graph), torch.no_grad():
+            with torch.cuda.graph(graph), torch.no_grad():
                 self.static_outs = self.plan._fn(self.static_feeds)
         except BaseException:
-            self.graph = None
             _release_generators(self.plan.generators)
             raise
-        finally:
-            for key, (_, _, fn) in self.lr_static.items():
-                self.plan.env[key] = fn
-        self.host_step_captured = self.host_step
-
-    def _fill_lr(self):
-        for conf, static, _ in self.lr_static.values():
-            static.fill_(self._lr_at(conf, self.host_step))
+        self.graph = graph
 
     def _refresh_hoisted(self):
         env = self.plan.env
@@ -684,14 +645,10 @@ class CudaGraphRunner:
             env["HOISTED"][0] = key
 
     def _replay(self, feeds):
-        self._sync_step()
-        self._fill_lr()
         self._refresh_hoisted()
         for s, f in zip(self.static_feeds, feeds):
             s.copy_(f, non_blocking=True)
         self.graph.replay()
-        if self.host_step is not None:
-            self.host_step += 1
         return tuple(o.clone() for o in self.static_outs)
 
 
@@ -710,22 +667,3 @@ def _release_generators(generators):
             gen.graphsafe_set_state(gen.clone_state())
         except (AttributeError, RuntimeError):
             pass
-
-
-def _variable_behind(job, lbn):
-    """The variable op name an lbn reads through identity ops (the train step's)."""
-    by_out = {}
-    for op in job.net.op:
-        for _, _, l in jb.op_outputs(op):
-            by_out[l] = op
-    seen = 0
-    while lbn in by_out and seen < 16:
-        op = by_out[lbn]
-        if jb.op_kind(op) == "variable_conf":
-            return op.name
-        ins = jb.op_inputs(op)
-        if len(ins) != 1:
-            return None
-        lbn = ins[0][2]
-        seen += 1
-    return None

@@ -526,16 +526,19 @@ class Plan:
         checked = {i for i, _, _ in self.checks.on_feeds}
         if checked and all(isinstance(feeds[i], torch.Tensor) and feeds[i].device.type == "cpu" for i in checked):
             self.checks.check_feeds([f.numpy() if i in checked else None for i, f in enumerate(feeds)])
-        if self._graph is not None and not self._graph.failed:
-            outs = self._graph(feeds)
-        else:
-            with torch.no_grad():
-                outs = self._fn(feeds)
+        outs = self._run(feeds)
         if self.checks.in_step:  # (jobs whose checked indices are computed on a GPU: one small read)
             *outs, flags = outs
             self.checks.raise_failed(flags.cpu().numpy())
             outs = tuple(outs)
         return outs
+
+    def _run(self, feeds):
+        """The plan function's results on ``feeds`` (the in-step check flags last, if any)."""
+        if self._graph is not None and not self._graph.failed:
+            return self._graph(feeds)
+        with torch.no_grad():
+            return self._fn(feeds)
 
 
 def _index_guard(size):

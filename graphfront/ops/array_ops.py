@@ -14,7 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from graphfront.ops.common import like, norm_axis, numel, same_dtype
+from graphfront.ops.common import index_checks, like, norm_axis, numel, raising_bad_ids, same_dtype
 from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -842,11 +842,17 @@ def _dim_gather_infer(ctx):
     ctx.set_output("output", idx.shape, x.dtype)
 
 
+def _dim_size(arg):
+    return lambda k: k.input(arg).shape[norm_axis(k.attr("dim"), len(k.input(arg).shape))]
+
+
+_DIM_GATHER_CHECKS = index_checks("dim_gather", "index", _dim_size("input"))
 op("dim_gather", inputs=["input", "index"], outputs=["output"], attrs={"dim": ("int32", 0)},
    infer=_dim_gather_infer, onnx=lambda c: c.node("GatherElements", [c.input("input"), c.input("index")],
                                                   [c.output("output")], axis=c.attr("dim")),
-   kernel=lambda k: (lambda x, idx, d=norm_axis(k.attr("dim"), len(k.input("input").shape)):
-                     torch.gather(x, d, idx.long())),
+   checks=_DIM_GATHER_CHECKS,
+   kernel=raising_bad_ids(_DIM_GATHER_CHECKS, 1, lambda k: (
+       lambda x, idx, d=norm_axis(k.attr("dim"), len(k.input("input").shape)): torch.gather(x, d, idx.long()))),
    grad=lambda g: g.needs("input") and g.set_grad("input", g.emit(
        "dim_scatter_add_like", {"like": g.input("input"), "index": g.input("index"), "src": g.dout("output")},
        {"dim": g.attr("dim")})))
@@ -865,8 +871,10 @@ def _dim_scatter_add_like_kernel(k):
         dim, idx.long(), src)
 
 
+_DIM_SCATTER_CHECKS = index_checks("dim_scatter_add_like", "index", _dim_size("like"))
 op("dim_scatter_add_like", inputs=["like", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
-   infer=_dim_scatter_add_like_infer, kernel=_dim_scatter_add_like_kernel, onnx=onnx_rules.dim_scatter_add_like)
+   infer=_dim_scatter_add_like_infer, kernel=raising_bad_ids(_DIM_SCATTER_CHECKS, 1, _dim_scatter_add_like_kernel),
+   checks=_DIM_SCATTER_CHECKS, onnx=onnx_rules.dim_scatter_add_like)
 
 
 # ============================================================== expand (+ expand_grad)

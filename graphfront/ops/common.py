@@ -94,12 +94,44 @@ def bad_labels(k, op_type, label, error):
 
     Called by a kernel only after torch's own bounds check failed (on the CPU), so
     correct labels pay nothing."""
-    depth = k.attr("depth")
-    bad = ((label < 0) | (label >= depth)).nonzero()
+    bad_ids(label, k.attr("depth"), lambda value, at: label_error(k, op_type, value, at), error)
+
+
+def index_checks(op_type, arg, size_of):
+    """The ``checks`` rule of an op whose input ``arg`` holds indices in ``[0, size_of(k))``."""
+    def checks(k):
+        size = size_of(k)
+        return [(arg, size, lambda value, at: OpRunError(
+            f"op '{k.op_name}' ({op_type}): input '{arg}' expects indices in [0, {size}), received {value} "
+            f"at index {at}"))]
+    return checks
+
+
+def bad_ids(ids, size, error, raised):
+    """Raise ``error(value, at)`` for the first element of ``ids`` outside ``[0, size)``,
+    else ``raised`` (torch's own error, after which a kernel calls this on the CPU)."""
+    bad = ((ids < 0) | (ids >= size)).nonzero()
     if not len(bad):
-        raise error
+        raise raised
     at = tuple(bad[0].tolist())
-    raise label_error(k, op_type, int(label[at]), at) from None
+    raise error(int(ids[at]), at) from None
+
+
+def raising_bad_ids(checks, pos, fn):
+    """A kernel factory: ``fn(k)``'s callable, whose torch error on a bad index (torch
+    raises on the CPU) becomes the op's own error, that of ``checks(k)`` (one entry)
+    for the callable's positional argument ``pos``."""
+    def make(k):
+        (_, size, error), = checks(k)
+        run = fn(k)
+
+        def checked(*args):
+            try:
+                return run(*args)
+            except (RuntimeError, IndexError) as e:
+                bad_ids(args[pos], size, error, e)
+        return checked
+    return make
 
 
 def skippable(skip_if, tensors, update):

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import (broadcast_shape, like, norm_axis, numel, reduce_to, same_dtype,
-                                   same_shape)
+from graphfront.ops.common import (broadcast_shape, index_checks, like, norm_axis, numel, raising_bad_ids, reduce_to,
+                                   same_dtype, same_shape)
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -771,8 +771,10 @@ def _in_top_k_kernel(k):
     return in_top_k
 
 
+_IN_TOP_K_CHECKS = index_checks("in_top_k", "targets", lambda k: k.input("predictions").shape[1])
 op("in_top_k", inputs=["targets", "predictions"], outputs=["out"], attrs={"k": ("int32", 0)},
-   infer=_in_top_k_infer, kernel=_in_top_k_kernel, no_grad=True, onnx=onnx_rules.in_top_k)
+   infer=_in_top_k_infer, kernel=raising_bad_ids(_IN_TOP_K_CHECKS, 0, _in_top_k_kernel), checks=_IN_TOP_K_CHECKS,
+   no_grad=True, onnx=onnx_rules.in_top_k)
 
 
 def _direction(ctx):

@@ -261,3 +261,28 @@ def test_out_of_device_memory_names_the_job_and_the_size_and_the_session_stays_u
                                                      r"4.00 GiB failed"):
         big_job(x)
     np.testing.assert_array_equal(big_job(x), np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("fed", [True, False])
+def test_index_ops_name_the_bad_index_fed_or_computed(fed):
+    """dim_gather / in_top_k: an index outside its range raises the op's OpRunError with
+    the value and its index, whether it is fed (checked on the host before the step) or
+    computed in the job (here on the CPU: the kernel's own check)."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    bad_idx, bad_t = np.array([[0, 2], [1, 5]], np.int64), np.array([0, 3], np.int32)
+
+    @flow.global_function()
+    def gather(x_: tp.Numpy.Placeholder((2, 3)), i: tp.Numpy.Placeholder((2, 2), dtype=flow.int64)) -> tp.Numpy:
+        return flow.dim_gather(x_, 1, i if fed else i + 0)
+
+    @flow.global_function()
+    def top(t: tp.Numpy.Placeholder((2,), dtype=flow.int32), p: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.math.in_top_k(t if fed else t * 1, p, 1)
+    np.testing.assert_array_equal(gather(x, np.array([[0, 2], [1, 1]], np.int64)), [[0, 2], [4, 4]])
+    with pytest.raises(OpRunError, match=r"\(dim_gather\): input 'index' expects indices in \[0, 3\), received 5 "
+                                         r"at index \(1, 1\)"):
+        gather(x, bad_idx)
+    np.testing.assert_array_equal(top(np.array([2, 2], np.int32), x), [1, 1])
+    with pytest.raises(OpRunError, match=r"\(in_top_k\): input 'targets' expects indices in \[0, 3\), received 3 "
+                                         r"at index \(1,\)"):
+        top(bad_t, x)

@@ -286,3 +286,29 @@ def test_index_ops_name_the_bad_index_fed_or_computed(fed):
     with pytest.raises(OpRunError, match=r"\(in_top_k\): input 'targets' expects indices in \[0, 3\), received 3 "
                                          r"at index \(1,\)"):
         top(bad_t, x)
+
+
+class _OffHost(torch.Tensor):
+    """A CPU tensor that says it is on a GPU, to run a kernel's device branch here."""
+
+    @property
+    def device(self):
+        return torch.device("cuda")
+
+
+@pytest.mark.parametrize("flag", [0, 3])
+def test_loss_scale_skip_off_the_host_is_branch_free_and_keeps_the_old_values(flag):
+    """Off the CPU the skip is not read on the host: the update runs, then every tensor it
+    wrote keeps its old value where ``skip_if`` is nonzero, NaN and inf included."""
+    from graphfront.ops.common import skippable
+    skip_if = torch.Tensor._make_subclass(_OffHost, torch.tensor([flag]))
+    model, state = torch.ones(3), torch.zeros(2)
+
+    def update():
+        model.add_(float("nan"))   # an overflowed step's update
+        state.add_(float("inf"))
+    skippable(skip_if, [model, state], update)
+    if flag:
+        assert model.tolist() == [1.0, 1.0, 1.0] and state.tolist() == [0.0, 0.0]
+    else:
+        assert torch.isnan(model).all() and torch.isinf(state).all()

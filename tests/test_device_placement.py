@@ -312,3 +312,22 @@ def test_loss_scale_skip_off_the_host_is_branch_free_and_keeps_the_old_values(fl
         assert model.tolist() == [1.0, 1.0, 1.0] and state.tolist() == [0.0, 0.0]
     else:
         assert torch.isnan(model).all() and torch.isinf(state).all()
+
+
+def test_nll_target_outside_the_classes_is_named_and_ignore_index_is_allowed():
+    """nll's targets lie in [0, C) or equal ignore_index: another value raises the op's
+    OpRunError (fed: before the step); the GPU's in-step guard keeps ignore_index as it is."""
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3, 4)), t: tp.Numpy.Placeholder((3,), dtype=flow.int64)) -> tp.Numpy:
+        op = flow.user_op_builder("nll").Op("nll").Input("input", [x]).Input("target", [t]).Output("out") \
+            .Output("total_weight").Attr("ignore_index", -100).Build()
+        return op.InferAndTryRun().RemoteBlobList()[0]
+    x = torch.log_softmax(torch.linspace(-1, 1, 12).reshape(3, 4), -1)
+    good = torch.tensor([0, -100, 3])
+    np.testing.assert_allclose(job(x.numpy(), good.numpy()),
+                               torch.nn.functional.nll_loss(x, good, ignore_index=-100, reduction="none"), rtol=1e-6)
+    with pytest.raises(OpRunError, match=r"\(nll\): input 'target' expects indices in \[0, 4\) or -100, received 7 "
+                                         r"at index \(1,\)"):
+        job(x.numpy(), np.array([0, 7, 3], np.int64))
+    row, clamped = plan_mod._index_guard((4, -100))(torch.tensor([1, -100, 9, -3]))
+    assert row.tolist() == [1, 2, 9] and clamped.tolist() == [1, -100, 3, 0]

@@ -97,20 +97,28 @@ def bad_labels(k, op_type, label, error):
     bad_ids(label, k.attr("depth"), lambda value, at: label_error(k, op_type, value, at), error)
 
 
-def index_checks(op_type, arg, size_of):
-    """The ``checks`` rule of an op whose input ``arg`` holds indices in ``[0, size_of(k))``."""
+def index_checks(op_type, arg, size_of, ignored_of=None):
+    """The ``checks`` rule of an op whose input ``arg`` holds indices in ``[0, size_of(k))``
+    (or equal to ``ignored_of(k)``, when given: an ``ignore_index``)."""
     def checks(k):
         size = size_of(k)
-        return [(arg, size, lambda value, at: OpRunError(
-            f"op '{k.op_name}' ({op_type}): input '{arg}' expects indices in [0, {size}), received {value} "
+        ignored = ignored_of(k) if ignored_of is not None else None
+        also = f" or {ignored}" if ignored is not None else ""
+        return [(arg, size if ignored is None else (size, ignored), lambda value, at: OpRunError(
+            f"op '{k.op_name}' ({op_type}): input '{arg}' expects indices in [0, {size}){also}, received {value} "
             f"at index {at}"))]
     return checks
 
 
 def bad_ids(ids, size, error, raised):
-    """Raise ``error(value, at)`` for the first element of ``ids`` outside ``[0, size)``,
-    else ``raised`` (torch's own error, after which a kernel calls this on the CPU)."""
-    bad = ((ids < 0) | (ids >= size)).nonzero()
+    """Raise ``error(value, at)`` for the first element of ``ids`` outside ``[0, size)``
+    (``size`` may be ``(size, ignored)``: see :func:`index_checks`), else ``raised``
+    (torch's own error, after which a kernel calls this on the CPU)."""
+    size, ignored = size if isinstance(size, tuple) else (size, None)
+    bad = (ids < 0) | (ids >= size)
+    if ignored is not None:
+        bad = bad & (ids != ignored)
+    bad = bad.nonzero()
     if not len(bad):
         raise raised
     at = tuple(bad[0].tolist())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from graphfront.ops.common import bad_labels, label_checks, same_dtype
+from graphfront.ops.common import bad_labels, index_checks, label_checks, raising_bad_ids, same_dtype
 from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 
@@ -414,11 +414,16 @@ def _nll_grad_maker(g):
             {"ignore_index": g.attr("ignore_index")}))
 
 
+def _nll_checks(op_type):
+    return index_checks(op_type, "target", lambda k: k.input("input").shape[1], lambda k: k.attr("ignore_index"))
+
+
 op("nll", inputs=["input", "target", "weight?"], outputs=["out", "total_weight"],
-   attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=_nll_kernel, grad=_nll_grad_maker,
-   onnx=onnx_rules.nll,
+   attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=raising_bad_ids(_nll_checks("nll"), 1, _nll_kernel),
+   checks=_nll_checks("nll"), grad=_nll_grad_maker, onnx=onnx_rules.nll,
    doc="out[n] = -weight[t] * input[n, t] with t = target[n] (0 where t == ignore_index); "
        "total_weight = sum of those weights (shape (1,)), the divisor of a mean reduction")
 op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outputs=["dx"],
-   attrs={"ignore_index": ("int64", 0)}, infer=_nll_grad_infer, kernel=_nll_grad_kernel)
+   attrs={"ignore_index": ("int64", 0)}, infer=_nll_grad_infer, checks=_nll_checks("nll_grad"),
+   kernel=raising_bad_ids(_nll_checks("nll_grad"), 1, _nll_grad_kernel))
 

@@ -185,7 +185,8 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
 
     ``checks(k)`` lists the integer inputs whose values must lie in ``[0, size)``, as
     ``(arg, size, error)`` with ``error(value, at) -> Exception`` (``at``: the index
-    tuple of the first bad element); the kernel itself raises that error on the CPU,
+    tuple of the first bad element; ``size`` may be ``(size, ignored)``, allowing the
+    value ``ignored`` too); the kernel itself raises that error on the CPU,
     where torch raises on a bad index. The plan checks fed values on the host before the
     step; elsewhere (a GPU, where a bad index trips a device-side assert that kills the
     process) it clamps the values into range on the device, flags the first bad one and

@@ -155,11 +155,15 @@ class StepChecks:
 
     def check_feeds(self, feeds):
         """Raise the error of the first bad feed value (numpy feeds, before the step runs;
-        a feed given as None is not checked here)."""
+        a feed given as None is not checked here). A ``size`` may be ``(size, ignored)``:
+        the value ``ignored`` is allowed besides ``[0, size)`` (an ``ignore_index``)."""
         for index, size, error in self.on_feeds:
             if feeds[index] is None:
                 continue
             ids = np.asarray(feeds[index])
+            if isinstance(size, tuple):
+                size, ignored = size
+                ids = np.where(ids == ignored, 0, ids)
             if ids.size <= 256:  # (a batch of labels: cheaper as a list than by numpy's reductions)
                 values = ids.ravel().tolist()
                 lo, hi = (min(values), max(values)) if values else (0, 0)

@@ -545,13 +545,19 @@ def _index_guard(size):
     """``ids -> (row, clamped ids)`` for an index input checked in the step: ``row`` the
     int64 vector ``[failed, flat index, value]`` of the first element outside
     ``[0, size)`` (``failed`` 0 when none is), ``clamped`` the ids clamped into range so
-    that the kernel never reads outside its input. Nothing is read on the host."""
+    that the kernel never reads outside its input. Nothing is read on the host. A
+    ``size`` of ``(size, ignored)`` also allows (and keeps) the value ``ignored``."""
+    size, ignored = size if isinstance(size, tuple) else (size, None)
+
     def guard(ids):
         flat = ids.reshape(-1)
         bad = (flat < 0) | (flat >= size)
+        if ignored is not None:
+            bad = bad & (flat != ignored)
         first = torch.argmax(bad.to(torch.int32)).reshape(1)  # (0 when none is bad)
         row = torch.cat([bad.gather(0, first).to(torch.int64), first, flat.gather(0, first).to(torch.int64)])
-        return row, ids.clamp(0, size - 1)
+        clamped = ids.clamp(0, size - 1)
+        return row, clamped if ignored is None else torch.where(ids == ignored, ids, clamped)
     return guard
 
 

@@ -92,3 +92,37 @@ def report(title, gf, pt, unit="ms", scale=1e3, extra=""):
     print(f"{title}: graphfront {gf * scale:.3f} {unit}, PyTorch eager {pt * scale:.3f} {unit}, "
           f"ratio graphfront/PyTorch = {gf / pt:.3f}{extra}")
     return gf / pt
+
+
+def rotated(sides, rounds, steps, warmup, device="cpu"):
+    """Median seconds per step of each ``sides[name]()`` (a dict), measured in ``rounds``
+    rounds of ``steps`` timed steps per side after ``warmup`` untimed ones; the order of
+    the sides rotates every round so that load from other processes hits each alike."""
+    names = list(sides)
+    for name in names:
+        for _ in range(warmup):
+            sides[name]()
+    sync(device)
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            for _ in range(steps):
+                t = time.perf_counter()
+                sides[name]()
+                sync(device)
+                times[name].append(time.perf_counter() - t)
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
+def throughput_table(medians, samples, peers, notes=None):
+    """A ``tabulate`` table: per side its median step, samples/s and the ratio of its
+    samples/s to the best of ``peers`` (higher is better for graphfront)."""
+    from tabulate import tabulate
+    best = max((samples / medians[p], p) for p in peers if p in medians) if any(p in medians for p in peers) else None
+    rows = []
+    for name, t in medians.items():
+        rate = samples / t
+        rows.append([name, f"{t * 1e3:.2f}", f"{rate:.1f}", f"{rate / best[0]:.3f}" if best else "-",
+                     (notes or {}).get(name, "")])
+    head = ["side", "median step (ms)", "samples/s", f"ratio to best peer ({best[1] if best else '-'})", "note"]
+    return tabulate(rows, headers=head)

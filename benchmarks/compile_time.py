@@ -107,7 +107,10 @@ def child(job, mode):
     """Measure one (job, mode) in this process; prints one "@@" JSON line."""
     sys.path[:0] = [os.path.join(ROOT, "examples", "lenet"), HERE]
     import graphfront as flow
-    from graphfront.runtime.native import COMPILE_MODES
+    try:
+        from graphfront.runtime.lowering import LOWERINGS as COMPILE_MODES
+    except ImportError:  # (a checkout from before runtime/lowering.py)
+        from graphfront.runtime.native import COMPILE_MODES
     if mode not in COMPILE_MODES:
         print("@@" + json.dumps({"skip": "not in this checkout"}), flush=True)
         return

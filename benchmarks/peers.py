@@ -248,7 +248,10 @@ def worker(framework, workload, threads, model_dir, cache_dir):
     start = time.perf_counter()
     if framework.startswith("graphfront"):
         mode = framework.split("-")[1]
-        from graphfront.runtime.native import COMPILE_MODES
+        try:
+            from graphfront.runtime.lowering import LOWERINGS as COMPILE_MODES
+        except ImportError:  # (a checkout from before runtime/lowering.py)
+            from graphfront.runtime.native import COMPILE_MODES
         if mode not in COMPILE_MODES:
             print("@@" + json.dumps({"skip": f"compile_mode {mode!r} is not in this checkout ({COMPILE_MODES})"}),
                   flush=True)

@@ -19,6 +19,7 @@ except _PackageNotFoundError:  # running from a source tree that was not install
     __version__ = "0.0.0+unknown"
 _logging.getLogger("graphfront").addHandler(_logging.NullHandler())
 
+from graphfront.ops import families as _families  # noqa: F401 - registers every op type
 from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
 from graphfront import checkpoint, distribute, env, experimental, linalg, losses, saved_model, serving, train
 from graphfront import profiler, random, unittest, util
@@ -51,7 +52,7 @@ from graphfront.math import (add_n, argsort, clip_by_value, count_not_finite, in
                              multi_count_not_finite, sort, where)
 from graphfront.nn import smooth_l1_loss
 from graphfront.ops.builder import user_op_builder
-from graphfront.profile import profile
+from graphfront.runtime.op_timing import profile
 from graphfront.time_shape import acc, pack, repeat, unpack
 from graphfront.toplevel import *  # noqa: F401,F403 - flow.Size, flow.cast_to_current_logical_view, ...
 from graphfront.variables import get_variable

@@ -24,6 +24,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.ops.builder import build_op, unique_str
+from graphfront.ops import registry
 
 __all__ = [
     "reshape", "reshape_like", "flatten", "identity", "identity_n", "cast", "transpose", "concat", "split",
@@ -688,23 +689,27 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
     Op ``gather``; OneFlow v0.6.0 ``python/oneflow/compatible/single_client/ops/array_ops.py``.
 
     With ``batch_dims`` > 0 (and ``axis == batch_dims``) the op is ``batch_gather``
-    (leading dims shared).
+    whatever the rank of ``indices``, as in OneFlow: its batch dims are all dims of
+    ``indices`` but the last (OneFlow-Benchmark's BERT gathers ``(B, S, H)`` hidden states
+    at ``(B, P)`` positions with ``axis=2, batch_dims=2``).
 
     Args:
         params: blob, any shape and dtype.
         indices: int32/int64 blob of any shape, values in [0, params.shape[axis]).
         validate_indices: accepted for OneFlow compatibility, unused.
         axis: int (negative counts from the end); default ``batch_dims``.
-        batch_dims: int >= 0; > 0 needs indices of rank ``batch_dims + 1``.
+        batch_dims: int >= 0.
         name: op name; default ``Gather_<n>``.
 
     Returns:
-        BlobDesc: ``params.shape[:axis] + indices.shape + params.shape[axis+1:]``
-        (``batch_gather``'s shape with ``batch_dims``), ``params``' dtype.
+        BlobDesc: ``params.shape[:axis] + indices.shape + params.shape[axis+1:]``;
+        with ``batch_dims`` > 0 ``indices.shape + params.shape[rank(indices):]``
+        (``batch_gather``), ``params``' dtype.
 
     Raises:
-        ArgumentError: ``params``/``indices`` is not a blob, an argument is not an int, or
-            ``indices`` has the wrong rank for ``batch_dims``.
+        ArgumentError: ``params``/``indices`` is not a blob or an argument is not an int.
+        JobBuildError: with ``batch_dims`` > 0, the leading dims of ``indices`` differ
+            from those of ``params`` (``batch_gather``'s check).
         NotImplementedError: ``batch_dims`` > 0 with ``axis != batch_dims``.
     """
     _blob(params, "gather", "params")
@@ -717,9 +722,6 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
         if axis != batch_dims:
             raise NotImplementedError(f"flow.gather: with batch_dims={batch_dims} only axis={batch_dims} is "
                                       f"supported, received {axis}")
-        if batch_dims != len(indices.shape) - 1:
-            raise ArgumentError(f"flow.gather: batch_dims={batch_dims} needs indices of rank {batch_dims + 1}, "
-                                f"received shape {indices.shape}")
         return batch_gather(params, indices, name=name)
     return build_op("gather", {"in": params, "indices": indices}, {"axis": axis}, name=name, prefix="Gather_")
 
@@ -1459,14 +1461,13 @@ def eye(rows, cols=None, dtype=None, name=None) -> BlobDesc:
 def _is_variable_or_alias(builder, op_name):
     """Whether ``op_name`` is a variable op, or a view op (its outputs may alias its input)
     applied to one."""
-    from graphfront.ops import registry
     op = builder.ops.get(op_name)
     if op is None:
         return False
     kind = jb.op_kind(op)
     if kind == "variable_conf":
         return True
-    if kind != "user_conf" or not registry.lookup(op.user_conf.op_type_name).view:
+    if not registry.op_def(op).view:
         return False
     inputs = jb.op_inputs(op)
     return len(inputs) == 1 and _is_variable_or_alias(builder, inputs[0][2].split("/", 1)[0])

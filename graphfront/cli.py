@@ -6,9 +6,10 @@
     python -m graphfront info runs/lenet/model/1   # ... or one version directory
     python -m graphfront info job.pb --render job.svg
 
-``info`` only reads: job files through :func:`graphfront.framework.job_io.load_job`,
-saved models through the same reader as ``flow.serving.InferenceSession``; nothing is
-compiled or run, so it also describes files from another machine.
+``info`` only reads and infers: job files through :func:`graphfront.framework.job_io.load_job`,
+saved models through ``flow.serving.InferenceSession`` on the CPU (its shape inference gives
+every output's shape and dtype; nothing runs), so it also describes files from another
+machine. Each job's variables are summed up as a parameter count and a size in bytes.
 """
 from __future__ import annotations
 
@@ -19,14 +20,23 @@ import shutil
 import sys
 from importlib import metadata
 
+import numpy as np
 from tabulate import tabulate
 
 from graphfront.core import data_type_pb2
+from graphfront.framework import dtypes
 from graphfront.framework import job_builder as jb
+import graphfront
+from graphfront import data
+from graphfront import serving
+from graphfront.core import job_pb2
+from graphfront.framework import job_io
+from graphfront.framework.job_picture import render_job
+from graphfront.framework.served_jobs import ModelVersionPolicy, pick_version, read_saved_model
 
 #: Distributions reported by ``--doctor``: required ones, then the optional extras.
 REQUIRED = ("numpy", "torch", "protobuf", "tabulate")
-OPTIONAL = ("tqdm", "matplotlib", "tensorboardX", "graphviz", "mlxtend", "pytest", "grpcio-tools", "tensorboard")
+OPTIONAL = ("tqdm", "matplotlib", "graphviz", "mlxtend", "pytest", "grpcio-tools", "tensorboard")
 
 
 def _version(dist):
@@ -45,7 +55,6 @@ def _dtype(code) -> str:
 
 def doctor_rows() -> list:
     """``(section, item, value)`` rows of the ``--doctor`` report."""
-    import graphfront
     import torch
     from google.protobuf.internal import api_implementation
 
@@ -74,14 +83,13 @@ def doctor_rows() -> list:
 
 
 def _data_rows() -> list:
-    from graphfront import data
 
     rows = []
     for dataset in ("mnist", "fashion"):
         try:
             (train, test), info = data.find_dataset(dataset)
         except (FileNotFoundError, ValueError) as e:
-            rows.append(("data", dataset, "not found: " + str(e).splitlines()[0]))
+            rows.append(("data", dataset, "not found: " + str(e).removeprefix("graphfront.data: ")))
             continue
         rows.append(("data", dataset, f"{info} ({len(train[1])} train / {len(test[1])} test samples)"))
     return rows
@@ -120,45 +128,71 @@ def job_tables(job) -> str:
         elif which == "variable_conf":
             vc = op.variable_conf
             init = vc.initializer.WhichOneof("type") if vc.HasField("initializer") else ""
-            variables.append((op.name, tuple(vc.shape.dim), _dtype(vc.data_type), init or "",
+            variables.append((op.name, tuple(vc.shape.dim), vc.data_type, init or "",
                               "yes" if vc.trainable else "no"))
     parts = [f"job '{conf.job_name}'{f' ({kind})' if kind else ''}: {len(job.net.op)} ops, {len(inputs)} inputs, "
-             f"{len(outputs)} outputs, {len(variables)} variables",
+             f"{len(outputs)} outputs, {len(variables)} variables ({_parameters(variables)})",
              "", "inputs:", tabulate(inputs, headers=("op", "shape", "dtype")) if inputs else "  none",
              "", "outputs:", tabulate(outputs, headers=("op", "blob", "shape", "dtype")) if outputs else "  none",
              "", "variables:",
-             tabulate(variables, headers=("name", "shape", "dtype", "initializer", "trainable"))
+             tabulate([(n, shape, _dtype(code), *rest) for n, shape, code, *rest in variables],
+                      headers=("name", "shape", "dtype", "initializer", "trainable"))
              if variables else "  none",
              "", "ops:", tabulate(ops, headers=("#", "op", "type", "inputs", "outputs"))]
     return "\n".join(parts)
 
 
-def _signature_rows(graph) -> list:
+def _signature_rows(graph, output_descs) -> list:
+    """Rows of a graph's signatures; ``output_descs`` maps an output lbn to (shape, dtype name)."""
     rows = []
     for sig_name, sig in sorted(graph.signatures.items()):
         for name, d in sorted(sig.inputs.items()):
             rows.append((sig_name, "input", name, f"{d.lbi.op_name}/{d.lbi.blob_name}",
                          tuple(d.blob_conf.shape.dim), _dtype(d.blob_conf.data_type)))
         for name, d in sorted(sig.outputs.items()):
-            rows.append((sig_name, "output", name, f"{d.lbi.op_name}/{d.lbi.blob_name}", "", ""))
+            lbn = f"{d.lbi.op_name}/{d.lbi.blob_name}"
+            rows.append((sig_name, "output", name, lbn) + output_descs.get(lbn, ("", "")))
     return rows
+
+
+def _output_descs(version_dir, graph_names) -> dict:
+    """``{graph name: {lbn: (shape, dtype name)}}`` by building the saved model's jobs on the CPU."""
+    from graphfront import serving
+
+    option = serving.SessionOption()
+    option.device_tag = "cpu"
+    with serving.InferenceSession(option) as sess:
+        sess.load_saved_model(os.path.dirname(version_dir), model_version=int(os.path.basename(version_dir)))
+        return {name: {lbn: (tuple(d.shape.dim), _dtype(d.data_type))
+                       for lbn, d in sess.job(name).job.helper.lbn2logical_blob_desc.items()}
+                for name in graph_names}
+
+
+def _parameters(variables) -> str:
+    """Trainable floating-point elements (the parameters), and the bytes of every variable
+    (optimizer state and the train-step counter too)."""
+    count = sum(int(np.prod(shape, dtype=np.int64)) for _, shape, code, _, trainable in variables
+                if trainable == "yes" and dtypes.from_proto(code).is_floating_point)
+    size = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtypes.from_proto(code).np).itemsize
+               for _, shape, code, *_ in variables)
+    return f"{count:,} trainable parameters, {size:,} bytes"
 
 
 def saved_model_tables(path) -> str:
     """Model name, version, signatures and each graph's tables for a saved model directory."""
-    from graphfront import serving
-    from graphfront.core import job_pb2
 
     path = os.fspath(path)
     version_dir = path
     if not any(os.path.isfile(os.path.join(path, "saved_model" + ext)) for ext in (".pb", ".prototxt")):
-        version_dir = os.path.join(path, str(serving._pick_version(path, serving.ModelVersionPolicy.LATEST)))
-    model = serving._read_saved_model(version_dir, "saved_model")
+        version_dir = os.path.join(path, str(pick_version(path, ModelVersionPolicy.LATEST)))
+    model = read_saved_model(version_dir, "saved_model")
     parts = [f"saved model '{model.name}' version {model.version} in {version_dir} "
              f"(variables in {model.checkpoint_dir!r}, default graph {model.default_graph_name!r})"]
+    descs = _output_descs(version_dir, sorted(model.graphs))
     for graph_name, graph in sorted(model.graphs.items()):
         parts += ["", f"graph '{graph_name}' signatures (default {graph.default_signature_name!r}):",
-                  tabulate(_signature_rows(graph), headers=("signature", "", "name", "blob", "shape", "dtype")),
+                  tabulate(_signature_rows(graph, descs[graph_name]),
+                           headers=("signature", "", "name", "blob", "shape", "dtype")),
                   ""]
         job = job_pb2.Job()
         job.job_conf.job_name = graph_name
@@ -169,7 +203,6 @@ def saved_model_tables(path) -> str:
 
 def info(path, render=None) -> str:
     """Describe a Job file or a saved model directory (see module docstring)."""
-    from graphfront.framework import job_io
 
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -179,7 +212,6 @@ def info(path, render=None) -> str:
     job = job_io.load_job(path)
     text = job_tables(job)
     if render:
-        from graphfront.framework.job_picture import render_job
         text += f"\n\ndrawn to {render_job(job, render)}"
     return text
 
@@ -198,7 +230,6 @@ def main(argv=None) -> int:
     p_info.add_argument("--render", metavar="PICTURE", help="also draw a job file with Graphviz (.svg, .png ...)")
     args = parser.parse_args(argv)
     if args.version:
-        import graphfront
         print(graphfront.__version__)
     elif args.doctor:
         print(doctor())

@@ -19,6 +19,7 @@ import numbers
 import warnings
 
 from graphfront.framework import session as _session
+from graphfront.parallel import placement
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +125,6 @@ def allow_gpu_fallback_to_cpu(val=True) -> None:
     Args:
         val: bool.
     """
-    from graphfront.parallel import placement
     placement.GPU_FALLBACK[0] = bool(val)
 
 

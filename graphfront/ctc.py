@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.ops.builder import build_op, unique_str
+from graphfront import array, math
 
 __all__ = ["ctc_greedy_decoder", "ctc_loss"]
 
@@ -24,7 +25,6 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     clamped to >= 1, then averaged), as OneFlow. ``zero_infinity`` replaces infinite losses
     (and their gradients) by 0. Raises ValueError for another ``reduction``.
     """
-    from graphfront import array, math
     for arg, x in (("log_probs", log_probs), ("targets", targets), ("input_lengths", input_lengths),
                    ("target_lengths", target_lengths)):
         _blob(x, "ctc_loss", arg)

@@ -31,6 +31,8 @@ from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.tensor_buffer import tensor_buffer_to_tensor
+from graphfront.core import op_conf_pb2
+from graphfront.initializers import random_uniform_initializer
 
 __all__ = ["ofrecord_reader", "ofrecord_loader", "OFRecordRawDecoder", "ofrecord_raw_decoder", "OFRecordBytesDecoder",
            "ofrecord_bytes_decoder", "OFRecordImageDecoder", "ofrecord_image_decoder",
@@ -177,8 +179,6 @@ def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=
     """A blob ``(batch_size, *shape)`` of ``dtype`` drawn anew from ``initializer`` (default
     uniform in [0, 1)) on every run. OneFlow: the ``decode_random_conf`` system op. Unlike
     the readers it runs on the current placement (a job's GPU), drawing there."""
-    from graphfront.core import op_conf_pb2
-    from graphfront.initializers import random_uniform_initializer
     builder = _jb.current()
     conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("DecodeRandom_")))
     dr = conf.decode_random_conf

@@ -17,6 +17,10 @@ import numbers
 import warnings
 
 from graphfront import scope as _scope
+from graphfront.framework import job_builder as jb
+from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.scope_symbols import device_count
+from graphfront.ops.builder import build_op
 
 __all__ = ["Distribute", "assert_is_valid_distribute", "auto", "broadcast", "consistent_strategy",
            "consistent_strategy_enabled", "mirrored_strategy", "mirrored_strategy_enabled", "split"]
@@ -123,7 +127,6 @@ def parallel_cast(input, name=None, distribute=None, gradient_distribute=None): 
     (``oneflow/user/ops/parallel_cast_op.cpp``). On one device it is an identity.
 
     Raises TypeError when a policy is not a ``flow.distribute`` policy."""
-    from graphfront.ops.builder import build_op
     return build_op("parallel_cast", {"in": input},
                     {"sbp_parallel": _sbp_string(distribute, "distribute"),
                      "grad_sbp_parallel": _sbp_string(gradient_distribute, "gradient_distribute")},
@@ -137,7 +140,6 @@ def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, 
     or "restore" (the gradient laid out as the input). Op ``hierarchical_parallel_cast``.
 
     Raises ValueError for a malformed SBP string or an unknown ``grad_mode``."""
-    from graphfront.ops.builder import build_op
     nd_sbp = [nd_sbp] if isinstance(nd_sbp, str) else list(nd_sbp)
     grad_mode = grad_mode or "identity"
     if grad_mode not in ("identity", "manual", "restore"):
@@ -149,3 +151,39 @@ def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, 
     return build_op("hierarchical_parallel_cast", {"in": input},
                     {"nd_sbp": nd_sbp, "grad_mode": grad_mode, "grad_nd_sbp": list(grad_nd_sbp or [])},
                     name=name, prefix="HierarchicalParallelCast_")
+
+
+def _with_distribute(self, distribute):
+    """The blob laid out as ``distribute`` for the ops that read the returned handle.
+
+    OneFlow (v0.6.0 ``python/oneflow/compatible/single_client/framework/remote_blob.py``,
+    ``with_distribute``) keeps the blob name and hands the policy to the SBP inference
+    of the ops reading the handle. graphfront makes that layout an op: in a job being
+    built on several devices, a ``flow.distribute.split(axis)`` or ``broadcast()``
+    policy builds a ``parallel_cast`` op (as ``flow.parallel_cast``), so the readers
+    get the blob in that layout and the boxing pass inserts the collective that makes
+    it. On one device, or for ``auto()``, the handle only carries the policy
+    (``.distribute``); the values are the same either way.
+
+    Args:
+        distribute: a ``flow.distribute`` policy.
+
+    Returns:
+        BlobDesc: the handle, ``.distribute`` set to ``distribute``.
+
+    Raises:
+        TypeError: ``distribute`` is not a ``flow.distribute`` policy.
+    """
+    assert_is_valid_distribute(distribute)
+    names = self.parallel_conf.device_name
+    if distribute.kind != "auto" and jb.is_building() and jb.current().job_name == self.job_name and \
+            len(names) and device_count(names) > 1:
+        cast = parallel_cast(self, distribute=distribute)
+        cast.distribute = distribute
+        return cast
+    other = BlobDesc(self.lbn, self.shape, self.dtype, self.parallel_conf, self.job_name, self.is_dynamic)
+    other.distribute = distribute
+    return other
+
+
+BlobDesc.with_distribute = _with_distribute

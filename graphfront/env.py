@@ -14,33 +14,30 @@ import logging
 import numbers
 import warnings
 
+from graphfront.framework import env_settings as _settings
+from graphfront.framework.env_settings import current_env
+
 __all__ = ["ctrl_port", "current_env", "data_port", "grpc_use_no_signal", "init", "log_dir", "logbuflevel",
            "logtostderr", "machine"]
 
 logger = logging.getLogger(__name__)
 _NOTICE = "Environment has been initialized, this env init will do nothing."
-_state = {"initialized": False, "conf": {}}
 
 
 def init():
     """Initialize the environment once: True the first time, then a logged notice and False."""
-    if _state["initialized"]:
+    if _settings.STATE["initialized"]:
         logger.warning(_NOTICE)
         return False
-    _state["initialized"] = True
+    _settings.STATE["initialized"] = True
     return True
 
 
-def current_env() -> dict:
-    """The settings recorded by the setters of this module (graphfront helper)."""
-    return dict(_state["conf"])
-
-
 def _set(key, value):
-    if _state["initialized"]:
+    if _settings.STATE["initialized"]:
         logger.warning(_NOTICE)
         return
-    _state["conf"][key] = value
+    _settings.STATE["conf"][key] = value
 
 
 def _int(fn, val):

@@ -3,7 +3,7 @@
 Each returns the proto that ``flow.get_variable(..., initializer=...)`` stores in
 ``variable_conf.initializer`` (fields per OneFlow v0.6.0 ``oneflow/core/job/initializer_conf.proto``); the
 values are drawn when the session initializes its variables
-(:mod:`graphfront.runtime.variables`).
+(:mod:`graphfront.runtime.variable_store`).
 """
 from __future__ import annotations
 

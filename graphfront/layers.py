@@ -16,6 +16,10 @@ from graphfront.categorical import categorical_ordinal_encoder  # noqa: F401 - f
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.ops.builder import build_op
 from graphfront.variables import get_variable
+from graphfront import array
+from graphfront.ops.norm_ops import param_dtype
+from graphfront.framework import job_builder as jb
+from graphfront import math as _math
 
 
 def _activate(out, activation):
@@ -166,7 +170,6 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
     in_features = inputs.shape[-1]
     x = inputs
     if len(inputs.shape) > 2:
-        from graphfront import array
         x = array.reshape(inputs, (-1, in_features))
     with scope.namespace(name):
         weight = get_variable("weight", [units, in_features], inputs.dtype,
@@ -180,7 +183,6 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
             out = build_op("bias_add", {"a": out, "b": bias}, {"axis": 1}, name="bias_add")
         out = _activate(out, activation)
     if len(inputs.shape) > 2:
-        from graphfront import array
         out = array.reshape(out, inputs.shape[:-1] + (units,))
     return out
 
@@ -188,7 +190,6 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
 # ------------------------------------------------------------------ normalization layers
 
 def _param_dtype(dtype):
-    from graphfront.ops.norm_ops import param_dtype
     return param_dtype(dtype)
 
 
@@ -220,8 +221,6 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
     Returns y, shape and dtype of ``inputs``. Raises JobBuildError on a bad axis, momentum
     outside [0, 1] or epsilon <= 0.
     """
-    from graphfront import array
-    from graphfront.framework import job_builder as jb
     ndim = len(inputs.shape)
     if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
         _fail(f"layers.batch_normalization '{name}': axis {axis!r} is out of range for inputs of shape {inputs.shape}")
@@ -269,7 +268,6 @@ def batch_normalization_add_relu(inputs, addend=None, axis=-1, momentum=0.99, ep
     ``<name>-add`` when ``addend`` is given and ``relu`` ``<name>-relu``. Returns y, shape
     and dtype of ``inputs``; JobBuildError when ``addend``'s shape or dtype differs.
     """
-    from graphfront import math as _math
     if addend is not None and (addend.shape != inputs.shape or addend.dtype is not inputs.dtype):
         _fail(f"layers.batch_normalization_add_relu '{name}': addend expected {inputs.dtype.name} {inputs.shape} "
               f"(as inputs), received {addend.dtype.name} {addend.shape}")

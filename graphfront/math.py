@@ -3,7 +3,7 @@
 Thin wrappers in OneFlow's signatures: they validate the user's arguments, build the
 op (OneFlow v0.6.0 ``python/oneflow/compatible/single_client/ops/math_ops.py`` for the op chosen by each
 wrapper, ``oneflow/user/ops/`` for the op itself) and return its output BlobDesc. Semantics
-live in the op registry (``graphfront/ops/math_ops.py``).
+live in the op registry (``graphfront/ops/math_ops.py``, ``reduce_ops.py``, ``select_ops.py``).
 
 Default op names are ``UniqueStr(prefix)`` with OneFlow's prefixes (``ScalarAdd_``,
 ``broadcast_add_``, ``ReduceMax_`` ...). A few wrappers go beyond the 0.6.0 API and
@@ -21,6 +21,7 @@ from graphfront.array import (broadcast_to_compatible_with, unsorted_batch_segme
                               unsorted_segment_sum, unsorted_segment_sum_like)
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.ops.builder import build_op, unique_str
+from graphfront.dynamic import argwhere
 
 
 def _is_number(v) -> bool:
@@ -1173,7 +1174,6 @@ def where(condition, x=None, y=None, name=None) -> BlobDesc:
     """
     _check_blob(condition, "where", "condition")
     if x is None and y is None:
-        from graphfront.dynamic import argwhere
         return argwhere(condition, name=name)
     if x is None or y is None:
         raise ArgumentError("flow.where: x and y must both be given, or both be None")
@@ -1273,3 +1273,21 @@ def fused_scale_tril(x, diagonal=0, fill_value=0, scale=1, name=None) -> BlobDes
     attrs = _fill_attrs(fill_value, "fill", {"diagonal": int(diagonal)})
     _fill_attrs(scale, "scale", attrs)
     return build_op("fused_scale_tril", {"in": x}, attrs, name=name, prefix="FusedScaleTril_")
+
+
+def _attach_blob_operators():
+    """Give ``BlobDesc`` its Python operators: each builds the ``flow.math`` op of the same
+    meaning (comparisons give int8 blobs, as OneFlow's blobs do; compare handles with ``is``)."""
+    binary = {"__add__": add, "__sub__": subtract, "__mul__": multiply, "__truediv__": divide, "__pow__": pow,
+              "__mod__": mod, "__eq__": equal, "__ne__": not_equal, "__lt__": less, "__le__": less_equal,
+              "__gt__": greater, "__ge__": greater_equal}
+    reflected = {"__radd__": add, "__rsub__": subtract, "__rmul__": multiply, "__rtruediv__": divide}
+    for name, fn in binary.items():
+        setattr(BlobDesc, name, lambda self, other, fn=fn: fn(self, other))
+    for name, fn in reflected.items():
+        setattr(BlobDesc, name, lambda self, other, fn=fn: fn(other, self))
+    BlobDesc.__neg__ = lambda self: negative(self)
+    BlobDesc.__abs__ = lambda self: abs(self)
+
+
+_attach_blob_operators()

@@ -18,6 +18,12 @@ from graphfront.fused import (fused_bias_add_dropout, fused_bias_add_gelu,  # no
                               fused_scale_tril_softmax_dropout, fused_self_attention_query_mul_key_and_value)
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.ops.nn_ops import conv_out_size
+from graphfront.ops import registry
+from graphfront import array
+from graphfront import math as _math
+from graphfront import scope as _scope
+from graphfront import initializers
+from graphfront.variables import get_variable
 
 
 def _tuple(v, n, what, minimum=1):
@@ -30,6 +36,11 @@ def _tuple(v, n, what, minimum=1):
             isinstance(e, numbers.Integral) and not isinstance(e, bool) and e >= minimum for e in vals):
         raise ArgumentError(f"{what} expects an int >= {minimum} or {n} such ints, received {v!r}")
     return [int(e) for e in vals] * (n // len(vals))
+
+
+def _who(fn, name):
+    """``fn`` and, when the user named the op, its name: ``max_pool2d 'mp0'`` (for error messages)."""
+    return f"{fn} '{name}'" if name else fn
 
 
 def _channels_first(data_format, fn):
@@ -79,13 +90,14 @@ def conv_nd(n, input, filters, strides, padding, data_format, dilations, groups,
             ``n + 2``; an unknown padding string or a padding list of the wrong length.
         JobBuildError: the op's shape checks fail (e.g. channels not matching ``groups``).
     """
-    first = _channels_first(data_format, f"conv{n}d")
+    who = _who(f"conv{n}d", name)
+    first = _channels_first(data_format, who)
     kernel = list(filters.shape[2:]) if first else list(filters.shape[1:-1])
-    strides = _tuple(strides, n, f"conv{n}d: argument 'strides'")
-    dilations = _tuple(dilations if dilations is not None else 1, n, f"conv{n}d: argument 'dilations'")
+    strides = _tuple(strides, n, f"{who}: argument 'strides'")
+    dilations = _tuple(dilations if dilations is not None else 1, n, f"{who}: argument 'dilations'")
     spatial = input.shape[2:] if first else input.shape[1:-1]
     if len(input.shape) != n + 2:
-        raise ArgumentError(f"conv{n}d: input expects rank {n + 2}, received shape {input.shape}")
+        raise ArgumentError(f"{who}: input expects rank {n + 2}, received shape {input.shape}")
     pads_before, explicit = [], None
     if isinstance(padding, str):
         p = padding.upper()
@@ -108,7 +120,7 @@ def conv_nd(n, input, filters, strides, padding, data_format, dilations, groups,
         if len(pairs) == n + 2:
             pairs = pairs[2:] if first else pairs[1:-1]
         if len(pairs) != n:
-            raise ArgumentError(f"conv{n}d: padding list needs {n} (or {n + 2}) entries, received {padding!r}")
+            raise ArgumentError(f"{who}: padding list needs {n} (or {n + 2}) entries, received {padding!r}")
         if all(b == a for b, a in pairs):
             pads_before = [b for b, _ in pairs]
         else:
@@ -252,7 +264,6 @@ def pad(x, paddings, constant_value=0, name=None):
         NotImplementedError: no ``pad`` op is registered.
         JobBuildError: the op rejects the paddings (e.g. wrong number of pairs).
     """
-    from graphfront.ops import registry
     if not registry.has_op("pad"):
         raise NotImplementedError("asymmetric padding needs the 'pad' op")
     before = [int(p[0]) for p in paddings]
@@ -289,26 +300,27 @@ def bias_add(value, bias, data_format=None, name=None):
 
 
 def _pool(kind, n, input, ksize, strides, padding, data_format, ceil_mode, name):
-    first = _channels_first(data_format, f"{kind}_pool{n}d")
+    who = _who(f"{kind}_pool{n}d", name)
+    first = _channels_first(data_format, who)
     attrs = {"data_format": "channels_first" if first else "channels_last",
-             "pool_size": _tuple(ksize, n, f"{kind}_pool{n}d: argument 'ksize'"),
-             "strides": _tuple(strides, n, f"{kind}_pool{n}d: argument 'strides'"),
+             "pool_size": _tuple(ksize, n, f"{who}: argument 'ksize'"),
+             "strides": _tuple(strides, n, f"{who}: argument 'strides'"),
              "ceil_mode": bool(ceil_mode), "padding_before": [0] * n, "padding_after": [0] * n}
     if isinstance(padding, str):
         modes = {"SAME": "same_lower", "SAME_LOWER": "same_lower", "SAME_UPPER": "same_upper", "VALID": "valid"}
         if padding.upper() not in modes:
-            raise ArgumentError(f"{kind}_pool{n}d: padding must be VALID, SAME, SAME_LOWER, SAME_UPPER or a list, "
+            raise ArgumentError(f"{who}: padding must be VALID, SAME, SAME_LOWER, SAME_UPPER or a list, "
                                 f"received {padding!r}")
         attrs["padding"] = modes[padding.upper()]
     else:
         pairs = [tuple(p) for p in padding]
         if len(pairs) != n + 2:
-            raise ArgumentError(f"{kind}_pool{n}d: padding list needs {n + 2} (before, after) pairs, "
+            raise ArgumentError(f"{who}: padding list needs {n + 2} (before, after) pairs, "
                                 f"received {padding!r}")
         spatial = pairs[2:] if first else pairs[1:-1]
         other = pairs[:2] if first else [pairs[0], pairs[-1]]
         if any(p != (0, 0) for p in other):
-            raise ArgumentError(f"{kind}_pool{n}d: non-spatial padding must be 0, received {padding!r}")
+            raise ArgumentError(f"{who}: non-spatial padding must be 0, received {padding!r}")
         attrs.update(padding="customized", padding_before=[p[0] for p in spatial], padding_after=[p[1] for p in spatial])
     return build_op(f"tf_{kind}_pool_{n}d", {"x": input}, attrs, outputs=("y",), name=name,
                     prefix=f"{kind.capitalize()}Pool{n}D_")
@@ -534,7 +546,6 @@ def softmax_grad(y, dy, axis=None, name=None):
         return build_op("softmax_grad", {"y": y, "dy": dy}, outputs=("dx",), name=name, prefix="Softmax_")
     if not isinstance(axis, int) or not -ndim <= axis < ndim:
         raise ArgumentError(f"flow.nn.softmax_grad: axis {axis!r} is out of range for a rank-{ndim} input")
-    from graphfront import array
     perm = list(range(ndim))
     perm[axis % ndim], perm[-1] = perm[-1], perm[axis % ndim]
     sub = (lambda s: None) if name is None else (lambda s: f"{name}_{s}")
@@ -550,7 +561,6 @@ def _sparse_labels(fn, labels, logits):
     if len(labels.shape) == len(logits.shape):
         if labels.shape[-1] != 1:
             raise ArgumentError(f"{fn}: labels of the logits' rank need a last dim of 1, received {labels.shape}")
-        from graphfront import array
         labels = array.squeeze(labels, [-1])
     return labels
 
@@ -606,7 +616,6 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
         if labels.shape[-1] != 1:
             raise ArgumentError(f"sparse_softmax_cross_entropy_with_logits: labels of the logits' rank need a last "
                                 f"dim of 1, received {labels.shape}")
-        from graphfront import array
         labels = array.squeeze(labels, [-1])
     _prob, out = build_op("sparse_softmax_cross_entropy", {"prediction": logits, "label": labels},
                           {"depth": logits.shape[-1]}, outputs=("prob", "out"), name=name,
@@ -846,7 +855,6 @@ def swish(x, beta=1.0, name=None):
     Raises:
         ArgumentError: when ``x`` is not a blob or ``beta`` is not a Python number.
     """
-    from graphfront import math as _math
     _check_blob(x, "swish")
     beta = _number(beta, "swish", "beta")
     name = name or unique_str("Swish_")
@@ -887,7 +895,6 @@ def _last_axis(fn, x, axis, body, name):
     if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
         raise ArgumentError(f"flow.nn.{fn}: axis expects an int in [{-ndim}, {ndim}) for a rank-{ndim} input, "
                             f"received {axis!r}")
-    from graphfront import array
     perm = list(range(ndim))
     perm[axis % ndim], perm[-1] = perm[-1], perm[axis % ndim]
     t = array.transpose(x, perm, name=None if name is None else f"{name}_transpose_in")
@@ -997,7 +1004,6 @@ def sparse_cross_entropy(labels, prediction, name=None):
     _check_blob(labels, "sparse_cross_entropy", "labels")
     _check_blob(prediction, "sparse_cross_entropy", "prediction")
     if len(labels.shape) == len(prediction.shape) and labels.shape[-1] == 1:
-        from graphfront import array
         labels = array.reshape(labels, labels.shape[:-1])
     return build_op("sparse_cross_entropy", {"prediction": prediction, "label": labels},
                     {"depth": prediction.shape[-1]}, name=name, prefix="SparseCrossEntropy_")
@@ -1013,7 +1019,6 @@ def _reduction(fn, reduction):
 
 def _reduce_loss(loss, reduction, name):
     """``none`` -> as is; ``mean``/``sum`` over every element -> a rank-0 blob."""
-    from graphfront import math as _math
     if reduction == "mean":
         return _math.reduce_mean(loss, name=f"{name}_reduce_mean")
     if reduction == "sum":
@@ -1022,7 +1027,6 @@ def _reduce_loss(loss, reduction, name):
 
 
 def _weighted(loss, weight, name, fn):
-    from graphfront import math as _math
     if weight is None:
         return loss
     _check_blob(weight, fn, "weight")
@@ -1114,7 +1118,6 @@ def BCEWithLogitsLoss(input, target, weight=None, pos_weight=None, reduction="me
 
 def _difference_loss(fn, elementwise, suffix, input, target, reduction, name):  # noqa: A002
     """``elementwise(target - input)`` then ``reduction`` (composed as OneFlow composes it)."""
-    from graphfront import math as _math
     _check_blob(input, fn, "input")
     _check_blob(target, fn, "target")
     _check_same(fn, input, target, "input", "target")
@@ -1143,7 +1146,6 @@ def MSELoss(input, target, reduction="mean", name=None) -> BlobDesc:  # noqa: N8
         ArgumentError: ``input`` or ``target`` is not a blob, their shapes or dtypes differ,
             or ``reduction`` is unknown.
     """
-    from graphfront import math as _math
     return _difference_loss("MSELoss", _math.square, "square", input, target, reduction, name)
 
 
@@ -1166,7 +1168,6 @@ def L1Loss(input, target, reduction="mean", name=None) -> BlobDesc:  # noqa: N80
         ArgumentError: ``input`` or ``target`` is not a blob, their shapes or dtypes differ,
             or ``reduction`` is unknown.
     """
-    from graphfront import math as _math
     return _difference_loss("L1Loss", _math.abs, "abs", input, target, reduction, name)
 
 
@@ -1226,7 +1227,6 @@ def MarginRankingLoss(input1, input2, target, margin=0.0, reduction="mean", name
             differ, ``margin`` is not a Python number, or ``reduction`` is unknown.
         JobBuildError: ``target`` does not broadcast against ``input1``.
     """
-    from graphfront import math as _math
     fn = "MarginRankingLoss"
     for arg, v in (("input1", input1), ("input2", input2), ("target", target)):
         _check_blob(v, fn, arg)
@@ -1271,7 +1271,6 @@ def TripletMarginLoss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-06, 
             ``margin``/``p``/``eps`` is not a Python number, ``p <= 0``, or ``reduction``
             is unknown.
     """
-    from graphfront import math as _math
     fn = "TripletMarginLoss"
     for arg, v in (("anchor", anchor), ("positive", positive), ("negative", negative)):
         _check_blob(v, fn, arg)
@@ -1354,8 +1353,6 @@ def moments(x, axes, keepdims=False, name=None):
         ArgumentError: ``x`` is not a blob, ``axes`` is not a list of ints, or an axis is
             out of range.
     """
-    from graphfront import math as _math
-    from graphfront import scope as _scope
     _check_blob(x, "moments")
     if isinstance(axes, int) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
         raise ArgumentError(f"flow.nn.moments: axes expects a list of ints, received {axes!r}")
@@ -1391,8 +1388,6 @@ def batch_normalization(x, mean, variance, offset=None, scale=None, variance_eps
         ArgumentError: (a ValueError) an argument is not a blob, ``axis`` is out of range,
             a statistic has the wrong shape, or ``variance_epsilon`` is not a Python number.
     """
-    from graphfront import array
-    from graphfront import math as _math
     fn = "batch_normalization"
     _check_blob(x, fn)
     ndim = len(x.shape)
@@ -1460,8 +1455,6 @@ def layer_norm(inputs, gamma=None, beta=None, begin_norm_axis=1, begin_params_ax
 
 
 def _affine_vars(name, x, shape):
-    from graphfront import initializers
-    from graphfront.variables import get_variable
     gamma = get_variable(f"{name}_gamma", list(shape), x.dtype, initializers.ones_initializer(x.dtype), trainable=True)
     beta = get_variable(f"{name}_beta", list(shape), x.dtype, initializers.zeros_initializer(x.dtype), trainable=True)
     return gamma, beta
@@ -1469,7 +1462,6 @@ def _affine_vars(name, x, shape):
 
 def _normalize_last(x, eps, name, fn):
     """(x - mean) / sqrt(var + eps) over the last axis (population variance), via ``moments``."""
-    from graphfront import math as _math
     mean, variance = moments(x, [len(x.shape) - 1], keepdims=True, name=f"{name}_moments")
     std = _math.sqrt(_math.add(variance, _number(eps, fn, "eps"), name=f"{name}_add_eps"), name=f"{name}_sqrt")
     return _math.divide(_math.subtract(x, mean, name=f"{name}_sub_mean"), std, name=f"{name}_div_std")
@@ -1499,8 +1491,6 @@ def GroupNorm(x, num_groups=32, eps=1e-05, affine=True, name=None):  # noqa: N80
         ArgumentError: (a ValueError) ``x`` is not a blob or has rank < 3, ``num_groups`` is
             not a positive int dividing C, or ``eps`` is not a Python number.
     """
-    from graphfront import array
-    from graphfront import math as _math
     fn = "GroupNorm"
     _check_blob(x, fn)
     if len(x.shape) < 3:
@@ -1537,7 +1527,6 @@ def InstanceNorm1d(x, eps=1e-05, affine=True, name=None):  # noqa: N802 - OneFlo
         ArgumentError: (a ValueError) ``x`` is not a blob or not of rank 3, or ``eps`` is
             not a Python number.
     """
-    from graphfront import math as _math
     fn = "InstanceNorm1d"
     _check_blob(x, fn)
     if len(x.shape) != 3:
@@ -1551,7 +1540,6 @@ def InstanceNorm1d(x, eps=1e-05, affine=True, name=None):  # noqa: N802 - OneFlo
 
 
 def _instance_norm_nd(n, x, eps, affine, name):
-    from graphfront import array
     fn = f"InstanceNorm{n}d"
     _check_blob(x, fn)
     if len(x.shape) != n + 2:
@@ -1620,7 +1608,6 @@ def PixelShufflev2(input, h_upscale_factor, w_upscale_factor, name=None):  # noq
         ArgumentError: (a ValueError) ``input`` is not a blob, not of rank 4 or its channels
             are not divisible by h*w, or a factor is not a positive int.
     """
-    from graphfront import array
     fn = "PixelShufflev2"
     _check_blob(input, fn, "input")
     for arg, f in (("h_upscale_factor", h_upscale_factor), ("w_upscale_factor", w_upscale_factor)):
@@ -1752,7 +1739,6 @@ def conv2d_transpose(value=None, filter=None, output_shape=None, strides=None, p
     tups = [(None, None, None)] * 4
     for i in range(2):
         tups[2 + i if first else 1 + i] = (0, out[i], 1)
-    from graphfront import array
     return array.slice_v2(y, tups, name=f"{name}-trim")
 
 

@@ -7,7 +7,7 @@ Signatures and defaults are OneFlow v0.6.0 single-client's
 the optimizer pass (:mod:`graphfront.passes.optimizer`) turns it into learning-rate
 and update ops when the job is completed. The update formulas are documented in
 :mod:`graphfront.ops.optimizer_ops`, the learning-rate formulas in
-:func:`graphfront.ops.system.learning_rate_at`.
+:func:`graphfront.ops.lr_schedule.learning_rate_at`.
 
 Schedulers fill ``base_learning_rate``, one ``learning_rate_decay`` case and an optional
 ``warmup_conf`` (``warmup.constant(steps, multiplier)`` / ``warmup.linear(steps,
@@ -71,7 +71,7 @@ class warmup:  # noqa: N801 - OneFlow's submodule name
 
     During the first ``steps`` train steps the LR is the scheduler's base LR times the
     warmup multiplier; the decay takes over at step ``steps`` (evaluated at the raw step,
-    see :func:`graphfront.ops.system.learning_rate_at`).
+    see :func:`graphfront.ops.lr_schedule.learning_rate_at`).
     """
 
     @staticmethod

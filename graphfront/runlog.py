@@ -4,17 +4,20 @@
 
     with RunLog("runs/lenet") as log:                  # the run directory
         for epoch in range(1, epochs + 1):
-            for x, y in log.progress(batches, batch_size=100, desc=f"epoch {epoch}"):
-                ...                                     # tqdm bar in samples/s
+            bar = log.progress(batches, batch_size=100, desc=f"epoch {epoch}")
+            for x, y in bar:                            # tqdm bar in samples/s
+                ...
+                bar.set_postfix(loss=f"{loss:.4f}")     # the running loss beside the rate
             log.scalars(epoch, **{"train/loss": loss, "test/accuracy": acc})
     # runs/lenet/tensorboard/events.out.tfevents.*   (tensorboard --logdir runs)
     # runs/lenet/curves.png                          (one panel per scalar, by epoch)
 
 The bar is ``tqdm``'s, hidden when stderr is not a terminal; scalars are written with
-``tensorboardX.SummaryWriter`` (readable by TensorBoard) and plotted with a matplotlib
+TensorBoard's own writer (``torch.utils.tensorboard.SummaryWriter``) and plotted with a matplotlib
 ``Figure`` (no pyplot, no window). These three packages form the ``examples`` extra
-(``pip install "graphfront[examples]"``); they are imported only when a ``RunLog`` is
-made.
+(``pip install "graphfront[examples]"``, with ``tensorboard``); they are imported only
+when a ``RunLog`` is made. A job's graph goes next to the scalars with
+``job.graph.to_tensorboard(log.tensorboard_dir)`` (TensorBoard's Graphs tab).
 """
 from __future__ import annotations
 
@@ -35,29 +38,35 @@ class RunLog:
             ``<run_dir>/tensorboard`` and the plot to ``<run_dir>/curves.png``.
 
     Raises:
-        ImportError: ``tqdm``, ``matplotlib`` or ``tensorboardX`` is missing (the message
+        ImportError: ``tqdm``, ``matplotlib`` or ``tensorboard`` is missing (the message
             names the extra to install).
     """
 
     def __init__(self, run_dir):
         try:
             import matplotlib  # noqa: F401
-            import tensorboardX
             import tqdm  # noqa: F401
+            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
         except ImportError as e:
-            raise ImportError(f"graphfront.runlog needs tqdm, matplotlib and tensorboardX ({e}); "
+            raise ImportError(f"graphfront.runlog needs tqdm, matplotlib and tensorboard ({e}); "
                               "install them with: pip install \"graphfront[examples]\"") from e
         self.run_dir = os.fspath(run_dir)
         os.makedirs(self.run_dir, exist_ok=True)
-        self.writer = tensorboardX.SummaryWriter(logdir=os.path.join(self.run_dir, TENSORBOARD_DIR))
+        #: where the TensorBoard event files go (``tensorboard --logdir`` of the run's parent)
+        self.tensorboard_dir = os.path.join(self.run_dir, TENSORBOARD_DIR)
+        self.writer = SummaryWriter(log_dir=self.tensorboard_dir)
         #: ``{tag: [(step, value), ...]}``, everything passed to :meth:`scalars`.
         self.history: dict = {}
 
     def progress(self, batches: Iterable, batch_size: int, desc: str = "") -> Iterator:
-        """Iterate over ``batches`` behind a tqdm bar that counts samples (``batch_size`` per item)."""
+        """Iterate over ``batches`` behind a tqdm bar that counts samples (``batch_size`` per item).
+
+        Returns the ``tqdm`` bar itself (an iterator over ``batches``): call
+        ``bar.set_postfix(loss=...)`` to show a running value beside the rate.
+        """
         from tqdm import tqdm
         # unit_scale=batch_size: the bar counts items x batch_size, so its rate reads samples/s.
-        return iter(tqdm(batches, desc=desc, unit="sample", unit_scale=batch_size, leave=False, disable=None))
+        return tqdm(batches, desc=desc, unit="sample", unit_scale=batch_size, leave=False, disable=None)
 
     def scalars(self, step: int, **values: float) -> None:
         """Record scalars at ``step`` (e.g. the epoch): TensorBoard and :attr:`history`.

@@ -43,6 +43,8 @@ from graphfront.framework import checkpoint_io
 from graphfront.framework import job_builder as jb
 from graphfront.framework import tempfiles
 from graphfront.framework.checkpoint_io import _fsync_dir
+from graphfront.framework.session import GlobalFunction
+from graphfront.checkpoint import variable_arrays
 
 __all__ = ["GraphBuilder", "ModelBuilder", "SignatureBuilder"]
 
@@ -106,7 +108,6 @@ class ModelBuilder:
             TypeError: ``func`` is not a global function.
             ValueError: a graph of the same name was added already.
         """
-        from graphfront.framework.session import GlobalFunction
         if not isinstance(func, GlobalFunction):
             raise TypeError(f"ModelBuilder.AddFunction expects a @flow.global_function, received "
                             f"{type(func).__name__}")
@@ -171,7 +172,6 @@ class ModelBuilder:
                     continue  # watch handlers live in the exporting process only
                 graph.op_list.add().CopyFrom(op)
         self.proto_.checkpoint_dir = self.DEFAULT_CHECKPOINT_DIR
-        from graphfront.checkpoint import variable_arrays
         arrays = variable_arrays(session)
         self._write(arrays)
 

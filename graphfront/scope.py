@@ -11,61 +11,11 @@ from __future__ import annotations
 
 import contextlib
 
-import torch
-
 from graphfront.framework import job_builder as jb
-from graphfront.framework import scope as _scope
-from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.framework.placement_scope import LogicalView, PlacementScope
 
-
-class PlacementScope:
-    """Context manager returned by :func:`placement`; also a FunctionConfig value."""
-
-    def __init__(self, device_tag, machine_device_ids, hierarchy=None):
-        loc = user_frame()
-        if device_tag not in ("cpu", "gpu", "cuda"):
-            raise JobBuildError(f'flow.scope.placement: device_tag must be "cpu" or "gpu", received '
-                                f'{device_tag!r}{format_location(loc)}')
-        try:
-            ids = _scope.parse_device_ids(machine_device_ids)
-        except ValueError as e:
-            raise JobBuildError(e.args[0] + format_location(loc)) from None
-        self.device_tag = "gpu" if device_tag == "cuda" else device_tag
-        self.device_ids = ids
-        self._ctx = None
-
-    def __enter__(self):
-        if not jb.is_building():
-            return self
-        tag = self.resolved_device_tag()
-        builder = jb.current()
-        self._ctx = builder.scope_as(builder.scope.derive(device_tag=tag, device_ids=self.device_ids))
-        return self._ctx.__enter__()
-
-    def resolved_device_tag(self):
-        """The tag the placed ops run on ("cpu" for "gpu" without CUDA while the fallback is on).
-
-        Raises JobBuildError at the user's line when CUDA is missing and the fallback is off,
-        or when the placed GPU does not exist. Used by ``with placement(...)`` and by
-        ``FunctionConfig.default_placement_scope``, so both report alike.
-        """
-        from graphfront.parallel.placement import resolve_device_tag
-        try:
-            tag = resolve_device_tag(self.device_tag)
-        except RuntimeError as e:
-            raise JobBuildError(e.args[0] + format_location(user_frame())) from None
-        if tag == "gpu":
-            last = _scope.first_device_index(self.device_ids) + _scope.device_count(self.device_ids[:1]) - 1
-            if last >= torch.cuda.device_count():
-                raise JobBuildError(f"flow.scope.placement: GPU {last} does not exist (this machine has "
-                                    f"{torch.cuda.device_count()}){format_location(user_frame())}")
-        return tag
-
-    def __exit__(self, *exc):
-        if self._ctx is not None:
-            ctx, self._ctx = self._ctx, None
-            return ctx.__exit__(*exc)
-        return False
+__all__ = ["LogicalView", "PlacementScope", "consistent_view", "consistent_view_enabled", "current_scope",
+           "mirrored_view", "mirrored_view_enabled", "namespace", "placement"]
 
 
 def placement(device_tag, machine_device_ids, hierarchy=None) -> PlacementScope:
@@ -81,20 +31,6 @@ def namespace(name):
     builder = jb.current()
     with builder.scope_as(builder.scope.derive(namespace=builder.scope.namespace + (name,))) as s:
         yield s
-
-
-class LogicalView:
-    def __init__(self, kind):
-        self.kind = kind
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def __repr__(self):
-        return f"flow.scope.{self.kind}_view()"
 
 
 def consistent_view() -> LogicalView:

@@ -21,6 +21,7 @@ import types
 import unittest as _unittest
 
 from graphfront.ops import test_ops as _test_ops  # noqa: F401 - registers OneFlow's framework test ops
+from graphfront.framework.session import clear_default_session
 
 __all__ = ["TestCase", "env", "num_nodes_required", "register_test_cases", "skip_unless_1n1d", "skip_unless_1n2d",
            "skip_unless_1n4d", "skip_unless_2n1d", "skip_unless_2n2d", "skip_unless_2n4d"]
@@ -83,7 +84,6 @@ class TestCase(_unittest.TestCase):
     """
 
     def setUp(self):
-        from graphfront.framework.session import clear_default_session
         if _eager_execution_enabled():
             self.skipTest("ONEFLOW_TEST_ENABLE_EAGER=1: graphfront runs lazy (global_function) jobs only")
         clear_default_session()
@@ -121,7 +121,6 @@ class _ClearDefaultSession:
     """Mixin whose ``setUp`` clears the default session (the default ``test_case_mixin``)."""
 
     def setUp(self):
-        from graphfront.framework.session import clear_default_session
         clear_default_session()
 
 

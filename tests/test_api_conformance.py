@@ -16,6 +16,7 @@ import torch.nn.functional as F
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
+from graphfront.framework import env_settings
 from graphfront.framework.errors import JobBuildError
 
 _rng = np.random.RandomState(7)
@@ -564,7 +565,7 @@ def test_config_settings_are_checked_recorded_and_ignored_while_running(caplog):
 
 
 def test_env_setters(monkeypatch, caplog):
-    monkeypatch.setattr(flow.env, "_state", {"initialized": False, "conf": {}})
+    monkeypatch.setattr(env_settings, "STATE", {"initialized": False, "conf": {}})
     flow.env.ctrl_port(12345)
     flow.env.machine(["127.0.0.1"])
     flow.env.log_dir("/tmp/log")

@@ -16,8 +16,10 @@ from graphfront.testing import (autotest, constant, dropout_statistics, mask_sta
 from graphfront.testing import coverage
 from graphfront.testing import records as records_mod
 from graphfront.testing.autotest import DRAW_ENV, N_ENV, SEED_ENV
+from graphfront.testing.compare import Case
 from graphfront.testing.generators import NOTHING, DrawContext, TensorValue
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIFT = 1.0
 
 
@@ -77,8 +79,10 @@ def test_the_npz_holds_the_inputs_and_both_sides_results():
     assert x.shape == (3, 4) and x.dtype == np.float32
     np.testing.assert_allclose(data["graphfront_out_0"], np.maximum(x, 0) * 0.5, rtol=1e-6)
     np.testing.assert_allclose(data["torch_out_0"], np.maximum(x, 0) * 0.5 + 1.0, rtol=1e-6)
-    np.testing.assert_allclose(data["graphfront_grad_x"], (x > 0) * 0.5, rtol=1e-6)
-    np.testing.assert_allclose(data["torch_grad_x"], (x > 0) * 0.5, rtol=1e-6)
+    v = data["cotangent_0"]  # the random upstream gradient of output 0
+    assert v.shape == (3, 4) and v.dtype == np.float32 and np.all(np.abs(v) >= 0.5) and len(np.unique(v)) == 12
+    np.testing.assert_allclose(data["graphfront_grad_x"], (x > 0) * 0.5 * v, rtol=1e-6)
+    np.testing.assert_allclose(data["torch_grad_x"], (x > 0) * 0.5 * v, rtol=1e-6)
 
 
 @pytest.mark.slow
@@ -89,7 +93,8 @@ def test_the_reproducer_snippets_run_on_their_own(tmp_path):
     (tmp_path / "gf.py").write_text(gf)
     (tmp_path / "th.py").write_text(th)
     for script, other in (("gf.py", "torch"), ("th.py", "graphfront")):
-        done = subprocess.run([sys.executable, script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        done = subprocess.run([sys.executable, script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=ROOT))  # this checkout's graphfront
         assert done.returncode == 0, done.stderr
         assert f"output 0: MISMATCH (shape (3, 4) vs {other} (3, 4), max abs diff 1)" in done.stdout
         assert f"gradient of x: OK (shape (3, 4) vs {other} (3, 4), max abs diff 0)" in done.stdout
@@ -184,7 +189,8 @@ def test_nothing_drops_the_argument_on_both_sides():
         return flow.math.relu(x)
 
     def torch_side(torch, x, **kw):
-        seen.append(("torch", dict(kw)))
+        if x.dtype == torch.float32:  # not the float64 reference run
+            seen.append(("torch", dict(kw)))
         return torch.relu(x)
 
     @autotest(n=12)
@@ -228,7 +234,8 @@ def test_random_tensor_shapes_values_and_dtypes():
     tensors = draws(random_tensor(), n=300)
     assert all(isinstance(t, TensorValue) for t in tensors)
     assert {t.array.ndim for t in tensors} == {1, 2, 3, 4}
-    assert all(t.shape[0] == 1 for t in tensors)  # dim0 defaults to 1
+    # every dimension is drawn, the leading one included
+    assert {t.shape[0] for t in tensors} == {1, 2, 3, 4, 5, 6}
     assert {d for t in tensors for d in t.shape[1:]} == {1, 2, 3, 4, 5, 6}
     assert all(t.dtype == np.float32 and t.requires_grad and (t.array >= 0).all() and (t.array < 1).all()
                for t in tensors)
@@ -251,7 +258,8 @@ def test_one_generator_object_is_one_value_per_draw_and_value_returns_it():
     seen = []
 
     def reference(torch, x, y):
-        seen.append((tuple(x.shape), tuple(y.shape)))
+        if x.dtype == torch.float32:  # not the float64 reference run
+            seen.append((tuple(x.shape), tuple(y.shape)))
         return x.sum() + y.sum()
 
     @autotest(n=10)
@@ -286,7 +294,8 @@ def test_random_device_draws_cpu_and_cuda_when_available():
 
 def _recording_autotest(store, n=6):
     def reference(torch, x):
-        store.append(x.detach().numpy().copy())
+        if x.dtype == torch.float32:  # not the float64 reference run
+            store.append(x.detach().numpy().copy())
         return x * 2
 
     @autotest(n=n)
@@ -354,8 +363,8 @@ def test_records_hold_the_exercised_op_types_without_the_harness_ops(capsys):
     assert test_relu_train.autotest.last_run.ops == ["relu", "relu_grad"]
     assert test_relu_forward.autotest.last_run.ops == ["relu"]
     out = capsys.readouterr().out
-    assert "autotest test_relu_train: 3 draws, 0 skipped, ops: relu, relu_grad" in out
-    assert "autotest test_relu_forward: 2 draws, 0 skipped, ops: relu" in out
+    assert "autotest test_relu_train: 3 draws (cpu 3), 0 skipped, ops: relu, relu_grad" in out
+    assert "autotest test_relu_forward: 2 draws (cpu 2), 0 skipped, ops: relu" in out
     rec = test_relu_train.autotest.record
     assert rec.forward_ops == {"relu"} and rec.backward_ops == {"relu_grad"} and rec.draws >= 3
     here = os.path.dirname(os.path.abspath(__file__))
@@ -484,3 +493,90 @@ def test_collect_imports_and_runs_autotests_and_reports_broken_files(tmp_path):
     assert rec.draws == 2
     again = coverage.collect(str(tmp_path), n=2)  # records exist now: nothing runs again
     assert again.ran == [] and again.exercised == result.exercised
+
+
+def test_outputs_must_have_exactly_torchs_dtype():
+    @autotest(n=1, auto_backward=False)
+    def wider(check):
+        check(graphfront=lambda flow, x: flow.cast(flow.math.relu(x), flow.float64),
+              torch=lambda torch, x: torch.relu(x), x=random_tensor(ndim=2, dim0=3, dim1=4, low=-1, high=1))
+    with pytest.raises(AssertionError, match=r"output\[0\]: dtype float64 \(graphfront\) vs float32 \(torch\)"):
+        wider()
+
+    @autotest(n=1, auto_backward=False)
+    def narrower(check):
+        check(graphfront=lambda flow, x: flow.cast(flow.math.argmax(x), flow.int8),
+              torch=lambda torch, x: torch.argmax(x, -1), x=random_tensor(ndim=2, dim0=3, dim1=4))
+    with pytest.raises(AssertionError, match=r"output\[0\]: dtype int8 \(graphfront\) vs int64 \(torch\)"):
+        narrower()
+
+
+def _perm_case():
+    return Case(kwargs={}, inputs={}, outputs=[], grads={}, torch_outputs=[], torch_grads={}, train=False,
+                rtol=0, atol=0)
+
+
+def test_a_permutation_must_be_one_and_not_the_identity_beyond_chance():
+    from graphfront.testing.compare import IDENTITY_ALPHA, permutation_problems
+    assert "is not a permutation of range(3)" in permutation_problems(_perm_case(), [0, 0, 2])[0]
+    # uniform permutations of small sizes are often the identity: never a failure over 1000 draws
+    rng = np.random.default_rng(0)
+    case = _perm_case()
+    assert not any(permutation_problems(case, rng.permutation(int(n))) for n in rng.integers(1, 4, size=1000))
+    # the identity of 10 elements (probability 1/10! < alpha) fails at once; of 3 elements
+    # (1/6) only when it keeps coming
+    assert permutation_problems(_perm_case(), np.arange(10))
+    case = _perm_case()
+    results = [permutation_problems(case, np.arange(3)) for _ in range(10)]
+    first = next(i for i, r in enumerate(results) if r)
+    assert (1 / 6) ** first >= IDENTITY_ALPHA > (1 / 6) ** (first + 1)
+
+
+def test_a_random_ops_comparer_gets_no_second_torch_sample():
+    """A failing statistical comparison is final: torch is not rerun (in float64, with a
+    new random sample) to excuse it."""
+    calls = []
+
+    def th(torch, x):
+        calls.append(x.dtype)
+        return torch.bernoulli(x)
+
+    @autotest(n=1, auto_backward=False)
+    def body(check):
+        check(graphfront=lambda flow, x: flow.random.bernoulli(x) * 0.0, torch=th, compare="statistics",
+              x=constant(np.full((30, 30), 0.5, np.float32)))
+    with pytest.raises(AssertionError) as e:
+        body()
+    assert "fraction of zeros" in str(e.value) and "arbitration" not in str(e.value)
+    assert calls == [torch.float32]
+
+
+def test_each_draw_picks_its_device_among_those_present(monkeypatch):
+    """cpu and cuda where CUDA is present (so the same suite checks the GPU kernels on a GPU
+    machine), cpu only for an autotest restricted to it; drawn from a generator of its own."""
+    from graphfront.testing.autotest import Checker, RunStats
+
+    @autotest(n=1)
+    def anywhere(check):
+        pass
+
+    @autotest(n=1, devices=("cpu",))
+    def host(check):
+        pass
+
+    def picks(at):
+        return [Checker(at.autotest, None, 7, i, 40, RunStats())._draw_device() for i in range(40)]
+    assert set(picks(anywhere)) == ({"cpu", "cuda"} if torch.cuda.is_available() else {"cpu"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert set(picks(anywhere)) == {"cpu", "cuda"} and set(picks(host)) == {"cpu"}
+    with pytest.raises(ValueError, match="devices must be a non-empty subset"):
+        autotest(devices=("tpu",))(lambda check: None)
+
+
+def test_reproducers_are_written_under_pytests_temporary_directory(tmp_path_factory):
+    import tempfile
+    before = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("graphfront_autotest_")}
+    path = re.search(r"arrays saved to: (\S+\.npz)", _failure_message()).group(1)
+    assert os.path.realpath(path).startswith(os.path.realpath(tmp_path_factory.getbasetemp()) + os.sep)
+    after = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("graphfront_autotest_")}
+    assert after == before

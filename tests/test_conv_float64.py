@@ -7,6 +7,7 @@ kernels hand torch contiguous tensors and dilation 1 on size-1 kernel dims inste
 autotest runs several times within its test so that run-to-run variance shows.
 """
 import numpy as np
+import pytest
 import torch
 
 import graphfront as flow
@@ -77,7 +78,7 @@ def conv3d_vs_float64(check):
 def _repeat(at):
     for _ in range(REPEATS):
         stats = at.autotest.run()
-        assert stats.draws == at.autotest.n and not stats.reference_wrong
+        assert stats.draws == at.autotest.n and not stats.torch_bugs
 
 
 def test_conv1d_matches_float64():
@@ -96,13 +97,26 @@ def test_conv3d_matches_float64():
     _repeat(conv3d_vs_float64)
 
 
-def _train_1x1(channels_last, device_tag=None):
+SWEEP_DRAWS = 200
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", [conv1d_vs_float64, conv2d_vs_float64, conv2d_1x1_vs_float64, conv3d_vs_float64],
+                         ids=lambda f: f.autotest.name)
+def test_convolution_family_sweep(family):
+    """Far more draws than the default over the whole family (grouped, dilated, strided,
+    padded; NCHW and NHWC; 1-D, 2-D, 3-D), from a seed of its own (not the default one)."""
+    stats = family.autotest.run(n=SWEEP_DRAWS, seed=family.autotest.default_seed() + 1)
+    assert stats.draws == SWEEP_DRAWS and not stats.torch_bugs
+
+
+def _train_1x1(channels_last, cin=3, device_tag=None):
     """Gradients of sum(conv2d) with a 1x1 kernel, strides (2, 1), dilations (2, 1), on
     the session's default device or on ``device_tag`` ("cpu" / "gpu")."""
     flow.clear_default_session()
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((2, 7, 5, 3) if channels_last else (2, 3, 7, 5)).astype(np.float32)
-    w0 = rng.standard_normal((4, 1, 1, 3) if channels_last else (4, 3, 1, 1)).astype(np.float32)
+    x = rng.standard_normal((2, 7, 5, cin) if channels_last else (2, cin, 7, 5)).astype(np.float32)
+    w0 = rng.standard_normal((4, 1, 1, cin) if channels_last else (4, cin, 1, 1)).astype(np.float32)
     grads = {}
     cfg = flow.FunctionConfig()
     if device_tag is not None:
@@ -128,10 +142,11 @@ def _train_1x1(channels_last, device_tag=None):
 
 def test_strided_1x1_weight_gradient_is_right_every_time():
     for channels_last in (False, True):
-        for _ in range(10):
-            y, gw, ref_y, ref_gw = _train_1x1(channels_last)
-            np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(gw, ref_gw, rtol=1e-4, atol=1e-4)
+        for cin in (3, 1):
+            for _ in range(10):
+                y, gw, ref_y, ref_gw = _train_1x1(channels_last, cin)
+                np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-5)
+                np.testing.assert_allclose(gw, ref_gw, rtol=1e-4, atol=1e-4)
 
 
 def test_dense_copies_only_strided_cpu_tensors():
@@ -140,6 +155,48 @@ def test_dense_copies_only_strided_cpu_tensors():
     last = t.permute(0, 2, 3, 1)
     assert not last.is_contiguous() and dense(last).is_contiguous()
     np.testing.assert_array_equal(dense(last).numpy(), last.numpy())
+    # One channel: the permuted tensor counts as contiguous but keeps channels_last strides;
+    # dense gives it the channels_first ones as a view of the same memory.
+    one = torch.randn(2, 6, 4, 1).permute(0, 3, 1, 2)
+    assert one.is_contiguous() and one.stride() == (24, 1, 4, 1)
+    assert dense(one).stride() == (24, 24, 4, 1) and dense(one).data_ptr() == one.data_ptr()
+    assert torch.equal(dense(one), one)
+
+
+def test_nhwc_one_channel_strided_filter_gradient():
+    """The AutoTest draw that found torch's channels_last path through an NHWC input with
+    one channel: x (2, 6, 4, 1), w (2, 1, 1, 1), strides (2, 2), dilations (2, 1), VALID;
+    every gradient of sum(y * v) against float64, over repeated runs in one process."""
+    rng = np.random.default_rng(1874964862)
+    x = rng.uniform(-1, 1, (2, 6, 4, 1)).astype(np.float32)
+    w0 = rng.uniform(-1, 1, (2, 1, 1, 1)).astype(np.float32)
+    v = rng.uniform(-1, 1, (2, 3, 2, 2)).astype(np.float32)
+    grads = {}
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder(x.shape), v: tp.Numpy.Placeholder(v.shape)) -> tp.Numpy:
+        xv = flow.get_variable("x", x.shape, initializer=flow.zeros_initializer())
+        w = flow.get_variable("w", w0.shape, initializer=flow.zeros_initializer())
+        y = flow.nn.conv2d(xv + x, w, [2, 2], "VALID", data_format="NHWC", dilations=[2, 1])
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(
+            flow.math.reduce_sum(y * v))
+        flow.watch_diff(w, lambda g: grads.__setitem__("w", np.array(g)))
+        flow.watch_diff(xv, lambda g: grads.__setitem__("x", np.array(g)))
+        return y
+
+    flow.load_variables({"w": w0})
+    xt = torch.from_numpy(x).double().requires_grad_()
+    wt = torch.from_numpy(w0).double().requires_grad_()
+    ref = float64_conv(torch, xt, wt, [2, 2], [(0, 0), (0, 0)], [2, 1], 1, True).double()
+    (ref * torch.from_numpy(v).double()).sum().backward()
+    # float32 error bound: each gradient element sums at most 12 products of values in
+    # [-1, 1], so |error| <= 12 * 12 * 2**-24 ~ 8.6e-6 (forward: one product, ~1e-7)
+    for _ in range(20):
+        y = job(x, v)
+        np.testing.assert_allclose(y, ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(grads["w"], wt.grad.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(grads["x"], xt.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_conv_backward_gets_contiguous_inputs_and_undilated_1x1_kernels(monkeypatch):
@@ -157,12 +214,16 @@ def test_conv_backward_gets_contiguous_inputs_and_undilated_1x1_kernels(monkeypa
 
         @staticmethod
         def convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation, *rest):
-            seen.append((dy.is_contiguous(), x.is_contiguous(), w.is_contiguous(), list(dilation)))
+            seen.append((standard(dy), standard(x), standard(w), list(dilation)))
             return real(dy, x, w, bias_sizes, stride, padding, dilation, *rest)
+
+    def standard(t):  # contiguous *and* with channels_first strides, whatever the size-1 dims
+        return t.is_contiguous() and t.stride() == torch.empty(t.shape).stride()
 
     monkeypatch.setattr(nn_ops, "_aten", Spy())
     monkeypatch.setattr(fused_ops, "_aten", Spy())
     for channels_last in (False, True):
-        _train_1x1(channels_last, "cpu")
+        for cin in (3, 1):
+            _train_1x1(channels_last, cin, "cpu")
     assert len(seen) >= 2
     assert all(c == (True, True, True, [1, 1]) for c in seen), seen

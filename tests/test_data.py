@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from graphfront import data
+from graphfront.framework import datasets
 
 IDX_NAMES = (
     "train-images-idx3-ubyte",
@@ -280,7 +281,7 @@ def test_dir_precedence(tmp_path, monkeypatch):
 def test_default_cache_dir_without_xdg(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert data._default_cache_dir() == os.path.join(str(tmp_path), ".cache", "graphfront", "mnist")
+    assert datasets.default_cache_dir() == os.path.join(str(tmp_path), ".cache", "graphfront", "mnist")
 
 
 # ------------------------------------------------------------------- errors
@@ -337,7 +338,7 @@ def test_not_found_lists_places(tmp_path, monkeypatch, no_mlxtend):
 
 
 def test_fashion_not_found_lists_places(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "FASHION_MNIST_DEBIAN_DIR", str(tmp_path / "no-debian"))
+    monkeypatch.setattr(datasets, "FASHION_MNIST_DEBIAN_DIR", str(tmp_path / "no-debian"))
     with pytest.raises(FileNotFoundError) as info:
         data.load_mnist(dataset="fashion", data_dir=tmp_path)
     msg = str(info.value)

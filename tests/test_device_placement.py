@@ -25,9 +25,11 @@ from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
 from graphfront.framework import session as session_mod
 from graphfront.framework.errors import OpRunError
-from graphfront.ops import system
+from graphfront.core import op_conf_pb2
+from graphfront.ops import registry
 from graphfront.passes import fold
 from graphfront.runtime import plan as plan_mod
+from graphfront.runtime import walk as walk_mod
 
 B, C = 8, 10
 META = torch.device("meta")
@@ -76,6 +78,7 @@ def on_meta(monkeypatch):
     """Jobs compiled from here on run on the meta device."""
     real = plan_mod.device_of
     monkeypatch.setattr(plan_mod, "device_of", lambda op_conf, ids: META)
+    monkeypatch.setattr(walk_mod, "device_of", lambda op_conf, ids: META)
     monkeypatch.setattr(session_mod, "device_of", lambda op_conf, ids: META)
     monkeypatch.setattr(fold, "rt", types.SimpleNamespace(
         device_of=real, is_pure=plan_mod.is_pure, placements_of=plan_mod.placements_of, run_op=plan_mod.run_op))
@@ -146,7 +149,6 @@ def test_gpu_placed_train_step_makes_every_tensor_on_its_device(on_meta):
 def test_the_recorder_sees_a_kernel_that_makes_a_host_tensor(on_meta, monkeypatch):
     """The check above can fail: a kernel making its output on the host is caught, and so
     is one copying host data in."""
-    from graphfront.ops import registry
 
     def host_kernel(k):
         return lambda x: torch.zeros(x.shape)       # made on the CPU: no device given
@@ -174,12 +176,15 @@ def test_the_recorder_sees_a_kernel_that_makes_a_host_tensor(on_meta, monkeypatc
 
 def test_old_host_decode_random_would_be_caught(on_meta, monkeypatch):
     """``decode_random`` drawing on the host (as it once did) is recorded."""
-    from graphfront.runtime.variables import initial_value
+    from graphfront.runtime.variable_store import initial_value
 
-    def host_decode_random(conf, k):
+    def host_decode_random(k):
+        conf = k.conf
         shape = (int(conf.batch_size),) + tuple(conf.shape.dim)
         return lambda: initial_value(conf.data_initializer, shape, flow.float, torch.device("cpu")).to(k.device)
-    monkeypatch.setattr(system.SYSTEM_OPS["decode_random_conf"], "kernel", host_decode_random)
+    decode_random = op_conf_pb2.OperatorConf()
+    decode_random.decode_random_conf.SetInParent()
+    monkeypatch.setattr(registry.op_def(decode_random), "kernel", host_decode_random)
 
     @flow.global_function()
     def job():
@@ -241,7 +246,6 @@ def test_out_of_device_memory_names_the_job_and_the_size_and_the_session_stays_u
     """torch's CUDA out-of-memory error becomes DeviceMemoryError naming the job and the
     size asked for (raised here by a kernel standing in for the allocation); the next
     call runs."""
-    from graphfront.ops import registry
     fail = [True]
 
     def kernel(k):

@@ -7,8 +7,6 @@ variables and checkpoints must agree.
 import copy
 import os
 import signal
-import threading
-import time
 import warnings
 
 import numpy as np
@@ -222,12 +220,11 @@ def test_killed_worker_ends_the_call_with_an_error_naming_its_device():
     x, y = _batches(1, (B, 20), 5)[0]
     job(x, y)
     victim = default_session().worker_group.procs[1]
-    threading.Timer(0.5, os.kill, (victim.pid, signal.SIGKILL)).start()
-    start = time.monotonic()
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join()
+    # the next call reports the death (not the collective timeout of the surviving worker)
     with pytest.raises(WorkerError, match=r"device cpu:1 \(rank 1\) (died|is gone)"):
-        for _ in range(100000):
-            job(x, y)
-    assert time.monotonic() - start < 20 + 15
+        job(x, y)
     with pytest.raises(WorkerError, match="cpu:1"):  # the session stays failed, the process lives on
         job(x, y)
     flow.clear_default_session()
@@ -255,19 +252,20 @@ def test_two_machines_on_localhost_match_one_device():
     """The same script on two "machines" (two client processes, one device each, machine
     ranks 0 and 1, one MASTER_PORT) joins one group; both get the one-device trajectory."""
     import json
-    import socket
     import subprocess
     import sys
     from two_machines_job import losses
     steps = 5
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # The rendezvous store is hosted here, on a port the OS picks and this test holds until it
+    # ends (no port is probed, released and reused): both machines' workers join it as clients,
+    # as they join a torchrun agent's store.
+    store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(here)
     procs = []
     for rank in (0, 1):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GRAPHFRONT_MACHINE_RANK=str(rank),
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), GRAPHFRONT_MACHINE_RANK=str(rank),
+                   TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0",
                    PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
         procs.append(subprocess.Popen([sys.executable, os.path.join(here, "two_machines_job.py"), str(steps)],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))

@@ -259,3 +259,41 @@ def test_gpu_default_placement_without_cuda_matches_placement_message(monkeypatc
 def _gpu_relu(x):
     with flow.scope.placement("gpu", "0:0"):
         return flow.math.relu(x)
+
+
+def test_pool_argument_errors_name_the_op():
+    with pytest.raises(flow.JobBuildError) as e:
+        _build(lambda x: flow.nn.max_pool2d(x, ksize=0, strides=1, padding="VALID", name="mp0"))  # MARK-named-maxpool
+    _expect(e, "MARK-named-maxpool", "max_pool2d 'mp0': argument 'ksize'", "int >= 1", "received 0")
+
+
+def test_job_file_input_with_a_zero_dim_names_the_input(tmp_path):
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.math.relu(x)
+
+    flow.experimental.save_job(job, tmp_path / "job.pb")
+    proto = flow.experimental.load_job(tmp_path / "job.pb")
+    (op,) = [op for op in proto.net.op if op.HasField("input_conf")]
+    op.input_conf.blob_conf.shape.dim[0] = 0
+    flow.experimental.save_job(proto, tmp_path / "zero.pb")
+    with flow.serving.InferenceSession() as sess, pytest.raises(flow.GraphfrontError) as e:
+        sess.load_job(str(tmp_path / "zero.pb"))  # MARK-zero-input
+    _expect(e, "MARK-zero-input", f"input '{op.name}' has shape (0, 3)", "each positive")
+
+
+def test_variable_the_allocator_cannot_provide_names_variable_shape_and_bytes(monkeypatch):
+    # past the build-time check (as when the memory free at build time is gone at run time)
+    from graphfront.framework import job_builder
+    monkeypatch.setattr(job_builder, "available_memory", lambda device: None)
+    shape = (2 ** 46,)   # 256 TiB of float32: no allocator provides it
+    with pytest.raises(flow.JobBuildError) as e:
+        _build(lambda x: x + flow.math.reduce_sum(
+            flow.get_variable("huge", shape, initializer=flow.zeros_initializer())))  # MARK-huge
+    msg = str(e.value)
+    assert f"variable 'huge' of shape {shape} and dtype float32 needs {4 * 2 ** 46:,} bytes" in msg, msg
+    assert "could not provide" in msg and "DefaultCPUAllocator" not in msg, msg
+    # the session stays usable: the next job builds and runs
+    np.testing.assert_array_equal(_build(lambda x: x * 2.0, shape=(2, 2)), np.full((2, 2), 2.0, np.float32))

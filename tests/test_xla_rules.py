@@ -9,6 +9,7 @@ of a max pool) are computed by that op's torch kernel first (``FED_BY``).
 import inspect
 import typing
 
+import jax  # noqa: F401 - a hard requirement of the `test` extra: its absence fails, never skips
 import numpy as np
 import pytest
 
@@ -17,8 +18,6 @@ from graphfront import typing as tp
 from graphfront.ops import registry
 from graphfront.ops.builder import build_op
 from graphfront.ops.fused_ops import encode_constant
-
-pytest.importorskip("jax")  # the `xla` and `test` extras install it
 
 
 import torch  # noqa: E402
@@ -266,28 +265,46 @@ def test_xla_rule_matches_the_kernel(op_type):
 
 def test_system_op_rules_match_their_kernels():
     import jax
-    from graphfront.core import op_conf_pb2
-    from graphfront.ops.system import SYSTEM_OPS
+    from graphfront.runtime.plan import KernelCtx
     from graphfront.runtime.xla import import_jax
     import_jax()  # (64-bit types, as in the XLA lowering)
-    assert sorted(k for k, d in SYSTEM_OPS.items() if d.xla) == ["constant_like_conf", "identity_conf",
-                                                                "learning_rate_schedule_conf"]
+
+    def rules(kind, fill=lambda conf: None):
+        """The kernel and the xla rule of a system op whose conf ``fill`` sets."""
+        op_conf = _system_conf(kind)
+        fill(getattr(op_conf, kind))
+        opdef, k = registry.op_def(op_conf), KernelCtx(op_conf, {}, torch.device("cpu"))
+        return opdef.kernel(k), opdef.xla(k)
+
+    kinds = registry.system_kinds()
+    assert sorted(k for k in kinds if registry.op_def(_system_conf(k)).xla) == [
+        "constant_like_conf", "identity_conf", "learning_rate_schedule_conf"]
     like = np.arange(6, dtype=np.float32).reshape(2, 3)
-    conf = op_conf_pb2.OperatorConf().constant_like_conf
-    conf.int_operand = 7
-    conf.data_type = flow.int64.proto
-    for kind, conf, args in (("identity_conf", None, [like]), ("constant_like_conf", conf, [like])):
-        want = SYSTEM_OPS[kind].kernel(conf, None)(*[torch.from_numpy(a) for a in args]).numpy()
-        got = np.asarray(jax.jit(SYSTEM_OPS[kind].xla(conf))(*args))
+
+    def int_seven(conf):
+        conf.int_operand = 7
+        conf.data_type = flow.int64.proto
+    for kind, fill in (("identity_conf", lambda conf: None), ("constant_like_conf", int_seven)):
+        kernel, xla = rules(kind, fill)
+        want = kernel(torch.from_numpy(like)).numpy()
+        got = np.asarray(jax.jit(xla)(like))
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
-    lr = op_conf_pb2.OperatorConf().learning_rate_schedule_conf
-    lr.learning_rate = 0.5
-    lr.learning_rate_decay.cosine_conf.decay_batches = 10
-    lr.warmup_conf.linear_conf.warmup_batches = 3
-    lr.warmup_conf.linear_conf.start_multiplier = 0.1
-    fn = jax.jit(SYSTEM_OPS["learning_rate_schedule_conf"].xla(lr))
-    kernel = SYSTEM_OPS["learning_rate_schedule_conf"].kernel(lr, None)
+
+    def schedule(lr):
+        lr.learning_rate = 0.5
+        lr.learning_rate_decay.cosine_conf.decay_batches = 10
+        lr.warmup_conf.linear_conf.warmup_batches = 3
+        lr.warmup_conf.linear_conf.start_multiplier = 0.1
+    kernel, xla = rules("learning_rate_schedule_conf", schedule)
+    fn = jax.jit(xla)
     for step in (0, 2, 3, 7, 12):
         t = np.array([step], np.int64)
         np.testing.assert_array_equal(np.asarray(fn(t)), kernel(torch.from_numpy(t)).numpy())
+
+
+def _system_conf(kind):
+    from graphfront.core import op_conf_pb2
+    op_conf = op_conf_pb2.OperatorConf(name="op")
+    getattr(op_conf, kind).SetInParent()
+    return op_conf

@@ -1,6 +1,7 @@
 """``flow.watch`` and ``flow.watch_diff`` in compile_mode("xla"): the watched blobs and
 gradients are outputs of the compiled step and the handlers get, on the host, the same
 values and value types as in the per-op plan (torch kernels, the reference)."""
+import jax  # noqa: F401 - a hard requirement of the `test` extra: its absence fails, never skips
 import numpy as np
 import pytest
 
@@ -8,11 +9,9 @@ import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework.session import default_session
 
-pytest.importorskip("jax")  # the `xla` and `test` extras install it
 
 RTOL, ATOL = 1e-5, 1e-6
 B, D, H, C = 8, 12, 16, 5
-
 
 
 def _config(mode):

@@ -1,8 +1,9 @@
-"""Serve the LeNet model that ``train.py --save-model DIR`` exported, with an InferenceSession.
+"""Serve the LeNet model that ``train.py`` exported, with an InferenceSession.
 
-    python examples/lenet/train.py --epochs 5 --save-model runs/lenet/model
-    python examples/lenet/serve.py --model-dir runs/lenet/model             # test-set accuracy
-    python examples/lenet/serve.py --model-dir runs/lenet/model --image 7   # predicted digit of test image 7
+    python examples/lenet/train.py --epochs 5 --run-name short     # saves runs/lenet/short/model
+    python examples/lenet/serve.py                                  # the newest run's model: test-set accuracy
+    python examples/lenet/serve.py --image 7                        # predicted digit of test image 7
+    python examples/lenet/serve.py --model-dir runs/lenet/short/model
 
 The model directory holds ``<version>/saved_model.pb`` (the predict job's ops and its
 signature: input ``image``, output ``logits``) and ``<version>/variables`` (checkpoint
@@ -10,6 +11,7 @@ layout). The job is rebuilt op by op in a private session, so this script needs 
 graphfront, not the code that defined the model.
 """
 import argparse
+import glob
 import os
 import sys
 
@@ -20,7 +22,9 @@ JOB_NAME = "eval_job"
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model-dir", default=os.path.join("runs", "lenet", "model"), help="directory given to train.py --save-model")
+    p.add_argument("--model-dir", default=None,
+                   help="a saved model directory (train.py writes RUN_DIR/model; default: the newest "
+                        "runs/lenet/*/model)")
     p.add_argument("--version", type=int, default=None, help="model version (default: the latest)")
     p.add_argument("--image", type=int, default=None, metavar="N",
                    help="print the predicted digit of test image N instead of the accuracy")
@@ -28,6 +32,15 @@ def parse_args(argv=None):
     p.add_argument("--dataset", choices=["mnist", "fashion"], default="mnist")
     p.add_argument("--data-dir", default=None, help="directory with IDX files or mnist.npz")
     return p.parse_args(argv)
+
+
+def newest_model(runs=os.path.join("runs", "lenet")):
+    """The ``model`` directory of the most recently written run under ``runs``."""
+    models = glob.glob(os.path.join(runs, "*", "model"))
+    if not models:
+        sys.exit(f"no saved model under {runs}/*/model: train one with python examples/lenet/train.py, "
+                 "or pass --model-dir")
+    return max(models, key=os.path.getmtime)
 
 
 def open_session(model_dir, version=None, device="auto"):
@@ -50,7 +63,9 @@ def classify(sess, images):
 
 def main(argv=None):
     args = parse_args(argv)
-    sess = open_session(args.model_dir, args.version, args.device)
+    model_dir = args.model_dir or newest_model()
+    print(f"serving {model_dir}")
+    sess = open_session(model_dir, args.version, args.device)
     batch = sess.input_info("image", JOB_NAME)["shape"][0]
     _, (test_x, test_y) = flow.data.load_mnist(batch, batch, data_dir=args.data_dir, dataset=args.dataset,
                                                verbose=False)

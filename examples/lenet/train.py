@@ -7,10 +7,13 @@
 
 A train job and a predict (eval) job share the LeNet variables. Each epoch shows a
 progress bar (samples/s), then prints the mean training loss and the test accuracy.
-Everything goes to the run directory (default ``runs/lenet``): the variables, saved
-with ``flow.checkpoint.save`` in OneFlow's checkpoint layout (``checkpoint/``), the
-TensorBoard scalars (``tensorboard/``), the loss/accuracy plot (``curves.png``) and a
-picture of the completed train job (``train_job.svg``, when Graphviz is installed).
+Everything goes to the run's own directory (``runs/lenet/<date-time>``, or
+``runs/lenet/<--run-name>``, or ``--run-dir``): the variables, saved with
+``flow.checkpoint.save`` in OneFlow's checkpoint layout (``checkpoint/``), the eval job as
+a saved model that ``serve.py`` serves (``model/``), the TensorBoard scalars
+and the completed train job's graph (``tensorboard/``), the loss/accuracy plot (``curves.png``) and a picture of the
+completed train job (``train_job.svg``; its Graphviz source ``train_job.gv`` where
+Graphviz's ``dot`` is not installed).
 
 With ``--ofrecord DIR`` the data come from OFRecord shards (``DIR/train/part-*``,
 ``DIR/test/part-*``, as written by ``python -m graphfront.tools.ofrecord``) read inside
@@ -21,6 +24,8 @@ import glob
 import argparse
 import logging
 import os
+import time
+import warnings
 import sys
 
 import numpy as np
@@ -44,15 +49,26 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto")
     p.add_argument("--dataset", choices=["mnist", "fashion"], default="mnist")
     p.add_argument("--data-dir", default=None, help="directory with IDX files or mnist.npz")
-    p.add_argument("--run-dir", default=os.path.join("runs", "lenet"),
-                   help="where the checkpoint, TensorBoard scalars, plot and job picture go")
+    p.add_argument("--run-name", default=None,
+                   help="name of this run's directory under runs/lenet (default: the date and time)")
+    p.add_argument("--run-dir", default=None,
+                   help="where the checkpoint, model, TensorBoard scalars, plot and job picture go "
+                        "(default runs/lenet/RUN_NAME)")
     p.add_argument("--checkpoint-dir", default=None, help="where the variables are saved (default RUN_DIR/checkpoint)")
     p.add_argument("--save-model", metavar="DIR", default=None,
-                   help="also export the eval job as a saved model under DIR/<version> (serve it with serve.py)")
+                   help="where the eval job is exported as a saved model, under DIR/<version> "
+                        "(default RUN_DIR/model; serve it with serve.py)")
     p.add_argument("--ofrecord", metavar="DIR", default=None,
                    help="read OFRecord shards DIR/train/part-*, DIR/test/part-* inside the jobs")
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.run_dir is None:
+        args.run_dir = os.path.join(RUNS, args.run_name or time.strftime("%Y%m%d-%H%M%S"))
+    return args
+
+
+#: Parent of the default run directories (``serve.py`` serves the newest run's model).
+RUNS = os.path.join("runs", "lenet")
 
 
 def train_step(images, labels, device, lr, decay_step):
@@ -125,8 +141,8 @@ def main_ofrecord(args, device):
     acc = 0.0
     with RunLog(args.run_dir) as log:
         for epoch in range(1, args.epochs + 1):
-            losses = [float(train_job().mean())
-                      for _ in log.progress(range(steps), args.batch_size, desc=f"epoch {epoch}/{args.epochs}")]
+            bar = log.progress(range(steps), args.batch_size, desc=f"epoch {epoch}/{args.epochs}")
+            losses = train_epoch(bar, lambda _: train_job())
             correct = 0
             for _ in range(test_steps):   # the test reader is not shuffled: test_steps batches = one pass
                 logits, labels = eval_job()
@@ -154,11 +170,22 @@ def save_model(eval_job, model_dir):
 
 
 def draw(job, path):
-    """Draw the completed job with Graphviz, if its ``dot`` program is installed."""
-    try:
-        print(f"drew the completed job to {job.graph.render(path)}")
-    except (ImportError, RuntimeError) as e:  # graphviz.ExecutableNotFound is a RuntimeError
-        print(f"no job picture: {e}")
+    """Draw the completed job with Graphviz (its DOT source where ``dot`` is not installed)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        written = job.graph.render(path)
+    print(f"drew the completed job to {written}" if written == path else
+          f"wrote the completed job's Graphviz source to {written} (apt-get install graphviz to draw it)")
+
+
+def train_epoch(bar, step):
+    """Run ``step(item)`` for each item of the progress ``bar``; the bar shows the running
+    mean loss. Returns the list of the steps' mean losses."""
+    losses = []
+    for item in bar:
+        losses.append(float(step(item).mean()))
+        bar.set_postfix(loss=f"{np.mean(losses):.4f}", refresh=False)
+    return losses
 
 
 def accuracy(eval_job, images, labels):
@@ -188,17 +215,17 @@ def main(argv=None):
     acc = 0.0
     with RunLog(args.run_dir) as log:
         for epoch in range(1, args.epochs + 1):
-            order = rng.permutation(len(train_x))
-            losses = [float(train_job(train_x[i], train_y[i]).mean())
-                      for i in log.progress(order, args.batch_size, desc=f"epoch {epoch}/{args.epochs}")]
+            bar = log.progress(rng.permutation(len(train_x)), args.batch_size, desc=f"epoch {epoch}/{args.epochs}")
+            losses = train_epoch(bar, lambda i: train_job(train_x[i], train_y[i]))
             acc = accuracy(eval_job, test_x, test_y)
             log.scalars(epoch, **{"train/loss": np.mean(losses), "test/accuracy": acc})
             print(f"epoch {epoch}: mean loss {np.mean(losses):.4f}, test accuracy {acc:.4f}")
         draw(train_job, os.path.join(args.run_dir, "train_job.svg"))
+        train_job.graph.to_tensorboard(log.tensorboard_dir)   # TensorBoard's Graphs tab
     flow.checkpoint.save(checkpoint_dir)
     print(f"saved variables to {checkpoint_dir}, plot and TensorBoard scalars to {args.run_dir}")
-    if args.save_model:
-        print(f"saved model to {save_model(eval_job, args.save_model)}")
+    model_dir = save_model(eval_job, args.save_model or os.path.join(args.run_dir, "model"))
+    print(f"saved model to {model_dir}: python examples/lenet/serve.py --model-dir {os.path.dirname(model_dir)}")
     return acc
 
 

@@ -107,42 +107,6 @@ class BlobDesc:
     def get_dtype(self):
         return self.dtype
 
-    def with_distribute(self, distribute):
-        """The blob laid out as ``distribute`` for the ops that read the returned handle.
-
-        OneFlow (v0.6.0 ``python/oneflow/compatible/single_client/framework/remote_blob.py``,
-        ``with_distribute``) keeps the blob name and hands the policy to the SBP inference
-        of the ops reading the handle. graphfront makes that layout an op: in a job being
-        built on several devices, a ``flow.distribute.split(axis)`` or ``broadcast()``
-        policy builds a ``parallel_cast`` op (as ``flow.parallel_cast``), so the readers
-        get the blob in that layout and the boxing pass inserts the collective that makes
-        it. On one device, or for ``auto()``, the handle only carries the policy
-        (``.distribute``); the values are the same either way.
-
-        Args:
-            distribute: a ``flow.distribute`` policy.
-
-        Returns:
-            BlobDesc: the handle, ``.distribute`` set to ``distribute``.
-
-        Raises:
-            TypeError: ``distribute`` is not a ``flow.distribute`` policy.
-        """
-        from graphfront.distribute import assert_is_valid_distribute
-        from graphfront.framework import job_builder as jb
-        from graphfront.framework.scope import device_count
-        assert_is_valid_distribute(distribute)
-        names = self.parallel_conf.device_name
-        if distribute.kind != "auto" and jb.is_building() and jb.current().job_name == self.job_name and \
-                len(names) and device_count(names) > 1:
-            from graphfront.distribute import parallel_cast
-            cast = parallel_cast(self, distribute=distribute)
-            cast.distribute = distribute
-            return cast
-        other = BlobDesc(self.lbn, self.shape, self.dtype, self.parallel_conf, self.job_name, self.is_dynamic)
-        other.distribute = distribute
-        return other
-
     def IdenticalTo(self, other) -> bool:  # noqa: N802 - OneFlow's name
         return isinstance(other, BlobDesc) and other.lbn == self.lbn
 
@@ -150,79 +114,10 @@ class BlobDesc:
         return (f"BlobDesc(lbn={self.lbn!r}, shape={self.shape}, dtype={self.dtype!r}, "
                 f"device={self.parallel_conf.device_tag!r})")
 
-    # -- operators build ops -------------------------------------------------
-    def __add__(self, other):
-        from graphfront import math
-        return math.add(self, other)
-
-    def __radd__(self, other):
-        from graphfront import math
-        return math.add(other, self)
-
-    def __sub__(self, other):
-        from graphfront import math
-        return math.subtract(self, other)
-
-    def __rsub__(self, other):
-        from graphfront import math
-        return math.subtract(other, self)
-
-    def __mul__(self, other):
-        from graphfront import math
-        return math.multiply(self, other)
-
-    def __rmul__(self, other):
-        from graphfront import math
-        return math.multiply(other, self)
-
-    def __truediv__(self, other):
-        from graphfront import math
-        return math.divide(self, other)
-
-    def __rtruediv__(self, other):
-        from graphfront import math
-        return math.divide(other, self)
-
-    def __neg__(self):
-        from graphfront import math
-        return math.negative(self)
-
-    def __pow__(self, other):
-        from graphfront import math
-        return math.pow(self, other)
-
-    def __mod__(self, other):
-        from graphfront import math
-        return math.mod(self, other)
-
-    def __abs__(self):
-        from graphfront import math
-        return math.abs(self)
-
-    # comparisons build int8 blobs, as OneFlow's blobs do; compare handles with `is`
-    def __eq__(self, other):
-        from graphfront import math
-        return math.equal(self, other)
-
-    def __ne__(self, other):
-        from graphfront import math
-        return math.not_equal(self, other)
-
-    def __lt__(self, other):
-        from graphfront import math
-        return math.less(self, other)
-
-    def __le__(self, other):
-        from graphfront import math
-        return math.less_equal(self, other)
-
-    def __gt__(self, other):
-        from graphfront import math
-        return math.greater(self, other)
-
-    def __ge__(self, other):
-        from graphfront import math
-        return math.greater_equal(self, other)
+    # Python operators (``+``, ``-``, ``*``, ``/``, ``**``, ``%``, unary ``-``, ``abs``, and the
+    # comparisons, which build int8 blobs as OneFlow's do; compare handles with ``is``) and
+    # ``with_distribute`` build ops: the API layer attaches them (graphfront.math,
+    # graphfront.distribute), so this engine class imports nothing from it.
 
     # hashable by identity so blobs can key dicts
     __hash__ = object.__hash__

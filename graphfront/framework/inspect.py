@@ -23,6 +23,8 @@ from tabulate import tabulate
 from graphfront.framework import job_builder as jb
 from graphfront.parallel.sbp import blob_sbps
 from graphfront.runtime.plan import device_of, placements_of
+from graphfront.passes import COMPLETION_LOG
+from graphfront.framework.job_picture import render_job
 
 TABLE_HEADERS = ("#", "op name", "op type", "inputs", "outputs", "shapes", "dtypes", "device")
 
@@ -51,7 +53,6 @@ class JobGraph:
     @property
     def passes(self) -> list:
         """Names of the completion passes that ran, in order."""
-        from graphfront.passes import COMPLETION_LOG
         flags = self.proto.job_conf.flag_name2flag_value
         return list(flags[COMPLETION_LOG].at_list_string.val) if COMPLETION_LOG in flags else []
 
@@ -93,19 +94,36 @@ class JobGraph:
         """Draw the completed Job (``user_job=True``: the Job as built) into ``path``.
 
         Args:
-            path: output file; its extension picks the format (``.svg``, ``.png``, ``.pdf``...).
+            path: output file; its extension picks the format (``.svg``, ``.png``, ``.pdf``...,
+                or ``.gv`` for the DOT source).
             user_job: draw the Job before the completion passes.
 
         Returns:
-            str: ``path``.
+            str: the path written; where Graphviz's ``dot`` is not installed, the DOT
+            source beside ``path`` (``.gv``), with a warning.
 
         Raises:
-            ValueError: unknown picture format; ImportError: the ``graphviz`` package is
-            missing; ``graphviz.ExecutableNotFound``: Graphviz's ``dot`` is not installed.
+            ValueError: unknown picture format.
+            ImportError: the ``graphviz`` package is missing.
         """
-        from graphfront.framework.job_picture import render_job
         job = self.user_job if user_job else self.proto
-        return render_job(job, path, title=f"job '{self.name}' ({'as built' if user_job else 'completed'})")
+        return render_job(job, path, title=f"job '{self.name}' ({'as built' if user_job else 'completed'})",
+                          warn_stacklevel=3)
+
+    def to_tensorboard(self, logdir, user_job=False) -> str:
+        """Write the completed Job (``user_job=True``: as built) for TensorBoard's Graphs tab:
+        TensorBoard's ``GraphDef`` in a new event file under ``logdir`` (one node per op,
+        grouped by forward / backward / optimizer pass; see
+        :mod:`graphfront.framework.tensorboard_graph`).
+
+        Returns:
+            str: the event file written.
+
+        Raises:
+            ImportError: the ``tensorboard`` package is not installed.
+        """
+        from graphfront.framework.tensorboard_graph import write_job_graph
+        return write_job_graph(self.user_job if user_job else self.proto, logdir)
 
     def __len__(self):
         return len(self.proto.net.op)

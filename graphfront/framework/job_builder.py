@@ -19,11 +19,10 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.core import blob_desc_pb2, job_pb2, op_conf_pb2
-from graphfront.framework import scope as scope_mod
+from graphfront.framework import scope_symbols as scope_mod
 from graphfront.framework.errors import JobBuildError, OpCheckError, format_location, user_frame
-from graphfront.framework.names import name_problem
+from graphfront.framework.names import name_problem, shown
 from graphfront.ops import registry
-from graphfront.ops.system import lookup_system
 
 OperatorConf = op_conf_pb2.OperatorConf
 
@@ -65,39 +64,37 @@ def op_type_name(op_conf) -> str:
     return op_conf.user_conf.op_type_name if kind == "user_conf" else kind
 
 
-def op_inputs(op_conf):
-    """List of ``(arg, index, lbn)`` for every input of an op, in argument order."""
+def op_args(op_conf):
+    """``(inputs, outputs)`` of any op: dicts argument -> list of lbns, in argument order.
+
+    A user op's arguments are the maps of its ``user_conf``; a system op's are the fields of
+    its conf that its definition names (an output lbn is ``<op name>/<field value>``).
+    """
     kind = op_kind(op_conf)
     if kind == "user_conf":
         uc = op_conf.user_conf
-        order = list(uc.input_order) or sorted(uc.input)
-        return [(arg, i, lbn) for arg in order for i, lbn in enumerate(uc.input[arg].s)]
-    conf = getattr(op_conf, kind)
-    result = []
-    for field in lookup_system(kind).input_fields:
-        value = getattr(conf, field)
-        if isinstance(value, str):
-            result.append((field, 0, value))
-        else:
-            result.extend((field, i, v) for i, v in enumerate(value))
-    return result
+        return ({arg: list(uc.input[arg].s) for arg in list(uc.input_order) or sorted(uc.input)},
+                {arg: list(uc.output[arg].s) for arg in list(uc.output_order) or sorted(uc.output)})
+    opdef, conf = registry.op_def(op_conf), getattr(op_conf, kind)
+    inputs = {}
+    for a in opdef.inputs:
+        value = getattr(conf, a.name)
+        inputs[a.name] = [value] if isinstance(value, str) else list(value)
+    return inputs, {a.name: [f"{op_conf.name}/{getattr(conf, a.name)}"] for a in opdef.outputs}
+
+
+def op_inputs(op_conf):
+    """List of ``(arg, index, lbn)`` for every input of an op, in argument order."""
+    return [(arg, i, lbn) for arg, lbns in op_args(op_conf)[0].items() for i, lbn in enumerate(lbns)]
 
 
 def op_outputs(op_conf):
     """List of ``(arg, index, lbn)`` for every output of an op."""
-    kind = op_kind(op_conf)
-    if kind == "user_conf":
-        uc = op_conf.user_conf
-        order = list(uc.output_order) or sorted(uc.output)
-        return [(arg, i, lbn) for arg in order for i, lbn in enumerate(uc.output[arg].s)]
-    field = lookup_system(kind).output_field
-    if field is None:
-        return []
-    return [(field, 0, f"{op_conf.name}/{getattr(getattr(op_conf, kind), field)}")]
+    return [(arg, i, lbn) for arg, lbns in op_args(op_conf)[1].items() for i, lbn in enumerate(lbns)]
 
 
 def user_attrs(op_conf) -> dict:
-    """Decoded attrs of a completed user op conf: name -> Python value."""
+    """Decoded attrs of a completed op conf: name -> Python value (none for a system op)."""
     return {k: registry.from_attr_value(v) for k, v in op_conf.user_conf.attr.items()}
 
 
@@ -118,7 +115,7 @@ def check_and_complete(op_conf) -> registry.OpDef:
         names = {a.name for a in defs}
         for arg in args:
             if arg not in names:
-                raise OpCheckError(f"op type {opdef.op_type} has no {direction} '{arg}'; its {direction}s "
+                raise OpCheckError(f"op type {opdef.op_type} has no {direction} {shown(arg, quote=True)}; its {direction}s "
                                    f"are {', '.join(sorted(names)) or '(none)'}")
         for a in defs:
             if not a.optional and (a.name not in args or len(args[a.name].s) == 0):
@@ -133,7 +130,7 @@ def check_and_complete(op_conf) -> registry.OpDef:
     for name, av in uc.attr.items():
         adef = opdef.attrs.get(name)
         if adef is None:
-            raise OpCheckError(f"op type {opdef.op_type} has no attr '{name}'; its attrs are "
+            raise OpCheckError(f"op type {opdef.op_type} has no attr {shown(name, quote=True)}; its attrs are "
                                f"{', '.join(opdef.attrs) or '(none)'}")
         got = registry.attr_value_type(av)
         if got != adef.type:
@@ -149,12 +146,15 @@ def check_and_complete(op_conf) -> registry.OpDef:
 
 
 class InferCtx:
-    """What an op's ``infer`` function sees: input descs, attrs, output setters."""
+    """What an op's ``infer`` function sees: input descs, attrs (a system op: its ``conf``
+    and the ``job_conf``), output setters."""
 
-    def __init__(self, op_conf, opdef, descs):
+    def __init__(self, op_conf, opdef, descs, job_conf=None):
         self.op_name = op_conf.name
         self.op_type = opdef.op_type
-        self._uc = op_conf.user_conf
+        self.conf = getattr(op_conf, op_kind(op_conf))
+        self.job_conf = job_conf
+        self._ins, self._outs = op_args(op_conf)
         self._descs = descs
         self.attrs = user_attrs(op_conf)
         self.out = {}
@@ -163,32 +163,38 @@ class InferCtx:
         return self.attrs[name]
 
     def has_input(self, name) -> bool:
-        return name in self._uc.input and len(self._uc.input[name].s) > 0
+        return len(self._ins.get(name, ())) > 0
 
     def input(self, name, i=0) -> TensorDesc:
         if not self.has_input(name):
             return None
-        return self._descs[self._uc.input[name].s[i]]
+        return self._descs[self._ins[name][i]]
 
     def inputs(self, name) -> list:
-        return [self._descs[lbn] for lbn in self._uc.input[name].s] if self.has_input(name) else []
+        return [self._descs[lbn] for lbn in self._ins.get(name, ())]
 
     def has_output(self, name) -> bool:
-        return name in self._uc.output
+        return name in self._outs
+
+    def output_names(self) -> list:
+        return list(self._outs)
+
+    def output_lbn(self, name, i=0) -> str:
+        return self._outs[name][i]
 
     def output_count(self, name) -> int:
-        return len(self._uc.output[name].s) if name in self._uc.output else 0
+        return len(self._outs.get(name, ()))
 
     def set_output(self, name, shape, dtype, i=None, is_dynamic=None):
         """``is_dynamic`` None: dynamic when any input is (its run-time shape may be smaller)."""
-        if name not in self._uc.output:
+        if name not in self._outs:
             return
         if is_dynamic is None:
-            is_dynamic = any(self._descs[lbn].is_dynamic for arg in self._uc.input for lbn in self._uc.input[arg].s)
+            is_dynamic = any(self._descs[lbn].is_dynamic for lbns in self._ins.values() for lbn in lbns)
         shape = tuple(int(d) for d in shape)
         idx = range(self.output_count(name)) if i is None else [i]
         for j in idx:
-            self.out[self._uc.output[name].s[j]] = TensorDesc(shape, dtype, is_dynamic)
+            self.out[self._outs[name][j]] = TensorDesc(shape, dtype, is_dynamic)
 
     def check(self, cond, msg):
         if not cond:
@@ -274,10 +280,11 @@ class JobBuilder:
         """Check, infer and append ``op_conf``; returns it. Raises JobBuildError."""
         location = location or user_frame()
         kind = op_kind(op_conf)
-        type_name = op_type_name(op_conf) if kind else "?"
+        type_name = shown(op_type_name(op_conf)) if kind else "?"
 
         def fail(msg):
-            raise JobBuildError(f"op '{op_conf.name}' ({type_name}): {msg}{format_location(location)}") from None
+            raise JobBuildError(f"op {shown(op_conf.name, quote=True)} ({type_name}): {msg}"
+                                f"{format_location(location)}") from None
 
         problem = name_problem(op_conf.name, "op")
         if problem:
@@ -292,30 +299,15 @@ class JobBuilder:
         if not op_conf.HasField("scope_symbol_id"):
             op_conf.scope_symbol_id = self.scope.symbol_id
         try:
-            if kind == "user_conf":
-                opdef = check_and_complete(op_conf)
-                self._check_inputs(op_conf)
-                ctx = InferCtx(op_conf, opdef, self.descs)
-                opdef.infer(ctx)
-                for _, _, lbn in op_outputs(op_conf):
-                    if lbn not in ctx.out:
-                        raise OpCheckError(f"shape inference left output '{lbn}' undefined")
-                new_descs = ctx.out
-            else:
-                sysdef = lookup_system(kind)
-                self._check_inputs(op_conf)
-                ins = {arg: self.descs[lbn] for arg, _, lbn in op_inputs(op_conf)}
-                conf = getattr(op_conf, kind)
-                result = sysdef.infer(conf, ins, self.job.job_conf)
-                new_descs = {}
-                if result is not None:
-                    shape, dtype, *declared = result  # (shape, dtype[, is_dynamic])
-                    (_, _, lbn), = op_outputs(op_conf)
-                    # dynamic: declared by the op, an interface blob declared so (ListNumpy
-                    # placeholders), or any input
-                    dynamic = bool(declared and declared[0]) or any(d.is_dynamic for d in ins.values()) or (
-                        "blob_conf" in conf.DESCRIPTOR.fields_by_name and conf.blob_conf.is_dynamic)
-                    new_descs[lbn] = TensorDesc(tuple(shape), dtype, dynamic)
+            # a user op conf is checked against its op's schema (attrs, arguments)
+            opdef = check_and_complete(op_conf) if kind == "user_conf" else registry.op_def(op_conf)
+            self._check_inputs(op_conf)
+            ctx = InferCtx(op_conf, opdef, self.descs, self.job.job_conf)
+            opdef.infer(ctx)
+            for _, _, lbn in op_outputs(op_conf):
+                if lbn not in ctx.out:
+                    raise OpCheckError(f"shape inference left output '{lbn}' undefined")
+            new_descs = ctx.out
         except (OpCheckError, KeyError, TypeError, ValueError) as e:
             fail(e.args[0] if e.args else str(e))
         except Exception as e:  # noqa: BLE001 - an op conf from a file may break any inference rule

@@ -14,10 +14,12 @@ The drawing uses the ``graphviz`` Python package (``pip install graphviz``, part
 from __future__ import annotations
 
 import os
+import shutil
+import warnings
 
 from graphfront.core import data_type_pb2
 from graphfront.framework import job_builder as jb
-from graphfront.framework import scope as _scope
+from graphfront.framework import scope_symbols as _scope
 
 #: Fill colour per calculation pass (forward / backward / optimizer) and for interface ops.
 COLORS = {
@@ -129,30 +131,49 @@ def job_digraph(job, title=None):
     return graph
 
 
-def render_job(job, path, title=None) -> str:
+def render_job(job, path, title=None, *, warn_stacklevel=2) -> str:
     """Draw ``job`` into ``path``; the format comes from the extension (``.svg``, ``.png``, ``.pdf``...).
+
+    ``.gv`` / ``.dot`` write the Graphviz (DOT) source itself, which needs no ``dot``
+    program. A picture format asked for where Graphviz's ``dot`` is not installed also
+    writes the source, beside ``path`` with the extension ``.gv``, warns how to render it,
+    and returns that path.
 
     Args:
         job: a ``Job`` proto.
         path: output file; written whole (a temporary file renamed over it).
         title: graph label; default the job name.
+        warn_stacklevel: ``stacklevel`` of the missing-``dot`` warning (the caller's line).
 
     Returns:
-        str: ``path``.
+        str: the path written: ``path``, or its ``.gv`` sibling when ``dot`` is missing.
 
     Raises:
         ValueError: ``path`` has no extension naming a Graphviz output format.
         ImportError: the ``graphviz`` package is missing.
-        graphviz.ExecutableNotFound: Graphviz's ``dot`` program is not installed.
     """
     path = os.fspath(path)
     fmt = os.path.splitext(path)[1].lstrip(".").lower()
     graph = job_digraph(job, title)
     import graphviz
+    if fmt in SOURCE_FORMATS:
+        return _write_atomic(path, graph.source.encode())
     if fmt not in graphviz.FORMATS:
         raise ValueError(f"render: cannot tell the picture format from {path!r}; use an extension such as "
-                         ".svg, .png or .pdf")
-    data = graph.pipe(format=fmt)
+                         ".svg, .png, .pdf or .gv (the DOT source)")
+    if shutil.which("dot") is None:
+        source = os.path.splitext(path)[0] + ".gv"
+        warnings.warn(f"render: Graphviz's dot program is not installed (apt-get install graphviz), so the job's "
+                      f"DOT source was written to {source!r} instead of {path!r}; render it later with "
+                      f"`dot -T{fmt} {source} -o {path}`", stacklevel=warn_stacklevel)
+        return _write_atomic(source, graph.source.encode())
+    return _write_atomic(path, graph.pipe(format=fmt))
+
+
+SOURCE_FORMATS = ("gv", "dot")
+
+
+def _write_atomic(path, data) -> str:
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)

@@ -18,6 +18,7 @@ The rules, checked by :func:`check_name` for every name that comes from a file o
 from __future__ import annotations
 
 from graphfront.framework.errors import GraphfrontError
+from graphfront.ops import registry
 
 MAX_NAME_LENGTH = 1024
 KINDS = ("op", "variable", "blob", "job", "signature", "signature input", "signature output")
@@ -43,6 +44,15 @@ def name_problem(name, kind="op") -> str | None:
     if kind in ("op", "variable") and name in (".", ".."):
         return f"{name!r} cannot name a checkpoint directory"
     return None
+
+
+def shown(name, quote=False) -> str:
+    """``name`` as a message shows it: as is (in quotes with ``quote``) when every character
+    is printable, else its ``repr``, so that a name read from a file never puts raw control
+    characters (NUL, line breaks) into a message or a log."""
+    if isinstance(name, str) and name.isprintable():
+        return f"'{name}'" if quote else name
+    return repr(name)
 
 
 def check_name(name, kind="op", where="") -> str:
@@ -83,7 +93,6 @@ def check_job_names(job, where) -> None:
 def check_op_names(ops, where) -> None:
     """Check the names of ``ops`` (OperatorConfs): each op's, every lbn it reads or
     writes, its argument names and its control inputs (raises :class:`InvalidNameError`)."""
-    from graphfront.ops.system import SYSTEM_OPS
     for op in ops:
         check_name(op.name, "op", where)
         at = f"{where}, op {op.name!r}"
@@ -94,14 +103,14 @@ def check_op_names(ops, where) -> None:
                     check_name(arg, "blob", at)
                     for lbn in lbns.s:
                         check_lbn(lbn, at)
-        elif kind in SYSTEM_OPS:  # (an unsupported kind is reported when the op is added)
-            conf, sysdef = getattr(op, kind), SYSTEM_OPS[kind]
-            for field in sysdef.input_fields:
-                value = getattr(conf, field)
+        elif kind in registry.system_kinds():  # (an unsupported kind is reported when the op is added)
+            conf, opdef = getattr(op, kind), registry.op_def(op)
+            for a in opdef.inputs:
+                value = getattr(conf, a.name)
                 for lbn in [value] if isinstance(value, str) else value:
                     check_lbn(lbn, at)
-            if sysdef.output_field is not None:
-                check_name(getattr(conf, sysdef.output_field), "blob", at)
+            for a in opdef.outputs:
+                check_name(getattr(conf, a.name), "blob", at)
         for name in op.ctrl_in_op_name:
             check_name(name, "op", at)
 

@@ -24,17 +24,23 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront import typing as tp
+from graphfront.framework import annotations as tp
 from graphfront.core import job_conf_pb2, job_pb2, op_conf_pb2
 from graphfront.core.descriptor_compat import is_repeated
 from graphfront.framework import job_builder as jb
-from graphfront.framework import scope as scope_mod
+from graphfront.framework import scope_symbols as scope_mod
 from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.placement_scope import LogicalView, PlacementScope
 from graphfront.framework.errors import (DeviceMemoryError, FeedError, GraphfrontError, JobBuildError, format_location,
                                         user_frame)
 from graphfront.ops.builder import unique_str
-from graphfront.runtime.plan import Plan, device_of
-from graphfront.runtime.variables import VariableStore
+from graphfront.passes import complete
+from graphfront.passes.boxing import parallel_num
+from graphfront.runtime.choice import LoweringRequest, choose
+from graphfront.runtime.grad_accumulation import micro_batch_placeholders
+from graphfront.runtime.lowering import check_mode
+from graphfront.runtime.walk import device_of
+from graphfront.runtime.variable_store import VariableStore
 
 _session_ids = itertools.count()
 
@@ -47,9 +53,8 @@ class FunctionConfig:
     ``default_initializer_conf(dict or InitializerConf)``, ``allow_cpu_return_op(bool)``,
     ``enable_cuda_graph(bool)`` (graphfront's switch for CUDA-graph replay on GPU) and
     ``enable_passes(bool)`` (cleanup/fusion passes; autograd and optimizer always run) and
-    ``compile_mode("plan" | "native" | "xla")`` (graphfront's switch: ``"native"`` compiles the
-    whole job with TorchInductor, see :mod:`graphfront.runtime.native`; ``"xla"`` with XLA
-    through JAX, see :mod:`graphfront.runtime.xla`).
+    ``compile_mode("plan" | "native" | "xla" | "onnxruntime" | "auto")`` (graphfront's switch:
+    the lowering of the job, see :mod:`graphfront.runtime.lowering`).
     """
 
     def __init__(self):
@@ -87,7 +92,6 @@ class FunctionConfig:
         Raises:
             TypeError: ``value`` is neither.
         """
-        from graphfront.scope import LogicalView
         if not isinstance(value, LogicalView):
             raise TypeError("FunctionConfig.default_logical_view expects flow.scope.consistent_view() or "
                             f"flow.scope.mirrored_view(), received {value!r}")
@@ -104,7 +108,6 @@ class FunctionConfig:
         Raises:
             TypeError: ``value`` is not a placement scope.
         """
-        from graphfront.scope import PlacementScope
         if not isinstance(value, PlacementScope):
             raise TypeError("FunctionConfig.default_placement_scope expects flow.scope.placement(tag, ids), "
                             f"received {value!r}")
@@ -247,18 +250,22 @@ class FunctionConfig:
         on disk (see :mod:`graphfront.runtime.xla`; needs ``pip install graphfront[xla]``);
         ``"onnxruntime"``: a CPU predict job converted to ONNX and run by onnxruntime (numpy
         in and out; see :mod:`graphfront.runtime.onnxruntime_plan`; the job's first call
-        raises JobBuildError for a train job or an op without an ONNX converter).
+        raises JobBuildError for a train job or an op without an ONNX converter); ``"auto"``:
+        ``"onnxruntime"`` where onnxruntime can run the job, else ``"plan"`` (the compiled
+        job's ``fallback_reason`` says why), as ``SessionOption.compile_mode``. Only
+        ``"plan"`` (and ``"auto"``, which then runs the plan) composes with several devices
+        and with gradient accumulation (see :mod:`graphfront.runtime.choice`).
 
         Args:
-            mode: ``"plan"``, ``"native"``, ``"xla"`` or ``"onnxruntime"``.
+            mode: one of :data:`graphfront.runtime.lowering.LOWERINGS`: ``"plan"``,
+                ``"native"``, ``"xla"``, ``"onnxruntime"`` or ``"auto"``.
 
         Raises:
             ValueError: ``mode`` is another value.
+            JobBuildError: at the job's first call, when the mode cannot run the job, e.g.
+                ``"xla"`` on several devices or with gradient accumulation (the message names both).
         """
-        from graphfront.runtime.native import COMPILE_MODES
-        if mode not in COMPILE_MODES:
-            raise ValueError(f"FunctionConfig.compile_mode expects one of {COMPILE_MODES}, received {mode!r}")
-        self._compile_mode = mode
+        self._compile_mode = check_mode(mode, "FunctionConfig.compile_mode")
 
     # OneFlow setter names that differ from their JobConfigProto field
     _FIELD_ALIASES = {"enable_reused_mem": "enable_reuse_mem", "enable_qat": "enable_quantization_aware_training",
@@ -297,9 +304,10 @@ def trace(session, gf, placeholders=None):
     job = job_pb2.Job()
     job.job_conf.CopyFrom(gf.config.job_config_proto)
     job.job_conf.job_name = gf.name
-    if gf.type == "train" or gf.config.job_config_proto.HasField("train_conf"):  # config.train.* makes a train job
+    train = gf.type == "train" if gf.type is not None else gf.config.job_config_proto.HasField("train_conf")
+    if train:
         job.job_conf.train_conf.SetInParent()
-    else:
+    else:  # (the oneof drops any train settings: they do nothing in a predict job)
         job.job_conf.predict_conf.SetInParent()
     builder = jb.JobBuilder(job, session.default_scope(gf.config), session)
     builder.logical_view = gf.config._logical_view  # (flow.scope.mirrored_view_enabled())
@@ -331,7 +339,6 @@ class CompiledJob:
     def __init__(self, session, user_job, placeholders, return_structure, return_annotation,
                  enable_passes=True, locations=None, cuda_graph=True, accumulation_steps=1, compile_mode="plan",
                  logical_view="consistent"):
-        from graphfront.passes import complete
         self.session = session
         self.name = user_job.job_conf.job_name
         self.placeholders = placeholders
@@ -340,50 +347,22 @@ class CompiledJob:
         self.locations = locations or {}
         self.user_job = user_job
         self.plan = None
-        self.fallback_reason = None  # compile_mode "auto" ran the plan: why onnxruntime could not
         try:
             self.job = complete(copy.deepcopy(user_job), enable_passes=enable_passes)
             with session.variables.rollback_on_error():  # a job that fails to compile leaves no variables
                 session.init_variables(self.job)
-                from graphfront.passes.boxing import boxing, parallel_num
                 self.parallel_num = parallel_num(self.job)
-                if self.parallel_num > 1:  # many devices: SBP signatures, boxing ops, worker processes
-                    if accumulation_steps > 1 and logical_view == "mirrored":
-                        raise JobBuildError(f"job '{self.name}': gradient accumulation on several devices runs in "
-                                            "the consistent view; this job uses the mirrored view")
-                    from graphfront.runtime.distributed import DistributedPlan
-                    if logical_view == "mirrored":  # one part per device, gradients all-reduced
-                        from graphfront.passes.mirrored import mirror
-                        self.job = mirror(self.job, self.parallel_num, [ph.param_name for ph in placeholders])
-                    else:
-                        self.job = boxing(self.job, self.parallel_num)
-                    if accumulation_steps > 1:  # data-parallel micro-batches, all-reduced gradients accumulated
-                        from graphfront.runtime.grad_accumulation import AccumulatingPlan
-                        self.plan = AccumulatingPlan(self.job, accumulation_steps, session, make_plan=lambda j, part: (
-                            DistributedPlan(session, j, self.parallel_num, part)))
-                    else:
-                        self.plan = DistributedPlan(session, self.job, self.parallel_num)
-                elif accumulation_steps > 1:  # micro-batches (FunctionConfig().train.num_gradient_accumulation_steps)
-                    from graphfront.runtime.grad_accumulation import AccumulatingPlan
-                    self.plan = AccumulatingPlan(self.job, accumulation_steps, session, cuda_graph=cuda_graph)
-                elif compile_mode == "xla":
-                    from graphfront.runtime.xla import XlaPlan
-                    self.plan = XlaPlan(self.job, session.variables, session.watchers)
-                elif compile_mode == "native":
-                    from graphfront.runtime.native import NativePlan
-                    self.plan = NativePlan(self.job, session.variables, session.watchers, cuda_graph=cuda_graph)
-                elif compile_mode in ("onnxruntime", "auto"):  # auto: onnxruntime when it can run the job
-                    self.plan, self.fallback_reason = _onnxruntime_plan(session, user_job, compile_mode == "auto")
-                if self.plan is None:
-                    self.plan = Plan(self.job, session.variables, session.watchers, cuda_graph=cuda_graph)
+                request = LoweringRequest(session, user_job, self.job, compile_mode, self.parallel_num,
+                                          accumulation_steps, logical_view, cuda_graph,
+                                          [ph.param_name for ph in placeholders])
+                self.plan = choose(request)
         except GraphfrontError:
             raise
         except Exception as e:  # a pass, initializer or kernel refused what the job holds
             raise JobBuildError(f"job '{self.name}' could not be compiled: {type(e).__name__}: {e}") from e
-        self.numpy_plan = getattr(self.plan, "takes_numpy", False)  # XlaPlan, OrtPlan: feeds stay numpy
-        self.numpy_results = getattr(self.plan, "gives_numpy", False)  # OrtPlan: a list of new ndarrays
-        self.writes_variables = getattr(self.plan, "writes_variables", True)  # (see VariableStore.generation)
-        self.compile_mode = getattr(self.plan, "compile_mode", "plan")  # the lowering that runs this job
+        self.job = request.job  # (on several devices: after the boxing or mirror pass)
+        self.fallback_reason = request.fallback_reason  # compile_mode "auto" ran the plan: why not onnxruntime
+        self.compile_mode = self.plan.compile_mode  # the lowering that runs this job
         by_name = {op.name: op for op in self.job.net.op}
         ids = {n: tuple(g.parallel_conf.device_name) for g in self.job.placement.placement_group
                for n in g.op_set.op_name}
@@ -395,7 +374,6 @@ class CompiledJob:
         k = gf.config.job_config_proto.num_gradient_accumulation_steps
         micro = None
         if k > 1:
-            from graphfront.runtime.grad_accumulation import micro_batch_placeholders
             micro = micro_batch_placeholders(gf.placeholders, k, gf.name)
         builder, ret = trace(session, gf, micro)
         k = k if builder.is_train else 1  # (OneFlow accumulates in train jobs only)
@@ -418,12 +396,7 @@ class CompiledJob:
             raise FeedError(f"job '{self.name}' expects {len(self.placeholders)} argument(s), received {len(args)}"
                             f"{format_location(user_frame())}")
         feeds = [self._feed(i, ph, a) for i, (ph, a) in enumerate(zip(self.placeholders, args))]
-        with self.session.lock:
-            if self.parallel_num == 1 and self.compile_mode != "xla":  # a Plan binds the variable tensors:
-                self.session.variables.flush()                          # bring them up to date (after XLA runs)
-            if self.writes_variables:
-                self.session.variables.generation += 1
-            outs = self._run(feeds)
+        outs = self._run(feeds)
         ann = self.return_annotation
         if self.return_structure is None and ann is inspect.Signature.empty:
             return None  # the job returns nothing (as OneFlow, the call returns None)
@@ -436,23 +409,10 @@ class CompiledJob:
             return lambda callback: callback(tp.convert(ann.arg, value()))
         return tp.convert(ann, value())
 
-    def _run(self, feeds):
-        """The plan on ``feeds``; running out of device memory raises DeviceMemoryError."""
-        try:
-            return self.plan(feeds)
-        except torch.cuda.OutOfMemoryError as e:
-            asked = re.search(r"[Tt]ried to allocate ([0-9.]+ [KMGT]?i?B)", str(e))
-            asked = f"an allocation of {asked.group(1)}" if asked else "an allocation"
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            del e
-            torch.cuda.empty_cache()
-            raise DeviceMemoryError(f"job '{self.name}' ran out of GPU memory: {asked} failed ({first}); "
-                                    "use a smaller batch or free other jobs' memory") from None
-
     def _feed(self, i, ph, value):
         name = ph.param_name
         if ph.list_input:
-            parts = getattr(self.plan, "parts", 1)  # mirrored view: one array per device
+            parts = self.plan.parts  # mirrored view: one array per device
             if not isinstance(value, (list, tuple)) or len(value) != parts:
                 got = f"a list of {len(value)}" if isinstance(value, (list, tuple)) else type(value).__name__
                 raise FeedError(f"job '{self.name}' argument '{name}' (ListNumpy.Placeholder) expects a list with "
@@ -483,27 +443,48 @@ class CompiledJob:
     def _to_feed(self, i, value):
         """A checked ndarray as the plan's feed ``i``: the array itself for a numpy plan
         (made contiguous), else a tensor sharing its memory on the input's device."""
-        if self.numpy_plan:
+        if self.plan.takes_numpy:
             return np.ascontiguousarray(value)
         t = _dt.numpy_to_tensor(value)
         device = self.input_devices[i]
         if device.type == "cpu":
             return t
-        check = getattr(self.plan, "check_feeds", None)
-        if check is not None:  # index values checked on the host: a bad one never reaches the device
-            check([value if j == i else None for j in range(len(self.input_devices))])
+        # index values checked on the host: a bad one never reaches the device
+        self.plan.check_feeds([value if j == i else None for j in range(len(self.input_devices))])
         return t.to(device, non_blocking=True)
 
     def run_arrays(self, arrays) -> list:
         """LazyRun on ndarrays already checked against the placeholders (shape, dtype; one
         per placeholder, no list inputs): the results as numpy arrays in return-op order,
         without the return annotation's conversion (the serving path)."""
-        feeds = arrays if self.numpy_plan else [self._to_feed(i, a) for i, a in enumerate(arrays)]
+        feeds = arrays if self.plan.takes_numpy else [self._to_feed(i, a) for i, a in enumerate(arrays)]
+        outs = self._run(feeds)
+        return outs if self.plan.gives_numpy else [_to_numpy(t) for t in outs]
+
+    def _run(self, feeds):
+        """One call of the lowering, after what it runs before a call, under the session lock;
+        running out of device memory raises DeviceMemoryError."""
+        plan, variables = self.plan, self.session.variables
         with self.session.lock:
-            if self.writes_variables:
-                self.session.variables.generation += 1
-            outs = self._run(feeds)
-        return outs if self.numpy_results else [_to_numpy(t) for t in outs]
+            plan.before_call(variables)
+            if plan.writes_variables:
+                variables.generation += 1
+            try:
+                return plan(feeds)
+            except torch.cuda.OutOfMemoryError as e:
+                error = _memory_error(self.name, e)
+            torch.cuda.empty_cache()  # (after the except clause let go of the error and its frames' tensors)
+            raise error from None
+
+
+def _memory_error(job_name, e):
+    """The DeviceMemoryError of job ``job_name`` for torch's CUDA out-of-memory error ``e``
+    (naming the size asked for)."""
+    asked = re.search(r"[Tt]ried to allocate ([0-9.]+ [KMGT]?i?B)", str(e))
+    asked = f"an allocation of {asked.group(1)}" if asked else "an allocation"
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return DeviceMemoryError(f"job '{job_name}' ran out of GPU memory: {asked} failed ({first}); "
+                             "use a smaller batch or free other jobs' memory")
 
 
 def _to_numpy(t):
@@ -512,20 +493,6 @@ def _to_numpy(t):
     if isinstance(t, np.ndarray):  # compile_mode "onnxruntime": a fresh array per run
         return t
     return np.array(t)  # a jax.Array (compile_mode "xla"): a host copy
-
-
-def _onnxruntime_plan(session, user_job, fallback):
-    """``(OrtPlan, None)`` for ``user_job``; with ``fallback``, ``(None, reason)`` when
-    onnxruntime cannot run it (see :mod:`graphfront.runtime.onnxruntime_plan`)."""
-    from graphfront.onnx import export_job
-    from graphfront.runtime.onnxruntime_plan import OrtPlan, refusal
-    job = export_job(user_job)
-    if fallback:
-        why = refusal(job)
-        if why:
-            return None, why
-    session.init_variables(job)  # the same variables as the completed job, unless a pass dropped one
-    return OrtPlan(job, session), None
 
 
 def _strip_callback(ann):
@@ -756,12 +723,16 @@ class GlobalFunction:
         return self.session.compiled(self.name)
 
 
-def global_function(type: str = "predict",  # noqa: A002 - OneFlow's name
+def global_function(type: str | None = None,  # noqa: A002 - OneFlow's name
                     function_config: FunctionConfig | None = None) -> Callable[[Callable], GlobalFunction]:
     """Decorator turning a Python function into a lazily compiled job.
 
     Args:
-        type: ``"train"`` (autograd and optimizer passes run) or ``"predict"``.
+        type: ``"train"`` (autograd and optimizer passes run) or ``"predict"``. A given
+            type decides, as in OneFlow: a predict job ignores the config's
+            ``config.train.*`` settings. Without a type (or in the deprecated form
+            ``global_function(config)``) the config decides: a train job if it sets any
+            ``config.train.*``, else a predict job.
         function_config: a ``flow.FunctionConfig`` (deep-copied at decoration time).
 
     Returns:
@@ -774,8 +745,8 @@ def global_function(type: str = "predict",  # noqa: A002 - OneFlow's name
         ValueError: for any other ``type``; TypeError for unannotated parameters.
     """
     if isinstance(type, FunctionConfig):
-        type, function_config = "predict", type
-    if type not in ("train", "predict"):
+        type, function_config = None, type
+    if type not in ("train", "predict", None):
         raise ValueError(f'global_function: type must be "train" or "predict", received {type!r}')
     config = function_config or FunctionConfig()
 

@@ -1,19 +1,5 @@
 """The op library: the registry, the user-op builder and one module per op family.
 
-Importing this package registers every op family; see :mod:`graphfront.ops.registry`.
+:mod:`graphfront.ops.families` imports every family (``import graphfront`` does so first);
+see :mod:`graphfront.ops.registry`.
 """
-from graphfront.ops import array_ops, math_ops, nn_ops, optimizer_ops  # noqa: F401
-from graphfront.ops import activation_ops, deconv_ops, fused_ops, loss_ops, norm_ops, pool_ops  # noqa: F401
-from graphfront.ops import indexed_slices_ops  # noqa: F401
-from graphfront.ops import amp_ops  # noqa: F401
-from graphfront.ops import boxing_ops  # noqa: F401
-from graphfront.ops import data_ops  # noqa: F401
-from graphfront.ops import summary_ops  # noqa: F401
-from graphfront.ops import fused_attention_ops  # noqa: F401
-from graphfront.ops import dynamic_ops  # noqa: F401
-from graphfront.ops import random_ops  # noqa: F401
-from graphfront.ops import ctc_ops  # noqa: F401
-from graphfront.ops import categorical_ops  # noqa: F401
-from graphfront.ops import nvtx_ops  # noqa: F401
-from graphfront.ops import ssp_ops  # noqa: F401
-from graphfront.ops import time_shape_ops  # noqa: F401

@@ -14,21 +14,17 @@ derivative at ``x == 0`` of leaky_relu/elu/celu is the left one, hardswish uses
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graphfront.ops.common import same_dtype
+from graphfront.ops.common import float_input, same_dtype
 from graphfront.ops import onnx_rules
+from graphfront.ops.onnx_rules import const_as, int64s
 from graphfront.ops.registry import op
 
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
-
-
-def _float_input(ctx, arg):
-    d = ctx.input(arg)
-    ctx.check(d.dtype.is_floating_point, f"input '{arg}' expected a floating dtype, received {d.dtype.name}")
-    return d
 
 
 def grad_like(src):
@@ -53,7 +49,7 @@ def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", 
     attr_names = list(attrs or {})
 
     def infer(ctx):
-        d = _float_input(ctx, i)
+        d = float_input(ctx, i)
         ctx.set_output(o, d.shape, d.dtype)
 
     def grad(g):
@@ -79,12 +75,22 @@ def _nonzero_alpha(v):
 
 # ------------------------------------------------------------------ piecewise-linear family
 
+def _leaky_relu_onnx(c, x, out, d):
+    """x if x > 0 else alpha * x (spelled out: onnxruntime's LeakyRelu is float-only)."""
+    negative = c.node("Mul", [x, const_as(c, c.attr("alpha"), d)])
+    c.node("Where", [c.node("Greater", [x, const_as(c, 0, d)]), x, negative], [out])
+
+
 activation(
     "leaky_relu",
     lambda a: (lambda x, s=a["alpha"]: F.leaky_relu(x, s)),
     lambda a: (lambda x, dy, s=a["alpha"]: torch.where(x > 0, dy, dy * s)),
     args=("x", "y"), attrs={"alpha": ("float", 0.0)},
-    doc="y = x if x > 0 else alpha * x", onnx=onnx_rules.leaky_relu)
+    doc="y = x if x > 0 else alpha * x", onnx=_leaky_relu_onnx)
+
+def _hardtanh_onnx(c, x, out, d):
+    c.node("Clip", [x, const_as(c, c.attr("min_val"), d), const_as(c, c.attr("max_val"), d)], [out])
+
 
 activation(
     "hardtanh",
@@ -92,13 +98,23 @@ activation(
     lambda a: (lambda y, dy, lo=a["min_val"], hi=a["max_val"]:
                torch.where((y > lo) & (y < hi), dy, _zero(dy))),
     attrs={"min_val": ("double", 0.0), "max_val": ("double", 0.0)}, grad_src="y",
-    doc="out = clamp(in, min_val, max_val); the grad passes dy where min_val < y < max_val", onnx=onnx_rules.hardtanh)
+    doc="out = clamp(in, min_val, max_val); the grad passes dy where min_val < y < max_val", onnx=_hardtanh_onnx)
+
+def _relu6_plus_3_onnx(c, x, d):
+    """min(max(x + 3, 0), 6), the core of hardsigmoid / hardswish in the kernels' order of operations."""
+    return c.node("Clip", [c.node("Add", [x, const_as(c, 3, d)]), const_as(c, 0, d), const_as(c, 6, d)])
+
+
+def _hardsigmoid_onnx(c, x, out, d):
+    """relu6(x + 3) / 6."""
+    c.node("Div", [_relu6_plus_3_onnx(c, x, d), const_as(c, 6, d)], [out])
+
 
 activation(
     "hardsigmoid",
     lambda a: F.hardsigmoid,
     lambda a: (lambda x, dy: torch.where((x > -3) & (x < 3), dy / 6, _zero(dy))),
-    doc="out = relu6(in + 3) / 6", onnx=onnx_rules.hardsigmoid)
+    doc="out = relu6(in + 3) / 6", onnx=_hardsigmoid_onnx)
 
 
 def _hardswish_grad(x, dy):
@@ -106,31 +122,62 @@ def _hardswish_grad(x, dy):
     return torch.where(x < -3, _zero(dy), torch.where(x <= 3, mid, dy))
 
 
+def _hardswish_onnx(c, x, out, d):
+    """x * relu6(x + 3) / 6."""
+    c.node("Div", [c.node("Mul", [x, _relu6_plus_3_onnx(c, x, d)]), const_as(c, 6, d)], [out])
+
+
 activation("hardswish", lambda a: F.hardswish, lambda a: _hardswish_grad, doc="out = in * relu6(in + 3) / 6",
-           onnx=onnx_rules.hardswish)
+           onnx=_hardswish_onnx)
 
 # ------------------------------------------------------------------ exponential family
+
+def _exp_branch_onnx(c, x, d, alpha, inner_scale):
+    """min(0, alpha * (exp(x * inner_scale) - 1)) (the negative branch of elu / celu / selu)."""
+    e = c.node("Sub", [c.node("Exp", [c.node("Mul", [x, const_as(c, inner_scale, d)])]), const_as(c, 1, d)])
+    return c.node("Min", [const_as(c, 0, d), c.node("Mul", [e, const_as(c, alpha, d)])])
+
+
+def _elu_family_onnx(c, x, out, d, alpha, inner_scale=1.0, scale=None):
+    """max(0, x) + min(0, alpha * (exp(x * inner_scale) - 1)), times ``scale`` if given."""
+    y = c.node("Add", [c.node("Max", [const_as(c, 0, d), x]), _exp_branch_onnx(c, x, d, alpha, inner_scale)],
+               None if scale is not None else [out])
+    if scale is not None:
+        c.node("Mul", [y, const_as(c, scale, d)], [out])
+
+
+def _elu_onnx(c, x, out, d):
+    _elu_family_onnx(c, x, out, d, c.attr("alpha"))
+
 
 activation(
     "elu",
     lambda a: (lambda x, al=a["alpha"]: F.elu(x, al)),
     lambda a: (lambda x, dy, al=a["alpha"]: torch.where(x > 0, dy, dy * al * torch.exp(x))),
     attrs={"alpha": ("double", 0.0)},
-    doc="out = in if in > 0 else alpha * (exp(in) - 1)", onnx=onnx_rules.elu)
+    doc="out = in if in > 0 else alpha * (exp(in) - 1)", onnx=_elu_onnx)
+
+def _celu_onnx(c, x, out, d):
+    _elu_family_onnx(c, x, out, d, c.attr("alpha"), 1.0 / c.attr("alpha"))
+
 
 activation(
     "celu",
     lambda a: (lambda x, al=a["alpha"]: F.celu(x, al)),
     lambda a: (lambda x, dy, al=a["alpha"]: torch.where(x > 0, dy, dy * torch.exp(x / al))),
     attrs={"alpha": ("double", 0.0, _nonzero_alpha)},
-    doc="out = max(0, in) + min(0, alpha * (exp(in / alpha) - 1))", onnx=onnx_rules.celu)
+    doc="out = max(0, in) + min(0, alpha * (exp(in / alpha) - 1))", onnx=_celu_onnx)
+
+def _selu_onnx(c, x, out, d):
+    _elu_family_onnx(c, x, out, d, SELU_ALPHA, scale=SELU_SCALE)
+
 
 activation(
     "selu",
     lambda a: F.selu,
     lambda a: (lambda x, dy: torch.where(x > 0, dy * SELU_SCALE, dy * (SELU_SCALE * SELU_ALPHA) * torch.exp(x))),
     doc=f"out = scale * (max(0, in) + min(0, alpha * (exp(in) - 1))), alpha={SELU_ALPHA}, scale={SELU_SCALE}",
-    onnx=onnx_rules.selu)
+    onnx=_selu_onnx)
 
 
 def _silu_grad(x, dy):
@@ -138,7 +185,11 @@ def _silu_grad(x, dy):
     return dy * s * (1 + x * (1 - s))
 
 
-activation("silu", lambda a: F.silu, lambda a: _silu_grad, doc="out = in * sigmoid(in)", onnx=onnx_rules.silu)
+def _silu_onnx(c, x, out, d):
+    c.node("Mul", [x, c.node("Sigmoid", [x])], [out])
+
+
+activation("silu", lambda a: F.silu, lambda a: _silu_grad, doc="out = in * sigmoid(in)", onnx=_silu_onnx)
 
 
 def _mish_grad(x, dy):
@@ -146,19 +197,31 @@ def _mish_grad(x, dy):
     return dy * (t + x * (1 - t * t) * torch.sigmoid(x))
 
 
-activation("mish", lambda a: F.mish, lambda a: _mish_grad, doc="out = in * tanh(softplus(in))", onnx=onnx_rules.mish)
+def _mish_onnx(c, x, out, d):
+    if c.opset >= 18:
+        c.node("Mish", [x], [out])
+    else:
+        c.node("Mul", [x, c.node("Tanh", [c.node("Softplus", [x])])], [out])
+
+
+activation("mish", lambda a: F.mish, lambda a: _mish_grad, doc="out = in * tanh(softplus(in))", onnx=_mish_onnx)
+
+def _softsign_onnx(c, x, out, d):
+    """x / (1 + |x|) (spelled out: onnxruntime's Softsign is float-only)."""
+    c.node("Div", [x, c.node("Add", [const_as(c, 1, d), c.node("Abs", [x])])], [out])
+
 
 activation(
     "softsign",
     lambda a: F.softsign,
     lambda a: (lambda x, dy: dy / torch.square(1 + torch.abs(x))),
-    doc="out = in / (1 + |in|)", onnx=onnx_rules.softsign)
+    doc="out = in / (1 + |in|)", onnx=_softsign_onnx)
 
 
 # ------------------------------------------------------------------ prelu / tf_prelu
 
 def _prelu_infer(ctx):
-    x, alpha = _float_input(ctx, "x"), ctx.input("alpha")
+    x, alpha = float_input(ctx, "x"), ctx.input("alpha")
     same_dtype(ctx, "x", "alpha")
     c = x.shape[1] if len(x.shape) >= 2 else 1
     ctx.check(len(alpha.shape) == 1 and alpha.shape[0] in (1, c),
@@ -189,7 +252,7 @@ def _prelu_grad_kernel(k):
 
 
 def _tf_prelu_infer(ctx):
-    x, alpha = _float_input(ctx, "x"), ctx.input("alpha")
+    x, alpha = float_input(ctx, "x"), ctx.input("alpha")
     same_dtype(ctx, "x", "alpha")
     ok = len(alpha.shape) == len(x.shape) - 1 and all(a in (1, s) for a, s in zip(alpha.shape, x.shape[1:]))
     ctx.check(ok, f"input 'alpha' expected shape {x.shape[1:]} (input 'x' {x.shape} without its batch dim; "
@@ -233,12 +296,31 @@ def _prelu_family_grad(op_type):
     return grad
 
 
+def _prelu_onnx_rule(channel_view):
+    def convert(c):
+        x, d = c.input("x"), c.input_desc("x")
+        alpha = c.input("alpha")
+        if channel_view:   # alpha (C,) along dim 1 of x, or one value
+            n = len(d.shape)
+            shape = [] if n < 2 or int(np.prod(c.input_desc("alpha").shape)) == 1 else [1, -1] + [1] * (n - 2)
+            alpha = c.node("Reshape", [alpha, c.const(int64s(shape))])
+        c.node("Where", [c.node("Greater", [x, const_as(c, 0, d)]), x, c.node("Mul", [x, alpha])], [c.output("y")])
+    return convert
+
+
+_prelu_onnx = _prelu_onnx_rule(True)
+
+
 op("prelu", inputs=["x", "alpha"], outputs=["y"], infer=_prelu_infer, kernel=_prelu_kernel,
-   grad=_prelu_family_grad("prelu"), doc="y = x if x > 0 else alpha[c] * x, c = dim 1 of x", onnx=onnx_rules.prelu)
+   grad=_prelu_family_grad("prelu"), doc="y = x if x > 0 else alpha[c] * x, c = dim 1 of x", onnx=_prelu_onnx,
+   amp="white")
 op("prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
    kernel=_prelu_grad_kernel)
+_tf_prelu_onnx = _prelu_onnx_rule(False)
+
+
 op("tf_prelu", inputs=["x", "alpha"], outputs=["y"], infer=_tf_prelu_infer, kernel=_tf_prelu_kernel,
    grad=_prelu_family_grad("tf_prelu"), doc="y = x if x > 0 else alpha * x, alpha broadcast over x.shape[1:]",
-   onnx=onnx_rules.tf_prelu)
+   onnx=_tf_prelu_onnx, amp="white")
 op("tf_prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
    kernel=_tf_prelu_grad_kernel)

@@ -1,5 +1,5 @@
-"""Array ops: reshape family, transpose, concat/split, slicing, gather/scatter, padding,
-constant sources and small helpers.
+"""Array ops: reshape family, transpose, concat/split, slicing, padding, constant sources and
+small helpers (gather and scatter are in :mod:`graphfront.ops.gather_ops`).
 
 Op type, argument and attr names, attr types and grad wiring follow OneFlow v0.6.0
 (``oneflow/user/ops/``: the reshape family, ``constant_op.cpp``, the gather / scatter /
@@ -11,21 +11,17 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graphfront.ops.common import index_checks, like, norm_axis, numel, raising_bad_ids, same_dtype
+from graphfront.ops.common import integer_input, like, norm_axis, numel, same_dtype
 from graphfront.ops import onnx_rules
+from graphfront.ops.onnx_rules import int64s, np_dtype
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
 # ============================================================== shared helpers
-
-
-def _check_integer(ctx, arg):
-    d = ctx.input(arg)
-    ctx.check(d.dtype.is_integer, f"input '{arg}' expected an integer (index) dtype, received {d.dtype.name}")
-    return d
 
 
 def _reshape_kernel(out_arg="out"):
@@ -80,9 +76,17 @@ def _reshape_back(g):
         g.set_grad("in", g.emit("reshape", {"in": g.dout("out")}, {"shape": d.shape}))
 
 
+def _reshape_to_output_onnx(in_arg, out_arg):
+    """Ops that only change the shape (static shapes): ``Reshape`` to the inferred output shape."""
+    def convert(c):
+        shape = c.const(np.array(c.output_desc(out_arg).shape, dtype=np.int64))
+        c.node("Reshape", [c.input(in_arg), shape], [c.output(out_arg)])
+    return convert
+
+
 op("reshape", inputs=["in"], outputs=["out"], attrs={"shape": "shape"}, infer=_reshape_infer,
-   kernel=_reshape_kernel(), grad=_reshape_back, view=True, sbp=_sbp.reshape, onnx=onnx_rules.reshape_to_output("in", "out"),
-   xla=_reshape_kernel())  # (x.reshape(shape) is also jax.Array's method)
+   kernel=_reshape_kernel(), grad=_reshape_back, view=True, sbp=_sbp.reshape, onnx=_reshape_to_output_onnx("in", "out"),
+   xla=_reshape_kernel(), amp="clear")  # (x.reshape(shape) is also jax.Array's method)
 
 
 def _reshape_like_infer(ctx):
@@ -93,7 +97,7 @@ def _reshape_like_infer(ctx):
 
 
 op("reshape_like", inputs=["in", "like"], outputs=["out"], infer=_reshape_like_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=onnx_rules.reshape_to_output("in", "out"))
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"))
 
 
 def _flatten_infer(ctx):
@@ -111,7 +115,7 @@ def _flatten_infer(ctx):
 
 op("flatten", inputs=["in"], outputs=["out"], attrs={"start_dim": ("int32", 0), "end_dim": ("int32", -1)},
    infer=_flatten_infer, kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True,
-   onnx=onnx_rules.reshape_to_output("in", "out"))
+   onnx=_reshape_to_output_onnx("in", "out"), amp="clear")
 
 
 def _squeeze_infer(ctx):
@@ -128,7 +132,8 @@ def _squeeze_infer(ctx):
 
 
 op("squeeze", inputs=["in"], outputs=["out"], attrs={"axes": "list_int32"}, infer=_squeeze_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=onnx_rules.reshape_to_output("in", "out"))
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
+   amp="clear")
 
 
 def _expand_dims_infer(ctx):
@@ -142,7 +147,8 @@ def _expand_dims_infer(ctx):
 
 
 op("expand_dims", inputs=["in"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=_expand_dims_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=onnx_rules.reshape_to_output("in", "out"))
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
+   amp="clear")
 
 
 # ============================================================== transpose
@@ -167,7 +173,7 @@ def _transpose_grad(g):
 
 op("transpose", inputs=["input"], outputs=["output"], attrs={"perm": "list_int32"}, infer=_transpose_infer,
    kernel=lambda k: (lambda x, p=tuple(k.attr("perm")): x.permute(p)), grad=_transpose_grad, view=True,
-   onnx=lambda c: c.node("Transpose", [c.input("input")], [c.output("output")], perm=list(c.attr("perm"))))
+   onnx=lambda c: c.node("Transpose", [c.input("input")], [c.output("output")], perm=list(c.attr("perm"))), amp="clear")
 
 
 # ============================================================== concat / split_like
@@ -219,7 +225,7 @@ def _concat_grad(g):
 
 op("concat", inputs=["in*"], outputs=["out"], attrs={"axis": ("int64", 0), "max_dim_size": ("int64", 0)},
    infer=_concat_infer, kernel=_concat_kernel, grad=_concat_grad,
-   onnx=lambda c: c.node("Concat", c.inputs("in"), [c.output("out")], axis=c.attr("axis")))
+   onnx=lambda c: c.node("Concat", c.inputs("in"), [c.output("out")], axis=c.attr("axis")), amp="clear")
 
 
 def _split_like_infer(ctx):
@@ -265,8 +271,15 @@ def _split_like_grad(g):
                             {"axis": axis, "max_dim_size": in_shape[norm_axis(axis, len(in_shape))]}))
 
 
+def _split_like_onnx(c):
+    axis = c.attr("axis") % len(c.input_desc("in").shape)
+    outs = c.all_outputs()
+    sizes = [c.output_desc("out", i).shape[axis] for i in range(len(outs))]
+    c.node("Split", [c.input("in"), c.const(int64s(sizes))], outs, axis=axis)
+
+
 op("split_like", inputs=["in", "like*"], outputs=["out*"], attrs={"axis": ("int64", 0)},
-   infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True, onnx=onnx_rules.split_like)
+   infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True, onnx=_split_like_onnx)
 
 
 # ============================================================== slice family
@@ -354,8 +367,34 @@ def _slice_grad(g):
         g.set_grad("x", g.emit("slice_grad", {"dy": g.dout("y")}, {"like_shape": g.desc(x).shape, **attrs}))
 
 
+_INT64_MIN_onnx = np.iinfo(np.int64).min
+
+
+def _slice_onnx(c, x, out, starts, ends, steps, axes):
+    c.node("Slice", [x, c.const(int64s(starts)), c.const(int64s(ends)), c.const(int64s(axes)), c.const(int64s(steps))],
+           [out])
+
+
+def _ranges_slice_onnx(c, x, out, ranges):
+    """``Slice`` selecting one Python ``range`` per dim (the ranges a slice op resolved)."""
+    starts, ends, steps = [], [], []
+    for r in ranges:
+        if len(r) == 0:
+            starts.append(0), ends.append(0), steps.append(1)
+        else:
+            starts.append(r.start), steps.append(r.step)
+            ends.append(r.stop if r.stop >= 0 else _INT64_MIN_onnx)   # a negative step through index 0
+    _slice_onnx(c, x, out, starts, ends, steps, range(len(ranges)))
+
+
+def _slice_op_onnx(c):
+    """slice: start/stop/step per dim with Python's semantics, resolved to ranges as the kernel does."""
+    ranges = slice_ranges(c.input_desc("x").shape, c.attr("start"), c.attr("stop"), c.attr("step"))
+    _ranges_slice_onnx(c, c.input("x"), c.output("y"), ranges)
+
+
 op("slice", inputs=["x"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_infer,
-   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=onnx_rules.slice_op)
+   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=_slice_op_onnx, amp="clear")
 
 
 def _slice_grad_infer(ctx):
@@ -414,8 +453,16 @@ def _slice_update_grad(g):
         g.set_grad("x", g.emit("slice_update", {"x": dy, "update": zeros}, attrs, name=f"{g.op_name}_x_grad"))
 
 
+def _slice_update_onnx(c):
+    """slice_update: ``x`` with the slice (as ``slice`` resolves it) replaced by ``update``:
+    ScatterND at the constant coordinates of the slice's elements."""
+    ranges = slice_ranges(c.input_desc("x").shape, c.attr("start"), c.attr("stop"), c.attr("step"))
+    grid = np.stack(np.meshgrid(*[np.array(r, dtype=np.int64) for r in ranges], indexing="ij"), axis=-1)
+    c.node("ScatterND", [c.input("x"), c.const(grid), c.input("update")], [c.output("y")])
+
+
 op("slice_update", inputs=["x", "update"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_update_infer,
-   kernel=_slice_update_kernel, grad=_slice_update_grad, onnx=onnx_rules.slice_update)
+   kernel=_slice_update_kernel, grad=_slice_update_grad, onnx=_slice_update_onnx)
 
 
 # ============================================================== narrow (+ narrow_grad)
@@ -450,10 +497,17 @@ def _narrow_kernel(k):
     return lambda x: x.narrow(dim, start, k.attr("length"))
 
 
+def _narrow_onnx(c):
+    shape = c.input_desc("in").shape
+    dim = c.attr("dim") % len(shape)
+    start = c.attr("start") % max(shape[dim], 1)
+    _slice_onnx(c, c.input("in"), c.output("out"), [start], [start + c.attr("length")], [1], [dim])
+
+
 op("narrow", inputs=["in"], outputs=["out"], attrs=NARROW_ATTRS, infer=_narrow_infer, kernel=_narrow_kernel,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "narrow_grad", {"dy": g.dout("out"), "like": g.input("in")}, {a: g.attr(a) for a in NARROW_ATTRS})),
-   view=True, onnx=onnx_rules.narrow)
+   view=True, onnx=_narrow_onnx)
 
 
 def _narrow_grad_infer(ctx):
@@ -478,403 +532,6 @@ def _narrow_grad_kernel(k):
 
 op("narrow_grad", inputs=["dy", "like"], outputs=["dx"], attrs=NARROW_ATTRS, infer=_narrow_grad_infer,
    kernel=_narrow_grad_kernel)
-
-
-# ============================================================== gather family
-#
-# Index inputs take any integer dtype. Out-of-range indices are not errors: gather,
-# batch_gather and gather_nd produce zeros for them and the segment-sum / scatter ops
-# drop their contributions, so each op and its gradient agree (the gradient of a
-# dropped contribution is zero). dim_gather / dim_scatter_add_like keep torch.gather's
-# run-time bounds check.
-
-
-def _valid_ids(ids, size):
-    """``(clamped ids, mask of in-range ids)`` without a host sync."""
-    valid = (ids >= 0) & (ids < size)
-    return torch.where(valid, ids, torch.zeros_like(ids)), valid
-
-
-def _zero_invalid(out, valid, dim):
-    """Zero the slices of ``out`` along ``dim`` (indexed like the flat ``valid``) that were out of range."""
-    shape = [1] * out.dim()
-    shape[dim] = -1
-    return torch.where(valid.reshape(shape), out, torch.zeros((), dtype=out.dtype, device=out.device))
-
-
-def _gather_infer(ctx):
-    x = ctx.input("in")
-    idx = _check_integer(ctx, "indices")
-    ctx.check(len(x.shape) > 0, "input 'in' is rank 0; gather needs rank >= 1")
-    axis = norm_axis(ctx.attr("axis"), len(x.shape), "attr 'axis'")
-    ctx.set_output("out", x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
-
-
-def _gather_kernel(k):
-    axis = norm_axis(k.attr("axis"), len(k.input("in").shape))
-    shape = tuple(k.output("out").shape)
-    size = k.input("in").shape[axis]
-
-    def gather(x, idx):
-        ids, valid = _valid_ids(idx.reshape(-1).long(), size)
-        return _zero_invalid(torch.index_select(x, axis, ids), valid, axis).reshape(shape)
-    return gather
-
-
-def _gather_grad(g):
-    if g.needs("in"):
-        g.set_grad("in", g.emit("unsorted_segment_sum_like",
-                                {"data": g.dout("out"), "segment_ids": g.input("indices"), "like": g.input("in")},
-                                {"axis": g.attr("axis")}))
-
-
-op("gather", inputs=["in", "indices"], outputs=["out"], attrs={"axis": ("int64", 0)}, infer=_gather_infer,
-   kernel=_gather_kernel, grad=_gather_grad, onnx=onnx_rules.gather)
-
-
-def _segment_geometry(ctx, data, ids, axis):
-    n = len(data.shape)
-    axis = norm_axis(axis, n, "attr 'axis'")
-    k = len(ids.shape)
-    ctx.check(data.shape[axis:axis + k] == ids.shape,
-              f"input 'segment_ids' of shape {ids.shape} must equal dims {axis}..{axis + k - 1} of input "
-              f"'data' {data.shape}")
-    return axis, k
-
-
-def _segment_sum_fn(axis, segments):
-    """``(data, ids) -> out``: sum ``data`` slices into ``segments`` rows ``ids`` along ``axis``.
-
-    Run-time shapes (dynamic blobs sum what they hold). float16/bfloat16 data accumulate
-    in float32 and round once at the end, as OneFlow's UnsortedSegmentSumKernel
-    (``oneflow/user/kernels/unsorted_segment_sum_kernel.cpp``, float16 via float buffer)."""
-    def segment_sum(data, ids):
-        rest = tuple(data.shape[axis + ids.dim():])
-        outer, inner = numel(data.shape[:axis]), numel(rest)
-        acc = torch.float32 if data.dtype in (torch.float16, torch.bfloat16) else data.dtype
-        out = torch.zeros((outer, segments, inner), dtype=acc, device=data.device)
-        ids, valid = _valid_ids(ids.reshape(-1).long(), segments)
-        out.index_add_(1, ids, _zero_invalid(data.reshape(outer, ids.numel(), inner).to(acc), valid, 1))
-        return out.reshape(tuple(data.shape[:axis]) + (segments,) + rest).to(data.dtype)
-    return segment_sum
-
-
-def _unsorted_segment_sum_infer(ctx):
-    data, ids = ctx.input("data"), _check_integer(ctx, "segment_ids")
-    axis, k = _segment_geometry(ctx, data, ids, ctx.attr("axis"))
-    segments = ctx.attr("num_segments")
-    ctx.check(segments >= 1, f"attr 'num_segments' must be >= 1, received {segments}")
-    ctx.set_output("out", data.shape[:axis] + (segments,) + data.shape[axis + k:], data.dtype)
-
-
-def _unsorted_segment_sum_kernel(k):
-    return _segment_sum_fn(norm_axis(k.attr("axis"), len(k.input("data").shape)), k.attr("num_segments"))
-
-
-op("unsorted_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
-   attrs={"axis": ("int64", 0), "num_segments": ("int64", 0)},
-   infer=_unsorted_segment_sum_infer, kernel=_unsorted_segment_sum_kernel, onnx=onnx_rules.unsorted_segment_sum,
-   grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
-       "gather", {"in": g.dout("out"), "indices": g.input("segment_ids")}, {"axis": g.attr("axis")})))
-
-
-def _unsorted_segment_sum_like_infer(ctx):
-    data, ids, like_ = ctx.input("data"), _check_integer(ctx, "segment_ids"), ctx.input("like")
-    axis, k = _segment_geometry(ctx, data, ids, ctx.attr("axis"))
-    ctx.check(len(like_.shape) == len(data.shape) - k + 1 and like_.shape[:axis] == data.shape[:axis]
-              and like_.shape[axis + 1:] == data.shape[axis + k:],
-              f"input 'like' of shape {like_.shape} does not fit input 'data' {data.shape} with 'segment_ids' "
-              f"{ids.shape} at axis {axis}")
-    ctx.set_output("out", like_.shape, data.dtype)
-
-
-def _unsorted_segment_sum_like_kernel(k):
-    axis = norm_axis(k.attr("axis"), len(k.input("data").shape))
-    fn = _segment_sum_fn(axis, k.input("like").shape[axis])
-    return lambda data_, ids_, like_: fn(data_, ids_)
-
-
-op("unsorted_segment_sum_like", inputs=["data", "segment_ids", "like"], outputs=["out"],
-   attrs={"axis": ("int64", 0)}, infer=_unsorted_segment_sum_like_infer,
-   kernel=_unsorted_segment_sum_like_kernel, onnx=onnx_rules.unsorted_segment_sum_like)
-
-
-def _batch_dims(ctx, x, idx, x_arg):
-    b = len(idx.shape) - 1
-    ctx.check(len(idx.shape) >= 1 and len(x.shape) >= len(idx.shape) and x.shape[:b] == idx.shape[:b],
-              f"input '{x_arg}' of shape {x.shape} and indices of shape {idx.shape} must share the leading "
-              f"(batch) dims {idx.shape[:b]}")
-    return b
-
-
-def _batch_gather_infer(ctx):
-    x, idx = ctx.input("in"), _check_integer(ctx, "indices")
-    b = _batch_dims(ctx, x, idx, "in")
-    ctx.set_output("out", idx.shape + x.shape[b + 1:], x.dtype)
-
-
-def _batch_gather_kernel(k):
-    x_shape, i_shape = k.input("in").shape, k.input("indices").shape
-    b = len(i_shape) - 1
-    batch, inner = numel(x_shape[:b]), numel(x_shape[b + 1:])
-    count = i_shape[-1]
-    out_shape = tuple(k.output("out").shape)
-
-    def batch_gather(x, idx):
-        ids, valid = _valid_ids(idx.reshape(batch * count).long(), x_shape[b])
-        index = ids.reshape(batch, count, 1).expand(batch, count, inner)
-        out = torch.gather(x.reshape(batch, x_shape[b], inner), 1, index)
-        return _zero_invalid(out.reshape(batch * count, inner), valid, 0).reshape(out_shape)
-    return batch_gather
-
-
-op("batch_gather", inputs=["in", "indices"], outputs=["out"], infer=_batch_gather_infer,
-   kernel=_batch_gather_kernel, onnx=onnx_rules.batch_gather,
-   grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
-       "unsorted_batch_segment_sum", {"data": g.dout("out"), "segment_ids": g.input("indices")},
-       {"num_segments": g.desc(g.input("in")).shape[len(g.desc(g.input("indices")).shape) - 1]})))
-
-
-def _unsorted_batch_segment_sum_infer(ctx):
-    data, ids = ctx.input("data"), _check_integer(ctx, "segment_ids")
-    b = _batch_dims(ctx, data, ids, "data")
-    ctx.check(data.shape[b] == ids.shape[-1], f"input 'data' of shape {data.shape} expected dim {b} = "
-                                              f"{ids.shape[-1]} (last dim of 'segment_ids' {ids.shape})")
-    segments = ctx.attr("num_segments")
-    ctx.check(segments >= 1, f"attr 'num_segments' must be >= 1, received {segments}")
-    ctx.set_output("out", ids.shape[:-1] + (segments,) + data.shape[b + 1:], data.dtype)
-
-
-def _unsorted_batch_segment_sum_kernel(k):
-    d_shape, i_shape = k.input("data").shape, k.input("segment_ids").shape
-    b = len(i_shape) - 1
-    batch, inner, count = numel(d_shape[:b]), numel(d_shape[b + 1:]), i_shape[-1]
-    segments = k.attr("num_segments")
-    out_shape = tuple(k.output("out").shape)
-
-    def batch_segment_sum(data, ids):
-        ids, valid = _valid_ids(ids.reshape(batch * count).long(), segments)
-        src = _zero_invalid(data.reshape(batch * count, inner), valid, 0).reshape(batch, count, inner)
-        out = torch.zeros((batch, segments, inner), dtype=data.dtype, device=data.device)
-        out.scatter_add_(1, ids.reshape(batch, count, 1).expand(batch, count, inner), src)
-        return out.reshape(out_shape)
-    return batch_segment_sum
-
-
-op("unsorted_batch_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
-   attrs={"num_segments": ("int64", 0)}, infer=_unsorted_batch_segment_sum_infer,
-   kernel=_unsorted_batch_segment_sum_kernel, onnx=onnx_rules.unsorted_batch_segment_sum,
-   grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
-       "batch_gather", {"in": g.dout("out"), "indices": g.input("segment_ids")})))
-
-
-# ---------------------------------------------------------------- *_nd (tf.gather_nd style)
-
-def _nd_geometry(ctx, shape, idx, what):
-    ctx.check(len(idx.shape) >= 1, f"input 'indices' must have rank >= 1, received shape {idx.shape}")
-    k = idx.shape[-1]
-    ctx.check(k <= len(shape), f"last dim of input 'indices' {idx.shape} is {k}, larger than the rank of "
-                               f"{what} {tuple(shape)}")
-    return k
-
-
-def _nd_linear(shape, idx):
-    """``(flat row ids, in-range mask, row count)`` of the index tensor ``idx`` into the
-    first ``idx.shape[-1]`` dims of ``shape`` (row-major); out-of-range rows get id 0.
-    Shapes are the run-time ones, so dynamic blobs index what they hold."""
-    k = idx.shape[-1]
-    count = numel(idx.shape[:-1])
-    strides, acc = [], 1
-    for d in reversed(shape[:k]):
-        strides.insert(0, acc)
-        acc *= d
-    if k == 0:
-        zeros = torch.zeros(count, dtype=torch.long, device=idx.device)
-        return zeros, zeros == 0, acc
-    idx = idx.reshape(count, k).long()
-    # (column by column with Python ints: no constant tensor is copied to the device per call)
-    valid = (idx[:, 0] >= 0) & (idx[:, 0] < shape[0])
-    ids = idx[:, 0] * strides[0]
-    for j in range(1, k):
-        valid = valid & (idx[:, j] >= 0) & (idx[:, j] < shape[j])
-        ids = ids + idx[:, j] * strides[j]
-    return torch.where(valid, ids, torch.zeros_like(ids)), valid, acc
-
-
-def _gather_nd_infer(ctx):
-    params, idx = ctx.input("params"), _check_integer(ctx, "indices")
-    k = _nd_geometry(ctx, params.shape, idx, "input 'params'")
-    ctx.set_output("out", idx.shape[:-1] + params.shape[k:], params.dtype)
-
-
-def _gather_nd_kernel(k):
-    def gather_nd(params, idx):
-        ids, valid, rows = _nd_linear(params.shape, idx)
-        out_shape = tuple(idx.shape[:-1]) + tuple(params.shape[idx.shape[-1]:])
-        return _zero_invalid(params.reshape(rows, -1)[ids], valid, 0).reshape(out_shape)
-    return gather_nd
-
-
-op("gather_nd", inputs=["params", "indices"], outputs=["out"], infer=_gather_nd_infer, kernel=_gather_nd_kernel,
-   onnx=onnx_rules.gather_nd,
-   grad=lambda g: g.needs("params") and g.set_grad("params", g.emit(
-       "scatter_nd_like", {"like": g.input("params"), "indices": g.input("indices"), "updates": g.dout("out")})))
-
-
-def _check_updates(ctx, shape, idx, k):
-    u = ctx.input("updates")
-    expected = idx.shape[:-1] + tuple(shape[k:])
-    ctx.check(u.shape == expected, f"input 'updates' expected shape {expected} (indices {idx.shape} into "
-                                   f"shape {tuple(shape)}), received {u.shape}")
-    return u
-
-
-def _scatter_add_fn(mode):
-    """``(base, idx, updates) -> out``: rows of ``base`` at ``idx`` get ``updates`` added or written."""
-    def scatter(base, idx, updates):
-        shape = base.shape
-        ids, valid, rows = _nd_linear(shape, idx)
-        out = base.reshape(rows, -1)
-        src = updates.reshape(ids.shape[0], -1)
-        if mode == "add":
-            out.index_add_(0, ids, _zero_invalid(src, valid, 0))
-        else:
-            out[ids[valid]] = src[valid]
-        return out.reshape(shape)
-    return scatter
-
-
-def _scatter_nd_infer(ctx):
-    idx = _check_integer(ctx, "indices")
-    shape = ctx.attr("shape")
-    ctx.check(len(shape) >= 1 and all(s >= 1 for s in shape), f"attr 'shape' must be a non-empty list of "
-                                                               f"positive dims, received {tuple(shape)}")
-    k = _nd_geometry(ctx, shape, idx, "attr 'shape'")
-    u = _check_updates(ctx, shape, idx, k)
-    ctx.set_output("out", shape, u.dtype)
-
-
-def _scatter_nd_kernel(k):
-    shape = tuple(k.attr("shape"))
-    fn = _scatter_add_fn("add")
-    return lambda idx, updates: fn(torch.zeros(shape, dtype=updates.dtype, device=updates.device), idx, updates)
-
-
-op("scatter_nd", inputs=["indices", "updates"], outputs=["out"], attrs={"shape": "shape"},
-   infer=_scatter_nd_infer, kernel=_scatter_nd_kernel, onnx=onnx_rules.scatter_nd,
-   grad=lambda g: g.needs("updates") and g.set_grad("updates", g.emit(
-       "gather_nd", {"params": g.dout("out"), "indices": g.input("indices")})))
-
-
-def _scatter_nd_like_infer(ctx):
-    like_, idx = ctx.input("like"), _check_integer(ctx, "indices")
-    k = _nd_geometry(ctx, like_.shape, idx, "input 'like'")
-    u = _check_updates(ctx, like_.shape, idx, k)
-    ctx.set_output("out", like_.shape, u.dtype)
-
-
-def _scatter_nd_like_kernel(k):
-    fn = _scatter_add_fn("add")
-    return lambda like_, idx, updates: fn(torch.zeros(like_.shape, dtype=updates.dtype, device=updates.device),
-                                          idx, updates)
-
-
-op("scatter_nd_like", inputs=["like", "indices", "updates"], outputs=["out"], infer=_scatter_nd_like_infer,
-   kernel=_scatter_nd_like_kernel, onnx=onnx_rules.scatter_nd_like)
-
-
-def _tensor_scatter_nd_infer(ctx):
-    params, idx = ctx.input("params"), _check_integer(ctx, "indices")
-    k = _nd_geometry(ctx, params.shape, idx, "input 'params'")
-    _check_updates(ctx, params.shape, idx, k)
-    same_dtype(ctx, "params", "updates")
-    ctx.set_output("out", params.shape, params.dtype)
-
-
-def _tensor_scatter_nd_kernel(mode):
-    def make(k):
-        fn = _scatter_add_fn(mode)
-        return lambda params, updates, idx: fn(params.clone(), idx, updates)
-    return make
-
-
-def _tensor_scatter_nd_add_grad(g):
-    if g.needs("params"):
-        g.set_grad("params", g.dout("out"))
-    if g.needs("updates"):
-        g.set_grad("updates", g.emit("gather_nd", {"params": g.dout("out"), "indices": g.input("indices")},
-                                     name=f"{g.op_name}_updates_grad"))
-
-
-def _tensor_scatter_nd_update_grad(g):
-    dy, idx = g.dout("out"), g.input("indices")
-    if g.needs("updates"):
-        g.set_grad("updates", g.emit("gather_nd", {"params": dy, "indices": idx}, name=f"{g.op_name}_updates_grad"))
-    if g.needs("params"):
-        zeros = g.emit("zero_like", {"like": g.input("updates")}, name=f"{g.op_name}_zero_updates")
-        g.set_grad("params", g.emit("tensor_scatter_nd_update", {"params": dy, "updates": zeros, "indices": idx},
-                                    name=f"{g.op_name}_params_grad"))
-
-
-op("tensor_scatter_nd_add", inputs=["params", "updates", "indices"], outputs=["out"],
-   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("add"), grad=_tensor_scatter_nd_add_grad,
-   onnx=onnx_rules.tensor_scatter_nd_add)
-op("tensor_scatter_nd_update", inputs=["params", "updates", "indices"], outputs=["out"],
-   infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("update"), onnx=onnx_rules.tensor_scatter_nd_update,
-   grad=_tensor_scatter_nd_update_grad)
-
-
-# ---------------------------------------------------------------- dim_gather (torch.gather)
-
-def _dim_index_check(ctx, x, idx, x_arg):
-    n = len(x.shape)
-    dim = norm_axis(ctx.attr("dim"), n, "attr 'dim'")
-    ctx.check(len(idx.shape) == n, f"input 'index' must have the rank of input '{x_arg}' {x.shape}, received "
-                                   f"shape {idx.shape}")
-    ctx.check(all(i <= s for d, (i, s) in enumerate(zip(idx.shape, x.shape)) if d != dim),
-              f"input 'index' of shape {idx.shape} exceeds input '{x_arg}' {x.shape} outside dim {dim}")
-    return dim
-
-
-def _dim_gather_infer(ctx):
-    x, idx = ctx.input("input"), _check_integer(ctx, "index")
-    _dim_index_check(ctx, x, idx, "input")
-    ctx.set_output("output", idx.shape, x.dtype)
-
-
-def _dim_size(arg):
-    return lambda k: k.input(arg).shape[norm_axis(k.attr("dim"), len(k.input(arg).shape))]
-
-
-_DIM_GATHER_CHECKS = index_checks("dim_gather", "index", _dim_size("input"))
-op("dim_gather", inputs=["input", "index"], outputs=["output"], attrs={"dim": ("int32", 0)},
-   infer=_dim_gather_infer, onnx=lambda c: c.node("GatherElements", [c.input("input"), c.input("index")],
-                                                  [c.output("output")], axis=c.attr("dim")),
-   checks=_DIM_GATHER_CHECKS,
-   kernel=raising_bad_ids(_DIM_GATHER_CHECKS, 1, lambda k: (
-       lambda x, idx, d=norm_axis(k.attr("dim"), len(k.input("input").shape)): torch.gather(x, d, idx.long()))),
-   grad=lambda g: g.needs("input") and g.set_grad("input", g.emit(
-       "dim_scatter_add_like", {"like": g.input("input"), "index": g.input("index"), "src": g.dout("output")},
-       {"dim": g.attr("dim")})))
-
-
-def _dim_scatter_add_like_infer(ctx):
-    like_, idx, src = ctx.input("like"), _check_integer(ctx, "index"), ctx.input("src")
-    _dim_index_check(ctx, like_, idx, "like")
-    ctx.check(src.shape == idx.shape, f"input 'src' expected shape {idx.shape} (as 'index'), received {src.shape}")
-    ctx.set_output("output", like_.shape, src.dtype)
-
-
-def _dim_scatter_add_like_kernel(k):
-    dim = norm_axis(k.attr("dim"), len(k.input("like").shape))
-    return lambda like_, idx, src: torch.zeros(like_.shape, dtype=src.dtype, device=src.device).scatter_add_(
-        dim, idx.long(), src)
-
-
-_DIM_SCATTER_CHECKS = index_checks("dim_scatter_add_like", "index", _dim_size("like"))
-op("dim_scatter_add_like", inputs=["like", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
-   infer=_dim_scatter_add_like_infer, kernel=raising_bad_ids(_DIM_SCATTER_CHECKS, 1, _dim_scatter_add_like_kernel),
-   checks=_DIM_SCATTER_CHECKS, onnx=onnx_rules.dim_scatter_add_like)
 
 
 # ============================================================== expand (+ expand_grad)
@@ -1001,8 +658,25 @@ def _pad_attrs(g):
     return {a: g.attr(a) for a in PAD_ATTRS}
 
 
-op("pad", inputs=["x"], outputs=["y"], attrs=PAD_ATTRS, infer=_pad_infer, kernel=_pad_kernel, onnx=onnx_rules.pad,
-   grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("pad_grad", {"dy": g.dout("y")}, _pad_attrs(g))))
+def _pad_node_onnx(c, x, out, before, after, mode="constant", value=None):
+    ins = [x, c.const(int64s(list(before) + list(after)))]
+    if value is not None:
+        ins.append(c.const(np.array(value, dtype=np_dtype(c.input_desc("x")))))
+    c.node("Pad", ins, [out], mode=mode)
+
+
+def _pad_value_onnx(c, floating, integral):
+    return c.attr(floating) if c.input_desc("x").dtype.is_floating_point else c.attr(integral)
+
+
+def _pad_onnx(c):
+    """pad: per-dim padding_before / padding_after, constant value of the input's kind."""
+    _pad_node_onnx(c, c.input("x"), c.output("y"), c.attr("padding_before"), c.attr("padding_after"),
+              value=_pad_value_onnx(c, "floating_constant_value", "integral_constant_value"))
+
+
+op("pad", inputs=["x"], outputs=["y"], attrs=PAD_ATTRS, infer=_pad_infer, kernel=_pad_kernel, onnx=_pad_onnx,
+   grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("pad_grad", {"dy": g.dout("y")}, _pad_attrs(g))), amp="clear")
 
 
 def _pad_grad_infer(ctx):
@@ -1095,9 +769,24 @@ def _padnd_grad_kernel(mode):
 CONSTANT_PAD_ATTRS = {"padding": "list_int64", "floating_value": ("double", 0.0), "integral_value": ("int64", 0)}
 
 
+def _padnd_onnx(mode):
+    """constant_padNd / reflection_pad2d / replication_pad2d: ``padding`` in
+    torch.nn.functional.pad's order (last dim first, (before, after) pairs);
+    ONNX Pad modes ``constant`` / ``reflect`` / ``edge``."""
+    def convert(c):
+        n = len(c.input_desc("x").shape)
+        p = list(c.attr("padding"))
+        k = len(p) // 2
+        before = [0] * (n - k) + [p[2 * (k - 1 - i)] for i in range(k)]
+        after = [0] * (n - k) + [p[2 * (k - 1 - i) + 1] for i in range(k)]
+        value = _pad_value_onnx(c, "floating_value", "integral_value") if mode == "constant" else None
+        _pad_node_onnx(c, c.input("x"), c.output("y"), before, after, mode=mode, value=value)
+    return convert
+
+
 def _padnd_family(name, n, mode, attrs):
     op(name, inputs=["x"], outputs=["y"], attrs=attrs, infer=_padnd_infer(n, mode), kernel=_padnd_kernel(mode),
-       onnx=onnx_rules.padnd({"reflect": "reflect", "replicate": "edge"}.get(mode, mode)),
+       onnx=_padnd_onnx({"reflect": "reflect", "replicate": "edge"}.get(mode, mode)),
        grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
            f"{name}_grad", {"dy": g.dout("y")}, {a: g.attr(a) for a in attrs})))
     op(f"{name}_grad", inputs=["dy"], outputs=["dx"], attrs=attrs, infer=_padnd_grad_infer(n),
@@ -1132,8 +821,30 @@ def _roll_kernel(k):
     return lambda x: torch.roll(x, shifts, dims)
 
 
+def _roll_onnx(c):
+    """roll: per dim, the last ``shift`` entries moved to the front (Slice + Concat); with no
+    dims, the flattened input rolled and reshaped back."""
+    d = c.input_desc("in")
+    x, out = c.input("in"), c.output("out")
+    shifts, dims = list(c.attr("shifts")), [a % len(d.shape) for a in c.attr("dims")]
+    shape = list(d.shape)
+    if not dims:
+        x = c.node("Reshape", [x, c.const(int64s([-1]))])
+        shape, dims = [int(np.prod(d.shape))], [0]
+    for shift, dim in zip(shifts, dims):
+        s = shift % shape[dim] if shape[dim] else 0
+        if s:
+            tail, head = c.tmp("tail"), c.tmp("head")
+            _slice_onnx(c, x, tail, [shape[dim] - s], [shape[dim]], [1], [dim])
+            _slice_onnx(c, x, head, [0], [shape[dim] - s], [1], [dim])
+            x = c.node("Concat", [tail, head], axis=dim)
+    if len(shape) != len(d.shape):
+        x = c.node("Reshape", [x, c.const(int64s(d.shape))])
+    c.node("Identity", [x], [out])
+
+
 op("roll", inputs=["in"], outputs=["out"], attrs={"shifts": "list_int32", "dims": "list_int32"},
-   infer=_roll_infer, kernel=_roll_kernel, onnx=onnx_rules.roll,
+   infer=_roll_infer, kernel=_roll_kernel, onnx=_roll_onnx,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "roll", {"in": g.dout("out")}, {"shifts": [-s for s in g.attr("shifts")], "dims": g.attr("dims")})))
 
@@ -1152,10 +863,19 @@ def _flip_kernel(x_arg):
                       torch.flip(x, d))
 
 
+def _flip_onnx(c):
+    n = len(c.input_desc("x").shape)
+    dims = sorted({d % n for d in c.attr("dims")})
+    if not dims:
+        c.node("Identity", [c.input("x")], [c.output("y")])
+        return
+    _slice_onnx(c, c.input("x"), c.output("y"), [-1] * len(dims), [_INT64_MIN_onnx] * len(dims), [-1] * len(dims), dims)
+
+
 # v0.6.0 registers no grad function for ``flip`` (``oneflow/user/ops/flip_op.cpp``); ``flip_grad``
 # exists as its own op. flow.reverse uses ``slice`` with step -1, which is differentiable.
 op("flip", inputs=["x"], outputs=["y"], attrs={"dims": "list_int32"}, infer=_flip_infer("x", "y"),
-   kernel=_flip_kernel("x"), onnx=onnx_rules.flip)
+   kernel=_flip_kernel("x"), onnx=_flip_onnx)
 op("flip_grad", inputs=["dy"], outputs=["dx"], attrs={"dims": "list_int32"}, infer=_flip_infer("dy", "dx"),
    kernel=_flip_kernel("dy"))
 
@@ -1197,7 +917,25 @@ def _diag_grad_kernel(k):
     return diag_grad
 
 
-op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer, onnx=onnx_rules.diag,
+def _diag_onnx(c):
+    """1-D ``in`` (n,): the (n + |d|)^2 matrix with ``in`` on diagonal d, zeros elsewhere;
+    2-D ``in``: its diagonal d as a vector (torch.diag)."""
+    d, desc = c.attr("diagonal"), c.input_desc("in")
+    if len(desc.shape) == 2:
+        size = c.output_desc("out").shape[0]
+        i = np.arange(size, dtype=np.int64)
+        rows, cols = (i, i + d) if d >= 0 else (i - d, i)
+        c.node("GatherND", [c.input("in"), c.const(np.stack([rows, cols], axis=1))], [c.output("out")])
+        return
+    m = c.output_desc("out").shape[0]
+    r, k = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
+    on = (k - r) == d
+    src = np.where(on, np.minimum(r, k), 0).astype(np.int64)   # row r, column r + d holds in[min(r, col)]
+    c.node("Where", [c.const(on), c.node("Gather", [c.input("in"), c.const(src)], axis=0),
+                     c.const(np.zeros((), dtype=np_dtype(desc)))], [c.output("out")])
+
+
+op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer, onnx=_diag_onnx,
    kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.diag(x, d)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "diag_grad", {"dy": g.dout("out"), "in": g.input("in")}, {"diagonal": g.attr("diagonal")})))
@@ -1221,8 +959,14 @@ def _tuple_identity_grad(g):
             g.set_grad("in", g.dout("out", i), i)
 
 
+def _identity_each_onnx(c):
+    """``Identity`` from each input to the output of the same position (tuple_identity)."""
+    for i, o in zip(c.all_inputs(), c.all_outputs()):
+        c.node("Identity", [i], [o])
+
+
 op("tuple_identity", inputs=["in*"], outputs=["out*"], infer=_tuple_identity_infer,
-   kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True, onnx=onnx_rules.identity_each)
+   kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True, onnx=_identity_each_onnx)
 
 
 # ============================================================== constant sources and *_like (NoGrad)
@@ -1247,23 +991,40 @@ def _constant_kernel(k):
     return lambda: torch.full(shape, value, dtype=dtype.torch, device=device)
 
 
+def _constant_value_onnx(c):
+    d = c.output_desc("out")
+    value = c.attr("floating_value") if c.attr("is_floating_value") else c.attr("integer_value")
+    return np.full(d.shape, value, dtype=np_dtype(d))
+
+
+_constant_onnx = onnx_rules.constant_output(_constant_value_onnx)
+
+
 op("constant", outputs=["out"],
    attrs={"floating_value": ("double", 0.0), "integer_value": ("int64", 0), "is_floating_value": ("bool", False),
           "dtype": "dtype", "shape": "shape", "nd_sbp": "list_string"},
-   infer=_constant_infer, kernel=_constant_kernel, no_grad=True, onnx=onnx_rules.constant)
+   infer=_constant_infer, kernel=_constant_kernel, no_grad=True, onnx=_constant_onnx)
+
+def _full_like_output_onnx(value, out_arg):
+    """zero_like / ones_like: ``value`` in the output's shape and dtype."""
+    def value_of(c):
+        d = c.output_desc(out_arg)
+        return np.full(d.shape, value, dtype=np_dtype(d))
+    return onnx_rules.constant_output(value_of)
+
 
 op("zero_like", inputs=["like"], outputs=["out"], infer=like("like"),
-   kernel=lambda k: torch.zeros_like, no_grad=True, onnx=onnx_rules.full_like_output(0, "out"))
+   kernel=lambda k: torch.zeros_like, no_grad=True, onnx=_full_like_output_onnx(0, "out"))
 
 # v0.6.0 declares ones_like as ``x -> y`` (its C++ inference reads ``like``/``out``,
 # a bug). graphfront keeps the declared signature, the one a conf is checked against,
 # and infers ``y`` from ``x`` consistently.
 op("ones_like", inputs=["x"], outputs=["y"], infer=like("x"), kernel=lambda k: torch.ones_like, no_grad=True,
-   onnx=onnx_rules.full_like_output(1, "y"))
+   onnx=_full_like_output_onnx(1, "y"))
 
 
 def _one_hot_infer(ctx):
-    idx = _check_integer(ctx, "indices")
+    idx = integer_input(ctx, "indices")
     depth = ctx.attr("depth")
     ctx.check(depth >= 1, f"attr 'depth' must be >= 1, received {depth}")
     ctx.set_output("out", idx.shape + (depth,), _dtype_attr(ctx))
@@ -1285,10 +1046,23 @@ def _one_hot_kernel(k):
     return one_hot
 
 
+def _one_hot_onnx(c):
+    """one_hot: ``on`` where index == position along the new last axis, ``off`` elsewhere
+    (all ``off`` for out-of-range indices, as the kernel)."""
+    d = c.output_desc("out")
+    floating = d.dtype.is_floating_point
+    on = c.attr("floating_on_value") if floating else c.attr("integer_on_value")
+    off = c.attr("floating_off_value") if floating else c.attr("integer_off_value")
+    ids = c.node("Unsqueeze", [c.node("Cast", [c.input("indices")], to=onnx_rules.INT64), c.const(int64s([-1]))])
+    hot = c.node("Equal", [ids, c.const(np.arange(c.attr("depth"), dtype=np.int64))])
+    c.node("Where", [hot, c.const(np.array(on, dtype=np_dtype(d))), c.const(np.array(off, dtype=np_dtype(d)))],
+           [c.output("out")])
+
+
 op("one_hot", inputs=["indices"], outputs=["out"],
    attrs={"depth": ("int64", 0), "floating_on_value": ("double", 0.0), "integer_on_value": ("int64", 0),
           "floating_off_value": ("double", 0.0), "integer_off_value": ("int64", 0), "dtype": "dtype"},
-   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True, onnx=onnx_rules.one_hot)
+   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True, onnx=_one_hot_onnx)
 
 
 ARANGE_ATTRS = {"integer_start": ("int64", 0), "integer_delta": ("int64", 0), "integer_limit": ("int64", 0),
@@ -1323,8 +1097,20 @@ def _arange_kernel(k):
                                          device=device) * delta).to(dtype.torch)
 
 
+def _arange_value_onnx(c):
+    """start + i * delta computed in float64 (int64 for integer dtypes), then cast: the kernel's arithmetic."""
+    d = c.output_desc("out")
+    prefix = "float" if d.dtype.is_floating_point else "integer"
+    start, delta = c.attr(f"{prefix}_start"), c.attr(f"{prefix}_delta")
+    steps = np.arange(d.shape[0], dtype=np.float64 if d.dtype.is_floating_point else np.int64)
+    return (start + steps * delta).astype(np_dtype(d))
+
+
+_arange_onnx = onnx_rules.constant_output(_arange_value_onnx)
+
+
 op("arange", outputs=["out"], attrs=ARANGE_ATTRS, infer=_arange_infer, kernel=_arange_kernel, no_grad=True,
-   onnx=onnx_rules.arange)
+   onnx=_arange_onnx)
 
 
 def _eye_infer(ctx):
@@ -1333,9 +1119,13 @@ def _eye_infer(ctx):
     ctx.set_output("out", (rows, cols), _dtype_attr(ctx))
 
 
+_eye_onnx = onnx_rules.constant_output(
+    lambda c: np.eye(c.attr("rows"), c.attr("cols"), dtype=np_dtype(c.output_desc("out"))))
+
+
 op("eye", outputs=["out"], attrs={"rows": ("int64", 0), "cols": ("int64", 0), "dtype": "dtype",
                                   "nd_sbp": "list_string"},
    infer=_eye_infer,
    kernel=lambda k: (lambda r=k.attr("rows"), c=k.attr("cols"), t=k.attr("dtype").torch, dev=k.device:
                      torch.eye(r, c, dtype=t, device=dev)),
-   no_grad=True, onnx=onnx_rules.eye)
+   no_grad=True, onnx=_eye_onnx)

@@ -32,6 +32,7 @@ import torch
 from graphfront.ops.common import like
 from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 
 def group():
@@ -140,7 +141,6 @@ BOXING_OP_TYPES = ("_nccl_logical_all_reduce", "_nccl_logical_reduce_scatter", "
 
 def _cast_rule(attr):
     def rule(ctx):
-        from graphfront.parallel import sbp as _sbp
         value = ctx.attr(attr)
         value = value[0] if isinstance(value, list) and value else value
         return _sbp.Only([{"in": _sbp.parse(value), "out": _sbp.parse(value)}]) if value else \
@@ -149,7 +149,6 @@ def _cast_rule(attr):
 
 
 def _check_sbp(value):
-    from graphfront.parallel import sbp as _sbp
     for v in ([value] if isinstance(value, str) else value):
         if v:
             try:
@@ -180,7 +179,6 @@ def _hierarchical_cast_grad(g):
 
 
 def _like_rule(ctx):
-    from graphfront.parallel import sbp as _sbp
     s = ctx.sbp("like")
     return _sbp.Only([{"in": s, "like": s, "out": s}])
 
@@ -192,7 +190,7 @@ op("parallel_cast", inputs=["in"], outputs=["out"],
    infer=like("in"), kernel=_identity, grad=_parallel_cast_grad, sbp=_cast_rule("sbp_parallel"), view=True,
    onnx=onnx_rules.same("Identity"),
    doc="identity; lays its output out as sbp_parallel ('B', 'S(k)', 'P'; '' = inferred) and its gradient "
-       "as grad_sbp_parallel")
+       "as grad_sbp_parallel", amp="clear")
 op("hierarchical_parallel_cast", inputs=["in"], outputs=["out"],
    attrs={"nd_sbp": ("list_string", [], _check_sbp), "grad_mode": ("string", ""),
           "grad_nd_sbp": ("list_string", [], _check_sbp)},
@@ -200,6 +198,6 @@ op("hierarchical_parallel_cast", inputs=["in"], outputs=["out"],
    onnx=onnx_rules.same("Identity"),
    doc="identity; lays its output out as nd_sbp (one SBP string per hierarchy axis; graphfront's "
        "placements have one axis); grad_mode 'identity', 'manual' (grad laid out as grad_nd_sbp) or "
-       "'restore' (grad laid out as the input)")
+       "'restore' (grad laid out as the input)", amp="clear")
 op("hierarchical_parallel_cast_like", inputs=["in", "like"], outputs=["out"], infer=like("in"), kernel=_identity,
-   no_grad=True, sbp=_like_rule, view=True, doc="identity; lays its output out as input 'like'")
+   no_grad=True, sbp=_like_rule, view=True, doc="identity; lays its output out as input 'like'", amp="clear")

@@ -6,13 +6,35 @@ import torch
 from graphfront.framework.errors import OpCheckError, OpRunError
 
 
+def vjp(fn, x, dy):
+    """``dy`` pulled back through ``fn`` at ``x`` with torch autograd: the gradient of a
+    kernel's input ``x`` for the gradient ``dy`` of its output ``fn(x)``."""
+    with torch.enable_grad():
+        xr = x.detach().requires_grad_(True)
+        return torch.autograd.grad(fn(xr), xr, dy)[0]
+
+
 def like(arg, dtype=None):
     """Infer every output with the shape, dynamic flag (and dtype, unless given) of input ``arg``."""
     def infer(ctx):
         d = ctx.input(arg)
-        for out in ctx._uc.output:
+        for out in ctx.output_names():
             ctx.set_output(out, d.shape, dtype or d.dtype, is_dynamic=d.is_dynamic)
     return infer
+
+
+def float_input(ctx, arg):
+    """The desc of input ``arg``, checked to have a floating dtype."""
+    d = ctx.input(arg)
+    ctx.check(d.dtype.is_floating_point, f"input '{arg}' expected a floating dtype, received {d.dtype.name}")
+    return d
+
+
+def integer_input(ctx, arg):
+    """The desc of input ``arg``, checked to have an integer (index) dtype."""
+    d = ctx.input(arg)
+    ctx.check(d.dtype.is_integer, f"input '{arg}' expected an integer (index) dtype, received {d.dtype.name}")
+    return d
 
 
 def same_dtype(ctx, *args):

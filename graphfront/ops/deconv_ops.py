@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from graphfront.ops.common import same_dtype
 from graphfront.ops.nn_ops import layout_for, torch_dilation
-from graphfront.ops import onnx_rules
+from graphfront.ops.onnx_rules import channels_first_io, to_channels_first
 from graphfront.ops.registry import op
 
 DECONV_ATTRS = {"filters": ("int32", 0), "padding_before": "list_int32", "data_format": "string",
@@ -101,7 +101,24 @@ def _deconv_grad(n):
     return grad
 
 
+def _deconv_onnx(n):
+    """deconvNd: ConvTranspose (symmetric padding_before, output_padding); channels_last
+    input and weight are transposed to channels_first and the output back."""
+    def convert(c):
+        w = c.input("weight")
+        if c.attr("data_format") != "channels_first":
+            w = to_channels_first(c, w, n)
+
+        def build(c, x, outs):
+            p = list(c.attr("padding_before"))
+            c.node("ConvTranspose", [x, w], outs, kernel_shape=list(c.attr("kernel_size")),
+                   strides=list(c.attr("strides")), pads=p + p, dilations=list(c.attr("dilation_rate")),
+                   output_padding=list(c.attr("output_padding")), group=c.attr("groups"))
+        channels_first_io(c, n, "in", ["out"], build)
+    return convert
+
+
 for _n in (1, 2, 3):
     op(f"deconv{_n}d", inputs=["in", "weight"], outputs=["out"], attrs=DECONV_ATTRS, infer=_deconv_infer(_n),
-       kernel=_deconv_kernel(_n), grad=_deconv_grad(_n), onnx=onnx_rules.deconv(_n),
+       kernel=_deconv_kernel(_n), grad=_deconv_grad(_n), onnx=_deconv_onnx(_n),
        doc=f"{_n}-D transposed convolution (the data gradient of conv{_n}d as a forward op)")

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpCheckError
 from graphfront.ops.common import numel
-from graphfront.ops import onnx_rules
+from graphfront.ops.onnx_rules import int64s, nonzero
 from graphfront.ops.registry import op
 from graphfront.ops.system import system_op
 
@@ -68,8 +68,18 @@ def _argwhere_kernel(k):
     return argwhere
 
 
+def _argwhere_onnx(c):
+    """output: the (count, ndim) coordinates of the non-zero entries in row-major order (NonZero,
+    transposed), the dynamic blob of the kernel; output_size: (1,) count. Both of attr dtype."""
+    to = c.dtype_code(c.attr("dtype"))
+    nz = c.node("NonZero", [nonzero(c, c.input("input"))])
+    c.node("Cast", [c.node("Transpose", [nz], perm=[1, 0])], [c.output("output")], to=to)
+    count = c.node("Slice", [c.node("Shape", [nz]), c.const(int64s([1])), c.const(int64s([2])), c.const(int64s([0]))])
+    c.node("Cast", [count], [c.output("output_size")], to=to)
+
+
 op("argwhere", inputs=["input"], outputs=["output", "output_size"], attrs={"dtype": ("dtype", _dt.int32)},
-   infer=_argwhere_infer, kernel=_argwhere_kernel, no_grad=True, onnx=onnx_rules.argwhere, host_reads=True,
+   infer=_argwhere_infer, kernel=_argwhere_kernel, no_grad=True, onnx=_argwhere_onnx, host_reads=True,
    doc="coordinates of non-zero elements (dynamic (numel, ndim)) and their count")
 
 
@@ -101,9 +111,29 @@ def _unique_kernel(k):
     return unique_with_counts
 
 
+def _pad_end_onnx(c, x, n, length):
+    """``x`` (length,) zero-padded at the end to ``n`` entries."""
+    pads = c.node("Concat", [c.const(int64s([0])), c.node("Sub", [c.const(int64s([n])), length])], axis=0)
+    return c.node("Pad", [x, pads])
+
+
+def _unique_with_counts_onnx(c):
+    """Unique (sorted): y the distinct values ascending and count their counts, both zero-padded
+    to x's length; idx the position of each x in y; num_unique (1,). Indices of attr out_idx."""
+    n = c.input_desc("x").shape[0]
+    to = c.dtype_code(c.attr("out_idx"))
+    y, inverse, counts = c.tmp("y"), c.tmp("inverse"), c.tmp("counts")
+    c.node("Unique", [c.input("x")], [y, "", inverse, counts], sorted=1)
+    length = c.node("Shape", [y])
+    c.node("Identity", [_pad_end_onnx(c, y, n, length)], [c.output("y")])
+    c.node("Cast", [inverse], [c.output("idx")], to=to)
+    c.node("Cast", [_pad_end_onnx(c, counts, n, length)], [c.output("count")], to=to)
+    c.node("Cast", [length], [c.output("num_unique")], to=to)
+
+
 op("unique_with_counts", inputs=["x"], outputs=["y", "idx", "count", "num_unique"],
    attrs={"out_idx": ("dtype", _dt.int32)}, infer=_unique_infer, kernel=_unique_kernel, no_grad=True,
-   onnx=onnx_rules.unique_with_counts, host_reads=True,
+   onnx=_unique_with_counts_onnx, host_reads=True,
    doc="distinct values of a 1-D blob, the index of each element's value and the counts")
 
 
@@ -152,28 +182,37 @@ def _cast_to_static_kernel(k):
     return cast_to_static_shape
 
 
+def _cast_to_static_shape_onnx(c):
+    """The input zero-padded at the end of each dim to its static shape (a no-op unless the
+    input is a dynamic blob holding fewer entries, e.g. argwhere's output)."""
+    shape = c.output_desc("output").shape
+    grow = c.node("Sub", [c.const(int64s(shape)), c.node("Shape", [c.input("input")])])
+    pads = c.node("Concat", [c.const(int64s([0] * len(shape))), grow], axis=0)
+    c.node("Pad", [c.input("input"), pads], [c.output("output")])
+
+
 op("cast_to_static_shape", inputs=["input"], outputs=["output"],
-   infer=lambda ctx: ctx.set_output("output", ctx.input("input").shape, ctx.input("input").dtype),
-   kernel=_cast_to_static_kernel, onnx=onnx_rules.cast_to_static_shape,
+   infer=lambda ctx: ctx.set_output("output", ctx.input("input").shape, ctx.input("input").dtype, is_dynamic=False),
+   kernel=_cast_to_static_kernel, onnx=_cast_to_static_shape_onnx,
    grad=lambda g: g.set_grad("input", g.emit("identity", {"in": g.dout("output")})),
-   doc="the same blob with a static shape (zero-padded when the run-time blob is smaller)")
+   doc="the same blob with a static shape (zero-padded when the run-time blob is smaller)", amp="clear")
 
 
 # ------------------------------------------------------------------ sync_dynamic_resize (system op)
 
-def _sync_dynamic_resize_infer(conf, ins, job_conf):
-    x, size = ins["in"], ins["size"]
+def _sync_dynamic_resize_infer(ctx):
+    conf, x, size = ctx.conf, ctx.input("in"), ctx.input("size")
     if not 0 <= conf.axis < len(x.shape):
         raise OpCheckError(f"sync_dynamic_resize_conf: axis {conf.axis} is out of range for input 'in' of "
                            f"shape {x.shape}")
     if size.dtype not in _INDEX_DTYPES or numel(size.shape) != 1:
         raise OpCheckError(f"sync_dynamic_resize_conf: input 'size' expected an int32/int64 blob of one element, "
                            f"received {size.dtype.name} {size.shape}")
-    return x.shape, x.dtype, True
+    ctx.set_output("out", x.shape, x.dtype, is_dynamic=True)
 
 
-def _sync_dynamic_resize_kernel(conf, k):
-    axis = conf.axis
+def _sync_dynamic_resize_kernel(k):
+    axis = k.conf.axis
 
     def sync_dynamic_resize(x, size):
         n = int(size.reshape(-1)[0])
@@ -185,4 +224,4 @@ def _sync_dynamic_resize_kernel(conf, k):
 
 
 system_op("sync_dynamic_resize_conf", ("in", "size"), infer=_sync_dynamic_resize_infer,
-          kernel=_sync_dynamic_resize_kernel, view=True)
+          kernel=_sync_dynamic_resize_kernel, view=True, no_grad=True)

@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import same_dtype
 from graphfront.ops import onnx_rules
+from graphfront.ops.onnx_rules import const_as, int64s
 from graphfront.ops.registry import op
 
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
@@ -68,7 +70,7 @@ def _bias_add_infer(*extra):
         if ctx.has_input("mask"):
             ctx.check(ctx.input("mask").dtype is _dt.int8,
                       f"input 'mask' expected dtype int8, received {ctx.input('mask').dtype.name}")
-        for out in ctx._uc.output:
+        for out in ctx.output_names():
             ctx.set_output(out, a.shape, a.dtype)
     return infer
 
@@ -108,7 +110,7 @@ def _bias_add_gelu_grad(g):
 
 op("fused_bias_add_gelu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_infer(), kernel=_bias_add_gelu_kernel, grad=_bias_add_gelu_grad, onnx=onnx_rules.bias_add_then("Gelu"),
-   doc="gelu(a + b) with b along attr axis (exact erf GELU)")
+   doc="gelu(a + b) with b along attr axis (exact erf GELU)", amp="gray")
 op("fused_bias_add_gelu_grad", inputs=["a", "b", "dy"], outputs=["dx"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_infer("dy"), kernel=_bias_add_gelu_grad_kernel,
    doc="dy * gelu'(a + b): the gradient of fused_bias_add_gelu with respect to a")
@@ -137,11 +139,29 @@ def _bias_add_mask_scale_grad(g):
         g.set_grad("_add_to_output", dy)
 
 
+def _bias_added_onnx(c):
+    d = c.input_desc("a")
+    shape = [1] * len(d.shape)
+    shape[c.attr("axis")] = -1
+    return c.node("Add", [c.input("a"), c.node("Reshape", [c.input("b"), c.const(int64s(shape))])])
+
+
+def _fused_bias_add_mask_scale_onnx(c):
+    """(a + b along axis) * mask * scale (+ _add_to_output)."""
+    d = c.input_desc("a")
+    mask = c.node("Cast", [c.input("mask")], to=c.dtype_code(d.dtype))
+    y = c.node("Mul", [c.node("Mul", [_bias_added_onnx(c), mask]), const_as(c, c.attr("scale"), d)])
+    if c.has_input("_add_to_output"):
+        c.node("Add", [y, c.input("_add_to_output")], [c.output("out")])
+    else:
+        c.node("Identity", [y], [c.output("out")])
+
+
 op("fused_bias_add_mask_scale", inputs=["a", "b", "mask", "_add_to_output?"], outputs=["out"],
    attrs={"axis": ("int32", 0), "scale": ("float", 1.0)},
    infer=_bias_add_infer("mask", "_add_to_output"), kernel=_bias_add_mask_scale_kernel,
-   grad=_bias_add_mask_scale_grad, onnx=onnx_rules.fused_bias_add_mask_scale,
-   doc="(a + b) * mask * scale: bias_add followed by dropout with a given mask")
+   grad=_bias_add_mask_scale_grad, onnx=_fused_bias_add_mask_scale_onnx,
+   doc="(a + b) * mask * scale: bias_add followed by dropout with a given mask", amp="gray")
 
 
 # ------------------------------------------------------------------ fused_tril_scale_softmax_mask_scale
@@ -199,12 +219,25 @@ def _tril_softmax_grad_infer(ctx):
     ctx.set_output("dx", dy.shape, dy.dtype)
 
 
+def _fused_tril_scale_softmax_mask_scale_onnx(c):
+    """softmax_y = softmax(where(tril(diagonal), x * tril_scale_value, tril_fill_value)) over the
+    last axis; y = softmax_y * mask * mask_scale_value."""
+    d = c.input_desc("x")
+    rows, cols = d.shape[-2:]
+    keep = np.tril(np.ones((rows, cols), dtype=bool), c.attr("diagonal"))
+    t = c.node("Where", [c.const(keep), c.node("Mul", [c.input("x"), const_as(c, c.attr("tril_scale_value"), d)]),
+                         const_as(c, c.attr("tril_fill_value"), d)])
+    soft = c.node("Softmax", [t], [c.output("softmax_y")], axis=-1)
+    mask = c.node("Cast", [c.input("mask")], to=c.dtype_code(d.dtype))
+    c.node("Mul", [c.node("Mul", [soft, mask]), const_as(c, c.attr("mask_scale_value"), d)], [c.output("y")])
+
+
 op("fused_tril_scale_softmax_mask_scale", inputs=["x", "mask"], outputs=["y", "softmax_y"],
    attrs={"diagonal": ("int64", 0), "tril_fill_value": ("float", 0.0), "tril_scale_value": ("float", 1.0),
           "mask_scale_value": ("float", 1.0)},
    infer=_tril_softmax_infer, kernel=_tril_softmax_kernel, grad=_tril_softmax_grad,
-   onnx=onnx_rules.fused_tril_scale_softmax_mask_scale,
-   doc="softmax over the last axis of tril(x * scale, fill), then * mask * mask_scale_value")
+   onnx=_fused_tril_scale_softmax_mask_scale_onnx,
+   doc="softmax over the last axis of tril(x * scale, fill), then * mask * mask_scale_value", amp="gray")
 op("fused_tril_scale_softmax_mask_scale_grad", inputs=["softmax_y", "dy", "mask"], outputs=["dx"],
    attrs={"diagonal": ("int64", 0), "tril_scale_value": ("float", 1.0), "mask_scale_value": ("float", 1.0)},
    infer=_tril_softmax_grad_infer, kernel=_tril_softmax_grad_kernel,
@@ -283,11 +316,26 @@ def _self_attention_grad_infer(ctx):
     ctx.set_output("hidden_states_grad", h.shape, h.dtype)
 
 
+def _fused_self_attention_query_mul_key_and_value_onnx(c):
+    """hidden_states (seq, batch, heads * 3 * head_size) -> q, k, v (batch, heads, seq, head_size);
+    query_mul_key = alpha * q @ k^T, value = v."""
+    d = c.input_desc("hidden_states")
+    seq, batch, hidden = d.shape
+    hs = c.attr("head_size")
+    heads = hidden // (3 * hs)
+    h = c.node("Reshape", [c.input("hidden_states"), c.const(int64s([seq, batch, heads, 3, hs]))])
+    h = c.node("Transpose", [h], perm=[3, 1, 2, 0, 4])
+    q, k = (c.node("Gather", [h, c.const(np.int64(i))], axis=0) for i in (0, 1))
+    c.node("Gather", [h, c.const(np.int64(2))], [c.output("value")], axis=0)
+    qk = c.node("MatMul", [q, c.node("Transpose", [k], perm=[0, 1, 3, 2])])
+    c.node("Mul", [qk, const_as(c, c.attr("alpha"), d)], [c.output("query_mul_key")])
+
+
 op("fused_self_attention_query_mul_key_and_value", inputs=["hidden_states"], outputs=["query_mul_key", "value"],
    attrs={"head_size": ("int64", 0), "alpha": ("float", 1.0)}, infer=_self_attention_infer,
    kernel=_self_attention_kernel, grad=_self_attention_grad,
-   onnx=onnx_rules.fused_self_attention_query_mul_key_and_value,
-   doc="alpha * q @ k^T and v of packed (seq, batch, heads*3*head_size) hidden states")
+   onnx=_fused_self_attention_query_mul_key_and_value_onnx,
+   doc="alpha * q @ k^T and v of packed (seq, batch, heads*3*head_size) hidden states", amp="white")
 op("fused_self_attention_query_mul_key_and_value_grad",
    inputs=["query_mul_key_grad", "value_grad", "hidden_states"], outputs=["hidden_states_grad"],
    attrs={"alpha": ("float", 1.0)}, infer=_self_attention_grad_infer, kernel=_self_attention_grad_kernel,
@@ -308,6 +356,15 @@ def _cast_scale_kernel(k):
     return lambda x, s: x.to(s.dtype) * (s.reshape(()) * scale)
 
 
+def _fused_cast_scale_onnx(c):
+    """cast(x, dtype of scale_by_tensor) * (scale_by_tensor * scale)."""
+    d = c.input_desc("scale_by_tensor")
+    x = c.node("Cast", [c.input("x")], to=c.dtype_code(d.dtype))
+    scale = c.node("Reshape", [c.input("scale_by_tensor"), c.const(int64s([]))])
+    s = c.node("Mul", [scale, const_as(c, c.attr("scale"), d)])
+    c.node("Mul", [x, s], [c.output("y")])
+
+
 op("fused_cast_scale", inputs=["x", "scale_by_tensor"], outputs=["y"], attrs={"scale": ("double", 1.0)},
-   infer=_cast_scale_infer, kernel=_cast_scale_kernel, onnx=onnx_rules.fused_cast_scale,
+   infer=_cast_scale_infer, kernel=_cast_scale_kernel, onnx=_fused_cast_scale_onnx,
    doc="cast(x, dtype of scale_by_tensor) * scale * scale_by_tensor")

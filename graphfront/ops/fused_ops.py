@@ -48,14 +48,16 @@ from __future__ import annotations
 import base64
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import like, same_dtype, skippable
-from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, bias_add_infer, conv_xla_fn, layout_for, pool_geometry,
-                                   torch_dilation)
+from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, _pool_infer, bias_add_infer, conv_xla_fn, layout_for,
+                                   pool_geometry, torch_dilation)
 from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops.onnx_rules import channels_first_io, const_as, int64s, np_dtype
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -103,10 +105,19 @@ def _matmul_bias_grad(g):
         g.set_grad("_add_to_output", dy)
 
 
+def _fused_matmul_bias_onnx(c):
+    """x @ weight^T + bias (+ _add_to_output)."""
+    add_to = c.input("_add_to_output")
+    y = c.node("Gemm", [c.input("x"), c.input("weight"), c.input("bias")], None if add_to else [c.output("out")],
+               transB=1)
+    if add_to:
+        c.node("Add", [y, add_to], [c.output("out")])
+
+
 op("fused_matmul_bias", inputs=["x", "weight", "bias", "_add_to_output?"], outputs=["out"],
    infer=_matmul_bias_infer, kernel=_matmul_bias_kernel, grad=_matmul_bias_grad, sbp=_sbp.linear_bias,
    xla=lambda k: (lambda x, w, b, add_to: x @ w.T + b if add_to is None else x @ w.T + b + add_to),
-   onnx=onnx_rules.fused_matmul_bias,
+   onnx=_fused_matmul_bias_onnx,
    doc="out = x @ weight^T + bias (F.linear); written by the fusion pass for matmul + bias_add")
 
 
@@ -149,9 +160,15 @@ def _scalar_mul_add_kernel(k):
     return fused_scalar_mul_add
 
 
+def _fused_scalar_mul_add_onnx(c):
+    d = c.input_desc("in")
+    c.node("Add", [c.node("Mul", [c.input("in"), const_as(c, c.attr("scale"), d)]), const_as(c, c.attr("shift"), d)],
+           [c.output("out")])
+
+
 op("fused_scalar_mul_add", inputs=["in"], outputs=["out"],
    attrs={"scale": ("double", 1.0), "shift": ("double", 0.0)}, infer=_scalar_mul_add_infer,
-   kernel=_scalar_mul_add_kernel, onnx=onnx_rules.fused_scalar_mul_add,
+   kernel=_scalar_mul_add_kernel, onnx=_fused_scalar_mul_add_onnx,
    xla=lambda k: (lambda x: x * k.attr("scale") + k.attr("shift")),
    doc="graphfront-only: out = in * scale + shift; written by the fusion pass for scalar_mul + scalar_add")
 
@@ -316,6 +333,16 @@ def _first_max(a, b):
     return jnp.where(take_b, b[0], a[0]), jnp.where(take_b, b[1], a[1])
 
 
+def _to_first_xla(x, n):
+    """channels_last -> channels_first for a rank ``n + 2`` array."""
+    return xla_rules.jnp().transpose(x, (0, n + 1) + tuple(range(1, n + 1)))
+
+
+def _to_last_xla(x, n):
+    """channels_first -> channels_last for a rank ``n + 2`` array."""
+    return xla_rules.jnp().transpose(x, (0,) + tuple(range(2, n + 2)) + (1,))
+
+
 def _fused_pool_xla(n):
     """``(y, indices)``: each window's maximum and the flat position of its first maximum
     (row-major) in the padded (N, C) plane, as ``max_pool*_with_indices`` returns them."""
@@ -330,7 +357,7 @@ def _fused_pool_xla(n):
         relu = k.attr("relu")
 
         def fused_tf_max_pool(x):
-            xf = x if first else xla_rules.to_first(x, n)
+            xf = x if first else _to_first_xla(x, n)
             xf = jnp.pad(xf, [(0, 0), (0, 0)] + list(pads), constant_values=-jnp.inf)
             plane = math.prod(padded)
             pos = jnp.broadcast_to(jnp.arange(plane, dtype=jnp.int64).reshape(padded), xf.shape)
@@ -339,7 +366,7 @@ def _fused_pool_xla(n):
             if relu:
                 y = jnp.maximum(y, 0)
             if not first:
-                y, idx = xla_rules.to_last(y, n), xla_rules.to_last(idx, n)
+                y, idx = _to_last_xla(y, n), _to_last_xla(idx, n)
             return y, idx
         return fused_tf_max_pool
     return make
@@ -365,25 +392,23 @@ def _fused_pool_grad_xla(n):
             if relu:
                 dy = jnp.where(y > 0, dy, 0)
             if not first:
-                dy, indices = xla_rules.to_first(dy, n), xla_rules.to_first(indices, n)
+                dy, indices = _to_first_xla(dy, n), _to_first_xla(indices, n)
             # one scatter-add over all planes, at each plane's offset plus its (in-bounds) indices
             at = indices.reshape(planes, -1) + lax.broadcasted_iota(indices.dtype, (planes, 1), 0) * plane
             flat = lax.scatter_add(jnp.zeros((planes * plane,), dy.dtype), at.reshape(-1, 1), dy.reshape(-1),
                                    scatter_dims, mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
             dx = flat.reshape(cf[:2] + padded)[(slice(None), slice(None)) + crop]
-            return dx if first else xla_rules.to_last(dx, n)
+            return dx if first else _to_last_xla(dx, n)
         return fused_tf_max_pool_grad
     return make
 
 
 def _fused_pool_infer(n):
-    from graphfront.ops.nn_ops import _pool_infer
-
     base = _pool_infer(n)
 
     def infer(ctx):
         base(ctx)
-        ctx.set_output("indices", ctx.out[ctx._uc.output["y"].s[0]].shape, _dt.int64)
+        ctx.set_output("indices", ctx.out[ctx.output_lbn("y")].shape, _dt.int64)
     return infer
 
 
@@ -396,11 +421,34 @@ def _fused_pool_grad_infer(ctx):
     ctx.set_output("dx", x.shape, x.dtype)
 
 
+def _fused_tf_max_pool_onnx(n):
+    """fused_tf_max_pool_Nd: the input padded with -inf (as the kernel), MaxPool, Relu with
+    attr relu; ``indices`` is the position inside each padded (N, C) plane, as the kernel's."""
+    def convert(c):
+        d = c.input_desc("x")
+        spatial = d.shape[2:] if c.attr("data_format") == "channels_first" else d.shape[1:-1]
+        _, pads = pool_geometry(spatial, c.attrs)
+        begin, end = [p[0] for p in pads], [p[1] for p in pads]
+
+        def build(c, x, outs):
+            if any(begin + end):
+                x = c.node("Pad", [x, c.const(int64s([0, 0] + begin + [0, 0] + end)),
+                                   c.const(np.array(-np.inf, dtype=np_dtype(d)))])
+            y, idx = c.tmp("y") if c.attr("relu") else outs[0], c.tmp("indices")
+            c.node("MaxPool", [x], [y, idx], kernel_shape=list(c.attr("pool_size")), strides=list(c.attr("strides")))
+            if c.attr("relu"):
+                c.node("Relu", [y], [outs[0]])
+            plane = int(np.prod([b + s + e for b, s, e in zip(begin, spatial, end)]))
+            c.node("Mod", [idx, c.const(np.int64(plane))], [outs[1]])
+        channels_first_io(c, n, "x", ["y", "indices"], build)
+    return convert
+
+
 for _n in (1, 2, 3):
     op(f"fused_tf_max_pool_{_n}d", inputs=["x"], outputs=["y", "indices"],
        attrs={**POOL_ATTRS, "relu": ("bool", False)},
        infer=_fused_pool_infer(_n), kernel=_fused_pool_kernel(_n), sbp=_sbp.batch(), xla=_fused_pool_xla(_n),
-       onnx=onnx_rules.fused_tf_max_pool(_n),
+       onnx=_fused_tf_max_pool_onnx(_n),
        doc=f"graphfront-only: tf_max_pool_{_n}d that also returns the argmax indices; with relu, "
            "the pool of relu(x), computed as relu of the pool")
     op(f"fused_tf_max_pool_{_n}d_grad", inputs=["x", "y?", "indices", "dy"], outputs=["dx"],
@@ -443,8 +491,15 @@ def _folded_kernel(k):
     return lambda: value
 
 
+def _folded_value_onnx(c):
+    return decode_constant(c.attr("data"), c.attr("shape"), c.attr("dtype")).numpy()
+
+
+_folded_constant_onnx = onnx_rules.constant_output(_folded_value_onnx)
+
+
 op("folded_constant", inputs=[], outputs=["out"], attrs={"shape": "shape", "dtype": "dtype", "data": "string"},
-   infer=_folded_infer, kernel=_folded_kernel, no_grad=True, onnx=onnx_rules.folded_constant,
+   infer=_folded_infer, kernel=_folded_kernel, no_grad=True, onnx=_folded_constant_onnx,
    xla=lambda k: (lambda value=_dt.tensor_to_numpy(decode_constant(k.attr("data"), k.attr("shape"), k.attr("dtype"))):
                   xla_rules.jnp().asarray(value)),
    doc="graphfront-only: a constant tensor (the value of a folded subgraph, base64 bytes in 'data')")

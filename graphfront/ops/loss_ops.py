@@ -10,11 +10,13 @@ as PyTorch documents them for ``torch.nn.functional`` (BCE clamps ``log`` at -10
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from graphfront.ops.common import bad_labels, index_checks, label_checks, raising_bad_ids, same_dtype
 from graphfront.ops import onnx_rules
+from graphfront.ops.onnx_rules import const_as, neg, pick_last, reduce_node
 from graphfront.ops.registry import op
 
 
@@ -90,8 +92,19 @@ def _sce_grad_kernel(k):
     return lambda prob, label, dy: dy.unsqueeze(-1) * (prob - label)
 
 
+# ONNX converters spell out the kernels' formulas (unreduced losses). Class ids outside
+# [0, depth) make the kernels raise (sparse losses) or pick garbage; in ONNX, GatherElements
+# fails at run time on them: only in-range ids are defined.
+def _softmax_cross_entropy_onnx(c):
+    """prob = softmax(prediction); out = -sum(label * log_softmax(prediction)) over the last axis."""
+    logp = c.node("LogSoftmax", [c.input("prediction")], axis=-1)
+    c.node("Exp", [logp], [c.output("prob")])
+    s = reduce_node(c, "ReduceSum", c.node("Mul", [c.input("label"), logp]), [-1], 0)
+    neg(c, s, c.output("out"))
+
+
 op("softmax_cross_entropy", inputs=["prediction", "label"], outputs=["prob", "out"], infer=_sce_infer,
-   kernel=_sce_kernel, onnx=onnx_rules.softmax_cross_entropy,
+   kernel=_sce_kernel, onnx=_softmax_cross_entropy_onnx,
    grad=lambda g: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
        "softmax_cross_entropy_grad", {"prob": g.output("prob"), "label": g.input("label"), "dy": g.dout("out")})),
    doc="prob = softmax(prediction); out = -sum(label * log(prob)) over the last axis")
@@ -117,8 +130,21 @@ def _sigmoid_ce_grad_infer(ctx):
     ctx.set_output("prediction_diff", ctx.input("prediction").shape, ctx.input("prediction").dtype)
 
 
+def _softplus_neg_abs_onnx(c, x, d):
+    """log(1 + exp(-|x|)), finite for every x (onnxruntime's Softplus has no double kernel)."""
+    return c.node("Log", [c.node("Add", [const_as(c, 1.0, d), c.node("Exp", [neg(c, c.node("Abs", [x]))])])])
+
+
+def _sigmoid_cross_entropy_onnx(c):
+    """loss = max(x, 0) - x * z + log(1 + exp(-|x|)), z cast to x's dtype."""
+    x, d = c.input("prediction"), c.input_desc("prediction")
+    z = c.node("Cast", [c.input("label")], to=c.dtype_code(d.dtype))
+    t = c.node("Sub", [c.node("Max", [x, const_as(c, 0.0, d)]), c.node("Mul", [x, z])])
+    c.node("Add", [t, _softplus_neg_abs_onnx(c, x, d)], [c.output("loss")])
+
+
 op("sigmoid_cross_entropy", inputs=["prediction", "label"], outputs=["loss"], infer=_sigmoid_ce_infer,
-   kernel=_sigmoid_ce_kernel, onnx=onnx_rules.sigmoid_cross_entropy,
+   kernel=_sigmoid_ce_kernel, onnx=_sigmoid_cross_entropy_onnx,
    grad=lambda g: _needs_grad(g, "prediction", "loss") and g.set_grad("prediction", g.emit(
        "sigmoid_cross_entropy_grad", {"prediction": g.input("prediction"), "label": g.input("label"),
                                       "loss_diff": g.dout("loss")})),
@@ -172,9 +198,14 @@ def _sparse_ce_grad_kernel(op_type):
     return make
 
 
+def _sparse_cross_entropy_onnx(c):
+    """out = -log(prediction[..., label]) (prediction holds probabilities)."""
+    neg(c, c.node("Log", [pick_last(c, c.input("prediction"), c.input("label"))]), c.output("out"))
+
+
 for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["out"], attrs={"depth": ("int64", 0)}, infer=_sparse_ce_infer,
-       kernel=_sparse_ce_kernel(_t), checks=label_checks(_t), onnx=onnx_rules.sparse_cross_entropy,
+       kernel=_sparse_ce_kernel(_t), checks=label_checks(_t), onnx=_sparse_cross_entropy_onnx,
        grad=lambda g, t=_t: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"prediction": g.input("prediction"), "label": g.input("label"), "dy": g.dout("out")},
            {"depth": g.attr("depth")})),
@@ -213,8 +244,25 @@ def _bce_grad_infer(ctx):
     ctx.set_output("dx", ctx.input("input").shape, ctx.input("input").dtype)
 
 
+def _times_weight_onnx(c, x, out):
+    if c.has_input("weight"):
+        c.node("Mul", [x, c.input("weight")], [out])
+    else:
+        c.node("Identity", [x], [out])
+
+
+def _binary_cross_entropy_onnx(c):
+    """out = -weight * (t * log(x) + (1 - t) * log(1 - x)), each log clamped at -100 (as torch)."""
+    x, t, d = c.input("input"), c.input("target"), c.input_desc("input")
+    one, low = const_as(c, 1.0, d), const_as(c, -100.0, d)
+    log_x = c.node("Max", [c.node("Log", [x]), low])
+    log_1mx = c.node("Max", [c.node("Log", [c.node("Sub", [one, x])]), low])
+    s = c.node("Add", [c.node("Mul", [t, log_x]), c.node("Mul", [c.node("Sub", [one, t]), log_1mx])])
+    _times_weight_onnx(c, neg(c, s), c.output("out"))
+
+
 op("binary_cross_entropy", inputs=["input", "target", "weight?"], outputs=["out"], infer=_bce_infer,
-   kernel=lambda k: _bce, onnx=onnx_rules.binary_cross_entropy,
+   kernel=lambda k: _bce, onnx=_binary_cross_entropy_onnx,
    grad=lambda g: _needs_grad(g, "input", "out") and g.set_grad("input", g.emit(
        "binary_cross_entropy_grad", {"input": g.input("input"), "target": g.input("target"),
                                      "weight": g.input("weight") if g.has_input("weight") else None,
@@ -273,9 +321,21 @@ def _bce_logits_grad_maker(g):
         {"has_pos_weight": g.attr("has_pos_weight")}))
 
 
+def _binary_cross_entropy_with_logits_onnx(c):
+    """out = weight * ((1 - t) x + (1 + (pos_weight - 1) t) (log(1 + exp(-|x|)) + max(-x, 0)))."""
+    x, t, d = c.input("input"), c.input("target"), c.input_desc("input")
+    one = const_as(c, 1.0, d)
+    sp = c.node("Add", [_softplus_neg_abs_onnx(c, x, d), c.node("Max", [neg(c, x), const_as(c, 0.0, d)])])
+    if c.has_input("pos_weight"):
+        coef = c.node("Add", [one, c.node("Mul", [c.node("Sub", [c.input("pos_weight"), one]), t])])
+        sp = c.node("Mul", [coef, sp])
+    s = c.node("Add", [c.node("Mul", [c.node("Sub", [one, t]), x]), sp])
+    _times_weight_onnx(c, s, c.output("out"))
+
+
 op("binary_cross_entropy_with_logits", inputs=["input", "target", "weight?", "pos_weight?"], outputs=["out"],
    attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_infer, kernel=lambda k: _bce_logits,
-   onnx=onnx_rules.binary_cross_entropy_with_logits,
+   onnx=_binary_cross_entropy_with_logits_onnx,
    grad=_bce_logits_grad_maker,
    doc="out = weight * ((1 - t) x + (1 + (pos_weight - 1) t) log(1 + exp(-x))), x = input, t = target; "
        "pos_weight (C,) applies along the last axis")
@@ -319,8 +379,19 @@ def _kl_div_grad_kernel(k):
     return lambda x, t, dy: -t * dy
 
 
+def _kl_div_loss_onnx(c):
+    """out = xlogy(t, t) - t * x (0 where t == 0); with log_target: exp(t) * (t - x)."""
+    x, t, d = c.input("input"), c.input("target"), c.input_desc("input")
+    if c.attr("log_target"):
+        c.node("Mul", [c.node("Exp", [t]), c.node("Sub", [t, x])], [c.output("out")])
+        return
+    zero = const_as(c, 0.0, d)
+    tlogt = c.node("Where", [c.node("Equal", [t, zero]), zero, c.node("Mul", [t, c.node("Log", [t])])])
+    c.node("Sub", [tlogt, c.node("Mul", [t, x])], [c.output("out")])
+
+
 op("kl_div_loss", inputs=["input", "target"], outputs=["out"], attrs={"log_target": ("bool", False)},
-   infer=_pair_infer, kernel=_kl_div_kernel, onnx=onnx_rules.kl_div_loss,
+   infer=_pair_infer, kernel=_kl_div_kernel, onnx=_kl_div_loss_onnx,
    grad=_pair_grad("kl_div_loss", ["log_target"]),
    doc="out = target * (log(target) - input) (0 where target == 0); with log_target: "
        "exp(target) * (target - input)")
@@ -348,8 +419,21 @@ def _smooth_l1_grad_kernel(k):
     return smooth_l1_grad
 
 
+def _smooth_l1_loss_onnx(c):
+    """d = |x - t|; out = 0.5 d^2 / beta where d < beta, else d - 0.5 beta (d when beta == 0)."""
+    d_ = c.input_desc("input")
+    diff = c.node("Abs", [c.node("Sub", [c.input("input"), c.input("target")])])
+    beta = c.attr("beta")
+    if beta == 0:
+        c.node("Identity", [diff], [c.output("out")])
+        return
+    quad = c.node("Mul", [c.node("Mul", [diff, diff]), const_as(c, 0.5 / beta, d_)])
+    lin = c.node("Sub", [diff, const_as(c, 0.5 * beta, d_)])
+    c.node("Where", [c.node("Less", [diff, const_as(c, beta, d_)]), quad, lin], [c.output("out")])
+
+
 op("smooth_l1_loss", inputs=["input", "target"], outputs=["out"], attrs={"beta": ("float", 0.0, _nonneg)},
-   infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=onnx_rules.smooth_l1_loss,
+   infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=_smooth_l1_loss_onnx,
    grad=_pair_grad("smooth_l1_loss", ["beta"]),
    doc="d = |input - target|; out = 0.5 d^2 / beta if d < beta else d - 0.5 beta")
 op("smooth_l1_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"beta": ("float", 0.0, _nonneg)},
@@ -414,13 +498,28 @@ def _nll_grad_maker(g):
             {"ignore_index": g.attr("ignore_index")}))
 
 
+def _nll_onnx(c):
+    """out[n] = -w[t] * input[n, t], t = target[n], 0 where t == ignore_index; total_weight = sum of w[t]."""
+    x, d = c.input("input"), c.input_desc("input")
+    t = c.node("Cast", [c.input("target")], to=onnx_rules.INT64)
+    valid = c.node("Not", [c.node("Equal", [t, c.const(np.int64(c.attr("ignore_index")))])])
+    safe = c.node("Where", [valid, t, c.const(np.int64(0))])
+    per = c.node("Cast", [valid], to=c.dtype_code(d.dtype))
+    if c.has_input("weight"):
+        per = c.node("Mul", [c.node("Gather", [c.input("weight"), safe], axis=0), per])
+    picked = pick_last(c, x, safe)
+    c.node("Mul", [neg(c, picked), per], [c.output("out")])
+    total = reduce_node(c, "ReduceSum", per, [0], 1)
+    c.node("Identity", [total], [c.output("total_weight")])
+
+
 def _nll_checks(op_type):
     return index_checks(op_type, "target", lambda k: k.input("input").shape[1], lambda k: k.attr("ignore_index"))
 
 
 op("nll", inputs=["input", "target", "weight?"], outputs=["out", "total_weight"],
    attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=raising_bad_ids(_nll_checks("nll"), 1, _nll_kernel),
-   checks=_nll_checks("nll"), grad=_nll_grad_maker, onnx=onnx_rules.nll,
+   checks=_nll_checks("nll"), grad=_nll_grad_maker, onnx=_nll_onnx,
    doc="out[n] = -weight[t] * input[n, t] with t = target[n] (0 where t == ignore_index); "
        "total_weight = sum of those weights (shape (1,)), the divisor of a mean reduction")
 op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outputs=["dx"],

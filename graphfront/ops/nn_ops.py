@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import bad_labels, label_checks, label_error, like, norm_axis, same_dtype
+from graphfront.ops.common import bad_labels, label_checks, label_error, like, norm_axis, same_dtype, vjp
 from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops.onnx_rules import neg, pick_last
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -87,17 +88,33 @@ def torch_dilation(k):
 
 
 def dense(t):
-    """``t`` in contiguous (channels_first-ordered) memory when on the CPU.
+    """``t`` with the standard strides of a contiguous channels_first tensor, on the CPU.
 
     torch 2.13's CPU ``convolution`` / ``convolution_backward`` read and write out of
     bounds for channels_last-strided inputs with 1x1 kernels and strides > 1 (heap
-    corruption, wrong and run-to-run different gradients), and graphfront's
-    channels_last layout produces exactly such strides by permuting; contiguous inputs
-    take torch's plain path, which agrees with a float64 reference
-    (tests/test_conv_float64.py). A no-op for contiguous tensors; CUDA is left alone.
-    Kernels apply it through :func:`layout_for`.
+    corruption, wrong and run-to-run different gradients). graphfront's channels_last
+    layout produces such strides by permuting, and ``Tensor.contiguous()`` is not enough:
+    a permuted tensor whose channel (or any other) dim has size 1 already counts as
+    contiguous and keeps its channels_last strides, which torch then reads as
+    channels_last (an NHWC input with one channel is the common case). A contiguous
+    tensor gets the standard strides as a view (no copy: a size-1 dim's stride addresses
+    nothing); any other is copied. CUDA tensors are left alone. Kernels apply it through
+    :func:`layout_for`.
     """
-    return t.contiguous() if t.device.type == "cpu" else t
+    if t.device.type != "cpu":
+        return t
+    if not t.is_contiguous():
+        return t.contiguous()
+    standard = _standard_strides(t.shape)
+    return t if t.stride() == standard else t.as_strided(t.shape, standard, t.storage_offset())
+
+
+def _standard_strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _as_is(t):
@@ -155,12 +172,21 @@ def _conv_onnx(c):
            dilations=list(c.attr("dilation_rate")), pads=pads + pads, group=c.attr("groups"))
 
 
+def _conv_dimension_numbers_xla(n, channels_first=True):
+    """``lax.conv_general_dilated`` layout names of a rank ``n + 2`` convolution: input,
+    weight and output ``NC<spatial>``/``OI<spatial>`` or ``N<spatial>C``/``O<spatial>I``."""
+    spatial = "DHW"[3 - n:]
+    if channels_first:
+        return ("NC" + spatial, "OI" + spatial, "NC" + spatial)
+    return ("N" + spatial + "C", "O" + spatial + "I", "N" + spatial + "C")
+
+
 def conv_xla_fn(k, n):
     """``(x, w) -> out`` of a convolution with this op's attrs, over jax arrays in the
     op's data_format (``lax.conv_general_dilated``; symmetric ``padding_before`` pads as
     the torch kernels). Shared by the conv ops and their grads' XLA rules."""
     lax = xla_rules.lax()
-    dn = xla_rules.conv_dimension_numbers(n, k.attr("data_format") == "channels_first")
+    dn = _conv_dimension_numbers_xla(n, k.attr("data_format") == "channels_first")
     args = dict(window_strides=tuple(k.attr("strides")), padding=[(p, p) for p in k.attr("padding_before")],
                 rhs_dilation=tuple(k.attr("dilation_rate")), dimension_numbers=dn,
                 feature_group_count=k.attr("groups"))
@@ -182,7 +208,7 @@ def _conv_xla(n):
 for _n in (1, 2, 3):
     op(f"conv{_n}d", inputs=["in", "weight", "bias?", "bias_multiplier?"], outputs=["out"], attrs=CONV_ATTRS,
        infer=_conv_infer(_n), kernel=_conv_kernel(_n), grad=_conv_grad(_n), sbp=_sbp.conv("in", "weight", "out"),
-       onnx=_conv_onnx, xla=_conv_xla(_n))
+       onnx=_conv_onnx, xla=_conv_xla(_n), amp="white" if _n == 2 else None)
 
 
 def _conv_backward_args(k):
@@ -345,7 +371,7 @@ def _bias_add_xla(k):
 
 
 op("bias_add", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=bias_add_infer,
-   kernel=_bias_add_kernel, grad=_bias_add_grad, sbp=_sbp.bias_add, onnx=_bias_add_onnx, xla=_bias_add_xla)
+   kernel=_bias_add_kernel, grad=_bias_add_grad, sbp=_sbp.bias_add, onnx=_bias_add_onnx, xla=_bias_add_xla, amp="gray")
 
 
 # ------------------------------------------------------------------ TF-style pooling
@@ -445,11 +471,7 @@ def _pool_grad_kernel(kind, n):
     def make(k):
         fn = _pool_fn(kind, n, k)
 
-        def pool_grad(x, y, dy):
-            with torch.enable_grad():
-                xr = x.detach().requires_grad_(True)
-                return torch.autograd.grad(fn(xr), xr, dy)[0]
-        return pool_grad
+        return lambda x, y, dy: vjp(fn, x, dy)
     return make
 
 
@@ -506,7 +528,7 @@ for _kind in ("max", "avg"):
            kernel=_pool_kernel(_kind, _n), sbp=_sbp.batch(), onnx=_pool_onnx("MaxPool" if _kind == "max" else "AveragePool"),
            grad=lambda g, t=_name: g.set_grad("x", g.emit(
                f"{t}_grad", {"x": g.input("x"), "y": g.output("y"), "dy": g.dout("y")}, g.attrs)),
-           xla=_pool_xla(_kind, _n))
+           xla=_pool_xla(_kind, _n), amp="clear" if _kind == "max" else "gray")
         op(f"{_name}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=POOL_ATTRS, infer=like("x"),
            kernel=_pool_grad_kernel(_kind, _n), sbp=_sbp.batch(), xla=_pool_grad_xla(_kind, _n))
 
@@ -552,7 +574,7 @@ def _dropout_xla(k):
 
 
 op("dropout", inputs=["in", "_add_to_output?"], outputs=["out", "mask"], attrs={"rate": ("float", 0.0)},
-   infer=_dropout_infer, kernel=_dropout_kernel, grad=_dropout_grad, random=True, xla=_dropout_xla)
+   infer=_dropout_infer, kernel=_dropout_kernel, grad=_dropout_grad, random=True, xla=_dropout_xla, amp="gray")
 
 
 def _dropout_grad_infer(ctx):
@@ -579,7 +601,7 @@ op("random_mask_like", inputs=["like"], outputs=["out"], attrs={"rate": ("float"
    infer=lambda ctx: (ctx.check(0 <= ctx.attr("rate") < 1, f"attr 'rate' must be in [0, 1), received "
                                                            f"{ctx.attr('rate')}"),
                       ctx.set_output("out", ctx.input("like").shape, _dt.int8)),
-   kernel=_random_mask_like_kernel, no_grad=True, random=True)
+   kernel=_random_mask_like_kernel, no_grad=True, random=True, amp="clear")
 
 
 # ------------------------------------------------------------------ matmul
@@ -667,10 +689,10 @@ def _matmul_onnx(c):
 
 op("matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
    infer=_matmul_infer(False), kernel=_matmul_kernel, grad=_matmul_grad("matmul"), sbp=_sbp.matmul, onnx=_matmul_onnx,
-   xla=_matmul_xla)
+   xla=_matmul_xla, amp="white")
 op("batch_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
    infer=_matmul_infer(True), kernel=_matmul_kernel, grad=_matmul_grad("batch_matmul"), sbp=_sbp.matmul,
-   onnx=_matmul_onnx, xla=_matmul_xla)
+   onnx=_matmul_onnx, xla=_matmul_xla, amp="white")
 
 
 def _broadcast_matmul_infer(ctx):
@@ -715,7 +737,7 @@ def _broadcast_matmul_grad_b_kernel(k):
 
 op("broadcast_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
    infer=_broadcast_matmul_infer, kernel=_matmul_kernel, grad=_broadcast_matmul_grad, sbp=_sbp.matmul, onnx=_matmul_onnx,
-   xla=_matmul_xla)
+   xla=_matmul_xla, amp="white")
 op("broadcast_matmul_grad_b", inputs=["a", "b", "_add_to_output?"], outputs=["out"],
    attrs={"alpha": ("double", 1.0)}, infer=_broadcast_matmul_grad_b_infer, kernel=_broadcast_matmul_grad_b_kernel)
 
@@ -725,7 +747,7 @@ op("broadcast_matmul_grad_b", inputs=["a", "b", "_add_to_output?"], outputs=["ou
 op("softmax", inputs=["in"], outputs=["out"], infer=like("in"),
    kernel=lambda k: (lambda x: torch.softmax(x, -1)), sbp=_sbp.batch(min_ndim_arg="in"), onnx=onnx_rules.same("Softmax", axis=-1),
    xla=lambda k: (lambda x: xla_rules.jnp_fn("nn.softmax")(x, axis=-1)),
-   grad=lambda g: g.set_grad("in", g.emit("softmax_grad", {"y": g.output("out"), "dy": g.dout("out")})))
+   grad=lambda g: g.set_grad("in", g.emit("softmax_grad", {"y": g.output("out"), "dy": g.dout("out")})), amp="gray")
 
 
 def _softmax_grad_infer(ctx):
@@ -822,14 +844,22 @@ def _sce_grad_xla(op_type):
     return make
 
 
+def _sparse_softmax_cross_entropy_onnx(c):
+    """prob = softmax(prediction); out = -log_softmax(prediction)[..., label]."""
+    logp = c.node("LogSoftmax", [c.input("prediction")], axis=-1)
+    c.node("Exp", [logp], [c.output("prob")])
+    neg(c, pick_last(c, logp, c.input("label")), c.output("out"))
+
+
 for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
        infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sbp.batch(min_ndim_arg="prediction"), xla=_sce_xla(_t),
        checks=label_checks(_t),
-       onnx=onnx_rules.sparse_softmax_cross_entropy,
+       onnx=_sparse_softmax_cross_entropy_onnx,
        grad=lambda g, t=_t: g.needs("prediction") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"label": g.input("label"), "dy": g.dout("out"), "prob": g.output("prob")},
-           {"depth": g.attr("depth")})))
+           {"depth": g.attr("depth")})),
+       amp="gray" if _t == "sparse_softmax_cross_entropy" else None)
     op(f"{_t}_grad", inputs=["label", "dy", "prob"], outputs=["prediction_diff"], attrs={"depth": ("int64", 0)},
        infer=_sce_grad_infer, kernel=_sce_grad_kernel(f"{_t}_grad"), sbp=_sbp.batch(min_ndim_arg="prob"),
        checks=label_checks(f"{_t}_grad"),

@@ -1,5 +1,5 @@
 """Normalization ops: ``normalization`` (batch norm), ``layer_norm`` and their grads
-(``l2_normalize`` lives with the math family in ``math_ops.py``).
+(``l2_normalize`` lives with the reductions in ``reduce_ops.py``).
 
 Names, arguments, attrs and grad wiring follow OneFlow v0.6.0
 (``oneflow/user/ops/normalization_op.cpp``, ``oneflow/user/ops/layer_norm_op.cpp``).
@@ -21,7 +21,8 @@ import torch
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import JobBuildError, format_location
 from graphfront.ops.common import numel
-from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops import xla_rules
+from graphfront.ops.onnx_rules import const_as, int64s, reduce_node
 from graphfront.ops.registry import op
 
 
@@ -205,7 +206,8 @@ op("normalization", inputs=["x", "moving_mean?", "moving_variance?", "gamma", "b
    outputs=["y", "mean?", "inv_variance?"], attrs=NORM_ATTRS, infer=_norm_infer, kernel=_norm_kernel, onnx=_norm_onnx,
    xla=_norm_xla,
    grad=_norm_grad, mutates=lambda attrs: ("moving_mean", "moving_variance") if attrs["training"] else (),
-   doc="batch normalization over every axis but 'axis' (see module docstring)")
+   doc="batch normalization over every axis but 'axis' (see module docstring)",
+   amp="gray", amp_no_cast=("beta", "gamma", "moving_mean", "moving_variance"))
 
 
 def _norm_grad_infer(ctx):
@@ -253,7 +255,8 @@ def _norm_grad_xla(k):
 op("normalization_grad", inputs=["x", "dy", "mean", "inv_variance", "gamma"],
    outputs=["gamma_diff", "beta_diff", "dx"], attrs={"axis": ("int32", 0), "epsilon": ("float", 0.0)},
    infer=_norm_grad_infer, kernel=_norm_grad_kernel, xla=_norm_grad_xla,
-   doc="batch-norm backward with batch statistics: dx = gamma * inv / n * (n dy - sum dy - xhat sum(dy xhat))")
+   doc="batch-norm backward with batch statistics: dx = gamma * inv / n * (n dy - sum dy - xhat sum(dy xhat))",
+   amp_no_cast=("gamma",))
 
 
 # ------------------------------------------------------------------ layer_norm
@@ -350,10 +353,36 @@ def _ln_grad(g):
 LN_ATTRS = {"center": ("bool", False), "scale": ("bool", False), "begin_norm_axis": ("int64", 0),
             "begin_params_axis": ("int64", 0), "epsilon": ("double", 0.0)}
 
+def _layer_norm_onnx(c):
+    """(x - mean) / sqrt(biased var + epsilon) over the axes from begin_norm_axis, then
+    ``* gamma`` and ``+ beta`` when given; ``mean`` / ``inv_variance`` shaped x.shape[:begin_norm_axis]."""
+    x, d = c.input("x"), c.input_desc("x")
+    n = len(d.shape)
+    bna = c.attr("begin_norm_axis") % n
+    axes = list(range(bna, n))
+    mean = reduce_node(c, "ReduceMean", x, axes, 1)
+    centered = c.node("Sub", [x, mean])
+    var = reduce_node(c, "ReduceMean", c.node("Mul", [centered, centered]), axes, 1)
+    inv = c.node("Reciprocal", [c.node("Sqrt", [c.node("Add", [var, const_as(c, c.attr("epsilon"), d)])])])
+    gamma, beta = c.input("gamma"), c.input("beta")
+    normalized = c.node("Mul", [centered, inv], [c.output("normalized")] if c.output("normalized") else None)
+    y = normalized
+    if gamma:
+        y = c.node("Mul", [y, gamma], None if beta else [c.output("y")])
+    if beta:
+        y = c.node("Add", [y, beta], [c.output("y")])
+    if not (gamma or beta):
+        c.node("Identity", [y], [c.output("y")])
+    stat_shape = c.const(int64s(d.shape[:bna]))
+    for stat, arg in ((mean, "mean"), (inv, "inv_variance")):
+        if c.output(arg):
+            c.node("Reshape", [stat, stat_shape], [c.output(arg)])
+
+
 op("layer_norm", inputs=["x", "beta?", "gamma?"], outputs=["y", "mean", "inv_variance", "normalized?"],
-   attrs=LN_ATTRS, infer=_ln_infer, kernel=_ln_kernel, grad=_ln_grad, onnx=onnx_rules.layer_norm,
+   attrs=LN_ATTRS, infer=_ln_infer, kernel=_ln_kernel, grad=_ln_grad, onnx=_layer_norm_onnx,
    doc="normalized = (x - mean) * rsqrt(var + epsilon) over axes >= begin_norm_axis (biased var); "
-       "y = normalized * gamma + beta, gamma/beta shaped x.shape[begin_params_axis:]")
+       "y = normalized * gamma + beta, gamma/beta shaped x.shape[begin_params_axis:]", amp="gray")
 
 
 def _ln_grad_infer(ctx):

@@ -39,5 +39,5 @@ def _nvtx_grad(other):
 
 for _name, _other, _push in (("nvtx_start", "nvtx_end", True), ("nvtx_end", "nvtx_start", False)):
     op(_name, inputs=["in"], outputs=["out"], attrs={"mark_prefix": "string"}, infer=like("in"),
-       kernel=_nvtx_kernel(_push), grad=_nvtx_grad(_other), view=True,
+       kernel=_nvtx_kernel(_push), grad=_nvtx_grad(_other), view=True, amp="clear",
        doc=f"identity that {'opens' if _push else 'closes'} an NVTX range on CUDA")

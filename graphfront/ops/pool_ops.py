@@ -13,11 +13,13 @@ shaped like ``y``): the flat position of each maximum inside its (N, C) plane, w
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops import onnx_rules
+from graphfront.ops.common import vjp
+from graphfront.ops.onnx_rules import channels_first_io, int64s, np_dtype
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -158,11 +160,7 @@ def _avgpool_grad_kernel(n):
     def make(k):
         fn = _layout(_avgpool_fn(n, k), n, k.attr("data_format") == "channels_first")
 
-        def avgpool_grad(x, y, dy):
-            with torch.enable_grad():
-                xr = x.detach().requires_grad_(True)
-                return torch.autograd.grad(fn(xr), xr, dy)[0]
-        return avgpool_grad
+        return lambda x, y, dy: vjp(fn, x, dy)
     return make
 
 
@@ -197,16 +195,107 @@ def _avgpool_grad_maker(t):
     return grad
 
 
+def _pool_geometry_onnx(c, n, dilation):
+    """(input spatial sizes, output spatial sizes, begin pads, end pads) of a PyTorch-style pool.
+
+    ceil_mode is spelled as extra end padding up to the last window PyTorch keeps (one that
+    starts inside the input or its begin padding), so ONNX's own ceil rule is not used."""
+    d, out = c.input_desc("x"), c.output_desc("y")
+    first = c.attr("data_format") == "channels_first"
+    size, osize = (d.shape[2:], out.shape[2:]) if first else (d.shape[1:-1], out.shape[1:-1])
+    k, s, p = c.attr("kernel_size"), c.attr("stride"), list(c.attr("padding"))
+    end = [p[i] + max(0, (osize[i] - 1) * s[i] + dilation[i] * (k[i] - 1) + 1 - size[i] - 2 * p[i]) for i in range(n)]
+    return list(size), list(osize), p, end
+
+
+def _maxpool_onnx(n):
+    """maxpool_Nd (PyTorch semantics): MaxPool; ``indice`` is the position inside each (N, C)
+    plane: ONNX's indices (flat over the whole tensor) modulo the plane size."""
+    def convert(c):
+        dilation = list(c.attr("dilation"))
+        size, _, begin, end = _pool_geometry_onnx(c, n, dilation)
+
+        k = list(c.attr("kernel_size"))
+        # onnxruntime wants pads smaller than the kernel: larger ones are padded with -inf
+        # beforehand, and each index of the padded plane mapped back to the input's plane
+        explicit = any(b >= k[i] or e >= k[i] for i, (b, e) in enumerate(zip(begin, end)))
+
+        def build(c, x, outs):
+            idx = c.tmp("indices")
+            plane = size
+            if explicit:
+                low = np.array(-np.inf, dtype=np_dtype(c.input_desc("x")))
+                x = c.node("Pad", [x, c.const(int64s([0, 0] + begin + [0, 0] + end)), c.const(low)])
+                plane = [b + sz + e for b, sz, e in zip(begin, size, end)]
+            c.node("MaxPool", [x], [outs[0], idx], kernel_shape=k, strides=list(c.attr("stride")),
+                   pads=[0] * 2 * n if explicit else begin + end, dilations=dilation)
+            if not explicit:
+                c.node("Mod", [idx, c.const(np.int64(np.prod(size)))], [outs[1]])
+                return
+            # padded position -> input position (pad positions are never a window's maximum)
+            inner = np.arange(int(np.prod(size)), dtype=np.int64).reshape(size)
+            back = np.zeros(plane, dtype=np.int64)
+            back[tuple(slice(b, b + sz) for b, sz in zip(begin, size))] = inner
+            pos = c.node("Mod", [idx, c.const(np.int64(np.prod(plane)))])
+            c.node("Gather", [c.const(back.reshape(-1)), pos], [outs[1]])
+        channels_first_io(c, n, "x", ["y", "indice"], build)
+    return convert
+
+
+def _avg_divisors_onnx(size, osize, k, s, p, include_pad):
+    """PyTorch's divisor of each output position along one dim: the window clipped to the
+    padded input (include_pad) or to the input."""
+    out = []
+    for o in range(osize):
+        start = o * s - p
+        stop = min(start + k, size + p)
+        out.append(stop - start if include_pad else min(stop, size) - max(start, 0))
+    return np.array(out, dtype=np.float64)
+
+
+def _avgpool_onnx(n):
+    """avgpool_Nd (PyTorch semantics): AveragePool when no window hangs past the padding and
+    there is no ``divisor_override``; otherwise the window sums (a depthwise convolution with
+    ones over zero padding) divided by PyTorch's divisor of each position."""
+    def convert(c):
+        k, s = list(c.attr("kernel_size")), list(c.attr("stride"))
+        size, osize, begin, end = _pool_geometry_onnx(c, n, [1] * n)
+        dv, include_pad = c.attr("divisor_override"), c.attr("count_include_pad")
+        d = c.input_desc("x")
+
+        def build(c, x, outs):
+            if not dv and end == begin:
+                c.node("AveragePool", [x], outs, kernel_shape=k, strides=s, pads=begin + end,
+                       count_include_pad=int(include_pad))
+                return
+            channels = d.shape[1] if c.attr("data_format") == "channels_first" else d.shape[-1]
+            ones = c.const(np.ones([channels, 1] + k, dtype=np_dtype(d)))
+            sums = c.node("Conv", [x, ones], kernel_shape=k, strides=s, pads=begin + end, group=channels)
+            if dv:
+                divisor = np.array(dv, dtype=np_dtype(d))
+            else:
+                divisor = np.ones([1, 1] + osize)
+                for i in range(n):
+                    shape = [1] * (n + 2)
+                    shape[i + 2] = osize[i]
+                    per_dim = _avg_divisors_onnx(size[i], osize[i], k[i], s[i], begin[i], include_pad)
+                    divisor = divisor * per_dim.reshape(shape)
+                divisor = divisor.astype(np_dtype(d))
+            c.node("Div", [sums, c.const(divisor)], outs)
+        channels_first_io(c, n, "x", ["y"], build)
+    return convert
+
+
 for _n in (1, 2, 3):
     _t = f"maxpool_{_n}d"
     op(_t, inputs=["x"], outputs=["y", "indice"], attrs=MAXPOOL_ATTRS, infer=_pool_infer(_n, "max"),
-       kernel=_maxpool_kernel(_n), grad=_maxpool_grad_maker(_t), sbp=_sbp.batch(), onnx=onnx_rules.maxpool(_n),
+       kernel=_maxpool_kernel(_n), grad=_maxpool_grad_maker(_t), sbp=_sbp.batch(), onnx=_maxpool_onnx(_n),
        doc=f"{_n}-D max pooling (PyTorch semantics) with the int64 argmax 'indice'")
     op(f"{_t}_grad", inputs=["x", "y", "indice", "dy"], outputs=["dx"], attrs=MAXPOOL_ATTRS,
        infer=_grad_like_x, kernel=_maxpool_grad_kernel(_n), sbp=_sbp.batch())
     _t = f"avgpool_{_n}d"
     op(_t, inputs=["x"], outputs=["y"], attrs=AVGPOOL_ATTRS, infer=_pool_infer(_n, "avg"),
-       kernel=_avgpool_kernel(_n), grad=_avgpool_grad_maker(_t), sbp=_sbp.batch(), onnx=onnx_rules.avgpool(_n),
+       kernel=_avgpool_kernel(_n), grad=_avgpool_grad_maker(_t), sbp=_sbp.batch(), onnx=_avgpool_onnx(_n),
        doc=f"{_n}-D average pooling (PyTorch semantics: count_include_pad, divisor_override)")
     op(f"{_t}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=AVGPOOL_ATTRS, infer=_grad_like_x,
        kernel=_avgpool_grad_kernel(_n), sbp=_sbp.batch())
@@ -242,18 +331,30 @@ def _adaptive_grad_kernel(n):
     def make(k):
         fn = _adaptive_fn(n, k)
 
-        def adaptive_grad(x, dy):
-            with torch.enable_grad():
-                xr = x.detach().requires_grad_(True)
-                return torch.autograd.grad(fn(xr), xr, dy)[0]
-        return adaptive_grad
+        return lambda x, dy: vjp(fn, x, dy)
     return make
+
+
+def _adaptive_avg_pool_onnx(n):
+    """adaptive_avg_poolNd when each input size is a multiple of its output size (the windows
+    are then the AveragePool windows of kernel = stride = input / output)."""
+    def convert(c):
+        size, out = c.input_desc("x").shape[2:], c.output_desc("y").shape[2:]
+        if any(i % o for i, o in zip(size, out)):
+            c.fail(f"output_size {tuple(out)} does not divide the input size {tuple(size)}; ONNX pooling has "
+                   f"no windows of varying size")
+        if all(o == 1 for o in out):
+            c.node("GlobalAveragePool", [c.input("x")], [c.output("y")])
+            return
+        k = [i // o for i, o in zip(size, out)]
+        c.node("AveragePool", [c.input("x")], [c.output("y")], kernel_shape=k, strides=k)
+    return convert
 
 
 for _n in (1, 2, 3):
     _t = f"adaptive_avg_pool{_n}d"
     op(_t, inputs=["x"], outputs=["y"], attrs={"output_size": "list_int64"}, infer=_adaptive_infer(_n),
-       kernel=lambda k, n=_n: _adaptive_fn(n, k), onnx=onnx_rules.adaptive_avg_pool(_n),
+       kernel=lambda k, n=_n: _adaptive_fn(n, k), onnx=_adaptive_avg_pool_onnx(_n),
        grad=lambda g, t=_t: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
            f"{t}_grad", {"x": g.input("x"), "dy": g.dout("y")}, {"output_size": g.attr("output_size")})),
        doc=f"{_n}-D adaptive average pooling of channels_first input to 'output_size' "
@@ -298,19 +399,29 @@ def _upsample_fn(k):
 def _upsample_grad_kernel(k):
     fn = _upsample_fn(k)
 
-    def upsample_grad(dy, x):
-        with torch.enable_grad():
-            xr = x.detach().requires_grad_(True)
-            return torch.autograd.grad(fn(xr), xr, dy)[0]
-    return upsample_grad
+    return lambda dy, x: vjp(fn, x, dy)
 
 
 def _upsample_grad_infer(ctx):
     ctx.set_output("dx", ctx.input("x").shape, ctx.input("x").dtype)
 
 
+def _upsample_onnx(c):
+    """upsample by the attr scales: Resize nearest (floor of dst / scale, the "asymmetric"
+    transform) or linear ("half_pixel", or "align_corners" with align_corners)."""
+    first = c.attr("data_format") == "channels_first"
+    scales = np.ones(4, dtype=np.float32)
+    scales[[2, 3] if first else [1, 2]] = [c.attr("height_scale"), c.attr("width_scale")]
+    if c.attr("interpolation") == "nearest":
+        mode = dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    else:
+        mode = dict(mode="linear", coordinate_transformation_mode="align_corners" if c.attr("align_corners")
+                    else "half_pixel")
+    c.node("Resize", [c.input("x"), "", c.const(scales)], [c.output("y")], **mode)
+
+
 op("upsample", inputs=["x"], outputs=["y"], attrs=UPSAMPLE_ATTRS, infer=_upsample_infer, kernel=_upsample_fn,
-   onnx=onnx_rules.upsample,
+   onnx=_upsample_onnx,
    grad=lambda g: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
        "upsample_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)),
    doc="2-D nearest/bilinear upsampling by (height_scale, width_scale); output size int(n * scale)")

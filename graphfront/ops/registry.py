@@ -1,10 +1,11 @@
-"""The user-op registry: one definition per op type.
+"""The op registry: one definition per op type, user op or system op.
 
 An op type is declared once with :func:`op`: its arguments (required ``"x"``,
 optional ``"bias?"``, repeated ``"in*"``), its attrs with OneFlow's attr types and
 defaults, its shape/dtype inference, its grad maker and its torch kernel. Everything
 else in graphfront (the builder, CurJobAddOp, autograd, the runtime, AutoTest)
-reads this registry and never special-cases an op by name.
+reads this registry and never special-cases an op by name. ``import graphfront`` registers
+every op family first (:mod:`graphfront.ops.families`).
 
 Attr types are OneFlow's (v0.6.0 ``oneflow/core/framework/user_op_attr.proto``): ``int32``, ``int64``,
 ``bool``, ``float``, ``double``, ``string``, ``shape``, ``dtype`` and ``list_int32``,
@@ -109,7 +110,8 @@ class AttrDef:
 
 @dataclasses.dataclass
 class OpDef:
-    """Everything graphfront knows about one user op type."""
+    """Everything graphfront knows about one op type: a user op (``conf == "user_conf"``) or
+    a system op, whose ``conf`` is its own ``OperatorConf`` field (``"variable_conf"`` ...)."""
 
     op_type: str
     inputs: list
@@ -127,6 +129,10 @@ class OpDef:
     native: Optional[Callable] = None   # kernel factory for the native lowering (default: kernel)
     onnx: Optional[Callable] = None     # ONNX converter (graphfront.onnx)
     xla: Optional[Callable] = None      # jax lowering rule (graphfront.runtime.xla)
+    amp: Optional[str] = None           # auto mixed precision list: "white", "gray", "clear" or None
+    amp_no_cast: tuple = ()             # inputs AMP never casts to the low-precision type
+    conf: str = "user_conf"             # the OperatorConf field holding the op
+    interface: bool = False             # an interface op: bound to feeds, variables, fetches, watches
     checks: Optional[Callable] = None   # (k) -> [(arg, size, error)]: index inputs that must lie in [0, size)
     host_reads: bool = False            # the kernel reads device values on the host (never in a CUDA graph)
 
@@ -165,13 +171,16 @@ class OpDef:
         return "\n".join(lines)
 
 
-_REGISTRY: dict = {}
+_REGISTRY: dict = {}  # (conf field, op type) -> OpDef
+
+
+AMP_LISTS = ("white", "gray", "clear")
 
 
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
-       xla=None, checks=None, host_reads=False):
-    """Register a user op type. Returns its :class:`OpDef`.
+       xla=None, amp=None, amp_no_cast=(), conf="user_conf", interface=False, checks=None, host_reads=False):
+    """Register an op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
     ``(type, default)`` pair or a ``(type, default, check)`` triple where ``check(v)``
@@ -182,6 +191,15 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     on equal inputs (never folded or hoisted). ``sbp(ctx)`` lists the op's candidate SBP
     signatures for multi-device jobs (see :mod:`graphfront.parallel.sbp`). ``native``,
     ``onnx`` and ``xla`` are the optional lowering rules described in the module docstring.
+    ``amp`` puts the op on one of the auto mixed precision lists of
+    :mod:`graphfront.passes.amp` (``"white"``: runs in low precision; ``"gray"``: follows
+    its neighbours; ``"clear"``: layout-only, joins a low-precision neighbour; ``None``:
+    stays float32); ``amp_no_cast`` names inputs that stay float32 inside the
+    low-precision set (batch norm's statistics). A system op (OneFlow's ``OperatorConf``
+    members besides ``user_conf``) names its conf field as ``conf`` and as ``op_type``; its
+    inputs and output are fields of that conf, its rules read it as ``ctx.conf``;
+    ``interface=True`` marks the ops the runtime binds to feeds, variables, fetches and
+    watch handlers instead of running a kernel.
 
     ``checks(k)`` lists the integer inputs whose values must lie in ``[0, size)``, as
     ``(arg, size, error)`` with ``error(value, at) -> Exception`` (``at``: the index
@@ -194,9 +212,15 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     ``host_reads=True`` marks kernels that read device values on the host (their output
     shape or a Python branch depends on them): a job holding one is not captured into a
     CUDA graph.
+
+    Raises:
+        ValueError: ``op_type`` already registered, an attr of unknown type, or ``amp``
+            not one of ``"white"``, ``"gray"``, ``"clear"``, None.
     """
-    if op_type in _REGISTRY:
+    if (conf, op_type) in _REGISTRY:
         raise ValueError(f"op type {op_type!r} is already registered")
+    if amp is not None and amp not in AMP_LISTS:
+        raise ValueError(f"op {op_type}: amp expects one of {', '.join(AMP_LISTS)} or None, received {amp!r}")
     attr_defs = {}
     for name, spec in (attrs or {}).items():
         if isinstance(spec, str):
@@ -208,50 +232,59 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
                                   rest[0] if rest else None)
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
-                  view, random, doc, sbp, native, onnx, xla, checks, host_reads)
-    _REGISTRY[op_type] = opdef
+                  view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), conf, interface,
+                  checks, host_reads)
+    _REGISTRY[conf, op_type] = opdef
     return opdef
 
 
 def unregister(op_type: str) -> None:
-    """Remove an op type (for tests and for redefining a custom op interactively)."""
-    _REGISTRY.pop(op_type, None)
+    """Remove a user op type (for tests and for redefining a custom op interactively)."""
+    _REGISTRY.pop(("user_conf", op_type), None)
 
 
 def lookup(op_type: str) -> OpDef:
-    """Return the OpDef of ``op_type``; KeyError with close matches if unknown."""
-    _ensure_loaded()
+    """Return the OpDef of user op type ``op_type``; KeyError with close matches if unknown."""
     try:
-        return _REGISTRY[op_type]
+        return _REGISTRY["user_conf", op_type]
     except KeyError:
-        close = difflib.get_close_matches(op_type, _REGISTRY, n=3)
+        close = difflib.get_close_matches(op_type, registered_op_types(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise KeyError(f"unknown op type {op_type!r}{hint}") from None
 
 
+def op_def(op_conf) -> OpDef:
+    """The OpDef of any ``OperatorConf``: its user op type, or its system conf field.
+
+    Raises:
+        KeyError: an unknown user op type, or a conf field no system op is defined for.
+    """
+    kind = op_conf.WhichOneof("op_type")
+    if kind == "user_conf":
+        return lookup(op_conf.user_conf.op_type_name)
+    try:
+        return _REGISTRY[kind, kind]
+    except KeyError:
+        raise KeyError(f"unsupported system op kind {kind!r}; supported: {', '.join(system_kinds())}") from None
+
+
 def has_op(op_type: str) -> bool:
-    _ensure_loaded()
-    return op_type in _REGISTRY
+    """Whether user op type ``op_type`` is registered."""
+    return ("user_conf", op_type) in _REGISTRY
 
 
 def registered_op_types() -> list:
     """Sorted list of every registered user op type."""
-    _ensure_loaded()
-    return sorted(_REGISTRY)
+    return sorted(t for conf, t in _REGISTRY if conf == "user_conf")
+
+
+def system_kinds() -> list:
+    """Sorted conf fields of the registered system ops (``"identity_conf"``, ``"variable_conf"`` ...)."""
+    return sorted(conf for conf, _ in _REGISTRY if conf != "user_conf")
 
 
 def describe(op_type: str) -> str:
     return lookup(op_type).describe()
-
-
-_loaded = False
-
-
-def _ensure_loaded():
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import graphfront.ops  # noqa: F401  (registers every op family)
 
 
 # --------------------------------------------------------------------------- attrs

@@ -4,109 +4,110 @@ These are OneFlow's legacy ops that a single-client job contains besides user op
 (OneFlow v0.6.0 ``oneflow/core/operator/op_conf.proto``): interface ops (``input_conf``,
 ``variable_conf``, ``return_conf``, ``foreign_watch_conf``) and the helpers that job
 completion adds (``identity_conf``, ``constant_like_conf``,
-``learning_rate_schedule_conf``). Each is defined once here, keyed by its conf field
-name: which conf fields hold input lbns, which field names the output, how the output
-BlobDesc is inferred and which torch kernel computes it. Interface ops have no kernel:
-the runtime binds them to feeds, the variable store, fetches and watch handlers.
-``xla(conf) -> callable`` is the op over ``jax.Array`` values for the XLA lowering
-(:mod:`graphfront.runtime.xla`; the contract of the user ops' ``xla`` rule).
+``learning_rate_schedule_conf``). Each is registered with :func:`graphfront.ops.registry.op`
+like a user op, under its conf field name (``conf=``): its inputs and output are fields of
+that conf, and its rules (infer, kernel, grad, sbp, xla) take the same contexts as a user op's,
+reading the conf as ``ctx.conf``. Interface ops have no kernel: the runtime binds them to
+feeds, the variable store, fetches and watch handlers.
 """
 from __future__ import annotations
-
-import dataclasses
-import math
-from typing import Callable, Optional
 
 import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpCheckError
+from graphfront.ops.common import like
+from graphfront.ops.lr_schedule import learning_rate_at
+from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
+from graphfront.runtime.variable_store import initial_value
 
 
-@dataclasses.dataclass
-class SystemOpDef:
-    conf_name: str
-    input_fields: tuple          # conf fields holding input lbns (string or repeated string)
-    output_field: Optional[str]  # conf field naming the single output blob, or None
-    infer: Callable              # (conf, {field: TensorDesc}, job_conf) -> (shape, dtype[, is_dynamic]) or None
-    kernel: Optional[Callable] = None   # (conf, KernelCtx) -> callable(*inputs) -> tensor
-    interface: bool = False
-    grad_pass_through: Optional[str] = None  # input field whose grad is the output grad
-    view: bool = False           # output may alias the input
-    random: bool = False         # results differ between runs (never folded or hoisted)
-    xla: Optional[Callable] = None      # (conf) -> callable over jax arrays (graphfront.runtime.xla)
-
-
-SYSTEM_OPS: dict = {}
-
-
-def system_op(conf_name, input_fields=(), output_field="out", *, infer, kernel=None,
-              interface=False, grad_pass_through=None, view=False, random=False, xla=None):
-    SYSTEM_OPS[conf_name] = SystemOpDef(conf_name, tuple(input_fields), output_field, infer,
-                                        kernel, interface, grad_pass_through, view, random, xla)
-
-
-def _like(field):
-    return lambda conf, ins, job_conf: (ins[field].shape, ins[field].dtype)
+def system_op(conf_name, inputs=(), outputs=("out",), kernel=None, **rules):
+    """Register the system op held in ``OperatorConf.<conf_name>``: ``inputs`` and ``outputs``
+    name the conf's fields holding input lbns and the output blob name (a repeated field
+    as ``"field*"``); ``rules`` are :func:`graphfront.ops.registry.op`'s."""
+    return op(conf_name, conf=conf_name, inputs=inputs, outputs=outputs, kernel=kernel, **rules)
 
 
 def _shape_of(proto_shape):
     return tuple(int(d) for d in proto_shape.dim)
 
 
-def _input_infer(conf, ins, job_conf):
-    bc = conf.blob_conf
+def _input_infer(ctx):
+    bc = ctx.conf.blob_conf
     if not (bc.HasField("shape") and bc.HasField("data_type")):
         raise OpCheckError("input_conf.blob_conf needs shape and data_type")
-    return _shape_of(bc.shape), _dt.from_proto(bc.data_type)
+    # dynamic: a blob declared so (ListNumpy placeholders)
+    ctx.set_output("out", _shape_of(bc.shape), _dt.from_proto(bc.data_type), is_dynamic=bc.is_dynamic)
 
 
-def _variable_infer(conf, ins, job_conf):
-    data_type = conf.data_type if conf.HasField("data_type") else job_conf.default_data_type
-    return _shape_of(conf.shape), _dt.from_proto(data_type)
+def _variable_infer(ctx):
+    data_type = ctx.conf.data_type if ctx.conf.HasField("data_type") else ctx.job_conf.default_data_type
+    ctx.set_output("out", _shape_of(ctx.conf.shape), _dt.from_proto(data_type))
 
 
-system_op("input_conf", (), infer=_input_infer, interface=True)
-system_op("variable_conf", (), infer=_variable_infer, interface=True)
-system_op("return_conf", ("in",), infer=_like("in"), interface=True)
-system_op("foreign_watch_conf", ("in",), None, infer=lambda conf, ins, jc: None, interface=True)
-system_op("identity_conf", ("in",), infer=_like("in"), kernel=lambda conf, k: (lambda x: x),
-          grad_pass_through="in", view=True, xla=lambda conf: (lambda x: x))
+def _input_sbp(ctx):
+    nd = ctx.conf.blob_conf.nd_sbp.sbp_parallel
+    want = _sbp.from_proto(nd[0]) if len(nd) and not ctx.conf.blob_conf.is_dynamic else _sbp.B
+    return [{"out": want}, {"out": _sbp.B}]
 
 
-def _constant_like_infer(conf, ins, job_conf):
-    dtype = _dt.from_proto(conf.data_type) if conf.HasField("data_type") else ins["like"].dtype
-    return ins["like"].shape, dtype
+def _split_through(ctx, partial=False):
+    """Candidates of a one-input op whose output is its input: split along any axis (and P)."""
+    cands = [{"in": _sbp.split(k), "out": _sbp.split(k)} for k in range(ctx.ndim("in"))]
+    return cands + ([{"in": _sbp.P, "out": _sbp.P}] if partial else [])
 
 
-def _constant_like_kernel(conf, k):
-    value = conf.int_operand if conf.WhichOneof("scalar_operand") == "int_operand" else conf.float_operand
-    dtype = _dt.from_proto(conf.data_type).torch if conf.HasField("data_type") else None
+system_op("input_conf", infer=_input_infer, interface=True, no_grad=True, sbp=_input_sbp)
+system_op("variable_conf", infer=_variable_infer, interface=True, no_grad=True,
+          sbp=lambda ctx: [{"out": ctx.variable_sbp.get(ctx.op_name, _sbp.B)}])
+system_op("return_conf", ("in",), infer=like("in"), interface=True, no_grad=True, sbp=_split_through)
+system_op("foreign_watch_conf", ("in",), (), infer=lambda ctx: None, interface=True, no_grad=True)
+system_op("identity_conf", ("in",), infer=like("in"), kernel=lambda k: (lambda x: x),
+          grad=lambda g: g.set_grad("in", g.dout("out")), view=True, xla=lambda k: (lambda x: x),
+          sbp=lambda ctx: _split_through(ctx, partial=True))
+
+
+def _constant_like_infer(ctx):
+    conf = ctx.conf
+    dtype = _dt.from_proto(conf.data_type) if conf.HasField("data_type") else ctx.input("like").dtype
+    ctx.set_output("out", ctx.input("like").shape, dtype)
+
+
+def _constant_like_value(conf):
+    return conf.int_operand if conf.WhichOneof("scalar_operand") == "int_operand" else conf.float_operand
+
+
+def _constant_like_kernel(k):
+    value = _constant_like_value(k.conf)
+    dtype = _dt.from_proto(k.conf.data_type).torch if k.conf.HasField("data_type") else None
     return lambda like: torch.full_like(like, value, dtype=dtype)
 
 
-def _constant_like_xla(conf):
+def _constant_like_xla(k):
     import jax.numpy as jnp
-    value = conf.int_operand if conf.WhichOneof("scalar_operand") == "int_operand" else conf.float_operand
-    dtype = _dt.from_proto(conf.data_type).np if conf.HasField("data_type") else None
+    value = _constant_like_value(k.conf)
+    dtype = _dt.from_proto(k.conf.data_type).np if k.conf.HasField("data_type") else None
     return lambda like: jnp.full_like(like, value, dtype=dtype)
 
 
 system_op("constant_like_conf", ("like",), infer=_constant_like_infer, kernel=_constant_like_kernel,
-          xla=_constant_like_xla)
+          xla=_constant_like_xla, no_grad=True)
 
 
-def _decode_random_infer(conf, ins, job_conf):
+def _decode_random_infer(ctx):
+    conf = ctx.conf
     if conf.batch_size < 1:
         raise OpCheckError(f"decode_random_conf.batch_size must be >= 1, received {conf.batch_size}")
-    return (int(conf.batch_size),) + _shape_of(conf.shape), _dt.from_proto(conf.data_type)
+    ctx.set_output("out", (int(conf.batch_size),) + _shape_of(conf.shape), _dt.from_proto(conf.data_type))
 
 
-def _decode_random_kernel(conf, k):
+def _decode_random_kernel(k):
     """A new batch drawn from ``data_initializer`` on every run (OneFlow v0.6.0
     ``oneflow/core/kernel/decode_random_kernel.cpp``), on the op's device, from the op's
     own generator there (:meth:`~graphfront.runtime.plan.KernelCtx.generator`)."""
-    from graphfront.runtime.variables import initial_value
+    conf = k.conf
     shape = (int(conf.batch_size),) + _shape_of(conf.shape)
     dtype = _dt.from_proto(conf.data_type)
     gen, device = k.generator(), k.device
@@ -114,179 +115,14 @@ def _decode_random_kernel(conf, k):
 
 
 # ``tick`` orders the op after another (a control edge, ``ctrl_in_op_name``), it carries no data
-system_op("decode_random_conf", (), infer=_decode_random_infer, kernel=_decode_random_kernel, random=True)
+system_op("decode_random_conf", infer=_decode_random_infer, kernel=_decode_random_kernel, random=True, no_grad=True)
 
 
-# ---------------------------------------------------------------- learning-rate schedule
-
-def learning_rate_at(conf, step):
-    """Learning rate of a ``LearningRateScheduleOpConf`` at train step ``step`` (0-based).
-
-    ``step``: an int (the rate is returned as a float), or a tensor of steps on any device
-    (returned as a float64 tensor of its shape, computed there by torch ops only: a GPU
-    evaluates the schedule without the host reading the step, in a CUDA graph too).
-
-    OneFlow's schedule semantics (v0.6.0 ``oneflow/core/job/learning_rate_schedule_conf.proto``
-    and ``oneflow/core/kernel/learning_rate_schedule_kernel.cpp``; the kinds are
-    TensorFlow's ``tf.compat.v1.train.*_decay`` family, which OneFlow's conf mirrors):
-
-    * **warmup first**: while ``step < warmup_batches`` the LR is the *base* LR times the
-      warmup multiplier (constant: ``multiplier``; linear: ``start_multiplier + (1 -
-      start_multiplier) * step / warmup_batches``) and the decay is ignored;
-    * **then decay on the raw step**: from ``warmup_batches`` on, the decay is evaluated
-      at ``step`` itself, not at ``step - warmup_batches`` (OneFlow's schedule kernel
-      picks warmup *or* decay for a step, both on the same train step, as the BERT
-      recipe it follows: warmup over the first N steps of a decay that started at 0).
-
-    With ``b`` = base LR, ``s`` = step, ``D`` = ``decay_batches``:
-
-    ========================  ===================================================================
-    kind                      learning rate
-    ========================  ===================================================================
-    exponential               ``b * rate ** p``, ``p = s / D`` (``floor`` if staircase)
-    inverse_time              ``b / (1 + rate * p)``
-    natural_exp               ``b * exp(-rate * p)``
-    piecewise_constant        ``values[i]``, ``i`` = number of boundaries ``< s`` (``s <=
-                              boundaries[0]`` -> ``values[0]``; TF's convention)
-    piecewise_scaling         ``b * scales[i]``, same ``i`` (``scales`` has one entry more than
-                              ``boundaries``; single-client prepends 1)
-    polynomial                ``(b - end) * (1 - t / D') ** power + end``; ``t = min(s, D)``,
-                              ``D' = D``; with cycle ``t = s``, ``D' = D * ceil(s / D)`` (1 at s = 0)
-    cosine                    ``b * ((1 - alpha) * 0.5 * (1 + cos(pi * t / D)) + alpha)``, ``t = min(s, D)``
-    linear_cosine             ``b * ((alpha + (D - t) / D) * 0.5 * (1 + cos(2 pi num_periods t / D)) + beta)``
-    cosine_annealing          ``eta_min + (b - eta_min) * (1 + cos(pi * s / t_max)) / 2`` (torch's
-                              ``CosineAnnealingLR`` closed form)
-    step                      ``b * gamma ** floor(s / step_size)``
-    multi_step                ``b * gamma ** (number of milestones <= s)``
-    ========================  ===================================================================
-
-    Raises:
-        ValueError: a conf that OneFlow's kernel rejects (``decay_batches``/``t_max``/
-            ``step_size`` <= 0, ``warmup_batches`` < 0, list lengths that do not match).
-    """
-    if isinstance(step, torch.Tensor):
-        return _schedule(conf, step.to(torch.float64), _ON_DEVICE)
-    return float(_schedule(conf, float(step), _ON_HOST))
-
-
-class _OnHost:
-    """The operations of :func:`_schedule` on Python floats (the host's step)."""
-    floor, ceil, cos, exp = math.floor, math.ceil, math.cos, math.exp
-    pow = staticmethod(lambda a, b: a ** b)
-    where = staticmethod(lambda cond, a, b: a if cond else b)
-    at_most = staticmethod(min)
-    full_like = staticmethod(lambda s, value: value)
-    number = staticmethod(float)
-
-
-class _OnDevice:
-    """The same operations on float64 tensors, on their device (nothing read on the host)."""
-    floor, ceil, cos, exp, pow, where = torch.floor, torch.ceil, torch.cos, torch.exp, torch.pow, torch.where
-    at_most = staticmethod(lambda s, m: torch.clamp(s, max=m))
-    full_like = staticmethod(torch.full_like)
-    number = staticmethod(lambda cond: cond.to(torch.float64))
-
-
-_ON_HOST, _ON_DEVICE = _OnHost(), _OnDevice()
-
-
-def _schedule(conf, s, m):
-    """:func:`learning_rate_at` at step ``s`` (a float, or a float64 tensor) with the
-    operations ``m`` (:class:`_OnHost` / :class:`_OnDevice`)."""
-    base = float(conf.learning_rate)
-    lr = _decayed(conf, s, base, m)
-    if conf.HasField("warmup_conf"):
-        kind = conf.warmup_conf.WhichOneof("type")
-        if kind is not None:
-            w = getattr(conf.warmup_conf, kind)
-            if w.warmup_batches < 0:  # 0: no warmup (no step is below it), as OneFlow's kernel
-                raise ValueError(f"warmup {kind}: warmup_batches must be >= 0, received {w.warmup_batches}")
-            if w.warmup_batches > 0:
-                if kind == "constant_conf":
-                    warm = base * w.multiplier
-                else:
-                    warm = base * (w.start_multiplier + (1.0 - w.start_multiplier) * s / w.warmup_batches)
-                lr = m.where(s < w.warmup_batches, warm, lr)
-    return lr
-
-
-def _decayed(conf, s, base, m):
-    """The decay of :func:`_schedule` (no warmup)."""
-    if not conf.HasField("learning_rate_decay"):
-        return m.full_like(s, base)
-    decay = conf.learning_rate_decay
-    kind = decay.WhichOneof("type")
-    if kind is None:
-        return m.full_like(s, base)
-    d = getattr(decay, kind)
-
-    def positive(field):
-        value = getattr(d, field)
-        if value <= 0:
-            raise ValueError(f"learning-rate decay {kind}: {field} must be > 0, received {value}")
-        return float(value)
-
-    def pick(boundaries, values, what):
-        """``values[i]``, ``i`` the number of boundaries below the step (exact values)."""
-        if len(values) != len(boundaries) + 1:
-            raise ValueError(f"learning-rate decay {kind}: expects len(boundaries) + 1 = {len(boundaries) + 1} "
-                             f"{what}, received {len(values)}")
-        i = m.full_like(s, 0.0)
-        for bound in boundaries:
-            i = i + m.number(s > bound)
-        out = m.full_like(s, float(values[0]))
-        for j in range(1, len(values)):
-            out = m.where(i == j, float(values[j]), out)
-        return out
-
-    if kind in ("exponential_conf", "inverse_time_conf", "natural_exp_conf"):
-        p = s / positive("decay_batches")
-        if d.staircase:
-            p = m.floor(p)
-        if kind == "exponential_conf":
-            return base * m.pow(float(d.decay_rate), p)
-        if kind == "inverse_time_conf":
-            return base / (1.0 + d.decay_rate * p)
-        return base * m.exp(-d.decay_rate * p)
-    if kind == "piecewise_constant_conf":
-        return pick(d.boundaries, d.values, "values")
-    if kind == "piecewise_scaling_conf":
-        return base * pick(d.boundaries, d.scales, "scales")
-    if kind == "polynomial_conf":
-        total = positive("decay_batches")
-        if d.cycle:
-            t = s
-            total = m.where(s > 0, total * m.ceil(s / total), total)
-        else:
-            t = m.at_most(s, total)
-        return (base - d.end_learning_rate) * (1.0 - t / total) ** d.power + d.end_learning_rate
-    if kind == "cosine_conf":
-        total = positive("decay_batches")
-        t = m.at_most(s, total)
-        return base * ((1.0 - d.alpha) * 0.5 * (1.0 + m.cos(math.pi * t / total)) + d.alpha)
-    if kind == "linear_cosine_conf":
-        total = positive("decay_batches")
-        t = m.at_most(s, total)
-        linear = (total - t) / total
-        cosine = 0.5 * (1.0 + m.cos(math.pi * 2.0 * d.num_periods * t / total))
-        return base * ((d.alpha + linear) * cosine + d.beta)
-    if kind == "cosine_annealing_conf":
-        t_max = positive("t_max")
-        return d.eta_min + (base - d.eta_min) * (1.0 + m.cos(math.pi * s / t_max)) / 2.0
-    if kind == "step_conf":
-        return base * m.pow(float(d.gamma), m.floor(s / positive("step_size")))
-    if kind == "multi_step_conf":
-        count = m.full_like(s, 0.0)
-        for milestone in d.milestones:
-            count = count + m.number(s >= milestone)
-        return base * m.pow(float(d.gamma), count)
-    raise ValueError(f"unsupported learning-rate decay kind {kind!r}")
-
-
-def _lr_kernel(conf, k):
+def _lr_kernel(k):
     """float32 ``(1,)``: the schedule at the train step (:func:`learning_rate_at`): on the
     CPU from the step read on the host, elsewhere (a GPU) computed on the device from the
     step there, so a step never waits on the host for it (and a CUDA graph replays it)."""
+    conf = k.conf
     learning_rate_at(conf, 0)  # (a conf the schedule rejects fails here, when the job is lowered)
 
     def schedule(train_step):
@@ -297,12 +133,13 @@ def _lr_kernel(conf, k):
     return schedule
 
 
-def _lr_xla(conf):
+def _lr_xla(k):
     """float32 ``(1,)``: the schedule evaluated on the host by :func:`learning_rate_at`
     through a host callback from the compiled step (the schedule is a Python function of
     the step). The XLA lowering feeds the value instead when ``train_step`` is a variable."""
     import jax
     import numpy as np
+    conf = k.conf
     out = jax.ShapeDtypeStruct((1,), np.float32)
 
     def host(step):
@@ -310,13 +147,5 @@ def _lr_xla(conf):
     return lambda train_step: jax.pure_callback(host, out, train_step)
 
 
-system_op("learning_rate_schedule_conf", ("train_step",),
-          infer=lambda conf, ins, jc: ((1,), _dt.float32), kernel=_lr_kernel, xla=_lr_xla)
-
-
-def lookup_system(conf_name: str) -> SystemOpDef:
-    try:
-        return SYSTEM_OPS[conf_name]
-    except KeyError:
-        raise KeyError(f"unsupported system op kind {conf_name!r}; supported: "
-                       f"{', '.join(sorted(SYSTEM_OPS))}") from None
+system_op("learning_rate_schedule_conf", ("train_step",), infer=lambda ctx: ctx.set_output("out", (1,), _dt.float32),
+          kernel=_lr_kernel, xla=_lr_xla, no_grad=True)

@@ -48,4 +48,5 @@ SOURCES, SINKS = ("repeat", "unpack"), ("acc", "pack")
 for _type, _attr in TIME_SHAPE_OPS.items():
     op(_type, inputs=["in"], outputs=["out"], attrs={_attr: ("int32", 0)},
        infer=_count_infer(_attr, {"unpack": "divide", "pack": "multiply"}.get(_type)), kernel=None,
+       amp="gray" if _type == "acc" else "clear",
        doc=f"time-shape op (unrolled before autograd by passes.time_shape; attr {_attr})")

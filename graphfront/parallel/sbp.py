@@ -31,6 +31,7 @@ from graphfront.core import sbp_parallel_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
 from graphfront.ops import registry
+from graphfront.runtime.plan import schedule
 
 B, P = "B", "P"
 _SPLIT = re.compile(r"^S\((\d+)\)$")
@@ -90,17 +91,21 @@ def bn_in_op(op_conf, arg, index) -> str:
 # ---------------------------------------------------------------------------- rule context
 
 class SbpCtx:
-    """What an SBP rule sees: the op's args with their logical shapes and attrs, the
-    layouts its inputs arrive in, and the number of devices."""
+    """What an SBP rule sees: the op's args with their logical shapes and attrs (a system
+    op: its ``conf``), the layouts its inputs arrive in, the number of devices and the
+    layouts chosen for the job's variables (``variable_sbp``: op name -> SBP)."""
 
-    def __init__(self, op_conf, descs, blob_sbp, parallel_num):
+    def __init__(self, op_conf, descs, blob_sbp, parallel_num, variable_sbp=None):
         self.op_conf = op_conf
+        self.op_name = op_conf.name
+        self.conf = getattr(op_conf, jb.op_kind(op_conf))
         self.parallel_num = parallel_num
+        self.variable_sbp = variable_sbp or {}
         self._ins = jb.op_inputs(op_conf)
         self._outs = jb.op_outputs(op_conf)
         self._descs = descs
         self._blob_sbp = blob_sbp
-        self.attrs = jb.user_attrs(op_conf) if jb.op_kind(op_conf) == "user_conf" else {}
+        self.attrs = jb.user_attrs(op_conf)
         self.input_args = list(dict.fromkeys(a for a, _, _ in self._ins))
         self.output_args = list(dict.fromkeys(a for a, _, _ in self._outs))
 
@@ -279,23 +284,6 @@ def _update_rule(ctx, mutated):
     return [sig]
 
 
-# ---------------------------------------------------------------------------- system ops
-
-def _system_rule(kind, op_conf, ctx, variable_sbp):
-    conf = getattr(op_conf, kind)
-    if kind == "input_conf":
-        nd = conf.blob_conf.nd_sbp.sbp_parallel
-        want = from_proto(nd[0]) if len(nd) and not conf.blob_conf.is_dynamic else B
-        return [{"out": want}, {"out": B}]
-    if kind == "variable_conf":
-        return [{"out": variable_sbp.get(op_conf.name, B)}]
-    if kind in ("return_conf", "identity_conf"):
-        rank = ctx.ndim("in")
-        cands = [{"in": split(k), "out": split(k)} for k in range(rank)]
-        return cands + ([{"in": P, "out": P}] if kind == "identity_conf" else [])
-    return []
-
-
 # ---------------------------------------------------------------------------- inference
 
 def boxing_cost(src, dst, nbytes) -> float:
@@ -330,13 +318,11 @@ def _variable_sbp(job, n):
             hints[op.name] = parse(op.variable_conf.nd_sbp[0])
     producer = {f"{op.name}/out": op.name for op in job.net.op if jb.op_kind(op) == "variable_conf"}
     for op in job.net.op:
-        if jb.op_kind(op) != "user_conf":
-            continue
-        opdef = registry.lookup(op.user_conf.op_type_name)
+        opdef = registry.op_def(op)
         args = opdef.mutated_args(jb.user_attrs(op)) if opdef.may_mutate else ()
-        uc = op.user_conf
-        for i in range(max((len(uc.input[a].s) for a in args if a in uc.input), default=0)):
-            names = [producer.get(uc.input[a].s[i]) for a in args if a in uc.input and i < len(uc.input[a].s)]
+        ins = jb.op_args(op)[0]
+        for i in range(max((len(ins[a]) for a in args if a in ins), default=0)):
+            names = [producer.get(ins[a][i]) for a in args if a in ins and i < len(ins[a])]
             names = [m for m in names if m]
             split_hint = next((hints[m] for m in names if m in hints), None)
             if split_hint:
@@ -356,28 +342,22 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False) -> dic
     when no candidate of its rule is valid (an in-place update of a blob whose layout the
     rule cannot keep).
     """
-    from graphfront.runtime.plan import schedule
     descs = {lbn: jb.TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
     variable_sbp = _variable_sbp(job, parallel_num)
     blob_sbp, converted, result = {}, set(), {}
     order, _ = schedule(job)
     for op in order:
-        ctx = SbpCtx(op, descs, blob_sbp, parallel_num)
+        ctx = SbpCtx(op, descs, blob_sbp, parallel_num, variable_sbp)
         kind = jb.op_kind(op)
-        mutated = ()
+        opdef = registry.op_def(op)
+        mutated = opdef.mutated_args(ctx.attrs) if opdef.may_mutate else ()
         if op.name in replicated and kind != "variable_conf":
             cands = [_with(ctx, B)]
-        elif kind == "user_conf":
-            opdef = registry.lookup(op.user_conf.op_type_name)
-            mutated = opdef.mutated_args(ctx.attrs) if opdef.may_mutate else ()
-            if mutated:
-                cands = _update_rule(ctx, mutated)
-            else:
-                cands = opdef.sbp(ctx) if opdef.sbp is not None else []
-                cands = cands if isinstance(cands, Only) else cands + [_with(ctx, B)]
+        elif mutated:
+            cands = _update_rule(ctx, mutated)
         else:
-            cands = [] if kind == "return_conf" and gather_returns else _system_rule(kind, op, ctx, variable_sbp)
-            cands = cands + [_with(ctx, B)]
+            cands = opdef.sbp(ctx) if opdef.sbp is not None and not (kind == "return_conf" and gather_returns) else []
+            cands = cands if isinstance(cands, Only) else cands + [_with(ctx, B)]
         best, best_cost = None, None
         for sig in cands:
             if not _valid(ctx, sig, parallel_num):

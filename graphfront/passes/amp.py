@@ -6,9 +6,9 @@ dtypes (the gradient of a ``cast`` is a ``cast`` back), so variables keep float3
 master weights and float32 gradients, and the loss stays float32.
 
 Which ops run in low precision follows ``oneflow/core/job_rewriter/auto_mixed_precision.cpp``
-with the lists of ``auto_mixed_precision_lists.cpp`` (:data:`WHITE_LIST`,
-:data:`GRAY_LIST`, :data:`CLEAR_LIST`; OneFlow's black list is empty, so no black set
-is computed; list entries graphfront has not registered simply never match):
+with the lists of ``auto_mixed_precision_lists.cpp``. Each op's list is the ``amp`` field of
+its definition in the registry (``op(..., amp="white" | "gray" | "clear")``, beside its
+kernel; OneFlow's black list is empty, so no black set is computed):
 
 1. *upstream of white*: walking from the sinks toward the sources, a gray or clear op
    joins when one of its consumers is a white-list op (or already joined); a gray or
@@ -20,8 +20,9 @@ is computed; list entries graphfront has not registered simply never match):
 4. every float32 blob entering a white-set op from outside gets a ``cast`` to the
    low-precision type named ``<producer>-<blob>-cast_f2h``; every float32 blob leaving
    the white set for another op gets a ``cast`` back named ``<producer>-<blob>-cast_h2f``.
-   ``normalization``'s ``moving_mean``/``moving_variance``/``gamma``/``beta`` (and
-   ``normalization_grad``'s ``gamma``) are never cast (OneFlow's no-cast registry).
+   An op's ``amp_no_cast`` inputs are never cast (OneFlow's no-cast registry:
+   ``normalization``'s ``moving_mean``/``moving_variance``/``gamma``/``beta``,
+   ``normalization_grad``'s ``gamma``).
 
 The low-precision type: OneFlow v0.6.0 only knows float16 (and only on CUDA). graphfront
 also runs CPU ops in low precision; the type is the job flag
@@ -36,28 +37,10 @@ from __future__ import annotations
 from graphfront.core import job_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
+from graphfront.ops import registry
 from graphfront.ops.builder import UserOpConfBuilder
 from graphfront.passes.rewrite import Net, set_op_input, user_type
 
-WHITE_LIST = frozenset({
-    "matmul", "batch_matmul", "conv2d", "amp_white_identity", "broadcast_matmul",
-    "fused_self_attention_query_mul_key_and_value", "prelu", "tf_prelu"})
-GRAY_LIST = frozenset({
-    "add_n", "tf_avg_pool_1d", "tf_avg_pool_2d", "tf_avg_pool_3d", "bias_add", "multiply", "sigmoid", "tanh",
-    "sqrt", "scalar_mul", "scalar_add", "broadcast_add", "broadcast_sub", "broadcast_mul", "broadcast_div",
-    "layer_norm", "dropout", "softmax", "gelu", "normalization", "normalization_add_relu",
-    "sparse_softmax_cross_entropy", "fused_tril_scale_softmax_mask_scale", "fused_scale_mask_softmax_dropout",
-    "fused_scale_mask_softmax", "fused_bias_add_gelu", "fused_bias_add_mask_scale", "acc"})
-CLEAR_LIST = frozenset({
-    "gather", "tf_max_pool_1d", "tf_max_pool_2d", "tf_max_pool_3d", "reshape", "relu", "transpose",
-    "random_mask_like", "concat", "pad", "same_padding", "tril", "slice", "fused_scale_tril", "identity", "flatten",
-    "squeeze", "expand_dims", "cast_to_static_shape", "parallel_cast", "hierarchical_parallel_cast",
-    "hierarchical_parallel_cast_like", "repeat", "unpack", "pack", "nvtx_start", "nvtx_end"})
-NO_CAST = frozenset({
-    ("normalization", "moving_mean"), ("normalization", "moving_variance"), ("normalization", "gamma"),
-    ("normalization", "beta"), ("normalization_grad", "gamma"),
-    ("normalization_add_relu", "moving_mean"), ("normalization_add_relu", "moving_variance"),
-    ("normalization_add_relu", "gamma"), ("normalization_add_relu", "beta")})
 DTYPE_FLAG = "mixed_precision_data_type"
 
 
@@ -71,11 +54,18 @@ def low_precision_dtype(job):
     return _dt.float16 if on_cuda else _dt.bfloat16
 
 
+def amp_list(op_conf):
+    """The AMP list (``"white"``, ``"gray"``, ``"clear"``) of an op, from its registry entry; None
+    for ops on no list (and for system ops)."""
+    op_type = user_type(op_conf)
+    return registry.lookup(op_type).amp if op_type is not None else None
+
+
 def white_set(job) -> set:
     """Names of the ops of ``job`` that AMP runs in low precision (steps 1-3 above)."""
     net = Net(job)
     order = list(job.net.op)
-    kinds = {op.name: user_type(op) for op in order}
+    kinds = {op.name: amp_list(op) for op in order}
 
     def producers(op):
         return [net.producer[lbn] for _, _, lbn in jb.op_inputs(op) if lbn in net.producer]
@@ -87,23 +77,23 @@ def white_set(job) -> set:
         return not consumers(op) and not any(lbn in net.protected for _, _, lbn in jb.op_outputs(op))
 
     def graylike(name):
-        return kinds[name] in GRAY_LIST or kinds[name] in CLEAR_LIST
+        return kinds[name] in ("gray", "clear")
 
     upstream = set()
     for op in reversed(order):
-        if kinds[op.name] in WHITE_LIST or (graylike(op.name) and is_sink(op)):
+        if kinds[op.name] == "white" or (graylike(op.name) and is_sink(op)):
             upstream.add(op.name)
         elif graylike(op.name) and any(c in upstream for c in consumers(op)):
             upstream.add(op.name)
     white = set()
     for op in order:
-        if kinds[op.name] in WHITE_LIST:
+        if kinds[op.name] == "white":
             white.add(op.name)
         elif op.name in upstream and any(p in white for p in producers(op)):
             white.add(op.name)
     for walk, neighbours in ((order, producers), (list(reversed(order)), consumers)):
         for op in walk:
-            if kinds[op.name] in CLEAR_LIST and op.name not in white and any(n in white for n in neighbours(op)):
+            if kinds[op.name] == "clear" and op.name not in white and any(n in white for n in neighbours(op)):
                 white.add(op.name)
     return white
 
@@ -147,12 +137,12 @@ def auto_mixed_precision(job):
         conf = type(op)()
         conf.CopyFrom(op)
         in_white = op.name in white
-        op_type = user_type(op)
+        no_cast = registry.lookup(user_type(op)).amp_no_cast if user_type(op) is not None else ()
         for arg, i, lbn in jb.op_inputs(op):
             src = producer.get(lbn)
             if lbn not in float32 or src is None or (src in white) == in_white:
                 continue
-            if in_white and (op_type, arg) not in NO_CAST:
+            if in_white and arg not in no_cast:
                 set_op_input(conf, arg, i, cast(lbn, low, "-cast_f2h"))
             elif not in_white:
                 set_op_input(conf, arg, i, cast(lbn, _dt.float32, "-cast_h2f"))

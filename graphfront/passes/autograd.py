@@ -25,7 +25,6 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError, format_location
 from graphfront.ops import registry
 from graphfront.ops.builder import UserOpConfBuilder, unique_str
-from graphfront.ops.system import lookup_system
 from graphfront.passes import loss_scale
 
 VARIABLE_GRAD_TAG = "variable_grad"
@@ -39,7 +38,7 @@ class GradCtx:
         self.op_conf = op_conf
         self.op_name = op_conf.name
         self.attrs = jb.user_attrs(op_conf)
-        self._uc = op_conf.user_conf
+        self._ins, self._outs = jb.op_args(op_conf)
         self._out_grads = out_grads
         self._requires = requires
         self.input_grads = []  # (input lbn, gradient lbn) pairs
@@ -48,29 +47,29 @@ class GradCtx:
         return self.attrs[name]
 
     def has_input(self, arg) -> bool:
-        return arg in self._uc.input and len(self._uc.input[arg].s) > 0
+        return len(self._ins.get(arg, ())) > 0
 
     def input(self, arg, i=0) -> str:
-        return self._uc.input[arg].s[i]
+        return self._ins[arg][i]
 
     def inputs(self, arg) -> list:
-        return list(self._uc.input[arg].s) if arg in self._uc.input else []
+        return list(self._ins.get(arg, ()))
 
     def output(self, arg, i=0) -> str:
-        return self._uc.output[arg].s[i]
+        return self._outs[arg][i]
 
     def outputs(self, arg) -> list:
-        return list(self._uc.output[arg].s) if arg in self._uc.output else []
+        return list(self._outs.get(arg, ()))
 
     def dout(self, arg, i=0):
         """The gradient lbn of output ``arg`` (None when no gradient reaches it)."""
-        if arg not in self._uc.output:
+        if arg not in self._outs:
             return None
-        return self._out_grads.get(self._uc.output[arg].s[i])
+        return self._out_grads.get(self._outs[arg][i])
 
     def needs(self, arg, i=0) -> bool:
         """Whether input ``arg`` (index ``i``) needs a gradient."""
-        return self.has_input(arg) and i < len(self._uc.input[arg].s) and self._uc.input[arg].s[i] in self._requires
+        return i < len(self._ins.get(arg, ())) and self._ins[arg][i] in self._requires
 
     def desc(self, lbn):
         return self.builder.desc(lbn)
@@ -104,7 +103,7 @@ class GradCtx:
         A blob feeding several inputs of one op collects one partial gradient per input.
         """
         if lbn is not None:
-            self.input_grads.append((self._uc.input[arg].s[i], lbn))
+            self.input_grads.append((self._ins[arg][i], lbn))
         return True
 
 
@@ -132,17 +131,12 @@ def autograd(job):
                 variables.append(op.name)
                 requires.update(lbn for _, _, lbn in jb.op_outputs(op))
             continue
-        if kind == "user_conf":
-            opdef = registry.lookup(op.user_conf.op_type_name)
-            if opdef.no_grad:
-                continue
-            # integer outputs carry a gradient only out of ops with a grad function (a cast
-            # to int and back, an integer loss: OneFlow differentiates through them)
-            carries_int = opdef.grad is not None
-        elif lookup_system(kind).grad_pass_through is None:
+        opdef = registry.op_def(op)
+        if opdef.no_grad:
             continue
-        else:
-            carries_int = True
+        # integer outputs carry a gradient only out of ops with a grad function (a cast
+        # to int and back, an integer loss: OneFlow differentiates through them)
+        carries_int = opdef.grad is not None
         if any(lbn in requires for _, _, lbn in jb.op_inputs(op)):
             for _, _, lbn in jb.op_outputs(op):
                 if carries_int or b.desc(lbn).dtype.is_floating_point:
@@ -183,8 +177,7 @@ def autograd(job):
         return total
 
     for op in reversed(forward):
-        kind = jb.op_kind(op)
-        if kind in ("variable_conf", "input_conf", "return_conf", "foreign_watch_conf"):
+        if registry.op_def(op).interface:
             continue
         outs = [lbn for _, _, lbn in jb.op_outputs(op) if lbn in requires]
         if not outs or not any(lbn in partials for lbn in outs):
@@ -194,12 +187,7 @@ def autograd(job):
             continue
         with b.scope_of_op(op.name, "backward_pass"):
             out_grads = {lbn: summed(lbn) for lbn in outs if lbn in partials}
-            if kind != "user_conf":
-                field = lookup_system(kind).grad_pass_through
-                src = getattr(getattr(op, kind), field)
-                partials.setdefault(src, []).append(out_grads[jb.op_outputs(op)[0][2]])
-                continue
-            opdef = registry.lookup(op.user_conf.op_type_name)
+            opdef = registry.op_def(op)
             if opdef.grad is None:
                 raise JobBuildError(
                     f"op '{op.name}' ({opdef.op_type}) has no grad function, but the loss depends on it through "

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 
 from graphfront.framework import job_builder as jb
-from graphfront.framework.scope import device_count
+from graphfront.framework.scope_symbols import device_count
 from graphfront.framework.errors import JobBuildError
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes.rewrite import Net

@@ -6,17 +6,11 @@ from graphfront.ops import registry
 
 # ops kept even when nothing reads their outputs: interface ops, in-place updates and random
 # ops (they draw from a shared random stream: dropping one would change the others' draws)
-_SINK_KINDS = ("return_conf", "foreign_watch_conf", "variable_conf", "input_conf")
 
 
 def _is_sink(op) -> bool:
-    kind = jb.op_kind(op)
-    if kind in _SINK_KINDS:
-        return True
-    if kind != "user_conf":
-        return False
-    opdef = registry.lookup(op.user_conf.op_type_name)
-    return opdef.random or (opdef.may_mutate and bool(opdef.mutated_args(jb.user_attrs(op))))
+    opdef = registry.op_def(op)
+    return opdef.interface or opdef.random or (opdef.may_mutate and bool(opdef.mutated_args(jb.user_attrs(op))))
 
 
 def prune_dead_ops(job):

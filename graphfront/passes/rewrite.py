@@ -16,7 +16,6 @@ from __future__ import annotations
 from graphfront.framework import job_builder as jb
 from graphfront.ops import registry
 from graphfront.ops.builder import UserOpConfBuilder
-from graphfront.ops.system import lookup_system
 
 
 class Net:
@@ -239,4 +238,4 @@ def is_system_kind(op_conf, kind) -> bool:
     return jb.op_kind(op_conf) == kind
 
 
-__all__ = ["Net", "set_op_input", "has_op_types", "user_type", "single_input", "single_output", "is_system_kind", "lookup_system"]
+__all__ = ["Net", "set_op_input", "has_op_types", "user_type", "single_input", "single_output", "is_system_kind"]

@@ -24,6 +24,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
 from graphfront.ops.builder import UserOpConfBuilder
 from graphfront.ops.time_shape_ops import SINKS, SOURCES, TIME_SHAPE_OPS
+from graphfront.passes.rewrite import set_op_input
 
 
 def _type(op):
@@ -47,18 +48,6 @@ def _renamed(op, i):
             for j, lbn in enumerate(lst.s):
                 lst.s[j] = clone.name + lbn[len(op.name):]
     return clone
-
-
-def _set_input(op, arg, index, lbn):
-    if jb.op_kind(op) == "user_conf":
-        op.user_conf.input[arg].s[index] = lbn
-        return
-    conf = getattr(op, jb.op_kind(op))
-    value = getattr(conf, arg)
-    if isinstance(value, str):
-        setattr(conf, arg, lbn)
-    else:
-        value[index] = lbn
 
 
 def _user_op(name, op_type, inputs, attrs, template):
@@ -159,7 +148,7 @@ def unroll_time_shape(job):
             for i in range(n):
                 clone = _renamed(op, i)
                 for arg, index, lbn in jb.op_inputs(op):
-                    _set_input(clone, arg, index, piece(lbn, i))
+                    set_op_input(clone, arg, index, piece(lbn, i))
                 for (_, _, old), (_, _, new) in zip(jb.op_outputs(op), jb.op_outputs(clone)):
                     descs[new].CopyFrom(descs[old])
                 new_ops.append(clone)

@@ -41,9 +41,16 @@ import traceback
 import torch
 import torch.multiprocessing as mp
 
+from graphfront.core import job_pb2, op_conf_pb2
 from graphfront.framework import job_builder as jb
+from graphfront.framework.env_settings import current_env
 from graphfront.parallel import sbp as _sbp
-from graphfront.runtime.variables import VariableStore
+from graphfront.parallel.placement import machine_count
+from graphfront.passes.mirrored import is_mirrored
+from graphfront.runtime.lowering import Lowering
+from graphfront.runtime.plan import Plan
+from graphfront.runtime.variable_store import VariableStore
+from graphfront.runtime.walk import ScheduleWalk
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -92,7 +99,6 @@ def watches_as_returns(job):
     client calls the handlers, which live in its process."""
     if not any(jb.op_kind(op) == "foreign_watch_conf" for op in job.net.op):
         return job, []
-    from graphfront.core import op_conf_pb2
     wj = copy.deepcopy(job)
     kept, returns, uuids = [], [], []
     for op in wj.net.op:
@@ -122,18 +128,14 @@ def part(buf, shape):
 
 class _WorkerJob:
     def __init__(self, job, n, rank, local_rank, device, store, feeds, outs):
-        from graphfront.passes.mirrored import is_mirrored
-        from graphfront.runtime.plan import Plan
         self.n, self.rank, self.local_rank, self.device = n, rank, local_rank, device
         self.mirrored = is_mirrored(job)
-        if not self.mirrored:
-            sbps = _sbp.blob_sbps(job)
-            inputs = [op for op in job.net.op if jb.op_kind(op) == "input_conf"]
-            returns = [op for op in job.net.op if jb.op_kind(op) == "return_conf"]
-            self.feed_sbps = [sbps[f"{op.name}/out"] for op in inputs]
-            self.out_sbps = [sbps[getattr(op.return_conf, "in")] for op in returns]
         self.feeds, self.outs = feeds, outs
         self.plan = Plan(local_job(job, n, local_rank), store, {}, cuda_graph=False)
+        if not self.mirrored:
+            sbps = _sbp.blob_sbps(job)
+            self.feed_sbps = [sbps[lbn] for lbn in self.plan.input_lbns]
+            self.out_sbps = [sbps[lbn] for lbn in self.plan.result_lbns]
 
     def run(self, feed_shapes):
         """Run one step; a mirrored job reads its part of each feed (``feed_shapes[f][local
@@ -182,7 +184,6 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 break
             if cmd == "compile":
                 name, job_bytes, feeds, outs, new_vars = payload
-                from graphfront.core import job_pb2
                 job = job_pb2.Job.FromString(job_bytes)
                 sbps = _sbp.blob_sbps(job)
                 for var_name, t in new_vars.items():
@@ -220,13 +221,11 @@ def _free_port():
 
 def rendezvous(session):
     """``(master address, port, machine rank, machine count)`` for the session's workers."""
-    from graphfront import env
-    from graphfront.parallel.placement import machine_count
     machines = machine_count(session)
     machine_rank = int(os.environ.get("GRAPHFRONT_MACHINE_RANK", os.environ.get("RANK", 0)) if machines > 1 else 0)
     addr = os.environ.get("MASTER_ADDR")
     port = os.environ.get("MASTER_PORT")
-    conf = env.current_env() if hasattr(env, "current_env") else {}
+    conf = current_env()
     if not addr:
         listed = conf.get("machine") if isinstance(conf, dict) else None
         if listed:
@@ -435,7 +434,7 @@ def _session_group(session, n, device_tag):
     return group
 
 
-class DistributedPlan:
+class DistributedPlan(Lowering):
     """What :class:`CompiledJob` calls for a job on ``n > 1`` devices: the same interface
     as :class:`graphfront.runtime.plan.Plan` (``plan(feeds) -> results``, ``input_names``,
     ``output_names``, ``order``, ``source``), running on the session's workers.
@@ -444,22 +443,18 @@ class DistributedPlan:
     """
 
     def __init__(self, session, job, n, part=""):
-        from graphfront.runtime.plan import schedule
         self.job = job
         self.name = job.job_conf.job_name
         self.key = f"{self.name}:{part}" if part else self.name  # the workers' name for it (``part``: one of
         # several plans of a job, as gradient accumulation's "micro" and "update")
-        self.order, _ = schedule(job)
-        self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
-        self.output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
+        walk = ScheduleWalk(job)
+        self.order, self.input_names, self.output_names = walk.order, walk.input_names, walk.output_names
         self.devices = set()
-        descs = {lbn: jb.TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
-        by_name = {op.name: op for op in job.net.op}
+        descs = walk.descs
         tags = {op.device_tag for op in job.net.op if jb.op_kind(op) not in ("return_conf",)}
         device_tag = "gpu" if "gpu" in tags else "cpu"
         self.group = _session_group(session, n, device_tag)
         self.store = session.variables
-        from graphfront.passes.mirrored import is_mirrored
         self.mirrored = is_mirrored(job)
         self.parts = n if self.mirrored else 1  # arrays per ListNumpy argument
         if self.mirrored and len(self.group.ranks) != n:
@@ -482,8 +477,8 @@ class DistributedPlan:
                                    "FunctionConfig().default_logical_view(flow.scope.mirrored_view()), for "
                                    "tp.ListNumpy placeholders: one array per device)")
             return torch.zeros(d.shape, dtype=d.dtype.torch).share_memory_()
-        self.feed_bufs = [buffer(f"{name}/out") for name in self.input_names]
-        self.out_bufs = [buffer(getattr(by_name[name].return_conf, "in")) for name in self.output_names]
+        self.feed_bufs = [buffer(lbn) for lbn in walk.input_lbns]
+        self.out_bufs = [buffer(lbn) for lbn in walk.result_lbns]
         self.watch_bufs = [buffer(getattr(op.foreign_watch_conf, "in")) for op in watches]
         var_names = [op.name for op in job.net.op if jb.op_kind(op) == "variable_conf"]
         self.store.tensors  # noqa: B018 - bring the shared tensors up to date before sharing more
@@ -491,6 +486,9 @@ class DistributedPlan:
         replies = self.group.request("compile", (self.key, worker_job.SerializeToString(), self.feed_bufs,
                                                  self.out_bufs + self.watch_bufs, new_vars))
         self.source = f"# device 0 of {n} (every device runs the same plan over its local shapes)\n" + replies[0]
+
+    def before_call(self, variables):
+        """Nothing: a call sends the variables changed here to the workers itself."""
 
     def __call__(self, feeds):
         """Run one step. ``feeds``: one tensor per argument, or for a mirrored job one list

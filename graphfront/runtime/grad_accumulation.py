@@ -33,10 +33,11 @@ import torch
 
 from graphfront.core import op_conf_pb2
 from graphfront.framework import job_builder as jb
-from graphfront.framework import scope as _scope
+from graphfront.framework import scope_symbols as _scope
 from graphfront.framework.errors import JobBuildError
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes.rewrite import Net
+from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.plan import Plan
 
 BUFFER_PREFIX = "System-GradientAccumulation-Acc-"
@@ -191,10 +192,11 @@ def _update_job(job, update, boundary, k, layouts):
     return _finish(net)
 
 
-class AccumulatingPlan:
+class AccumulatingPlan(Lowering):
     """Runs a train job with gradient accumulation: the micro-batch plan once per
-    micro-batch, the update plan once per call (see module docstring). Quacks like
-    :class:`graphfront.runtime.plan.Plan` for the session and the inspectors."""
+    micro-batch, the update plan once per call (see module docstring); composes with the
+    lowering of its two parts (a :class:`~graphfront.runtime.plan.Plan` or a
+    :class:`~graphfront.runtime.distributed.DistributedPlan`)."""
 
     def __init__(self, job, k, session, cuda_graph=True, make_plan=None):
         """``make_plan(job, part)`` lowers each of the two jobs, ``part`` "micro" or
@@ -210,14 +212,17 @@ class AccumulatingPlan:
         self.input_names = self.micro.input_names
         self.output_names = self.micro.output_names
         self.order = list(self.micro.order) + list(self.update.order)
+        self.devices = set(self.micro.devices) | set(self.update.devices)
         self.source = (f"# micro-batch plan (runs {k} times per call)\n{self.micro.source}\n"
                        f"# update plan (runs once per call)\n{self.update.source}")
 
+    def before_call(self, variables):
+        """What the micro-batch lowering runs before a call (both parts run in one way)."""
+        self.micro.before_call(variables)
+
     def check_feeds(self, arrays):
-        """The micro-batch plan's check of fed index values (whole batches, numpy)."""
-        check = getattr(self.micro, "check_feeds", None)
-        if check is not None:
-            check(arrays)
+        """The micro-batch lowering's check of fed index values (whole batches, numpy)."""
+        self.micro.check_feeds(arrays)
 
     def __call__(self, feeds):
         parts = [f.chunk(self.k, dim=0) for f in feeds]

@@ -34,7 +34,6 @@ import torch
 from graphfront.runtime.plan import Plan
 
 CACHE_ENV = "GRAPHFRONT_CACHE_DIR"
-COMPILE_MODES = ("plan", "native", "xla", "onnxruntime")  # xla: runtime/xla.py; onnxruntime: runtime/onnxruntime_plan.py
 
 
 def cache_root() -> str:

@@ -1,9 +1,9 @@
 """The onnxruntime lowering of predict jobs: ``compile_mode("onnxruntime")``.
 
 A predict job is converted by the ``onnx`` converters beside the ops' kernels in the
-registry — the same conversion as ``flow.onnx.export`` (:func:`graphfront.onnx.job_to_onnx`
-on the job completed without the cleanup and fusion passes, see
-:func:`graphfront.onnx.export_job`) — into an in-memory ONNX model whose initializers
+registry — the same conversion as ``flow.onnx.export``
+(:func:`graphfront.runtime.onnx_export.job_to_onnx` on the job completed without the
+cleanup and fusion passes, see :func:`graphfront.runtime.onnx_export.export_job`) — into an in-memory ONNX model whose initializers
 hold the session's current variable values, and that model is run by an
 ``onnxruntime.InferenceSession`` on the CPU. Feeds and results are numpy arrays handed
 to onnxruntime directly (no torch tensors on the way). onnxruntime then plays the role
@@ -49,6 +49,9 @@ import numpy as np
 
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
+from graphfront.runtime.lowering import Lowering
+from graphfront.runtime.onnx_export import OnnxExportError, job_to_onnx, missing_converters
+from graphfront.runtime.walk import ScheduleWalk
 
 __all__ = ["OrtPlan", "refusal"]
 
@@ -64,7 +67,6 @@ def refusal(job) -> str | None:
         import onnx  # noqa: F401
     except ImportError as e:
         return f"it needs the packages onnx and onnxruntime ({e}); install them with `{PIP_HINT}`"
-    from graphfront.onnx import missing_converters
     missing = missing_converters(job.net.op)
     watches, gpu, dynamic = [], [], []
     for op in job.net.op:
@@ -86,11 +88,11 @@ def refusal(job) -> str | None:
     return None
 
 
-class OrtPlan:
+class OrtPlan(Lowering):
     """A predict job run by onnxruntime (see module docstring); the Plan interface.
 
     Args:
-        job: the completed predict Job (``graphfront.onnx.export_job(user_job)``: no
+        job: the completed predict Job (``onnx_export.export_job(user_job)``: no
             fusion passes, so every op has its registered ONNX converter).
         session: the Session whose variables (``session.variables``, a VariableStore)
             the job reads; they must exist.
@@ -121,11 +123,9 @@ class OrtPlan:
         if why:
             raise JobBuildError(f"job '{job.job_conf.job_name}' cannot use compile_mode('onnxruntime'): {why}; "
                                 "use compile_mode('plan')")
-        from graphfront.runtime.plan import schedule
         self.job = job
-        self.order, _ = schedule(job)
-        self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
-        self.output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
+        walk = ScheduleWalk(job)
+        self.order, self.input_names, self.output_names = walk.order, walk.input_names, walk.output_names
         self.devices = {"cpu"}
         self._graphfront_session = session
         self._var_names = [op.name for op in job.net.op if jb.op_kind(op) == "variable_conf"]
@@ -134,7 +134,6 @@ class OrtPlan:
 
     def _convert(self):
         """The ONNX model of the job with the variables' current values (raises conversion errors)."""
-        from graphfront.onnx import OnnxExportError, job_to_onnx
         store = self._graphfront_session.variables
         tensors = [store.tensors[n] for n in self._var_names]
         values = {n: t.detach().cpu().numpy() for n, t in zip(self._var_names, tensors)}
@@ -176,9 +175,8 @@ class OrtPlan:
         from onnx import printer
         return printer.to_text(self.model.graph)
 
-    @property
-    def uses_cuda_graph(self) -> bool:
-        return False
+    def before_call(self, variables):
+        """Nothing: a call itself rebuilds the model when a variable moved (module docstring)."""
 
     def __call__(self, feeds):
         """Run on numpy ``feeds`` (input order, the placeholders' shapes and dtypes);

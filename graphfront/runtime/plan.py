@@ -1,8 +1,9 @@
 """Lowering: a completed Job becomes a plan, generated straight-line Python.
 
-``Plan(job, ...)`` orders the ops topologically (data edges, ``ctrl_in_op_name``, and
-in-place updates after every reader of the updated blob or of a view of it), asks each
-op's registered kernel factory for a callable once, and generates one Python function
+``Plan(job, ...)`` walks the ops in schedule order (:class:`~graphfront.runtime.walk.ScheduleWalk`:
+data edges, ``ctrl_in_op_name``, and in-place updates after every reader of the updated
+blob or of a view of it), emitting one line per op: it asks each op's registered kernel
+factory for a callable once, and generates one Python function
 that calls one kernel per op and ``del``s each buffer right after its last use. The
 source of that function is ``plan.source``; it is exactly what runs on each LazyRun.
 
@@ -44,7 +45,6 @@ and op names (which may come from a job file) appear only in comments, through `
 """
 from __future__ import annotations
 
-import heapq
 import warnings
 
 import torch
@@ -52,25 +52,18 @@ import torch
 from graphfront.framework import job_builder as jb
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry
-from graphfront.ops.system import lookup_system
 from graphfront.ops.xla_rules import StepChecks
+from graphfront.runtime.lowering import Lowering
+from graphfront.runtime.walk import (INTERFACE_KINDS, ScheduleWalk, call_layout, device_of, is_view, mutated_lbns,
+                                     placements_of, schedule, watcher)
 
-INTERFACE_KINDS = ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf")
-
-
-def device_of(op_conf, device_ids) -> torch.device:
-    """torch device for an op: ``"gpu"`` -> ``cuda:<first device id>``, else cpu."""
-    if op_conf.device_tag == "gpu":
-        first = int(device_ids[0].split(":")[1].split("-")[0]) if device_ids else 0
-        if torch.cuda.is_available() and first >= torch.cuda.device_count():
-            raise RuntimeError(f"op '{op_conf.name}' is placed on gpu {first}, but this machine has "
-                               f"{torch.cuda.device_count()} GPU(s) (torch.cuda.device_count())")
-        return torch.device("cuda", first)
-    return torch.device("cpu")
+__all__ = ["INTERFACE_KINDS", "KernelCtx", "Plan", "CudaGraphRunner", "call_layout", "device_of", "is_pure",
+           "make_kernel", "placements_of", "run_op", "schedule"]
 
 
 class KernelCtx:
-    """What a kernel factory sees: attrs, input/output descs and the device.
+    """What a kernel factory sees: attrs (a system op: its ``conf``), input/output descs and
+    the device.
 
     ``generators``: a list collecting the generators that :meth:`generator` makes (the
     plan registers them with a captured CUDA graph); None outside a plan.
@@ -79,7 +72,8 @@ class KernelCtx:
     def __init__(self, op_conf, descs, device, generators=None):
         self.op_name = op_conf.name
         self.device = device
-        self._uc = op_conf.user_conf
+        self.conf = getattr(op_conf, jb.op_kind(op_conf))
+        self._ins, self._outs = jb.op_args(op_conf)
         self._descs = descs
         self.attrs = jb.user_attrs(op_conf)
         self._generators = generators
@@ -104,145 +98,39 @@ class KernelCtx:
         return self.attrs[name]
 
     def has_input(self, name) -> bool:
-        return name in self._uc.input and len(self._uc.input[name].s) > 0
+        return len(self._ins.get(name, ())) > 0
 
     def input(self, name, i=0) -> TensorDesc:
-        return self._descs[self._uc.input[name].s[i]] if self.has_input(name) else None
+        return self._descs[self._ins[name][i]] if self.has_input(name) else None
 
     def has_output(self, name) -> bool:
-        return name in self._uc.output
+        return name in self._outs
 
     def output(self, name, i=0) -> TensorDesc:
-        return self._descs[self._uc.output[name].s[i]] if self.has_output(name) else None
+        return self._descs[self._outs[name][i]] if self.has_output(name) else None
 
     def output_count(self, name) -> int:
-        return len(self._uc.output[name].s) if name in self._uc.output else 0
-
-
-def _is_view(op_conf) -> bool:
-    kind = jb.op_kind(op_conf)
-    if kind == "user_conf":
-        return registry.lookup(op_conf.user_conf.op_type_name).view
-    return lookup_system(kind).view
-
-
-def _mutated_lbns(op_conf):
-    if jb.op_kind(op_conf) != "user_conf":
-        return []
-    opdef = registry.lookup(op_conf.user_conf.op_type_name)
-    uc = op_conf.user_conf
-    args = opdef.mutated_args(jb.user_attrs(op_conf)) if opdef.may_mutate else ()
-    return [lbn for arg in args if arg in uc.input for lbn in uc.input[arg].s]
+        return len(self._outs.get(name, ()))
 
 
 def is_pure(op_conf) -> bool:
     """Whether an op (not an interface op) computes the same outputs from the same inputs
     without side effects: it has outputs and a kernel, updates nothing in place and draws
-    no random numbers."""
-    kind = jb.op_kind(op_conf)
-    if kind in INTERFACE_KINDS:
-        return False
-    if kind != "user_conf":
-        sysdef = lookup_system(kind)
-        return sysdef.kernel is not None and sysdef.output_field is not None and not sysdef.random \
-            and kind != "learning_rate_schedule_conf"
-    opdef = registry.lookup(op_conf.user_conf.op_type_name)
-    return not (_mutated_lbns(op_conf) or opdef.kernel is None or not opdef.outputs or opdef.random)
-
-
-def schedule(job):
-    """Topological order of ``job.net.op`` (stable: ties keep the job's order).
-
-    Returns ``(ops, aliased)`` where ``aliased`` is the set of lbns that may alias a
-    blob updated in place (their readers run before the update).
-    """
-    ops = list(job.net.op)
-    index = {op.name: i for i, op in enumerate(ops)}
-    producer, consumers = {}, {}
-    ins = {}
-    for op in ops:
-        for _, _, lbn in jb.op_outputs(op):
-            producer[lbn] = op.name
-        ins[op.name] = [lbn for _, _, lbn in jb.op_inputs(op)]
-        for lbn in ins[op.name]:
-            consumers.setdefault(lbn, []).append(op.name)
-    preds = {op.name: set() for op in ops}
-    for op in ops:
-        p = preds[op.name]
-        for lbn in ins[op.name]:
-            if lbn in producer:
-                p.add(producer[lbn])
-        p.update(n for n in op.ctrl_in_op_name if n in preds)
-    aliased = set()
-    by_name = {op.name: op for op in ops}
-    for op in ops:
-        for lbn in _mutated_lbns(op):
-            stack = [lbn]
-            while stack:
-                cur = stack.pop()
-                if cur in aliased:
-                    continue
-                aliased.add(cur)
-                for reader in consumers.get(cur, []):
-                    if reader != op.name:
-                        preds[op.name].add(reader)
-                        if _is_view(by_name[reader]):
-                            stack.extend(l for _, _, l in jb.op_outputs(by_name[reader]))
-    succs = {name: [] for name in preds}
-    indeg = {name: len(p) for name, p in preds.items()}
-    for name, p in preds.items():
-        for q in p:
-            succs[q].append(name)
-    ready = [(index[n], n) for n, d in indeg.items() if d == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, name = heapq.heappop(ready)
-        order.append(by_name[name])
-        for s in succs[name]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(ready, (index[s], s))
-    if len(order) != len(ops):
-        stuck = sorted(n for n, d in indeg.items() if d > 0)
-        raise RuntimeError(f"job '{job.job_conf.job_name}' has a dependency cycle among ops {stuck[:8]}")
-    return order, aliased
-
-
-def call_layout(op_conf):
-    """How an op's kernel is called: ``(inputs, outputs)``.
-
-    Each is a list of ``(lbns, repeated)`` groups in declaration order: one positional
-    argument per input group (a tensor, None when absent, a list when repeated); the
-    kernel returns one value per output group (a single value when there is one group).
-    """
-    kind = jb.op_kind(op_conf)
-    if kind != "user_conf":
-        return ([([lbn], False) for _, _, lbn in jb.op_inputs(op_conf)],
-                [([lbn], False) for _, _, lbn in jb.op_outputs(op_conf)])
-    opdef = registry.lookup(op_conf.user_conf.op_type_name)
-    uc = op_conf.user_conf
-    ins = [(list(uc.input[a.name].s) if a.name in uc.input else [], a.repeated) for a in opdef.inputs]
-    outs = [(list(uc.output[a.name].s) if a.name in uc.output else [], a.repeated) for a in opdef.outputs]
-    return ins, outs
+    no random numbers (the learning rate follows the train step, a variable)."""
+    opdef = registry.op_def(op_conf)
+    return not (opdef.interface or mutated_lbns(op_conf) or opdef.kernel is None or not opdef.outputs
+                or opdef.random or opdef.op_type == "learning_rate_schedule_conf")
 
 
 def make_kernel(op_conf, descs, device, native=False, generators=None):
     """The callable computing one (non-interface) op, from its registered kernel factory
     (with ``native=True``: the op's ``native`` lowering rule where it has one);
     ``generators`` collects the generators its kernel draws from (:meth:`KernelCtx.generator`)."""
-    kind = jb.op_kind(op_conf)
-    ctx = KernelCtx(op_conf, descs, device, generators)
-    if kind == "user_conf":
-        opdef = registry.lookup(op_conf.user_conf.op_type_name)
-        if opdef.kernel is None:
-            raise RuntimeError(f"op '{op_conf.name}' ({opdef.op_type}) has no kernel")
-        factory = opdef.native if native and opdef.native is not None else opdef.kernel
-        return factory(ctx)
-    sysdef = lookup_system(kind)
-    if sysdef.kernel is None:
-        raise RuntimeError(f"system op '{op_conf.name}' ({kind}) has no kernel")
-    return sysdef.kernel(getattr(op_conf, kind), ctx)
+    opdef = registry.op_def(op_conf)
+    if opdef.kernel is None:
+        raise RuntimeError(f"op '{op_conf.name}' ({opdef.op_type}) has no kernel")
+    factory = opdef.native if native and opdef.native is not None else opdef.kernel
+    return factory(KernelCtx(op_conf, descs, device, generators))
 
 
 def run_op(op_conf, descs, device, values):
@@ -263,14 +151,6 @@ def run_op(op_conf, descs, device, values):
     return result
 
 
-def placements_of(job) -> dict:
-    placements = {}
-    for group in job.placement.placement_group:
-        for name in group.op_set.op_name:
-            placements[name] = tuple(group.parallel_conf.device_name)
-    return placements
-
-
 def _outliving(order):
     """Lbns that may alias storage outliving one call: the feeds and the variables, and
     the outputs of view ops reading them. A result that may alias them is returned as a
@@ -283,15 +163,14 @@ def _outliving(order):
         outs = [lbn for _, _, lbn in jb.op_outputs(op)]
         if kind in ("input_conf", "variable_conf"):
             found.update(outs)
-        elif kind not in INTERFACE_KINDS and _is_view(op) and any(l in found for _, _, l in jb.op_inputs(op)):
+        elif kind not in INTERFACE_KINDS and is_view(op) and any(l in found for _, _, l in jb.op_inputs(op)):
             found.update(outs)
     return found
 
 
 def _device_checked(order, placements):
     """Names of the ops off the CPU whose index inputs are checked in the step."""
-    return {op.name for op in order if jb.op_kind(op) == "user_conf"
-            and registry.lookup(op.user_conf.op_type_name).checks is not None
+    return {op.name for op in order if registry.op_def(op).checks is not None
             and device_of(op, placements.get(op.name, ("0:0",))).type != "cpu"}
 
 
@@ -300,7 +179,7 @@ def _hoistable(order, aliased, exclude=()):
     those in ``exclude``."""
     mutated = set()
     for op in order:
-        mutated.update(_mutated_lbns(op))
+        mutated.update(mutated_lbns(op))
     ready = set()  # lbns available before the step: un-mutated variables and hoisted outputs
     hoisted = []
     for op in order:
@@ -318,7 +197,7 @@ def _hoistable(order, aliased, exclude=()):
     return set(hoisted)
 
 
-class Plan:
+class Plan(ScheduleWalk, Lowering):
     """The executable form of a completed Job (see module docstring).
 
     Args:
@@ -341,174 +220,184 @@ class Plan:
     """
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False):
-        self.job = job
+        super().__init__(job)
         self.cuda_graph = bool(cuda_graph)
-        descs = {lbn: TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
-        placements = placements_of(job)
-        order, aliased = schedule(job)
-        self.order = order
-        self.hoisted = set() if native else _hoistable(order, aliased, _device_checked(order, placements))
-        outliving = _outliving(order)
-        env = {"torch": torch}
-        names = {}            # lbn -> local variable name
-        lbn_device = {}
-        last_use = {}
-        for i, op in enumerate(order):
+        self._variables, self._watchers = variables, watchers
+        self._kernel_wrapper, self._native = kernel_wrapper, native
+        self.hoisted = set() if native else _hoistable(self.order, self.aliased,
+                                                       _device_checked(self.order, self.placements))
+        self._outliving = _outliving(self.order)
+        self.env = {"torch": torch}
+        self._names = {}  # lbn -> local variable name
+        self._lbn_device = {}
+        self._last_use = {}
+        for i, op in enumerate(self.order):
             if op.name in self.hoisted:
                 continue
             for _, _, lbn in jb.op_inputs(op):
-                last_use[lbn] = i
-        lines, hoist_lines = [], []
-        hoist_outs, hoist_vars = [], []
-        self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
-        # results in the job's order of return ops (the order of the returned structure's
-        # leaves), not in schedule order: a return of a blob updated in place runs early
-        self.output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
+                self._last_use[lbn] = i
+        self._lines, self._hoist_lines, self._hoist_outs = [], [], []
+        self._results = []
+        self._device_keys = {}
+        self._var_keys = {}
         self.devices = set()
         self.has_watchers = False
         self.host_reads = False
         self.generators = []  # the kernels' own generators (registered with a captured CUDA graph)
         self.checks = StepChecks()  # index checks: of fed values on the host, of computed ones in the step
-        results = []
-        devices = {}
-        var_keys = {}
-        feed_of = {}    # lbn -> feed index
-        check_rows = []  # names of the in-step check rows, in schedule order
-
-        def dev_name(device):
-            key = str(device)
-            if key not in devices:
-                devices[key] = f"D{len(devices)}"
-                env[devices[key]] = device
-            return devices[key]
-
-        def arg(lbn, device):
-            expr = names[lbn]
-            if lbn_device.get(lbn) != device:
-                expr = f"{expr}.to({dev_name(device)}, non_blocking=True)"
-            return expr
-
-        for i, op in enumerate(order):
-            kind = jb.op_kind(op)
-            device = device_of(op, placements.get(op.name, ("0:0",)))
-            self.devices.add(device.type)
-            outs = jb.op_outputs(op)
-            for _, _, lbn in outs:
-                names[lbn] = f"v{len(names)}"
-                lbn_device[lbn] = device
-            comment = f"  # {_comment(op)}"
-            if kind == "input_conf":
-                feed_of[outs[0][2]] = self.input_names.index(op.name)
-                lines.append(f"{names[outs[0][2]]} = feeds[{feed_of[outs[0][2]]}]{comment}")
-            elif kind == "variable_conf":
-                key = f"V{i}"
-                var_keys[op.name] = key
-                env[key] = variables.tensors[op.name]
-                lines.append(f"{names[outs[0][2]]} = {key}{comment}")
-            elif kind == "return_conf":
-                src = getattr(op.return_conf, "in")
-                r = f"r{self.output_names.index(op.name)}"
-                copy = ".clone()" if src in aliased or src in outliving else ""
-                lines.append(f"{r} = {names[src]}{copy}{comment}")
-                results.append(r)
-            elif kind == "foreign_watch_conf":
-                key = f"W{i}"
-                uuid = op.foreign_watch_conf.handler_uuid
-                env[key] = (watchers or {}).get(uuid, _missing_watcher(uuid))
-                src = getattr(op.foreign_watch_conf, "in")
-                copy = ".clone()" if src in aliased else ""
-                lines.append(f"{key}({names[src]}{copy}){comment}")
-                self.has_watchers = True
-            else:
-                key = f"K{i}"
-                fn = make_kernel(op, descs, device, native, self.generators)
-                guarded, guard_lines = {}, []
-                if kind == "user_conf":
-                    opdef = registry.lookup(op.user_conf.op_type_name)
-                    self.host_reads |= opdef.host_reads
-                    if opdef.checks is not None:
-                        for a, size, error in opdef.checks(KernelCtx(op, descs, device)):
-                            for lbn in op.user_conf.input[a].s if a in op.user_conf.input else ():
-                                if lbn in feed_of:  # a fed value: checked on the host before the step
-                                    self.checks.add_feed(feed_of[lbn], size, error)
-                                elif device.type != "cpu" and descs[lbn].shape and 0 not in descs[lbn].shape:
-                                    row, gkey = f"c{len(check_rows)}", f"G{i}_{len(guarded)}"
-                                    env[gkey] = _index_guard(size)
-                                    guarded[lbn] = f"{names[lbn]}g"
-                                    guard_lines.append(f"{row}, {guarded[lbn]} = {gkey}({arg(lbn, device)})")
-                                    self.checks.in_step.append((row, tuple(descs[lbn].shape), error))
-                                    check_rows.append(row)
-                ins, out_groups = call_layout(op)
-                args = []
-                for lbns, rep in ins:
-                    if rep:
-                        args.append("[" + ", ".join(guarded.get(l) or arg(l, device) for l in lbns) + "]")
-                    else:
-                        args.append((guarded.get(lbns[0]) or arg(lbns[0], device)) if lbns else "None")
-                targets = []
-                for lbns, rep in out_groups:
-                    if rep:
-                        targets.append("(" + "".join(names[l] + ", " for l in lbns) + ")" if lbns else "_")
-                    else:
-                        targets.append(names[lbns[0]] if lbns else "_")
-                if kernel_wrapper is not None:
-                    fn = kernel_wrapper(op, fn)
-                env[key] = fn
-                call = f"{key}({', '.join(args)})"
-                if not targets:
-                    line = f"{call}{comment}"
-                elif len(targets) == 1:
-                    line = f"{targets[0]} = {call}{comment}"
-                else:
-                    line = f"{', '.join(targets)} = {call}{comment}"
-                if op.name in self.hoisted:
-                    hoist_lines.append(line)
-                    used = [lbn for _, _, lbn in outs if lbn in last_use]
-                    hoist_outs.extend(names[l] for l in used)
-                    continue
-                lines.extend(guard_lines)
-                lines.append(line)
-                if guarded:
-                    lines.append(f"del {', '.join(guarded.values())}")
-            dead = [names[lbn] for _, _, lbn in jb.op_inputs(op) if last_use.get(lbn) == i]
-            if kind != "return_conf":
-                dead += [names[lbn] for _, _, lbn in outs if lbn not in last_use]
-            if dead:
-                lines.append(f"del {', '.join(sorted(set(dead), key=lambda s: int(s[1:])))}")
+        self._feed_of = {}     # lbn -> feed index
+        self._check_rows = []  # names of the in-step check rows, in schedule order
+        self.walk()
+        names, lines, var_keys = self._names, self._lines, self._var_keys
         src = []
-        if hoist_lines and hoist_outs:
-            hoisted_inputs = {l for op in order if op.name in self.hoisted for _, _, l in jb.op_inputs(op)}
+        if self._hoist_lines and self._hoist_outs:
+            hoisted_inputs = {l for op in self.order if op.name in self.hoisted for _, _, l in jb.op_inputs(op)}
             hoist_vars = [(n, k) for n, k in var_keys.items() if f"{n}/out" in hoisted_inputs]
             var_lines = [f"{names[f'{n}/out']} = {k}" for n, k in hoist_vars]
-            body = "\n".join("    " + ln for ln in var_lines + hoist_lines)
-            outs_tuple = "(" + "".join(o + ", " for o in hoist_outs) + ")"
+            body = "\n".join("    " + ln for ln in var_lines + self._hoist_lines)
+            outs_tuple = "(" + "".join(o + ", " for o in self._hoist_outs) + ")"
             src.append(f"def hoisted():\n{body}\n    return {outs_tuple}\n")
             key_expr = "(" + "".join(f"{k}._version, " for _, k in hoist_vars) + ")"
             src.append(f"def hoist_key():\n    return {key_expr}\n")
-            env["HOISTED"] = [None, None]
+            self.env["HOISTED"] = [None, None]
             lines = ["if HOISTED[0] != hoist_key():  # variable-only ops: once per variable state",
                      "    HOISTED[1] = hoisted()",
                      "    HOISTED[0] = hoist_key()",
                      f"{outs_tuple[1:-1]}= HOISTED[1]"] + lines
         else:  # (hoisted ops whose results nobody reads need not run at all)
             self.hoisted = set()
-        returned = sorted(results, key=lambda r: int(r[1:]))
-        if check_rows:  # the rows of the in-step checks: one more result, read after the step
-            env["CHECK_FLAGS"] = _check_flags
-            lines.append(f"checks = CHECK_FLAGS([{', '.join(check_rows)}])")
+        returned = sorted(self._results, key=lambda r: int(r[1:]))
+        if self._check_rows:  # the rows of the in-step checks: one more result, read after the step
+            self.env["CHECK_FLAGS"] = _check_flags
+            lines.append(f"checks = CHECK_FLAGS([{', '.join(self._check_rows)}])")
             returned.append("checks")
         body = "\n".join("    " + ln for ln in lines) or "    pass"
         ret = "(" + "".join(r + ", " for r in returned) + ")"
         src.append(f"def plan(feeds):\n{body}\n    return {ret}\n")
         self.source = "\n".join(src)
         code = compile(self.source, f"<graphfront plan {job.job_conf.job_name!r}>", "exec")
-        exec(code, env)
-        self._fn = env["plan"]
-        self.env = env
+        exec(code, self.env)
+        self._fn = self.env["plan"]
         self._graph = None
         # (only a job wholly on the GPU: a graph replays device work only, never the host's ops)
         if cuda_graph and not native and self.devices == {"cuda"} and torch.cuda.is_available():
-            self._graph = CudaGraphRunner.maybe(self, job, descs, variables)
+            self._graph = CudaGraphRunner.maybe(self, self.descs)
+
+    # ------------------------------------------------------------------ the walk: one line per op
+    def run_op(self, i, op):
+        device = self.device(op)
+        self.devices.add(device.type)
+        outs = jb.op_outputs(op)
+        for _, _, lbn in outs:
+            self._names[lbn] = f"v{len(self._names)}"
+            self._lbn_device[lbn] = device
+        self._device = device
+        super().run_op(i, op)
+        if op.name in self.hoisted:
+            return
+        names, last_use = self._names, self._last_use
+        dead = [names[lbn] for _, _, lbn in jb.op_inputs(op) if last_use.get(lbn) == i]
+        if jb.op_kind(op) != "return_conf":
+            dead += [names[lbn] for _, _, lbn in outs if lbn not in last_use]
+        if dead:
+            self._lines.append(f"del {', '.join(sorted(set(dead), key=lambda s: int(s[1:])))}")
+
+    def input(self, i, op, lbn, feed_index):
+        self._feed_of[lbn] = feed_index
+        self._lines.append(f"{self._names[lbn]} = feeds[{feed_index}]  # {_comment(op)}")
+
+    def variable(self, i, op, lbn):
+        key = f"V{i}"
+        self._var_keys[op.name] = key
+        self.env[key] = self._variables.tensors[op.name]
+        self._lines.append(f"{self._names[lbn]} = {key}  # {_comment(op)}")
+
+    def output(self, i, op, src, result_index):
+        r = f"r{result_index}"
+        copy = ".clone()" if src in self.aliased or src in self._outliving else ""
+        self._lines.append(f"{r} = {self._names[src]}{copy}  # {_comment(op)}")
+        self._results.append(r)
+
+    def watch(self, i, op, src):
+        key = f"W{i}"
+        self.env[key] = watcher(self._watchers, op.foreign_watch_conf.handler_uuid)
+        copy = ".clone()" if src in self.aliased else ""
+        self._lines.append(f"{key}({self._names[src]}{copy})  # {_comment(op)}")
+        self.has_watchers = True
+
+    def compute(self, i, op):
+        device, names = self._device, self._names
+        key = f"K{i}"
+        fn = make_kernel(op, self.descs, device, self._native, self.generators)
+        opdef = registry.op_def(op)
+        self.host_reads |= opdef.host_reads
+        guarded, guard_lines = self._index_checks(i, op, opdef, device)
+        ins, out_groups = call_layout(op)
+        args = []
+        for lbns, rep in ins:
+            if rep:
+                args.append("[" + ", ".join(guarded.get(l) or self._arg(l, device) for l in lbns) + "]")
+            else:
+                args.append((guarded.get(lbns[0]) or self._arg(lbns[0], device)) if lbns else "None")
+        targets = []
+        for lbns, rep in out_groups:
+            if rep:
+                targets.append("(" + "".join(names[l] + ", " for l in lbns) + ")" if lbns else "_")
+            else:
+                targets.append(names[lbns[0]] if lbns else "_")
+        if self._kernel_wrapper is not None:
+            fn = self._kernel_wrapper(op, fn)
+        self.env[key] = fn
+        call = f"{key}({', '.join(args)})"
+        comment = f"  # {_comment(op)}"
+        if not targets:
+            line = f"{call}{comment}"
+        elif len(targets) == 1:
+            line = f"{targets[0]} = {call}{comment}"
+        else:
+            line = f"{', '.join(targets)} = {call}{comment}"
+        if op.name in self.hoisted:
+            self._hoist_lines.append(line)
+            used = [lbn for _, _, lbn in jb.op_outputs(op) if lbn in self._last_use]
+            self._hoist_outs.extend(names[l] for l in used)
+            return
+        self._lines.extend(guard_lines)
+        self._lines.append(line)
+        if guarded:
+            self._lines.append(f"del {', '.join(guarded.values())}")
+
+    def _index_checks(self, i, op, opdef, device):
+        """The index checks of op ``i`` (its ``checks`` rule): each fed value is added to the
+        checks of the feeds; each computed one on a device other than the CPU is guarded in
+        the step. Returns ``(guarded, lines)``: lbn -> the name of its clamped value, and
+        the lines computing them (the CPU kernel raises the op's error itself)."""
+        guarded, lines = {}, []
+        if opdef.checks is None:
+            return guarded, lines
+        ins = jb.op_args(op)[0]
+        for a, size, error in opdef.checks(KernelCtx(op, self.descs, device)):
+            for lbn in ins.get(a, ()):
+                if lbn in self._feed_of:  # a fed value: checked on the host before the step
+                    self.checks.add_feed(self._feed_of[lbn], size, error)
+                elif device.type != "cpu" and self.descs[lbn].shape and 0 not in self.descs[lbn].shape:
+                    row, gkey = f"c{len(self._check_rows)}", f"G{i}_{len(guarded)}"
+                    self.env[gkey] = _index_guard(size)
+                    guarded[lbn] = f"{self._names[lbn]}g"
+                    lines.append(f"{row}, {guarded[lbn]} = {gkey}({self._arg(lbn, device)})")
+                    self.checks.in_step.append((row, tuple(self.descs[lbn].shape), error))
+                    self._check_rows.append(row)
+        return guarded, lines
+
+    def _arg(self, lbn, device):
+        """The expression reading blob ``lbn`` on ``device`` (a copy when it lives elsewhere)."""
+        expr = self._names[lbn]
+        if self._lbn_device.get(lbn) != device:
+            key = str(device)
+            if key not in self._device_keys:
+                self._device_keys[key] = f"D{len(self._device_keys)}"
+                self.env[self._device_keys[key]] = device
+            expr = f"{expr}.to({self._device_keys[key]}, non_blocking=True)"
+        return expr
 
     @property
     def uses_cuda_graph(self) -> bool:
@@ -574,12 +463,6 @@ def _comment(op_conf) -> str:
     return f"{op_conf.name!r} ({jb.op_type_name(op_conf)})"
 
 
-def _missing_watcher(uuid):
-    def missing(x):
-        raise RuntimeError(f"no watch handler registered under uuid {uuid}")
-    return missing
-
-
 class CudaGraphRunner:
     """Capture a plan once into a CUDA graph and replay it (needs CUDA; see module doc).
 
@@ -598,7 +481,9 @@ class CudaGraphRunner:
         self.static_outs = None
 
     @classmethod
-    def maybe(cls, plan, job, descs, variables):
+    def maybe(cls, plan, descs):
+        """A runner for ``plan`` (whose blobs ``descs`` describes), or None when the plan
+        cannot be captured (watch handlers, host reads, dynamic shapes, a host data pipeline)."""
         if plan.has_watchers or plan.host_reads:
             return None
         if any(d.is_dynamic for d in descs.values()):

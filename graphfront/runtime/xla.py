@@ -5,7 +5,7 @@
     step(mutable_vars, const_vars, feeds, learning_rates, key_data)
         -> (results, new_mutable_vars, key_data, watched, checks)
 
-built by walking the scheduled ops (:func:`graphfront.runtime.plan.schedule`) and calling
+built by walking the scheduled ops (:class:`graphfront.runtime.walk.ScheduleWalk`) and calling
 each op's ``xla`` rule (see :mod:`graphfront.ops.registry`) on ``jax.Array`` values: an
 in-place update becomes a rebinding of the updated blob to the op's new value, and a
 variable's final value is returned as its new state. ``jax.jit`` compiles that function
@@ -34,11 +34,11 @@ the values they had before the call). Either way the caller raises the rule's er
 kernel does), calls no watch handler, and the session's variables are unchanged.
 
 A learning-rate schedule reading the train-step variable is evaluated on the host before
-each call (:func:`graphfront.ops.system.learning_rate_at` on the variable's value) and fed
+each call (:func:`graphfront.ops.lr_schedule.learning_rate_at` on the variable's value) and fed
 to the step, rather than through its ``xla`` rule's host callback inside the step (which
 costs a round trip from compiled code to Python on every step).
 
-Variables. The session's :class:`~graphfront.runtime.variables.VariableStore` holds
+Variables. The session's :class:`~graphfront.runtime.variable_store.VariableStore` holds
 torch tensors that plan-mode jobs, checkpoints and ``flow.load_variables`` read and
 write. An XLA job keeps its variables as jax arrays between calls (a
 :class:`JaxVariables` per store, shared by the session's XLA jobs): before a run it
@@ -87,11 +87,12 @@ import torch
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
-from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry, xla_rules
-from graphfront.ops.system import learning_rate_at, lookup_system
+from graphfront.ops.lr_schedule import learning_rate_at
 from graphfront.runtime.native import cache_root, job_digest
-from graphfront.runtime.plan import KernelCtx, _missing_watcher, call_layout, device_of, placements_of, schedule
+from graphfront.runtime.lowering import Lowering
+from graphfront.runtime.plan import KernelCtx
+from graphfront.runtime.walk import INTERFACE_KINDS, ScheduleWalk, call_layout, mutated_args, watcher
 
 _CACHE_EVENTS = {"hits": 0}
 
@@ -124,17 +125,8 @@ def _on_event(event, **kwargs):
 
 def missing_rules(order) -> list:
     """Sorted op types (or system op kinds) of ``order`` that have no ``xla`` rule."""
-    missing = set()
-    for op in order:
-        kind = jb.op_kind(op)
-        if kind in ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf"):
-            continue
-        if kind == "user_conf":
-            if registry.lookup(op.user_conf.op_type_name).xla is None:
-                missing.add(op.user_conf.op_type_name)
-        elif lookup_system(kind).xla is None:
-            missing.add(kind)
-    return sorted(missing)
+    return sorted({jb.op_type_name(op) for op in order
+                   if not registry.op_def(op).interface and registry.op_def(op).xla is None})
 
 
 class JaxVariables:
@@ -193,7 +185,7 @@ class JaxVariables:
         self.dirty.clear()
 
 
-class XlaPlan:
+class XlaPlan(Lowering):
     """What :class:`CompiledJob` calls for a job in ``compile_mode("xla")`` (module doc).
 
     Args:
@@ -215,22 +207,23 @@ class XlaPlan:
     takes_numpy = True
     writes_variables = False  # (its new values go through JaxVariables.set, which moves the generation)
 
+    def before_call(self, variables):
+        """Nothing: a call reads the jax copies (re-imported where a torch tensor moved)."""
+
     def __init__(self, job, variables, watchers=None):
         jax = import_jax()
         self.job = job
         self.digest = job_digest(job)
         name = job.job_conf.job_name
-        order, _ = schedule(job)
-        self.order = order
+        builder = _StepBuilder(job)
+        order = self.order = builder.order
         missing = missing_rules(order)
         if missing:
             raise JobBuildError(f"job '{name}': compile_mode('xla') needs an xla rule for every op; these op types "
                                 f"have none: {', '.join(missing)} (use compile_mode('plan') for this job)")
-        placements = placements_of(job)
-        self.devices = {device_of(op, placements.get(op.name, ("0:0",))).type for op in order}
+        self.devices = {builder.device(op).type for op in order}
         self.device = _jax_device(jax, name, "cuda" in self.devices)
-        self.input_names = [op.name for op in job.net.op if jb.op_kind(op) == "input_conf"]
-        self.output_names = [op.name for op in job.net.op if jb.op_kind(op) == "return_conf"]
+        self.input_names, self.output_names = builder.input_names, builder.output_names
         names = [op.name for op in order if jb.op_kind(op) == "variable_conf"]
         mutated = _mutated_variables(order)
         self.mutable_names = [n for n in names if n in mutated]  # (donated to the step)
@@ -245,10 +238,8 @@ class XlaPlan:
             spec = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))
             bits = torch.randint(0, 2 ** 32, spec.shape, dtype=torch.int64).numpy().astype(spec.dtype)
             self.key = jax.device_put(bits, self.device)
-        step, self.lr_ops, self.checks = _build_step(jax, job, order, self.input_names, self.output_names,
-                                                     self.mutable_names, self.const_names)
-        self.handlers = [(watchers or {}).get(op.foreign_watch_conf.handler_uuid,
-                                              _missing_watcher(op.foreign_watch_conf.handler_uuid))
+        step, self.lr_ops, self.checks = builder.build(jax, self.mutable_names, self.const_names)
+        self.handlers = [watcher(watchers, op.foreign_watch_conf.handler_uuid)
                          for op in order if jb.op_kind(op) == "foreign_watch_conf"]
         self._step = jax.jit(step, donate_argnums=(0,))
         self.source = "\n".join([f"# job {name!r} lowered to one jax function compiled by XLA; its ops in order:"] +
@@ -303,18 +294,7 @@ def _jax_device(jax, name, gpu):
 
 
 def _is_random(op):
-    kind = jb.op_kind(op)
-    if kind == "user_conf":
-        return registry.lookup(op.user_conf.op_type_name).random
-    return kind not in ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf") and \
-        lookup_system(kind).random
-
-
-def _mutated_args(op):
-    if jb.op_kind(op) != "user_conf":
-        return ()
-    opdef = registry.lookup(op.user_conf.op_type_name)
-    return opdef.mutated_args(jb.user_attrs(op)) if opdef.may_mutate else ()
+    return registry.op_def(op).random
 
 
 def _aliases(order):
@@ -338,7 +318,7 @@ def _mutated_variables(order):
     names = set()
     for op in order:
         uc = op.user_conf
-        for arg in _mutated_args(op):
+        for arg in mutated_args(op):
             for lbn in (uc.input[arg].s if arg in uc.input else ()):
                 if lbn not in var_of:
                     raise JobBuildError(f"op '{op.name}' updates blob '{lbn}' in place, which is not a variable "
@@ -347,79 +327,102 @@ def _mutated_variables(order):
     return names
 
 
-def _build_step(jax, job, order, input_names, output_names, mutable_names, const_names):
-    """``(step, lr_ops, checks)``: the pure step function of the job (module docstring),
-    the learning-rate ops fed to it, and the StepChecks its rules report (filled each
-    time the step is traced)."""
-    descs = {lbn: TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
-    var_of = _aliases(order)
-    var_lbn = {op.name: jb.op_outputs(op)[0][2] for op in order if jb.op_kind(op) == "variable_conf"}
-    calls = []  # (op, fn, input groups, output groups, mutated groups, random); interface ops: (op, lbn)
-    lr_ops = []  # (learning_rate_schedule_conf, train-step variable name), fed as learning_rates
-    lr_index = {}
-    for op in order:
-        kind = jb.op_kind(op)
-        if kind == "learning_rate_schedule_conf" and op.learning_rate_schedule_conf.train_step in var_of:
-            lr_index[op.name] = len(lr_ops)
-            lr_ops.append((op.learning_rate_schedule_conf, var_of[op.learning_rate_schedule_conf.train_step]))
-        if kind in ("return_conf", "foreign_watch_conf"):
-            calls.append((op, getattr(getattr(op, kind), "in")))
-            continue
-        if kind in ("input_conf", "variable_conf") or op.name in lr_index:
-            calls.append((op, jb.op_outputs(op)[0][2]))
-            continue
-        if kind == "user_conf":
-            opdef = registry.lookup(op.user_conf.op_type_name)
-            fn = opdef.xla(KernelCtx(op, descs, torch.device("cpu")))
-            mutated = [(list(op.user_conf.input[a].s) if a in op.user_conf.input else [], opdef.input_def(a).repeated)
-                       for a in _mutated_args(op)]
-            random = opdef.random
+class _StepBuilder(ScheduleWalk):
+    """Walks the schedule once (:class:`~graphfront.runtime.walk.ScheduleWalk`) into the
+    steps of the job's pure step function (module docstring): one closure per op, run in
+    order on a :class:`_Trace` while jax traces the step. An in-place update rebinds the
+    updated variable (and its identity views) to the op's new value."""
+
+    def __init__(self, job):
+        super().__init__(job)
+        self.var_of = _aliases(self.order)
+        self.var_lbn = {op.name: jb.op_outputs(op)[0][2] for op in self.order if jb.op_kind(op) == "variable_conf"}
+        self.steps = []
+        self.lr_ops = []  # (learning_rate_schedule_conf, train-step variable name), fed as learning_rates
+        self.checks = xla_rules.StepChecks()
+
+    def build(self, jax, mutable_names, const_names):
+        """``(step, lr_ops, checks)``: the pure step function of the job (module docstring),
+        the learning-rate ops fed to it, and the StepChecks its rules report (filled each
+        time the step is traced)."""
+        self.mutable_index = {n: i for i, n in enumerate(mutable_names)}
+        self.const_index = {n: i for i, n in enumerate(const_names)}
+        self.walk()
+        steps, checks, n_results = self.steps, self.checks, len(self.output_names)
+
+        def step(mutable, const, feeds, learning_rates, key_data):
+            key = None if key_data is None else jax.random.wrap_key_data(key_data)
+            t = _Trace(jax, mutable, const, feeds, learning_rates, key, n_results)
+            with xla_rules.collecting_checks(checks, feeds):
+                for run in steps:
+                    run(t)
+            key_data = None if t.key is None else jax.random.key_data(t.key)
+            results, state, watched = tuple(t.results), t.state, tuple(t.watched)
+            if not checks.in_step:
+                return results, state, key_data, watched, None
+            all_ok, flags = checks.flags()
+            state = [jax.numpy.where(all_ok, new, old) for new, old in zip(state, mutable)]  # failed: the old values
+            return results, state, key_data, watched, flags
+
+        def flat_step(*args):
+            # The jnp functions the rules call are jitted functions of their own; with jit disabled
+            # while the step is traced they add their operations straight to the step's jaxpr instead
+            # of each being traced as a nested jit first: about half the tracing time in a fresh process.
+            with jax.disable_jit():
+                return step(*args)
+
+        return flat_step, self.lr_ops, checks
+
+    def input(self, i, op, lbn, feed_index):
+        def feed(t):
+            t.env[lbn] = t.feeds[feed_index]
+        self.steps.append(feed)
+
+    def variable(self, i, op, lbn):
+        if op.name in self.mutable_index:
+            index = self.mutable_index[op.name]
+
+            def read(t):
+                t.env[lbn] = t.state[index]
         else:
-            fn = lookup_system(kind).xla(getattr(op, kind))
-            mutated, random = [], lookup_system(kind).random
+            index = self.const_index[op.name]
+
+            def read(t):
+                t.env[lbn] = t.const[index]
+        self.steps.append(read)
+
+    def output(self, i, op, src, result_index):
+        def result(t):
+            t.results[result_index] = t.env[src]
+        self.steps.append(result)
+
+    def watch(self, i, op, src):
+        def watched(t):
+            t.watched.append(t.env[src])
+        self.steps.append(watched)
+
+    def compute(self, i, op):
+        kind = jb.op_kind(op)
+        if kind == "learning_rate_schedule_conf" and op.learning_rate_schedule_conf.train_step in self.var_of:
+            lbn, index = jb.op_outputs(op)[0][2], len(self.lr_ops)
+            self.lr_ops.append((op.learning_rate_schedule_conf, self.var_of[op.learning_rate_schedule_conf.train_step]))
+
+            def fed_rate(t):
+                t.env[lbn] = t.learning_rates[index]
+            self.steps.append(fed_rate)
+            return
+        opdef, op_ins = registry.op_def(op), jb.op_args(op)[0]
+        fn = opdef.xla(KernelCtx(op, self.descs, torch.device("cpu")))
+        mutated = [(op_ins.get(a, []), opdef.input_def(a).repeated) for a in mutated_args(op)]
+        random = opdef.random
         ins, outs = call_layout(op)
-        calls.append((op, fn, ins, outs, mutated, random))
-    input_index = {n: i for i, n in enumerate(input_names)}
-    output_index = {n: i for i, n in enumerate(output_names)}
-    mutable_index = {n: i for i, n in enumerate(mutable_names)}
-    const_index = {n: i for i, n in enumerate(const_names)}
-    checks = xla_rules.StepChecks()
+        var_of, var_lbn, mutable_index = self.var_of, self.var_lbn, self.mutable_index
 
-    def step(mutable, const, feeds, learning_rates, key_data):
-        key = None if key_data is None else jax.random.wrap_key_data(key_data)
-        with xla_rules.collecting_checks(checks, feeds):
-            results, state, watched, key = run(mutable, const, feeds, learning_rates, key)
-        key_data = None if key is None else jax.random.key_data(key)
-        if not checks.in_step:
-            return results, state, key_data, watched, None
-        all_ok, flags = checks.flags()
-        state = [jax.numpy.where(all_ok, new, old) for new, old in zip(state, mutable)]  # failed: the old values
-        return results, state, key_data, watched, flags
-
-    def run(mutable, const, feeds, learning_rates, key):
-        env = {}
-        state = list(mutable)
-        results = [None] * len(output_names)
-        watched = []
-        for op, *call in calls:
-            if len(call) == 1:  # an interface op or a fed learning rate
-                lbn, kind = call[0], jb.op_kind(op)
-                if op.name in lr_index:
-                    env[lbn] = learning_rates[lr_index[op.name]]
-                elif kind == "input_conf":
-                    env[lbn] = feeds[input_index[op.name]]
-                elif kind == "variable_conf":
-                    env[lbn] = (state[mutable_index[op.name]] if op.name in mutable_index
-                                else const[const_index[op.name]])
-                elif kind == "foreign_watch_conf":
-                    watched.append(env[lbn])
-                else:  # return_conf
-                    results[output_index[op.name]] = env[lbn]
-                continue
-            fn, ins, outs, mutated, random = call
+        def call(t):
+            env = t.env
             args = [[env[l] for l in lbns] if rep else (env[lbns[0]] if lbns else None) for lbns, rep in ins]
             if random:
-                key, sub = jax.random.split(key)
+                t.key, sub = t.jax.random.split(t.key)
                 args.insert(0, sub)
             res = fn(*args)
             if mutated:
@@ -429,9 +432,9 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
                         if value is None:
                             continue
                         name = var_of[lbn]
-                        env[lbn] = env[var_lbn[name]] = state[mutable_index[name]] = value
+                        env[lbn] = env[var_lbn[name]] = t.state[mutable_index[name]] = value
             if not outs:
-                continue
+                return
             if len(outs) == 1:
                 res = (res,)
             for (lbns, rep), value in zip(outs, res):
@@ -439,13 +442,17 @@ def _build_step(jax, job, order, input_names, output_names, mutable_names, const
                     env.update(zip(lbns, value))
                 elif lbns:
                     env[lbns[0]] = value
-        return tuple(results), state, tuple(watched), key
+        self.steps.append(call)
 
-    def flat_step(*args):
-        # The jnp functions the rules call are jitted functions of their own; with jit disabled
-        # while the step is traced they add their operations straight to the step's jaxpr instead
-        # of each being traced as a nested jit first: about half the tracing time in a fresh process.
-        with jax.disable_jit():
-            return step(*args)
 
-    return flat_step, lr_ops, checks
+class _Trace:
+    """The values of one trace of the step: blobs by lbn, the variables' new values, the
+    results, the watched values and the random key."""
+
+    def __init__(self, jax, mutable, const, feeds, learning_rates, key, n_results):
+        self.jax = jax
+        self.env = {}
+        self.state = list(mutable)
+        self.const, self.feeds, self.learning_rates, self.key = const, feeds, learning_rates, key
+        self.results = [None] * n_results
+        self.watched = []

@@ -5,8 +5,9 @@ constant, random_tensor, random_device``; see :mod:`graphfront.testing.autotest`
 how a draw is run and compared, :mod:`graphfront.testing.generators` for the
 generators, :mod:`graphfront.testing.compare` for the comparison modes (values,
 statistics, dropout/mask helpers), :mod:`graphfront.testing.records` for the run
-statistics and exercised op types, and :mod:`graphfront.testing.coverage` for the
-op-coverage check.
+statistics and exercised op types, :mod:`graphfront.testing.coverage` for the
+op-coverage check, and :mod:`graphfront.testing.mutation` for the wrong kernels the
+AutoTest must catch (its mutation score).
 """
 from graphfront.testing.autotest import AutoTest, autotest
 from graphfront.testing.compare import Case, dropout_statistics, mask_statistics

@@ -16,29 +16,45 @@ times (one *draw* each) with a ``check`` callable. ``check(graphfront=f, torch=g
 compare="values", **kwargs)``:
 
 1. resolves every generator keyword (:mod:`graphfront.testing.generators`); a
-   ``nothing()`` keyword is dropped on both sides;
+   ``nothing()`` keyword is dropped on both sides. The draw's *device* is the value of
+   a ``random_device()`` keyword, else drawn (from a generator of its own) among cpu
+   and, where present, cuda (``@autotest(devices=("cpu",))`` for host-only ops): the
+   graphfront job is placed on it, and the torch side runs under ``with device:`` so
+   the tensors its function creates land there too;
 2. builds a fresh graphfront job (``flow.clear_default_session()`` first). When
    ``auto_backward`` and some floating tensor input requires grad it is a *train* job:
    those inputs are trainable ``flow.get_variable`` s holding the drawn values
-   (``flow.load_variables`` after compilation), the loss is the sum of every floating
-   output (``reduce_sum`` + ``add_n``, plus ``0 * sum`` of each trainable input so that
-   every input receives a gradient), the optimizer is SGD with learning rate 0, and
-   each input's gradient is fetched with ``flow.watch_diff``. All other tensors are
-   placeholders (0-d ones non-trainable variables). Otherwise a *predict* job;
+   (``flow.load_variables`` after compilation), the loss is ``sum_i(out_i * v_i)`` over
+   the floating outputs, where ``v_i`` is a random *cotangent* (float32, random sign,
+   magnitude in [0.5, 1.5), drawn per draw and output, the same array on both sides),
+   plus ``0 * sum`` of each trainable input so that every input receives a gradient.
+   Input gradients are thus vector-Jacobian products, as ``torch.autograd.gradcheck``
+   checks them: a normalising op's gradient is not identically zero and a routing
+   error (a permuted, mirrored or transposed gradient) shows. The optimizer is SGD
+   with learning rate 0, and each input's gradient is fetched with
+   ``flow.watch_diff``. All other tensors are placeholders (0-d ones non-trainable
+   variables). Otherwise a *predict* job. A job without random ops runs *twice* on
+   the same inputs (variables reloaded): any output or gradient that differs between
+   the two runs fails the draw as nondeterministic;
 3. runs ``g(torch, **kwargs)`` with the same values (leaf tensors requiring grad) and
-   ``backward()`` of the same loss;
-4. compares outputs and gradients (:mod:`graphfront.testing.compare`). When both
-   sides raise, the draw is *skipped* (counted); when only one raises, or results
+   ``backward()`` of the same loss (the same cotangents);
+4. compares outputs and gradients (:mod:`graphfront.testing.compare`): each output's
+   and gradient's shape and dtype must equal torch's exactly, then the values. When
+   both sides raise, the draw is *skipped* (counted); when only one raises, or results
    differ, an AssertionError carries a self-contained reproducer: the seed and draw,
-   every resolved argument, the path of an ``.npz`` with the arrays, and runnable
-   graphfront and PyTorch snippets.
-5. *float64 arbitration*: when values differ and some input is float32, the torch
-   side runs again with those inputs in float64, and both float32 results are compared
-   with it (same tolerances). If graphfront matches the float64 reference, the torch
-   float32 reference was wrong (an upstream kernel bug or rounding): the draw passes,
-   and a note is printed and counted (``RunStats.reference_wrong``, the record's
-   ``reference_wrong``, the pytest summary). Otherwise the failure says
-   "graphfront is wrong here" (torch float32 matches float64) or that both differ.
+   every resolved argument, the path of an ``.npz`` with the arrays (and the
+   cotangents), and runnable graphfront and PyTorch snippets.
+5. *float64 arbitration* (``compare="values"`` with some float32 input, on every
+   draw): torch runs again with those inputs in float64 and the same cotangents, and a
+   draw passes only if graphfront's results are within the tolerances of that
+   reference. graphfront's kernels are torch's kernels, so agreeing with torch float32
+   is not enough: a float32 bug both sides share fails. When graphfront matches float64
+   but torch float32 does not, the draw is an *upstream torch bug*: it is printed and
+   counted apart (``RunStats.torch_bugs``, the record's ``torch_bugs``, the pytest
+   summary) with a reproducer script of the torch side, and graphfront passes. Two
+   float32 results that are each within tolerance of float64 but not of each other
+   fail. Random ops' comparers (``"statistics"``, a callable) get no second torch
+   sample: their verdict is final.
 
 Even draws compile the job with graphfront's cleanup passes (constant folding,
 fusions), odd draws without them (``FunctionConfig.enable_passes(False)``), so both the
@@ -53,8 +69,9 @@ is a hash of the test's file name and qualified name, or ``GRAPHFRONT_AUTOTEST_S
 ``GRAPHFRONT_AUTOTEST_DRAW=i`` runs only draw ``i``; ``GRAPHFRONT_AUTOTEST_N`` overrides
 ``n``. torch's and Python's global RNGs are seeded per draw and restored afterwards.
 
-Each run prints ``autotest test_relu: 20 draws, 0 skipped, ops: relu, relu_grad`` and
-adds to :mod:`graphfront.testing.records`.
+Each run prints ``autotest test_relu: 20 draws (cpu 20), 0 skipped, ops: relu, relu_grad``
+and adds to :mod:`graphfront.testing.records` (draws per device and per op type); the
+mutation score of :mod:`graphfront.testing.mutation` is kept there too.
 """
 import contextlib
 import inspect
@@ -71,6 +88,17 @@ from graphfront.testing import compare as _compare
 from graphfront.testing import records as _records
 from graphfront.testing import reproducer as _repro
 from graphfront.testing.generators import NOTHING, Device, DrawContext, TensorValue
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework import dtypes as _dt
+from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework import session as _session
+from graphfront.runtime.plan import Plan
+from graphfront.ops.builder import build_op
+from graphfront.framework import scope_symbols as _scope
+from graphfront.framework.job_builder import TensorDesc
+from graphfront.ops import registry
+from graphfront.runtime.plan import device_of
 
 __all__ = ["autotest", "AutoTest", "Checker", "HARNESS_PREFIX"]
 
@@ -80,7 +108,7 @@ DRAW_ENV = "GRAPHFRONT_AUTOTEST_DRAW"
 N_ENV = "GRAPHFRONT_AUTOTEST_N"
 
 
-def autotest(n=20, auto_backward=True, rtol=1e-4, atol=1e-5, check_graph=True):
+def autotest(n=20, auto_backward=True, rtol=1e-4, atol=1e-5, check_graph=True, devices=None):
     """Decorator: run the body ``def test_x(check)`` once per draw (see module docstring).
 
     Args:
@@ -89,6 +117,8 @@ def autotest(n=20, auto_backward=True, rtol=1e-4, atol=1e-5, check_graph=True):
             input requires grad; False -> forward only (predict job).
         rtol, atol: tolerances of the value comparison.
         check_graph: check every kernel's outputs against the inferred BlobDescs.
+        devices: the devices a draw may run on (``("cpu",)`` for ops that have only
+            a CPU kernel, with the reason beside the test); None: every device present.
     Returns a zero-argument test function with the :class:`AutoTest` as ``.autotest``.
     Also usable bare (``@autotest``).
     """
@@ -98,7 +128,8 @@ def autotest(n=20, auto_backward=True, rtol=1e-4, atol=1e-5, check_graph=True):
         raise ValueError(f"autotest: n must be a positive int, received {n!r}")
 
     def decorator(body):
-        at = AutoTest(body, n=n, auto_backward=auto_backward, rtol=rtol, atol=atol, check_graph=check_graph)
+        at = AutoTest(body, n=n, auto_backward=auto_backward, rtol=rtol, atol=atol, check_graph=check_graph,
+                      devices=devices)
 
         def test():
             at.run()
@@ -123,7 +154,10 @@ class RunStats:
         self.forward_ops = set()
         self.backward_ops = set()
         self.skip_reasons = []
-        self.reference_wrong = []  # notes of draws passed by float64 arbitration
+        self.torch_bugs = []       # notes of draws where torch float32 was wrong and graphfront right
+        self.history = {}          # comparer evidence across the draws (compare.Case.history)
+        self.devices = {}          # device -> check calls run on it
+        self.op_draws = {}         # op type -> check calls that exercised it
 
     @property
     def ops(self):
@@ -133,7 +167,7 @@ class RunStats:
 class AutoTest:
     """One autotest: its body, settings and :meth:`run`."""
 
-    def __init__(self, body, n=20, auto_backward=True, rtol=1e-4, atol=1e-5, check_graph=True):
+    def __init__(self, body, n=20, auto_backward=True, rtol=1e-4, atol=1e-5, check_graph=True, devices=None):
         params = list(inspect.signature(body).parameters)
         if len(params) != 1:
             raise TypeError(f"@autotest body {body.__qualname__} must take exactly one parameter (check), "
@@ -147,6 +181,10 @@ class AutoTest:
         self.rtol = rtol
         self.atol = atol
         self.check_graph = check_graph
+        if devices is not None and (not devices or set(devices) - {"cpu", "cuda"}):
+            raise ValueError(f"@autotest {body.__qualname__}: devices must be a non-empty subset of ('cpu', 'cuda'), "
+                             f"received {devices!r}")
+        self.devices = tuple(devices) if devices is not None else None
         self.last_run = None
 
     @property
@@ -198,10 +236,13 @@ class AutoTest:
             rec.failed_runs += int(failed)
             rec.draws += stats.draws
             rec.skipped += stats.skipped
-            rec.reference_wrong += stats.reference_wrong
+            rec.torch_bugs += stats.torch_bugs
             rec.forward_ops |= stats.forward_ops
             rec.backward_ops |= stats.backward_ops
-        print(_records.summary_line(self.name, stats.draws, stats.skipped, stats.ops))
+            for into, counts in ((rec.devices, stats.devices), (rec.op_draws, stats.op_draws)):
+                for key, count in counts.items():
+                    into[key] = into.get(key, 0) + count
+        print(_records.summary_line(self.name, stats.draws, stats.skipped, stats.ops, stats.devices))
         return stats
 
 
@@ -230,6 +271,9 @@ class _SideResult:
         self.error = None          # formatted traceback
         self.error_line = None     # "ExcType: message" (first line)
         self.graph_problems = []
+        self.cotangents = {}       # output index -> the float32 upstream gradient of a train draw
+        self.dtypes = []           # output dtype names (graphfront: declared blob dtypes)
+        self.nondeterministic = []  # graphfront: what a second run of the same job computed differently
         self.forward_ops = None    # op types exercised (graphfront side, once compiled)
         self.backward_ops = None
 
@@ -296,6 +340,17 @@ class Checker:
         """The draw's ``numpy.random.Generator`` (for values the generators cannot express)."""
         return self.ctx.rng
 
+    def _draw_device(self) -> Device:
+        """cpu or cuda (where present and allowed by the autotest's ``devices``), from a
+        generator of its own: the other values of a draw do not depend on the devices."""
+        import torch
+        present = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+        choices = [d for d in present if self.test.devices is None or d in self.test.devices]
+        if not choices:
+            raise RuntimeError(f"autotest {self.test.name}: none of its devices {self.test.devices} is present")
+        rng = np.random.default_rng([self.seed, self.draw, self.calls, 0xDE7])
+        return Device(choices[int(rng.integers(0, len(choices)))])
+
     def __call__(self, graphfront, torch, compare="values", **kwargs):
         """Run one dual check (see module docstring). Returns the :class:`Case`, or None when skipped."""
         if not callable(graphfront) or not callable(torch):
@@ -309,14 +364,19 @@ class Checker:
             if r is not NOTHING:
                 resolved[k] = r
         leaves = _leaves(resolved)
-        device = next((v for v in resolved.values() if isinstance(v, Device)), Device("cpu"))
+        device = next((v for v in resolved.values() if isinstance(v, Device)), None) or self._draw_device()
+        self.stats.devices[device] = self.stats.devices.get(device, 0) + 1
         train = bool(t.auto_backward and any(tv.requires_grad for _, tv in leaves))
         passes = self.draw % 2 == 0
-        gf = _run_graphfront(graphfront, resolved, leaves, train, device, t.check_graph, passes)
-        th = _run_torch(torch, resolved, leaves, train, device)
+        cotangent = _cotangents(self.seed, self.draw, self.calls)
+        gf = _run_graphfront(graphfront, resolved, leaves, train, device, t.check_graph, passes, cotangent,
+                             rerun=compare == "values")
+        th = _run_torch(torch, resolved, leaves, train, device, cotangent)
         if gf.forward_ops is not None:
             self.stats.forward_ops |= gf.forward_ops
             self.stats.backward_ops |= gf.backward_ops
+            for op_type in gf.forward_ops | gf.backward_ops:
+                self.stats.op_draws[op_type] = self.stats.op_draws.get(op_type, 0) + 1
         report = dict(f=graphfront, g=torch, resolved=resolved, leaves=leaves, train=train, device=device,
                       gf=gf, th=th, compare=compare, passes=passes)
         if gf.error and th.error:
@@ -331,34 +391,70 @@ class Checker:
                         + _indent(_tail(th.error))], report)
         case = _compare.Case(kwargs=_arrays(resolved), inputs={leaf: tv.array for leaf, tv in leaves},
                              outputs=gf.outputs, grads=gf.grads, torch_outputs=th.outputs, torch_grads=th.grads,
-                             train=train, rtol=t.rtol, atol=t.atol)
-        problems = list(gf.graph_problems) + _compare.structure_problems(case)
+                             train=train, rtol=t.rtol, atol=t.atol, cotangents=th.cotangents,
+                             history=self.stats.history, dtypes=gf.dtypes, torch_dtypes=th.dtypes)
+        problems = list(gf.graph_problems) + list(gf.nondeterministic) + _compare.structure_problems(case)
         if not problems:
             problems = _compare.run_comparer(compare, case)
-            if problems:
-                verdict, note = _float64_verdict(torch, resolved, leaves, train, device, case, compare)
-                if verdict == REFERENCE_WRONG:
-                    note = f"draw {self.draw} (seed {self.seed}): {note}"
-                    self.stats.reference_wrong.append(note)
-                    print(f"autotest {t.name}: {note}")
-                    return case
-                problems.append(note)
+            if compare == "values":  # a random op's comparer gets no second torch sample
+                problems = self._arbitrate(problems, case, report, cotangent)
         if problems:
             self._fail(problems, report)
         return case
 
-    def _fail(self, problems, r):
+    def _arbitrate(self, problems, case, r, cotangent) -> list:
+        """The float64 verdict on a draw whose inputs include float32 tensors (see module
+        docstring); returns the draw's problems (empty: it passes)."""
+        ref, why = _float64_reference(r["g"], r["resolved"], r["leaves"], r["train"], r["device"], case, cotangent)
+        if ref is None:
+            return problems + ([f"float64 arbitration: {why}"] if problems else [])
+        gf_ref = _against(case, case.outputs, case.grads, ref, "graphfront")
+        th_ref = _against(case, case.torch_outputs, case.torch_grads, ref, "torch float32")
+        if gf_ref:
+            other = ("torch float32 agrees with float64" if not th_ref else
+                     "torch float32 differs from float64 as well: " + "; ".join(th_ref))
+            return problems + [f"float64 arbitration: {GRAPHFRONT_WRONG}: graphfront differs from the float64 "
+                               f"reference ({'; '.join(gf_ref)}); {other}"]
+        if problems and th_ref:
+            self._torch_bug(th_ref, r)
+            return []
+        if problems:
+            return problems + ["float64 arbitration: both float32 results are within tolerance of the float64 "
+                               "reference but not of each other"]
+        return []
+
+    def _torch_bug(self, th_ref, r):
+        """Count and print an upstream torch bug (graphfront right, torch float32 wrong) with its reproducer."""
         t = self.test
-        leaves = r["leaves"]
-        leaf_of = {id(tv): leaf for leaf, tv in leaves}
-        arrays = {leaf: tv.array for leaf, tv in leaves}
+        npz = self._save(r)
+        script = npz[:-len(".npz")] + "_torch.py"
+        with open(script, "w") as fh:
+            fh.write(_repro.torch_snippet(g=r["g"], kwargs=r["resolved"], leaves=r["leaves"], train=r["train"],
+                                          device=r["device"], npz=npz, rtol=t.rtol, atol=t.atol,
+                                          header=f"upstream torch bug: autotest {t.name}, draw {self.draw}, "
+                                                 f"seed {self.seed}"))
+        note = (f"draw {self.draw} (seed {self.seed}, {r['device']}): {TORCH_BUG}: graphfront matches the float64 "
+                f"reference, torch float32 does not ({'; '.join(th_ref)}); reproducer: {script}")
+        self.stats.torch_bugs.append(note)
+        print(f"autotest {t.name}: {note}")
+
+    def _save(self, r) -> str:
+        """The .npz of a draw: inputs, cotangents and both sides' results."""
+        arrays = {leaf: tv.array for leaf, tv in r["leaves"]}
+        for i, v in r["th"].cotangents.items():
+            arrays[f"cotangent_{i}"] = v
         for side, res in (("graphfront", r["gf"]), ("torch", r["th"])):
             for i, o in enumerate(res.outputs or []):
                 arrays[f"{side}_out_{i}"] = o
             for name, g in res.grads.items():
                 arrays[f"{side}_grad_{name}"] = g
-        stem = f"{t.name}_seed{self.seed}_draw{self.draw}"
-        npz = _repro.save_arrays(stem, arrays)
+        return _repro.save_arrays(f"{self.test.name}_seed{self.seed}_draw{self.draw}", arrays)
+
+    def _fail(self, problems, r):
+        t = self.test
+        leaves = r["leaves"]
+        leaf_of = {id(tv): leaf for leaf, tv in leaves}
+        npz = self._save(r)
         rel = os.path.relpath(t.file) if not os.path.relpath(t.file).startswith("..") else t.file
         header = f"autotest {t.name} ({rel}), draw {self.draw}, seed {self.seed}"
         mode = r["compare"] if isinstance(r["compare"], str) else getattr(r["compare"], "__qualname__", "custom")
@@ -379,7 +475,7 @@ class Checker:
             kw_lines,
             f"arrays saved to: {npz}",
             "  (inputs under their names; results as graphfront_out_<i>, torch_out_<i>, graphfront_grad_<name>, "
-            "torch_grad_<name>)",
+            "torch_grad_<name>; the upstream gradient of output <i> as cotangent_<i>)",
             "---------------- graphfront reproducer ----------------",
             gf_src.rstrip(),
             "---------------- torch reproducer ----------------",
@@ -387,6 +483,21 @@ class Checker:
             "----------------------------------------------------",
         ]
         raise AssertionError("\n".join(lines))
+
+
+def _cotangents(seed, draw, call):
+    """``cotangent(i, shape)``: the upstream gradient of output ``i`` in check call ``call`` of a draw.
+
+    float32 values of random sign and magnitude in [0.5, 1.5), drawn from their own
+    generator (``[seed, draw, call, i]``), so both sides (and the float64 reference)
+    receive the same array whatever else the draw consumed, and no element is close to 0
+    (a comparer may divide a gradient by it).
+    """
+    def cotangent(i, shape):
+        rng = np.random.default_rng([seed, draw, call, i, 0xC07])
+        magnitude = rng.uniform(0.5, 1.5, size=shape)
+        return np.where(rng.random(size=shape) < 0.5, -magnitude, magnitude).astype(np.float32)
+    return cotangent
 
 
 def _indent(text):
@@ -412,62 +523,44 @@ def _arrays(value):
 
 # ------------------------------------------------------------------ float64 arbitration
 
-REFERENCE_WRONG = "torch reference is wrong here"
+TORCH_BUG = "upstream torch bug"
 GRAPHFRONT_WRONG = "graphfront is wrong here"
 
 
-def _float64_verdict(g, resolved, leaves, train, device, case, compare) -> tuple:
-    """Judge a float32 mismatch against torch run with the float32 inputs in float64.
-
-    Returns ``(verdict, note)``: ``REFERENCE_WRONG`` when graphfront's results match the
-    float64 reference within the autotest's tolerances (whether or not torch's float32
-    results do), ``GRAPHFRONT_WRONG`` when only torch's float32 results match it, and
-    ``None`` when both differ or no float64 reference could be computed.
-    """
+def _float64_reference(g, resolved, leaves, train, device, case, cotangent) -> tuple:
+    """torch's results with the float32 inputs widened to float64 (the same cotangents),
+    narrowed back to torch float32's output and gradient dtypes: ``((outputs, grads), None)``,
+    or ``(None, why)`` when there is no float32 input or torch cannot run in float64."""
     wide = {id(tv): TensorValue(tv.array.astype(np.float64), tv.requires_grad)
             for _, tv in leaves if tv.dtype == np.float32}
     if not wide:
-        return None, "float64 arbitration: no float32 input, nothing to widen"
+        return None, "no float32 input, nothing to widen"
     by_id = {id(tv): wide.get(id(tv), tv) for _, tv in leaves}
     resolved64 = {k: _substitute(v, by_id) for k, v in resolved.items()}
-    ref = _run_torch(g, resolved64, _leaves(resolved64), train, device)
+    ref = _run_torch(g, resolved64, _leaves(resolved64), train, device, cotangent)
     if ref.error:
-        return None, f"float64 arbitration impossible: torch raised {ref.error_line} on float64 inputs"
+        return None, f"impossible: torch raised {ref.error_line} on float64 inputs"
+    outputs = [np.asarray(v).astype(like.dtype) if like.dtype.kind == "f" else np.asarray(v)
+               for v, like in zip(ref.outputs, case.torch_outputs)]
+    grads = {k: v.astype(case.torch_grads[k].dtype) if k in case.torch_grads else v for k, v in ref.grads.items()}
+    return (outputs, grads), None
 
-    def narrow(values, like):
-        return [np.asarray(v).astype(l.dtype) if l.dtype.kind == "f" else v for v, l in zip(values, like)]
-    ref_outputs = narrow(ref.outputs, case.torch_outputs)
-    ref_grads = {k: v.astype(case.torch_grads[k].dtype) if k in case.torch_grads else v for k, v in ref.grads.items()}
 
-    def problems(outputs, grads, side):
-        c = _compare.Case(kwargs=case.kwargs, inputs=case.inputs, outputs=outputs, grads=grads,
-                          torch_outputs=ref_outputs, torch_grads=ref_grads, train=train, rtol=case.rtol,
-                          atol=case.atol)
-        found = _compare.structure_problems(c) or _compare.run_comparer(compare, c)
-        # the comparer calls its sides "graphfront" and "torch": here they are `side` and float64
-        return [re.sub(r"\b(graphfront|torch)\b", lambda m: side if m.group(1) == "graphfront" else "float64", p)
-                for p in found]
-    gf_problems = problems(case.outputs, case.grads, "graphfront")
-    th_problems = problems(case.torch_outputs, case.torch_grads, "torch float32")
-    if not gf_problems:
-        wrong = "; ".join(th_problems) if th_problems else "both float32 results are within tolerance of it"
-        return REFERENCE_WRONG, (f"{REFERENCE_WRONG}: graphfront matches the float64 reference; torch float32 "
-                                 f"vs float64: {wrong}")
-    if not th_problems:
-        return GRAPHFRONT_WRONG, (f"float64 arbitration: {GRAPHFRONT_WRONG} (torch float32 matches the float64 "
-                                  f"reference; graphfront vs float64: {'; '.join(gf_problems)})")
-    return None, (f"float64 arbitration: both sides differ from the float64 reference (graphfront: "
-                  f"{'; '.join(gf_problems)}; torch float32: {'; '.join(th_problems)})")
+def _against(case, outputs, grads, ref, side) -> list:
+    """Problems of one side's results (``side`` names it) against the float64 reference."""
+    ref_outputs, ref_grads = ref
+    c = _compare.Case(kwargs=case.kwargs, inputs=case.inputs, outputs=outputs, grads=grads,
+                      torch_outputs=ref_outputs, torch_grads=ref_grads, train=case.train, rtol=case.rtol,
+                      atol=case.atol, cotangents=case.cotangents)
+    found = _compare.structure_problems(c) or _compare.value_problems(c)
+    # the comparer calls its sides "graphfront" and "torch": here they are `side` and float64
+    return [re.sub(r"\b(graphfront|torch)\b", lambda m: side if m.group(1) == "graphfront" else "float64", p)
+            for p in found]
 
 
 # ------------------------------------------------------------------ graphfront side
 
-def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True):
-    import graphfront as flow
-    from graphfront import typing as tp
-    from graphfront.framework import dtypes as _dt
-    from graphfront.framework.blob_desc import BlobDesc
-    from graphfront.framework import session as _session
+def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True, cotangent=None, rerun=False):
 
     res = _SideResult()
     try:
@@ -497,8 +590,10 @@ def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True
                         initializer=flow.zeros_initializer(dtype), trainable=train and tv.requires_grad)
                 kwargs = {k: _substitute(v, blobs) for k, v in resolved.items()}
                 outs = _flatten(f(flow, **kwargs), BlobDesc, "graphfront")
+                res.dtypes = [_dtype_name(o.dtype.torch) if o.dtype.torch is not None else o.dtype.name for o in outs]
                 if train:
-                    loss = _harness_loss(outs, [(leaf, blobs[id(tv)]) for leaf, tv in trainable])
+                    loss = _harness_loss(outs, [(leaf, blobs[id(tv)]) for leaf, tv in trainable], cotangent,
+                                         res.cotangents)
                     flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
                                        momentum=0).minimize(loss)
                     for leaf, tv in trainable:
@@ -517,36 +612,81 @@ def _run_graphfront(f, resolved, leaves, train, device, check_graph, passes=True
         compiled = gfn.compiled_job
         res.forward_ops, res.backward_ops = exercised_ops(compiled.job)
         if check_graph:
-            from graphfront.runtime.plan import Plan
             session = _session.default_session()
             compiled.plan = Plan(compiled.job, session.variables, session.watchers,
                                  kernel_wrapper=_graph_checker(compiled.job, res.graph_problems))
-        if variables:
-            flow.load_variables({HARNESS_PREFIX + "Var-" + leaf: tv.array for leaf, tv in variables})
+        values = {HARNESS_PREFIX + "Var-" + leaf: tv.array for leaf, tv in variables}
+        values.update({f"{HARNESS_PREFIX}Cotangent-{i}": v for i, v in res.cotangents.items()})
+        if values:
+            flow.load_variables(values)
         outs = gfn(*[tv.array for _, tv in fed])
-        res.outputs = [np.asarray(o) for o in outs]
+        res.outputs = [np.array(o, copy=True) for o in outs]
+        if rerun and not any(registry.lookup(t).random for t in res.forward_ops | res.backward_ops):
+            first = dict(grads)
+            if values:  # the same variable values again (a NaN gradient times learning rate 0 is NaN)
+                flow.load_variables(values)
+            again = [np.asarray(o) for o in gfn(*[tv.array for _, tv in fed])]
+            res.nondeterministic = _differences(res.outputs, first, again, grads)
+            grads.clear()
+            grads.update(first)
     except Exception as e:  # noqa: BLE001 - a raising side is a result, compared with the other side
         res.error, res.error_line = _format_error(e)
     return res
 
 
-def _harness_loss(outs, trainable):
-    """sum of every floating output + 0 * sum of each trainable input, as one float32 scalar."""
-    from graphfront.framework import dtypes as _dt
-    from graphfront.ops.builder import build_op
+def _differences(outputs, grads, outputs2, grads2) -> list:
+    """Problems naming each output or gradient that two runs of the same job computed differently."""
+    def same(a, b):
+        return a.shape == b.shape and a.dtype == b.dtype and (
+            np.array_equal(a, b, equal_nan=a.dtype.kind in "fc") if a.dtype.kind in "fciub" else
+            a.tolist() == b.tolist())
+    found = [f"output[{i}]" for i, (a, b) in enumerate(zip(outputs, outputs2)) if not same(a, np.asarray(b))]
+    found += [f"gradient of '{k}'" for k in sorted(grads) if k not in grads2 or not same(grads[k], grads2[k])]
+    return [f"nondeterministic: a second run of the same job on the same inputs gave another {what}"
+            for what in found]
 
-    def scalar(blob, tag):
-        t = blob
-        if len(t.shape):
-            t = build_op("reduce_sum", {"input_tensor": t}, {"axis": list(range(len(t.shape))), "keepdims": False},
-                         outputs=("output_tensor",), name=f"{HARNESS_PREFIX}{tag}-ReduceSum")
-        if t.dtype is not _dt.float32:
-            t = build_op("cast", {"in": t}, {"dtype": _dt.float32}, name=f"{HARNESS_PREFIX}{tag}-Cast")
-        return t
 
-    terms = [scalar(o, f"Loss-{i}") for i, o in enumerate(outs) if o.dtype.is_floating_point]
+def _harness_loss(outs, trainable, cotangent, cotangents):
+    """sum_i(out_i * v_i) over the floating outputs + 0 * sum of each trainable input, as one float32 scalar.
+
+    ``v_i = cotangent(i, shape)`` is a non-trainable float32 variable (recorded in
+    ``cotangents[i]``, loaded after compilation; the float operand of a ``scalar_mul`` for
+    a 0-d output), so input gradients are the vector-Jacobian products with those random
+    upstream gradients.
+    """
+
+    def f32(blob, tag):
+        if blob.dtype is _dt.float32:
+            return blob
+        return build_op("cast", {"in": blob}, {"dtype": _dt.float32}, name=f"{HARNESS_PREFIX}{tag}-Cast")
+
+    def total(blob, tag):
+        if not len(blob.shape):
+            return blob
+        return build_op("reduce_sum", {"input_tensor": blob}, {"axis": list(range(len(blob.shape))),
+                                                               "keepdims": False},
+                        outputs=("output_tensor",), name=f"{HARNESS_PREFIX}{tag}-ReduceSum")
+
+    terms = []
+    for i, o in enumerate(outs):
+        if not o.dtype.is_floating_point:
+            continue
+        if o.is_dynamic:
+            raise NotImplementedError(f"AutoTest: output {i} has a dynamic shape; its cotangent cannot be drawn "
+                                      f"before the job runs")
+        v = cotangent(i, tuple(o.shape))
+        if not v.ndim:  # a 0-d output: the cotangent is the float operand of a scalar_mul
+            terms.append(build_op("scalar_mul", {"in": f32(o, f"Loss-{i}")},
+                                  {"has_float_operand": True, "float_operand": float(v)},
+                                  name=f"{HARNESS_PREFIX}Loss-{i}-ScalarMul"))
+            continue
+        cotangents[i] = v
+        var = flow.get_variable(f"{HARNESS_PREFIX}Cotangent-{i}", shape=v.shape, dtype=_dt.float32,
+                                initializer=flow.zeros_initializer(_dt.float32), trainable=False)
+        prod = build_op("multiply", {"x": f32(o, f"Loss-{i}"), "y": var}, name=f"{HARNESS_PREFIX}Loss-{i}-Multiply")
+        terms.append(total(prod, f"Loss-{i}"))
     for leaf, blob in trainable:
-        s = scalar(blob, f"Zero-{leaf}")
+        s = f32(total(blob, f"Zero-{leaf}"), f"Zero-{leaf}")
         terms.append(build_op("scalar_mul", {"in": s}, {"has_float_operand": True, "float_operand": 0.0},
                               name=f"{HARNESS_PREFIX}Zero-{leaf}-ScalarMul"))
     if len(terms) == 1:
@@ -562,7 +702,6 @@ def exercised_ops(job) -> tuple:
     optimizer pass are left out; the calculation pass of each op's scope tells forward
     from backward.
     """
-    from graphfront.framework import scope as _scope
     forward, backward = set(), set()
     for op in job.net.op:
         if op.WhichOneof("op_type") != "user_conf" or HARNESS_PREFIX in op.name:
@@ -578,9 +717,6 @@ def exercised_ops(job) -> tuple:
 
 def _graph_checker(job, problems):
     """A Plan ``kernel_wrapper`` comparing kernel outputs with the Job's inferred BlobDescs."""
-    from graphfront.framework.job_builder import TensorDesc
-    from graphfront.ops import registry
-    from graphfront.runtime.plan import device_of
 
     descs = job.helper.lbn2logical_blob_desc
     ids = {n: tuple(g.parallel_conf.device_name) for g in job.placement.placement_group for n in g.op_set.op_name}
@@ -636,7 +772,7 @@ def _check_blob(op, lbn, t, desc, device, problems):
 
 # ------------------------------------------------------------------ torch side
 
-def _run_torch(g, resolved, leaves, train, device):
+def _run_torch(g, resolved, leaves, train, device, cotangent=None):
     import torch
     res = _SideResult()
     try:
@@ -650,20 +786,31 @@ def _run_torch(g, resolved, leaves, train, device):
                 trainable.append((leaf, t))
             tensors[id(tv)] = t
         kwargs = {k: _substitute(v, tensors) for k, v in resolved.items()}
-        with torch.enable_grad() if train else torch.no_grad():
+        # tensors the reference creates itself (torch.zeros, torch.tensor ...) land on the draw's device
+        with dev, torch.enable_grad() if train else torch.no_grad():
             raw = g(torch, **kwargs)
             outs = [o if isinstance(o, torch.Tensor) else torch.as_tensor(o)
                     for o in _flatten(raw, (torch.Tensor, int, float, bool), "torch")]
             if train:
-                loss = sum(o.sum().float() for o in outs if o.is_floating_point())
+                loss = torch.zeros((), dtype=torch.float32, device=dev)
+                for i, o in enumerate(outs):
+                    if o.is_floating_point():
+                        v = res.cotangents[i] = cotangent(i, tuple(o.shape))
+                        loss = loss + (o.float() * torch.from_numpy(v).to(o.device)).sum()
                 loss = loss + sum(t.sum().float() * 0.0 for _, t in trainable)
                 loss.backward()
         res.outputs = [_to_numpy(o) for o in outs]
+        res.dtypes = [_dtype_name(o.dtype) for o in outs]
         for leaf, t in trainable:
             res.grads[leaf] = _to_numpy(t.grad) if t.grad is not None else np.zeros(t.shape, dtype=_to_numpy(t).dtype)
     except Exception as e:  # noqa: BLE001 - a raising side is a result
         res.error, res.error_line = _format_error(e)
     return res
+
+
+def _dtype_name(torch_dtype) -> str:
+    """``float32`` for ``torch.float32``."""
+    return str(torch_dtype).replace("torch.", "")
 
 
 def _to_numpy(t):

@@ -3,7 +3,7 @@
 ``check(..., compare=...)`` selects the comparison:
 
 * ``"values"`` (default): every output and every input gradient must have the same
-  shape and dtype kind (floating / integer / bool) on both sides and equal values:
+  shape and the same dtype on both sides and equal values:
   ``|graphfront - torch| <= atol + rtol * |torch|`` elementwise (numpy ``isclose``,
   NaN equal to NaN); integer and bool results must be equal.
 * ``"statistics"``: for ops whose kernels draw random numbers (the two sides cannot
@@ -13,7 +13,7 @@
   value.
 * a callable ``compare(case) -> None | list of problems`` (raise AssertionError or
   return problem strings), e.g. :func:`dropout_statistics` and
-  :func:`mask_statistics`; the shape/kind agreement is checked first.
+  :func:`mask_statistics`; the shape/dtype agreement is checked first.
 
 A :class:`Case` carries the resolved arguments and both sides' results as numpy arrays.
 """
@@ -35,10 +35,19 @@ class Case:
         kwargs: the resolved keyword arguments (tensors as arrays).
         inputs: tensor leaf name -> array (``x``; ``xs_0``, ``xs_1`` for lists).
         outputs / torch_outputs: the flattened outputs of each side.
-        grads / torch_grads: leaf name -> gradient of sum(floating outputs), for
-            trainable inputs of train draws (empty otherwise).
+        grads / torch_grads: leaf name -> gradient of ``sum_i(out_i * cotangents[i])``
+            (a vector-Jacobian product), for trainable inputs of train draws (empty
+            otherwise).
         train: whether gradients were computed.
         rtol, atol: the autotest's tolerances.
+        cotangents: output index -> the random float32 upstream gradient of that
+            floating output (train draws; the same array on both sides).
+        dtypes / torch_dtypes: the outputs' dtype names on each side (graphfront's
+            declared blob dtypes, torch's tensor dtypes: ``bfloat16`` is not lost in the
+            numpy conversion); empty lists fall back to the arrays' dtypes.
+        history: a dict shared by the draws of one run, where a comparer keeps the
+            evidence that only the draws together can give (see
+            :func:`permutation_problems`).
     """
 
     kwargs: dict
@@ -50,6 +59,10 @@ class Case:
     train: bool
     rtol: float
     atol: float
+    cotangents: dict = dataclasses.field(default_factory=dict)
+    dtypes: list = dataclasses.field(default_factory=list)
+    torch_dtypes: list = dataclasses.field(default_factory=list)
+    history: dict = dataclasses.field(default_factory=dict)
 
 
 def kind(a: np.ndarray) -> str:
@@ -67,18 +80,20 @@ def _pairs(case):
 
 
 def structure_problems(case: Case) -> list:
-    """Output count, and shape and dtype kind of every output and gradient."""
+    """Output count, and the exact shape and dtype of every output and gradient."""
     problems = []
     if len(case.outputs) != len(case.torch_outputs):
         return [f"graphfront returned {len(case.outputs)} output(s), torch {len(case.torch_outputs)}"]
     missing = sorted(set(case.torch_grads) - set(case.grads))
     if missing:
         problems.append(f"graphfront computed no gradient for {missing}")
+    dtypes = dict(zip((f"output[{i}]" for i in range(len(case.outputs))), zip(case.dtypes, case.torch_dtypes)))
     for what, a, b in _pairs(case):
         if a.shape != b.shape:
             problems.append(f"{what}: shape {a.shape} (graphfront) vs {b.shape} (torch)")
-        elif kind(a) != kind(b):
-            problems.append(f"{what}: dtype {a.dtype} ({kind(a)}, graphfront) vs {b.dtype} ({kind(b)}, torch)")
+        da, db = dtypes.get(what, (a.dtype.name, b.dtype.name))
+        if da != db:
+            problems.append(f"{what}: dtype {da} (graphfront) vs {db} (torch)")
     return problems
 
 
@@ -180,12 +195,13 @@ def statistics_problems(case: Case, sigmas: float = SIGMAS) -> list:
 
 
 def dropout_statistics(x="x", rate="rate", output=0, sigmas: float = SIGMAS):
-    """Comparer for dropout-like ops: ``out = x * mask / (1 - rate)``, ``dx = mask / (1 - rate)``.
+    """Comparer for dropout-like ops: ``out = x * mask / (1 - rate)``, ``dx = v * mask / (1 - rate)``.
 
     ``x`` and ``rate`` name the keyword arguments holding the input tensor and the drop
-    rate; ``output`` indexes the dropped-out output. Checks, on the graphfront side:
-    the gradient of ``x`` (train draws) only takes the values 0 and ``1/(1-rate)``, and
-    defines the keep-mask (else the mask is ``out != 0``); ``out == x * mask / (1-rate)``;
+    rate; ``output`` indexes the dropped-out output (``v`` is its cotangent). Checks, on
+    the graphfront side: the gradient of ``x`` (train draws) divided by ``v`` only takes
+    the values 0 and ``1/(1-rate)``, and defines the keep-mask (else the mask is
+    ``out != 0``); ``out == x * mask / (1-rate)``;
     the kept fraction is ``1 - rate`` within ``sigmas`` binomial standard errors; and
     the zero fraction of the output agrees with torch's statistically.
     """
@@ -198,7 +214,7 @@ def dropout_statistics(x="x", rate="rate", output=0, sigmas: float = SIGMAS):
         if out.shape != xv.shape:
             return [f"output[{output}] has shape {out.shape}, input '{x}' {xv.shape}"]
         if case.train and x in case.grads:
-            g = case.grads[x].astype(np.float64)
+            g = case.grads[x].astype(np.float64) / case.cotangents[output].astype(np.float64)
             mask = g != 0
             if not np.allclose(g[mask], scale, rtol=case.rtol, atol=case.atol):
                 bad = g[mask][~np.isclose(g[mask], scale, rtol=case.rtol, atol=case.atol)]
@@ -251,6 +267,41 @@ def mask_statistics(rate="rate", output=0, sigmas: float = SIGMAS):
         return problems
     compare.__qualname__ = f"mask_statistics(rate={rate!r}, output={output})"
     return compare
+
+
+IDENTITY_ALPHA = 1e-6  # a true random permutation fails the identity test of a run with at most this probability
+
+
+def permutation_problems(case: Case, perm, what="output[0]") -> list:
+    """``perm`` must be a permutation of ``range(len(perm))`` that is not the identity more
+    often than chance over the draws of the run.
+
+    A uniform permutation of ``n`` elements is the identity with probability ``1/n!``;
+    the draws' identities are counted in ``case.history`` and the run fails at the first
+    draw where the probability of seeing at least that many identities (Poisson-binomial
+    tail over the draws so far) falls below :data:`IDENTITY_ALPHA`.
+    """
+    perm = np.asarray(perm).ravel()
+    n = perm.size
+    if not np.array_equal(np.sort(perm), np.arange(n)):
+        return [f"{what} {perm[:12].tolist()} is not a permutation of range({n})"]
+    draws = case.history.setdefault("identity_draws", [])
+    draws.append((n, bool(np.array_equal(perm, np.arange(n)))))
+    k = sum(ident for _, ident in draws)
+    if k == 0:
+        return []
+    dist = np.zeros(len(draws) + 1)  # distribution of the number of identities under uniform permutations
+    dist[0] = 1.0
+    for size, _ in draws:
+        p = 1.0 / math.factorial(size) if size < 171 else 0.0
+        dist[1:] = dist[1:] * (1 - p) + dist[:-1] * p
+        dist[0] *= 1 - p
+    tail = float(dist[k:].sum())
+    if tail < IDENTITY_ALPHA:
+        sizes = [size for size, ident in draws if ident]
+        return [f"{what} is the identity permutation in {k} of {len(draws)} draws so far (of sizes {sizes}); "
+                f"a uniform random permutation does that with probability {tail:.3g} < {IDENTITY_ALPHA}"]
+    return []
 
 
 def run_comparer(compare, case: Case) -> list:

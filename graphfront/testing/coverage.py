@@ -18,6 +18,7 @@ import os
 import sys
 
 from graphfront.testing import records as _records
+from graphfront.ops.registry import registered_op_types
 
 #: op type -> why no autotest can exercise it (and which tests check it instead).
 _UPDATE = ("in-place optimizer update of a variable and its state (no outputs to compare); emitted by the "
@@ -146,7 +147,6 @@ def collect(directory, n=2) -> CoverageResult:
 
 def all_registered_op_types() -> list:
     """Every registered op type, including the fused ops that only the passes emit."""
-    from graphfront.ops.registry import registered_op_types
     return registered_op_types()
 
 

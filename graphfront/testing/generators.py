@@ -346,7 +346,7 @@ class _RandomTensor(Generator):
         return f"random_tensor(ndim={self.ndim!r}, dims={self.dims!r}, dtype={self.np_dtype})"
 
 
-def random_tensor(ndim=None, dim0=1, dim1=None, dim2=None, dim3=None, dim4=None, low=0, high=1, dtype=float,
+def random_tensor(ndim=None, dim0=None, dim1=None, dim2=None, dim3=None, dim4=None, low=0, high=1, dtype=float,
                   requires_grad=True) -> Generator:
     """A random tensor input.
 

@@ -1,4 +1,5 @@
-"""Statistics of AutoTest runs: draws, skipped draws and the op types exercised.
+"""Statistics of AutoTest runs: draws (per device and per op type), skipped draws, the op
+types exercised, upstream torch bugs found, and the mutation score.
 
 Every autotest run adds to one :class:`AutotestRecord` per test function, keyed by
 ``(source file, qualified name)`` so that a module imported twice (by pytest and by
@@ -9,6 +10,7 @@ are not counted.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -24,9 +26,11 @@ class AutotestRecord:
     skipped: int = 0
     runs: int = 0
     failed_runs: int = 0
-    reference_wrong: list = dataclasses.field(default_factory=list)  # float64 arbitration notes
+    torch_bugs: list = dataclasses.field(default_factory=list)  # notes of draws where torch float32 was wrong
     forward_ops: set = dataclasses.field(default_factory=set)
     backward_ops: set = dataclasses.field(default_factory=set)
+    devices: dict = dataclasses.field(default_factory=dict)    # device -> draws run on it
+    op_draws: dict = dataclasses.field(default_factory=dict)   # op type -> draws that exercised it
 
     @property
     def ops(self) -> list:
@@ -35,15 +39,28 @@ class AutotestRecord:
 
     def line(self) -> str:
         """The one-line summary (see :func:`summary_line`)."""
-        return summary_line(self.name, self.draws, self.skipped, self.ops)
+        return summary_line(self.name, self.draws, self.skipped, self.ops, self.devices)
 
 
-def summary_line(name, draws, skipped, ops) -> str:
-    """``autotest test_relu: 20 draws, 0 skipped, ops: relu, relu_grad``."""
-    return f"autotest {name}: {draws} draws, {skipped} skipped, ops: {', '.join(sorted(ops)) or '(none)'}"
+def summary_line(name, draws, skipped, ops, devices=None) -> str:
+    """``autotest test_relu: 20 draws (cpu 20), 0 skipped, ops: relu, relu_grad``."""
+    on = f" ({', '.join(f'{d} {n}' for d, n in sorted(devices.items()))})" if devices else ""
+    return f"autotest {name}: {draws} draws{on}, {skipped} skipped, ops: {', '.join(sorted(ops)) or '(none)'}"
 
 
 RECORDS: dict = {}
+MUTATION: dict = {}  # mutant name -> the failure that caught it, or None (survived); see testing.mutation
+
+
+@contextlib.contextmanager
+def isolated():
+    """Runs inside do not count in :data:`RECORDS` (the mutation runs of the AutoTest)."""
+    global RECORDS
+    saved, RECORDS = RECORDS, {}
+    try:
+        yield
+    finally:
+        RECORDS = saved
 
 
 def record_for(file, qualname, name) -> AutotestRecord:
@@ -83,13 +100,39 @@ def summary(directory=None, per_test=True) -> str:
         rel = os.path.relpath(file)
         lines.append(f"{rel}: {len(recs)} autotests, {sum(r.draws for r in recs)} draws, "
                      f"{sum(r.skipped for r in recs)} skipped, "
-                     f"{sum(len(r.reference_wrong) for r in recs)} passed by float64 arbitration")
+                     f"{sum(len(r.torch_bugs) for r in recs)} upstream torch bugs")
         if per_test:
             lines.extend("  " + r.line() for r in recs)
-        lines.extend(f"  {r.name}: {note}" for r in recs for note in r.reference_wrong)
+        lines.extend(f"  {r.name}: {note}" for r in recs for note in r.torch_bugs)
+    op_draws = {}
+    for r in records(directory):
+        for t, n in r.op_draws.items():
+            op_draws[t] = op_draws.get(t, 0) + n
+    if op_draws:
+        lines.append(f"draws per op ({len(op_draws)} op types):")
+        line = ""
+        for item in (f"{t} {n}" for t, n in sorted(op_draws.items())):
+            if line and len(line) + len(item) > 96:
+                lines.append(f"  {line},")
+                line = ""
+            line = f"{line}, {item}" if line else item
+        lines.append(f"  {line}")
+    lines.extend(mutation_lines())
     return "\n".join(lines)
 
 
+def mutation_lines() -> list:
+    """The mutation score of the mutants run so far (and the survivors), or nothing."""
+    if not MUTATION:
+        return []
+    survivors = sorted(name for name, failure in MUTATION.items() if failure is None)
+    caught = len(MUTATION) - len(survivors)
+    lines = [f"mutation score: {caught}/{len(MUTATION)} mutants caught ({100.0 * caught / len(MUTATION):.1f} %)"]
+    lines.extend(f"  survived: {name}" for name in survivors)
+    return lines
+
+
 def clear() -> None:
-    """Forget every record (for tests of the framework itself)."""
+    """Forget every record and mutation result (for tests of the framework itself)."""
     RECORDS.clear()
+    MUTATION.clear()

@@ -1,7 +1,7 @@
 """Self-contained reproducers of failing AutoTest draws.
 
 On a mismatch the AutoTest saves every input tensor (and both sides' results) to an
-``.npz`` file in a temporary directory and writes two runnable Python snippets: one
+``.npz`` file in :func:`artifact_dir` and writes two runnable Python snippets: one
 that rebuilds the graphfront job exactly as the harness did and one that reruns the
 PyTorch reference. The snippets embed the test's functions by source (found with
 ``inspect`` and ``ast``), plus the imports, helper functions and literal values those
@@ -21,13 +21,24 @@ import types
 import numpy as np
 
 from graphfront.testing.generators import Device, TensorValue
+from graphfront.framework import dtypes as _dt
 
+ARTIFACT_DIR_ENV = "GRAPHFRONT_AUTOTEST_DIR"
 _TMPDIR = None
 
 
 def artifact_dir() -> str:
-    """The per-process temporary directory that receives the ``.npz`` files."""
+    """The directory that receives the ``.npz`` files and reproducer scripts.
+
+    ``$GRAPHFRONT_AUTOTEST_DIR`` when set (created if missing; the test suite points it
+    into pytest's temporary directory, so no run leaves files in the system's), else one
+    ``graphfront_autotest_*`` directory per process in the system temporary directory.
+    """
     global _TMPDIR
+    configured = os.environ.get(ARTIFACT_DIR_ENV)
+    if configured:
+        os.makedirs(configured, exist_ok=True)
+        return configured
     if _TMPDIR is None or not os.path.isdir(_TMPDIR):
         _TMPDIR = tempfile.mkdtemp(prefix="graphfront_autotest_")
     return _TMPDIR
@@ -137,7 +148,6 @@ def _binding(name, value, seen, out):
     if lit is not None:
         out.append(f"{name} = {lit}")
         return
-    from graphfront.framework import dtypes as _dt
     if isinstance(value, _dt.dtype):
         out.append(f"import graphfront\n{name} = graphfront.{value.name}")
         return
@@ -190,7 +200,6 @@ def render(value, leaf_of) -> str:
     if isinstance(value, tuple):
         inner = ", ".join(render(v, leaf_of) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
-    from graphfront.framework import dtypes as _dt
     if isinstance(value, _dt.dtype):
         return f"graphfront.{value.name}"
     if isinstance(value, (np.generic,)):
@@ -240,7 +249,6 @@ def graphfront_snippet(*, f, kwargs, leaves, train, device, npz, rtol, atol, hea
     variables = [(leaf, tv) for leaf, tv in leaves if (train and tv.requires_grad) or tv.array.ndim == 0]
     fed = [(leaf, tv) for leaf, tv in leaves if (leaf, tv) not in variables]
     tag = "gpu" if device == "cuda" else "cpu"
-    from graphfront.framework import dtypes as _dt
     lines = [f"# {header}", "import numpy as np", "import graphfront", "import graphfront as flow",
              "from graphfront import typing as tp", "", definitions(f, "f"), _FLATTEN,
              _REPORT.format(rtol=rtol, atol=atol), f"data = np.load({npz!r})", "flow.clear_default_session()",
@@ -266,10 +274,18 @@ def graphfront_snippet(*, f, kwargs, leaves, train, device, npz, rtol, atol, hea
     if train:
         names = "".join(f"{leaf}, " for leaf, _ in trainable)
         lines += [
-            "        # loss = sum of every floating output (+ 0 * sum of each trainable input, so every input",
-            "        # receives a gradient); learning rate 0 keeps the variables unchanged",
-            "        terms = [flow.cast(flow.math.reduce_sum(o), flow.float32) for o in outs "
-            "if o.dtype.is_floating_point]",
+            "        # loss = sum_i(out_i * cotangent_i) over the floating outputs (+ 0 * sum of each trainable",
+            "        # input, so every input receives a gradient); learning rate 0 keeps the variables unchanged",
+            "        terms = []",
+            "        for i, o in enumerate(outs):",
+            "            if not o.dtype.is_floating_point:",
+            "                continue",
+            "            if not len(o.shape):",
+            "                terms.append(flow.cast(o, flow.float32) * float(data[f'cotangent_{i}']))",
+            "                continue",
+            "            v = flow.get_variable(f'cotangent_{i}', shape=tuple(o.shape), dtype=flow.float32, "
+            "initializer=flow.zeros_initializer(flow.float32), trainable=False)",
+            "            terms.append(flow.math.reduce_sum(flow.cast(o, flow.float32) * v))",
             f"        terms += [flow.cast(flow.math.reduce_sum(v), flow.float32) * 0.0 for v in ({names})]",
             "        loss = flow.math.add_n(terms)",
             "        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]), momentum=0)"
@@ -278,8 +294,11 @@ def graphfront_snippet(*, f, kwargs, leaves, train, device, npz, rtol, atol, hea
             lines.append(f'        flow.watch_diff({leaf}, keep_grad("{leaf}"))')
     lines.append("    return tuple(outs)")
     lines += ["", ""]
-    if variables:
-        lines.append("flow.load_variables({" + ", ".join(f'"{leaf}": data["{leaf}"]' for leaf, _ in variables) + "})")
+    if variables or train:
+        items = [f'"{leaf}": data["{leaf}"]' for leaf, _ in variables]
+        if train:
+            items.append("**{k: data[k] for k in data.files if k.startswith('cotangent_') and data[k].ndim}")
+        lines.append("flow.load_variables({" + ", ".join(items) + "})")
     lines.append("outs = job(" + ", ".join(f'data["{leaf}"]' for leaf, _ in fed) + ")")
     lines += ["for i, out in enumerate(outs):",
               '    key = f"torch_out_{i}"',
@@ -307,7 +326,8 @@ def torch_snippet(*, g, kwargs, leaves, train, device, npz, rtol, atol, header) 
     trainable = [leaf for leaf, tv in leaves if train and tv.requires_grad]
     if train:
         names = "".join(f"{leaf}, " for leaf in trainable)
-        lines += ["loss = sum(o.sum().float() for o in outs if o.is_floating_point())",
+        lines += ["loss = sum((o.float() * torch.tensor(data[f'cotangent_{i}'], device=o.device)).sum()",
+                  "           for i, o in enumerate(outs) if o.is_floating_point())",
                   f"loss = loss + sum(v.sum().float() * 0.0 for v in ({names}))",
                   "loss.backward()"]
     lines += ["for i, out in enumerate(outs):",

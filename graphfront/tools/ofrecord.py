@@ -27,6 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from graphfront.ofrecord.records import OFRecord, ShardWriter, bytes_feature, int32_feature
+from graphfront.data import load_mnist
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
@@ -64,7 +65,6 @@ def write_mnist(out_dir, dataset="mnist", data_dir=None, data_part_num=1, part_n
     """Write the train and test splits of MNIST / Fashion-MNIST under ``out_dir/train`` and
     ``out_dir/test`` (see :func:`mnist_record` for ``image_format``); returns
     ``{split: number of records}``."""
-    from graphfront.data import load_mnist
     (tx, ty), (ex, ey) = load_mnist(1, 1, dataset=dataset, data_dir=data_dir, verbose=False)
     counts = {}
     for split, x, y in (("train", tx, ty), ("test", ex, ey)):

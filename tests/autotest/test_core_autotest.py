@@ -554,11 +554,14 @@ def test_sparse_softmax_cross_entropy(check):
 
 @autotest()
 def test_sparse_softmax_cross_entropy_ops(check):
-    """Both op types (plain and model-split ``_ms``) through user_op_builder, prob and out."""
+    """Both op types (plain and model-split ``_ms``) through user_op_builder, prob and out.
+    As in OneFlow, the gradient flows from ``out`` only: ``prob`` is a by-product whose
+    gradient the op's grad function drops (the torch side detaches it)."""
     n, c = random(1, 7).to(int).value(), random(2, 7).to(int).value()
     check(graphfront=lambda flow, op_type, logits, labels: _build(
               flow, op_type, {"prediction": logits, "label": labels}, {"depth": logits.shape[-1]}, ["prob", "out"]),
-          torch=lambda torch, op_type, logits, labels: (torch.softmax(logits, -1), torch.nn.functional.cross_entropy(
+          torch=lambda torch, op_type, logits, labels: (torch.softmax(logits.detach(), -1),
+                                                        torch.nn.functional.cross_entropy(
               logits, labels.long(), reduction="none")),
           op_type=oneof("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"),
           logits=_tensor([n, c], -3, 3), labels=random_tensor(1, n, low=0, high=c, dtype=int))

@@ -15,6 +15,7 @@ from graphfront.ofrecord import OFRecord, ShardWriter, bytes_feature, float_feat
 from graphfront.testing import autotest
 
 N = 3
+CPU_ONLY = ("cpu",)  # the OFRecord readers and decoders run on the host (CPU kernels only, as in OneFlow)
 _TMP = tempfile.TemporaryDirectory(prefix="graphfront-data-autotest-")
 
 
@@ -47,7 +48,7 @@ def reader(flow, directory, parts, n):
     return flow.data.ofrecord_reader(directory, batch_size=n, data_part_num=parts, part_name_suffix_length=5)
 
 
-@autotest(n=N, auto_backward=False)
+@autotest(n=N, auto_backward=False, devices=CPU_ONLY)
 def test_ofrecord_reader_and_raw_decoders(check):
     d, parts, images, labels, feats = dataset(check)
     n, h, w, _ = images.shape
@@ -83,7 +84,7 @@ def _cmn_reference(torch, images, flips, ch, cw, mean, std, layout):
     return x.permute(0, 3, 1, 2) if layout == "NCHW" else x
 
 
-@autotest(n=N, auto_backward=False, rtol=1e-5, atol=1e-4)
+@autotest(n=N, auto_backward=False, rtol=1e-5, atol=1e-4, devices=CPU_ONLY)
 def test_image_decode_resize_crop_mirror_normalize(check):
     rng = check.rng
     d, parts, images, _, _ = dataset(check)
@@ -122,7 +123,7 @@ def test_image_decode_resize_crop_mirror_normalize(check):
     check(graphfront=gf, torch=th_)
 
 
-@autotest(n=N, auto_backward=False)
+@autotest(n=N, auto_backward=False, devices=CPU_ONLY)
 def test_random_crop_decoder_and_classification_reader(check):
     d, parts, images, labels, _ = dataset(check)
     n, h, w, _ = images.shape

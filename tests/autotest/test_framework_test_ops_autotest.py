@@ -34,7 +34,7 @@ def test_ccrelu(check):
           torch=lambda torch, x: [torch.relu(x)], x=tensor(dims(check, int(check.rng.integers(1, 4)))))
 
 
-@autotest(n=N)
+@autotest(n=N, devices=("cpu",))  # cpu_only_relu_test has a CPU kernel only
 def test_cpu_only_relu_and_attr_auto_type(check):
     def gf(flow, x):
         y = user_op(flow, "cpu_only_relu_test", {"in": [x]}, ["out"])[0]
@@ -64,7 +64,7 @@ def test_test_sources(check):
     check(graphfront=gf, torch=lambda torch: [torch.arange(5.0), torch.arange(float(out_num)), torch.arange(3.0)])
 
 
-@autotest(n=N, auto_backward=False)
+@autotest(n=N, auto_backward=False, devices=("cpu",))  # compared with a CPU torch.Generator's numbers
 def test_test_random_source(check):
     seed = int(check.rng.integers(0, 2 ** 31))
     check(graphfront=lambda flow: user_op(flow, "TestRandomSource", {}, ["out"], {"seed": seed}),
@@ -82,13 +82,26 @@ def test_test_multi_output_order(check):
           torch=th, x=tensor(shape, requires_grad=False))
 
 
+def fixed_grads_identity(torch, x1, x2):
+    """x1, with the fixed gradients 1 (x1) and 2 (x2) of OneFlow's TestMultiInputGrad."""
+    class FixedGrads(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            return a.clone()
+
+        @staticmethod
+        def backward(ctx, dy):
+            return torch.ones_like(dy), torch.full_like(dy, 2.0)
+    return FixedGrads.apply(x1, x2)
+
+
 @autotest(n=N)
 def test_test_multi_input_grad(check):
-    """y = x1; OneFlow's TestMultiInputGrad returns fixed gradients 1 (x1) and 2 (x2), which the
-    torch side reproduces with 2 * x2 - 2 * x2.detach() (zero in value)."""
+    """y = x1; OneFlow's TestMultiInputGrad returns fixed gradients 1 (x1) and 2 (x2) whatever
+    the upstream gradient, which the torch side reproduces with a custom autograd Function."""
     shape = dims(check, 2)
     check(graphfront=lambda flow, x1, x2: user_op(flow, "TestMultiInput", {"x1": [x1], "x2": [x2]}, ["y"]),
-          torch=lambda torch, x1, x2: [x1 + 2 * x2 - 2 * x2.detach()],
+          torch=lambda torch, x1, x2: [fixed_grads_identity(torch, x1, x2)],
           x1=tensor(shape), x2=tensor(shape))
 
 

@@ -374,9 +374,10 @@ def test_argmax_top_k_sort(check):
                 flow.math.argsort(x, axis, direction), flow.math.sort(x, axis, direction)]
 
     def th(torch, x):
+        # OneFlow's top_k and arg_sort return int32 indices (argmax int64, as torch)
         s = torch.sort(x, dim=axis, descending=descending, stable=True)
-        return [torch.argmax(x, dim=axis), torch.topk(x, min(k, shape[axis]), dim=axis).indices, s.indices,
-                s.values]
+        return [torch.argmax(x, dim=axis), torch.topk(x, min(k, shape[axis]), dim=axis).indices.int(),
+                s.indices.int(), s.values]
 
     check(graphfront=gf, torch=th, x=tensor(shape))
 
@@ -387,7 +388,7 @@ def test_top_k_unsorted(check):
     shape = dims(check, rank(check), 1, 7)
     k = int(check.rng.integers(1, shape[-1] + 1))
     check(graphfront=lambda flow, x: flow.math.top_k(x, k=k, sorted=False),
-          torch=lambda torch, x: torch.topk(x, k, dim=-1, sorted=True).indices,
+          torch=lambda torch, x: torch.topk(x, k, dim=-1, sorted=True).indices.int(),  # OneFlow: int32
           compare=_same_index_sets, x=tensor(shape))
 
 

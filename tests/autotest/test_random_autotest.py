@@ -1,28 +1,36 @@
 """AutoTest of flow.random's ops (graphfront/ops/random_ops.py) against PyTorch eager:
 bernoulli statistically (value frequencies), shuffle and the permutation indices by
-content (a permutation of the rows / of range(n)), with gradients through the gather."""
+content (a permutation of the rows / of range(n), not the identity more often than
+chance over the draws), with the gradient of shuffle routed back through its own
+permutation."""
 import numpy as np
 
 from graphfront.testing import autotest, constant, random_tensor
+from graphfront.testing.compare import permutation_problems
 
 
 def _rows_permuted(case):
-    """Output 0 holds the rows of input 'x' in some order; gradients are all ones."""
+    """Output 0 holds the rows of input 'x' in some order (a permutation that is not the
+    identity more often than chance); the gradient of 'x' is the cotangent of output 0
+    sent back through that same permutation: ``dx[p[i]] = v[i]``."""
     x, out = case.inputs["x"], case.outputs[0]
-
-    def rows(a):
-        return sorted(map(tuple, a.reshape(a.shape[0], -1).tolist()))
-
-    problems = [] if rows(out) == rows(x) else ["output rows are not a permutation of the rows of 'x'"]
-    for name, g in case.grads.items():
-        if not np.array_equal(g, case.torch_grads[name]):
-            problems.append(f"gradient of '{name}' differs from torch's")
+    rows = x.reshape(x.shape[0], -1)
+    where = {r.tobytes(): i for i, r in enumerate(rows)}
+    if len(where) != len(rows):
+        return ["the drawn rows of 'x' are not distinct, the permutation cannot be recovered"]
+    perm = [where.get(r.tobytes(), -1) for r in out.reshape(out.shape[0], -1)]
+    problems = permutation_problems(case, perm, "the row order of output[0]")
+    if problems or not case.train:
+        return problems
+    expected = np.empty_like(case.cotangents[0])
+    expected[perm] = case.cotangents[0]
+    if not np.array_equal(case.grads["x"], expected):
+        problems.append("gradient of 'x' is not the cotangent of output[0] routed back through the permutation")
     return problems
 
 
 def _is_permutation(case):
-    y = case.outputs[0]
-    return [] if np.array_equal(np.sort(y), np.arange(y.shape[0])) else [f"{y} is not a permutation of range(n)"]
+    return permutation_problems(case, case.outputs[0])
 
 
 @autotest(n=10, auto_backward=False)

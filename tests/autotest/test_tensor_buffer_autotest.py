@@ -8,6 +8,7 @@ from graphfront.testing import autotest, constant
 
 N = 10
 DTYPES = ["float32", "float64", "int32", "int64", "uint8", "int8"]
+CPU_ONLY = ("cpu",)  # tensor buffers are host objects: their ops have CPU kernels only, as in OneFlow
 
 
 def drawn_tensor(check, max_numel=240):
@@ -25,7 +26,7 @@ def drawn_tensor(check, max_numel=240):
     return x, shape, dtype
 
 
-@autotest(n=N, auto_backward=False)
+@autotest(n=N, auto_backward=False, devices=CPU_ONLY)
 def test_tensor_to_tensor_buffer_and_back(check):
     """A blob packed into buffers and stacked again, and every buffer as its own blob."""
     x, shape, dtype = drawn_tensor(check)
@@ -47,7 +48,7 @@ def test_tensor_to_tensor_buffer_and_back(check):
     check(graphfront=gf, torch=th, x=constant(x))
 
 
-@autotest(n=N, auto_backward=False)
+@autotest(n=N, auto_backward=False, devices=CPU_ONLY)
 def test_gen_tensor_buffer_to_list_of_tensors(check):
     """gen_tensor_buffer's filled tensors read back as dynamic blobs of their own shapes,
     or, with equal shapes, stacked by tensor_buffer_to_tensor."""
@@ -76,7 +77,7 @@ def test_gen_tensor_buffer_to_list_of_tensors(check):
     check(graphfront=gf, torch=th)
 
 
-@autotest(n=N, auto_backward=False)
+@autotest(n=N, auto_backward=False, devices=CPU_ONLY)
 def test_tensor_buffer_to_list_of_tensors_v2(check):
     """The v2 op: a shape per output, static (a reshape) or dynamic (the buffer's own shape)."""
     rng = check.rng

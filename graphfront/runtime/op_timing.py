@@ -1,5 +1,7 @@
 """``flow.profile(job_func, *feeds, runs=10)``: per-op time of a compiled job.
 
+(``flow.profiler``, :mod:`graphfront.profiler`, is another thing: OneFlow's NVTX range ops.)
+
 The job is run ``warmup + runs`` times through a :class:`ProfilingPlan`: the job's own
 plan rebuilt with a kernel wrapper that times every kernel call (on CUDA it
 synchronizes the device around each call, so the times are the kernels' own). The
@@ -15,7 +17,9 @@ import torch
 from tabulate import tabulate
 
 from graphfront.framework import job_builder as jb
+from graphfront.framework.errors import FeedError
 from graphfront.runtime.plan import Plan
+from graphfront.framework.errors import FeedError
 
 
 class OpTimer:
@@ -109,7 +113,6 @@ def profile(job_func, *feeds, runs=10, warmup=1, print_table=True, limit=None):
     compiled = job_func.compiled_job
     session = compiled.session
     if len(feeds) != len(compiled.placeholders):
-        from graphfront.framework.errors import FeedError
         raise FeedError(f"flow.profile: job '{compiled.name}' expects {len(compiled.placeholders)} argument(s), "
                         f"received {len(feeds)}")
     tensors = [compiled._feed(i, ph, a) for i, (ph, a) in enumerate(zip(compiled.placeholders, feeds))]

@@ -1,6 +1,6 @@
-"""Placement and name scopes (``flow.scope``).
+"""The scopes ops are built in, registered as ``ScopeProto`` symbols.
 
-A :class:`Scope` is what OneFlow's ``ScopeProto`` describes for one op: the device
+(``flow.scope``, the user's placement and name scopes, is :mod:`graphfront.scope`.) A :class:`Scope` is what OneFlow's ``ScopeProto`` describes for one op: the device
 placement (``ParallelConf``), the ``flow.scope.namespace`` prefixes and the
 calculation pass. Scopes are registered as ``ScopeProto`` symbols; every op added to a
 job carries the ``scope_symbol_id`` of the scope it was built in.

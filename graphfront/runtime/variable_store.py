@@ -39,6 +39,11 @@ def _fans(shape, data_format):
     return shape[1] * receptive, shape[0] * receptive
 
 
+def _is_allocation_failure(e) -> bool:
+    """torch's CPU ("can't allocate memory") or CUDA (OutOfMemoryError) allocation failure."""
+    return isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in str(e)
+
+
 def initial_value(init, shape, dtype, device, generator=None) -> torch.Tensor:
     """A new tensor filled according to ``InitializerConf`` ``init``."""
     kind = init.WhichOneof("type")
@@ -181,7 +186,14 @@ class VariableStore:
         if vc.HasField("random_seed"):
             generator = torch.Generator(device=device)
             generator.manual_seed(vc.random_seed)
-        t = initial_value(init, tuple(shape), dtype, device, generator)
+        try:
+            t = initial_value(init, tuple(shape), dtype, device, generator)
+        except (torch.OutOfMemoryError, RuntimeError) as e:
+            if not _is_allocation_failure(e):
+                raise
+            nbytes = math.prod(shape) * torch.empty((), dtype=dtype.torch).element_size()
+            raise JobBuildError(f"variable '{name}' of shape {tuple(shape)} and dtype {dtype.name} needs "
+                                f"{nbytes:,} bytes, which the {device} allocator could not provide") from None
         self.tensors[name] = t
         self.confs[name] = op_conf
         return t

@@ -1,0 +1,468 @@
+"""Reduction ops: ``reduce_*`` over axes, arg/sort/top-k, square sums, finiteness counts and
+``l2_normalize``.
+
+Names, arguments, attrs and grad wiring follow OneFlow v0.6.0 (``oneflow/user/ops/``:
+``reduce_ops.cpp``, ``argmax_op.cpp``, ``top_k_op.cpp``, ``sort_op.cpp``,
+``square_sum_op.cpp``, ``count_not_finite_op.cpp``, ``l2_normalize_op.cpp``). Where a
+formula is a convention (ties of max/min) the op's docstring says which.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from graphfront.framework import dtypes as _dt
+from graphfront.ops.common import float_input, index_checks, like, norm_axis, raising_bad_ids
+from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops.onnx_rules import const_as, int64s, nonzero, reduce_node
+from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
+
+
+# ----------------------------------------------------------------- reductions
+
+def _reduce_axes(ctx):
+    d = ctx.input("input_tensor")
+    axes = ctx.attr("axis")
+    ctx.check(len(axes) > 0, "attr 'axis' must not be empty")
+    return d, sorted({norm_axis(a, len(d.shape)) for a in axes})
+
+
+def _reduce_infer(out_dtype=None):
+    def infer(ctx):
+        d, axes = _reduce_axes(ctx)
+        if ctx.attr("keepdims"):
+            shape = tuple(1 if i in axes else s for i, s in enumerate(d.shape))
+        else:
+            shape = tuple(s for i, s in enumerate(d.shape) if i not in axes)
+        ctx.set_output("output_tensor", shape, out_dtype or d.dtype)
+    return infer
+
+
+def reduce_axes(k):
+    """``(axes, keepdims)`` of a ``reduce_*`` op at run time: its ``axis`` attr as sorted,
+    distinct non-negative axes of ``input_tensor`` (shared by the kernels and xla rules)."""
+    ndim = len(k.input("input_tensor").shape)
+    return tuple(sorted({a % ndim for a in k.attr("axis")})), k.attr("keepdims")
+
+
+def _reduce_kernel(fn):
+    def make(k):
+        axes, keep = reduce_axes(k)
+        return lambda x: fn(x, axes, keep)
+    return make
+
+
+REDUCE_ATTRS = {"axis": "list_int32", "keepdims": ("bool", False)}
+
+def _reduce_onnx(onnx_type):
+    """``reduce_*`` ops (``input_tensor`` -> ``output_tensor``, attrs axis, keepdims)."""
+    def convert(c):
+        ndim = len(c.input_desc("input_tensor").shape)
+        axes = sorted({a % ndim for a in c.attr("axis")})
+        reduce_node(c, onnx_type, c.input("input_tensor"), axes, int(c.attr("keepdims")), c.output("output_tensor"))
+    return convert
+
+
+def _reduce_xla(name):
+    """``reduce_*`` ops (``input_tensor`` -> ``output_tensor``, attrs axis, keepdims)."""
+    def make(k):
+        axes, keep = reduce_axes(k)
+        fn = xla_rules.jnp_fn(name)
+        dtype = k.output("output_tensor").dtype.np
+        if name == "sum":
+            return lambda x: fn(x, axis=axes, keepdims=keep, dtype=dtype)
+        return lambda x: fn(x, axis=axes, keepdims=keep).astype(dtype)
+    return make
+
+
+op("reduce_sum", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
+   infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.sum(x, dim=a, keepdim=keep, dtype=x.dtype)),
+   xla=_reduce_xla("sum"),
+   sbp=_sbp.reduce(split_to_partial=True, partial_in=True), onnx=_reduce_onnx("ReduceSum"),
+   grad=lambda g: g.needs("input_tensor") and g.set_grad("input_tensor", g.emit(
+       "broadcast_like", {"x": g.dout("output_tensor"), "like": g.input("input_tensor")},
+       {"broadcast_axes": g.attr("axis")})))
+
+
+def _reduce_extremum_grad(g):
+    """reduce_max/reduce_min grad: dy shared equally by the input elements equal to the result
+    (OneFlow's seven-op wiring, ``oneflow/user/ops/reduce_ops.cpp``)."""
+    if not g.needs("input_tensor"):
+        return
+    x, n = g.input("input_tensor"), g.op_name
+    axis, keep = g.attr("axis"), g.attr("keepdims")
+    out = g.emit("broadcast_like", {"x": g.output("output_tensor"), "like": x}, {"broadcast_axes": axis},
+                 name=f"{n}_grad_broadcast_out")
+    eq = g.emit("broadcast_equal", {"x": x, "y": out}, name=f"{n}_grad_broadcast_eq")
+    mask = g.emit("cast_like", {"in": eq, "dtype_like": x}, name=f"{n}_grad_cast_mask")
+    count = g.emit("reduce_sum", {"input_tensor": mask}, {"axis": axis, "keepdims": keep},
+                   name=f"{n}_grad_reduce_sum_mask")
+    divided = g.emit("broadcast_div", {"x": g.dout("output_tensor"), "y": count}, name=f"{n}_grad_divide_count")
+    spread = g.emit("broadcast_like", {"x": divided, "like": x}, {"broadcast_axes": axis},
+                    name=f"{n}_grad_broadcast_divided_dy")
+    g.set_grad("input_tensor", g.emit("multiply", {"x": spread, "y": mask}, name=f"{n}_grad_multiply_mask"))
+
+
+def _prod(x, axes, keep):
+    for a in sorted(axes, reverse=True):
+        x = torch.prod(x, dim=a, keepdim=keep)
+    return x
+
+
+op("reduce_max", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
+   infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amax(x, dim=a, keepdim=keep)),
+   onnx=_reduce_onnx("ReduceMax"),
+   grad=_reduce_extremum_grad, xla=_reduce_xla("max"))
+op("reduce_min", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
+   infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amin(x, dim=a, keepdim=keep)),
+   onnx=_reduce_onnx("ReduceMin"),
+   grad=_reduce_extremum_grad, xla=_reduce_xla("min"))
+# no grad function (as OneFlow)
+op("reduce_prod", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
+   infer=_reduce_infer(), kernel=_reduce_kernel(_prod), onnx=_reduce_onnx("ReduceProd"),
+   xla=_reduce_xla("prod"))
+
+
+def _reduce_logical_onnx(onnx_type):
+    """reduce_any (ReduceMax) / reduce_all (ReduceMin) of ``x != 0``, bool."""
+    def convert(c):
+        ndim = len(c.input_desc("input_tensor").shape)
+        axes = sorted({a % ndim for a in c.attr("axis")})
+        flags = c.node("Cast", [nonzero(c, c.input("input_tensor"))], to=onnx_rules.INT32)
+        r = reduce_node(c, onnx_type, flags, axes, int(c.attr("keepdims")))
+        c.node("Cast", [r], [c.output("output_tensor")], to=onnx_rules.BOOL)
+    return convert
+
+
+op("reduce_any", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
+   infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.any(x != 0, dim=a, keepdim=keep)),
+   onnx=_reduce_logical_onnx("ReduceMax"))
+op("reduce_all", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
+   infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.all(x != 0, dim=a, keepdim=keep)),
+   onnx=_reduce_logical_onnx("ReduceMin"))
+
+
+def _reduce_sum_like_infer(ctx):
+    x, like_ = ctx.input("x"), ctx.input("like")
+    if not ctx.attr("axis"):
+        ctx.check(x.shape == like_.shape, f"with empty 'axis', input 'x' must have shape {like_.shape}, "
+                                          f"received {x.shape}")
+    ctx.set_output("y", like_.shape, x.dtype)
+
+
+def _reduce_sum_like_kernel(k):
+    axes = tuple(k.attr("axis"))
+    shape = k.input("like").shape
+    if not axes:
+        return lambda x, like_: x
+    if k.input("like").is_dynamic:
+        return lambda x, like_: torch.sum(x, dim=axes, keepdim=True).reshape(like_.shape)
+    return lambda x, like_: torch.sum(x, dim=axes, keepdim=True).reshape(shape)
+
+
+def _reduce_sum_like_xla(k):
+    axes, shape = tuple(k.attr("axis")), k.input("like").shape
+    if not axes:
+        return lambda x, like_: x
+    return lambda x, like_: xla_rules.jnp().sum(x, axis=axes, keepdims=True).reshape(shape)
+
+
+def _reduce_sum_like_onnx(c):
+    """sum of x over attr axis (kept), reshaped to like's shape."""
+    axes = list(c.attr("axis"))
+    if not axes:
+        c.node("Identity", [c.input("x")], [c.output("y")])
+        return
+    s = reduce_node(c, "ReduceSum", c.input("x"), axes, 1)
+    c.node("Reshape", [s, c.const(int64s(c.input_desc("like").shape))], [c.output("y")])
+
+
+op("reduce_sum_like", inputs=["x", "like"], outputs=["y"], attrs={"axis": "list_int32"},
+   infer=_reduce_sum_like_infer, kernel=_reduce_sum_like_kernel, no_grad=True, onnx=_reduce_sum_like_onnx,
+   xla=_reduce_sum_like_xla)
+
+
+def _broadcast_like_infer(ctx):
+    ctx.check(len(ctx.attr("broadcast_axes")) > 0, "attr 'broadcast_axes' must not be empty")
+    ctx.set_output("y", ctx.input("like").shape, ctx.input("like").dtype)
+
+
+def _broadcast_like_kernel(k):
+    like_shape = k.input("like").shape
+    axes = sorted(a % len(like_shape) for a in k.attr("broadcast_axes"))
+    x_shape = k.input("x").shape
+    keep_shape = tuple(1 if i in axes else s for i, s in enumerate(like_shape))
+    needs_view = x_shape != keep_shape
+    if k.input("like").is_dynamic:  # the run-time shape of `like`
+        return lambda x, like_: x.reshape([1 if i in axes else s for i, s in enumerate(like_.shape)]).expand(
+            like_.shape)
+    return lambda x, like_: (x.reshape(keep_shape) if needs_view else x).expand(like_shape)
+
+
+def _broadcast_like_xla(k):
+    like_shape = k.input("like").shape
+    axes = sorted(a % len(like_shape) for a in k.attr("broadcast_axes"))
+    keep_shape = tuple(1 if i in axes else s for i, s in enumerate(like_shape))
+    return lambda x, like_: xla_rules.jnp().broadcast_to(x.reshape(keep_shape), like_shape)
+
+
+def _broadcast_like_keep_shape_onnx(c):
+    """broadcast_like: ``like``'s shape with 1 on ``broadcast_axes`` (``x`` reshaped to it)."""
+    shape = c.input_desc("like").shape
+    axes = {a % len(shape) for a in c.attr("broadcast_axes")}
+    return [1 if i in axes else s for i, s in enumerate(shape)]
+
+
+op("broadcast_like", inputs=["x", "like"], outputs=["y"], attrs={"broadcast_axes": "list_int32"},
+   infer=_broadcast_like_infer, kernel=_broadcast_like_kernel, xla=_broadcast_like_xla,
+   onnx=onnx_rules.expand_to_output("x", "y", _broadcast_like_keep_shape_onnx),
+   grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
+       "reduce_sum_like", {"x": g.dout("y"), "like": g.input("x")}, {"axis": g.attr("broadcast_axes")})),
+   view=True)
+
+
+# ----------------------------------------------------------------- argmax, top_k, sort
+
+def _argmax_onnx(c):
+    """argmax over the last axis, the first of equal maxima (int64)."""
+    c.node("ArgMax", [c.input("in")], [c.output("out")], axis=-1, keepdims=0, select_last_index=0)
+
+
+op("argmax", inputs=["in"], outputs=["out"],
+   infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape[:-1], _dt.int64),
+   kernel=lambda k: lambda x: torch.argmax(x, dim=-1), no_grad=True, onnx=_argmax_onnx)
+
+
+def _top_k_infer(ctx):
+    d = ctx.input("in")
+    k = ctx.attr("k")
+    ctx.check(len(d.shape) >= 1, f"input 'in' must have rank >= 1, received shape {d.shape}")
+    ctx.check(k >= 1, f"attr 'k' must be >= 1, received {k}")
+    ctx.set_output("out", d.shape[:-1] + (min(k, d.shape[-1]),), _dt.int32)
+
+
+def _top_k_kernel(k):
+    # always largest first: with sorted=False the order is unspecified (OneFlow's CPU kernel,
+    # oneflow/user/kernels/top_k_kernel.cpp, keeps std::nth_element's order), so the sorted
+    # order is one it allows, and the one ONNX TopK (the exported form) gives
+    n = min(k.attr("k"), k.input("in").shape[-1])
+    return lambda x: torch.topk(x, n, dim=-1, largest=True, sorted=True).indices.to(torch.int32)
+
+
+def _top_k_onnx_node(c, k, largest, values):
+    """``TopK`` over the last axis, sorted; equal values keep their index order (a stable sort)."""
+    outs = [c.output("out"), c.tmp("indices")] if values else [c.tmp("values"), c.tmp("indices")]
+    c.node("TopK", [c.input("in"), c.const(int64s([k]))], outs, axis=-1, largest=int(largest), sorted=1)
+    if not values:
+        c.node("Cast", [outs[1]], [c.output("out")], to=onnx_rules.INT32)
+
+
+def _top_k_onnx(c):
+    """int32 indices of the k largest entries of the last axis, largest first. On equal values
+    ONNX TopK puts the lower index first; torch.topk (the graphfront kernel) has no fixed order."""
+    k = c.output_desc("out").shape[-1]
+    _top_k_onnx_node(c, k, True, False)
+
+
+# top_k: int32 indices of the k largest entries of the last axis
+op("top_k", inputs=["in"], outputs=["out"], attrs={"k": ("int32", 0), "sorted": ("bool", False)},
+   infer=_top_k_infer, kernel=_top_k_kernel, no_grad=True, onnx=_top_k_onnx)
+
+
+def _in_top_k_infer(ctx):
+    t, p = ctx.input("targets"), ctx.input("predictions")
+    ctx.check(len(t.shape) == 1, f"input 'targets' must be 1-D, received shape {t.shape}")
+    ctx.check(len(p.shape) == 2, f"input 'predictions' must be 2-D, received shape {p.shape}")
+    ctx.check(t.shape[0] == p.shape[0], f"input 'targets' expected shape {(p.shape[0],)} (rows of 'predictions' "
+                                        f"{p.shape}), received {t.shape}")
+    ctx.check(t.dtype.is_integer, f"input 'targets' expected an integer dtype, received {t.dtype.name}")
+    ctx.check(p.dtype.is_floating_point, f"input 'predictions' expected a floating dtype, received {p.dtype.name}")
+    ctx.set_output("out", t.shape, _dt.int8)
+
+
+def _in_top_k_kernel(k):
+    kk = k.attr("k")
+
+    def in_top_k(targets, predictions):
+        # the target is in the top k when fewer than k classes score strictly higher
+        target_score = predictions.gather(1, targets.long().unsqueeze(1))
+        return ((predictions > target_score).sum(1) < kk).to(torch.int8)
+    return in_top_k
+
+
+def _in_top_k_onnx(c):
+    """int8 1 where fewer than k classes score strictly higher than the target's class."""
+    p = c.input("predictions")
+    target = c.node("Unsqueeze", [c.node("Cast", [c.input("targets")], to=onnx_rules.INT64), c.const(int64s([1]))])
+    score = c.node("GatherElements", [p, target], axis=1)
+    higher = c.node("Cast", [c.node("Greater", [p, score])], to=onnx_rules.INT64)
+    count = reduce_node(c, "ReduceSum", higher, [1], 0)
+    c.node("Cast", [c.node("Less", [count, c.const(np.int64(c.attr("k")))])], [c.output("out")], to=onnx_rules.INT8)
+
+
+_IN_TOP_K_CHECKS = index_checks("in_top_k", "targets", lambda k: k.input("predictions").shape[1])
+op("in_top_k", inputs=["targets", "predictions"], outputs=["out"], attrs={"k": ("int32", 0)},
+   infer=_in_top_k_infer, kernel=raising_bad_ids(_IN_TOP_K_CHECKS, 0, _in_top_k_kernel), checks=_IN_TOP_K_CHECKS,
+   no_grad=True, onnx=_in_top_k_onnx)
+
+
+def _direction(ctx):
+    d = ctx.attr("direction")
+    ctx.check(d in ("ASCENDING", "DESCENDING"), f"attr 'direction' must be 'ASCENDING' or 'DESCENDING', "
+                                                f"received {d!r}")
+
+
+def _sort_infer(out_dtype=None):
+    def infer(ctx):
+        _direction(ctx)
+        d = ctx.input("in")
+        ctx.check(len(d.shape) >= 1, f"input 'in' must have rank >= 1, received shape {d.shape}")
+        ctx.set_output("out", d.shape, out_dtype or d.dtype)
+    return infer
+
+
+def _sort_kernel(indices):
+    def make(k):
+        desc = k.attr("direction") == "DESCENDING"
+        if indices:
+            return lambda x: torch.sort(x, dim=-1, descending=desc, stable=True).indices.to(torch.int32)
+        return lambda x: torch.sort(x, dim=-1, descending=desc, stable=True).values
+    return make
+
+
+def _sort_onnx(values):
+    """sort (values) / arg_sort (int32 indices): a stable sort of the last axis as TopK of all entries."""
+    def convert(c):
+        _top_k_onnx_node(c, c.input_desc("in").shape[-1], c.attr("direction") == "DESCENDING", values)
+    return convert
+
+
+op("arg_sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(_dt.int32),
+   kernel=_sort_kernel(True), no_grad=True, onnx=_sort_onnx(False))
+op("sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(),
+   kernel=_sort_kernel(False), no_grad=True, onnx=_sort_onnx(True))
+
+
+# ----------------------------------------------------------------- square sums, finiteness counts
+
+def _sum_infer(dtype=None, repeated=False):
+    def infer(ctx):
+        ins = ctx.inputs("x") if repeated else [ctx.input("x")]
+        for i, d in enumerate(ins):
+            ctx.check(d.dtype is ins[0].dtype,
+                      f"input 'x_{i}' expected dtype {ins[0].dtype.name}, received {d.dtype.name}")
+        ctx.set_output("y", (1,), dtype or ins[0].dtype)
+    return infer
+
+
+def _square_sum(x):
+    return torch.sum(x * x).reshape(1)
+
+
+def _count_not_finite(x):
+    return torch.sum(~torch.isfinite(x)).reshape(1).to(torch.int64)
+
+
+def _square_sum_onnx(c):
+    """sum(x * x) over all elements, shape (1,)."""
+    x = c.input("x")
+    s = c.node("ReduceSum", [c.node("Mul", [x, x])], keepdims=0)
+    c.node("Reshape", [s, c.const(int64s([1]))], [c.output("y")])
+
+
+# square_sum / multi_square_sum: no grad function; count_not_finite*: NoGrad
+op("square_sum", inputs=["x"], outputs=["y"], infer=_sum_infer(), kernel=lambda k: _square_sum, onnx=_square_sum_onnx,
+   sbp=_sbp.reduce(split_to_partial=True))
+
+
+def _sum_to_one_onnx(c, parts, out):
+    total = parts[0]
+    for p in parts[1:]:
+        total = c.node("Add", [total, p])
+    c.node("Reshape", [total, c.const(int64s([1]))], [out])
+
+
+def _multi_square_sum_onnx(c):
+    """sum of x * x over every element of every ``x``, shape (1,)."""
+    parts = [c.node("ReduceSum", [c.node("Mul", [x, x])], keepdims=0) for x in c.inputs("x")]
+    _sum_to_one_onnx(c, parts, c.output("y"))
+
+
+op("multi_square_sum", inputs=["x*"], outputs=["y"], infer=_sum_infer(repeated=True),
+   kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_square_sum(x) for x in xs])),
+   onnx=_multi_square_sum_onnx)
+
+
+def _count_not_finite_onnx_node(c, x, desc):
+    """int64 scalar: the number of inf and NaN entries (0 for integer dtypes)."""
+    if not desc.dtype.is_floating_point:
+        return c.const(np.int64(0))
+    bad = c.node("Or", [c.node("IsInf", [x]), c.node("IsNaN", [x])])
+    return c.node("ReduceSum", [c.node("Cast", [bad], to=onnx_rules.INT64)], keepdims=0)
+
+
+def _count_not_finite_onnx(c):
+    """count_not_finite / multi_count_not_finite: int64 (1,) count of inf and NaN in every ``x``."""
+    parts = [_count_not_finite_onnx_node(c, x, c.input_desc("x", i)) for i, x in enumerate(c.inputs("x"))]
+    _sum_to_one_onnx(c, parts, c.output("y"))
+
+
+op("count_not_finite", inputs=["x"], outputs=["y"], infer=_sum_infer(_dt.int64),
+   kernel=lambda k: _count_not_finite, no_grad=True, onnx=_count_not_finite_onnx)
+op("multi_count_not_finite", inputs=["x*"], outputs=["y"], infer=_sum_infer(_dt.int64, repeated=True),
+   kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_count_not_finite(x) for x in xs])), no_grad=True,
+   onnx=_count_not_finite_onnx)
+
+
+# l2_normalize (x -> y, square_x_sum): y = x / sqrt(max(sum(x^2, axis), epsilon))
+
+def _l2_normalize_infer(ctx):
+    x = float_input(ctx, "x")
+    axis = norm_axis(ctx.attr("axis"), len(x.shape), "attr 'axis'")
+    ctx.check(ctx.attr("epsilon") > 0, f"attr 'epsilon' must be > 0, received {ctx.attr('epsilon')}")
+    ctx.set_output("y", x.shape, x.dtype)
+    ctx.set_output("square_x_sum", tuple(1 if i == axis else s for i, s in enumerate(x.shape)), x.dtype)
+
+
+def _l2_normalize_kernel(k):
+    axis, eps = k.attr("axis") % len(k.input("x").shape), k.attr("epsilon")
+
+    def l2_normalize(x):
+        ss = torch.sum(x * x, dim=axis, keepdim=True)
+        return x * torch.rsqrt(torch.clamp(ss, min=eps)), ss
+    return l2_normalize
+
+
+def _l2_normalize_grad_kernel(k):
+    axis, eps = k.attr("axis") % len(k.input("y").shape), k.attr("epsilon")
+
+    def l2_normalize_grad(dy, y, ss):
+        inv = torch.rsqrt(torch.clamp(ss, min=eps))
+        inner = dy - y * torch.sum(dy * y, dim=axis, keepdim=True)
+        # below epsilon the normalizer is the constant sqrt(epsilon): the map is linear
+        return torch.where(ss >= eps, inner * inv, dy * inv)
+    return l2_normalize_grad
+
+
+L2_ATTRS = {"axis": ("int32", 0), "epsilon": ("float", 0.0)}
+
+
+def _l2_normalize_onnx(c):
+    """y = x / sqrt(max(sum(x^2, axis), epsilon)); square_x_sum = sum(x^2, axis) (kept dims)."""
+    x, d = c.input("x"), c.input_desc("x")
+    axis = c.attr("axis") % len(d.shape)
+    ss = reduce_node(c, "ReduceSum", c.node("Mul", [x, x]), [axis], 1, c.output("square_x_sum"))
+    inv = c.node("Reciprocal", [c.node("Sqrt", [c.node("Max", [ss, const_as(c, c.attr("epsilon"), d)])])])
+    c.node("Mul", [x, inv], [c.output("y")])
+
+
+op("l2_normalize", inputs=["x"], outputs=["y", "square_x_sum"], attrs=L2_ATTRS, infer=_l2_normalize_infer,
+   kernel=_l2_normalize_kernel, onnx=_l2_normalize_onnx,
+   grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
+       "l2_normalize_grad", {"dy": g.dout("y"), "y": g.output("y"), "square_x_sum": g.output("square_x_sum")},
+       g.attrs)))
+op("l2_normalize_grad", inputs=["dy", "y", "square_x_sum"], outputs=["dx"], attrs=L2_ATTRS, infer=like("y"),
+   kernel=_l2_normalize_grad_kernel)

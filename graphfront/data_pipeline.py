@@ -177,7 +177,8 @@ OFRecordImageDecoderRandomCrop = ofrecord_image_decoder_random_crop
 
 def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=None):
     """A blob ``(batch_size, *shape)`` of ``dtype`` drawn anew from ``initializer`` (default
-    uniform in [0, 1)) on every run. OneFlow: the ``decode_random_conf`` system op."""
+    uniform in [0, 1)) on every run. OneFlow: the ``decode_random_conf`` system op. Unlike
+    the readers it runs on the current placement (a job's GPU), drawing there."""
     builder = _jb.current()
     conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("DecodeRandom_")))
     dr = conf.decode_random_conf
@@ -189,11 +190,10 @@ def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=
     if tick is not None:
         dr.tick = _blob("data.decode_random", "tick", tick).lbn
         conf.ctrl_in_op_name.append(dr.tick.split("/")[0])
-    with _on_host():
-        builder.add_op(conf)
-        lbn = f"{conf.name}/out"
-        d = builder.desc(lbn)
-        return BlobDesc(lbn, d.shape, d.dtype, builder.scope.parallel_conf, builder.job_name)
+    builder.add_op(conf)
+    lbn = f"{conf.name}/out"
+    d = builder.desc(lbn)
+    return BlobDesc(lbn, d.shape, d.dtype, builder.scope.parallel_conf, builder.job_name)
 
 
 # ------------------------------------------------------------------ image preprocessing

@@ -6,10 +6,17 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "lenet"))
 
+import torch  # noqa: E402
+
 import graphfront as flow  # noqa: E402
 from graphfront.testing import records  # noqa: E402
 
 AUTOTEST_DIR = os.path.join(ROOT, "tests", "autotest")
+
+# Tests compare float32 results with float32/float64 references at float32 tolerances:
+# on a GPU, convolutions and matmuls must not round their inputs to TF32.
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
 
 
 @pytest.fixture(autouse=True)

@@ -62,6 +62,13 @@ def _losses(job, steps=20):
     return np.array([float(job(x, y)) for _ in range(steps)])
 
 
+def _default_low_precision(job_func):
+    """``(flow dtype, numpy dtype)`` that AMP uses by default for the device the job runs
+    on, as documented: float16 on a GPU, bfloat16 on the CPU."""
+    on_gpu = any(op.device_tag == "gpu" for op in job_func.graph.proto.net.op)
+    return (flow.float16, np.float16) if on_gpu else (flow.bfloat16, ml_dtypes.bfloat16)
+
+
 def _user_ops(job_func, op_type):
     return [op for op in job_func.graph.proto.net.op if op.HasField("user_conf") and op.user_conf.op_type_name == op_type]
 
@@ -126,7 +133,7 @@ def test_amp_conv_batch_norm_job_tracks_float32():
         flow.manual_seed(1)
         cfg = flow.FunctionConfig()
         if amp:
-            cfg.enable_auto_mixed_precision(True)   # CPU job: bfloat16 by default
+            cfg.enable_auto_mixed_precision(True)   # the device's default type
 
         @flow.global_function(type="train", function_config=cfg)
         def train(x: tp.Numpy.Placeholder((8, 1, 12, 12)), y: tp.Numpy.Placeholder((8,), dtype=flow.int32)
@@ -150,12 +157,12 @@ def test_amp_conv_batch_norm_job_tracks_float32():
     np.testing.assert_allclose(amp, ref, rtol=amp_loss_rtol(flow.bfloat16, 8))
     casts = {op.name for op in _user_ops(train, "cast")}
     assert {"c1-weight-out-cast_f2h", "c2-weight-out-cast_f2h"} <= casts
-    # the batch norm between the convolutions runs in bfloat16 with float32 statistics (never cast)
+    # the batch norm between the convolutions runs in low precision with float32 statistics (never cast)
     bn = next(op for op in _user_ops(train, "normalization") if op.name == "bn1")
     assert bn.user_conf.input["moving_mean"].s[0] == "bn1-moving_mean/out"
     assert bn.user_conf.input["x"].s[0] == "c1/out_0"      # conv output, no cast in between
     desc = jb.TensorDesc.from_proto(train.graph.proto.helper.lbn2logical_blob_desc[bn.user_conf.output["y"].s[0]])
-    assert desc.dtype is flow.bfloat16
+    assert desc.dtype is _default_low_precision(train)[0]
 
 
 def _job_of(fn):
@@ -189,7 +196,8 @@ def test_white_set_follows_oneflow_rules():
                                                 name="r2"))
     assert {"r1", "r2"} <= white
     x = np.random.RandomState(0).randn(4, 6).astype(np.float32)
-    np.testing.assert_array_equal(job(x), x.astype(ml_dtypes.bfloat16).astype(np.float32))
+    low = _default_low_precision(job)[1]
+    np.testing.assert_array_equal(job(x), x.astype(low).astype(np.float32))
 
 
 # OneFlow v0.6.0 ``oneflow/core/job_rewriter/auto_mixed_precision_lists.cpp`` (the black list is

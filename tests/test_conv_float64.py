@@ -110,15 +110,19 @@ def test_convolution_family_sweep(family):
     assert stats.draws == SWEEP_DRAWS and not stats.torch_bugs
 
 
-def _train_1x1(channels_last, cin=3):
-    """Gradients of sum(conv2d) with a 1x1 kernel, strides (2, 1), dilations (2, 1)."""
+def _train_1x1(channels_last, cin=3, device_tag=None):
+    """Gradients of sum(conv2d) with a 1x1 kernel, strides (2, 1), dilations (2, 1), on
+    the session's default device or on ``device_tag`` ("cpu" / "gpu")."""
     flow.clear_default_session()
     rng = np.random.default_rng(7)
     x = rng.standard_normal((2, 7, 5, cin) if channels_last else (2, cin, 7, 5)).astype(np.float32)
     w0 = rng.standard_normal((4, 1, 1, cin) if channels_last else (4, cin, 1, 1)).astype(np.float32)
     grads = {}
+    cfg = flow.FunctionConfig()
+    if device_tag is not None:
+        cfg.default_placement_scope(flow.scope.placement(device_tag, "0:0"))
 
-    @flow.global_function(type="train")
+    @flow.global_function(type="train", function_config=cfg)
     def job(x: tp.Numpy.Placeholder(x.shape)) -> tp.Numpy:
         w = flow.get_variable("w", w0.shape, initializer=flow.zeros_initializer())
         y = flow.nn.conv2d(x, w, [2, 1], "VALID", data_format="NHWC" if channels_last else "NCHW",
@@ -197,7 +201,9 @@ def test_nhwc_one_channel_strided_filter_gradient():
 
 def test_conv_backward_gets_contiguous_inputs_and_undilated_1x1_kernels(monkeypatch):
     """Where the route around torch's broken path is taken: every convolution_backward call
-    (data, filter and fused grads) receives contiguous tensors and dilation 1 for a 1x1 kernel."""
+    (data, filter and fused grads) receives contiguous tensors and dilation 1 for a 1x1 kernel.
+    The broken path is torch's CPU convolution, so the job runs on the CPU (also where
+    CUDA is present: on a GPU the tensors are left in torch's own layout)."""
     from graphfront.ops import fused_ops, nn_ops
     real = torch.ops.aten.convolution_backward
     seen = []
@@ -218,6 +224,6 @@ def test_conv_backward_gets_contiguous_inputs_and_undilated_1x1_kernels(monkeypa
     monkeypatch.setattr(fused_ops, "_aten", Spy())
     for channels_last in (False, True):
         for cin in (3, 1):
-            _train_1x1(channels_last, cin)
+            _train_1x1(channels_last, cin, "cpu")
     assert len(seen) >= 2
     assert all(c == (True, True, True, [1, 1]) for c in seen), seen

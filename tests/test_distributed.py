@@ -52,6 +52,7 @@ def _batches(steps, shape, classes, seed=0):
 def _losses(ndev, make_job, batches):
     flow.clear_default_session()
     flow.manual_seed(0)
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(ndev)
     job = make_job()
     losses = np.array([job(x, y) for x, y in batches])
@@ -68,6 +69,7 @@ def _types(job):
 
 
 def test_data_parallel_job_has_sbp_signatures_and_all_reduce_ops():
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(2)
     job = _completed(_mlp_train_job())
     sbps = _sbp.blob_sbps(job)
@@ -86,6 +88,7 @@ def test_data_parallel_job_has_sbp_signatures_and_all_reduce_ops():
 
 
 def test_sbp_rules_of_op_families():
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(2)
 
     @flow.global_function()
@@ -189,6 +192,7 @@ def test_checkpoints_move_between_device_counts(tmp_path):
     flow.checkpoint.save(tmp_path / "two")
     saved = {k: v.numpy() for k, v in flow.get_all_variables().items()}
     flow.clear_default_session()
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(1)
     job = make()
     flow.load_variables(flow.checkpoint.get(tmp_path / "two"))
@@ -199,6 +203,7 @@ def test_checkpoints_move_between_device_counts(tmp_path):
     flow.checkpoint.save(tmp_path / "one")
     # 1 device -> checkpoint -> 2 devices: the next step agrees
     flow.clear_default_session()
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(2)
     job = make()
     flow.load_variables(flow.checkpoint.get(tmp_path / "two"))
@@ -208,6 +213,7 @@ def test_checkpoints_move_between_device_counts(tmp_path):
 
 
 def test_killed_worker_ends_the_call_with_an_error_naming_its_device():
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(2)
     flow.config.collective_timeout_seconds(20)
     job = _mlp_train_job()
@@ -222,11 +228,13 @@ def test_killed_worker_ends_the_call_with_an_error_naming_its_device():
     with pytest.raises(WorkerError, match="cpu:1"):  # the session stays failed, the process lives on
         job(x, y)
     flow.clear_default_session()
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(1)
     assert np.isfinite(_mlp_train_job()(x, y)).all()
 
 
 def test_every_boxing_conversion_keeps_the_values():
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(2)
 
     @flow.global_function()

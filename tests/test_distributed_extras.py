@@ -27,6 +27,7 @@ def _completed(gf):
 def _session(ndev):
     flow.clear_default_session()
     flow.manual_seed(0)
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(ndev)
 
 
@@ -67,6 +68,7 @@ def _sigs(job, field):
 
 
 def test_every_blob_has_its_nd_sbp_in_the_job_proto():
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(2)
     job = _completed(_mlp_train_job())
     job = type(job).FromString(job.SerializeToString())  # read back from the bytes
@@ -91,6 +93,7 @@ def _with_distribute_job(distribute):
 
 
 def test_with_distribute_lays_the_blob_out_in_the_job():
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(2)
     job = _completed(_with_distribute_job(flow.distribute.split(1)))
     sigs = _sigs(job, "1d")
@@ -102,6 +105,7 @@ def test_with_distribute_lays_the_blob_out_in_the_job():
 
 
 def test_with_distribute_on_one_device_only_records_the_policy():
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(1)
     job = _completed(_with_distribute_job(flow.distribute.split(1)))
     assert "parallel_cast" not in [jb.op_type_name(op) for op in job.net.op]

@@ -48,6 +48,7 @@ def _train_job(b, mirrored):
 def _session(ndev):
     flow.clear_default_session()
     flow.manual_seed(0)
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(ndev)
 
 

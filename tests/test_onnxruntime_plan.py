@@ -33,6 +33,7 @@ NETS = {"lenet": lambda x: flow.nn.softmax(lenet(x)), "resnet": lambda x: resnet
 def _config(mode):
     cfg = flow.FunctionConfig()
     cfg.compile_mode(mode)
+    cfg.default_placement_scope(flow.scope.placement("cpu", "0:0"))  # onnxruntime runs on the CPU
     return cfg
 
 

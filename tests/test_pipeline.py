@@ -4,11 +4,14 @@ import typing
 
 import numpy as np
 import pytest
+import torch
 
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
 from graphfront.passes import complete
+
+DEFAULT_TAG = "gpu" if torch.cuda.is_available() else "cpu"  # a job's default placement: the GPU where CUDA is
 
 
 def test_user_op_builder_fluent_api_builds_a_completed_op_conf():
@@ -36,7 +39,7 @@ def test_user_op_builder_fluent_api_builds_a_completed_op_conf():
     blob = captured["blob"]
     assert blob.lbn == blob.logical_blob_name == "my_relu/y_0"
     assert (blob.op_name, blob.blob_name, blob.shape, blob.dtype) == ("my_relu", "y_0", (2, 3), flow.float32)
-    assert blob.parallel_conf.device_tag == "cpu"
+    assert blob.parallel_conf.device_tag == DEFAULT_TAG
     assert blob.split_axis == flow.INVALID_SPLIT_AXIS
 
 
@@ -51,7 +54,7 @@ def test_completed_attrs_are_filled_with_declared_defaults_and_types():
     attrs = op.user_conf.attr
     assert attrs["transpose_b"].at_bool is True and attrs["transpose_a"].WhichOneof("value") == "at_bool"
     assert attrs["alpha"].WhichOneof("value") == "at_double" and attrs["alpha"].at_double == 1.0
-    assert op.device_tag == "cpu" and op.HasField("scope_symbol_id")
+    assert op.device_tag == DEFAULT_TAG and op.HasField("scope_symbol_id")
 
 
 def test_blob_operators_build_ops_and_compute_like_numpy():

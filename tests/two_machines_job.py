@@ -12,6 +12,7 @@ from graphfront import typing as tp
 def losses(steps, machines):
     flow.manual_seed(0)
     flow.config.machine_num(machines)
+    flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(1)
     devices = [f"{m}:0" for m in range(machines)]
 

@@ -47,6 +47,15 @@ class OpRunError(GraphfrontError, RuntimeError):
         super().__init__(message + format_location(user_frame()))
 
 
+class DeviceMemoryError(GraphfrontError, RuntimeError):
+    """A compiled job ran out of device (GPU) memory; the message names the job and the
+    memory the failed allocation asked for. The session stays usable: the job's
+    intermediate tensors are freed, and a smaller job (or batch) can run."""
+
+    def __init__(self, message: str):
+        super().__init__(message + format_location(user_frame()))
+
+
 class OpCheckError(Exception):
     """Raised inside shape inference or attr checks; turned into a JobBuildError by the caller."""
 

@@ -15,6 +15,7 @@ import functools
 from typing import Callable
 import inspect
 import itertools
+import re
 import threading
 import typing
 import warnings
@@ -30,7 +31,8 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework import scope_symbols as scope_mod
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.placement_scope import LogicalView, PlacementScope
-from graphfront.framework.errors import FeedError, GraphfrontError, JobBuildError, format_location, user_frame
+from graphfront.framework.errors import (DeviceMemoryError, FeedError, GraphfrontError, JobBuildError, format_location,
+                                        user_frame)
 from graphfront.ops.builder import unique_str
 from graphfront.passes import complete
 from graphfront.passes.boxing import parallel_num
@@ -445,7 +447,11 @@ class CompiledJob:
             return np.ascontiguousarray(value)
         t = _dt.numpy_to_tensor(value)
         device = self.input_devices[i]
-        return t if device.type == "cpu" else t.to(device, non_blocking=True)
+        if device.type == "cpu":
+            return t
+        # index values checked on the host: a bad one never reaches the device
+        self.plan.check_feeds([value if j == i else None for j in range(len(self.input_devices))])
+        return t.to(device, non_blocking=True)
 
     def run_arrays(self, arrays) -> list:
         """LazyRun on ndarrays already checked against the placeholders (shape, dtype; one
@@ -456,13 +462,29 @@ class CompiledJob:
         return outs if self.plan.gives_numpy else [_to_numpy(t) for t in outs]
 
     def _run(self, feeds):
-        """One call of the lowering, after what it runs before a call, under the session lock."""
+        """One call of the lowering, after what it runs before a call, under the session lock;
+        running out of device memory raises DeviceMemoryError."""
         plan, variables = self.plan, self.session.variables
         with self.session.lock:
             plan.before_call(variables)
             if plan.writes_variables:
                 variables.generation += 1
-            return plan(feeds)
+            try:
+                return plan(feeds)
+            except torch.cuda.OutOfMemoryError as e:
+                error = _memory_error(self.name, e)
+            torch.cuda.empty_cache()  # (after the except clause let go of the error and its frames' tensors)
+            raise error from None
+
+
+def _memory_error(job_name, e):
+    """The DeviceMemoryError of job ``job_name`` for torch's CUDA out-of-memory error ``e``
+    (naming the size asked for)."""
+    asked = re.search(r"[Tt]ried to allocate ([0-9.]+ [KMGT]?i?B)", str(e))
+    asked = f"an allocation of {asked.group(1)}" if asked else "an allocation"
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return DeviceMemoryError(f"job '{job_name}' ran out of GPU memory: {asked} failed ({first}); "
+                             "use a smaller batch or free other jobs' memory")
 
 
 def _to_numpy(t):

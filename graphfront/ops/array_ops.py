@@ -1036,10 +1036,13 @@ def _one_hot_kernel(k):
     on = k.attr("floating_on_value") if dtype.is_floating_point else k.attr("integer_on_value")
     off = k.attr("floating_off_value") if dtype.is_floating_point else k.attr("integer_off_value")
 
+    # made once, on the op's device (nothing is copied from the host per call or in a CUDA graph)
+    classes = torch.arange(depth, device=k.device)
+    on_t = torch.full((), on, dtype=dtype.torch, device=k.device)
+    off_t = torch.full((), off, dtype=dtype.torch, device=k.device)
+
     def one_hot(idx):
-        hot = idx.long().unsqueeze(-1) == torch.arange(depth, device=idx.device)
-        return torch.where(hot, torch.tensor(on, dtype=dtype.torch, device=idx.device),
-                           torch.tensor(off, dtype=dtype.torch, device=idx.device))
+        return torch.where(idx.long().unsqueeze(-1) == classes, on_t, off_t)
     return one_hot
 
 

@@ -68,5 +68,5 @@ def _encode_kernel(k):
 
 op("CategoricalOrdinalEncode", inputs=["in", "table", "size"], outputs=["out"],
    attrs={"hash_precomputed": ("bool", True)}, infer=_encode_infer, kernel=_encode_kernel, no_grad=True,
-   mutates=("table", "size"), doc="hash values -> dense ordinals (1, 2, ...) through a variable hash table")
+   mutates=("table", "size"), host_reads=True, doc="hash values -> dense ordinals (1, 2, ...) through a variable hash table")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from graphfront.framework.errors import OpCheckError
+from graphfront.framework.errors import OpCheckError, OpRunError
 
 
 def vjp(fn, x, dy):
@@ -98,3 +98,89 @@ def reduce_to(g, grad_lbn, target_lbn, name):
     axes = [i for i in range(len(gshape)) if i < offset or (tshape[i - offset] == 1 and gshape[i] != 1)]
     return g.emit("reduce_sum_like", {"x": grad_lbn, "like": target_lbn}, {"axis": axes},
                   name=f"{name}_reduce_sum_like")
+
+
+def label_error(k, op_type, value, at):
+    """The OpRunError of class label ``value`` at index ``at``, outside ``[0, depth)``."""
+    return OpRunError(f"op '{k.op_name}' ({op_type}): input 'label' expects class ids in [0, {k.attr('depth')}), "
+                      f"received {value} at index {at}")
+
+
+def label_checks(op_type):
+    """The ``checks`` rule of an op whose input ``label`` holds class ids in ``[0, depth)``."""
+    return lambda k: [("label", k.attr("depth"), lambda value, at: label_error(k, op_type, value, at))]
+
+
+def bad_labels(k, op_type, label, error):
+    """Raise OpRunError naming the op when a label is outside ``[0, depth)``, else ``error``.
+
+    Called by a kernel only after torch's own bounds check failed (on the CPU), so
+    correct labels pay nothing."""
+    bad_ids(label, k.attr("depth"), lambda value, at: label_error(k, op_type, value, at), error)
+
+
+def index_checks(op_type, arg, size_of, ignored_of=None):
+    """The ``checks`` rule of an op whose input ``arg`` holds indices in ``[0, size_of(k))``
+    (or equal to ``ignored_of(k)``, when given: an ``ignore_index``)."""
+    def checks(k):
+        size = size_of(k)
+        ignored = ignored_of(k) if ignored_of is not None else None
+        also = f" or {ignored}" if ignored is not None else ""
+        return [(arg, size if ignored is None else (size, ignored), lambda value, at: OpRunError(
+            f"op '{k.op_name}' ({op_type}): input '{arg}' expects indices in [0, {size}){also}, received {value} "
+            f"at index {at}"))]
+    return checks
+
+
+def bad_ids(ids, size, error, raised):
+    """Raise ``error(value, at)`` for the first element of ``ids`` outside ``[0, size)``
+    (``size`` may be ``(size, ignored)``: see :func:`index_checks`), else ``raised``
+    (torch's own error, after which a kernel calls this on the CPU)."""
+    size, ignored = size if isinstance(size, tuple) else (size, None)
+    bad = (ids < 0) | (ids >= size)
+    if ignored is not None:
+        bad = bad & (ids != ignored)
+    bad = bad.nonzero()
+    if not len(bad):
+        raise raised
+    at = tuple(bad[0].tolist())
+    raise error(int(ids[at]), at) from None
+
+
+def raising_bad_ids(checks, pos, fn):
+    """A kernel factory: ``fn(k)``'s callable, whose torch error on a bad index (torch
+    raises on the CPU) becomes the op's own error, that of ``checks(k)`` (one entry)
+    for the callable's positional argument ``pos``."""
+    def make(k):
+        (_, size, error), = checks(k)
+        run = fn(k)
+
+        def checked(*args):
+            try:
+                return run(*args)
+            except (RuntimeError, IndexError) as e:
+                bad_ids(args[pos], size, error, e)
+        return checked
+    return make
+
+
+def skippable(skip_if, tensors, update):
+    """Run ``update()``, which writes ``tensors`` in place, unless ``skip_if`` (an int
+    tensor of one element, or None) is nonzero: the skip of an optimizer step whose
+    gradients overflowed (dynamic loss scaling).
+
+    On the CPU ``skip_if`` is read on the host and the update not run at all. Elsewhere
+    (a GPU) nothing is read on the host, so the step never waits on the device: the
+    update runs and each tensor then keeps its old value where ``skip_if`` is nonzero
+    (``torch.where``, so the overflowed values never mix in)."""
+    if skip_if is None:
+        update()
+    elif skip_if.device.type == "cpu":
+        if not bool(skip_if.reshape(-1)[0] != 0):
+            update()
+    else:
+        old = [t.clone() for t in tensors]
+        update()
+        skip = skip_if.reshape(()) != 0
+        for t, o in zip(tensors, old):
+            t.copy_(torch.where(skip, o, t))

@@ -79,7 +79,7 @@ def _argwhere_onnx(c):
 
 
 op("argwhere", inputs=["input"], outputs=["output", "output_size"], attrs={"dtype": ("dtype", _dt.int32)},
-   infer=_argwhere_infer, kernel=_argwhere_kernel, no_grad=True, onnx=_argwhere_onnx,
+   infer=_argwhere_infer, kernel=_argwhere_kernel, no_grad=True, onnx=_argwhere_onnx, host_reads=True,
    doc="coordinates of non-zero elements (dynamic (numel, ndim)) and their count")
 
 
@@ -133,7 +133,7 @@ def _unique_with_counts_onnx(c):
 
 op("unique_with_counts", inputs=["x"], outputs=["y", "idx", "count", "num_unique"],
    attrs={"out_idx": ("dtype", _dt.int32)}, infer=_unique_infer, kernel=_unique_kernel, no_grad=True,
-   onnx=_unique_with_counts_onnx,
+   onnx=_unique_with_counts_onnx, host_reads=True,
    doc="distinct values of a 1-D blob, the index of each element's value and the counts")
 
 
@@ -165,7 +165,7 @@ def _indexed_slices_kernel(k):
 
 
 op("indexed_slices_reduce_sum", inputs=["x_indices", "x_values"], outputs=["y_indices", "y_values", "num_unique"],
-   infer=_indexed_slices_infer, kernel=_indexed_slices_kernel, no_grad=True,
+   infer=_indexed_slices_infer, kernel=_indexed_slices_kernel, no_grad=True, host_reads=True,
    doc="sum the value rows of duplicate indices (sparse gradient compaction)")
 
 

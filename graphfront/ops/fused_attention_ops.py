@@ -187,7 +187,7 @@ def _tril_softmax_kernel(k):
     keep = _tril_keep(k.input("x").shape, diagonal, k.device)
 
     def fused_tril_scale_softmax_mask_scale(x, mask):
-        t = torch.where(keep, x * scale, torch.tensor(fill, dtype=x.dtype, device=x.device))
+        t = torch.where(keep, x * scale, torch.full((), fill, dtype=x.dtype, device=x.device))
         softmax_y = torch.softmax(t, dim=-1)
         return softmax_y * mask * mask_scale, softmax_y
     return fused_tril_scale_softmax_mask_scale

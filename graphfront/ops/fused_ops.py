@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import like, same_dtype
+from graphfront.ops.common import like, same_dtype, skippable
 from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, _pool_infer, bias_add_infer, conv_xla_fn, layout_for,
                                    pool_geometry, torch_dilation)
 from graphfront.ops import onnx_rules, xla_rules
@@ -545,16 +545,13 @@ def _host_lr(lr, lr_val):
     return float(lr) if lr.device.type == "cpu" else lr.reshape(())
 
 
-def _skip(skip_if):
-    return skip_if is not None and bool(skip_if.reshape(-1)[0] != 0)
-
-
 def _multi_sgd_kernel(k):
     scale, l1, l2, wd, lr_val = (k.attr(a) for a in ("scale", "l1", "l2", "weight_decay", "learning_rate_val"))
 
     def multi_tensor_sgd_update(models, diffs, lr, scale_by_tensor, skip_if):
-        if _skip(skip_if):
-            return None
+        skippable(skip_if, models, lambda: update(models, diffs, lr, scale_by_tensor))
+
+    def update(models, diffs, lr, scale_by_tensor):
         lr = _host_lr(lr, lr_val)
         plain = not (l1 or l2 or wd) and scale_by_tensor is None and all(
             d.dtype == m.dtype for m, d in zip(models, diffs))
@@ -577,8 +574,9 @@ def _multi_momentum_kernel(k):
                                                             "learning_rate_val", "beta"))
 
     def multi_tensor_momentum_update(models, diffs, moms, lr, scale_by_tensor, skip_if):
-        if _skip(skip_if):
-            return None
+        skippable(skip_if, list(models) + list(moms), lambda: update(models, diffs, moms, lr, scale_by_tensor))
+
+    def update(models, diffs, moms, lr, scale_by_tensor):
         lr = _host_lr(lr, lr_val)
         g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
         decay = None

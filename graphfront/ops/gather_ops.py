@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from graphfront.ops.common import integer_input, norm_axis, numel, same_dtype
+from graphfront.ops.common import index_checks, integer_input, norm_axis, numel, raising_bad_ids, same_dtype
 from graphfront.ops import onnx_rules
 from graphfront.ops.onnx_rules import int64s, np_dtype, reduce_node
 from graphfront.ops.registry import op
@@ -333,9 +333,12 @@ def _nd_linear(shape, idx):
         zeros = torch.zeros(count, dtype=torch.long, device=idx.device)
         return zeros, zeros == 0, acc
     idx = idx.reshape(count, k).long()
-    dims = torch.tensor(tuple(shape[:k]), dtype=torch.long, device=idx.device)
-    valid = ((idx >= 0) & (idx < dims)).all(-1)
-    ids = (idx * torch.tensor(strides, dtype=torch.long, device=idx.device)).sum(-1)
+    # (column by column with Python ints: no constant tensor is copied to the device per call)
+    valid = (idx[:, 0] >= 0) & (idx[:, 0] < shape[0])
+    ids = idx[:, 0] * strides[0]
+    for j in range(1, k):
+        valid = valid & (idx[:, j] >= 0) & (idx[:, j] < shape[j])
+        ids = ids + idx[:, j] * strides[j]
     return torch.where(valid, ids, torch.zeros_like(ids)), valid, acc
 
 
@@ -549,11 +552,17 @@ def _dim_gather_infer(ctx):
     ctx.set_output("output", idx.shape, x.dtype)
 
 
+def _dim_size(arg):
+    return lambda k: k.input(arg).shape[norm_axis(k.attr("dim"), len(k.input(arg).shape))]
+
+
+_DIM_GATHER_CHECKS = index_checks("dim_gather", "index", _dim_size("input"))
 op("dim_gather", inputs=["input", "index"], outputs=["output"], attrs={"dim": ("int32", 0)},
    infer=_dim_gather_infer, onnx=lambda c: c.node("GatherElements", [c.input("input"), c.input("index")],
                                                   [c.output("output")], axis=c.attr("dim")),
-   kernel=lambda k: (lambda x, idx, d=norm_axis(k.attr("dim"), len(k.input("input").shape)):
-                     torch.gather(x, d, idx.long())),
+   checks=_DIM_GATHER_CHECKS,
+   kernel=raising_bad_ids(_DIM_GATHER_CHECKS, 1, lambda k: (
+       lambda x, idx, d=norm_axis(k.attr("dim"), len(k.input("input").shape)): torch.gather(x, d, idx.long()))),
    grad=lambda g: g.needs("input") and g.set_grad("input", g.emit(
        "dim_scatter_add_like", {"like": g.input("input"), "index": g.input("index"), "src": g.dout("output")},
        {"dim": g.attr("dim")})))
@@ -594,5 +603,7 @@ def _dim_scatter_add_like_onnx(c):
     c.node("Reshape", [res, c.const(int64s(like))], [c.output("output")])
 
 
+_DIM_SCATTER_CHECKS = index_checks("dim_scatter_add_like", "index", _dim_size("like"))
 op("dim_scatter_add_like", inputs=["like", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
-   infer=_dim_scatter_add_like_infer, kernel=_dim_scatter_add_like_kernel, onnx=_dim_scatter_add_like_onnx)
+   infer=_dim_scatter_add_like_infer, kernel=raising_bad_ids(_DIM_SCATTER_CHECKS, 1, _dim_scatter_add_like_kernel),
+   checks=_DIM_SCATTER_CHECKS, onnx=_dim_scatter_add_like_onnx)

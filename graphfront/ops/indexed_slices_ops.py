@@ -80,7 +80,7 @@ def _sparse_update(op_type, extra_inputs, attrs, state, step, doc):
     inputs = _IDX + extra_inputs
     op(op_type, inputs=inputs, outputs=[], attrs={"learning_rate_val": ("float", 0.0), **attrs},
        infer=_infer(state), kernel=_kernel(step, inputs, state), no_grad=True,
-       mutates=("model",) + tuple(state), doc=doc)
+       mutates=("model",) + tuple(state), host_reads=True, doc=doc)  # (unique ids: a size read on the host)
 
 
 _sparse_update("indexed_slices_sgd_update", [], {"weight_decay": ("float", 0.0)}, (), dense._sgd_step,

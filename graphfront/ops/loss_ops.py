@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graphfront.ops.common import same_dtype
+from graphfront.ops.common import bad_labels, index_checks, label_checks, raising_bad_ids, same_dtype
 from graphfront.ops import onnx_rules
 from graphfront.ops.onnx_rules import const_as, neg, pick_last, reduce_node
 from graphfront.ops.registry import op
@@ -169,8 +169,15 @@ def _sparse_ce_infer(ctx):
     ctx.set_output("out", label.shape, pred.dtype)
 
 
-def _sparse_ce_kernel(k):
-    return lambda p, label: -torch.log(p.gather(-1, label.long().unsqueeze(-1)).squeeze(-1))
+def _sparse_ce_kernel(op_type):
+    def make(k):
+        def sparse_ce(p, label):
+            try:
+                return -torch.log(p.gather(-1, label.long().unsqueeze(-1)).squeeze(-1))
+            except (RuntimeError, IndexError) as e:
+                bad_labels(k, op_type, label, e)
+        return sparse_ce
+    return make
 
 
 def _sparse_ce_grad_infer(ctx):
@@ -179,11 +186,16 @@ def _sparse_ce_grad_infer(ctx):
     ctx.set_output("prediction_diff", pred.shape, pred.dtype)
 
 
-def _sparse_ce_grad_kernel(k):
-    def sparse_ce_grad(p, label, dy):
-        idx = label.long().unsqueeze(-1)
-        return torch.zeros_like(p).scatter_(-1, idx, -dy.unsqueeze(-1) / p.gather(-1, idx))
-    return sparse_ce_grad
+def _sparse_ce_grad_kernel(op_type):
+    def make(k):
+        def sparse_ce_grad(p, label, dy):
+            idx = label.long().unsqueeze(-1)
+            try:
+                return torch.zeros_like(p).scatter_(-1, idx, -dy.unsqueeze(-1) / p.gather(-1, idx))
+            except (RuntimeError, IndexError) as e:
+                bad_labels(k, op_type, label, e)
+        return sparse_ce_grad
+    return make
 
 
 def _sparse_cross_entropy_onnx(c):
@@ -193,13 +205,14 @@ def _sparse_cross_entropy_onnx(c):
 
 for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["out"], attrs={"depth": ("int64", 0)}, infer=_sparse_ce_infer,
-       kernel=_sparse_ce_kernel, onnx=_sparse_cross_entropy_onnx,
+       kernel=_sparse_ce_kernel(_t), checks=label_checks(_t), onnx=_sparse_cross_entropy_onnx,
        grad=lambda g, t=_t: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"prediction": g.input("prediction"), "label": g.input("label"), "dy": g.dout("out")},
            {"depth": g.attr("depth")})),
        doc="out = -log(prediction[..., label]); prediction holds probabilities")
     op(f"{_t}_grad", inputs=["prediction", "label", "dy"], outputs=["prediction_diff"],
-       attrs={"depth": ("int64", 0)}, infer=_sparse_ce_grad_infer, kernel=_sparse_ce_grad_kernel)
+       attrs={"depth": ("int64", 0)}, infer=_sparse_ce_grad_infer, kernel=_sparse_ce_grad_kernel(f"{_t}_grad"),
+       checks=label_checks(f"{_t}_grad"))
 
 
 # ------------------------------------------------------------------ binary cross entropy
@@ -500,11 +513,16 @@ def _nll_onnx(c):
     c.node("Identity", [total], [c.output("total_weight")])
 
 
+def _nll_checks(op_type):
+    return index_checks(op_type, "target", lambda k: k.input("input").shape[1], lambda k: k.attr("ignore_index"))
+
+
 op("nll", inputs=["input", "target", "weight?"], outputs=["out", "total_weight"],
-   attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=_nll_kernel, grad=_nll_grad_maker,
-   onnx=_nll_onnx,
+   attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=raising_bad_ids(_nll_checks("nll"), 1, _nll_kernel),
+   checks=_nll_checks("nll"), grad=_nll_grad_maker, onnx=_nll_onnx,
    doc="out[n] = -weight[t] * input[n, t] with t = target[n] (0 where t == ignore_index); "
        "total_weight = sum of those weights (shape (1,)), the divisor of a mean reduction")
 op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outputs=["dx"],
-   attrs={"ignore_index": ("int64", 0)}, infer=_nll_grad_infer, kernel=_nll_grad_kernel)
+   attrs={"ignore_index": ("int64", 0)}, infer=_nll_grad_infer, checks=_nll_checks("nll_grad"),
+   kernel=raising_bad_ids(_nll_checks("nll_grad"), 1, _nll_grad_kernel))
 

@@ -275,7 +275,7 @@ def _logical_xla(name, scalar=False):
 def _scalar_logical_kernel(fn):
     def make(k):
         s = scalar_operand(k)
-        return lambda x: fn(x, torch.tensor(s, dtype=x.dtype, device=x.device)).to(torch.int8)
+        return lambda x: fn(x, torch.full((), s, dtype=x.dtype, device=x.device)).to(torch.int8)
     return make
 
 

@@ -11,8 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.framework.errors import OpRunError
-from graphfront.ops.common import like, norm_axis, same_dtype, vjp
+from graphfront.ops.common import bad_labels, label_checks, label_error, like, norm_axis, same_dtype, vjp
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import neg, pick_last
 from graphfront.ops.registry import op
@@ -594,8 +593,7 @@ op("dropout_grad", inputs=["dy", "mask"], outputs=["dx"], attrs={"scale": ("floa
 
 def _random_mask_like_kernel(k):
     rate = k.attr("rate")
-    gen = torch.Generator(device=k.device)
-    gen.manual_seed(k.attr("seed"))
+    gen = k.generator(k.attr("seed"))
     return lambda like_: (torch.rand(like_.shape, generator=gen, device=like_.device) >= rate).to(torch.int8)
 
 
@@ -782,25 +780,6 @@ def _sce_infer(ctx):
     ctx.set_output("out", label.shape, pred.dtype)
 
 
-def _label_error(k, op_type, value, at):
-    """The OpRunError of label ``value`` at index ``at``, outside ``[0, depth)``."""
-    return OpRunError(f"op '{k.op_name}' ({op_type}): input 'label' expects class ids in [0, {k.attr('depth')}), "
-                      f"received {value} at index {at}")
-
-
-def _bad_labels(k, op_type, label, error):
-    """Raise OpRunError naming the op when a label is outside ``[0, depth)``, else ``error``.
-
-    Called only after torch's own bounds check failed, so correct feeds pay nothing.
-    """
-    depth = k.attr("depth")
-    bad = ((label < 0) | (label >= depth)).nonzero()
-    if not len(bad):
-        raise error
-    at = tuple(bad[0].tolist())
-    raise _label_error(k, op_type, int(label[at]), at) from None
-
-
 def _sce_kernel(op_type):
     def make(k):
         def sce(pred, label):
@@ -808,7 +787,7 @@ def _sce_kernel(op_type):
             try:
                 out = -logp.gather(-1, label.long().unsqueeze(-1)).squeeze(-1)
             except (RuntimeError, IndexError) as e:
-                _bad_labels(k, op_type, label, e)
+                bad_labels(k, op_type, label, e)
             return logp.exp(), out
         return sce
     return make
@@ -821,7 +800,7 @@ def _sce_grad_kernel(op_type):
             try:
                 return d.scatter_add_(-1, label.long().unsqueeze(-1), -dy.unsqueeze(-1))
             except (RuntimeError, IndexError) as e:
-                _bad_labels(k, op_type, label, e)
+                bad_labels(k, op_type, label, e)
         return sce_grad
     return make
 
@@ -834,7 +813,7 @@ def _sce_grad_infer(ctx):
 
 def _check_labels(k, op_type, label):
     """The xla rules' form of the kernels' label check (:func:`xla_rules.check_ids`)."""
-    xla_rules.check_ids(label, k.attr("depth"), lambda value, at: _label_error(k, op_type, value, at))
+    xla_rules.check_ids(label, k.attr("depth"), lambda value, at: label_error(k, op_type, value, at))
 
 
 def _sce_xla(op_type):
@@ -875,6 +854,7 @@ def _sparse_softmax_cross_entropy_onnx(c):
 for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
        infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sbp.batch(min_ndim_arg="prediction"), xla=_sce_xla(_t),
+       checks=label_checks(_t),
        onnx=_sparse_softmax_cross_entropy_onnx,
        grad=lambda g, t=_t: g.needs("prediction") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"label": g.input("label"), "dy": g.dout("out"), "prob": g.output("prob")},
@@ -882,6 +862,7 @@ for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
        amp="gray" if _t == "sparse_softmax_cross_entropy" else None)
     op(f"{_t}_grad", inputs=["label", "dy", "prob"], outputs=["prediction_diff"], attrs={"depth": ("int64", 0)},
        infer=_sce_grad_infer, kernel=_sce_grad_kernel(f"{_t}_grad"), sbp=_sbp.batch(min_ndim_arg="prob"),
+       checks=label_checks(f"{_t}_grad"),
        xla=_sce_grad_xla(f"{_t}_grad"))
 
 

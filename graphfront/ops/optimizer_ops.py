@@ -60,6 +60,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops import xla_rules
+from graphfront.ops.common import skippable
 from graphfront.ops.registry import ArgDef, op
 
 LR_INPUTS = ["learning_rate?", "scale_by_tensor?", "skip_if?"]
@@ -112,10 +113,6 @@ def regularized_diff(model, diff, scale, l1, l2, scale_by_tensor=None):
     return g
 
 
-def _skipped(skip_if):
-    return skip_if is not None and bool(skip_if.reshape(-1)[0] != 0)
-
-
 def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, check=None, xla_step=None):
     """Register one ``*_update`` op.
 
@@ -136,12 +133,13 @@ def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, c
 
         def run(*values):
             args = dict(zip(names, values))
-            if _skipped(args.get("skip_if")):
-                return None
-            model = args["model"]
-            g = regularized_diff(model, args["model_diff"], scale, l1, l2, args.get("scale_by_tensor"))
-            lr = args.get("learning_rate")
-            apply(model, g, lr_val if lr is None else lr, args)
+
+            def update():
+                model = args["model"]
+                g = regularized_diff(model, args["model_diff"], scale, l1, l2, args.get("scale_by_tensor"))
+                lr = args.get("learning_rate")
+                apply(model, g, lr_val if lr is None else lr, args)
+            skippable(args.get("skip_if"), [args[a] for a in mutated if args.get(a) is not None], update)
             return None
         run.__name__ = op_type
         return run
@@ -306,7 +304,7 @@ def _bias_correction_kernel(k):
 
     def adam_bias_correction_factor(train_step):
         t = (train_step + 1).to(torch.float64)
-        return (1.0 - torch.pow(torch.tensor(beta, dtype=torch.float64, device=t.device), t)).to(torch.float32)
+        return (1.0 - torch.pow(torch.full((), beta, dtype=torch.float64, device=t.device), t)).to(torch.float32)
     return adam_bias_correction_factor
 
 

@@ -17,12 +17,6 @@ from graphfront.framework import dtypes as _dt
 from graphfront.ops.registry import op
 
 
-def _generator(k, seed):
-    gen = torch.Generator(device=k.device)
-    gen.manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
-    return gen
-
-
 def _bernoulli_infer(ctx):
     x = ctx.input("in")
     ctx.check(x.dtype.is_floating_point, f"input 'in' expected a floating dtype, received {x.dtype.name}")
@@ -31,7 +25,7 @@ def _bernoulli_infer(ctx):
 
 def _bernoulli_kernel(k):
     dtype = (k.attr("dtype") or k.input("in").dtype).torch
-    gen = _generator(k, k.attr("seed")) if k.attr("has_seed") else None
+    gen = k.generator(k.attr("seed")) if k.attr("has_seed") else None
 
     def bernoulli(x):
         return torch.bernoulli(x, generator=gen).to(dtype)
@@ -45,7 +39,7 @@ op("bernoulli", inputs=["in"], outputs=["out"],
 
 
 def _permutation_kernel(k):
-    gen = _generator(k, k.attr("seed"))
+    gen = k.generator(k.attr("seed"))
     return lambda x: torch.randperm(x.shape[0], generator=gen, device=x.device, dtype=torch.int32)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import float_input, like, norm_axis
+from graphfront.ops.common import float_input, index_checks, like, norm_axis, raising_bad_ids
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, nonzero, reduce_node
 from graphfront.ops.registry import op
@@ -303,8 +303,10 @@ def _in_top_k_onnx(c):
     c.node("Cast", [c.node("Less", [count, c.const(np.int64(c.attr("k")))])], [c.output("out")], to=onnx_rules.INT8)
 
 
+_IN_TOP_K_CHECKS = index_checks("in_top_k", "targets", lambda k: k.input("predictions").shape[1])
 op("in_top_k", inputs=["targets", "predictions"], outputs=["out"], attrs={"k": ("int32", 0)},
-   infer=_in_top_k_infer, kernel=_in_top_k_kernel, no_grad=True, onnx=_in_top_k_onnx)
+   infer=_in_top_k_infer, kernel=raising_bad_ids(_IN_TOP_K_CHECKS, 0, _in_top_k_kernel), checks=_IN_TOP_K_CHECKS,
+   no_grad=True, onnx=_in_top_k_onnx)
 
 
 def _direction(ctx):

@@ -133,6 +133,8 @@ class OpDef:
     amp_no_cast: tuple = ()             # inputs AMP never casts to the low-precision type
     conf: str = "user_conf"             # the OperatorConf field holding the op
     interface: bool = False             # an interface op: bound to feeds, variables, fetches, watches
+    checks: Optional[Callable] = None   # (k) -> [(arg, size, error)]: index inputs that must lie in [0, size)
+    host_reads: bool = False            # the kernel reads device values on the host (never in a CUDA graph)
 
     def mutated_args(self, attrs) -> tuple:
         """Input args the kernel updates in place, for an op with these attrs."""
@@ -177,7 +179,7 @@ AMP_LISTS = ("white", "gray", "clear")
 
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
-       xla=None, amp=None, amp_no_cast=(), conf="user_conf", interface=False):
+       xla=None, amp=None, amp_no_cast=(), conf="user_conf", interface=False, checks=None, host_reads=False):
     """Register an op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
@@ -199,6 +201,18 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     ``interface=True`` marks the ops the runtime binds to feeds, variables, fetches and
     watch handlers instead of running a kernel.
 
+    ``checks(k)`` lists the integer inputs whose values must lie in ``[0, size)``, as
+    ``(arg, size, error)`` with ``error(value, at) -> Exception`` (``at``: the index
+    tuple of the first bad element; ``size`` may be ``(size, ignored)``, allowing the
+    value ``ignored`` too); the kernel itself raises that error on the CPU,
+    where torch raises on a bad index. The plan checks fed values on the host before the
+    step; elsewhere (a GPU, where a bad index trips a device-side assert that kills the
+    process) it clamps the values into range on the device, flags the first bad one and
+    raises its error after the step (:mod:`graphfront.runtime.plan`).
+    ``host_reads=True`` marks kernels that read device values on the host (their output
+    shape or a Python branch depends on them): a job holding one is not captured into a
+    CUDA graph.
+
     Raises:
         ValueError: ``op_type`` already registered, an attr of unknown type, or ``amp``
             not one of ``"white"``, ``"gray"``, ``"clear"``, None.
@@ -218,7 +232,8 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
                                   rest[0] if rest else None)
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
-                  view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), conf, interface)
+                  view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), conf, interface,
+                  checks, host_reads)
     _REGISTRY[conf, op_type] = opdef
     return opdef
 

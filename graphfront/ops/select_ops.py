@@ -78,7 +78,7 @@ def _where_scalar_kernel(scalar_is_x):
         s = _operand(k.attrs, "", k.input(blob).dtype)
 
         def where(c, t):
-            st = torch.tensor(s, dtype=t.dtype, device=t.device)
+            st = torch.full((), s, dtype=t.dtype, device=t.device)
             return torch.where(c != 0, st, t) if scalar_is_x else torch.where(c != 0, t, st)
         return where
     return make
@@ -130,7 +130,7 @@ def _where_xy_kernel(k):
 
     def where(c):
         opts = dict(dtype=dtype.torch, device=c.device)
-        return torch.where(c != 0, torch.tensor(xs, **opts), torch.tensor(ys, **opts))
+        return torch.where(c != 0, torch.full((), xs, **opts), torch.full((), ys, **opts))
     return where
 
 
@@ -152,7 +152,7 @@ def _masked_fill_infer(ctx):
 
 def _masked_fill_kernel(k):
     s = _operand(k.attrs, "", k.input("x").dtype)
-    return lambda x, m: torch.where(m != 0, torch.tensor(s, dtype=x.dtype, device=x.device), x)
+    return lambda x, m: torch.where(m != 0, torch.full((), s, dtype=x.dtype, device=x.device), x)
 
 
 def _masked_fill_onnx(c):

@@ -57,9 +57,9 @@ def _no_outputs(ctx):
 
 
 op("create_summary_writer", attrs={"logdir": "string"}, infer=lambda ctx: ctx.check(
-    ctx.attr("logdir") != "", "attr 'logdir' must name a directory"), kernel=_create_kernel, no_grad=True, random=True)
+    ctx.attr("logdir") != "", "attr 'logdir' must name a directory"), kernel=_create_kernel, no_grad=True, random=True, host_reads=True)
 op("flush_summary_writer", infer=_no_outputs,
-   kernel=lambda k: (lambda: current_writer(k.op_name).flush()), no_grad=True, random=True)
+   kernel=lambda k: (lambda: current_writer(k.op_name).flush()), no_grad=True, random=True, host_reads=True)
 
 
 def _tag_and_step_infer(ctx, tagged=True):
@@ -93,7 +93,7 @@ def _scalar_kernel(k):
 
 
 op("summary_write_scalar", inputs=["in", "step", "tag"], infer=_scalar_infer, kernel=_scalar_kernel,
-   no_grad=True, random=True)
+   no_grad=True, random=True, host_reads=True)
 
 
 def _histogram_kernel(k):
@@ -103,7 +103,7 @@ def _histogram_kernel(k):
 
 
 op("summary_write_histogram", inputs=["in", "step", "tag"], infer=_scalar_infer, kernel=_histogram_kernel,
-   no_grad=True, random=True)
+   no_grad=True, random=True, host_reads=True)
 
 
 def _image_infer(ctx):
@@ -124,7 +124,7 @@ def _image_kernel(k):
 
 
 op("summary_write_image", inputs=["in", "step", "tag"], infer=_image_infer, kernel=_image_kernel,
-   no_grad=True, random=True)
+   no_grad=True, random=True, host_reads=True)
 
 
 def _pb_infer(ctx):
@@ -146,4 +146,4 @@ def _pb_kernel(k):
     return write
 
 
-op("summary_write_pb", inputs=["in", "step"], infer=_pb_infer, kernel=_pb_kernel, no_grad=True, random=True)
+op("summary_write_pb", inputs=["in", "step"], infer=_pb_infer, kernel=_pb_kernel, no_grad=True, random=True, host_reads=True)

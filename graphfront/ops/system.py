@@ -105,13 +105,13 @@ def _decode_random_infer(ctx):
 
 def _decode_random_kernel(k):
     """A new batch drawn from ``data_initializer`` on every run (OneFlow v0.6.0
-    ``oneflow/core/kernel/decode_random_kernel.cpp``), on the host."""
+    ``oneflow/core/kernel/decode_random_kernel.cpp``), on the op's device, from the op's
+    own generator there (:meth:`~graphfront.runtime.plan.KernelCtx.generator`)."""
     conf = k.conf
     shape = (int(conf.batch_size),) + _shape_of(conf.shape)
     dtype = _dt.from_proto(conf.data_type)
-    gen = torch.Generator()
-    gen.seed()
-    return lambda: initial_value(conf.data_initializer, shape, dtype, torch.device("cpu"), gen)
+    gen, device = k.generator(), k.device
+    return lambda: initial_value(conf.data_initializer, shape, dtype, device, gen)
 
 
 # ``tick`` orders the op after another (a control edge, ``ctrl_in_op_name``), it carries no data
@@ -119,11 +119,17 @@ system_op("decode_random_conf", infer=_decode_random_infer, kernel=_decode_rando
 
 
 def _lr_kernel(k):
+    """float32 ``(1,)``: the schedule at the train step (:func:`learning_rate_at`): on the
+    CPU from the step read on the host, elsewhere (a GPU) computed on the device from the
+    step there, so a step never waits on the host for it (and a CUDA graph replays it)."""
     conf = k.conf
+    learning_rate_at(conf, 0)  # (a conf the schedule rejects fails here, when the job is lowered)
 
     def schedule(train_step):
-        lr = learning_rate_at(conf, int(train_step.reshape(-1)[0]))
-        return torch.tensor([lr], dtype=torch.float32, device=train_step.device)
+        if train_step.device.type == "cpu":
+            lr = learning_rate_at(conf, int(train_step.reshape(-1)[0]))
+            return torch.full((1,), lr, dtype=torch.float32)
+        return learning_rate_at(conf, train_step.reshape(-1)[:1]).to(torch.float32)
     return schedule
 
 

@@ -94,8 +94,7 @@ op("TestSourceMultiGpuFixedOutNum", outputs=["out"], attrs={"out_num": ("int64",
 
 
 def _random_source_kernel(k):
-    gen = torch.Generator(device=k.device)
-    gen.manual_seed(k.attr("seed"))
+    gen = k.generator(k.attr("seed"))
     return lambda: torch.rand(5, generator=gen, device=k.device)
 
 

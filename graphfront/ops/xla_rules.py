@@ -80,6 +80,12 @@ class StepChecks:
         row = jnp_.stack([bad[first], first, flat[first]]).astype("int64")  # [failed, flat index, value]
         self.in_step.append((row, tuple(ids.shape), error))
 
+    def add_feed(self, index, size, error):
+        """Report a check of feed ``index`` directly (for a lowering that knows which of an
+        op's inputs are fed); a second check of the same feed and bound is dropped."""
+        if not any(i == index and s == size for i, s, _ in self.on_feeds):
+            self.on_feeds.append((index, size, error))
+
     def flags(self):
         """``(all ok, flags)`` of the in-step checks, inside the step being traced:
         ``flags`` the int64 vector ``[any failed]`` + ``[failed, flat index, value]`` per check."""
@@ -89,9 +95,16 @@ class StepChecks:
         return ~failed, jnp_.concatenate([failed[None].astype("int64"), rows.reshape(-1)])
 
     def check_feeds(self, feeds):
-        """Raise the error of the first bad feed value (numpy feeds, before the step runs)."""
+        """Raise the error of the first bad feed value (numpy feeds, before the step runs;
+        a feed given as None is not checked here). A ``size`` may be ``(size, ignored)``:
+        the value ``ignored`` is allowed besides ``[0, size)`` (an ``ignore_index``)."""
         for index, size, error in self.on_feeds:
+            if feeds[index] is None:
+                continue
             ids = np.asarray(feeds[index])
+            if isinstance(size, tuple):
+                size, ignored = size
+                ids = np.where(ids == ignored, 0, ids)
             if ids.size <= 256:  # (a batch of labels: cheaper as a list than by numpy's reductions)
                 values = ids.ravel().tolist()
                 lo, hi = (min(values), max(values)) if values else (0, 0)

@@ -275,6 +275,11 @@ class WorkerGroup:
         addr, port, machine_rank, machines = rendezvous(session)
         if n % machines:
             raise RuntimeError(f"a job on {n} devices cannot be spread evenly over {machines} machines")
+        gpus = torch.cuda.device_count() if device_tag == "gpu" and torch.cuda.is_available() else None
+        if gpus is not None and n // machines > gpus:
+            raise RuntimeError(f"a job on {n // machines} gpu devices per machine cannot run here: this machine has "
+                               f"{gpus} GPU(s) (torch.cuda.device_count()); place it on at most {gpus} "
+                               "(flow.config.gpu_device_num, flow.scope.placement(\"gpu\", ...)), or on the CPU")
         self.n, self.device_tag, self.timeout_s = n, device_tag, timeout_s
         self.world, local = n, n // machines
         self.ranks = [machine_rank * local + i for i in range(local)]

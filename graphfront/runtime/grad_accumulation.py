@@ -220,6 +220,10 @@ class AccumulatingPlan(Lowering):
         """What the micro-batch lowering runs before a call (both parts run in one way)."""
         self.micro.before_call(variables)
 
+    def check_feeds(self, arrays):
+        """The micro-batch lowering's check of fed index values (whole batches, numpy)."""
+        self.micro.check_feeds(arrays)
+
     def __call__(self, feeds):
         parts = [f.chunk(self.k, dim=0) for f in feeds]
         results = [self.micro([p[i] for p in parts]) for i in range(self.k)]

@@ -66,5 +66,10 @@ class Lowering:
         the variable tensors up to date (values another lowering, e.g. XLA, holds)."""
         variables.flush()
 
+    def check_feeds(self, arrays) -> None:
+        """Check fed values on the host before they are copied to a device: ``arrays`` the
+        feeds as numpy arrays in feed order (None: a feed not checked here). Raises the
+        error of an op's index check (OpRunError) on a bad value. Default: nothing to check."""
+
     def __call__(self, feeds):
         raise NotImplementedError

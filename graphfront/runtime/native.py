@@ -91,7 +91,7 @@ class NativePlan(Plan):
     def uses_cuda_graph(self) -> bool:
         return False
 
-    def __call__(self, feeds):
+    def _run(self, feeds):
         if self.compile_seconds is None:
             return self._first_call(feeds)
         with torch.no_grad():

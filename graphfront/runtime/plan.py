@@ -19,12 +19,23 @@ Two lowering steps go beyond one call per op:
   plan calls it only when one of those variables changed since the last call (it
   compares the tensors' in-place version counters), so their results are computed once
   per variable state, not once per step.
-* **CUDA graphs.** On a CUDA placement with ``cuda_graph=True`` and static shapes, the
-  first call runs eagerly (warm-up), the second captures the whole step once into a
+* **CUDA graphs.** For a job wholly on CUDA with ``cuda_graph=True`` and static shapes,
+  the first call runs eagerly (warm-up), the second captures the whole step once into a
   ``torch.cuda.CUDAGraph`` and every call then copies the feeds into static buffers and
-  replays it (see :class:`CudaGraphRunner`). Jobs with watch handlers or with kernels
-  that read device values on the host are not captured; a failed capture falls back to
-  eager execution for good. This path needs a GPU and is exercised only where one is.
+  replays it (see :class:`CudaGraphRunner`). The kernels' own generators
+  (:meth:`KernelCtx.generator`) are registered with the graph, so replays draw the
+  random numbers that uncaptured calls would. Jobs with watch handlers, with ops on
+  the CPU or with kernels that read device values on the host (``host_reads``) are not
+  captured; a failed capture falls back to eager execution for good. This path needs a
+  GPU and is exercised only where one is.
+* **Index checks.** An op's ``checks`` rule names integer inputs that must lie in
+  ``[0, size)`` (class labels). Fed values are checked on the host before the step
+  (:meth:`Plan.check_feeds`, by the session before it copies them to the device, or by
+  the call for CPU tensors). A computed value on a GPU is clamped into range on the
+  device, its first bad element flagged, and the flags, returned as one more result of
+  the plan function, are read after the step to raise the op's error (the step then has
+  run on clamped values; a bad index never trips a device-side assert, which would end
+  every later CUDA call of the process). On the CPU the kernel raises it itself.
 
 Hooks: ``kernel_wrapper(op_conf, fn) -> fn`` wraps every kernel (profiling, debugging).
 
@@ -41,7 +52,7 @@ import torch
 from graphfront.framework import job_builder as jb
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry
-from graphfront.ops.lr_schedule import learning_rate_at
+from graphfront.ops.xla_rules import StepChecks
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.walk import (INTERFACE_KINDS, ScheduleWalk, call_layout, device_of, is_view, mutated_lbns,
                                      placements_of, schedule, watcher)
@@ -52,15 +63,36 @@ __all__ = ["INTERFACE_KINDS", "KernelCtx", "Plan", "CudaGraphRunner", "call_layo
 
 class KernelCtx:
     """What a kernel factory sees: attrs (a system op: its ``conf``), input/output descs and
-    the device."""
+    the device.
 
-    def __init__(self, op_conf, descs, device):
+    ``generators``: a list collecting the generators that :meth:`generator` makes (the
+    plan registers them with a captured CUDA graph); None outside a plan.
+    """
+
+    def __init__(self, op_conf, descs, device, generators=None):
         self.op_name = op_conf.name
         self.device = device
         self.conf = getattr(op_conf, jb.op_kind(op_conf))
         self._ins, self._outs = jb.op_args(op_conf)
         self._descs = descs
         self.attrs = jb.user_attrs(op_conf)
+        self._generators = generators
+
+    def generator(self, seed=None):
+        """A ``torch.Generator`` on the op's device for the kernel's own random stream,
+        seeded with ``seed`` (an int), or when None with a seed drawn from torch's global
+        CPU generator (so ``flow.manual_seed`` / ``torch.manual_seed`` reproduce it).
+        Draws on a GPU stay on the GPU, and replays of a captured CUDA graph continue the
+        same stream. None on the ``meta`` device (whose tensors hold no values)."""
+        if self.device.type == "meta":
+            return None
+        if seed is None:
+            seed = int(torch.randint(0, 2 ** 62, (1,)))
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
+        if self._generators is not None:
+            self._generators.append(gen)
+        return gen
 
     def attr(self, name):
         return self.attrs[name]
@@ -90,14 +122,15 @@ def is_pure(op_conf) -> bool:
                 or opdef.random or opdef.op_type == "learning_rate_schedule_conf")
 
 
-def make_kernel(op_conf, descs, device, native=False):
+def make_kernel(op_conf, descs, device, native=False, generators=None):
     """The callable computing one (non-interface) op, from its registered kernel factory
-    (with ``native=True``: the op's ``native`` lowering rule where it has one)."""
+    (with ``native=True``: the op's ``native`` lowering rule where it has one);
+    ``generators`` collects the generators its kernel draws from (:meth:`KernelCtx.generator`)."""
     opdef = registry.op_def(op_conf)
     if opdef.kernel is None:
         raise RuntimeError(f"op '{op_conf.name}' ({opdef.op_type}) has no kernel")
     factory = opdef.native if native and opdef.native is not None else opdef.kernel
-    return factory(KernelCtx(op_conf, descs, device))
+    return factory(KernelCtx(op_conf, descs, device, generators))
 
 
 def run_op(op_conf, descs, device, values):
@@ -135,8 +168,15 @@ def _outliving(order):
     return found
 
 
-def _hoistable(order, aliased):
-    """Names of ops computed from variables only (that no op of the job updates)."""
+def _device_checked(order, placements):
+    """Names of the ops off the CPU whose index inputs are checked in the step."""
+    return {op.name for op in order if registry.op_def(op).checks is not None
+            and device_of(op, placements.get(op.name, ("0:0",))).type != "cpu"}
+
+
+def _hoistable(order, aliased, exclude=()):
+    """Names of ops computed from variables only (that no op of the job updates), but
+    those in ``exclude``."""
     mutated = set()
     for op in order:
         mutated.update(mutated_lbns(op))
@@ -151,7 +191,7 @@ def _hoistable(order, aliased):
             continue
         ins = [lbn for _, _, lbn in jb.op_inputs(op)]
         if ins and not op.ctrl_in_op_name and all(l in ready for l in ins) and is_pure(op) and \
-                not any(l in aliased for l in outs):
+                op.name not in exclude and not any(l in aliased for l in outs):
             ready.update(outs)
             hoisted.append(op.name)
     return set(hoisted)
@@ -184,7 +224,8 @@ class Plan(ScheduleWalk, Lowering):
         self.cuda_graph = bool(cuda_graph)
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
-        self.hoisted = set() if native else _hoistable(self.order, self.aliased)
+        self.hoisted = set() if native else _hoistable(self.order, self.aliased,
+                                                       _device_checked(self.order, self.placements))
         self._outliving = _outliving(self.order)
         self.env = {"torch": torch}
         self._names = {}  # lbn -> local variable name
@@ -201,7 +242,11 @@ class Plan(ScheduleWalk, Lowering):
         self._var_keys = {}
         self.devices = set()
         self.has_watchers = False
-        self.lr_ops = []
+        self.host_reads = False
+        self.generators = []  # the kernels' own generators (registered with a captured CUDA graph)
+        self.checks = StepChecks()  # index checks: of fed values on the host, of computed ones in the step
+        self._feed_of = {}     # lbn -> feed index
+        self._check_rows = []  # names of the in-step check rows, in schedule order
         self.walk()
         names, lines, var_keys = self._names, self._lines, self._var_keys
         src = []
@@ -221,16 +266,22 @@ class Plan(ScheduleWalk, Lowering):
                      f"{outs_tuple[1:-1]}= HOISTED[1]"] + lines
         else:  # (hoisted ops whose results nobody reads need not run at all)
             self.hoisted = set()
+        returned = sorted(self._results, key=lambda r: int(r[1:]))
+        if self._check_rows:  # the rows of the in-step checks: one more result, read after the step
+            self.env["CHECK_FLAGS"] = _check_flags
+            lines.append(f"checks = CHECK_FLAGS([{', '.join(self._check_rows)}])")
+            returned.append("checks")
         body = "\n".join("    " + ln for ln in lines) or "    pass"
-        ret = "(" + "".join(r + ", " for r in sorted(self._results, key=lambda r: int(r[1:]))) + ")"
+        ret = "(" + "".join(r + ", " for r in returned) + ")"
         src.append(f"def plan(feeds):\n{body}\n    return {ret}\n")
         self.source = "\n".join(src)
         code = compile(self.source, f"<graphfront plan {job.job_conf.job_name!r}>", "exec")
         exec(code, self.env)
         self._fn = self.env["plan"]
         self._graph = None
-        if cuda_graph and not native and "cuda" in self.devices and torch.cuda.is_available():
-            self._graph = CudaGraphRunner.maybe(self, job, self.descs, variables)
+        # (only a job wholly on the GPU: a graph replays device work only, never the host's ops)
+        if cuda_graph and not native and self.devices == {"cuda"} and torch.cuda.is_available():
+            self._graph = CudaGraphRunner.maybe(self, self.descs)
 
     # ------------------------------------------------------------------ the walk: one line per op
     def run_op(self, i, op):
@@ -252,6 +303,7 @@ class Plan(ScheduleWalk, Lowering):
             self._lines.append(f"del {', '.join(sorted(set(dead), key=lambda s: int(s[1:])))}")
 
     def input(self, i, op, lbn, feed_index):
+        self._feed_of[lbn] = feed_index
         self._lines.append(f"{self._names[lbn]} = feeds[{feed_index}]  # {_comment(op)}")
 
     def variable(self, i, op, lbn):
@@ -276,16 +328,17 @@ class Plan(ScheduleWalk, Lowering):
     def compute(self, i, op):
         device, names = self._device, self._names
         key = f"K{i}"
-        fn = make_kernel(op, self.descs, device, self._native)
-        if jb.op_kind(op) == "learning_rate_schedule_conf":
-            self.lr_ops.append((op, key))
+        fn = make_kernel(op, self.descs, device, self._native, self.generators)
+        opdef = registry.op_def(op)
+        self.host_reads |= opdef.host_reads
+        guarded, guard_lines = self._index_checks(i, op, opdef, device)
         ins, out_groups = call_layout(op)
         args = []
         for lbns, rep in ins:
             if rep:
-                args.append("[" + ", ".join(self._arg(l, device) for l in lbns) + "]")
+                args.append("[" + ", ".join(guarded.get(l) or self._arg(l, device) for l in lbns) + "]")
             else:
-                args.append(self._arg(lbns[0], device) if lbns else "None")
+                args.append((guarded.get(lbns[0]) or self._arg(lbns[0], device)) if lbns else "None")
         targets = []
         for lbns, rep in out_groups:
             if rep:
@@ -308,7 +361,32 @@ class Plan(ScheduleWalk, Lowering):
             used = [lbn for _, _, lbn in jb.op_outputs(op) if lbn in self._last_use]
             self._hoist_outs.extend(names[l] for l in used)
             return
+        self._lines.extend(guard_lines)
         self._lines.append(line)
+        if guarded:
+            self._lines.append(f"del {', '.join(guarded.values())}")
+
+    def _index_checks(self, i, op, opdef, device):
+        """The index checks of op ``i`` (its ``checks`` rule): each fed value is added to the
+        checks of the feeds; each computed one on a device other than the CPU is guarded in
+        the step. Returns ``(guarded, lines)``: lbn -> the name of its clamped value, and
+        the lines computing them (the CPU kernel raises the op's error itself)."""
+        guarded, lines = {}, []
+        if opdef.checks is None:
+            return guarded, lines
+        ins = jb.op_args(op)[0]
+        for a, size, error in opdef.checks(KernelCtx(op, self.descs, device)):
+            for lbn in ins.get(a, ()):
+                if lbn in self._feed_of:  # a fed value: checked on the host before the step
+                    self.checks.add_feed(self._feed_of[lbn], size, error)
+                elif device.type != "cpu" and self.descs[lbn].shape and 0 not in self.descs[lbn].shape:
+                    row, gkey = f"c{len(self._check_rows)}", f"G{i}_{len(guarded)}"
+                    self.env[gkey] = _index_guard(size)
+                    guarded[lbn] = f"{self._names[lbn]}g"
+                    lines.append(f"{row}, {guarded[lbn]} = {gkey}({self._arg(lbn, device)})")
+                    self.checks.in_step.append((row, tuple(self.descs[lbn].shape), error))
+                    self._check_rows.append(row)
+        return guarded, lines
 
     def _arg(self, lbn, device):
         """The expression reading blob ``lbn`` on ``device`` (a copy when it lives elsewhere)."""
@@ -326,11 +404,56 @@ class Plan(ScheduleWalk, Lowering):
         """Whether calls replay a captured CUDA graph (after the warm-up call)."""
         return self._graph is not None and not self._graph.failed
 
+    def check_feeds(self, arrays):
+        """Raise the error of the first bad fed index value (of an op's ``checks``), given
+        the feeds as numpy arrays in feed order (None: not checked here): the caller's
+        check before it copies the feeds to the device. Feeds that are CPU tensors are
+        checked by the call itself."""
+        self.checks.check_feeds(arrays)
+
     def __call__(self, feeds):
+        checked = {i for i, _, _ in self.checks.on_feeds}
+        if checked and all(isinstance(feeds[i], torch.Tensor) and feeds[i].device.type == "cpu" for i in checked):
+            self.checks.check_feeds([f.numpy() if i in checked else None for i, f in enumerate(feeds)])
+        outs = self._run(feeds)
+        if self.checks.in_step:  # (jobs whose checked indices are computed on a GPU: one small read)
+            *outs, flags = outs
+            self.checks.raise_failed(flags.cpu().numpy())
+            outs = tuple(outs)
+        return outs
+
+    def _run(self, feeds):
+        """The plan function's results on ``feeds`` (the in-step check flags last, if any)."""
         if self._graph is not None and not self._graph.failed:
             return self._graph(feeds)
         with torch.no_grad():
             return self._fn(feeds)
+
+
+def _index_guard(size):
+    """``ids -> (row, clamped ids)`` for an index input checked in the step: ``row`` the
+    int64 vector ``[failed, flat index, value]`` of the first element outside
+    ``[0, size)`` (``failed`` 0 when none is), ``clamped`` the ids clamped into range so
+    that the kernel never reads outside its input. Nothing is read on the host. A
+    ``size`` of ``(size, ignored)`` also allows (and keeps) the value ``ignored``."""
+    size, ignored = size if isinstance(size, tuple) else (size, None)
+
+    def guard(ids):
+        flat = ids.reshape(-1)
+        bad = (flat < 0) | (flat >= size)
+        if ignored is not None:
+            bad = bad & (flat != ignored)
+        first = torch.argmax(bad.to(torch.int32)).reshape(1)  # (0 when none is bad)
+        row = torch.cat([bad.gather(0, first).to(torch.int64), first, flat.gather(0, first).to(torch.int64)])
+        clamped = ids.clamp(0, size - 1)
+        return row, clamped if ignored is None else torch.where(ids == ignored, ids, clamped)
+    return guard
+
+
+def _check_flags(rows):
+    """The step's check flags: ``[any failed]`` + every row (:class:`StepChecks`' layout)."""
+    rows = torch.stack(rows)
+    return torch.cat([rows[:, 0].amax().reshape(1), rows.reshape(-1)])
 
 
 def _comment(op_conf) -> str:
@@ -343,60 +466,43 @@ def _comment(op_conf) -> str:
 class CudaGraphRunner:
     """Capture a plan once into a CUDA graph and replay it (needs CUDA; see module doc).
 
-    The learning-rate schedule reads the train step on the host, which a graph cannot
-    do: while capturing, its kernel is replaced by a static device tensor that is
-    filled from a host-side step counter before each replay. The counter is read back
-    from the train-step variable once at capture, and again whenever that tensor was
-    written from outside the graph (``flow.load_variables``: its version counter moves).
+    Everything a step computes is on the device (the learning-rate schedule too, from
+    the train step there), so a replay needs nothing from the host but the feeds; the
+    variable-only (hoisted) results are recomputed into the graph's buffers when a
+    variable they read was written from outside (``flow.load_variables``).
     """
 
-    def __init__(self, plan, job, descs, variables):
+    def __init__(self, plan):
         self.plan = plan
         self.failed = False
         self.calls = 0
         self.graph = None
         self.static_feeds = None
         self.static_outs = None
-        self._lr_at = learning_rate_at
-        step_lbn = job.job_conf.train_conf.train_step_lbn if job.job_conf.HasField("train_conf") else ""
-        self.step_var = None
-        if plan.lr_ops:
-            var_name = _variable_behind(job, step_lbn)
-            self.step_var = variables.tensors.get(var_name) if var_name else None
-        self.lr_static = {}
-        self.host_step = None
-        self.step_version = None
 
     @classmethod
-    def maybe(cls, plan, job, descs, variables):
-        if plan.has_watchers:
+    def maybe(cls, plan, descs):
+        """A runner for ``plan`` (whose blobs ``descs`` describes), or None when the plan
+        cannot be captured (watch handlers, host reads, dynamic shapes, a host data pipeline)."""
+        if plan.has_watchers or plan.host_reads:
             return None
         if any(d.is_dynamic for d in descs.values()):
             return None
         if any(d.dtype.torch is None for d in descs.values()):  # a host data pipeline (readers) feeds the job
             return None
-        runner = cls(plan, job, descs, variables)
-        if plan.lr_ops and runner.step_var is None:
-            return None
-        return runner
-
-    def _sync_step(self):
-        if self.step_var is None:
-            return
-        if self.host_step is None or self.step_var._version != self.step_version:
-            self.host_step = int(self.step_var.reshape(-1)[0])
-            self.step_version = self.step_var._version
+        return cls(plan)
 
     def __call__(self, feeds):
+        if self.calls == 0:  # warm-up on a side stream (allocator and library handles); its
+            stream = torch.cuda.Stream()  # errors are the step's (a bad value, out of memory)
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream), torch.no_grad():
+                outs = self.plan._fn(feeds)
+            torch.cuda.current_stream().wait_stream(stream)
+            self.calls += 1
+            return outs
         self.calls += 1
         try:
-            if self.calls == 1:  # warm-up on a side stream (allocator and library handles)
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream), torch.no_grad():
-                    outs = self.plan._fn(feeds)
-                torch.cuda.current_stream().wait_stream(stream)
-                return outs
             if self.graph is None:
                 self._capture(feeds)
             return self._replay(feeds)
@@ -408,26 +514,19 @@ class CudaGraphRunner:
                 return self.plan._fn(feeds)
 
     def _capture(self, feeds):
-        self._sync_step()
-        for op, key in self.plan.lr_ops:
-            dev = torch.device("cuda", torch.cuda.current_device())
-            static = torch.zeros(1, dtype=torch.float32, device=dev)
-            self.lr_static[key] = (op.learning_rate_schedule_conf, static, self.plan.env[key])
-            self.plan.env[key] = (lambda t: (lambda _step: t))(static)
         self.static_feeds = [f.clone() for f in feeds]
-        self._fill_lr()
-        self.graph = torch.cuda.CUDAGraph()
+        graph = torch.cuda.CUDAGraph()
+        if self.plan.generators and not hasattr(graph, "register_generator_state"):
+            raise RuntimeError("this torch cannot register a kernel's own generator with a CUDA graph")
+        for gen in self.plan.generators:  # the kernels' own generators: replays continue their streams
+            graph.register_generator_state(gen)
         try:
-            with torch.cuda.graph(self.graph), torch.no_grad():
+            with torch.cuda.graph(graph), torch.no_grad():
                 self.static_outs = self.plan._fn(self.static_feeds)
-        finally:
-            for key, (_, _, fn) in self.lr_static.items():
-                self.plan.env[key] = fn
-        self.host_step_captured = self.host_step
-
-    def _fill_lr(self):
-        for conf, static, _ in self.lr_static.values():
-            static.fill_(self._lr_at(conf, self.host_step))
+        except BaseException:
+            _release_generators(self.plan.generators)
+            raise
+        self.graph = graph
 
     def _refresh_hoisted(self):
         env = self.plan.env
@@ -440,31 +539,25 @@ class CudaGraphRunner:
             env["HOISTED"][0] = key
 
     def _replay(self, feeds):
-        self._sync_step()
-        self._fill_lr()
         self._refresh_hoisted()
         for s, f in zip(self.static_feeds, feeds):
             s.copy_(f, non_blocking=True)
         self.graph.replay()
-        if self.host_step is not None:
-            self.host_step += 1
         return tuple(o.clone() for o in self.static_outs)
 
 
-def _variable_behind(job, lbn):
-    """The variable op name an lbn reads through identity ops (the train step's)."""
-    by_out = {}
-    for op in job.net.op:
-        for _, _, l in jb.op_outputs(op):
-            by_out[l] = op
-    seen = 0
-    while lbn in by_out and seen < 16:
-        op = by_out[lbn]
-        if jb.op_kind(op) == "variable_conf":
-            return op.name
-        ins = jb.op_inputs(op)
-        if len(ins) != 1:
-            return None
-        lbn = ins[0][2]
-        seen += 1
-    return None
+def _release_generators(generators):
+    """After a failed capture, give each generator registered with the graph (and the
+    device's default one) a fresh copy of its state: a capture that ended in an error
+    can leave a state marked as capturing, which makes every later draw outside a
+    graph fail ("Offset increment outside graph capture")."""
+    gens = list(generators)
+    try:
+        gens.append(torch.cuda.default_generators[torch.cuda.current_device()])
+    except (AttributeError, IndexError, RuntimeError):
+        pass
+    for gen in gens:
+        try:
+            gen.graphsafe_set_state(gen.clone_state())
+        except (AttributeError, RuntimeError):
+            pass

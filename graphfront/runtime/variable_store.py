@@ -82,7 +82,7 @@ def initial_value(init, shape, dtype, device, generator=None) -> torch.Tensor:
     if kind in ("range_conf", "int_range_conf"):
         axis = c.axis % len(shape) if shape else 0
         n = shape[axis] if shape else 1
-        vals = c.start + c.stride * torch.arange(n, dtype=torch.float64)
+        vals = c.start + c.stride * torch.arange(n, dtype=torch.float64, device=device)
         view = [1] * len(shape)
         if shape:
             view[axis] = n
@@ -90,10 +90,23 @@ def initial_value(init, shape, dtype, device, generator=None) -> torch.Tensor:
     raise ValueError(f"initializer kind {kind!r} is not supported")
 
 
+_PHI_MINUS_2 = 0.5 * math.erfc(2.0 / math.sqrt(2.0))  # standard normal CDF at -2
+
+
 def _truncated_normal(t, mean, std, generator):
     """Standard normal draws, each one beyond two standard deviations redrawn until it is
     not; then scaled. Redraws touch only the entries still out of range (in index order,
-    so the draws are those of redrawing the whole masked set each round)."""
+    so the draws are those of redrawing the whole masked set each round).
+
+    Off the CPU (a GPU) the redraw loop would wait on the device each round; there the
+    same distribution is drawn in one pass, by the inverse CDF of a uniform draw in
+    ``[Phi(-2), Phi(2)]`` (computed in float64 where the device has it)."""
+    if t.device.type != "cpu":
+        wide = torch.float32 if t.device.type == "mps" else torch.float64
+        u = torch.empty(t.shape, dtype=wide, device=t.device).uniform_(_PHI_MINUS_2, 1.0 - _PHI_MINUS_2,
+                                                                        generator=generator)
+        z = torch.special.ndtri(u).clamp_(-2.0, 2.0)
+        return t.copy_(z.mul_(std).add_(mean))
     t.normal_(0.0, 1.0, generator=generator)
     flat = t.view(-1)
     bad = (flat.abs() > 2.0).nonzero().view(-1)

@@ -30,6 +30,9 @@ def device_of(op_conf, device_ids) -> torch.device:
     """torch device for an op: ``"gpu"`` -> ``cuda:<first device id>``, else cpu."""
     if op_conf.device_tag == "gpu":
         first = int(device_ids[0].split(":")[1].split("-")[0]) if device_ids else 0
+        if torch.cuda.is_available() and first >= torch.cuda.device_count():
+            raise RuntimeError(f"op '{op_conf.name}' is placed on gpu {first}, but this machine has "
+                               f"{torch.cuda.device_count()} GPU(s) (torch.cuda.device_count())")
         return torch.device("cuda", first)
     return torch.device("cpu")
 

@@ -118,7 +118,7 @@ def inputs(**transforms):
     def mutate(true_factory):
         def factory(k):
             from graphfront.ops import registry
-            names = [a.name for a in registry.lookup(k._uc.op_type_name).inputs]
+            names = [a.name for a in registry.lookup(k.conf.op_type_name).inputs]
             fn = true_factory(k)
 
             def mutated(*args):

@@ -1,0 +1,303 @@
+"""graphfront on a CUDA GPU: CUDA-graph replay against the plain plan, random ops inside
+captured graphs, float16 AMP with dynamic loss scaling, bad labels and out-of-memory
+errors that leave the session usable, steady steps that never wait on the host, and the
+guard on GPU counts. Every test here needs CUDA and is skipped without it.
+
+References: the same job run with CUDA graphs switched off (same seeds), the float32
+run of the same job, torch eager on the same values, and numpy models of OneFlow's
+dynamic loss-scale rule.
+"""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework import job_builder as jb
+from graphfront.framework.errors import OpRunError
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available())")]
+
+B, D, H, C = 32, 20, 64, 10
+LS = "System-Train-DynamicLossScale-train-LossScale"
+
+
+def _gpu_config(cuda_graph=True, amp=False):
+    cfg = flow.FunctionConfig()
+    cfg.enable_cuda_graph(cuda_graph)
+    cfg.default_placement_scope(flow.scope.placement("gpu", "0:0"))
+    if amp:
+        cfg.enable_auto_mixed_precision(True)  # the GPU's default type: float16
+    return cfg
+
+
+def _data(seed=0, n=1):
+    rng = np.random.RandomState(seed)
+    return [(rng.randn(B, D).astype(np.float32), rng.randint(0, C, B).astype(np.int32)) for _ in range(n)]
+
+
+def _mlp_train(cuda_graph=True, amp=False, policy=None, dropout=0.0, lr=(0.1, 0.05)):
+    """An MLP train job on the GPU: momentum SGD with a piecewise learning rate."""
+    flow.clear_default_session()
+    flow.manual_seed(1)
+
+    @flow.global_function(type="train", function_config=_gpu_config(cuda_graph, amp))
+    def train(x: tp.Numpy.Placeholder((B, D)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)):
+        init = flow.random_normal_initializer(stddev=0.1)
+        h = flow.layers.dense(x, H, activation=flow.nn.relu, kernel_initializer=init, name="fc1")
+        if dropout:
+            h = flow.nn.dropout(h, rate=dropout)
+        logits = flow.layers.dense(h, C, kernel_initializer=init, name="fc2")
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([3], list(lr)), momentum=0.9,
+                           loss_scale_policy=policy).minimize(loss)
+        return loss
+    return train
+
+
+def _run(job, batches):
+    """Losses of one call per batch (futures read after every call was launched)."""
+    futures = [job(x, y) for x, y in batches]
+    return np.array([f.get() for f in futures])
+
+
+def _variables():
+    return {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+
+
+# ------------------------------------------------------------------ CUDA graphs
+
+def test_cuda_graph_replay_equals_the_plain_plan():
+    batches = _data(n=1) * 6
+    eager_job = _mlp_train(cuda_graph=False)
+    eager = _run(eager_job, batches)
+    eager_vars = _variables()
+    assert not eager_job.compiled_job.plan.uses_cuda_graph
+    graph_job = _mlp_train(cuda_graph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed capture warns: no capture may fail here
+        replayed = _run(graph_job, batches)
+    assert graph_job.compiled_job.plan.uses_cuda_graph and graph_job.compiled_job.plan._graph.graph is not None
+    np.testing.assert_allclose(replayed, eager, rtol=1e-6, atol=1e-7)
+    for k, v in _variables().items():
+        np.testing.assert_allclose(v, eager_vars[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    assert eager[-1] < eager[0]
+
+
+def _random_job(cuda_graph):
+    """Every kind of random draw a job makes: the global generator (dropout, unseeded
+    bernoulli) and the ops' own (seeded bernoulli, random_mask_like, a permutation,
+    decode_random)."""
+    flow.clear_default_session()
+    flow.manual_seed(7)
+
+    @flow.global_function(type="train", function_config=_gpu_config(cuda_graph))
+    def train(x: tp.Numpy.Placeholder((B, D))):
+        w = flow.get_variable("w", (D,), initializer=flow.ones_initializer())
+        h = flow.nn.dropout(x * w, rate=0.5)
+        p = flow.constant(0.3, flow.float, (B, D))
+        seeded = flow.random.bernoulli(p, seed=11, name="seeded")
+        unseeded = flow.random.bernoulli(p, name="unseeded")
+        mask = flow.nn.random_mask_like(x, 0.25, seed=5)
+        perm = flow.random.generate_random_batch_permutation_indices(x, seed=3)
+        noise = flow.data.decode_random((D,), flow.float, batch_size=B, initializer=flow.truncated_normal(1.0))
+        loss = flow.math.reduce_mean(h)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.01]), momentum=0).minimize(loss)
+        return h, seeded, unseeded, mask, perm, noise
+    return train
+
+
+def test_random_ops_in_a_captured_graph_follow_the_uncaptured_draws():
+    x = np.ones((B, D), np.float32)
+    plain = _random_job(cuda_graph=False)
+    want = [[np.asarray(t) for t in plain(x).get()] for _ in range(4)]
+    job = _random_job(cuda_graph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [[np.asarray(t) for t in job(x).get()] for _ in range(4)]
+    assert job.compiled_job.plan.uses_cuda_graph
+    for step, (g, w) in enumerate(zip(got, want)):
+        for i, (a, b) in enumerate(zip(g, w)):
+            np.testing.assert_array_equal(a, b, err_msg=f"step {step}, output {i}")
+    assert not np.array_equal(got[2][0], got[3][0])     # new draws every replay
+    assert not np.array_equal(got[2][5], got[3][5])
+    assert np.abs(got[3][5]).max() <= 2.0               # truncated at two standard deviations
+
+
+# ------------------------------------------------------------------ AMP
+
+def test_amp_on_gpu_is_float16_and_tracks_float32():
+    batches = _data(n=12)
+    ref = _run(_mlp_train(), batches)
+    amp_job = _mlp_train(amp=True, policy=flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=1024.0))
+    amp = _run(amp_job, batches)
+    casts = {jb.user_attrs(op)["dtype"] for op in amp_job.graph.proto.net.op
+             if op.HasField("user_conf") and op.user_conf.op_type_name == "cast"}
+    assert flow.float16 in casts and flow.bfloat16 not in casts
+    np.testing.assert_allclose(amp, ref, rtol=5e-3)
+    assert not np.array_equal(amp, ref)
+
+
+def test_dynamic_loss_scale_skips_overflowing_steps_on_the_device():
+    """float16 gradients of a loss scaled by 2**30 overflow: those steps change no variable
+    and halve the scale (decided on the device: the update is computed, then discarded)."""
+    policy = flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=2.0 ** 30, increment_period=1000)
+    train = _mlp_train(amp=True, policy=policy)
+    (x, y), = _data()
+    train.compiled_job
+    before = _variables()
+    for _ in range(3):
+        train(x, y).get()
+    after = _variables()
+    assert after[LS][0] == 2.0 ** 27
+    for k in before:
+        if "-momentum" in k or k.startswith("fc"):
+            np.testing.assert_array_equal(after[k], before[k], err_msg=k)
+    assert after["System-Train-TrainStep-train"][0] == 0   # a skipped step does not count
+    for _ in range(30):   # the scale halves until the gradients fit float16: training resumes
+        train(x, y).get()
+        if _variables()["System-Train-TrainStep-train"][0] > 0:
+            break
+    resumed = _variables()
+    assert resumed["System-Train-TrainStep-train"][0] == 1 and resumed[LS][0] < 2.0 ** 27
+    assert not np.array_equal(resumed["fc1-weight"], before["fc1-weight"])
+
+
+# ------------------------------------------------------------------ no host sync
+
+@pytest.mark.parametrize("cuda_graph", [True, False])
+def test_a_steady_train_step_never_waits_on_the_host(cuda_graph):
+    """After the first calls, a train step (momentum SGD, piecewise learning rate,
+    float16 AMP with dynamic loss scaling, dropout) only copies its feeds in: torch's sync
+    debug mode raises on any synchronizing call. The results are read afterwards."""
+    policy = flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=1024.0, increment_period=2)
+    train = _mlp_train(cuda_graph=cuda_graph, amp=True, policy=policy, dropout=0.1)
+    batches = _data(n=8)
+    warm = _run(train, batches[:3])
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        futures = [train(x, y) for x, y in batches[3:]]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    losses = np.array([f.get() for f in futures])
+    assert train.compiled_job.plan.uses_cuda_graph is cuda_graph
+    assert np.isfinite(losses).all() and np.isfinite(warm).all()
+    assert _variables()["System-Train-TrainStep-train"][0] > 3   # the steady steps trained
+
+
+# ------------------------------------------------------------------ bad values
+
+def test_bad_fed_label_raises_the_ops_error_and_the_next_call_is_right():
+    batches = _data(n=4)
+    ref = _run(_mlp_train(), batches)
+    train = _mlp_train()
+    x, y = batches[0]
+    got = [train(x, y).get()]
+    bad = y.copy()
+    bad[5] = C + 3
+    for _ in range(2):  # (eagerly, then once the graph is captured)
+        with pytest.raises(OpRunError, match=rf"sparse_softmax_cross_entropy.*\[0, {C}\), received {C + 3} "
+                                             r"at index \(5,\)"):
+            train(x, bad)
+        got += [train(*batches[len(got)]).get()]
+    got += [train(*batches[3]).get()]
+    torch.cuda.synchronize()   # no device-side assert happened
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("cuda_graph", [True, False])
+def test_bad_computed_label_raises_after_the_step_without_a_device_assert(cuda_graph):
+    """Labels held in a variable (computed, not fed) are checked on the device: the step
+    runs on labels clamped into range, then raises the op's error with the bad value and
+    its index; the process has no device-side assert and the next good call is right."""
+    flow.clear_default_session()
+
+    @flow.global_function(function_config=_gpu_config(cuda_graph))
+    def loss_job(logits: tp.Numpy.Placeholder((4, C))) -> tp.Numpy:
+        labels = flow.get_variable("labels", (4,), dtype=flow.int32, initializer=flow.zeros_initializer(flow.int32),
+                                   trainable=False)
+        return flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+
+    logits = np.random.RandomState(0).randn(4, C).astype(np.float32)
+
+    def reference(labels):
+        return torch.nn.functional.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels).long(),
+                                                 reduction="none").numpy()
+    good = np.array([1, 0, 9, 3], np.int32)
+    flow.load_variables({"labels": good})
+    for _ in range(2):  # (eagerly, then captured)
+        np.testing.assert_allclose(loss_job(logits), reference(good), rtol=1e-5)
+    flow.load_variables({"labels": np.array([1, 0, -2, 3], np.int32)})
+    with pytest.raises(OpRunError, match=r"\[0, 10\), received -2 at index \(2,\)"):
+        loss_job(logits)
+    torch.cuda.synchronize()
+    good2 = np.array([2, 5, 7, 9], np.int32)
+    flow.load_variables({"labels": good2})
+    np.testing.assert_allclose(loss_job(logits), reference(good2), rtol=1e-5)
+
+
+def test_out_of_memory_names_the_job_and_the_session_stays_usable():
+    flow.clear_default_session()
+    free, total = torch.cuda.mem_get_info()
+    n = int(2 * total // 4)  # float32 elements: twice the GPU's memory
+
+    @flow.global_function(function_config=_gpu_config())
+    def huge(x: tp.Numpy.Placeholder((1,))) -> tp.Numpy:   # (times a feed: not folded when compiled)
+        return flow.math.reduce_sum(flow.constant(1.0, flow.float, (n,)) * x)
+
+    @flow.global_function(function_config=_gpu_config())
+    def small(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        return x * 2.0
+    with pytest.raises(flow.DeviceMemoryError, match=r"job 'huge' ran out of GPU memory: an allocation of [0-9.]+ "
+                                                     r"[KMGT]?i?B failed"):
+        huge(np.ones(1, np.float32))
+    np.testing.assert_array_equal(small(np.arange(3, dtype=np.float32)), [0.0, 2.0, 4.0])
+
+
+# ------------------------------------------------------------------ GPU counts
+
+def test_more_gpus_than_the_machine_has_is_a_clear_error():
+    n = torch.cuda.device_count() + 1
+    flow.config.gpu_device_num(n)
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2 * n, 3))) -> tp.Numpy:
+        return flow.math.relu(x)
+    with pytest.raises(flow.JobBuildError, match=rf"{n} gpu devices per machine cannot run here: this machine has "
+                                                 rf"{n - 1} GPU\(s\)"):
+        job(np.zeros((2 * n, 3), np.float32))
+
+
+def test_a_gpu_id_the_machine_lacks_is_a_clear_error():
+    n = torch.cuda.device_count()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        with flow.scope.placement("gpu", f"0:{n}"):
+            return flow.math.relu(x)
+    with pytest.raises(flow.JobBuildError, match=rf"placed on gpu {n}, but this machine has {n} GPU\(s\)"):
+        job(np.zeros(3, np.float32))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2,
+                    reason="the NCCL path needs two GPUs; it has never run on two (none was available)")
+def test_data_parallel_on_two_gpus_matches_one():
+    batches = _data(n=4)
+
+    def losses(ngpu):
+        flow.clear_default_session()
+        flow.manual_seed(0)
+        flow.config.gpu_device_num(ngpu)
+
+        @flow.global_function(type="train")
+        def train(x: tp.Numpy.Placeholder((B, D)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
+            logits = flow.layers.dense(x, C, kernel_initializer=flow.random_normal_initializer(0.1), name="fc")
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+            return loss
+        return np.array([train(x, y) for x, y in batches])
+    np.testing.assert_allclose(losses(2), losses(1), rtol=1e-5)

@@ -12,6 +12,7 @@ import platform
 import statistics
 import sys
 import time
+import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "lenet"))
@@ -92,6 +93,22 @@ def report(title, gf, pt, unit="ms", scale=1e3, extra=""):
     print(f"{title}: graphfront {gf * scale:.3f} {unit}, PyTorch eager {pt * scale:.3f} {unit}, "
           f"ratio graphfront/PyTorch = {gf / pt:.3f}{extra}")
     return gf / pt
+
+
+def add_torch_peers(sides, notes, make_step, want, device):
+    """Add the PyTorch sides ``torch-eager`` and ``torch-compile`` (those ``want(side)``
+    accepts) to ``sides``: ``make_step(compiled)`` builds each step, whose first call (its
+    compilation, for torch.compile) is run and timed here into ``notes``."""
+    for side, compiled in (("torch-eager", False), ("torch-compile", True)):
+        if want(side):
+            step = make_step(compiled)
+            t = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                step()
+            sync(device)
+            notes[side] = f"first call {time.perf_counter() - t:.1f} s"
+            sides[side] = step
 
 
 def rotated(sides, rounds, steps, warmup, device="cpu"):

@@ -23,11 +23,10 @@ import argparse
 import os
 import sys
 import time
-import warnings
 
 import torch
 
-from _common import ROOT, machine, rotated, sync, throughput_table
+from _common import ROOT, add_torch_peers, machine, rotated, sync, throughput_table
 import torch_models as tm
 
 sys.path.insert(0, os.path.join(ROOT, "examples", "bert"))
@@ -132,16 +131,7 @@ def main(argv=None):
     if values is None:
         pretrain.make_pretrain_job(example_args(a, "plan"), "Init").compiled_job
         values = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
-    for side, compiled in (("torch-eager", False), ("torch-compile", True)):
-        if want(side):
-            step = torch_step(values, a, batch, compiled)
-            t = time.perf_counter()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                step()
-            sync(a.device)
-            notes[side] = f"first call {time.perf_counter() - t:.1f} s"
-            sides[side] = step
+    add_torch_peers(sides, notes, lambda compiled: torch_step(values, a, batch, compiled), want, a.device)
     medians = rotated(sides, a.rounds, a.steps, a.warmup, a.device)
     amp = "AMP float16" if a.amp and a.device == "gpu" else ("AMP bfloat16" if a.amp else "float32")
     print(f"machine: {machine(a.device)}; torch threads {torch.get_num_threads()}")

@@ -146,6 +146,34 @@ def test_gpu_placed_train_step_makes_every_tensor_on_its_device(on_meta):
         assert loss.device == META and flags.device == META and flags.shape == (1 + 3 * 2,)
 
 
+def test_cpu_return_ops_leave_a_gpu_placed_job_wholly_on_its_device(on_meta, monkeypatch):
+    """OneFlow puts a job's return ops on the CPU (``allow_cpu_return_op``). They copy
+    nothing inside the step (the caller reads their blobs after it), so a job otherwise
+    on the GPU is still wholly on its device: the condition for capturing its steps as a
+    CUDA graph. (Here CUDA is reported present so that "gpu" placements are kept, and the
+    GPU is the meta device.)"""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    on_device = lambda op_conf, ids: META if op_conf.device_tag == "gpu" else torch.device("cpu")  # noqa: E731
+    for module in (plan_mod, walk_mod, session_mod):
+        monkeypatch.setattr(module, "device_of", on_device)
+    monkeypatch.setattr(fold.rt, "device_of", lambda op_conf, ids: torch.device("cpu"))  # (folds on the host)
+    cfg = flow.FunctionConfig()
+    cfg.default_placement_scope(flow.scope.placement("gpu", "0:0"))
+
+    @flow.global_function(type="train", function_config=cfg)
+    def train(x: tp.Numpy.Placeholder((B, C))):
+        logits = flow.layers.dense(x, C, name="fc")
+        loss = flow.math.reduce_mean(logits * logits)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    compiled = train.compiled_job
+    tags = {jb.op_kind(op): op.device_tag for op in compiled.job.net.op if jb.op_kind(op) in ("return_conf",
+                                                                                               "input_conf")}
+    assert tags == {"return_conf": "cpu", "input_conf": "gpu"}, tags
+    assert compiled.plan.devices == {"meta"}
+
+
 def test_the_recorder_sees_a_kernel_that_makes_a_host_tensor(on_meta, monkeypatch):
     """The check above can fail: a kernel making its output on the host is caught, and so
     is one copying host data in."""

@@ -91,6 +91,7 @@ def test_a_whole_step_mode_with_accumulation_is_refused_naming_both(mode):
 
 @pytest.mark.parametrize("mode", WHOLE_STEP_MODES)
 def test_a_whole_step_mode_on_several_devices_is_refused_naming_both(mode):
+    flow.config.gpu_device_num(0)  # CPU devices, also where CUDA is present
     flow.config.cpu_device_num(2)
     job = _train_job(_config(mode))
     with pytest.raises(JobBuildError, match=rf"job 'train_job': compile_mode\('{mode}'\) cannot run with 2 devices: "):
@@ -99,6 +100,7 @@ def test_a_whole_step_mode_on_several_devices_is_refused_naming_both(mode):
 
 
 def test_a_whole_step_mode_on_several_devices_with_accumulation_names_all_three():
+    flow.config.gpu_device_num(0)  # CPU devices, also where CUDA is present
     flow.config.cpu_device_num(2)
     job = _train_job(_config("xla", accumulation=2))
     with pytest.raises(JobBuildError, match=r"compile_mode\('xla'\) cannot run with 2 devices and gradient "

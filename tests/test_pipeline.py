@@ -200,6 +200,7 @@ def test_function_config_default_data_type_and_placement():
     with pytest.raises(AttributeError, match="FunctionConfig has no setting"):
         config.no_such_setting(True)
     flow.config.gpu_device_num(1)
+    flow.config.gpu_device_num(0)  # CPU devices, also where CUDA is present
     flow.config.cpu_device_num(1)
     with pytest.raises(ValueError, match="gpu_device_num: expected an int >= 0, received -1"):
         flow.config.gpu_device_num(-1)

@@ -75,6 +75,38 @@ def _channel_view(ndim, axis):
 
 
 def _norm_kernel(k):
+    """PyTorch's fused batch norm (``torch.native_batch_norm``: one statistics pass and one
+    normalizing pass, cuDNN-class kernels on a GPU that keep channels-last layouts) with
+    the channel axis moved to dim 1 as a view. float16/bfloat16 inputs take float32
+    parameters and statistics directly (no float32 copy of ``x``)."""
+    x_desc = k.input("x")
+    ndim, axis = len(x_desc.shape), k.attr("axis")
+    eps, momentum, training = k.attr("epsilon"), k.attr("momentum"), k.attr("training")
+    n = numel(x_desc.shape) // max(x_desc.shape[axis], 1)
+    if ndim < 2 or (training and n < 2):
+        return _norm_formula(k)
+    want_stats = k.has_output("mean") or k.has_output("inv_variance")
+
+    def normalization(x, moving_mean, moving_variance, gamma, beta, add_to):
+        xc = x.movedim(axis, 1)
+        # PyTorch's momentum is the weight of the batch statistic: 1 - OneFlow's keep ratio
+        y, mean, inv = torch.native_batch_norm(xc, gamma, beta, moving_mean, moving_variance, training,
+                                               1.0 - momentum, eps)
+        y = y.movedim(1, axis)
+        if add_to is not None:
+            y = y + add_to
+        if not want_stats:
+            return y, None, None
+        if not training:
+            mean, inv = moving_mean.clone(), torch.rsqrt(moving_variance + eps)
+        return y, mean, inv
+    return normalization
+
+
+def _norm_formula(k):
+    """The batch-norm formulas of the module docstring, op by op: for a rank-1 input and
+    for a training batch of one element per channel (whose unbiased variance would divide
+    by zero in PyTorch's kernel; here the moving variance takes the biased one)."""
     x_desc = k.input("x")
     ndim, axis = len(x_desc.shape), k.attr("axis")
     eps, momentum, training = k.attr("epsilon"), k.attr("momentum"), k.attr("training")
@@ -245,7 +277,19 @@ def _norm_grad_fn(k, pdtype, cast):
 
 
 def _norm_grad_kernel(k):
-    return _norm_grad_fn(k, param_dtype(k.input("x").dtype).torch, lambda t, dtype: t.to(dtype))
+    """PyTorch's fused batch-norm backward (``native_batch_norm_backward`` with the given
+    batch statistics: the formula above in two passes), channel axis moved to dim 1."""
+    x_desc = k.input("x")
+    if len(x_desc.shape) < 2:
+        return _norm_grad_fn(k, param_dtype(x_desc.dtype).torch, lambda t, dtype: t.to(dtype))
+    axis, eps = k.attr("axis"), k.attr("epsilon")
+    backward = torch.ops.aten.native_batch_norm_backward
+
+    def normalization_grad(x, dy, mean, inv_variance, gamma):
+        dx, gamma_diff, beta_diff = backward(dy.movedim(axis, 1), x.movedim(axis, 1), gamma, None, None, mean,
+                                             inv_variance, True, eps, [True, True, True])
+        return gamma_diff, beta_diff, dx.movedim(1, axis)
+    return normalization_grad
 
 
 def _norm_grad_xla(k):

@@ -286,7 +286,8 @@ class Plan(ScheduleWalk, Lowering):
     # ------------------------------------------------------------------ the walk: one line per op
     def run_op(self, i, op):
         device = self.device(op)
-        self.devices.add(device.type)
+        if jb.op_kind(op) != "return_conf":  # a return op (on the CPU by allow_cpu_return_op) copies
+            self.devices.add(device.type)     # nothing in the step: its blob is read after it
         outs = jb.op_outputs(op)
         for _, _, lbn in outs:
             self._names[lbn] = f"v{len(self._names)}"

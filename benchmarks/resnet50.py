@@ -51,7 +51,9 @@ def parse(argv=None):
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                    help="AMP (float16 on a GPU); default on for a GPU, off for a CPU")
-    p.add_argument("--channel-last", action="store_true", help="graphfront's model in NHWC (--channel_last)")
+    p.add_argument("--channel-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="graphfront's model in NHWC (OneFlow-Benchmark's --channel_last, which its float16 runs "
+                        "use); default on with AMP on a GPU, as the PyTorch side runs channels_last there")
     p.add_argument("--modes", default="plan,native,xla", help="graphfront lowerings to run")
     p.add_argument("--only", default="", help="comma-separated sides to run (default: all)")
     p.add_argument("--rounds", type=int, default=3)
@@ -65,6 +67,7 @@ def parse(argv=None):
     a.block_counts = [int(x) for x in (a.block_counts or ("3,4,6,3" if gpu else "1,1,1,1")).split(",")]
     a.width = a.width if a.width is not None else (1.0 if gpu else 0.25)
     a.amp = gpu if a.amp is None else a.amp
+    a.channel_last = (gpu and a.amp) if a.channel_last is None else a.channel_last
     return a
 
 
@@ -147,7 +150,8 @@ def main(argv=None):
     amp = "AMP float16" if a.amp and a.device == "gpu" else ("AMP bfloat16" if a.amp else "float32")
     print(f"machine: {machine(a.device)}; torch threads {torch.get_num_threads()}")
     print(f"ResNet-50 v1.5 train step, batch {a.batch_size}, {a.image_size}x{a.image_size}, blocks "
-          f"{a.block_counts}, width {a.width}, {amp}; median of {a.rounds} rounds x {a.steps} steps")
+          f"{a.block_counts}, width {a.width}, {amp}, graphfront in {'NHWC' if a.channel_last else 'NCHW'}; "
+          f"median of {a.rounds} rounds x {a.steps} steps")
     print(throughput_table(medians, a.batch_size, PEERS, notes))
     return medians
 

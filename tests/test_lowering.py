@@ -10,6 +10,7 @@ import math
 import os
 
 import numpy as np
+import torch
 import pytest
 
 import graphfront as flow
@@ -198,3 +199,23 @@ def test_each_lowering_sets_the_annotated_attributes(mode):
         assert hasattr(plan, name), name
     assert plan.input_names == [op.name for op in compiled.job.net.op if op.HasField("input_conf")]
     assert len(plan.output_names) == 1 and plan.devices == {"cpu"} and plan.source
+
+
+def test_native_is_not_offered_for_a_job_on_a_gpu(monkeypatch):
+    """On a GPU the native lowering measured slower than the plan on every benchmark, so a
+    GPU job asking for it is refused by name (CUDA is reported present here so that the
+    "gpu" placement is kept; the refusal comes before anything runs on it)."""
+    from graphfront.framework import session as session_mod
+    from graphfront.passes import fold
+    from graphfront.runtime import plan as plan_mod, walk as walk_mod
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for module in (plan_mod, walk_mod, session_mod):  # the GPU is the meta device (variables made there)
+        monkeypatch.setattr(module, "device_of", lambda op_conf, ids: torch.device("meta"))
+    monkeypatch.setattr(fold.rt, "device_of", lambda op_conf, ids: torch.device("cpu"))
+    cfg = _config("native")
+    cfg.default_placement_scope(flow.scope.placement("gpu", "0:0"))
+    job = _train_job(cfg)
+    with pytest.raises(JobBuildError, match=r"job 'train_job': compile_mode\('native'\) is not offered for a job "
+                                            r"on a GPU.*use compile_mode\('plan'\)"):
+        job.compiled_job

@@ -11,12 +11,15 @@ never dropped. Composition rules:
   (:class:`~graphfront.runtime.grad_accumulation.AccumulatingPlan`), on one device or on
   several;
 * ``"native"``, ``"xla"`` and ``"onnxruntime"`` lower one device's whole step at once:
-  they compose with neither;
+  they compose with neither; ``"native"`` is refused for a job on a GPU, where it
+  measured slower than the plan on every benchmark;
 * ``"auto"`` is ``"onnxruntime"`` where onnxruntime can run the job, else ``"plan"``
   (with the reason in :attr:`LoweringRequest.fallback_reason`); on several devices or
   with accumulation that is always ``"plan"``.
 """
 from __future__ import annotations
+
+import torch
 
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.passes.boxing import boxing
@@ -68,6 +71,10 @@ def _plan(r):
 
 
 def _native(r):
+    if torch.cuda.is_available() and any(op.device_tag == "gpu" for op in r.job.net.op):
+        raise JobBuildError(f"job '{r.name}': compile_mode('native') is not offered for a job on a GPU: on one it "
+                            "measured slower than the default 'plan' (per-op kernels replayed as a CUDA graph) on "
+                            "every benchmark; use compile_mode('plan')" + format_location(user_frame()))
     return NativePlan(r.job, r.session.variables, r.session.watchers, cuda_graph=r.cuda_graph)
 
 

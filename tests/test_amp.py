@@ -414,3 +414,18 @@ def test_default_low_precision_type_follows_the_device():
     assert low_precision_dtype(job) is flow.float16
     job.job_conf.flag_name2flag_value["mixed_precision_data_type"].at_data_type = flow.bfloat16.proto
     assert low_precision_dtype(job) is flow.bfloat16
+
+
+def test_interface_ops_on_a_gpu_leave_a_job_computing_on_the_cpu_bfloat16():
+    """Where CUDA is present the default placement (feeds, returns) is a GPU; a job whose
+    white-listed ops run on the CPU still takes the CPU's type."""
+    from graphfront.core import job_pb2
+    from graphfront.passes.amp import low_precision_dtype
+    job = job_pb2.Job()
+    job.net.op.add(name="x", device_tag="gpu").input_conf.SetInParent()
+    mm = job.net.op.add(name="mm", device_tag="cpu")
+    mm.user_conf.op_type_name = "matmul"
+    job.net.op.add(name="out", device_tag="gpu").return_conf.SetInParent()
+    assert low_precision_dtype(job) is flow.bfloat16
+    mm.device_tag = "gpu"
+    assert low_precision_dtype(job) is flow.float16

@@ -243,11 +243,14 @@ def test_bad_computed_label_raises_after_the_step_without_a_device_assert(cuda_g
 def test_out_of_memory_names_the_job_and_the_session_stays_usable():
     flow.clear_default_session()
     free, total = torch.cuda.mem_get_info()
-    n = int(2 * total // 4)  # float32 elements: twice the GPU's memory
+    n = int(0.3 * free) // 4  # float32 elements: each blob fits (the build-time check passes them) ...
 
     @flow.global_function(function_config=_gpu_config())
     def huge(x: tp.Numpy.Placeholder((1,))) -> tp.Numpy:   # (times a feed: not folded when compiled)
-        return flow.math.reduce_sum(flow.constant(1.0, flow.float, (n,)) * x)
+        a = flow.constant(1.0, flow.float, (n,)) * x
+        b, c = a + 1.0, a * 3.0
+        d = a * b - c                                       # ... but a, b, c and d together do not
+        return flow.math.reduce_sum(a + b + c + d)
 
     @flow.global_function(function_config=_gpu_config())
     def small(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:

@@ -126,6 +126,7 @@ def CreateOptimizer(args):  # noqa: N802
 
 def GetFunctionConfig(args):  # noqa: N802
     config = flow.FunctionConfig()
+    config.default_placement_scope(flow.scope.placement(args.device, "0:0"))  # the whole job, its feeds too
     config.enable_auto_mixed_precision(args.use_fp16)
     if getattr(args, "amp_dtype", None):
         config.mixed_precision_data_type(args.amp_dtype)

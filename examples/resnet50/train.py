@@ -104,6 +104,7 @@ def load_imagenet_for_training(args):
 def function_config(args):
     config = flow.FunctionConfig()
     config.default_data_type(flow.float)
+    config.default_placement_scope(flow.scope.placement(args.device, "0:0"))  # the whole job, its feeds too
     config.enable_auto_mixed_precision(args.use_fp16)
     if args.compile_mode:
         config.compile_mode(args.compile_mode)

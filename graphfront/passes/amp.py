@@ -46,11 +46,14 @@ DTYPE_FLAG = "mixed_precision_data_type"
 
 def low_precision_dtype(job):
     """The AMP type of ``job``: its ``mixed_precision_data_type`` flag, else float16 when
-    some op runs on CUDA, else bfloat16."""
+    the ops it would run in low precision (the white list; without any, every op) are
+    placed on CUDA, else bfloat16. (Interface ops follow the default placement, which is a
+    GPU wherever CUDA is present: they do not decide for a job computing on the CPU.)"""
     flags = job.job_conf.flag_name2flag_value
     if DTYPE_FLAG in flags:
         return _dt.from_proto(flags[DTYPE_FLAG].at_data_type)
-    on_cuda = any(op.device_tag in ("cuda", "gpu") for op in job.net.op)
+    white = [op for op in job.net.op if amp_list(op) == "white"]
+    on_cuda = any(op.device_tag in ("cuda", "gpu") for op in (white or job.net.op))
     return _dt.float16 if on_cuda else _dt.bfloat16
 
 

@@ -6,28 +6,28 @@ placement of jobs: ``n`` devices per machine on ``m`` machines (see :mod:`graphf
 OneFlow's other resource settings (thread pools, reserved memory, NCCL and collective
 boxing knobs, ``flow.config.collective_boxing.*``) tune its multi-device runtime; here
 they are checked for their type and recorded in the default session's resource dict
-(:func:`resource`) but change nothing. As in OneFlow, a setter called while the session
-is running logs ``Nothing happened because the session is running`` (a warning on the
-``graphfront`` logger) and does nothing; the deprecated settings only raise a
+(:func:`resource`) but change nothing. As in OneFlow, a setter called once the session
+runs (a job was compiled) gives OneFlow's notice ``Nothing happened because environment
+has been initialized`` (a ``UserWarning`` naming the setter; OneFlow prints it) and does
+nothing; the deprecated settings only raise a
 ``DeprecationWarning`` (OneFlow v0.6.0:
 ``python/oneflow/compatible/single_client/framework/config_util.py``).
 """
 from __future__ import annotations
 
-import logging
 import numbers
 import warnings
 
 from graphfront.framework import session as _session
 from graphfront.parallel import placement
 
-logger = logging.getLogger(__name__)
 
 
-def _check_open(name):
+def _check_open(name, stacklevel=3):
     s = _session.default_session()
     if s.status != s.OPEN:
-        logger.warning("flow.config.%s: Nothing happened because the session is running", name)
+        warnings.warn(f"flow.config.{name}: Nothing happened because environment has been initialized",
+                      UserWarning, stacklevel=stacklevel)
         return None
     return s
 
@@ -212,7 +212,7 @@ def _record(name, val, kind):
     elif kind is str:
         if not isinstance(val, str):
             raise TypeError(f"{where} expects a str, received {val!r}")
-    if _check_open(name) is not None:
+    if _check_open(name, stacklevel=4) is not None:
         resource()[name] = val
 
 

@@ -544,7 +544,7 @@ def test_flow_save_round_trip(tmp_path):
 
 # ================================================================== config, env, unittest
 
-def test_config_settings_are_checked_recorded_and_ignored_while_running(caplog):
+def test_config_settings_are_checked_recorded_and_ignored_while_running():
     flow.config.comm_net_worker_num(2)
     flow.config.collective_boxing.enable_fusion()
     flow.config.enable_legacy_model_io()
@@ -559,9 +559,14 @@ def test_config_settings_are_checked_recorded_and_ignored_while_running(caplog):
         flow.config.use_rdma()
     run(lambda x: x, feeds=[rand(1)])  # clears the session (fresh resource), then runs
     assert flow.config.legacy_model_io_enabled() is False
-    flow.config.max_mdsave_worker_num(3)
-    assert "Nothing happened because the session is running" in caplog.text
+    with pytest.warns(UserWarning, match=r"flow.config.max_mdsave_worker_num: Nothing happened because "
+                                         r"environment has been initialized") as record:
+        flow.config.max_mdsave_worker_num(3)
+    assert record[0].filename == __file__  # points at the caller's line
     assert "max_mdsave_worker_num" not in flow.config.resource()
+    with pytest.warns(UserWarning, match=r"flow.config.gpu_device_num: Nothing happened") as record:
+        flow.config.gpu_device_num(2)
+    assert record[0].filename == __file__
 
 
 def test_env_setters(monkeypatch, caplog):

@@ -339,21 +339,41 @@ def _norm_axes(k, arg="x", attr="begin_norm_axis"):
     return shape, a
 
 
+def _ln_stat_dtype(dtype, device):
+    """The dtype of the statistics PyTorch's fused layer norm keeps for ``dtype`` inputs on
+    ``device`` (float32 for float16 inputs on CUDA), found by running it on one element."""
+    x = torch.zeros((1, 1), dtype=dtype, device=device)
+    return torch.native_layer_norm(x, [1], None, None, 1e-5)[1].dtype
+
+
 def _ln_kernel(k):
+    """PyTorch's fused layer norm (``torch.native_layer_norm``: statistics and normalization
+    in one kernel) over the axes from ``begin_norm_axis``; ``gamma`` / ``beta`` are applied
+    by it when they span the same axes and ``normalized`` is not wanted, else in one
+    ``addcmul`` after it."""
     shape, bna = _norm_axes(k)
-    axes = tuple(range(bna, len(shape)))
+    bpa = _norm_axes(k, attr="begin_params_axis")[1]
+    norm_shape = list(shape[bna:])
     eps = k.attr("epsilon")
+    want_normalized = k.has_output("normalized")
+    fused_affine = bpa == bna and not want_normalized
 
     def layer_norm(x, beta, gamma):
-        var, mean = torch.var_mean(x, dim=axes, unbiased=False, keepdim=True)
-        inv = torch.rsqrt(var + eps)
-        normalized = (x - mean) * inv
-        y = normalized
-        if gamma is not None:
-            y = y * gamma
-        if beta is not None:
-            y = y + beta
-        return y, mean.reshape(shape[:bna]), inv.reshape(shape[:bna]), normalized
+        if fused_affine:
+            y, mean, inv = torch.native_layer_norm(x, norm_shape, gamma, beta, eps)
+            normalized = None
+        else:
+            normalized, mean, inv = torch.native_layer_norm(x, norm_shape, None, None, eps)
+            if gamma is not None and beta is not None:
+                y = torch.addcmul(beta, normalized, gamma)
+            elif gamma is not None:
+                y = normalized * gamma
+            elif beta is not None:
+                y = normalized + beta
+            else:
+                y = normalized
+        stats = shape[:bna]
+        return y, mean.reshape(stats).to(x.dtype), inv.reshape(stats).to(x.dtype), normalized
     return layer_norm
 
 
@@ -440,14 +460,17 @@ def _ln_grad_infer(ctx):
 
 
 def _ln_grad_kernel(k):
+    """PyTorch's fused layer-norm backward (``native_layer_norm_backward`` without an
+    affine: ``dy`` here is already the gradient of ``normalized``)."""
     shape, bna = _norm_axes(k)
-    axes = tuple(range(bna, len(shape)))
+    norm_shape = list(shape[bna:])
     kshape = tuple(shape[:bna]) + (1,) * (len(shape) - bna)
+    stat = _ln_stat_dtype(k.input("x").dtype.torch, k.device)
+    backward = torch.ops.aten.native_layer_norm_backward
 
     def layer_norm_grad(dy, x, mean, inv_variance, add_to):
-        inv = inv_variance.reshape(kshape)
-        xhat = (x - mean.reshape(kshape)) * inv
-        dx = inv * (dy - dy.mean(dim=axes, keepdim=True) - xhat * (dy * xhat).mean(dim=axes, keepdim=True))
+        dx = backward(dy, x, norm_shape, mean.reshape(kshape).to(stat), inv_variance.reshape(kshape).to(stat),
+                      None, None, [True, False, False])[0]
         return dx if add_to is None else dx + add_to
     return layer_norm_grad
 

@@ -1,0 +1,180 @@
+"""Eager execution (``flow.enable_eager_execution(True)``): job functions run op by op when
+called, and give what the same function gives in lazy mode."""
+import numpy as np
+import pytest
+
+import graphfront as flow
+from graphfront import typing as tp
+
+B = 4
+EPS32 = np.finfo(np.float32).eps
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((B, 1, 8, 8)).astype(np.float32),
+            rng.integers(0, 5, size=(B,)).astype(np.int32))
+
+
+def _net(x):
+    """A small LeNet: conv 3x3x4 relu -> batch norm -> max pool -> dense 5."""
+    init = flow.truncated_normal(0.1)
+    h = flow.layers.conv2d(x, 4, 3, padding="SAME", activation=flow.nn.relu, name="conv1",
+                           kernel_initializer=init)
+    h = flow.layers.batch_normalization(h, axis=1, name="bn1")
+    h = flow.nn.max_pool2d(h, ksize=2, strides=2, padding="VALID", name="pool1")
+    h = flow.reshape(h, [B, -1])
+    return flow.layers.dense(h, 5, kernel_initializer=init, name="dense1")
+
+
+def _train_job():
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((B, 1, 8, 8)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, _net(x), name="xent"))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
+        return loss
+    return train
+
+
+def _predict_job():
+    @flow.global_function(type="predict")
+    def predict(x: tp.Numpy.Placeholder((B, 1, 8, 8))) -> tp.Numpy:
+        return flow.nn.softmax(_net(x))
+    return predict
+
+
+def _run_train(eager, steps=3):
+    flow.clear_default_session()
+    flow.enable_eager_execution(eager)
+    flow.manual_seed(7)
+    train = _train_job()
+    losses = [train(*_data(0)) for _ in range(steps)]  # (one batch: the loss falls)
+    return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}
+
+
+def test_train_job_eager_equals_lazy_over_three_steps():
+    lazy_losses, lazy_vars = _run_train(False)
+    eager_losses, eager_vars = _run_train(True)
+    assert flow.eager_execution_enabled()
+    # the same kernels on the same values: equal up to a few float32 roundings
+    np.testing.assert_allclose(eager_losses, lazy_losses, rtol=8 * EPS32, atol=0)
+    assert sorted(eager_vars) == sorted(lazy_vars)
+    assert any("momentum" in k.lower() for k in eager_vars)  # the optimizer's state, created on first use
+    for k in lazy_vars:
+        np.testing.assert_allclose(eager_vars[k], lazy_vars[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    assert lazy_losses[2] < lazy_losses[0]  # (it trains)
+
+
+def test_predict_job_eager_equals_lazy_and_variables_persist():
+    x, _ = _data(3)
+    flow.manual_seed(11)
+    lazy = _predict_job()(x)
+    lazy_vars = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+
+    flow.clear_default_session()
+    flow.enable_eager_execution(True)
+    flow.manual_seed(11)
+    predict = _predict_job()
+    assert flow.get_all_variables() == {}  # nothing exists before the first call
+    first = predict(x)
+    eager_vars = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    second = predict(x)  # variables are not initialized again
+    assert sorted(eager_vars) == sorted(lazy_vars)
+    for k in lazy_vars:
+        np.testing.assert_array_equal(eager_vars[k], lazy_vars[k], err_msg=k)
+    # lazy mode folds the batch norm into the convolution: a few roundings apart
+    np.testing.assert_allclose(first, lazy, rtol=0, atol=64 * EPS32)
+    np.testing.assert_array_equal(second, first)
+
+
+def test_blob_numpy_and_watch_inside_the_running_job():
+    flow.enable_eager_execution(True)
+    seen, order = {}, []
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        y = flow.math.exp(x)
+        seen["y"] = y.numpy()  # the value, while the function runs
+        flow.watch(y, lambda v: order.append(("watch", v)))
+        order.append(("after watch", None))
+        w = flow.get_variable("w", shape=(3,), initializer=flow.constant_initializer(2.0))
+        seen["w"] = w.numpy()
+        return y * w
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
+    out = job(x)
+    np.testing.assert_allclose(seen["y"], np.exp(x), rtol=4 * EPS32)
+    np.testing.assert_array_equal(seen["w"], np.full(3, 2.0, np.float32))
+    assert [tag for tag, _ in order] == ["watch", "after watch"]  # the handler ran at once
+    np.testing.assert_array_equal(order[0][1], seen["y"])
+    np.testing.assert_allclose(out, np.exp(x) * 2.0, rtol=4 * EPS32)
+    job(x)
+    assert len(order) == 4  # once per call
+
+
+def test_variables_keep_their_values_across_eager_calls():
+    flow.enable_eager_execution(True)
+
+    @flow.global_function(type="train")
+    def step(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        w = flow.get_variable("w", shape=(3,), initializer=flow.constant_initializer(1.0))
+        loss = flow.math.reduce_sum(w * x)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
+        return loss
+
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    w = np.ones(3, np.float32)
+    for _ in range(3):  # d loss / d w = x: plain SGD, w -= 0.5 x
+        np.testing.assert_allclose(step(x), np.sum(w * x), rtol=4 * EPS32)
+        w = w - 0.5 * x
+        np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w, rtol=4 * EPS32)
+
+
+def test_blob_numpy_in_a_lazy_job_is_refused():
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        x.numpy()
+        return x
+
+    with pytest.raises(Exception, match=r"holds a value only in eager execution"):
+        job(np.zeros(2, np.float32))
+
+
+def test_the_switch_is_set_before_jobs_are_defined_and_cleared_with_the_session():
+    assert flow.eager_execution_enabled() is False
+    flow.enable_eager_execution(True)
+    assert flow.eager_execution_enabled() is True
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return flow.math.relu(x)
+
+    np.testing.assert_array_equal(job(np.array([-1.0, 2.0], np.float32)), [0.0, 2.0])
+    with pytest.raises(RuntimeError, match=r"flow.enable_eager_execution\(False\) must be called before any "
+                                           r"global function is defined.*\['job'\]"):
+        flow.enable_eager_execution(False)
+    flow.enable_eager_execution(True)  # (no change: accepted)
+
+    flow.clear_default_session()  # back to lazy, as OneFlow's clear_default_session
+    assert flow.eager_execution_enabled() is False
+
+    @flow.global_function(type="predict")
+    def lazy_job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return flow.math.relu(x)
+
+    np.testing.assert_array_equal(lazy_job(np.array([-1.0, 2.0], np.float32)), [0.0, 2.0])
+    assert lazy_job.compiled_job.plan is not None  # compiled, as a lazy job is
+    with pytest.raises(RuntimeError, match=r"flow.enable_eager_execution\(True\) must be called before"):
+        flow.enable_eager_execution(True)
+
+
+def test_eager_feeds_are_checked_as_in_lazy_mode():
+    flow.enable_eager_execution(True)
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return x
+
+    with pytest.raises(flow.FeedError if hasattr(flow, "FeedError") else Exception,
+                       match=r"argument 'x': expected shape \(2,\), received \(3,\)"):
+        job(np.zeros(3, np.float32))

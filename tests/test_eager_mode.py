@@ -178,3 +178,33 @@ def test_eager_feeds_are_checked_as_in_lazy_mode():
     with pytest.raises(flow.FeedError if hasattr(flow, "FeedError") else Exception,
                        match=r"argument 'x': expected shape \(2,\), received \(3,\)"):
         job(np.zeros(3, np.float32))
+
+
+def test_a_train_step_differentiates_the_forward_values_the_call_saw():
+    """The backward of an eager train step uses the call's own random draws: the dropout
+    mask read with ``.numpy()`` inside the function gives the SGD update."""
+    flow.enable_eager_execution(True)
+    flow.manual_seed(3)
+    seen = {}
+
+    @flow.global_function(type="train")
+    def step(x: tp.Numpy.Placeholder((4, 6)), c: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", shape=(6, 3), initializer=flow.random_normal_initializer())
+        seen["w"] = w.numpy()
+        d = flow.nn.dropout(flow.matmul(x, w), rate=0.5)
+        seen["kept"] = d.numpy() != 0
+        loss = flow.math.reduce_sum(d * c)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]), momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    c = rng.standard_normal((4, 3)).astype(np.float32)
+    for _ in range(2):
+        loss = step(x, c)
+        w, kept = seen["w"].astype(np.float64), seen["kept"]
+        assert 0 < kept.sum() < kept.size  # (some dropped, some kept)
+        scale = kept * 2.0  # dropout 0.5 keeps with 1 / (1 - 0.5)
+        np.testing.assert_allclose(loss, np.sum((x @ w) * scale * c), rtol=1e-5)
+        np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w - x.T @ (scale * c), rtol=1e-5,
+                                   atol=1e-6)

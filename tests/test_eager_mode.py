@@ -208,3 +208,24 @@ def test_a_train_step_differentiates_the_forward_values_the_call_saw():
         np.testing.assert_allclose(loss, np.sum((x @ w) * scale * c), rtol=1e-5)
         np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w - x.T @ (scale * c), rtol=1e-5,
                                    atol=1e-6)
+
+
+def _bernoulli_draws(eager):
+    flow.clear_default_session()
+    flow.enable_eager_execution(eager)
+
+    @flow.global_function(type="predict")
+    def draw(p: tp.Numpy.Placeholder((64,))) -> tp.Numpy:
+        return flow.random.bernoulli(p, seed=5)
+
+    p = np.full(64, 0.5, np.float32)
+    return [draw(p) for _ in range(3)]
+
+
+def test_a_kernel_keeps_its_state_across_eager_calls():
+    """A seeded random op continues its stream from one call to the next, as its lazy
+    job's kernel does (a fresh kernel per call would draw the same numbers each call)."""
+    lazy, eager = _bernoulli_draws(False), _bernoulli_draws(True)
+    assert not np.array_equal(lazy[0], lazy[1])
+    for e, l in zip(eager, lazy):
+        np.testing.assert_array_equal(e, l)

@@ -6,7 +6,10 @@ checked and inferred exactly as in a lazy build (``add_op``) and then run at onc
 its registered kernel on concrete tensors, kept per lbn in ``builder.values``. So a blob's
 value is known inside the job function (``blob.numpy()``, ``flow.watch`` handlers run at
 once), variables are created and initialized on first use and keep their values in the
-session's VariableStore across calls.
+session's VariableStore across calls. The kernel an op runs is kept from one call to the
+next (by the op's position in the job function and checked against its type, attrs and
+blob shapes), so a kernel with state, a data reader or a random op's generator, goes on
+where the previous call left it, as the kernel of a lazy job does.
 
 A train job then runs its backward and update part (:func:`train_step`): the Job built
 during the call is completed by the same passes as a lazy job (autograd, optimizer,
@@ -26,7 +29,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.passes import complete
 from graphfront.passes.boxing import device_count
-from graphfront.runtime.plan import Plan, run_op
+from graphfront.runtime.plan import Plan, make_kernel, run_op
 from graphfront.runtime.variable_store import default_initializer
 from graphfront.runtime.walk import device_of, watcher
 
@@ -37,6 +40,8 @@ class EagerJobBuilder(jb.JobBuilder):
     Args:
         job, scope, session: as :class:`~graphfront.framework.job_builder.JobBuilder`.
         feeds: one tensor per ``input_conf`` op, in the order the inputs are added.
+        kernels: the kernels of earlier calls of this job, kept between calls: position
+            of the user op in the call -> (its signature, its kernel).
 
     Attributes:
         values: lbn -> the tensor it holds in this call.
@@ -44,12 +49,13 @@ class EagerJobBuilder(jb.JobBuilder):
         watched: names of the ``foreign_watch_conf`` ops whose handlers ran.
     """
 
-    def __init__(self, job, scope, session, feeds):
+    def __init__(self, job, scope, session, feeds, kernels):
         super().__init__(job, scope, session)
         self.values = {}
         self.executed = {}
         self.watched = set()
         self._feeds = list(feeds)
+        self._kernels = kernels
 
     def add_op(self, op_conf, location=None):
         """Check, infer and append ``op_conf`` (as a lazy build does), then run it.
@@ -89,8 +95,23 @@ class EagerJobBuilder(jb.JobBuilder):
             self.watched.add(op.name)
         elif kind != "return_conf":
             ins = {lbn: _on(self.values[lbn], device) for _, _, lbn in jb.op_inputs(op)}
-            self.values.update(run_op(op, self.descs, device, ins))
+            self.values.update(run_op(op, self.descs, device, ins, self._kernel(op, device)))
             self.executed[op.name] = copy.deepcopy(op)
+
+    def _kernel(self, op, device):
+        """The kernel of a user op: the one the op at this position ran in the previous
+        call when type, attrs, blob shapes and device are the same, else a new one."""
+        if jb.op_kind(op) != "user_conf":
+            return make_kernel(op, self.descs, device)
+        ins, outs = jb.op_args(op)
+        signature = (op.user_conf.op_type_name, str(device),
+                     sorted((k, v.SerializeToString(deterministic=True)) for k, v in op.user_conf.attr.items()),
+                     [(a, [self.descs[lbn] for lbn in lbns]) for a, lbns in list(ins.items()) + list(outs.items())])
+        position = len(self.executed)
+        kept = self._kernels.get(position)
+        if kept is None or kept[0] != signature:
+            kept = self._kernels[position] = (signature, make_kernel(op, self.descs, device))
+        return kept[1]
 
 
 def _on(value, device):

@@ -587,6 +587,7 @@ class Session:
         self.lock = threading.RLock()
         self.build_errors = {}  # job name -> the exception its last compile raised
         self.eager = False  # flow.enable_eager_execution: job functions run op by op when called
+        self.eager_kernels = {}  # job name -> the kernels its eager calls keep (see framework.eager)
 
     def default_scope(self, config) -> scope_mod.Scope:
         if config._placement_scope is not None:
@@ -601,6 +602,7 @@ class Session:
             self.job_funcs[gf.name] = gf
             self.jobs.pop(gf.name, None)
             self.build_errors.pop(gf.name, None)
+            self.eager_kernels.pop(gf.name, None)
 
     def _check_open(self):
         if self.status == self.CLOSED:
@@ -749,8 +751,9 @@ class GlobalFunction:
             session.variables.generation += 1
             watchers = set(session.watchers)
             try:
+                kernels = session.eager_kernels.setdefault(self.name, {})
                 builder, ret = trace(session, self, make_builder=lambda job, scope, s: eager.EagerJobBuilder(
-                    job, scope, s, feeds))
+                    job, scope, s, feeds, kernels))
                 if builder.is_train:
                     outs = eager.train_step(builder, self.config._passes)
                 else:

@@ -133,9 +133,10 @@ def make_kernel(op_conf, descs, device, native=False, generators=None):
     return factory(KernelCtx(op_conf, descs, device, generators))
 
 
-def run_op(op_conf, descs, device, values):
-    """Run one op eagerly on ``values`` (lbn -> tensor); returns {lbn: tensor} of its outputs."""
-    fn = make_kernel(op_conf, descs, device)
+def run_op(op_conf, descs, device, values, fn=None):
+    """Run one op eagerly on ``values`` (lbn -> tensor); returns {lbn: tensor} of its outputs.
+    ``fn``: the op's kernel (made from its factory when None)."""
+    fn = fn or make_kernel(op_conf, descs, device)
     ins, outs = call_layout(op_conf)
     args = [[values[l] for l in lbns] if rep else (values[lbns[0]] if lbns else None) for lbns, rep in ins]
     with torch.no_grad():

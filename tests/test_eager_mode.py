@@ -5,6 +5,7 @@ import pytest
 
 import graphfront as flow
 from graphfront import typing as tp
+from graphfront.framework.errors import OpRunError
 
 B = 4
 EPS32 = np.finfo(np.float32).eps
@@ -175,7 +176,7 @@ def test_eager_feeds_are_checked_as_in_lazy_mode():
     def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
         return x
 
-    with pytest.raises(flow.FeedError if hasattr(flow, "FeedError") else Exception,
+    with pytest.raises(flow.FeedError,
                        match=r"argument 'x': expected shape \(2,\), received \(3,\)"):
         job(np.zeros(3, np.float32))
 
@@ -229,3 +230,55 @@ def test_a_kernel_keeps_its_state_across_eager_calls():
     assert not np.array_equal(lazy[0], lazy[1])
     for e, l in zip(eager, lazy):
         np.testing.assert_array_equal(e, l)
+
+
+def test_watch_diff_and_callback_results_in_eager_calls_equal_lazy():
+    def run(eager):
+        flow.clear_default_session()
+        flow.enable_eager_execution(eager)
+        flow.manual_seed(2)
+        grads, losses = [], []
+
+        @flow.global_function(type="train")
+        def train(x: tp.Numpy.Placeholder((B, 1, 8, 8)),
+                  y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Callback[tp.Numpy]:
+            logits = _net(x)
+            flow.watch_diff(logits, grads.append)
+            loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [0.01])).minimize(loss)
+            return loss
+
+        for step in range(2):
+            train(*_data(step))(losses.append)
+        return grads, losses
+
+    (lazy_grads, lazy_losses), (eager_grads, eager_losses) = run(False), run(True)
+    assert len(eager_grads) == len(eager_losses) == 2
+    np.testing.assert_allclose(eager_losses, lazy_losses, rtol=8 * EPS32)
+    for e, l in zip(eager_grads, lazy_grads):
+        np.testing.assert_allclose(e, l, rtol=1e-5, atol=1e-7)
+
+
+def test_an_op_error_in_an_eager_call_names_the_op_and_the_users_line():
+    flow.enable_eager_execution(True)
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2, 3)), y: tp.Numpy.Placeholder((2,), dtype=flow.int32)) -> tp.Numpy:
+        return flow.nn.sparse_softmax_cross_entropy_with_logits(y, x)  # the line named
+
+    with pytest.raises(OpRunError, match=r"(?s)expects class ids in \[0, 3\), received 7.*the line named"):
+        job(np.zeros((2, 3), np.float32), np.array([0, 7], np.int32))
+
+
+def test_eager_execution_on_several_devices_is_refused():
+    flow.enable_eager_execution(True)
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-1"):
+            return flow.math.relu(x)
+
+    with pytest.raises(flow.JobBuildError,
+                       match=r"placed on devices \['0:0-1'\]: eager execution runs on one device"):
+        job(np.zeros((2, 3), np.float32))

@@ -26,7 +26,7 @@ import torch
 
 from graphfront.framework import job_builder as jb
 from graphfront.framework import dtypes as _dt
-from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.framework.errors import GraphfrontError, JobBuildError, format_location, user_frame
 from graphfront.passes import complete
 from graphfront.passes.boxing import device_count
 from graphfront.runtime.plan import Plan, make_kernel, run_op
@@ -61,13 +61,14 @@ class EagerJobBuilder(jb.JobBuilder):
         """Check, infer and append ``op_conf`` (as a lazy build does), then run it.
 
         Raises JobBuildError for a bad op conf or an op placed on several devices; a
-        kernel's own error (a bad value) propagates with the op and the user's line noted.
+        kernel's own error (OpRunError for a bad value) propagates, a note naming the op
+        and the user's line added where it names neither.
         """
         location = location or user_frame()
         added = super().add_op(op_conf, location)
         try:
             self._run(added, location)
-        except JobBuildError:
+        except GraphfrontError:  # (names the op and the user's line already)
             raise
         except Exception as e:
             e.add_note(f"(eager execution of op '{added.name}' ({jb.op_type_name(added)})"
@@ -79,7 +80,8 @@ class EagerJobBuilder(jb.JobBuilder):
         ids = self.device_ids_of(op.name)
         if device_count(ids) != 1:
             raise JobBuildError(f"op '{op.name}' ({jb.op_type_name(op)}) is placed on devices {list(ids)}: eager "
-                                f"execution runs on one device{format_location(location)}")
+                                f"execution runs on one device (place the job on one device, e.g. flow.config.cpu_device_num(1))"
+                                f"{format_location(location)}")
         device = device_of(op, ids)
         kind = jb.op_kind(op)
         outs = [lbn for _, _, lbn in jb.op_outputs(op)]

@@ -758,10 +758,14 @@ class GlobalFunction:
                     outs = eager.train_step(builder, self.config._passes)
                 else:
                     outs = [_copy(builder.values[lbn]) for lbn in _returned_lbns(builder.job)]
+                return results(ret, self.return_annotation, outs)
+            except torch.cuda.OutOfMemoryError as e:
+                error = _memory_error(self.name, e)
             finally:  # (each call registers its watch handlers again)
                 for key in set(session.watchers) - watchers:
                     del session.watchers[key]
-        return results(ret, self.return_annotation, outs)
+        torch.cuda.empty_cache()  # (after the except clause let go of the error and its frames' tensors)
+        raise error from None
 
     def group_args(self, flat):
         """Per-placeholder values -> the job function's arguments (tuples where annotated so)."""

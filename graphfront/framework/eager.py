@@ -80,8 +80,8 @@ class EagerJobBuilder(jb.JobBuilder):
         ids = self.device_ids_of(op.name)
         if device_count(ids) != 1:
             raise JobBuildError(f"op '{op.name}' ({jb.op_type_name(op)}) is placed on devices {list(ids)}: eager "
-                                f"execution runs on one device (place the job on one device, e.g. flow.config.cpu_device_num(1))"
-                                f"{format_location(location)}")
+                                "execution runs on one device (place the job on one device, e.g. "
+                                f"flow.config.cpu_device_num(1)){format_location(location)}")
         device = device_of(op, ids)
         kind = jb.op_kind(op)
         outs = [lbn for _, _, lbn in jb.op_outputs(op)]
@@ -93,7 +93,7 @@ class EagerJobBuilder(jb.JobBuilder):
                                                                  default_initializer(self.job.job_conf))
         elif kind == "foreign_watch_conf":
             value = self.values[getattr(op.foreign_watch_conf, "in")]
-            watcher(self.session.watchers, op.foreign_watch_conf.handler_uuid)(value.clone())
+            watcher(self.session.watchers, op.foreign_watch_conf.handler_uuid)(copied(value))
             self.watched.add(op.name)
         elif kind != "return_conf":
             ins = {lbn: _on(self.values[lbn], device) for _, _, lbn in jb.op_inputs(op)}
@@ -118,6 +118,12 @@ class EagerJobBuilder(jb.JobBuilder):
 
 def _on(value, device):
     return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+def copied(value):
+    """A copy of a tensor value (it may be a variable's, which later ops update in place);
+    a host value (a data pipeline's records) as it is."""
+    return value.clone() if isinstance(value, torch.Tensor) else value
 
 
 def value_of(blob) -> torch.Tensor:

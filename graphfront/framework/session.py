@@ -510,11 +510,6 @@ def _one_part(job_name, ph, value):
     return value[0]
 
 
-def _copy(value):
-    """A result of an eager call, copied: it may be a variable's tensor, which later calls update."""
-    return value.clone() if isinstance(value, torch.Tensor) else value
-
-
 def _returned_lbns(job):
     return [getattr(op.return_conf, "in") for op in job.net.op if jb.op_kind(op) == "return_conf"]
 
@@ -757,7 +752,7 @@ class GlobalFunction:
                 if builder.is_train:
                     outs = eager.train_step(builder, self.config._passes)
                 else:
-                    outs = [_copy(builder.values[lbn]) for lbn in _returned_lbns(builder.job)]
+                    outs = [eager.copied(builder.values[lbn]) for lbn in _returned_lbns(builder.job)]
                 return results(ret, self.return_annotation, outs)
             except torch.cuda.OutOfMemoryError as e:
                 error = _memory_error(self.name, e)

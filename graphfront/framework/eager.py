@@ -12,11 +12,14 @@ blob shapes), so a kernel with state, a data reader or a random op's generator, 
 where the previous call left it, as the kernel of a lazy job does.
 
 A train job then runs its backward and update part (:func:`train_step`): the Job built
-during the call is completed by the same passes as a lazy job (autograd, optimizer,
-cleanup) and run once through a per-op plan in which every op the call ran already, and
-the passes left unchanged, is bound to its computed value instead of running again. The
-gradients therefore see exactly the forward values of the call (the same random draws
-too), and the update runs the optimizer's own update ops.
+during the call is completed by the passes a lazy job needs (autograd, optimizer) and
+the cleanup passes that rewrite update ops only, not by the fusions, which would rewrite
+the forward that ran already; it
+runs once through a per-op plan in which every op the call ran is bound to its computed
+value instead of running again. The gradients therefore differentiate exactly the
+forward values of the call (the same random draws too), and the update runs the
+optimizer's own update ops. Results equal a lazy job's up to the roundings in which a
+fused kernel differs from the kernels it replaces.
 """
 from __future__ import annotations
 
@@ -27,11 +30,12 @@ import torch
 from graphfront.framework import job_builder as jb
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import GraphfrontError, JobBuildError, format_location, user_frame
-from graphfront.passes import complete
+from graphfront.passes import DISABLED_PASSES, complete, pass_names
 from graphfront.passes.boxing import device_count
 from graphfront.runtime.plan import Plan, make_kernel, run_op
+from graphfront.ops import registry
 from graphfront.runtime.variable_store import default_initializer
-from graphfront.runtime.walk import device_of, watcher
+from graphfront.runtime.walk import INTERFACE_KINDS, device_of, watcher
 
 
 class EagerJobBuilder(jb.JobBuilder):
@@ -84,6 +88,9 @@ class EagerJobBuilder(jb.JobBuilder):
                                 f"flow.config.cpu_device_num(1)){format_location(location)}")
         device = device_of(op, ids)
         kind = jb.op_kind(op)
+        if kind not in INTERFACE_KINDS and registry.op_def(op).kernel is None:
+            raise JobBuildError(f"op '{op.name}' ({jb.op_type_name(op)}) has no kernel: a job pass lowers it, so it "
+                                f"cannot run in eager execution{format_location(location)}")
         outs = [lbn for _, _, lbn in jb.op_outputs(op)]
         if kind == "input_conf":
             self.values[outs[0]] = self._feeds.pop(0).to(device)
@@ -149,7 +156,11 @@ def numpy_of(blob):
     return _dt.tensor_to_numpy(value_of(blob))
 
 
-def train_step(builder, enable_passes=True) -> list:
+# the cleanup passes of a train step: they rewrite update ops only, never an op the call ran
+_STEP_PASSES = ("prune_dead_ops", "fuse_update_ops", "group_update_ops")
+
+
+def train_step(builder) -> list:
     """Complete the Job an eager call of a train job built and run its backward and update
     part; returns the job's results (tensors, in return-op order).
 
@@ -158,10 +169,14 @@ def train_step(builder, enable_passes=True) -> list:
     (``flow.watch_diff``) run here.
     """
     session = builder.session
-    job = complete(copy.deepcopy(builder.job), enable_passes=enable_passes)
+    job = copy.deepcopy(builder.job)
+    skipped = job.job_conf.flag_name2flag_value[DISABLED_PASSES].at_list_string
+    skipped.val.extend(n for n in pass_names() if n not in _STEP_PASSES and n not in skipped.val)
+    job = complete(job)
     session.init_variables(job)
-    jb.JobBuilder(job).remove_ops([op.name for op in job.net.op if op.name in builder.watched])
-    bound = [lbn for op in job.net.op if builder.executed.get(op.name) == op for _, _, lbn in jb.op_outputs(op)]
+    ran = [op for op in job.net.op if op.name in builder.watched or builder.executed.get(op.name) == op]
+    jb.JobBuilder(job).remove_ops([op.name for op in ran if not jb.op_outputs(op)])  # (watches, assigns ...)
+    bound = [lbn for op in ran for _, _, lbn in jb.op_outputs(op)]
     plan = Plan(job, session.variables, session.watchers, cuda_graph=False, bound=bound)
     feeds = [builder.values[lbn] for lbn in plan.input_lbns]
     return plan(feeds + [builder.values[lbn] for lbn in bound])

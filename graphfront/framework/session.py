@@ -735,9 +735,12 @@ class GlobalFunction:
         and update part. Returns what a lazy call returns."""
         session = self.session
         check_arguments(self.name, self.placeholders, args, kwargs)
-        if self.config.job_config_proto.num_gradient_accumulation_steps > 1:
-            raise JobBuildError(f"job '{self.name}': gradient accumulation (num_gradient_accumulation_steps) is "
-                                f"not supported in eager execution{format_location(user_frame())}")
+        conf = self.config.job_config_proto
+        for setting, on in (("num_gradient_accumulation_steps", conf.num_gradient_accumulation_steps > 1),
+                            ("enable_auto_mixed_precision", conf.enable_auto_mixed_precision)):
+            if on:
+                raise JobBuildError(f"job '{self.name}': FunctionConfig().{setting} is not supported in eager "
+                                    f"execution{format_location(user_frame())}")
         feeds = [_dt.numpy_to_tensor(checked_array(self.name, ph, _one_part(self.name, ph, a)))
                  for ph, a in zip(self.placeholders, args)]
         with session.lock:
@@ -750,7 +753,7 @@ class GlobalFunction:
                 builder, ret = trace(session, self, make_builder=lambda job, scope, s: eager.EagerJobBuilder(
                     job, scope, s, feeds, kernels))
                 if builder.is_train:
-                    outs = eager.train_step(builder, self.config._passes)
+                    outs = eager.train_step(builder)
                 else:
                     outs = [eager.copied(builder.values[lbn]) for lbn in _returned_lbns(builder.job)]
                 return results(ret, self.return_annotation, outs)

@@ -2,10 +2,12 @@
 called, and give what the same function gives in lazy mode."""
 import numpy as np
 import pytest
+import torch
 
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework.errors import OpRunError
+from graphfront.framework.session import default_session
 
 B = 4
 EPS32 = np.finfo(np.float32).eps
@@ -28,8 +30,16 @@ def _net(x):
     return flow.layers.dense(h, 5, kernel_initializer=init, name="dense1")
 
 
-def _train_job():
-    @flow.global_function(type="train")
+def _config(device="cpu"):
+    """The jobs compared between the modes run on one device type (the CPU unless asked):
+    cuDNN's reductions need not give the same roundings from one call to the next."""
+    config = flow.FunctionConfig()
+    config.default_placement_scope(flow.scope.placement(device, "0:0"))
+    return config
+
+
+def _train_job(device="cpu"):
+    @flow.global_function(type="train", function_config=_config(device))
     def train(x: tp.Numpy.Placeholder((B, 1, 8, 8)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
         loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, _net(x), name="xent"))
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
@@ -38,17 +48,17 @@ def _train_job():
 
 
 def _predict_job():
-    @flow.global_function(type="predict")
+    @flow.global_function(type="predict", function_config=_config())
     def predict(x: tp.Numpy.Placeholder((B, 1, 8, 8))) -> tp.Numpy:
         return flow.nn.softmax(_net(x))
     return predict
 
 
-def _run_train(eager, steps=3):
+def _run_train(eager, steps=3, device="cpu"):
     flow.clear_default_session()
     flow.enable_eager_execution(eager)
     flow.manual_seed(7)
-    train = _train_job()
+    train = _train_job(device)
     losses = [train(*_data(0)) for _ in range(steps)]  # (one batch: the loss falls)
     return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}
 
@@ -64,6 +74,19 @@ def test_train_job_eager_equals_lazy_over_three_steps():
     for k in lazy_vars:
         np.testing.assert_allclose(eager_vars[k], lazy_vars[k], rtol=1e-6, atol=1e-7, err_msg=k)
     assert lazy_losses[2] < lazy_losses[0]  # (it trains)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_train_job_eager_equals_lazy_on_a_gpu():
+    lazy_losses, lazy_vars = _run_train(False, device="gpu")
+    eager_losses, eager_vars = _run_train(True, device="gpu")
+    assert default_session().variables.tensors["conv1-weight"].device.type == "cuda"
+    # cuDNN's convolution gradients may sum in another order from call to call
+    np.testing.assert_allclose(eager_losses, lazy_losses, rtol=1e-5, atol=0)
+    assert sorted(eager_vars) == sorted(lazy_vars)
+    for k in lazy_vars:
+        np.testing.assert_allclose(eager_vars[k], lazy_vars[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
 def test_predict_job_eager_equals_lazy_and_variables_persist():
@@ -239,7 +262,7 @@ def test_watch_diff_and_callback_results_in_eager_calls_equal_lazy():
         flow.manual_seed(2)
         grads, losses = [], []
 
-        @flow.global_function(type="train")
+        @flow.global_function(type="train", function_config=_config())
         def train(x: tp.Numpy.Placeholder((B, 1, 8, 8)),
                   y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Callback[tp.Numpy]:
             logits = _net(x)

@@ -15,6 +15,7 @@ from graphfront.framework import eager as _eager
 from graphfront.framework import job_builder as jb
 from graphfront.framework import session as _session
 from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.errors import format_location, user_frame
 
 __all__ = ["FunctionDesc", "Size", "cast_to_current_logical_view", "current_global_function_desc",
            "current_machine_id", "current_scope",
@@ -69,14 +70,18 @@ def enable_eager_execution(val=True):
     if val != session.eager and session.job_funcs:
         raise RuntimeError(f"flow.enable_eager_execution({val}) must be called before any global function is "
                            f"defined; the default session already has {sorted(session.job_funcs)}. Call "
-                           "flow.clear_default_session() first")
+                           f"flow.clear_default_session() first{format_location(user_frame())}")
     session.eager = val
 
 
-BlobDesc.numpy = lambda self: _eager.numpy_of(self)
-BlobDesc.numpy.__doc__ = """The blob's value as a numpy array, inside a job function running eagerly
-(``flow.enable_eager_execution(True)``). Raises RuntimeError in a lazy job, whose blobs hold
-no value while it is built."""
+def _blob_numpy(self):
+    """The blob's value as a numpy array (its shape and dtype), inside a job function
+    running eagerly (``flow.enable_eager_execution(True)``). Raises RuntimeError in a lazy
+    job, whose blobs hold no value while it is built."""
+    return _eager.numpy_of(self)
+
+
+BlobDesc.numpy = _blob_numpy  # (OneFlow's eager blobs' method; the engine's BlobDesc imports no API)
 
 
 # ------------------------------------------------------------------ logical view and scopes

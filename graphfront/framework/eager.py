@@ -14,9 +14,8 @@ where the previous call left it, as the kernel of a lazy job does.
 A train job then runs its backward and update part (:func:`train_step`): the Job built
 during the call is completed by the passes a lazy job needs (autograd, optimizer) and
 the cleanup passes that rewrite update ops only, not by the fusions, which would rewrite
-the forward that ran already; it
-runs once through a per-op plan in which every op the call ran is bound to its computed
-value instead of running again. The gradients therefore differentiate exactly the
+the forward that ran already; it runs once through a per-op plan in which every op the
+call ran is bound to its computed value instead of running again. The gradients therefore differentiate exactly the
 forward values of the call (the same random draws too), and the update runs the
 optimizer's own update ops. Results equal a lazy job's up to the roundings in which a
 fused kernel differs from the kernels it replaces.
@@ -30,10 +29,10 @@ import torch
 from graphfront.framework import job_builder as jb
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import GraphfrontError, JobBuildError, format_location, user_frame
+from graphfront.ops import registry
 from graphfront.passes import DISABLED_PASSES, complete, pass_names
 from graphfront.passes.boxing import device_count
 from graphfront.runtime.plan import Plan, make_kernel, run_op
-from graphfront.ops import registry
 from graphfront.runtime.variable_store import default_initializer
 from graphfront.runtime.walk import INTERFACE_KINDS, device_of, watcher
 

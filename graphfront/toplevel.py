@@ -1,7 +1,7 @@
 """Small ``flow.*`` functions of OneFlow's single-client API that are not ops.
 
 Star-exported by ``graphfront/__init__.py`` (OneFlow v0.6.0 ``python/oneflow/compatible/single_client/__init__.py``): the shape
-type ``Size``, the eager-mode switches (graphfront is lazy only), logical-view and
+type ``Size``, the eager-mode switches, logical-view and
 session helpers, deprecated aliases of ``flow.scope`` functions, the job-local module
 cache ``find_or_create_module`` and ``current_global_function_desc``.
 """
@@ -11,9 +11,11 @@ import warnings
 import weakref
 
 from graphfront import scope as _scope
+from graphfront.framework import eager as _eager
 from graphfront.framework import job_builder as jb
 from graphfront.framework import session as _session
 from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.errors import format_location, user_frame
 
 __all__ = ["FunctionDesc", "Size", "cast_to_current_logical_view", "current_global_function_desc",
            "current_machine_id", "current_scope",
@@ -42,19 +44,44 @@ class Size(tuple):
         return f"flow.Size({list(self)})"
 
 
-# ------------------------------------------------------------------ eager mode (not supported)
+# ------------------------------------------------------------------ eager mode
 
 def eager_execution_enabled() -> bool:
-    """Always False: graphfront builds and compiles lazy ``global_function`` jobs only."""
-    return False
+    """Whether job functions of the default session run eagerly (op by op when called)."""
+    return _session.default_session().eager
 
 
 def enable_eager_execution(val=True):
-    """``val=False`` is accepted (lazy mode is the only mode); ``val=True`` raises
-    NotImplementedError, since graphfront has no eager runtime."""
-    if val:
-        raise NotImplementedError("flow.enable_eager_execution(True): graphfront runs lazy global_function jobs "
-                                  "only; it has no eager mode")
+    """Turn eager execution on (``val=True``) or off for the default session.
+
+    In eager execution (OneFlow's single-client eager mode) a ``global_function`` runs op
+    by op each time it is called: every blob holds its value while the function runs
+    (``blob.numpy()``, ``flow.watch`` handlers are called at once), variables are
+    created on first use and keep their values across calls, and a train job computes
+    its gradients and updates its variables at the end of each call. Calls take and
+    return what a lazy call does. ``flow.clear_default_session()`` turns it off again.
+
+    Raises:
+        RuntimeError: the mode would change after a global function was defined in the
+            default session (as OneFlow, the mode is chosen before any job is defined).
+    """
+    session = _session.default_session()
+    val = bool(val)
+    if val != session.eager and session.job_funcs:
+        raise RuntimeError(f"flow.enable_eager_execution({val}) must be called before any global function is "
+                           f"defined; the default session already has {sorted(session.job_funcs)}. Call "
+                           f"flow.clear_default_session() first{format_location(user_frame())}")
+    session.eager = val
+
+
+def _blob_numpy(self):
+    """The blob's value as a numpy array (its shape and dtype), inside a job function
+    running eagerly (``flow.enable_eager_execution(True)``). Raises RuntimeError in a lazy
+    job, whose blobs hold no value while it is built."""
+    return _eager.numpy_of(self)
+
+
+BlobDesc.numpy = _blob_numpy  # (OneFlow's eager blobs' method; the engine's BlobDesc imports no API)
 
 
 # ------------------------------------------------------------------ logical view and scopes

@@ -1,7 +1,8 @@
 """``flow.unittest``: the test helpers of OneFlow's single-client API.
 
 ``flow.unittest.TestCase`` is a ``unittest.TestCase`` whose ``setUp`` calls
-``flow.clear_default_session()``, so every test builds its jobs in a fresh session.
+``flow.clear_default_session()``, so every test builds its jobs in a fresh session, and
+turns eager execution on when ``ONEFLOW_TEST_ENABLE_EAGER=1``.
 ``flow.unittest.skip_unless_<N>n<D>d()`` skips a test unless the environment has N
 nodes of D devices each (``ONEFLOW_TEST_NODE_LIST`` / ``ONEFLOW_TEST_DEVICE_NUM``, one
 node of one device when unset, so only the
@@ -22,6 +23,7 @@ import unittest as _unittest
 
 from graphfront.ops import test_ops as _test_ops  # noqa: F401 - registers OneFlow's framework test ops
 from graphfront.framework.session import clear_default_session
+from graphfront.toplevel import enable_eager_execution
 
 __all__ = ["TestCase", "env", "num_nodes_required", "register_test_cases", "skip_unless_1n1d", "skip_unless_1n2d",
            "skip_unless_1n4d", "skip_unless_2n1d", "skip_unless_2n2d", "skip_unless_2n4d"]
@@ -57,7 +59,7 @@ def _world_size():
 
 
 def _eager_execution_enabled():
-    """Whether ONEFLOW_TEST_ENABLE_EAGER is "1" (graphfront itself is lazy-only)."""
+    """Whether ONEFLOW_TEST_ENABLE_EAGER is "1" (tests then run their jobs eagerly)."""
     return os.environ.get("ONEFLOW_TEST_ENABLE_EAGER") == "1"
 
 
@@ -78,15 +80,14 @@ for _name, _fn in vars(env).items():
 # ------------------------------------------------------------------ TestCase and skips
 
 class TestCase(_unittest.TestCase):
-    """``unittest.TestCase`` that starts every test with ``flow.clear_default_session()``.
-
-    With ``ONEFLOW_TEST_ENABLE_EAGER=1`` the tests are skipped: graphfront has no eager mode.
+    """``unittest.TestCase`` that starts every test with ``flow.clear_default_session()``,
+    then ``flow.enable_eager_execution(flow.unittest.env.eager_execution_enabled())``:
+    with ``ONEFLOW_TEST_ENABLE_EAGER=1`` the tests' jobs run eagerly.
     """
 
     def setUp(self):
-        if _eager_execution_enabled():
-            self.skipTest("ONEFLOW_TEST_ENABLE_EAGER=1: graphfront runs lazy (global_function) jobs only")
         clear_default_session()
+        enable_eager_execution(_eager_execution_enabled())
 
 
 def _skip_unless(num_nodes, num_devices):

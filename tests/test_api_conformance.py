@@ -502,7 +502,7 @@ def test_size_and_logical_view_and_eager_switches():
     assert seen == {"same": True, "shape": True}
     assert flow.eager_execution_enabled() is False
     flow.enable_eager_execution(False)
-    with pytest.raises(NotImplementedError, match=r"graphfront runs lazy global_function jobs only"):
+    with pytest.raises(RuntimeError, match=r"must be called before any global function is defined"):
         flow.enable_eager_execution()
 
 
@@ -623,6 +623,26 @@ def test_unittest_testcase_clears_the_session_per_test(monkeypatch):
     std_unittest.defaultTestLoader.loadTestsFromTestCase(Case).run(outcome)
     assert outcome.wasSuccessful(), outcome.errors + outcome.failures
     assert results == [[0.0, 2.0], [0.0, 2.0]]
+    assert flow.eager_execution_enabled() is False
+
+    monkeypatch.setenv("ONEFLOW_TEST_ENABLE_EAGER", "1")  # OneFlow's switch: the tests' jobs run eagerly
+    modes = []
+
+    class EagerCase(flow.unittest.TestCase):
+        def test_a(self):
+            modes.append(flow.unittest.env.eager_execution_enabled() and flow.eager_execution_enabled())
+
+            @flow.global_function()
+            def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+                y = flow.math.relu(x)
+                results.append(list(y.numpy()))  # (a value only in eager execution)
+                return y
+            job(np.array([-1.0, 2.0], np.float32))
+
+    outcome = std_unittest.TestResult()
+    std_unittest.defaultTestLoader.loadTestsFromTestCase(EagerCase).run(outcome)
+    assert outcome.wasSuccessful(), outcome.errors + outcome.failures
+    assert modes == [True] and results[2:] == [[0.0, 2.0]]
 
 
 def test_unittest_register_test_cases(tmp_path):

@@ -27,6 +27,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework import annotations as tp
 from graphfront.core import job_conf_pb2, job_pb2, op_conf_pb2
 from graphfront.core.descriptor_compat import is_repeated
+from graphfront.framework import eager
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope_symbols as scope_mod
 from graphfront.framework.blob_desc import BlobDesc
@@ -40,7 +41,7 @@ from graphfront.runtime.choice import LoweringRequest, choose
 from graphfront.runtime.grad_accumulation import micro_batch_placeholders
 from graphfront.runtime.lowering import check_mode
 from graphfront.runtime.walk import device_of
-from graphfront.runtime.variable_store import VariableStore
+from graphfront.runtime.variable_store import VariableStore, default_initializer
 
 _session_ids = itertools.count()
 
@@ -295,11 +296,12 @@ class FunctionConfig:
         return setter
 
 
-def trace(session, gf, placeholders=None):
+def trace(session, gf, placeholders=None, make_builder=jb.JobBuilder):
     """Run a job function once inside a JobBuildAndInferCtx; return ``(builder, returned)``.
 
     Placeholders (``gf.placeholders`` unless given) become ``input_conf`` ops and every
-    returned blob a ``return_conf`` op.
+    returned blob a ``return_conf`` op. ``make_builder(job, scope, session)`` makes the
+    builder (an eager call's runs every op it adds).
     """
     job = job_pb2.Job()
     job.job_conf.CopyFrom(gf.config.job_config_proto)
@@ -309,7 +311,7 @@ def trace(session, gf, placeholders=None):
         job.job_conf.train_conf.SetInParent()
     else:  # (the oneof drops any train settings: they do nothing in a predict job)
         job.job_conf.predict_conf.SetInParent()
-    builder = jb.JobBuilder(job, session.default_scope(gf.config), session)
+    builder = make_builder(job, session.default_scope(gf.config), session)
     builder.logical_view = gf.config._logical_view  # (flow.scope.mirrored_view_enabled())
     with jb.activate(builder):
         inputs = [_input_blob(builder, ph) for ph in placeholders or gf.placeholders]
@@ -389,25 +391,9 @@ class CompiledJob:
         the value is asked for, so a launch on GPU does not wait for the previous one.
         Raises FeedError (naming the argument and the caller's line) on a bad feed.
         """
-        if kwargs:
-            raise FeedError(f"job '{self.name}' takes positional arguments only, received keywords "
-                            f"{sorted(kwargs)}{format_location(user_frame())}")
-        if len(args) != len(self.placeholders):
-            raise FeedError(f"job '{self.name}' expects {len(self.placeholders)} argument(s), received {len(args)}"
-                            f"{format_location(user_frame())}")
+        check_arguments(self.name, self.placeholders, args, kwargs)
         feeds = [self._feed(i, ph, a) for i, (ph, a) in enumerate(zip(self.placeholders, args))]
-        outs = self._run(feeds)
-        ann = self.return_annotation
-        if self.return_structure is None and ann is inspect.Signature.empty:
-            return None  # the job returns nothing (as OneFlow, the call returns None)
-
-        def value(wrap=lambda a: a):
-            return tp.rebuild(self.return_structure, [wrap(_to_numpy(t)) for t in outs])
-        if ann is inspect.Signature.empty:
-            return tp.Future(value)
-        if isinstance(ann, tp._Alias) and ann.origin is tp.Callback:
-            return lambda callback: callback(tp.convert(ann.arg, value()))
-        return tp.convert(ann, value())
+        return results(self.return_structure, self.return_annotation, self._run(feeds))
 
     def _feed(self, i, ph, value):
         name = ph.param_name
@@ -423,22 +409,7 @@ class CompiledJob:
         return self._feed_array(i, ph, value)
 
     def _feed_array(self, i, ph, value):
-        name = ph.param_name
-        if not isinstance(value, np.ndarray):
-            raise FeedError(f"job '{self.name}' argument '{name}' expects a numpy.ndarray of shape {ph.shape} and "
-                            f"dtype {ph.dtype.np}, received {type(value).__name__}{format_location(user_frame())}")
-        if ph.list_input:  # a dynamic blob: each dim at most the static one (OneFlow's is_dynamic)
-            ok = value.ndim == len(ph.shape) and all(d <= s for d, s in zip(value.shape, ph.shape))
-        else:
-            ok = tuple(value.shape) == ph.shape
-        if not ok:
-            expected = f"each dim <= {ph.shape}" if ph.list_input else ph.shape
-            raise FeedError(f"job '{self.name}' argument '{name}': expected shape {expected}, received "
-                            f"{tuple(value.shape)}{format_location(user_frame())}")
-        if value.dtype != ph.dtype.np:
-            raise FeedError(f"job '{self.name}' argument '{name}': expected dtype {ph.dtype.np} ({ph.dtype.name}), "
-                            f"received {value.dtype}; convert with .astype(np.{ph.dtype.np}){format_location(user_frame())}")
-        return self._to_feed(i, value)
+        return self._to_feed(i, checked_array(self.name, ph, value))
 
     def _to_feed(self, i, value):
         """A checked ndarray as the plan's feed ``i``: the array itself for a numpy plan
@@ -475,6 +446,72 @@ class CompiledJob:
                 error = _memory_error(self.name, e)
             torch.cuda.empty_cache()  # (after the except clause let go of the error and its frames' tensors)
             raise error from None
+
+
+def check_arguments(job_name, placeholders, args, kwargs):
+    """Raise FeedError (at the caller's line) unless ``args`` has one value per placeholder
+    and ``kwargs`` is empty."""
+    if kwargs:
+        raise FeedError(f"job '{job_name}' takes positional arguments only, received keywords "
+                        f"{sorted(kwargs)}{format_location(user_frame())}")
+    if len(args) != len(placeholders):
+        raise FeedError(f"job '{job_name}' expects {len(placeholders)} argument(s), received {len(args)}"
+                        f"{format_location(user_frame())}")
+
+
+def checked_array(job_name, ph, value) -> np.ndarray:
+    """``value``, the ndarray fed to placeholder ``ph``, after checking its type, shape (a
+    ``ListNumpy`` placeholder: each dim at most the declared one) and dtype; FeedError
+    names the argument, expected vs received, and the caller's line."""
+    name = ph.param_name
+    if not isinstance(value, np.ndarray):
+        raise FeedError(f"job '{job_name}' argument '{name}' expects a numpy.ndarray of shape {ph.shape} and "
+                        f"dtype {ph.dtype.np}, received {type(value).__name__}{format_location(user_frame())}")
+    if ph.list_input:  # a dynamic blob: each dim at most the static one (OneFlow's is_dynamic)
+        ok = value.ndim == len(ph.shape) and all(d <= s for d, s in zip(value.shape, ph.shape))
+    else:
+        ok = tuple(value.shape) == ph.shape
+    if not ok:
+        expected = f"each dim <= {ph.shape}" if ph.list_input else ph.shape
+        raise FeedError(f"job '{job_name}' argument '{name}': expected shape {expected}, received "
+                        f"{tuple(value.shape)}{format_location(user_frame())}")
+    if value.dtype != ph.dtype.np:
+        raise FeedError(f"job '{job_name}' argument '{name}': expected dtype {ph.dtype.np} ({ph.dtype.name}), "
+                        f"received {value.dtype}; convert with .astype(np.{ph.dtype.np}){format_location(user_frame())}")
+    return value
+
+
+def results(return_structure, ann, outs):
+    """What a job call returns: the result tensors ``outs`` (in return-op order) rebuilt
+    into the returned structure and converted as the return annotation ``ann`` asks
+    (None when the job returns nothing). Futures and callbacks copy to numpy only when
+    the value is asked for."""
+    if return_structure is None and ann is inspect.Signature.empty:
+        return None  # the job returns nothing (as OneFlow, the call returns None)
+
+    def value(wrap=lambda a: a):
+        return tp.rebuild(return_structure, [wrap(_to_numpy(t)) for t in outs])
+    if ann is inspect.Signature.empty:
+        return tp.Future(value)
+    if isinstance(ann, tp._Alias) and ann.origin is tp.Callback:
+        return lambda callback: callback(tp.convert(ann.arg, value()))
+    return tp.convert(ann, value())
+
+
+def _one_part(job_name, ph, value):
+    """The array of a ``ListNumpy`` argument (a list of one array: eager execution runs on
+    one device), else ``value``."""
+    if not ph.list_input:
+        return value
+    if not isinstance(value, (list, tuple)) or len(value) != 1:
+        got = f"a list of {len(value)}" if isinstance(value, (list, tuple)) else type(value).__name__
+        raise FeedError(f"job '{job_name}' argument '{ph.param_name}' (ListNumpy.Placeholder) expects a list with "
+                        f"1 ndarray, received {got}{format_location(user_frame())}")
+    return value[0]
+
+
+def _returned_lbns(job):
+    return [getattr(op.return_conf, "in") for op in job.net.op if jb.op_kind(op) == "return_conf"]
 
 
 def _memory_error(job_name, e):
@@ -544,6 +581,8 @@ class Session:
         # whole (checkpoint save/load), so none of these sees another half done.
         self.lock = threading.RLock()
         self.build_errors = {}  # job name -> the exception its last compile raised
+        self.eager = False  # flow.enable_eager_execution: job functions run op by op when called
+        self.eager_kernels = {}  # job name -> the kernels its eager calls keep (see framework.eager)
 
     def default_scope(self, config) -> scope_mod.Scope:
         if config._placement_scope is not None:
@@ -558,6 +597,7 @@ class Session:
             self.job_funcs[gf.name] = gf
             self.jobs.pop(gf.name, None)
             self.build_errors.pop(gf.name, None)
+            self.eager_kernels.pop(gf.name, None)
 
     def _check_open(self):
         if self.status == self.CLOSED:
@@ -568,11 +608,12 @@ class Session:
         """Compile every registered job not compiled yet; then the session is RUNNING.
 
         Jobs compile independently: a job that fails to build does not stop the others.
-        Its error is kept and raised when that job is called (or compiled) next.
+        Its error is kept and raised when that job is called (or compiled) next. In eager
+        execution nothing is compiled: each call builds and runs its job.
         """
         self._check_open()
         with self.lock:
-            for name in list(self.job_funcs):
+            for name in list(self.job_funcs) if not self.eager else ():
                 if name in self.jobs or name in self.build_errors:
                     continue
                 try:
@@ -603,8 +644,7 @@ class Session:
 
     def init_variables(self, job):
         """Create (and initialize) every variable of a completed job in the store."""
-        default_init = job.job_conf.default_initializer_conf if job.job_conf.HasField(
-            "default_initializer_conf") else None
+        default_init = default_initializer(job.job_conf)
         ids = {}
         for group in job.placement.placement_group:
             for n in group.op_set.op_name:
@@ -681,11 +721,49 @@ class GlobalFunction:
         session._check_open()
         if jb.is_building():
             raise RuntimeError(f"job '{self.name}' cannot be called while another job is being built")
+        if session.eager:
+            return self._call_eagerly(self.flatten_args(args), kwargs)
         job = session.jobs.get(self.name) if session.status == session.RUNNING else None
         if job is None:  # first call of the session or of this job: compile
             session.try_init()
             job = session.compiled(self.name)
         return job.launch(self.flatten_args(args), kwargs)
+
+    def _call_eagerly(self, args, kwargs):
+        """One call in eager execution (see :mod:`graphfront.framework.eager`): the job
+        function runs op by op on the checked feeds; a train job then runs its backward
+        and update part. Returns what a lazy call returns."""
+        session = self.session
+        check_arguments(self.name, self.placeholders, args, kwargs)
+        conf = self.config.job_config_proto
+        for setting, on in (("num_gradient_accumulation_steps", conf.num_gradient_accumulation_steps > 1),
+                            ("enable_auto_mixed_precision", conf.enable_auto_mixed_precision)):
+            if on:
+                raise JobBuildError(f"job '{self.name}': FunctionConfig().{setting} is not supported in eager "
+                                    f"execution{format_location(user_frame())}")
+        feeds = [_dt.numpy_to_tensor(checked_array(self.name, ph, _one_part(self.name, ph, a)))
+                 for ph, a in zip(self.placeholders, args)]
+        with session.lock:
+            session.try_init()
+            session.variables.flush()
+            session.variables.generation += 1
+            watchers = set(session.watchers)
+            try:
+                kernels = session.eager_kernels.setdefault(self.name, {})
+                builder, ret = trace(session, self, make_builder=lambda job, scope, s: eager.EagerJobBuilder(
+                    job, scope, s, feeds, kernels))
+                if builder.is_train:
+                    outs = eager.train_step(builder)
+                else:
+                    outs = [eager.copied(builder.values[lbn]) for lbn in _returned_lbns(builder.job)]
+                return results(ret, self.return_annotation, outs)
+            except torch.cuda.OutOfMemoryError as e:
+                error = _memory_error(self.name, e)
+            finally:  # (each call registers its watch handlers again)
+                for key in set(session.watchers) - watchers:
+                    del session.watchers[key]
+        torch.cuda.empty_cache()  # (after the except clause let go of the error and its frames' tensors)
+        raise error from None
 
     def group_args(self, flat):
         """Per-placeholder values -> the job function's arguments (tuples where annotated so)."""

@@ -133,9 +133,10 @@ def make_kernel(op_conf, descs, device, native=False, generators=None):
     return factory(KernelCtx(op_conf, descs, device, generators))
 
 
-def run_op(op_conf, descs, device, values):
-    """Run one op eagerly on ``values`` (lbn -> tensor); returns {lbn: tensor} of its outputs."""
-    fn = make_kernel(op_conf, descs, device)
+def run_op(op_conf, descs, device, values, fn=None):
+    """Run one op eagerly on ``values`` (lbn -> tensor); returns {lbn: tensor} of its outputs.
+    ``fn``: the op's kernel (made from its factory when None)."""
+    fn = fn or make_kernel(op_conf, descs, device)
     ins, outs = call_layout(op_conf)
     args = [[values[l] for l in lbns] if rep else (values[lbns[0]] if lbns else None) for lbns, rep in ins]
     with torch.no_grad():
@@ -209,6 +210,9 @@ class Plan(ScheduleWalk, Lowering):
         native: generate the function for a whole-job compiler (see
             :mod:`graphfront.runtime.native`): ops' ``native`` lowering rules replace their
             kernels, nothing is hoisted and no CUDA graph is captured here.
+        bound: lbns whose values every call passes after the inputs' feeds, in this order
+            (the forward values an eager step computed already): an op all of whose
+            outputs are bound does not run, its outputs are read from the feeds.
 
     Attributes:
         source: the generated Python source of the plan function (and ``hoisted()``).
@@ -219,13 +223,17 @@ class Plan(ScheduleWalk, Lowering):
         hoisted: names of the ops computed once per variable state.
     """
 
-    def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False):
+    def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False,
+                 bound=()):
         super().__init__(job)
         self.cuda_graph = bool(cuda_graph)
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
+        self._bound = {lbn: len(self.input_names) + k for k, lbn in enumerate(bound)}  # lbn -> feed index
+        self._bound_ops = {op.name for op in self.order if jb.op_kind(op) not in INTERFACE_KINDS
+                           and jb.op_outputs(op) and all(l in self._bound for _, _, l in jb.op_outputs(op))}
         self.hoisted = set() if native else _hoistable(self.order, self.aliased,
-                                                       _device_checked(self.order, self.placements))
+                                                       _device_checked(self.order, self.placements) | self._bound_ops)
         self._outliving = _outliving(self.order)
         self.env = {"torch": torch}
         self._names = {}  # lbn -> local variable name
@@ -328,6 +336,10 @@ class Plan(ScheduleWalk, Lowering):
 
     def compute(self, i, op):
         device, names = self._device, self._names
+        if op.name in self._bound_ops:
+            for _, _, lbn in jb.op_outputs(op):
+                self._lines.append(f"{names[lbn]} = feeds[{self._bound[lbn]}]  # {_comment(op)}, computed already")
+            return
         key = f"K{i}"
         fn = make_kernel(op, self.descs, device, self._native, self.generators)
         opdef = registry.op_def(op)

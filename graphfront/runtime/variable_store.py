@@ -117,6 +117,12 @@ def _truncated_normal(t, mean, std, generator):
     return t.mul_(std).add_(mean)
 
 
+def default_initializer(job_conf):
+    """The ``InitializerConf`` of variables without one in a job (its
+    ``default_initializer_conf``), or None when the job sets none."""
+    return job_conf.default_initializer_conf if job_conf.HasField("default_initializer_conf") else None
+
+
 class VariableStore:
     """name -> tensor for every variable of a session (see module docstring).
 

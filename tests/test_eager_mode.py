@@ -1,0 +1,307 @@
+"""Eager execution (``flow.enable_eager_execution(True)``): job functions run op by op when
+called, and give what the same function gives in lazy mode."""
+import numpy as np
+import pytest
+import torch
+
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework.errors import OpRunError
+from graphfront.framework.session import default_session
+
+B = 4
+EPS32 = np.finfo(np.float32).eps
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((B, 1, 8, 8)).astype(np.float32),
+            rng.integers(0, 5, size=(B,)).astype(np.int32))
+
+
+def _net(x):
+    """A small LeNet: conv 3x3x4 relu -> batch norm -> max pool -> dense 5."""
+    init = flow.truncated_normal(0.1)
+    h = flow.layers.conv2d(x, 4, 3, padding="SAME", activation=flow.nn.relu, name="conv1",
+                           kernel_initializer=init)
+    h = flow.layers.batch_normalization(h, axis=1, name="bn1")
+    h = flow.nn.max_pool2d(h, ksize=2, strides=2, padding="VALID", name="pool1")
+    h = flow.reshape(h, [B, -1])
+    return flow.layers.dense(h, 5, kernel_initializer=init, name="dense1")
+
+
+def _config(device="cpu"):
+    """The jobs compared between the modes run on one device type (the CPU unless asked):
+    cuDNN's reductions need not give the same roundings from one call to the next."""
+    config = flow.FunctionConfig()
+    config.default_placement_scope(flow.scope.placement(device, "0:0"))
+    return config
+
+
+def _train_job(device="cpu"):
+    @flow.global_function(type="train", function_config=_config(device))
+    def train(x: tp.Numpy.Placeholder((B, 1, 8, 8)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, _net(x), name="xent"))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
+        return loss
+    return train
+
+
+def _predict_job():
+    @flow.global_function(type="predict", function_config=_config())
+    def predict(x: tp.Numpy.Placeholder((B, 1, 8, 8))) -> tp.Numpy:
+        return flow.nn.softmax(_net(x))
+    return predict
+
+
+def _run_train(eager, steps=3, device="cpu"):
+    flow.clear_default_session()
+    flow.enable_eager_execution(eager)
+    flow.manual_seed(7)
+    train = _train_job(device)
+    losses = [train(*_data(0)) for _ in range(steps)]  # (one batch: the loss falls)
+    return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}
+
+
+def test_train_job_eager_equals_lazy_over_three_steps():
+    lazy_losses, lazy_vars = _run_train(False)
+    eager_losses, eager_vars = _run_train(True)
+    assert flow.eager_execution_enabled()
+    # the same kernels on the same values: equal up to a few float32 roundings
+    np.testing.assert_allclose(eager_losses, lazy_losses, rtol=8 * EPS32, atol=0)
+    assert sorted(eager_vars) == sorted(lazy_vars)
+    assert any("momentum" in k.lower() for k in eager_vars)  # the optimizer's state, created on first use
+    for k in lazy_vars:
+        np.testing.assert_allclose(eager_vars[k], lazy_vars[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    assert lazy_losses[2] < lazy_losses[0]  # (it trains)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_train_job_eager_equals_lazy_on_a_gpu():
+    lazy_losses, lazy_vars = _run_train(False, device="gpu")
+    eager_losses, eager_vars = _run_train(True, device="gpu")
+    assert default_session().variables.tensors["conv1-weight"].device.type == "cuda"
+    # cuDNN's convolution gradients may sum in another order from call to call
+    np.testing.assert_allclose(eager_losses, lazy_losses, rtol=1e-5, atol=0)
+    assert sorted(eager_vars) == sorted(lazy_vars)
+    for k in lazy_vars:
+        np.testing.assert_allclose(eager_vars[k], lazy_vars[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_predict_job_eager_equals_lazy_and_variables_persist():
+    x, _ = _data(3)
+    flow.manual_seed(11)
+    lazy = _predict_job()(x)
+    lazy_vars = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+
+    flow.clear_default_session()
+    flow.enable_eager_execution(True)
+    flow.manual_seed(11)
+    predict = _predict_job()
+    assert flow.get_all_variables() == {}  # nothing exists before the first call
+    first = predict(x)
+    eager_vars = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    second = predict(x)  # variables are not initialized again
+    assert sorted(eager_vars) == sorted(lazy_vars)
+    for k in lazy_vars:
+        np.testing.assert_array_equal(eager_vars[k], lazy_vars[k], err_msg=k)
+    # lazy mode folds the batch norm into the convolution: a few roundings apart
+    np.testing.assert_allclose(first, lazy, rtol=0, atol=64 * EPS32)
+    np.testing.assert_array_equal(second, first)
+
+
+def test_blob_numpy_and_watch_inside_the_running_job():
+    flow.enable_eager_execution(True)
+    seen, order = {}, []
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        y = flow.math.exp(x)
+        seen["y"] = y.numpy()  # the value, while the function runs
+        flow.watch(y, lambda v: order.append(("watch", v)))
+        order.append(("after watch", None))
+        w = flow.get_variable("w", shape=(3,), initializer=flow.constant_initializer(2.0))
+        seen["w"] = w.numpy()
+        return y * w
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
+    out = job(x)
+    np.testing.assert_allclose(seen["y"], np.exp(x), rtol=4 * EPS32)
+    np.testing.assert_array_equal(seen["w"], np.full(3, 2.0, np.float32))
+    assert [tag for tag, _ in order] == ["watch", "after watch"]  # the handler ran at once
+    np.testing.assert_array_equal(order[0][1], seen["y"])
+    np.testing.assert_allclose(out, np.exp(x) * 2.0, rtol=4 * EPS32)
+    job(x)
+    assert len(order) == 4  # once per call
+
+
+def test_variables_keep_their_values_across_eager_calls():
+    flow.enable_eager_execution(True)
+
+    @flow.global_function(type="train")
+    def step(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        w = flow.get_variable("w", shape=(3,), initializer=flow.constant_initializer(1.0))
+        loss = flow.math.reduce_sum(w * x)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
+        return loss
+
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    w = np.ones(3, np.float32)
+    for _ in range(3):  # d loss / d w = x: plain SGD, w -= 0.5 x
+        np.testing.assert_allclose(step(x), np.sum(w * x), rtol=4 * EPS32)
+        w = w - 0.5 * x
+        np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w, rtol=4 * EPS32)
+
+
+def test_blob_numpy_in_a_lazy_job_is_refused():
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        x.numpy()
+        return x
+
+    with pytest.raises(Exception, match=r"holds a value only in eager execution"):
+        job(np.zeros(2, np.float32))
+
+
+def test_the_switch_is_set_before_jobs_are_defined_and_cleared_with_the_session():
+    assert flow.eager_execution_enabled() is False
+    flow.enable_eager_execution(True)
+    assert flow.eager_execution_enabled() is True
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return flow.math.relu(x)
+
+    np.testing.assert_array_equal(job(np.array([-1.0, 2.0], np.float32)), [0.0, 2.0])
+    with pytest.raises(RuntimeError, match=r"flow.enable_eager_execution\(False\) must be called before any "
+                                           r"global function is defined.*\['job'\]"):
+        flow.enable_eager_execution(False)
+    flow.enable_eager_execution(True)  # (no change: accepted)
+
+    flow.clear_default_session()  # back to lazy, as OneFlow's clear_default_session
+    assert flow.eager_execution_enabled() is False
+
+    @flow.global_function(type="predict")
+    def lazy_job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return flow.math.relu(x)
+
+    np.testing.assert_array_equal(lazy_job(np.array([-1.0, 2.0], np.float32)), [0.0, 2.0])
+    assert lazy_job.compiled_job.plan is not None  # compiled, as a lazy job is
+    with pytest.raises(RuntimeError, match=r"flow.enable_eager_execution\(True\) must be called before"):
+        flow.enable_eager_execution(True)
+
+
+def test_eager_feeds_are_checked_as_in_lazy_mode():
+    flow.enable_eager_execution(True)
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return x
+
+    with pytest.raises(flow.FeedError,
+                       match=r"argument 'x': expected shape \(2,\), received \(3,\)"):
+        job(np.zeros(3, np.float32))
+
+
+def test_a_train_step_differentiates_the_forward_values_the_call_saw():
+    """The backward of an eager train step uses the call's own random draws: the dropout
+    mask read with ``.numpy()`` inside the function gives the SGD update."""
+    flow.enable_eager_execution(True)
+    flow.manual_seed(3)
+    seen = {}
+
+    @flow.global_function(type="train")
+    def step(x: tp.Numpy.Placeholder((4, 6)), c: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", shape=(6, 3), initializer=flow.random_normal_initializer())
+        seen["w"] = w.numpy()
+        d = flow.nn.dropout(flow.matmul(x, w), rate=0.5)
+        seen["kept"] = d.numpy() != 0
+        loss = flow.math.reduce_sum(d * c)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]), momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    c = rng.standard_normal((4, 3)).astype(np.float32)
+    for _ in range(2):
+        loss = step(x, c)
+        w, kept = seen["w"].astype(np.float64), seen["kept"]
+        assert 0 < kept.sum() < kept.size  # (some dropped, some kept)
+        scale = kept * 2.0  # dropout 0.5 keeps with 1 / (1 - 0.5)
+        np.testing.assert_allclose(loss, np.sum((x @ w) * scale * c), rtol=1e-5)
+        np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w - x.T @ (scale * c), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def _bernoulli_draws(eager):
+    flow.clear_default_session()
+    flow.enable_eager_execution(eager)
+
+    @flow.global_function(type="predict")
+    def draw(p: tp.Numpy.Placeholder((64,))) -> tp.Numpy:
+        return flow.random.bernoulli(p, seed=5)
+
+    p = np.full(64, 0.5, np.float32)
+    return [draw(p) for _ in range(3)]
+
+
+def test_a_kernel_keeps_its_state_across_eager_calls():
+    """A seeded random op continues its stream from one call to the next, as its lazy
+    job's kernel does (a fresh kernel per call would draw the same numbers each call)."""
+    lazy, eager = _bernoulli_draws(False), _bernoulli_draws(True)
+    assert not np.array_equal(lazy[0], lazy[1])
+    for e, l in zip(eager, lazy):
+        np.testing.assert_array_equal(e, l)
+
+
+def test_watch_diff_and_callback_results_in_eager_calls_equal_lazy():
+    def run(eager):
+        flow.clear_default_session()
+        flow.enable_eager_execution(eager)
+        flow.manual_seed(2)
+        grads, losses = [], []
+
+        @flow.global_function(type="train", function_config=_config())
+        def train(x: tp.Numpy.Placeholder((B, 1, 8, 8)),
+                  y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Callback[tp.Numpy]:
+            logits = _net(x)
+            flow.watch_diff(logits, grads.append)
+            loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [0.01])).minimize(loss)
+            return loss
+
+        for step in range(2):
+            train(*_data(step))(losses.append)
+        return grads, losses
+
+    (lazy_grads, lazy_losses), (eager_grads, eager_losses) = run(False), run(True)
+    assert len(eager_grads) == len(eager_losses) == 2
+    np.testing.assert_allclose(eager_losses, lazy_losses, rtol=8 * EPS32)
+    for e, l in zip(eager_grads, lazy_grads):
+        np.testing.assert_allclose(e, l, rtol=1e-5, atol=1e-7)
+
+
+def test_an_op_error_in_an_eager_call_names_the_op_and_the_users_line():
+    flow.enable_eager_execution(True)
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2, 3)), y: tp.Numpy.Placeholder((2,), dtype=flow.int32)) -> tp.Numpy:
+        return flow.nn.sparse_softmax_cross_entropy_with_logits(y, x)  # the line named
+
+    with pytest.raises(OpRunError, match=r"(?s)expects class ids in \[0, 3\), received 7.*the line named"):
+        job(np.zeros((2, 3), np.float32), np.array([0, 7], np.int32))
+
+
+def test_eager_execution_on_several_devices_is_refused():
+    flow.enable_eager_execution(True)
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-1"):
+            return flow.math.relu(x)
+
+    with pytest.raises(flow.JobBuildError,
+                       match=r"placed on devices \['0:0-1'\]: eager execution runs on one device"):
+        job(np.zeros((2, 3), np.float32))

@@ -301,3 +301,76 @@ def test_a_data_module_that_builds_blobs_in_the_job(mnist, tmp_path):
     flow.load_variables(init)
     ref = [train(train_x[0], train_y[0]).mean() for _ in range(3)]
     np.testing.assert_allclose(losses, ref, rtol=1e-5)
+
+
+def _gan_dense(x, units, name, trainable, reuse=False):
+    w = flow.get_variable(f"{name}-weight", (units, x.shape[1]), trainable=trainable, reuse=reuse,
+                          initializer=flow.random_normal_initializer(stddev=0.1))
+    return flow.matmul(x, w, transpose_b=True, name=name + ("_reuse" if reuse else ""))
+
+
+class TinyGAN(flow.model.Model):
+    """OneFlow's DCGAN model test pattern: two optimizers, and each train job marks the
+    other network's variables untrainable."""
+
+    def generate(self, z, trainable):
+        h = flow.nn.leaky_relu(_gan_dense(z, 32, "g1", trainable), 0.3)
+        return flow.math.tanh(_gan_dense(h, 784, "g2", trainable))
+
+    def discriminate(self, x, trainable, reuse=False):
+        h = flow.nn.leaky_relu(_gan_dense(x, 32, "d1", trainable, reuse), 0.3)
+        return _gan_dense(h, 1, "d2", trainable, reuse)
+
+    def forward(self, z):
+        return self.generate(z, False)
+
+    def training_step(self, batch, optimizer_idx):
+        if optimizer_idx == 0:
+            (z,) = batch
+            fake = self.generate(z, True)
+            logits = self.discriminate(fake, False)
+            return flow.nn.sigmoid_cross_entropy_with_logits(flow.ones_like(logits), logits), fake
+        z, images = batch
+        fake = self.discriminate(self.generate(z, False), True)
+        real = self.discriminate(images, True, reuse=True)
+        return (flow.nn.sigmoid_cross_entropy_with_logits(flow.zeros_like(fake), fake)
+                + flow.nn.sigmoid_cross_entropy_with_logits(flow.ones_like(real), real))
+
+    def configure_optimizers(self):
+        return [_sgd(), _sgd()]
+
+
+class GanBatches(flow.model.NumpyDataModule):
+    def __init__(self, images):
+        super().__init__()
+        rng = np.random.default_rng(1)
+        self.images = [(x.reshape(BATCH, -1) * 2 - 1).astype(np.float32) for x in images]
+        self.z = [rng.standard_normal((BATCH, 8)).astype(np.float32) for _ in images]
+
+    def forward(self, step_idx, optimizer_idx):
+        return (self.z[step_idx],) if optimizer_idx == 0 else (self.z[step_idx], self.images[step_idx])
+
+
+def test_gan_jobs_update_only_their_own_network(mnist):
+    train_x, _, _, _ = mnist
+
+    class Moved(flow.model.Callback):
+        def __init__(self):
+            self.before, self.moved = None, []
+
+        def on_training_step_end(self, outputs, step_idx, optimizer_idx):
+            now = {k: v.numpy().copy() for k, v in flow.get_all_variables().items() if "System" not in k}
+            if optimizer_idx == 0:
+                loss, fake = outputs
+                assert fake.shape == (BATCH, 784) and np.abs(fake.numpy()).max() <= 1
+            if self.before is not None:
+                self.moved.append(sorted(k for k in now if not np.array_equal(now[k], self.before[k])))
+            self.before = now
+
+    cfg = flow.model.TrainingConfig()
+    cfg.config_data(GanBatches(train_x))
+    cb = Moved()
+    TinyGAN(is_deprecated_function_style=True).fit(training_config=cfg, callbacks=cb, max_steps=3)
+    generator, discriminator = ["g1-weight", "g2-weight"], ["d1-weight", "d2-weight"]
+    # from the second job on: each job moved only its own network's variables
+    assert cb.moved == [discriminator, generator, discriminator, generator, discriminator]

@@ -27,6 +27,7 @@ graphfront runs every model as lazily compiled jobs, whatever
 from __future__ import annotations
 
 import inspect
+import logging
 import warnings
 from typing import Any, List, Optional, Union
 
@@ -256,7 +257,8 @@ class Model:
         Raises:
             TypeError: ``callbacks`` are not ``model.Callback`` objects, or
                 ``configure_optimizers`` returns something other than optimizers.
-            and whatever a job raises (the step index and part are added as a note).
+            and whatever a job raises (with a note naming the step index and the part;
+            logged to the ``graphfront`` logger before Python 3.11).
         """
         clear_default_session()
         callbacks = _check_callbacks(callbacks)
@@ -280,7 +282,11 @@ class Model:
                 try:
                     part.step(step_idx)
                 except Exception as e:
-                    e.add_note(f"model {type(self).__name__}: step_idx {step_idx} {part.name} failed")
+                    note = f"model {type(self).__name__}: step_idx {step_idx} {part.name} failed"
+                    if hasattr(e, "add_note"):  # Python >= 3.11
+                        e.add_note(note)
+                    else:
+                        logging.getLogger("graphfront").error(note)
                     raise
 
 

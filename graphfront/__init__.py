@@ -59,6 +59,7 @@ from graphfront.variables import get_variable
 from graphfront.watch import watch, watch_diff
 
 ExecutionConfig = function_config = FunctionConfig
+Model = model.Model
 clamp = clip = clip_by_scalar = clip_by_value
 consistent_user_op_builder = user_op_builder  # one device: every op is consistent
 

@@ -248,6 +248,11 @@ def test_invalid_parts_are_skipped_with_a_warning_and_bad_arguments_refused(mnis
         assert not val.check_valid() and "step_interval must be a positive int" in val.error_msg
 
 
+def test_model_is_also_flow_model_top_level():
+    assert flow.Model is flow.model.Model
+    assert flow.model.ExecutionConfig is flow.ExecutionConfig is flow.FunctionConfig
+
+
 def test_a_failing_step_names_the_step(mnist):
     train_x, train_y, _, _ = mnist
 

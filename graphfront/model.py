@@ -257,8 +257,8 @@ class Model:
         Raises:
             TypeError: ``callbacks`` are not ``model.Callback`` objects, or
                 ``configure_optimizers`` returns something other than optimizers.
-            and whatever a job raises (with a note naming the step index and the part;
-            logged to the ``graphfront`` logger before Python 3.11).
+            Exception: whatever a job raises, with a note naming the step index and the
+                part (logged to the ``graphfront`` logger before Python 3.11).
         """
         clear_default_session()
         callbacks = _check_callbacks(callbacks)

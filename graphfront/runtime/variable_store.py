@@ -28,7 +28,8 @@ RandomDistribution = initializer_conf_pb2.RandomDistribution
 
 
 def fans(shape, data_format) -> tuple:
-    """(fan_in, fan_out) of a weight shape, as OneFlow v0.6.0's initializers count them.
+    """(fan_in, fan_out) of a weight shape, as OneFlow v0.6.0 documents them (its
+    ``kaiming_initializer`` counts them so).
 
     A weight ``[out, in, *k]`` (``data_format`` ``"channels_first"`` or ``""``) or
     ``[out, *k, in]`` (``"channels_last"``) has fan_in = in * prod(k) and fan_out =

@@ -22,7 +22,7 @@ _logging.getLogger("graphfront").addHandler(_logging.NullHandler())
 from graphfront.ops import families as _families  # noqa: F401 - registers every op type
 from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
 from graphfront import checkpoint, distribute, env, experimental, linalg, losses, saved_model, serving, train
-from graphfront import profiler, random, unittest, util
+from graphfront import model, profiler, random, unittest, util
 from graphfront.amp import amp_white_identity
 from graphfront import onnx  # flow.onnx.export (imports the onnx package only when called)
 from graphfront.array import *  # noqa: F401,F403 - flow.reshape, flow.concat, ...
@@ -59,6 +59,7 @@ from graphfront.variables import get_variable
 from graphfront.watch import watch, watch_diff
 
 ExecutionConfig = function_config = FunctionConfig
+Model = model.Model
 clamp = clip = clip_by_scalar = clip_by_value
 consistent_user_op_builder = user_op_builder  # one device: every op is consistent
 

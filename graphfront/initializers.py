@@ -12,6 +12,7 @@ import math
 from graphfront.framework.errors import ArgumentError
 from graphfront.framework import dtypes as _dt
 from graphfront.core import initializer_conf_pb2 as _pb
+from graphfront.runtime.variable_store import fans
 
 InitializerConf = _pb.InitializerConf
 
@@ -243,37 +244,35 @@ def kaiming_initializer(shape, distribution="random_normal", mode="fan_in", nonl
     Args:
         shape: the weight shape, a sequence of ints, e.g. (C_out, C_in, kH, kW) for NCHW.
         distribution: ``"random_normal"`` or ``"random_uniform"``.
-        mode: ``"fan_in"``; any other value uses fan_out.
+        mode: ``"fan_in"``, ``"fan_out"`` or ``"fan_avg"`` (the mean of the two).
         nonlinearity: ``"linear"``, ``"conv2d"``, ``"sigmoid"``, ``"tanh"``, ``"relu"`` or
             ``"leaky_relu"``.
-        negative_slope: slope of leaky_relu (a float).
+        negative_slope: slope of leaky_relu (a float; None means 0.01).
         data_format: ``"NC..."``/``"channels_first"`` or ``"N...C"``/``"channels_last"``.
 
     Returns:
         An ``InitializerConf`` proto (``random_normal_conf`` or ``random_uniform_conf``).
 
     Raises:
-        ArgumentError: for an unknown ``nonlinearity``, ``distribution`` or ``data_format``.
+        ArgumentError: for an unknown ``mode``, ``nonlinearity``, ``distribution`` or
+            ``data_format``.
     """
-    fmt = _data_format(data_format)
-    if len(shape) < 2:
-        fan_in = fan_out = shape[0]
-    elif fmt == "channels_last":
-        r = math.prod(shape[1:-1])
-        fan_in, fan_out = shape[-1] * r, shape[0] * r
-    else:
-        r = math.prod(shape[2:])
-        fan_in, fan_out = shape[1] * r, shape[0] * r
-    fan = fan_in if mode == "fan_in" else fan_out
+    if mode not in _MODES:
+        raise ArgumentError(f"kaiming_initializer: mode must be one of {list(_MODES)}, received {mode!r}")
+    if distribution not in ("random_normal", "random_uniform"):
+        raise ArgumentError(f"kaiming_initializer: distribution must be random_normal or random_uniform, "
+                            f"received {distribution!r}")
+    if negative_slope is None:  # OneFlow's default slope of leaky_relu
+        negative_slope = 0.01
     gains = {"linear": 1.0, "conv2d": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
              "leaky_relu": math.sqrt(2.0 / (1 + negative_slope ** 2))}
     if nonlinearity not in gains:
-        raise ArgumentError(f"kaiming_initializer: unknown nonlinearity {nonlinearity!r}")
+        raise ArgumentError(f"kaiming_initializer: nonlinearity must be one of {list(gains)}, received "
+                            f"{nonlinearity!r}")
+    fan_in, fan_out = fans(tuple(shape), _data_format(data_format))
+    fan = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[mode]
     std = gains[nonlinearity] / math.sqrt(fan)
     if distribution == "random_normal":
         return random_normal_initializer(0.0, std)
-    if distribution == "random_uniform":
-        bound = math.sqrt(3.0) * std
-        return random_uniform_initializer(-bound, bound)
-    raise ArgumentError(f"kaiming_initializer: distribution must be random_normal or random_uniform, "
-                        f"received {distribution!r}")
+    bound = math.sqrt(3.0) * std
+    return random_uniform_initializer(-bound, bound)

@@ -27,16 +27,19 @@ VarianceNorm = initializer_conf_pb2.VarianceNorm
 RandomDistribution = initializer_conf_pb2.RandomDistribution
 
 
-def _fans(shape, data_format):
-    """(fan_in, fan_out) of a weight shape; channels_first ``[out, in, *k]``."""
-    if len(shape) < 2:
-        n = shape[0] if shape else 1
-        return n, n
-    if data_format == "channels_last":
-        receptive = math.prod(shape[1:-1])
-        return shape[-1] * receptive, shape[0] * receptive
-    receptive = math.prod(shape[2:])
-    return shape[1] * receptive, shape[0] * receptive
+def fans(shape, data_format) -> tuple:
+    """(fan_in, fan_out) of a weight shape, as OneFlow v0.6.0 documents them (its
+    ``kaiming_initializer`` counts them so).
+
+    A weight ``[out, in, *k]`` (``data_format`` ``"channels_first"`` or ``""``) or
+    ``[out, *k, in]`` (``"channels_last"``) has fan_in = in * prod(k) and fan_out =
+    out * prod(k); a vector ``[n]`` has fan_in 1 and fan_out n.
+    """
+    if not shape:
+        return 1, 1
+    fan_in = math.prod(shape[1:])
+    receptive = math.prod(shape[1:-1]) if data_format == "channels_last" else math.prod(shape[2:])
+    return fan_in, shape[0] * receptive
 
 
 def _is_allocation_failure(e) -> bool:
@@ -66,7 +69,7 @@ def initial_value(init, shape, dtype, device, generator=None) -> torch.Tensor:
     if kind == "truncated_normal_conf":
         return _truncated_normal(t, c.mean, c.std, generator)
     if kind == "variance_scaling_conf":
-        fan_in, fan_out = _fans(shape, c.data_format)
+        fan_in, fan_out = fans(shape, c.data_format)
         fan = {VarianceNorm.kFanIn: fan_in, VarianceNorm.kFanOut: fan_out}.get(c.variance_norm,
                                                                             (fan_in + fan_out) / 2.0)
         if not 0 < c.scale < math.inf:

@@ -461,9 +461,6 @@ class DistributedPlan(Lowering):
             raise RuntimeError(f"job '{self.name}': the mirrored view runs on the devices of one machine; this job "
                                f"is placed on {n} devices of several machines (use the consistent view)")
         watches = [op for op in job.net.op if jb.op_kind(op) == "foreign_watch_conf"]
-        if watches and self.mirrored:
-            raise RuntimeError(f"job '{self.name}': flow.watch / flow.watch_diff are not supported in the mirrored "
-                               f"view on several devices (op '{watches[0].name}'); use the consistent view")
         self.watchers = session.watchers
         worker_job, self.watch_uuids = watches_as_returns(job)
 
@@ -492,15 +489,19 @@ class DistributedPlan(Lowering):
 
     def __call__(self, feeds):
         """Run one step. ``feeds``: one tensor per argument, or for a mirrored job one list
-        of per-device tensors per argument; a mirrored job's results are the devices'
+        of per-device tensors per ``ListNumpy`` argument and one tensor, split along axis 0
+        into equal parts, per ``Numpy`` argument; a mirrored job's results are the devices'
         parts concatenated along axis 0 (as OneFlow returns mirrored blobs: ``tp.ListNumpy``
         gives a one-element list holding the concatenation, OneFlow v0.6.0
         ``python/oneflow/compatible/single_client/framework/pull_util.py``,
         ``_MirroredBlobPuller``). Watch handlers are called here, after the run, with the
-        whole (logical) watched blobs the workers returned."""
+        whole (logical) watched blobs the workers returned (in the mirrored view the parts
+        concatenated along axis 0)."""
         self.store.before_run()
         feed_shapes = None
         if self.mirrored:
+            n = len(self.group.ranks)
+            feeds = [f if isinstance(f, (list, tuple)) else f.tensor_split(n) for f in feeds]
             feed_shapes = [[tuple(t.shape) for t in parts] for parts in feeds]
             for buf, parts in zip(self.feed_bufs, feeds):
                 for r, t in enumerate(parts):
@@ -513,8 +514,11 @@ class DistributedPlan(Lowering):
         finally:
             self.store.after_run()
         if self.mirrored:
-            return tuple(torch.cat([part(buf[r], shapes[k] or (1,)) for r, shapes in enumerate(replies)])
-                         for k, buf in enumerate(self.out_bufs))
-        for uuid, buf in zip(self.watch_uuids, self.watch_bufs):
-            self.watchers[uuid](buf.clone())
-        return tuple(b.clone() for b in self.out_bufs)
+            values = [torch.cat([part(buf[r], shapes[k] or (1,)) for r, shapes in enumerate(replies)])
+                      for k, buf in enumerate(self.out_bufs + self.watch_bufs)]
+        else:
+            values = [b.clone() for b in self.out_bufs + self.watch_bufs]
+        outs = len(self.out_bufs)
+        for uuid, value in zip(self.watch_uuids, values[outs:]):
+            self.watchers[uuid](value)
+        return tuple(values[:outs])

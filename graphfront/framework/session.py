@@ -37,6 +37,7 @@ from graphfront.ops.builder import unique_str
 from graphfront.passes import complete
 from graphfront.passes.boxing import parallel_num
 from graphfront.runtime.choice import LoweringRequest, choose
+from graphfront.runtime.distributed import release_group
 from graphfront.runtime.grad_accumulation import micro_batch_placeholders
 from graphfront.runtime.lowering import check_mode
 from graphfront.runtime.walk import device_of
@@ -633,7 +634,7 @@ class Session:
         self.jobs.clear()
         self.build_errors.clear()
         if getattr(self, "worker_group", None) is not None:
-            self.worker_group.close()
+            release_group(self.worker_group)
 
 
 _default_session = Session()

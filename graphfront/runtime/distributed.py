@@ -22,12 +22,18 @@ one group, rendezvousing at ``MASTER_ADDR``/``MASTER_PORT`` (set by ``torchrun``
 ``flow.env.machine`` and ``flow.env.ctrl_port``); the machine's index comes from
 ``RANK`` (``torchrun --nproc_per_node 1``) or ``GRAPHFRONT_MACHINE_RANK``.
 
+The workers outlive the session that started them, as OneFlow's environment does: when
+a session ends (``flow.clear_default_session()``) they forget its jobs and variables and
+the next session on the same devices of one machine uses them, without starting
+processes again (seconds per session on a loaded CPU); they stop when the client exits.
+
 A worker that dies ends the call with :class:`WorkerError` naming its device within the
 collective timeout; the client process survives (the session's workers are stopped and
 later calls raise the same error).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import datetime
@@ -182,6 +188,10 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
             if cmd == "stop":
                 conn.send(("ok", None))
                 break
+            if cmd == "reset":  # the session ended: the next one starts from a fresh state
+                store = VariableStore()
+                logical_vars, var_sbps, jobs = {}, {}, {}
+                torch.manual_seed(torch.initial_seed())
             if cmd == "compile":
                 name, job_bytes, feeds, outs, new_vars = payload
                 job = job_pb2.Job.FromString(job_bytes)
@@ -284,6 +294,7 @@ class WorkerGroup:
         self.world, local = n, n // machines
         self.ranks = [machine_rank * local + i for i in range(local)]
         self.broken = None
+        self.key, self.in_use = None, False  # (set by the session using it; see release_group)
         ctx = mp.get_context("spawn")
         self.conns, self.procs = [], []
         with _main_script_hidden():
@@ -416,7 +427,14 @@ class DistributedVariableStore(VariableStore):
         self.pending_flush = self._pull
 
 
+# idle worker groups of ended sessions, by (devices, device tag, collective timeout)
+_IDLE_GROUPS = {}
+
+
 def _session_group(session, n, device_tag):
+    """The session's worker group: its own, else an idle one left by an ended session on
+    the same devices of this machine (OneFlow's environment outlives its sessions: a new
+    session does not start its workers again), else new workers."""
     group = getattr(session, "worker_group", None)
     if group is not None:
         if (group.n, group.device_tag) != (n, device_tag):
@@ -426,12 +444,42 @@ def _session_group(session, n, device_tag):
     store = session.variables
     if not isinstance(store, DistributedVariableStore):
         store = session.variables = DistributedVariableStore(store)
-    group = session.worker_group = WorkerGroup(session, n, device_tag,
-                                               getattr(session, "collective_timeout_s", DEFAULT_TIMEOUT_S))
-    store.group = group
+    timeout_s = getattr(session, "collective_timeout_s", DEFAULT_TIMEOUT_S)
+    key = (n, device_tag, timeout_s) if machine_count(session) == 1 else None  # several machines: never reused
+    group = _IDLE_GROUPS.pop(key, None)
+    if group is not None and not all(p.is_alive() for p in group.procs):
+        group.close(graceful=False)
+        group = None
+    if group is None:
+        group = WorkerGroup(session, n, device_tag, timeout_s)
+    group.key, group.in_use = key, True
+    session.worker_group = store.group = group
     import weakref
-    weakref.finalize(session, group.close)
+    weakref.finalize(session, release_group, group)
     return group
+
+
+def release_group(group):
+    """End a session's use of its workers: they forget its jobs and variables and wait,
+    idle, for the next session on the same devices (stopped at exit); workers of several
+    machines, broken ones, or one more idle group of the same devices are stopped now."""
+    if not getattr(group, "in_use", False):
+        return
+    group.in_use = False
+    if group.key is None or group.broken or group.key in _IDLE_GROUPS:
+        group.close()
+        return
+    try:
+        group.request("reset")
+    except WorkerError:
+        return  # (the group stopped its workers)
+    _IDLE_GROUPS[group.key] = group
+
+
+@atexit.register
+def _stop_idle_groups():
+    while _IDLE_GROUPS:
+        _IDLE_GROUPS.popitem()[1].close()
 
 
 class DistributedPlan(Lowering):

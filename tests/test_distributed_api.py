@@ -131,3 +131,28 @@ def test_a_new_session_reuses_the_workers_from_a_fresh_state():
     _session(2)
     np.testing.assert_array_equal(_two_device_job(4.0)(x), x * 4)
     assert not {p.pid for p in default_session().worker_group.procs} & set(first)
+
+
+def test_advanced_distribute_helpers_on_two_devices():
+    _session(2)
+    got = {}
+
+    @flow.global_function()
+    def distribute_fn(x: tp.Numpy.Placeholder((5, 3))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            w = flow.get_variable("w", (2, 3), initializer=flow.constant_initializer(10))
+            a, b = w + 1.0, w * 2.0
+        parts = flow.advanced.distribute_split(x, axis=0)
+        got["shapes"] = [p.shape for p in parts]
+        with pytest.raises(ValueError, match=r"distribute_concat: expects one blob per device of the current "
+                                             r"placement \(2\), received 3"):
+            flow.advanced.distribute_concat([a, b, a])
+        clones = flow.advanced.distribute_clone(parts[1])
+        return flow.concat([flow.advanced.distribute_concat([a, b], axis=0),
+                            flow.advanced.distribute_concat([parts[1], flow.advanced.distribute_add(clones)], axis=0),
+                            parts[0]], axis=0)
+    x = np.arange(15, dtype=np.float32).reshape(5, 3)
+    w = np.full((2, 3), 10, np.float32)
+    expected = np.concatenate([w + 1, w * 2, x[3:], 2 * x[3:], x[:3]])
+    np.testing.assert_array_equal(distribute_fn(x), expected)
+    assert got["shapes"] == [(3, 3), (2, 3)]  # the balanced split: the first part one longer

@@ -10,6 +10,7 @@ import pytest
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework.session import default_session
+from graphfront.parallel import sbp as _sbp
 
 pytestmark = pytest.mark.slow  # spawns worker processes
 
@@ -156,3 +157,50 @@ def test_advanced_distribute_helpers_on_two_devices():
     expected = np.concatenate([w + 1, w * 2, x[3:], 2 * x[3:], x[:3]])
     np.testing.assert_array_equal(distribute_fn(x), expected)
     assert got["shapes"] == [(3, 3), (2, 3)]  # the balanced split: the first part one longer
+
+
+def _grid_train_job(hierarchy, nd_sbp):
+    @flow.global_function(type="train")
+    def train_fn(x: tp.Numpy.Placeholder((4, 6))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-1", hierarchy):
+            w = flow.get_variable("w", (6, 4), initializer=flow.random_normal_initializer(), nd_sbp=nd_sbp)
+            loss = flow.math.reduce_mean(flow.math.square(flow.matmul(x, w)))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    return train_fn
+
+
+@pytest.mark.parametrize("hierarchy, nd_sbp, layout", [((2, 1), ["S(0)", "B"], "S(0)"),
+                                                       ((1, 2), ["B", "S(1)"], "S(1)")])
+def test_a_variable_over_a_device_grid_trains_as_on_one_device(hierarchy, nd_sbp, layout):
+    """A 2-D layout over a grid with one axis of two devices is the 1-D layout of that axis."""
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    _session(1)
+
+    @flow.global_function(type="train")
+    def one_fn(x: tp.Numpy.Placeholder((4, 6))) -> tp.Numpy:
+        w = flow.get_variable("w", (6, 4), initializer=flow.random_normal_initializer())
+        loss = flow.math.reduce_mean(flow.math.square(flow.matmul(x, w)))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    expected = [one_fn(x) for _ in range(3)]
+    _session(2)
+    grid_fn = _grid_train_job(hierarchy, nd_sbp)
+    for want in expected:
+        np.testing.assert_allclose(grid_fn(x), want, rtol=1e-5)
+    job = grid_fn.graph.proto
+    sig = job.job_parallel_view_conf.op_name2sbp_signature_conf["w"].bn_in_op2sbp_parallel["out"]
+    assert _sbp.from_proto(sig) == layout
+    grids = {tuple(g.parallel_conf.hierarchy.dim) for g in job.placement.placement_group if "w" in g.op_set.op_name}
+    assert grids == {hierarchy}
+
+
+def test_device_grids_that_do_not_fit_are_refused():
+    _session(2)
+    with pytest.raises(flow.JobBuildError, match=r"hierarchy must be a tuple of positive ints whose product is the "
+                                                 r"number of devices \(2\), received \(3, 1\)"):
+        flow.scope.placement("cpu", "0:0-1", (3, 1))
+    with pytest.raises(ValueError, match=r"nd_sbp \['S\(0\)', 'S\(1\)'\] over the hierarchy \(2, 2\) lays the blob "
+                                         r"out over several device axes"):
+        _sbp.flatten_nd_sbp(["S(0)", "S(1)"], (2, 2))
+    assert _sbp.flatten_nd_sbp(["B", "B"], (2, 2)) == "B"

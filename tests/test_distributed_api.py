@@ -4,6 +4,8 @@ their session.
 
 References are numpy on the whole (logical) arrays, or the same job on one device.
 """
+import gc
+
 import numpy as np
 import pytest
 
@@ -122,8 +124,13 @@ def test_a_new_session_reuses_the_workers_from_a_fresh_state():
     _session(2)
     np.testing.assert_array_equal(_two_device_job(2.0)(x), x * 2)
     first = [p.pid for p in default_session().worker_group.procs]
+    old = default_session()
     _session(2)  # the same names: the new session's job and variable, not the old ones
-    np.testing.assert_array_equal(_two_device_job(3.0)(x), x * 3)
+    job = _two_device_job(3.0)
+    np.testing.assert_array_equal(job(x), x * 3)
+    del old
+    gc.collect()  # the closed session's finalizer leaves the workers to the new session
+    np.testing.assert_array_equal(job(x), x * 3)
     group = default_session().worker_group
     assert [p.pid for p in group.procs] == first
     flow.clear_default_session()  # the workers wait, idle

@@ -634,7 +634,7 @@ class Session:
         self.jobs.clear()
         self.build_errors.clear()
         if getattr(self, "worker_group", None) is not None:
-            release_group(self.worker_group)  # (the workers may serve the next session)
+            release_group(self.worker_group, self.id)  # (the workers may serve the next session)
             self.variables.group = None
 
 

@@ -294,7 +294,7 @@ class WorkerGroup:
         self.world, local = n, n // machines
         self.ranks = [machine_rank * local + i for i in range(local)]
         self.broken = None
-        self.key, self.in_use = None, False  # (set by the session using it; see release_group)
+        self.key, self.owner = None, None  # (set for the session using it; see release_group)
         ctx = mp.get_context("spawn")
         self.conns, self.procs = [], []
         with _main_script_hidden():
@@ -452,20 +452,22 @@ def _session_group(session, n, device_tag):
         group = None
     if group is None:
         group = WorkerGroup(session, n, device_tag, timeout_s)
-    group.key, group.in_use = key, True
+    group.key, group.owner = key, session.id
     session.worker_group = store.group = group
     import weakref
-    weakref.finalize(session, release_group, group)
+    weakref.finalize(session, release_group, group, session.id)
     return group
 
 
-def release_group(group):
-    """End a session's use of its workers: they forget its jobs and variables and wait,
-    idle, for the next session on the same devices (stopped at exit); workers of several
-    machines, broken ones, or one more idle group of the same devices are stopped now."""
-    if not getattr(group, "in_use", False):
+def release_group(group, owner):
+    """End the use of its workers by session ``owner`` (its id): they forget its jobs and
+    variables and wait, idle, for the next session on the same devices (stopped at exit);
+    workers of several machines, broken ones, or one more idle group of the same devices
+    are stopped now. Nothing happens when another session uses them by now (a closed
+    session's late finalizer)."""
+    if group.owner != owner:
         return
-    group.in_use = False
+    group.owner = None
     if group.key is None or group.broken or group.key in _IDLE_GROUPS:
         group.close()
         return

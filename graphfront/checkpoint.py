@@ -219,6 +219,44 @@ def load_variables(value_dict: Mapping[str, Any], ignore_mismatch: bool = True, 
     return sorted(staged)
 
 
+def get_interface_blob_value(op_name: str) -> np.ndarray:
+    """``flow.experimental.get_interface_blob_value``: a copy of variable ``op_name`` of
+    the default session (starting it first), its whole (logical) value on any number of
+    devices, as a numpy array of the variable's shape and dtype.
+
+    Raises:
+        RuntimeError: ``op_name`` is not a variable of the session (graphfront reads and
+            writes variables; jobs' input and return blobs are their arguments and results).
+    """
+    s = _started_session()
+    _check_interface_op(s, op_name, "get_interface_blob_value")
+    with s.lock:
+        return _dt.tensor_to_numpy(s.variables.tensors[op_name]).copy()
+
+
+def set_interface_blob_value(op_name: str, value) -> None:
+    """``flow.experimental.set_interface_blob_value``: write ``value`` (a numpy array of
+    the variable's whole shape and dtype) into variable ``op_name`` of the default session
+    (starting it first); on several devices each device receives its part.
+
+    Raises:
+        RuntimeError: ``op_name`` is not a variable of the session.
+        CheckpointError: the shape or dtype differs from the variable's.
+    """
+    s = _started_session()
+    _check_interface_op(s, op_name, "set_interface_blob_value")
+    staged = stage_values(s.variables, {op_name: value}, ignore_mismatch=False,
+                          what="flow.experimental.set_interface_blob_value")
+    with s.lock:
+        s.variables.assign(op_name, staged[op_name])
+
+
+def _check_interface_op(session, op_name, what):
+    if not isinstance(op_name, str) or op_name not in session.variables:
+        raise RuntimeError(f"flow.experimental.{what}: {op_name!r} is not a variable of the session; graphfront "
+                           f"reads and writes the variables: {sorted(session.variables.names())}")
+
+
 def restore(path, strict=False):
     """Load the checkpoint at ``path`` into the default session (``load_variables(get(path))``).
 

@@ -21,6 +21,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.builder import build_op
+from graphfront.parallel import sbp as _sbp
 
 __all__ = ["Distribute", "assert_is_valid_distribute", "auto", "broadcast", "consistent_strategy",
            "consistent_strategy_enabled", "mirrored_strategy", "mirrored_strategy_enabled", "split"]
@@ -135,21 +136,29 @@ def parallel_cast(input, name=None, distribute=None, gradient_distribute=None): 
 
 def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, name=None):  # noqa: A002
     """``flow.hierarchical_parallel_cast``: the same values laid out as ``nd_sbp`` (a list of
-    SBP strings such as ``["S(0)"]``, ``["B"]``, ``["P"]``, one per hierarchy axis);
+    SBP strings such as ``["S(0)"]``, ``["B"]``, ``["P"]``, one per axis of the placement's
+    hierarchy; recorded as the one-axis layout it amounts to, see
+    :func:`graphfront.parallel.sbp.flatten_nd_sbp`);
     ``grad_mode`` "identity" (default), "manual" (the gradient laid out as ``grad_nd_sbp``)
     or "restore" (the gradient laid out as the input). Op ``hierarchical_parallel_cast``.
 
-    Raises ValueError for a malformed SBP string or an unknown ``grad_mode``."""
+    Raises ValueError for a malformed SBP string, an unknown ``grad_mode`` or a layout over
+    two axes of devices."""
     nd_sbp = [nd_sbp] if isinstance(nd_sbp, str) else list(nd_sbp)
     grad_mode = grad_mode or "identity"
     if grad_mode not in ("identity", "manual", "restore"):
         raise ValueError(f'hierarchical_parallel_cast: grad_mode expects "identity", "manual" or "restore", '
                          f"received {grad_mode!r}")
-    if len(nd_sbp) > 1:
-        raise ValueError(f"hierarchical_parallel_cast: graphfront's placements have one hierarchy axis, received "
-                         f"nd_sbp={nd_sbp}")
+    grid = jb.current().scope.hierarchy if jb.is_building() else ()
+
+    def one_axis(layout):  # graphfront lays a blob out over one axis of devices
+        try:
+            return [_sbp.flatten_nd_sbp(layout, grid)] if len(layout) > 1 else layout
+        except ValueError as e:
+            raise ValueError(f"hierarchical_parallel_cast: {e}") from None
     return build_op("hierarchical_parallel_cast", {"in": input},
-                    {"nd_sbp": nd_sbp, "grad_mode": grad_mode, "grad_nd_sbp": list(grad_nd_sbp or [])},
+                    {"nd_sbp": one_axis(nd_sbp), "grad_mode": grad_mode,
+                     "grad_nd_sbp": one_axis(list(grad_nd_sbp or []))},
                     name=name, prefix="HierarchicalParallelCast_")
 
 

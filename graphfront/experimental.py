@@ -4,9 +4,18 @@
   ``load_job(path)``: a ``Job`` proto as a file, binary or protobuf text format with
   OneFlow's field names (:mod:`graphfront.framework.job_io`). A loaded job is served
   with ``flow.serving.InferenceSession().load_job(job)``.
+* ``get_interface_blob_value(name)`` / ``set_interface_blob_value(name, value)``: read or
+  write a variable of the session by name, whole on any number of devices
+  (:mod:`graphfront.checkpoint`).
+* ``logical_slice(x, slice_tup_list)`` / ``logical_slice_assign(ref, value, slice_tup_list)``:
+  slicing of the whole (logical) blob however it is split over devices.
 * OneFlow's ``flow.experimental`` ops: ``unique_with_counts``, ``indexed_slices_reduce_sum``,
   ``square_sum``, ``ssp_variable_proxy``.
 """
+from graphfront.array import assign as _assign
+from graphfront.array import slice_update as _slice_update
+from graphfront.array import slice_v2 as _slice_v2
+from graphfront.checkpoint import get_interface_blob_value, set_interface_blob_value
 from graphfront.dynamic import indexed_slices_reduce_sum, unique_with_counts
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.job_io import JobFileError, load_job, save_job
@@ -27,5 +36,38 @@ def ssp_variable_proxy(var, buffer_size=1, name=None):
                      name=name, prefix="SspVariableProxy_")
 
 
-__all__ = ["JobFileError", "indexed_slices_reduce_sum", "load_job", "save_job", "square_sum", "ssp_variable_proxy",
+def logical_slice(x, slice_tup_list, name=None) -> BlobDesc:
+    """The slice of the logical (whole) blob ``x``, one ``(start, stop, step)`` tuple per
+    dim as for ``flow.slice_v2`` (None entries take the default; negative start/stop count
+    from the end). ``x`` may be split over several devices: graphfront's ops see the
+    logical blob, so this is op ``slice`` (on several devices the boxing pass gathers a
+    split ``x`` first).
+
+    Returns:
+        BlobDesc: per dim the length of the selected range, ``x``'s dtype.
+
+    Raises:
+        ArgumentError: ``x`` is not a blob, or a tuple is malformed.
+    """
+    return _slice_v2(x, slice_tup_list, name=name)
+
+
+def logical_slice_assign(ref, value, slice_tup_list, name=None) -> None:
+    """Write ``value`` into the region ``slice_tup_list`` (as :func:`logical_slice`) of the
+    logical (whole) variable ``ref`` when the job runs; ``ref`` may be split over several
+    devices, each keeps its part. Built as ``assign(ref, slice_update(ref, value))``.
+
+    Returns:
+        None.
+
+    Raises:
+        ArgumentError: ``ref`` is not a variable blob, or a tuple is malformed.
+        JobBuildError: ``value``'s shape or dtype differs from the region's.
+    """
+    update = _slice_update(ref, value, slice_tup_list, name=None if name is None else f"{name}-SliceUpdate")
+    _assign(ref, update, name=name)
+
+
+__all__ = ["JobFileError", "get_interface_blob_value", "indexed_slices_reduce_sum", "load_job", "logical_slice",
+           "logical_slice_assign", "save_job", "set_interface_blob_value", "square_sum", "ssp_variable_proxy",
            "unique_with_counts"]

@@ -106,16 +106,36 @@ def test_mirrored_train_matches_one_device_on_the_concatenated_batch():
              _sbp.from_proto(sigs[n].bn_in_op2sbp_parallel["out_0"])) for n in reduces} == {("P", "B")}
 
 
-def test_mirrored_arguments_must_be_list_placeholders():
+@pytest.mark.slow  # spawns worker processes
+def test_mirrored_numpy_placeholder_is_split_into_one_part_per_device():
+    """A tp.Numpy.Placeholder in the mirrored view: each device's blob is its part of axis 0
+    (blob.shape says so), a call feeds the whole array, and the results and watched blobs
+    come back as the parts concatenated."""
     _session(2)
-
-    seen = []
+    seen, watched = [], []
 
     @flow.global_function(function_config=_config(True))
     def job_fn(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
         seen.append((flow.scope.mirrored_view_enabled(), flow.scope.consistent_view_enabled()))
+        y = flow.math.relu(x) - flow.math.reduce_sum(x, axis=[0], keepdims=True)  # a per-part sum
+        seen.append(y.shape)
+        flow.watch(y, lambda v: watched.append(v.numpy().copy()))
+        return y * 2.0
+    x = np.arange(-6, 6, dtype=np.float32).reshape(4, 3)
+    parts = np.split(x, 2)
+    expected = np.concatenate([np.maximum(p, 0) - p.sum(0, keepdims=True) for p in parts])
+    np.testing.assert_allclose(job_fn(x), expected * 2, rtol=0, atol=0)
+    assert seen == [(True, False), (2, 3)] and not flow.scope.mirrored_view_enabled()
+    assert len(watched) == 1
+    np.testing.assert_array_equal(watched[0], expected)
+
+
+def test_mirrored_numpy_placeholder_must_split_evenly():
+    _session(2)
+
+    @flow.global_function(function_config=_config(True))
+    def job_fn(x: tp.Numpy.Placeholder((3, 2))) -> tp.Numpy:
         return x * 2.0
-    with pytest.raises(JobBuildError, match=r"mirrored view on 2 devices: argument 'x' must be annotated "
-                                            r"tp.ListNumpy.Placeholder"):
-        job_fn(np.ones((4, 3), np.float32))
-    assert seen == [(True, False)] and not flow.scope.mirrored_view_enabled()
+    with pytest.raises(JobBuildError, match=r"mirrored view on 2 devices: argument 'x' \(tp.Numpy.Placeholder\(3, 2\)\) "
+                                            r"is split along axis 0 .* multiple of 2, received 3"):
+        job_fn(np.ones((3, 2), np.float32))

@@ -217,8 +217,8 @@ class JobBuilder:
         self._available = {}  # device tag -> bytes of memory available (read once per builder)
         self._placement_groups = {}
         for group in job.placement.placement_group:
-            key = (group.parallel_conf.device_tag, tuple(group.parallel_conf.device_name))
-            self._placement_groups[key] = group
+            conf = group.parallel_conf
+            self._placement_groups[(conf.device_tag, tuple(conf.device_name), tuple(conf.hierarchy.dim))] = group
 
     @property
     def job_name(self) -> str:
@@ -350,12 +350,14 @@ class JobBuilder:
 
     def _place(self, op_name):
         scope = self.scope
-        key = (self.ops[op_name].device_tag, scope.device_ids)
+        key = (self.ops[op_name].device_tag, scope.device_ids, scope.hierarchy)
         group = self._placement_groups.get(key)
         if group is None:
             group = self.job.placement.placement_group.add()
             group.parallel_conf.device_tag = key[0]
             group.parallel_conf.device_name.extend(key[1])
+            if key[2]:
+                group.parallel_conf.hierarchy.dim.extend(key[2])
             self._placement_groups[key] = group
         group.op_set.op_name.append(op_name)
 

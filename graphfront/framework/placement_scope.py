@@ -7,12 +7,28 @@ placing the ops built inside it, and the value of
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope_symbols as _scope
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.parallel.placement import resolve_device_tag
+
+
+def _hierarchy(hierarchy, ids, loc) -> tuple:
+    """``hierarchy`` (the placement's devices as a grid, OneFlow's ``ParallelConf.hierarchy``)
+    as a tuple of ints, () when None; JobBuildError unless its product is the device count."""
+    if hierarchy is None:
+        return ()
+    n = _scope.device_count(ids)
+    dims = tuple(hierarchy) if isinstance(hierarchy, (tuple, list)) else None
+    if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims) \
+            or math.prod(dims) != n:
+        raise JobBuildError(f"flow.scope.placement: hierarchy must be a tuple of positive ints whose product is the "
+                            f"number of devices ({n}), received {hierarchy!r}{format_location(loc)}")
+    return dims
 
 
 class PlacementScope:
@@ -29,6 +45,7 @@ class PlacementScope:
             raise JobBuildError(e.args[0] + format_location(loc)) from None
         self.device_tag = "gpu" if device_tag == "cuda" else device_tag
         self.device_ids = ids
+        self.hierarchy = _hierarchy(hierarchy, ids, loc)
         self._ctx = None
 
     def __enter__(self):
@@ -36,7 +53,8 @@ class PlacementScope:
             return self
         tag = self.resolved_device_tag()
         builder = jb.current()
-        self._ctx = builder.scope_as(builder.scope.derive(device_tag=tag, device_ids=self.device_ids))
+        self._ctx = builder.scope_as(builder.scope.derive(device_tag=tag, device_ids=self.device_ids,
+                                                          hierarchy=self.hierarchy))
         return self._ctx.__enter__()
 
     def resolved_device_tag(self):

@@ -25,11 +25,14 @@ class Scope:
     namespace: tuple = ()
     calculation_pass: str = "forward_pass"
     symbol_id: int = 0
+    hierarchy: tuple = ()  # the devices as a grid (flow.scope.placement's hierarchy); () for a line
 
     @property
     def parallel_conf(self) -> placement_pb2.ParallelConf:
         conf = placement_pb2.ParallelConf(device_tag=self.device_tag)
         conf.device_name.extend(self.device_ids)
+        if self.hierarchy:
+            conf.hierarchy.dim.extend(self.hierarchy)
         return conf
 
     @property

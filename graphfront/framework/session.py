@@ -38,6 +38,7 @@ from graphfront.ops.builder import unique_str
 from graphfront.passes import complete
 from graphfront.passes.boxing import parallel_num
 from graphfront.runtime.choice import LoweringRequest, choose
+from graphfront.runtime.distributed import release_group
 from graphfront.runtime.grad_accumulation import micro_batch_placeholders
 from graphfront.runtime.lowering import check_mode
 from graphfront.runtime.walk import device_of
@@ -355,8 +356,7 @@ class CompiledJob:
                 session.init_variables(self.job)
                 self.parallel_num = parallel_num(self.job)
                 request = LoweringRequest(session, user_job, self.job, compile_mode, self.parallel_num,
-                                          accumulation_steps, logical_view, cuda_graph,
-                                          [ph.param_name for ph in placeholders])
+                                          accumulation_steps, logical_view, cuda_graph)
                 self.plan = choose(request)
         except GraphfrontError:
             raise
@@ -539,16 +539,31 @@ def _strip_callback(ann):
 
 
 def _input_blob(builder, ph):
+    """The ``input_conf`` op of placeholder ``ph`` and its blob. In the mirrored view on
+    ``n > 1`` devices a ``Numpy.Placeholder(shape)`` is split along axis 0 (OneFlow's
+    consistent input read by mirrored ops): the blob is one device's part,
+    ``(shape[0] // n,) + shape[1:]``, and a call feeds the whole array.
+
+    Raises JobBuildError naming the argument when ``shape[0]`` is not a multiple of ``n``."""
+    shape = ph.shape
+    n = scope_mod.device_count(builder.scope.parallel_conf.device_name)
+    if builder.logical_view == "mirrored" and n > 1 and not ph.list_input:
+        if shape[0] % n:
+            raise JobBuildError(f"job '{builder.job_name}' runs in the mirrored view on {n} devices: argument "
+                                f"'{ph.param_name}' (tp.Numpy.Placeholder{shape}) is split along axis 0 into one part "
+                                f"per device, so its first dim must be a multiple of {n}, received {shape[0]}; "
+                                "use tp.ListNumpy.Placeholder for parts of different sizes")
+        shape = (shape[0] // n,) + tuple(shape[1:])
     conf = op_conf_pb2.OperatorConf(name=unique_str("Input_"))
     ic = conf.input_conf
     ic.out = "out"
-    ic.blob_conf.shape.dim.extend(ph.shape)
+    ic.blob_conf.shape.dim.extend(shape)
     ic.blob_conf.data_type = ph.dtype.proto
     ic.blob_conf.is_dynamic = ph.list_input
     ic.blob_conf.nd_sbp.sbp_parallel.add().split_parallel.axis = 0
     builder.add_op(conf)
     lbn = f"{conf.name}/out"
-    return BlobDesc(lbn, ph.shape, ph.dtype, builder.scope.parallel_conf, builder.job_name, ph.list_input)
+    return BlobDesc(lbn, shape, ph.dtype, builder.scope.parallel_conf, builder.job_name, ph.list_input)
 
 
 def _return_op(builder, blob, config):
@@ -659,7 +674,8 @@ class Session:
         self.jobs.clear()
         self.build_errors.clear()
         if getattr(self, "worker_group", None) is not None:
-            self.worker_group.close()
+            release_group(self.worker_group, self.id)  # (the workers may serve the next session)
+            self.variables.group = None
 
 
 _default_session = Session()

@@ -309,13 +309,45 @@ def _valid(ctx, sig, n):
     return True
 
 
+def flatten_nd_sbp(nd_sbp, hierarchy=()) -> str:
+    """The one-axis layout of a blob laid out as ``nd_sbp`` (one SBP string per axis of the
+    device grid ``hierarchy``; one string for a line of devices). Grid axes of one device
+    lay nothing out, so on a grid with at most one longer axis the layout is that axis's
+    (``["S(0)", "B"]`` over ``(2, 1)`` is ``"S(0)"``); all-broadcast stays ``"B"``.
+
+    Raises ValueError for a malformed string, a length other than the grid's, or a layout
+    over two longer grid axes that differ (graphfront lays a blob out over one axis)."""
+    nd_sbp = [nd_sbp] if isinstance(nd_sbp, str) else [parse(s) for s in nd_sbp]
+    if len(nd_sbp) == 1:
+        return parse(nd_sbp[0])
+    if len(nd_sbp) != len(hierarchy):
+        raise ValueError(f"nd_sbp {nd_sbp} needs one entry per axis of the placement's hierarchy "
+                         f"{tuple(hierarchy) or '(none)'}")
+    used = {s for s, d in zip(nd_sbp, hierarchy) if d > 1}
+    if len(used) > 1 or (len([d for d in hierarchy if d > 1]) > 1 and used != {B}):
+        raise ValueError(f"nd_sbp {nd_sbp} over the hierarchy {tuple(hierarchy)} lays the blob out over several "
+                         "device axes; graphfront lays a blob out over one axis of devices")
+    return used.pop() if used else parse(nd_sbp[0])
+
+
+def _hierarchies(job) -> dict:
+    """op name -> the device grid of its placement (() for a line of devices)."""
+    return {name: tuple(g.parallel_conf.hierarchy.dim) for g in job.placement.placement_group
+            for name in g.op_set.op_name}
+
+
 def _variable_sbp(job, n):
-    """Variable layouts: their ``nd_sbp`` hint, else broadcast; optimizer state updated by
-    the same op as a split variable (same shape) takes the variable's split."""
+    """Variable layouts: their ``nd_sbp`` hint (over the placement's hierarchy), else
+    broadcast; optimizer state updated by the same op as a split variable (same shape)
+    takes the variable's split."""
     hints = {}
+    grids = _hierarchies(job)
     for op in job.net.op:
         if jb.op_kind(op) == "variable_conf" and len(op.variable_conf.nd_sbp):
-            hints[op.name] = parse(op.variable_conf.nd_sbp[0])
+            try:
+                hints[op.name] = flatten_nd_sbp(list(op.variable_conf.nd_sbp), grids.get(op.name, ()))
+            except ValueError as e:
+                raise JobBuildError(f"variable '{op.name}': {e}") from None
     producer = {f"{op.name}/out": op.name for op in job.net.op if jb.op_kind(op) == "variable_conf"}
     for op in job.net.op:
         opdef = registry.op_def(op)

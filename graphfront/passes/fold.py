@@ -161,6 +161,7 @@ def fold_constants(job):
         for reader, arg, i in net.readers(lbn):
             if reader.name not in const:
                 net.set_input(reader, arg, i, new)
+        net.redirect_relations(lbn, new)  # (a folded gradient stays the variable's gradient)
     # drop constant ops nobody reads any more (latest first)
     for name in reversed(names):
         op = net.op(name)

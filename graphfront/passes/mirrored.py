@@ -2,8 +2,9 @@
 
 Under OneFlow's mirrored view every device runs the job on its own part of the data: a
 ``tp.ListNumpy.Placeholder(shape)`` argument takes one array per device, each at most
-``shape`` (dynamic), and every op runs locally on each device's blobs, with no boxing
-between devices. Variables are consistent (broadcast: the same values on every device).
+``shape`` (dynamic), a ``tp.Numpy.Placeholder(shape)`` argument takes one array split
+along axis 0 into ``n`` equal parts (its blob in the job is one part), and every op runs
+locally on each device's blobs, with no boxing between devices. Variables are consistent (broadcast: the same values on every device).
 Their gradients are the only blobs that cross devices: each device's gradient is a partial
 sum of the logical one, all-reduced before the optimizer, and divided by the total loss
 instance count, the loss elements summed over all devices at run time (OneFlow's
@@ -31,7 +32,6 @@ from __future__ import annotations
 import itertools
 
 from graphfront.framework import job_builder as jb
-from graphfront.framework.errors import JobBuildError
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes.autograd import VARIABLE_GRAD_TAG
 from graphfront.passes.rewrite import Net
@@ -42,20 +42,8 @@ def is_mirrored(job) -> bool:
     return len(job.job_parallel_view_conf.op_name2is_mirrored_parallel_view) > 0
 
 
-def mirror(job, n, arg_names=None):
-    """Make the completed ``job`` a mirrored job on ``n`` devices (see module docstring).
-    ``arg_names``: the job function's argument of each input op, in job order.
-
-    Raises JobBuildError naming the argument when an input is not a
-    ``tp.ListNumpy.Placeholder`` (a mirrored argument takes one array per device)."""
-    name = job.job_conf.job_name
-    inputs = [op for op in job.net.op if jb.op_kind(op) == "input_conf"]
-    for k, op in enumerate(inputs):
-        if not op.input_conf.blob_conf.is_dynamic:
-            arg = arg_names[k] if arg_names else op.name
-            raise JobBuildError(f"job '{name}' runs in the mirrored view on {n} devices: argument '{arg}' must be "
-                                "annotated tp.ListNumpy.Placeholder (one array per device), received "
-                                "tp.Numpy.Placeholder")
+def mirror(job, n):
+    """Make the completed ``job`` a mirrored job on ``n`` devices (see module docstring)."""
     net = Net(job)
     counter = itertools.count()
     for op in list(job.net.op):

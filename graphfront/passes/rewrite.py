@@ -141,6 +141,10 @@ class Net:
         """Make every reader of ``old`` read ``new`` instead (and the variable/grad relation)."""
         for op_conf, arg, i in self.readers(old):
             self.set_input(op_conf, arg, i, new)
+        self.redirect_relations(old, new)
+
+    def redirect_relations(self, old, new):
+        """Make the variable/grad relations that name ``old`` name ``new``."""
         for rel in self.job.helper.tag2lbi_relations.values():
             for p in rel.pair:
                 if f"{p.second.op_name}/{p.second.blob_name}" == old:

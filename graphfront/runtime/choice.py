@@ -47,7 +47,6 @@ class LoweringRequest:
         accumulation: gradient accumulation steps (1: none).
         logical_view: ``"consistent"`` or ``"mirrored"`` (several devices).
         cuda_graph: allow CUDA-graph replay.
-        arg_names: the job's argument names (the mirror pass names feeds after them).
 
     Attributes set by :func:`choose`:
         job: the Job that runs (on several devices: after the boxing or mirror pass).
@@ -55,10 +54,10 @@ class LoweringRequest:
     """
 
     def __init__(self, session, user_job, job, mode="plan", devices=1, accumulation=1, logical_view="consistent",
-                 cuda_graph=True, arg_names=()):
+                 cuda_graph=True):
         self.session, self.user_job, self.job = session, user_job, job
         self.mode, self.devices, self.accumulation = mode, devices, accumulation
-        self.logical_view, self.cuda_graph, self.arg_names = logical_view, cuda_graph, list(arg_names)
+        self.logical_view, self.cuda_graph = logical_view, cuda_graph
         self.fallback_reason = None
 
     @property
@@ -99,7 +98,7 @@ def _auto(r):
 
 def _several_devices(r):
     if r.logical_view == "mirrored":  # one part per device, gradients all-reduced
-        r.job = mirror(r.job, r.devices, r.arg_names)
+        r.job = mirror(r.job, r.devices)
     else:  # SBP signatures and boxing ops
         r.job = boxing(r.job, r.devices)
     return DistributedPlan(r.session, r.job, r.devices)

@@ -22,12 +22,18 @@ one group, rendezvousing at ``MASTER_ADDR``/``MASTER_PORT`` (set by ``torchrun``
 ``flow.env.machine`` and ``flow.env.ctrl_port``); the machine's index comes from
 ``RANK`` (``torchrun --nproc_per_node 1``) or ``GRAPHFRONT_MACHINE_RANK``.
 
+The workers outlive the session that started them, as OneFlow's environment does: when
+a session ends (``flow.clear_default_session()``) they forget its jobs and variables and
+the next session on the same devices of one machine uses them, without starting
+processes again (seconds per session on a loaded CPU); they stop when the client exits.
+
 A worker that dies ends the call with :class:`WorkerError` naming its device within the
 collective timeout; the client process survives (the session's workers are stopped and
 later calls raise the same error).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import datetime
@@ -182,6 +188,10 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
             if cmd == "stop":
                 conn.send(("ok", None))
                 break
+            if cmd == "reset":  # the session ended: the next one starts from a fresh state
+                store = VariableStore()
+                logical_vars, var_sbps, jobs = {}, {}, {}
+                torch.manual_seed(torch.initial_seed())
             if cmd == "compile":
                 name, job_bytes, feeds, outs, new_vars = payload
                 job = job_pb2.Job.FromString(job_bytes)
@@ -284,6 +294,7 @@ class WorkerGroup:
         self.world, local = n, n // machines
         self.ranks = [machine_rank * local + i for i in range(local)]
         self.broken = None
+        self.key, self.owner = None, None  # (set for the session using it; see release_group)
         ctx = mp.get_context("spawn")
         self.conns, self.procs = [], []
         with _main_script_hidden():
@@ -416,7 +427,14 @@ class DistributedVariableStore(VariableStore):
         self.pending_flush = self._pull
 
 
+# idle worker groups of ended sessions, by (devices, device tag, collective timeout)
+_IDLE_GROUPS = {}
+
+
 def _session_group(session, n, device_tag):
+    """The session's worker group: its own, else an idle one left by an ended session on
+    the same devices of this machine (OneFlow's environment outlives its sessions: a new
+    session does not start its workers again), else new workers."""
     group = getattr(session, "worker_group", None)
     if group is not None:
         if (group.n, group.device_tag) != (n, device_tag):
@@ -426,12 +444,44 @@ def _session_group(session, n, device_tag):
     store = session.variables
     if not isinstance(store, DistributedVariableStore):
         store = session.variables = DistributedVariableStore(store)
-    group = session.worker_group = WorkerGroup(session, n, device_tag,
-                                               getattr(session, "collective_timeout_s", DEFAULT_TIMEOUT_S))
-    store.group = group
+    timeout_s = getattr(session, "collective_timeout_s", DEFAULT_TIMEOUT_S)
+    key = (n, device_tag, timeout_s) if machine_count(session) == 1 else None  # several machines: never reused
+    group = _IDLE_GROUPS.pop(key, None)
+    if group is not None and not all(p.is_alive() for p in group.procs):
+        group.close(graceful=False)
+        group = None
+    if group is None:
+        group = WorkerGroup(session, n, device_tag, timeout_s)
+    group.key, group.owner = key, session.id
+    session.worker_group = store.group = group
     import weakref
-    weakref.finalize(session, group.close)
+    weakref.finalize(session, release_group, group, session.id)
     return group
+
+
+def release_group(group, owner):
+    """End the use of its workers by session ``owner`` (its id): they forget its jobs and
+    variables and wait, idle, for the next session on the same devices (stopped at exit);
+    workers of several machines, broken ones, or one more idle group of the same devices
+    are stopped now. Nothing happens when another session uses them by now (a closed
+    session's late finalizer)."""
+    if group.owner != owner:
+        return
+    group.owner = None
+    if group.key is None or group.broken or group.key in _IDLE_GROUPS:
+        group.close()
+        return
+    try:
+        group.request("reset")
+    except WorkerError:
+        return  # (the group stopped its workers)
+    _IDLE_GROUPS[group.key] = group
+
+
+@atexit.register
+def _stop_idle_groups():
+    while _IDLE_GROUPS:
+        _IDLE_GROUPS.popitem()[1].close()
 
 
 class DistributedPlan(Lowering):
@@ -461,9 +511,6 @@ class DistributedPlan(Lowering):
             raise RuntimeError(f"job '{self.name}': the mirrored view runs on the devices of one machine; this job "
                                f"is placed on {n} devices of several machines (use the consistent view)")
         watches = [op for op in job.net.op if jb.op_kind(op) == "foreign_watch_conf"]
-        if watches and self.mirrored:
-            raise RuntimeError(f"job '{self.name}': flow.watch / flow.watch_diff are not supported in the mirrored "
-                               f"view on several devices (op '{watches[0].name}'); use the consistent view")
         self.watchers = session.watchers
         worker_job, self.watch_uuids = watches_as_returns(job)
 
@@ -492,15 +539,19 @@ class DistributedPlan(Lowering):
 
     def __call__(self, feeds):
         """Run one step. ``feeds``: one tensor per argument, or for a mirrored job one list
-        of per-device tensors per argument; a mirrored job's results are the devices'
+        of per-device tensors per ``ListNumpy`` argument and one tensor, split along axis 0
+        into equal parts, per ``Numpy`` argument; a mirrored job's results are the devices'
         parts concatenated along axis 0 (as OneFlow returns mirrored blobs: ``tp.ListNumpy``
         gives a one-element list holding the concatenation, OneFlow v0.6.0
         ``python/oneflow/compatible/single_client/framework/pull_util.py``,
         ``_MirroredBlobPuller``). Watch handlers are called here, after the run, with the
-        whole (logical) watched blobs the workers returned."""
+        whole (logical) watched blobs the workers returned (in the mirrored view the parts
+        concatenated along axis 0)."""
         self.store.before_run()
         feed_shapes = None
         if self.mirrored:
+            n = len(self.group.ranks)
+            feeds = [f if isinstance(f, (list, tuple)) else f.tensor_split(n) for f in feeds]
             feed_shapes = [[tuple(t.shape) for t in parts] for parts in feeds]
             for buf, parts in zip(self.feed_bufs, feeds):
                 for r, t in enumerate(parts):
@@ -513,8 +564,11 @@ class DistributedPlan(Lowering):
         finally:
             self.store.after_run()
         if self.mirrored:
-            return tuple(torch.cat([part(buf[r], shapes[k] or (1,)) for r, shapes in enumerate(replies)])
-                         for k, buf in enumerate(self.out_bufs))
-        for uuid, buf in zip(self.watch_uuids, self.watch_bufs):
-            self.watchers[uuid](buf.clone())
-        return tuple(b.clone() for b in self.out_bufs)
+            values = [torch.cat([part(buf[r], shapes[k] or (1,)) for r, shapes in enumerate(replies)])
+                      for k, buf in enumerate(self.out_bufs + self.watch_bufs)]
+        else:
+            values = [b.clone() for b in self.out_bufs + self.watch_bufs]
+        outs = len(self.out_bufs)
+        for uuid, value in zip(self.watch_uuids, values[outs:]):
+            self.watchers[uuid](value)
+        return tuple(values[:outs])

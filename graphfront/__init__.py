@@ -55,6 +55,7 @@ from graphfront.ops.builder import user_op_builder
 from graphfront.runtime.op_timing import profile
 from graphfront.time_shape import acc, pack, repeat, unpack
 from graphfront.toplevel import *  # noqa: F401,F403 - flow.Size, flow.cast_to_current_logical_view, ...
+from graphfront.typing import FixedTensorDef, MirroredTensorDef
 from graphfront.variables import get_variable
 from graphfront.watch import watch, watch_diff
 

@@ -653,6 +653,8 @@ class GlobalFunction:
         self.arity = []  # per parameter: None (one placeholder) or n (a tuple of n placeholders)
         for p in sig.parameters.values():
             ann = p.annotation
+            if ann is p.empty and isinstance(p.default, tp.PlaceholderDef):
+                ann = p.default  # x=flow.FixedTensorDef(shape) / flow.MirroredTensorDef(shape)
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise TypeError(f"global function '{self.name}': *args/**kwargs are not supported")
             members = typing.get_args(ann) if typing.get_origin(ann) is tuple else None
@@ -668,7 +670,7 @@ class GlobalFunction:
             if not isinstance(ann, tp.PlaceholderDef):
                 raise TypeError(f"global function '{self.name}': parameter '{p.name}' must be annotated with "
                                 f"tp.Numpy.Placeholder(shape, dtype), tp.ListNumpy.Placeholder or a typing.Tuple of "
-                                f"them, received {ann!r}")
+                                f"them (or default to flow.FixedTensorDef / flow.MirroredTensorDef), received {ann!r}")
             ph = copy.copy(ann)
             ph.param_name = p.name
             self.arity.append(None)

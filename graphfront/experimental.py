@@ -6,7 +6,12 @@
   with ``flow.serving.InferenceSession().load_job(job)``.
 * OneFlow's ``flow.experimental`` ops: ``unique_with_counts``, ``indexed_slices_reduce_sum``,
   ``square_sum``, ``ssp_variable_proxy``.
+* ``name_scope(name)``: the deprecated spelling of ``flow.scope.namespace`` (as
+  ``flow.deprecated.variable_scope``).
+* ``unittest``: the same module as ``flow.unittest`` (:mod:`graphfront.unittest`).
 """
+from graphfront import unittest
+from graphfront.deprecated import variable_scope as name_scope
 from graphfront.dynamic import indexed_slices_reduce_sum, unique_with_counts
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.job_io import JobFileError, load_job, save_job
@@ -27,5 +32,5 @@ def ssp_variable_proxy(var, buffer_size=1, name=None):
                      name=name, prefix="SspVariableProxy_")
 
 
-__all__ = ["JobFileError", "indexed_slices_reduce_sum", "load_job", "save_job", "square_sum", "ssp_variable_proxy",
-           "unique_with_counts"]
+__all__ = ["JobFileError", "indexed_slices_reduce_sum", "load_job", "name_scope", "save_job", "square_sum",
+           "ssp_variable_proxy", "unique_with_counts", "unittest"]

@@ -57,3 +57,34 @@ def test_a_parameter_without_annotation_or_tensor_def_default_is_refused():
         @flow.global_function()
         def job(a=3):
             return a
+
+
+# ------------------------------------------------------------------ flow.deprecated, flow.experimental.unittest
+
+def test_deprecated_variable_scope_prefixes_variable_names_and_warns():
+    @flow.global_function()
+    def job(x: flow.typing.Numpy.Placeholder((2, 3))):
+        with pytest.warns(DeprecationWarning, match="flow.scope.namespace"):
+            outer = flow.deprecated.variable_scope("mixed_0")
+        with outer:
+            with pytest.warns(DeprecationWarning):
+                inner = flow.experimental.name_scope("branch1x1")
+            with inner:
+                w = flow.get_variable("weight", shape=(3, 4), initializer=flow.ones_initializer())
+                return flow.matmul(x, w)
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(job(x).get().numpy(), x @ np.ones((3, 4), np.float32))
+    assert "mixed_0-branch1x1-weight" in flow.get_all_variables()
+
+
+def test_experimental_unittest_is_flow_unittest():
+    assert flow.experimental.unittest is flow.unittest
+    assert issubclass(flow.experimental.unittest.TestCase, __import__("unittest").TestCase)
+    assert flow.experimental.unittest.env.device_num() >= 1
+
+
+def test_deprecated_truncated_normal_initializer_takes_stddev_first():
+    conf = flow.deprecated.initializer_util.truncated_normal_initializer(0.02)
+    assert conf.truncated_normal_conf.std == pytest.approx(0.02)
+    assert conf.truncated_normal_conf.mean == 0.0

@@ -88,3 +88,85 @@ def test_deprecated_truncated_normal_initializer_takes_stddev_first():
     conf = flow.deprecated.initializer_util.truncated_normal_initializer(0.02)
     assert conf.truncated_normal_conf.std == pytest.approx(0.02)
     assert conf.truncated_normal_conf.mean == 0.0
+
+
+# ------------------------------------------------------------------ the scope and symbol API
+
+def test_current_scope_symbols_describe_the_default_placement_and_job():
+    seen = {}
+    config = flow.FunctionConfig()
+    config.default_placement_scope(flow.scope.placement("cpu", "0:0"))
+    config.default_logical_view(flow.scope.mirrored_view())
+
+    @flow.global_function(function_config=config)
+    def foo():
+        scope = flow.current_scope()
+        seen["tag"] = scope.device_parallel_desc_symbol.device_tag
+        seen["ids"] = scope.device_parallel_desc_symbol.machine_id2device_id_list
+        seen["num"] = scope.device_parallel_desc_symbol.parallel_num
+        seen["conf"] = scope.device_parallel_desc_symbol.parallel_conf
+        seen["host"] = scope.host_parallel_desc_symbol.device_tag
+        seen["data"] = scope.data
+        seen["job"] = scope.job_desc_symbol
+        seen["session"] = scope.session_id
+        seen["counter"] = [scope.auto_increment_id() for _ in range(3)]
+        return flow.get_variable("w", (2,), initializer=flow.constant_initializer(1))
+
+    foo().get()
+    assert seen["tag"] == "cpu" and seen["ids"] == {0: [0]} and seen["num"] == 1 and seen["host"] == "cpu"
+    assert list(seen["conf"].device_name) == ["0:0"]
+    data = seen["data"]
+    assert data.opt_mirrored_parallel_conf.HasField("mirrored_parallel")  # the mirrored view
+    assert data.job_desc_symbol_id == seen["job"].symbol_id
+    assert seen["job"].data.default_data_type == config.job_config_proto.default_data_type
+    assert seen["counter"] == [1, 2, 3]
+    assert seen["session"] == data.session_id
+
+
+def test_scope_builders_place_name_and_flag_the_ops_built_in_them():
+    seen = {}
+
+    @flow.global_function()
+    def foo(x: flow.typing.Numpy.Placeholder((4,))):
+        scope = flow.current_scope()
+        placed = scope.BuildWithNewParallelDesc(None, "cpu", ["0:0"])
+        named = placed.BuildWithNewScopeName(None, "block")
+        mirrored = named.BuildWithNewIsMirrored(None, True)
+
+        def to_pass(proto):
+            proto.calculation_pass_name = "my_pass"
+
+        set_by = mirrored.BuildBySetter(None, to_pass)
+        seen["ids"] = [s.symbol_id for s in (scope, placed, named, mirrored, set_by)]
+        seen["mirrored"] = mirrored.data.opt_mirrored_parallel_conf.HasField("mirrored_parallel")
+        seen["set_by"] = (set_by.calculation_pass, set_by.namespace, set_by.is_mirrored,
+                          set_by.device_parallel_desc_symbol.parallel_conf == placed.device_parallel_desc_symbol.parallel_conf)
+        with flow.scope.scope_context(named):
+            w = flow.get_variable("w", (4,), initializer=flow.constant_initializer(2))
+            y = x * w
+        return y
+
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_allclose(foo(x).get().numpy(), 2 * x)
+    assert len(set(seen["ids"])) == 5  # each builder registers a new scope symbol
+    assert seen["mirrored"]
+    assert seen["set_by"] == ("my_pass", ("block",), True, True)
+    assert "block-w" in flow.get_all_variables()
+
+
+def test_scope_builders_refuse_bad_placements():
+    errors = []
+
+    @flow.global_function()
+    def foo():
+        scope = flow.current_scope()
+        for bad in (lambda: scope.BuildWithNewParallelDesc(None, "tpu", "0:0"),
+                    lambda: scope.BuildWithNewParallelDesc(None, "cpu", "zero"),
+                    lambda: scope.BuildBySetter(None, lambda p: setattr(p, "device_parallel_desc_symbol_id", 10 ** 9))):
+            with pytest.raises(ValueError) as e:
+                bad()
+            errors.append(str(e.value))
+        return flow.constant(1.0, dtype=flow.float32, shape=(1,))
+
+    foo().get()
+    assert "device_tag" in errors[0] and "machine_device_ids" in errors[1] and "not a registered" in errors[2]

@@ -546,11 +546,15 @@ class Session:
         self.build_errors = {}  # job name -> the exception its last compile raised
 
     def default_scope(self, config) -> scope_mod.Scope:
+        """The scope a job of ``config`` is built in: its default placement and logical view,
+        its ``JobConfigProto`` registered as the job desc symbol, this session's id."""
+        fields = dict(is_mirrored=config._logical_view == "mirrored", session_id=self.id,
+                      job_desc_symbol_id=scope_mod.register_job_desc(config.job_config_proto))
         if config._placement_scope is not None:
             ps = config._placement_scope
-            return scope_mod.make_scope(ps.resolved_device_tag(), ps.device_ids)
+            return scope_mod.make_scope(ps.resolved_device_tag(), ps.device_ids, **fields)
         from graphfront.parallel.placement import default_devices
-        return scope_mod.make_scope(*default_devices(self))
+        return scope_mod.make_scope(*default_devices(self), **fields)
 
     def register(self, gf):
         self._check_open()

@@ -170,3 +170,43 @@ def test_scope_builders_refuse_bad_placements():
 
     foo().get()
     assert "device_tag" in errors[0] and "machine_device_ids" in errors[1] and "not a registered" in errors[2]
+
+
+# ------------------------------------------------------------------ FunctionConfig.enable_ssp
+
+def test_enable_ssp_is_recorded_warns_once_and_the_job_trains_as_without_it(monkeypatch):
+    from graphfront.framework import session as session_mod
+    monkeypatch.setattr(session_mod, "_WARNED", set())
+
+    def train(ssp):
+        flow.clear_default_session()
+        config = flow.FunctionConfig()
+        if ssp:
+            config.enable_ssp(True)
+            config.ssp_partition_strategy("naive_sequential")
+
+        @flow.global_function(type="train", function_config=config)
+        def job(x: flow.typing.Numpy.Placeholder((4, 3))) -> flow.typing.Numpy:
+            w = flow.get_variable("w", (3, 1), initializer=flow.constant_initializer(0.5))
+            loss = flow.math.reduce_mean(flow.math.square(flow.matmul(x, w) - 1.0))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+            return loss
+
+        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+        losses = [float(job(x)) for _ in range(3)]
+        return job, losses
+
+    with pytest.warns(UserWarning, match="without SSP pipelining"):
+        config = flow.FunctionConfig()
+        config.enable_ssp(True)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ssp_job, ssp_losses = train(ssp=True)  # the second enable_ssp(True) does not warn again
+    flags = ssp_job.graph.proto.job_conf.flag_name2flag_value
+    assert flags["enable_ssp"].at_bool is True
+    assert flags["ssp_partition_strategy"].at_string == "naive_sequential"
+    _, plain_losses = train(ssp=False)
+    assert ssp_losses == plain_losses and ssp_losses[2] < ssp_losses[0]
+    with pytest.raises(TypeError, match="enable_ssp expects a bool"):
+        flow.FunctionConfig().enable_ssp(1)

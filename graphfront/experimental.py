@@ -8,9 +8,12 @@
   ``square_sum``, ``ssp_variable_proxy``.
 * ``name_scope(name)``: the deprecated spelling of ``flow.scope.namespace`` (as
   ``flow.deprecated.variable_scope``).
+* ``custom_op_module(op_module_name, module_path)``: OneFlow's user-op modules with Python
+  kernels (:mod:`graphfront.custom_op_module`).
 * ``unittest``: the same module as ``flow.unittest`` (:mod:`graphfront.unittest`).
 """
 from graphfront import unittest
+from graphfront.custom_op_module import CustomOpModule as custom_op_module
 from graphfront.deprecated import variable_scope as name_scope
 from graphfront.dynamic import indexed_slices_reduce_sum, unique_with_counts
 from graphfront.framework.blob_desc import BlobDesc
@@ -32,5 +35,5 @@ def ssp_variable_proxy(var, buffer_size=1, name=None):
                      name=name, prefix="SspVariableProxy_")
 
 
-__all__ = ["JobFileError", "indexed_slices_reduce_sum", "load_job", "name_scope", "save_job", "square_sum",
+__all__ = ["JobFileError", "custom_op_module", "indexed_slices_reduce_sum", "load_job", "name_scope", "save_job", "square_sum",
            "ssp_variable_proxy", "unique_with_counts", "unittest"]

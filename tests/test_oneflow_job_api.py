@@ -210,3 +210,116 @@ def test_enable_ssp_is_recorded_warns_once_and_the_job_trains_as_without_it(monk
     assert ssp_losses == plain_losses and ssp_losses[2] < ssp_losses[0]
     with pytest.raises(TypeError, match="enable_ssp expects a bool"):
         flow.FunctionConfig().enable_ssp(1)
+
+
+# ------------------------------------------------------------------ flow.experimental.custom_op_module
+
+_PY_API = '''
+import graphfront as flow
+
+
+def my_sigmoid_forward(x, name=None):
+    return (flow.user_op_builder(name or flow.util.unique_str("MySigmoidForward_")).Op("my_sigmoid_forward")
+            .Input("x", [x]).Output("y").Build().InferAndTryRun().RemoteBlobList()[0])
+
+
+def my_sigmoid_backward(y, dy, name=None):
+    return (flow.user_op_builder(name or flow.util.unique_str("MySigmoidBackward_")).Op("my_sigmoid_backward")
+            .Input("y", [y]).Input("dy", [dy]).Output("dx").Build().InferAndTryRun().RemoteBlobList()[0])
+'''
+
+_PY_DEF = '''
+def _grad(g):
+    g.set_grad("x", g.emit("my_sigmoid_backward", {"y": g.output("y"), "dy": g.dout("y")}))
+
+
+def declare(module):
+    module.declare_op("my_sigmoid_forward", inputs=["x"], outputs=["y"], kernel="forward", grad=_grad)
+    module.declare_op("my_sigmoid_backward", inputs=["y", "dy"], outputs=["dx"], kernel="backward")
+'''
+
+_PY_KERNEL = '''
+import numpy as np
+
+CALLS = []
+
+
+def forward(args):
+    (x,) = args
+    CALLS.append("forward")
+    return 1 / (1 + np.exp(-x))
+
+
+def backward(args):
+    y, dy = args
+    CALLS.append("backward")
+    return y * (1 - y) * dy
+'''
+
+
+@pytest.fixture
+def sigmoid_module(tmp_path):
+    folder = tmp_path / "my_sigmoid"
+    folder.mkdir()
+    (folder / "my_sigmoid_py_api.py").write_text(_PY_API)
+    (folder / "my_sigmoid_py_def.py").write_text(_PY_DEF)
+    (folder / "my_sigmoid_py_kernel.py").write_text(_PY_KERNEL)
+    module = flow.experimental.custom_op_module("my_sigmoid", str(tmp_path))
+    module.py_api().cpp_def().py_kernel().build_load()
+    yield module
+    from graphfront.ops import registry
+    for op_type in module.loaded_ops:
+        registry.unregister(op_type)
+
+
+def test_custom_op_module_python_kernels_compute_forward_and_backward(sigmoid_module):
+    x = np.linspace(-3, 3, 10, dtype=np.float32).reshape(1, 10)
+    dy = np.full((1, 10), 0.2, np.float32)
+
+    @flow.global_function()
+    def forward(a: flow.typing.Numpy.Placeholder((1, 10))):
+        return sigmoid_module.api.my_sigmoid_forward(a)
+
+    @flow.global_function()
+    def backward(y: flow.typing.Numpy.Placeholder((1, 10)), d: flow.typing.Numpy.Placeholder((1, 10))):
+        return sigmoid_module.api.my_sigmoid_backward(y, d)
+
+    y = forward(x).get().numpy()
+    np.testing.assert_allclose(y, 1 / (1 + np.exp(-x)), rtol=1e-6)
+    np.testing.assert_allclose(backward(y, dy).get().numpy(), y * (1 - y) * dy, rtol=1e-6)
+    assert sigmoid_module.kernel_module.CALLS == ["forward", "backward"]
+
+
+def test_custom_op_module_grad_trains_through_the_python_backward_kernel(sigmoid_module):
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+
+    @flow.global_function(type="train")
+    def train(a: flow.typing.Numpy.Placeholder((2, 4))) -> flow.typing.Numpy:
+        w = flow.get_variable("w", (4, 4), initializer=flow.constant_initializer(0.1))
+        loss = flow.math.reduce_sum(sigmoid_module.api.my_sigmoid_forward(flow.matmul(a, w)))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0])).minimize(loss)
+        return loss
+
+    train(x)
+    w1 = flow.get_all_variables()["w"].numpy()
+    # numpy reference of one SGD step: dL/dw = a^T (s (1 - s)), s = sigmoid(a w)
+    s = 1 / (1 + np.exp(-(x @ np.full((4, 4), 0.1, np.float32))))
+    expected = np.full((4, 4), 0.1, np.float32) - x.T @ (s * (1 - s))
+    np.testing.assert_allclose(w1, expected, rtol=1e-5, atol=1e-6)
+    assert "backward" in sigmoid_module.kernel_module.CALLS
+
+
+def test_custom_op_module_refuses_a_cpp_only_definition_and_missing_kernels(tmp_path):
+    folder = tmp_path / "cc_only"
+    folder.mkdir()
+    (folder / "cc_only_cpp_def.cpp").write_text("// REGISTER_USER_OP(...)")
+    module = flow.experimental.custom_op_module("cc_only", str(tmp_path))
+    with pytest.raises(NotImplementedError, match="cc_only_py_def.py"):
+        module.cpp_def()
+    module.declare_op("cc_only_op", inputs=["x"], outputs=["y"], kernel="forward")
+    with pytest.raises(RuntimeError, match="py_kernel"):
+        module.build_load()
+    with pytest.raises(FileNotFoundError, match="cc_only_py_kernel.py"):
+        module.py_kernel()
+    with pytest.raises(FileNotFoundError, match="no_such"):
+        flow.experimental.custom_op_module("no_such", str(tmp_path))

@@ -323,3 +323,22 @@ def test_custom_op_module_refuses_a_cpp_only_definition_and_missing_kernels(tmp_
         module.py_kernel()
     with pytest.raises(FileNotFoundError, match="no_such"):
         flow.experimental.custom_op_module("no_such", str(tmp_path))
+
+
+# ------------------------------------------------------------------ user-op builder argument names
+
+def test_ccrelu_takes_oneflows_argument_names_and_refuses_others_naming_them():
+    @flow.global_function()
+    def good(a: flow.typing.Numpy.Placeholder((3,))):
+        return _ccrelu(a, "cc")
+
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    np.testing.assert_array_equal(good(x).get().numpy(), np.maximum(x, 0))
+
+    @flow.global_function()
+    def bad(a: flow.typing.Numpy.Placeholder((3,))):
+        return flow.user_op_builder("cc").Op("ccrelu").Input("x", [a]).Output("y").Build() \
+            .InferAndTryRun().RemoteBlobList()[0]
+
+    with pytest.raises(flow.JobBuildError, match="ccrelu has no input 'x'; its inputs are in"):
+        bad(x)

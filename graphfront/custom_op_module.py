@@ -111,7 +111,8 @@ class CustomOpModule:
 
         Args:
             op_type: the op type name used with ``flow.user_op_builder(...).Op(op_type)``.
-            inputs / outputs: argument names, in the order the kernel receives / returns them.
+            inputs: input argument names, in the order the kernel receives them.
+            outputs: output argument names, in the order the kernel returns them.
             kernel: ``"forward"`` or ``"backward"``: the Python kernel module's function
                 that computes the op.
             attrs: attr specs as :func:`graphfront.ops.registry.op` takes them; the kernel

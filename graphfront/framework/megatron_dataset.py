@@ -40,8 +40,12 @@ _HEADER = len(MAGIC) + 8 + 1 + 8 + 8
 class MegatronIndex:
     """The checked contents of ``<prefix>.idx`` and the token array of ``<prefix>.bin``.
 
+    Args:
+        prefix: the path of the two files without ``.idx`` / ``.bin``.
+
     Attributes:
-        sizes: int64[n], tokens per document; pointers: int64[n], element offsets in ``tokens``;
+        sizes: int64[n], tokens per document.
+        pointers: int64[n], each document's offset in ``tokens`` (in tokens).
         tokens: the ``.bin`` file as a read-only ``numpy.memmap`` of the token dtype.
 
     Raises:
@@ -106,9 +110,12 @@ class GPTSamples:
         index: a :class:`MegatronIndex`.
         seq_length: tokens a sample advances (>= 1); a sample holds ``seq_length + label_length``.
         num_samples: samples wanted (>= 1); the data set holds at least that many.
-        split_sizes / split_index: the documents used are split ``split_index`` of the
-            documents cut in proportion to ``split_sizes`` (rounded to nearest, as OneFlow).
-        shuffle / random_seed: permute documents and samples (see module docstring).
+        split_sizes: the documents are cut in proportion to these sizes (rounded to nearest,
+            as OneFlow).
+        split_index: the part of that cut whose documents are used.
+        shuffle: permute documents and samples (see module docstring).
+        random_seed: the seed of that permutation.
+        label_length: tokens a sample holds beyond ``seq_length`` (1).
 
     Raises:
         ValueError: bad arguments, or a split without tokens.

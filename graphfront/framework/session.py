@@ -54,7 +54,8 @@ class FunctionConfig:
     ``enable_cuda_graph(bool)`` (graphfront's switch for CUDA-graph replay on GPU) and
     ``enable_passes(bool)`` (cleanup/fusion passes; autograd and optimizer always run) and
     ``compile_mode("plan" | "native" | "xla" | "onnxruntime" | "auto")`` (graphfront's switch:
-    the lowering of the job, see :mod:`graphfront.runtime.lowering`).
+    the lowering of the job, see :mod:`graphfront.runtime.lowering`), ``enable_qat(bool)`` with
+    ``qat.*`` (quantization-aware training) and ``enable_ssp(bool)`` (recorded only).
     """
 
     def __init__(self):

@@ -61,7 +61,9 @@ def test_symmetric_per_layer_forward_matches_numpy_fake_quantization():
     types = [op.user_conf.op_type_name for op in job.graph.proto.net.op if op.HasField("user_conf")]
     assert {"min_max_observer", "moving_average_min_max_observer", "fake_quantization"} <= set(types)
     names = {op.name for op in job.graph.proto.net.op}
-    assert {"Input_0-out-qat-moving_max", "Input_0-out-qat-moving_min", "w-out-qat-fake_quant"} <= names
+    x_input = next(op.name for op in job.graph.proto.net.op  # the input op of x (4, 3); t is (4, 2)
+                   if op.HasField("input_conf") and list(op.input_conf.blob_conf.shape.dim) == [4, 3])
+    assert {f"{x_input}-out-qat-moving_max", f"{x_input}-out-qat-moving_min", "w-out-qat-fake_quant"} <= names
 
 
 def test_affine_per_channel_forward_matches_numpy_fake_quantization():

@@ -21,8 +21,8 @@ _logging.getLogger("graphfront").addHandler(_logging.NullHandler())
 
 from graphfront.ops import families as _families  # noqa: F401 - registers every op type
 from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
-from graphfront import advanced, checkpoint, distribute, env, experimental, linalg, losses, saved_model, serving, train
-from graphfront import model, profiler, random, unittest, util
+from graphfront import advanced, checkpoint, deprecated, distribute, env, experimental, linalg, losses, saved_model
+from graphfront import model, profiler, random, serving, train, unittest, util
 from graphfront.amp import amp_white_identity
 from graphfront import onnx  # flow.onnx.export (imports the onnx package only when called)
 from graphfront.array import *  # noqa: F401,F403 - flow.reshape, flow.concat, ...
@@ -55,6 +55,7 @@ from graphfront.ops.builder import user_op_builder
 from graphfront.runtime.op_timing import profile
 from graphfront.time_shape import acc, pack, repeat, unpack
 from graphfront.toplevel import *  # noqa: F401,F403 - flow.Size, flow.cast_to_current_logical_view, ...
+from graphfront.typing import FixedTensorDef, MirroredTensorDef
 from graphfront.variables import get_variable
 from graphfront.watch import watch, watch_diff
 

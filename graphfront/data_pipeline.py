@@ -32,13 +32,14 @@ from graphfront.framework.errors import JobBuildError, format_location, user_fra
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.tensor_buffer import tensor_buffer_to_tensor
 from graphfront.core import op_conf_pb2
-from graphfront.initializers import random_uniform_initializer
+from graphfront.initializers import constant_initializer, random_uniform_initializer
 
 __all__ = ["ofrecord_reader", "ofrecord_loader", "OFRecordRawDecoder", "ofrecord_raw_decoder", "OFRecordBytesDecoder",
            "ofrecord_bytes_decoder", "OFRecordImageDecoder", "ofrecord_image_decoder",
            "OFRecordImageDecoderRandomCrop", "ofrecord_image_decoder_random_crop",
            "ofrecord_image_classification_reader", "decode_random", "image_resize", "Resize",
-           "crop_mirror_normalize", "CropMirrorNormalize", "coin_flip", "CoinFlip", "tensor_buffer_to_tensor"]
+           "crop_mirror_normalize", "CropMirrorNormalize", "coin_flip", "CoinFlip", "tensor_buffer_to_tensor",
+           "megatron_gpt_mmap_data_loader", "MegatronGPTMMapDataLoader"]
 
 
 @contextlib.contextmanager
@@ -279,3 +280,55 @@ def coin_flip(batch_size=1, seed=None, probability=0.5, name="CoinFlip"):
 
 
 CoinFlip = coin_flip
+
+
+# ------------------------------------------------------------------ Megatron GPT data loader
+
+def megatron_gpt_mmap_data_loader(data_file_prefix, seq_length, num_samples, batch_size, dtype=_dt.int64,
+                                  shuffle=True, random_seed=None, split_sizes=None, split_index=None, nd_sbp=None,
+                                  start_from_saved_progress=False, name=None) -> BlobDesc:
+    """Batches of GPT training samples from a Megatron-LM indexed data set
+    (``<data_file_prefix>.idx`` / ``.bin``; format and sample order:
+    :mod:`graphfront.framework.megatron_dataset`).
+
+    Each LazyRun returns the next ``batch_size`` samples, ``(batch_size, seq_length + 1)`` in
+    ``dtype`` (int64 or int32): sample ``i`` of the data set is ``seq_length + 1`` tokens from
+    token ``i * seq_length`` of the (split's, repeated) document stream. ``split_sizes`` /
+    ``split_index`` pick a split of the documents (default: all of them); ``shuffle``
+    permutes documents and samples with ``random_seed`` (None: drawn from torch's generator,
+    so ``flow.manual_seed`` fixes it). With ``start_from_saved_progress`` the batch counter is
+    a variable (``<name>-iteration``, int64 ``(1,)``) saved and restored with the checkpoint;
+    otherwise it lives in the compiled job. ``nd_sbp`` is recorded. OneFlow: op
+    ``megatron_gpt_mmap_data_loader``, on the host.
+
+    Raises:
+        JobBuildError: a file is missing or malformed (the message names the file and what
+            was expected), a bad argument, or a split without tokens.
+        RuntimeError: at run time, when a batch would read past the data set's samples.
+    """
+    fn = "data.megatron_gpt_mmap_data_loader"
+    if not isinstance(data_file_prefix, (str, bytes)) and not hasattr(data_file_prefix, "__fspath__"):
+        _fail(fn, f"argument 'data_file_prefix' expects a path, received {data_file_prefix!r}")
+    if split_sizes is None:
+        split_sizes, split_index = [1], 0
+    if random_seed is None:
+        import torch
+        random_seed = int(torch.randint(0, 2 ** 31 - 1, (1,)))
+    if name is None:
+        name = "gpt_data_loader" if start_from_saved_progress else unique_str("gpt_data_loader_")
+    nd_sbp = [nd_sbp] if isinstance(nd_sbp, str) else list(nd_sbp or [])
+    inputs = {}
+    with _on_host():
+        if start_from_saved_progress:
+            from graphfront.variables import get_variable
+            inputs["iteration"] = get_variable(f"{name}-iteration", shape=(1,), dtype=_dt.int64,
+                                               initializer=constant_initializer(0, dtype=_dt.int64),
+                                               trainable=False, reuse=False)
+        return build_op("megatron_gpt_mmap_data_loader", inputs, attrs={
+            "data_file_prefix": str(data_file_prefix), "seq_length": seq_length, "label_length": 1,
+            "num_samples": num_samples, "batch_size": batch_size, "dtype": dtype,
+            "split_sizes": list(split_sizes), "split_index": 0 if split_index is None else split_index,
+            "shuffle": bool(shuffle), "random_seed": random_seed, "nd_sbp": nd_sbp}, name=name)
+
+
+MegatronGPTMMapDataLoader = megatron_gpt_mmap_data_loader

@@ -11,11 +11,19 @@
   slicing of the whole (logical) blob however it is split over devices.
 * OneFlow's ``flow.experimental`` ops: ``unique_with_counts``, ``indexed_slices_reduce_sum``,
   ``square_sum``, ``ssp_variable_proxy``.
+* ``name_scope(name)``: the deprecated spelling of ``flow.scope.namespace`` (as
+  ``flow.deprecated.variable_scope``).
+* ``custom_op_module(op_module_name, module_path)``: OneFlow's user-op modules with Python
+  kernels (:mod:`graphfront.custom_op_module`).
+* ``unittest``: the same module as ``flow.unittest`` (:mod:`graphfront.unittest`).
 """
 from graphfront.array import assign as _assign
 from graphfront.array import slice_update as _slice_update
 from graphfront.array import slice_v2 as _slice_v2
 from graphfront.checkpoint import get_interface_blob_value, set_interface_blob_value
+from graphfront import unittest
+from graphfront.custom_op_module import CustomOpModule as custom_op_module
+from graphfront.deprecated import variable_scope as name_scope
 from graphfront.dynamic import indexed_slices_reduce_sum, unique_with_counts
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.job_io import JobFileError, load_job, save_job
@@ -68,6 +76,6 @@ def logical_slice_assign(ref, value, slice_tup_list, name=None) -> None:
     _assign(ref, update, name=name)
 
 
-__all__ = ["JobFileError", "get_interface_blob_value", "indexed_slices_reduce_sum", "load_job", "logical_slice",
-           "logical_slice_assign", "save_job", "set_interface_blob_value", "square_sum", "ssp_variable_proxy",
-           "unique_with_counts"]
+__all__ = ["JobFileError", "custom_op_module", "get_interface_blob_value", "indexed_slices_reduce_sum", "load_job",
+           "logical_slice", "logical_slice_assign", "name_scope", "save_job", "set_interface_blob_value", "square_sum",
+           "ssp_variable_proxy", "unique_with_counts", "unittest"]

@@ -15,7 +15,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.placement_scope import LogicalView, PlacementScope
 
 __all__ = ["LogicalView", "PlacementScope", "consistent_view", "consistent_view_enabled", "current_scope",
-           "mirrored_view", "mirrored_view_enabled", "namespace", "placement"]
+           "mirrored_view", "mirrored_view_enabled", "namespace", "placement", "scope_context"]
 
 
 def placement(device_tag, machine_device_ids, hierarchy=None) -> PlacementScope:
@@ -57,5 +57,33 @@ def mirrored_view_enabled() -> bool:
 
 
 def current_scope():
-    """The Scope ops are built under right now (device_tag, device_ids, namespace)."""
+    """The Scope ops are built under right now (device_tag, device_ids, namespace).
+
+    It carries OneFlow's scope symbol API (``device_parallel_desc_symbol``, ``symbol_id``,
+    ``job_desc_symbol``, ``BuildWithNewParallelDesc`` ...:
+    :class:`graphfront.framework.scope_symbols.Scope`).
+    """
     return jb.current().scope
+
+
+@contextlib.contextmanager
+def scope_context(scope):
+    """Build the ops inside the ``with`` block in ``scope``, a Scope made from
+    ``flow.current_scope()`` by its ``BuildWith...`` methods (OneFlow's ``ScopeContext``).
+
+    A "gpu" scope without CUDA runs on the CPU as ``flow.scope.placement`` does. The logical
+    view stays the job's (``FunctionConfig.default_logical_view``); the scope's mirrored flag
+    is recorded in its ``ScopeProto``.
+
+    Raises:
+        TypeError: ``scope`` is not a Scope.
+        JobBuildError: outside a job function, or a GPU placement that cannot run.
+    """
+    from graphfront.framework.scope_symbols import Scope
+    if not isinstance(scope, Scope):
+        raise TypeError(f"flow.scope.scope_context expects a Scope (flow.current_scope().BuildWith...), "
+                        f"received {scope!r}")
+    builder = jb.current()
+    tag = PlacementScope(scope.device_tag, scope.device_ids).resolved_device_tag()
+    with builder.scope_as(scope if tag == scope.device_tag else scope.derive(device_tag=tag)) as s:
+        yield s

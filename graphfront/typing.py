@@ -8,6 +8,9 @@ Parameters are annotated with placeholders:
   one ndarray of the placeholder's rank and at most its element count (dynamic), or,
   for a job in the mirrored view on ``n`` devices, ``n`` such ndarrays (one per device).
 
+The older spelling, a parameter default ``x=flow.FixedTensorDef(shape, dtype)`` (or
+``flow.MirroredTensorDef``), declares the same static (or list) input.
+
 Return annotations say how results come back: ``tp.Numpy`` (an ndarray),
 ``tp.ListNumpy`` (a one-element list of ndarrays), ``typing.Tuple/List/Dict`` of
 those, ``tp.Bundle[T]`` (any nesting of list/tuple/dict), ``tp.Callback[T]`` (the
@@ -16,8 +19,10 @@ call returns ``f(callback)`` and the callback receives the value), or no annotat
 
 Defined in :mod:`graphfront.framework.annotations`, where the session converts results.
 """
-from graphfront.framework.annotations import (Bundle, Callback, Future, ListNumpy, LocalBlob, Numpy, PlaceholderDef,
-                                              check_structure, convert, leaves, rebuild)
+from graphfront.framework.annotations import (Bundle, Callback, FixedTensorDef, Future, ListNumpy, LocalBlob,
+                                              MirroredTensorDef, Numpy, PlaceholderDef, check_structure, convert,
+                                              leaves, rebuild)
 
-__all__ = ["Bundle", "Callback", "Future", "ListNumpy", "LocalBlob", "Numpy", "PlaceholderDef", "check_structure",
+__all__ = ["Bundle", "Callback", "FixedTensorDef", "Future", "ListNumpy", "LocalBlob", "MirroredTensorDef", "Numpy",
+           "PlaceholderDef", "check_structure",
            "convert", "leaves", "rebuild"]

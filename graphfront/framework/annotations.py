@@ -93,6 +93,48 @@ class ListNumpy:
         list_input = True
 
 
+class FixedTensorDef(Numpy.Placeholder):
+    """The older way to declare a static input: a parameter default, ``x=flow.FixedTensorDef(shape)``.
+
+    Equivalent to annotating the parameter with ``tp.Numpy.Placeholder(shape, dtype)``: the call
+    takes an ``np.ndarray`` of exactly this shape and dtype (OneFlow v0.6.0
+    ``python/oneflow/compatible/single_client/framework/input_blob_def.py``).
+
+    Args:
+        shape: non-empty sequence of positive ints.
+        dtype: graphfront dtype; default ``flow.float32``.
+        name: accepted for OneFlow's signature; the input op is named after the parameter.
+
+    Raises:
+        ArgumentError: as :class:`PlaceholderDef`.
+    """
+
+    def __init__(self, shape, dtype=_dt.float32, name=None):
+        super().__init__(tuple(shape) if isinstance(shape, (list, tuple)) else shape, dtype)
+        self.name = name
+
+
+class MirroredTensorDef(ListNumpy.Placeholder):
+    """The older way to declare a dynamic (mirrored) input: ``x=flow.MirroredTensorDef(shape)``.
+
+    Equivalent to annotating the parameter with ``tp.ListNumpy.Placeholder(shape, dtype)``: the
+    call takes a list of ndarrays, one per device, each of the placeholder's rank and at most
+    its element count (OneFlow v0.6.0 ``input_blob_def.py``).
+
+    Args:
+        shape: non-empty sequence of positive ints, the largest shape accepted.
+        dtype: graphfront dtype; default ``flow.float32``.
+        name: accepted for OneFlow's signature; the input op is named after the parameter.
+
+    Raises:
+        ArgumentError: as :class:`PlaceholderDef`.
+    """
+
+    def __init__(self, shape, dtype=_dt.float32, name=None):
+        super().__init__(tuple(shape) if isinstance(shape, (list, tuple)) else shape, dtype)
+        self.name = name
+
+
 class _Generic:
     def __class_getitem__(cls, item):
         return _Alias(cls, item)

@@ -56,7 +56,8 @@ class FunctionConfig:
     ``enable_cuda_graph(bool)`` (graphfront's switch for CUDA-graph replay on GPU) and
     ``enable_passes(bool)`` (cleanup/fusion passes; autograd and optimizer always run) and
     ``compile_mode("plan" | "native" | "xla" | "onnxruntime" | "auto")`` (graphfront's switch:
-    the lowering of the job, see :mod:`graphfront.runtime.lowering`).
+    the lowering of the job, see :mod:`graphfront.runtime.lowering`), ``enable_qat(bool)`` with
+    ``qat.*`` (quantization-aware training) and ``enable_ssp(bool)`` (recorded only).
     """
 
     def __init__(self):
@@ -269,8 +270,62 @@ class FunctionConfig:
         """
         self._compile_mode = check_mode(mode, "FunctionConfig.compile_mode")
 
+    def enable_ssp(self, value=True) -> None:
+        """Record stage-wise (SSP) pipelining of the job (job flag ``enable_ssp``, bool).
+
+        OneFlow v0.6.0 partitions a train job into pipeline stages run stale-synchronously
+        across devices. graphfront runs every job as one stage without SSP pipelining: the
+        flag is recorded in the job config and one UserWarning per process says so (on one
+        device pipelining has nothing to overlap).
+
+        Args:
+            value: bool; default True.
+
+        Raises:
+            TypeError: ``value`` is not a bool.
+        """
+        if not isinstance(value, bool):
+            raise TypeError(f"FunctionConfig.enable_ssp expects a bool, received {value!r}")
+        self.job_config_proto.flag_name2flag_value["enable_ssp"].at_bool = value
+        if value:
+            _warn_once("enable_ssp", "FunctionConfig.enable_ssp(True) is recorded in the job config; graphfront "
+                       "runs jobs without SSP pipelining (as one stage)")
+
+    def ssp_partition_strategy(self, value) -> None:
+        """Record the SSP stage partition strategy (job flag ``ssp_partition_strategy``, str;
+        OneFlow's default ``"naive_sequential"``). Recorded only, as :meth:`enable_ssp`.
+
+        Raises:
+            TypeError: ``value`` is not a str.
+        """
+        if not isinstance(value, str):
+            raise TypeError(f"FunctionConfig.ssp_partition_strategy expects a str, received {value!r}")
+        self.job_config_proto.flag_name2flag_value["ssp_partition_strategy"].at_string = value
+
+    def enable_qat(self, value=True) -> None:
+        """Train with quantization-aware training (``JobConfigProto.enable_quantization_aware_training``).
+
+        The ``quantization_aware_training`` pass (:mod:`graphfront.passes.qat`) inserts
+        fake-quantization ops on the weights and inputs of conv and matmul ops, configured by
+        ``config.qat.*`` (:class:`QatSettings`).
+
+        Args:
+            value: bool; default True.
+
+        Raises:
+            TypeError: ``value`` is not a bool.
+        """
+        if not isinstance(value, bool):
+            raise TypeError(f"FunctionConfig.enable_qat expects a bool, received {value!r}")
+        self.job_config_proto.enable_quantization_aware_training = value
+
+    @property
+    def qat(self) -> "QatSettings":
+        """The quantization-aware training settings: ``config.qat.symmetric(False)`` ... (:class:`QatSettings`)."""
+        return QatSettings(self.job_config_proto.qat_config)
+
     # OneFlow setter names that differ from their JobConfigProto field
-    _FIELD_ALIASES = {"enable_reused_mem": "enable_reuse_mem", "enable_qat": "enable_quantization_aware_training",
+    _FIELD_ALIASES = {"enable_reused_mem": "enable_reuse_mem",
                       "enable_cudnn_conv_pseudo_half": "cudnn_conv_enable_pseudo_half"}
 
     def __getattr__(self, name):
@@ -295,6 +350,58 @@ class FunctionConfig:
             warnings.warn(f"FunctionConfig.{name}({value!r}) is recorded in the job config; graphfront's "
                           "runtime does not act on it", UserWarning, stacklevel=2)
         return setter
+
+
+_WARNED = set()
+
+
+def _warn_once(key, message):
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, UserWarning, stacklevel=3)
+
+
+class QatSettings:
+    """``config.qat``: setters of the job's ``QatConfig`` (OneFlow v0.6.0 ``function_util.py``).
+
+    * ``per_channel_weight_quantization(bool)``: one scale per output channel of a weight
+      (default False: one per tensor);
+    * ``symmetric(bool)``: symmetric quantization (zero point 0, default True) or affine;
+    * ``moving_min_max_momentum(float)``: momentum of the activations' moving min/max (0.95);
+    * ``moving_min_max_stop_update_after_iters(int)``: train steps after which the moving
+      min/max stops updating;
+    * ``target_backend(str)``: ``""`` (Google's formula) or ``"cambricon"``.
+
+    Each raises TypeError for a value of another type (ValueError for an unknown backend).
+    """
+
+    def __init__(self, conf):
+        self._conf = conf
+
+    def _set(self, field, value, types):
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            raise TypeError(f"FunctionConfig.qat.{field} expects {' or '.join(t.__name__ for t in types)}, "
+                            f"received {value!r}")
+        setattr(self._conf, field, value)
+
+    def per_channel_weight_quantization(self, value=True) -> None:
+        self._set("per_channel_weight_quantization", value, (bool,))
+
+    def symmetric(self, value=True) -> None:
+        self._set("symmetric", value, (bool,))
+
+    def moving_min_max_momentum(self, value) -> None:
+        self._set("moving_min_max_momentum", float(value) if isinstance(value, int) and not isinstance(value, bool)
+                  else value, (float,))
+
+    def moving_min_max_stop_update_after_iters(self, value) -> None:
+        self._set("moving_min_max_stop_update_after_iters", value, (int,))
+
+    def target_backend(self, value) -> None:
+        self._set("target_backend", value, (str,))
+        if value not in ("", "cambricon"):
+            self._conf.target_backend = ""
+            raise ValueError(f'FunctionConfig.qat.target_backend expects "" or "cambricon", received {value!r}')
 
 
 def trace(session, gf, placeholders=None, make_builder=jb.JobBuilder):
@@ -600,11 +707,15 @@ class Session:
         self.eager_kernels = {}  # job name -> the kernels its eager calls keep (see framework.eager)
 
     def default_scope(self, config) -> scope_mod.Scope:
+        """The scope a job of ``config`` is built in: its default placement and logical view,
+        its ``JobConfigProto`` registered as the job desc symbol, this session's id."""
+        fields = dict(is_mirrored=config._logical_view == "mirrored", session_id=self.id,
+                      job_desc_symbol_id=scope_mod.register_job_desc(config.job_config_proto))
         if config._placement_scope is not None:
             ps = config._placement_scope
-            return scope_mod.make_scope(ps.resolved_device_tag(), ps.device_ids)
+            return scope_mod.make_scope(ps.resolved_device_tag(), ps.device_ids, **fields)
         from graphfront.parallel.placement import default_devices
-        return scope_mod.make_scope(*default_devices(self))
+        return scope_mod.make_scope(*default_devices(self), **fields)
 
     def register(self, gf):
         self._check_open()
@@ -709,6 +820,8 @@ class GlobalFunction:
         self.arity = []  # per parameter: None (one placeholder) or n (a tuple of n placeholders)
         for p in sig.parameters.values():
             ann = p.annotation
+            if ann is p.empty and isinstance(p.default, tp.PlaceholderDef):
+                ann = p.default  # x=flow.FixedTensorDef(shape) / flow.MirroredTensorDef(shape)
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise TypeError(f"global function '{self.name}': *args/**kwargs are not supported")
             members = typing.get_args(ann) if typing.get_origin(ann) is tuple else None
@@ -724,7 +837,7 @@ class GlobalFunction:
             if not isinstance(ann, tp.PlaceholderDef):
                 raise TypeError(f"global function '{self.name}': parameter '{p.name}' must be annotated with "
                                 f"tp.Numpy.Placeholder(shape, dtype), tp.ListNumpy.Placeholder or a typing.Tuple of "
-                                f"them, received {ann!r}")
+                                f"them (or default to flow.FixedTensorDef / flow.MirroredTensorDef), received {ann!r}")
             ph = copy.copy(ann)
             ph.param_name = p.name
             self.arity.append(None)

@@ -2,8 +2,9 @@
 
 OneFlow v0.6.0 registers these in ``oneflow/user/ops/ofrecord_reader_op.cpp``,
 ``ofrecord_decoder_ops.cpp``, ``ofrecord_image_classification_reader_op.cpp``,
-``image_preprocess_ops.cpp``, ``image_resize_ops.cpp`` and ``coin_flip_op.cpp``; all
-are CPU-only and have no gradient.
+``image_preprocess_ops.cpp``, ``image_resize_ops.cpp``, ``coin_flip_op.cpp`` and
+``gpt_data_loader_op.cpp`` (``megatron_gpt_mmap_data_loader``, reading Megatron-LM's indexed
+token files: :mod:`graphfront.framework.megatron_dataset`); all are CPU-only and have no gradient.
 
 Blobs of host objects carry the dtypes ``record`` (``kOFRecord``: one ``OFRecord``
 message per batch element) and ``tensor_buffer`` (``kTensorBuffer``: one variable-size
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
+from graphfront.framework.megatron_dataset import GPTSamples, MegatronIndex
 from graphfront.ofrecord import images as _img
 from graphfront.ofrecord.reader import Prefetcher, record_batches
 from graphfront.ofrecord.records import OFRecord, shard_paths
@@ -427,3 +429,61 @@ op("coin_flip", outputs=["out"],
    attrs={"probability": ("float", 0.5), "batch_size": ("int64", 0), "seed": ("int64", -1),
           "has_seed": ("bool", False), "nd_sbp": "list_string"},
    infer=_coin_flip_infer, kernel=_coin_flip_kernel, no_grad=True, random=True)
+
+
+# ============================================================== Megatron GPT data loader
+
+GPT_LOADER_ATTRS = {
+    "data_file_prefix": "string", "seq_length": ("int64", 0), "label_length": ("int64", 1),
+    "num_samples": ("int64", 0), "batch_size": ("int64", 0), "dtype": ("dtype", _dt.int64),
+    "split_sizes": "list_int64", "split_index": ("int64", 0), "shuffle": ("bool", False),
+    "random_seed": ("int64", 0), "nd_sbp": "list_string",
+}
+
+
+def _gpt_samples(attrs) -> GPTSamples:
+    return GPTSamples(MegatronIndex(attrs["data_file_prefix"]), attrs["seq_length"], attrs["num_samples"],
+                      list(attrs["split_sizes"]) or [1], attrs["split_index"], attrs["shuffle"],
+                      attrs["random_seed"], attrs["label_length"])
+
+
+def _gpt_loader_infer(ctx):
+    n, dtype = ctx.attr("batch_size"), ctx.attr("dtype")
+    ctx.check(n >= 1, f"attr 'batch_size' must be >= 1, received {n}")
+    ctx.check(ctx.attr("label_length") == 1, f"attr 'label_length' must be 1, received {ctx.attr('label_length')}")
+    ctx.check(dtype in (_dt.int32, _dt.int64), f"attr 'dtype' must be int32 or int64, received {dtype.name}")
+    if ctx.has_input("iteration"):
+        it = ctx.input("iteration")
+        ctx.check(it.shape == (1,) and it.dtype == _dt.int64,
+                  f"input 'iteration' expected shape (1,) int64, received {it.shape} {it.dtype.name}")
+    try:
+        _gpt_samples(ctx.attrs)
+    except ValueError as e:
+        ctx.fail(str(e))
+    ctx.set_output("out", (n, ctx.attr("seq_length") + ctx.attr("label_length")), dtype)
+
+
+def _gpt_loader_kernel(k):
+    samples, batch = [], k.attr("batch_size")
+    counter = [0]
+    torch_dtype = k.attr("dtype").torch
+
+    def megatron_gpt_mmap_data_loader(iteration=None):
+        if not samples:
+            samples.append(_gpt_samples(k.attrs))
+        step = counter[0] if iteration is None else int(iteration.reshape(-1)[0])
+        try:
+            out = np.stack([samples[0].sample(step * batch + i) for i in range(batch)])
+        except IndexError as e:
+            raise RuntimeError(f"op {k.op_name} (megatron_gpt_mmap_data_loader): batch {step}: {e}") from None
+        if iteration is None:
+            counter[0] += 1
+        else:
+            iteration.add_(1)
+        return torch.from_numpy(out).to(torch_dtype)
+    return megatron_gpt_mmap_data_loader
+
+
+op("megatron_gpt_mmap_data_loader", inputs=["iteration?"], outputs=["out"], attrs=GPT_LOADER_ATTRS,
+   infer=_gpt_loader_infer, kernel=_gpt_loader_kernel, no_grad=True, random=True, mutates=("iteration",),
+   host_reads=True, doc="batches of seq_length + 1 tokens from a Megatron-LM indexed data set")

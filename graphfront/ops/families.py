@@ -16,5 +16,6 @@ from graphfront.ops import ctc_ops  # noqa: F401
 from graphfront.ops import categorical_ops  # noqa: F401
 from graphfront.ops import nvtx_ops  # noqa: F401
 from graphfront.ops import ssp_ops  # noqa: F401
+from graphfront.ops import quantization_ops  # noqa: F401
 from graphfront.ops import time_shape_ops  # noqa: F401
 from graphfront.ops import system  # noqa: F401 - the system ops (interface ops, identity_conf ...)

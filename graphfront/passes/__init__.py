@@ -1,7 +1,8 @@
 """Job completion passes: each is a function ``Job -> Job`` over the proto.
 
 :func:`complete` runs them in order: the unrolling of repeat/unpack ... acc/pack regions
-(when the job has them), auto mixed precision (when the job enables it),
+(when the job has them), quantization-aware training and auto mixed precision (when the job
+enables them),
 autograd, optimizer and the indexed-slices rewrite of configured embedding updates
 (train jobs), then the
 cleanup passes (:data:`CLEANUP_PASSES`: constant folding, fusions, multi-tensor update
@@ -23,10 +24,11 @@ from graphfront.passes.indexed_slices import indexed_slices_optimizer
 from graphfront.passes.fusion import (fold_batch_norm, fuse_bias_add, fuse_bias_add_relu, fuse_conv_grads,
                                       fuse_max_pool_grad, fuse_scalar_chains, fuse_update_ops)
 from graphfront.passes.optimizer import optimizer
+from graphfront.passes.qat import quantization_aware_training
 from graphfront.passes.time_shape import unroll_time_shape
 from graphfront.passes.update_group import group_update_ops
 
-REQUIRED_PASSES = [unroll_time_shape, auto_mixed_precision, autograd, optimizer, indexed_slices_optimizer]
+REQUIRED_PASSES = [unroll_time_shape, quantization_aware_training, auto_mixed_precision, autograd, optimizer, indexed_slices_optimizer]
 CLEANUP_PASSES = [prune_dead_ops, fold_constants, fuse_update_ops, fuse_scalar_chains, fuse_bias_add,
                   fold_batch_norm, fuse_bias_add_relu, fuse_conv_grads, fuse_max_pool_grad, group_update_ops,
                   prune_dead_ops]

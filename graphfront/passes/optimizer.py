@@ -153,6 +153,13 @@ def _train_step(b, skip=None):
     return step
 
 
+def train_step_lbn(b) -> str:
+    """The train step blob of the job ``b`` builds (int64 ``(1,)``, 0 at the first step): the
+    configured ``train_conf.train_step_lbn``, else ``System-Train-TrainStep-<job>``, created
+    and recorded in ``train_conf`` (the optimizer pass then reuses it)."""
+    return _train_step(b)
+
+
 def _learning_rate(b, opt_conf, step):
     """The LR blob of one optimizer conf: a schedule op, or the conf's own ``learning_rate_lbn``."""
     if opt_conf.learning_rate_lbn and not opt_conf.HasField("base_learning_rate"):

@@ -24,6 +24,11 @@ from graphfront.ops.registry import registered_op_types
 _UPDATE = ("in-place optimizer update of a variable and its state (no outputs to compare); emitted by the "
            "optimizer pass and checked by tests/test_optimizers.py against torch.optim and numpy references")
 EXEMPT = {
+    "moving_average_min_max_observer": "updates its moving_max / moving_min variables in place across train steps; "
+                                       "emitted by the qat pass and checked by tests/test_qat.py against numpy "
+                                       "fake quantization and OneFlow's momentum rule",
+    "megatron_gpt_mmap_data_loader": "source op reading Megatron-LM data set files from disk; checked by "
+                                     "tests/test_megatron_gpt_loader.py against the token stream cut by numpy",
     "sgd_update": _UPDATE,
     "momentum_update": _UPDATE,
     "adam_update": _UPDATE,

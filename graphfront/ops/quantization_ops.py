@@ -1,0 +1,173 @@
+"""Quantization-aware training ops: observers that pick a quantization scale and the
+fake-quantization op that rounds a blob to that grid (OneFlow v0.6.0
+``oneflow/user/ops/min_max_observer_op.cpp``, ``moving_average_min_max_observer_op.cpp`` and
+``fake_quantization_op.cpp``, with the CPU kernels' arithmetic).
+
+Attrs shared by the three: ``quantization_formula`` (``"google"`` or ``"cambricon"``),
+``quantization_bit`` (int32, 8) and ``quantization_scheme`` (``"symmetric"`` or ``"affine"``).
+
+* ``min_max_observer`` (in -> scale, zero_point): ``google``/``symmetric``:
+  ``scale = max|in| / (2^(bit-1) - 1)``, ``zero_point = 0``; ``google``/``affine``:
+  ``scale = (max - min) / (2^bit - 1)``, ``zero_point = -round(min / scale)``; ``cambricon``:
+  ``scale = floor(log2(max|in|)) - (bit - 2)`` (a power-of-two shift), ``zero_point = 0``.
+  ``per_layer_quantization`` (default True) gives one value; False one per slice along
+  axis 0 (``google`` only). Shapes ``(1,)`` or ``(in.shape[0],)``.
+* ``moving_average_min_max_observer`` (in, current_train_step, moving_max, moving_min ->
+  scale, zero_point): while ``training`` and ``current_train_step <= stop_update_after_iters``
+  it updates the variables ``moving_max`` / ``moving_min`` in place
+  (``m = in_value`` when ``m == 0``, else ``m * momentum + in_value * (1 - momentum)``;
+  symmetric and cambricon track ``max|in|`` in both), then derives the scale as above from
+  them (affine: ``zero_point = -moving_min / scale``, not rounded). Per layer only.
+* ``fake_quantization`` (in, scale, zero_point -> out): ``google``/``symmetric``:
+  ``clamp(round(in / s), -2^(bit-1), 2^(bit-1) - 1) * s``; ``google``/``affine``, with
+  ``z = uint8(round(zero_point))``: ``(clamp(round(in / s + z), 0, 2^bit - 1) - z) * s``;
+  ``cambricon``: symmetric with ``s = 2^int(shift)``. A scale of one element per slice of
+  axis 0 quantizes per channel. Rounding is to nearest, ties to even. Its gradient is the
+  straight-through estimator: ``identity`` of the output's gradient.
+"""
+from __future__ import annotations
+
+import torch
+
+from graphfront.framework import dtypes as _dt
+from graphfront.ops.common import like
+from graphfront.ops.registry import op
+
+
+def _one_of(values):
+    return lambda v: None if v in values else f"expected one of {', '.join(map(repr, values))}, received {v!r}"
+
+
+QUANT_ATTRS = {
+    "quantization_formula": ("string", "google", _one_of(("google", "cambricon"))),
+    "quantization_bit": ("int32", 8, lambda v: None if 2 <= v <= 16 else f"expected 2..16, received {v}"),
+    "quantization_scheme": ("string", "symmetric", _one_of(("symmetric", "affine"))),
+}
+
+
+def _float_in(ctx):
+    d = ctx.input("in")
+    ctx.check(d.dtype in (_dt.float32, _dt.float64), f"input 'in' expected float32 or float64, received {d.dtype.name}")
+    return d
+
+
+def _scale_of(lo, hi, absmax, k):
+    """(scale, zero_point) from per-slice min, max and max|.| tensors."""
+    bit, formula = k.attr("quantization_bit"), k.attr("quantization_formula")
+    if formula == "cambricon":
+        return torch.floor(torch.log2(absmax)) - (bit - 2), torch.zeros_like(absmax)
+    if k.attr("quantization_scheme") == "symmetric":
+        return absmax / (2.0 ** (bit - 1) - 1), torch.zeros_like(absmax)
+    scale = (hi - lo) / (2.0 ** bit - 1)
+    return scale, -torch.round(lo / scale)
+
+
+# ------------------------------------------------------------------ min_max_observer
+
+def _min_max_infer(ctx):
+    d = _float_in(ctx)
+    per_layer = ctx.attr("per_layer_quantization")
+    ctx.check(per_layer or ctx.attr("quantization_formula") == "google",
+              "per-channel quantization (per_layer_quantization=False) needs quantization_formula 'google'")
+    n = 1 if per_layer else d.shape[0]
+    ctx.set_output("scale", (n,), d.dtype)
+    ctx.set_output("zero_point", (n,), d.dtype)
+
+
+def _min_max_kernel(k):
+    per_layer = k.attr("per_layer_quantization")
+
+    def min_max_observer(x):
+        flat = x.reshape(1, -1) if per_layer else x.reshape(x.shape[0], -1)
+        lo, hi = flat.amin(dim=1), flat.amax(dim=1)
+        return _scale_of(lo, hi, torch.maximum(hi.abs(), lo.abs()), k)
+    return min_max_observer
+
+
+op("min_max_observer", inputs=["in"], outputs=["scale", "zero_point"],
+   attrs=dict(QUANT_ATTRS, per_layer_quantization=("bool", True)), infer=_min_max_infer, kernel=_min_max_kernel,
+   no_grad=True, doc="quantization scale and zero point of a blob from its min and max")
+
+
+# ------------------------------------------------------------------ moving_average_min_max_observer
+
+def _moving_infer(ctx):
+    d = _float_in(ctx)
+    step = ctx.input("current_train_step")
+    ctx.check(step.shape == (1,) and step.dtype == _dt.int64,
+              f"input 'current_train_step' expected int64 (1,), received {step.dtype.name} {step.shape}")
+    for arg in ("moving_max", "moving_min"):
+        m = ctx.input(arg)
+        ctx.check(m.shape == (1,) and m.dtype == d.dtype,
+                  f"input '{arg}' expected {d.dtype.name} (1,), received {m.dtype.name} {m.shape}")
+    ctx.set_output("scale", (1,), d.dtype)
+    ctx.set_output("zero_point", (1,), d.dtype)
+
+
+def _moving_kernel(k):
+    momentum, stop = k.attr("momentum"), k.attr("stop_update_after_iters")
+    tracks_absmax = k.attr("quantization_formula") == "cambricon" or k.attr("quantization_scheme") == "symmetric"
+
+    def moving_average_min_max_observer(x, step, moving_max, moving_min):
+        if k.attr("training"):
+            lo, hi = x.amin().reshape(1), x.amax().reshape(1)
+            if tracks_absmax:
+                hi = torch.maximum(hi.abs(), lo.abs())
+            update = step <= stop
+            new_max = torch.where(moving_max == 0, hi, moving_max * momentum + hi * (1 - momentum))
+            new_min = new_max if tracks_absmax else torch.where(
+                moving_min == 0, lo, moving_min * momentum + lo * (1 - momentum))
+            moving_max.copy_(torch.where(update, new_max, moving_max))
+            moving_min.copy_(torch.where(update, new_min, moving_min))
+        if tracks_absmax:
+            return _scale_of(None, None, moving_max.clone(), k)
+        bit = k.attr("quantization_bit")
+        scale = (moving_max - moving_min) / (2.0 ** bit - 1)
+        return scale, -moving_min / scale
+    return moving_average_min_max_observer
+
+
+op("moving_average_min_max_observer", inputs=["in", "current_train_step", "moving_max", "moving_min"],
+   outputs=["scale", "zero_point"],
+   attrs=dict(QUANT_ATTRS, training=("bool", False), stop_update_after_iters=("int64", 1),
+              momentum=("float", 0.95)),
+   infer=_moving_infer, kernel=_moving_kernel, no_grad=True, mutates=("moving_max", "moving_min"),
+   doc="quantization scale from a moving average of a blob's min and max (variables updated in place)")
+
+
+# ------------------------------------------------------------------ fake_quantization
+
+def _fake_quant_infer(ctx):
+    d = _float_in(ctx)
+    s, z = ctx.input("scale"), ctx.input("zero_point")
+    ctx.check(s.shape == z.shape and len(s.shape) == 1 and s.shape[0] in (1, d.shape[0] if d.shape else 1),
+              f"inputs 'scale' and 'zero_point' expected shape (1,) or ({d.shape[0] if d.shape else 1},), "
+              f"received {s.shape} and {z.shape}")
+    like("in")(ctx)
+
+
+def _fake_quant_kernel(k):
+    bit, formula = k.attr("quantization_bit"), k.attr("quantization_formula")
+    symmetric = formula == "cambricon" or k.attr("quantization_scheme") == "symmetric"
+
+    def fake_quantization(x, scale, zero_point):
+        shape = (-1,) + (1,) * (x.dim() - 1) if scale.numel() > 1 else (1,) * max(x.dim(), 1)
+        s = scale.reshape(shape)
+        if formula == "cambricon":
+            s = torch.pow(2.0, torch.trunc(s)).to(x.dtype)
+        if symmetric:
+            upper = 2.0 ** (bit - 1) - 1
+            return torch.clamp(torch.round(x / s), -upper - 1, upper) * s
+        z = (torch.round(zero_point).to(torch.int64) % 256).to(x.dtype).reshape(shape)
+        return (torch.clamp(torch.round(x / s + z), 0, 2.0 ** bit - 1) - z) * s
+    return fake_quantization
+
+
+def _fake_quant_grad(g):
+    if g.needs("in"):
+        g.set_grad("in", g.emit("identity", {"in": g.dout("out")}))
+
+
+op("fake_quantization", inputs=["in", "scale", "zero_point"], outputs=["out"], attrs=QUANT_ATTRS,
+   infer=_fake_quant_infer, kernel=_fake_quant_kernel, grad=_fake_quant_grad,
+   doc="round a blob to the quantization grid of (scale, zero_point); straight-through gradient")

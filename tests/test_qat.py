@@ -1,0 +1,126 @@
+"""Quantization-aware training: FunctionConfig.enable_qat(True) and config.qat.* make the
+qat pass insert OneFlow's observers and fake_quantization ops in front of matmul/conv
+inputs; the quantized forward equals a numpy fake-quantization reference, and training
+still reduces the loss (straight-through gradient)."""
+import numpy as np
+import pytest
+
+import graphfront as flow
+from graphfront import typing as tp
+
+
+def fake_quant_symmetric(x, scale, bit=8):
+    upper = 2.0 ** (bit - 1) - 1
+    return (np.clip(np.round(x / scale), -upper - 1, upper) * scale).astype(x.dtype)
+
+
+def fake_quant_affine(x, scale, zero_point, bit=8):
+    z = np.float32(np.uint8(np.round(zero_point)))
+    return ((np.clip(np.round(x / scale + z), 0, 2.0 ** bit - 1) - z) * scale).astype(x.dtype)
+
+
+def _config(symmetric=True, per_channel=False):
+    config = flow.FunctionConfig()
+    config.enable_qat(True)
+    config.qat.symmetric(symmetric)
+    config.qat.per_channel_weight_quantization(per_channel)
+    config.qat.moving_min_max_momentum(0.95)
+    config.qat.moving_min_max_stop_update_after_iters(10)
+    config.qat.target_backend("")
+    return config
+
+
+def _job(config, lr=0.0):
+    @flow.global_function(type="train", function_config=config)
+    def train(x: tp.Numpy.Placeholder((4, 3)), t: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 2), initializer=flow.random_uniform_initializer(-1, 1))
+        y = flow.matmul(x, w)
+        loss = flow.math.reduce_mean(flow.math.square(y - t))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr])).minimize(loss)
+        return y
+    return train
+
+
+X = np.random.default_rng(0).uniform(-2, 3, (4, 3)).astype(np.float32)
+T = np.random.default_rng(1).uniform(-1, 1, (4, 2)).astype(np.float32)
+W = np.random.default_rng(2).uniform(-1, 1, (3, 2)).astype(np.float32)
+
+
+def _first_forward(config):
+    job = _job(config)
+    flow.load_variables({"w": W})
+    return job, job(X, T)
+
+
+def test_symmetric_per_layer_forward_matches_numpy_fake_quantization():
+    job, y = _first_forward(_config(symmetric=True))
+    xq = fake_quant_symmetric(X, np.abs(X).max() / np.float32(127))  # first step: moving max = max|x|
+    wq = fake_quant_symmetric(W, np.abs(W).max() / np.float32(127))
+    np.testing.assert_allclose(y, xq @ wq, rtol=1e-6, atol=1e-6)
+    assert np.abs(y - X @ W).max() > 1e-4  # the quantization is visible
+    types = [op.user_conf.op_type_name for op in job.graph.proto.net.op if op.HasField("user_conf")]
+    assert {"min_max_observer", "moving_average_min_max_observer", "fake_quantization"} <= set(types)
+    names = {op.name for op in job.graph.proto.net.op}
+    x_input = next(op.name for op in job.graph.proto.net.op  # the input op of x (4, 3); t is (4, 2)
+                   if op.HasField("input_conf") and list(op.input_conf.blob_conf.shape.dim) == [4, 3])
+    assert {f"{x_input}-out-qat-moving_max", f"{x_input}-out-qat-moving_min", "w-out-qat-fake_quant"} <= names
+
+
+def test_affine_per_channel_forward_matches_numpy_fake_quantization():
+    _, y = _first_forward(_config(symmetric=False, per_channel=True))
+    s_x = (X.max() - X.min()) / np.float32(255)
+    xq = fake_quant_affine(X, s_x, -X.min() / s_x)
+    wq = np.stack([fake_quant_affine(row, s, -np.round(row.min() / s))
+                   for row, s in ((r, (r.max() - r.min()) / np.float32(255)) for r in W)])
+    np.testing.assert_allclose(y, xq @ wq, rtol=1e-5, atol=1e-5)
+
+
+def test_moving_min_max_follows_the_momentum_until_stop_update_after_iters():
+    config = _config(symmetric=True)
+    config.qat.moving_min_max_stop_update_after_iters(1)  # steps 0 and 1 update
+    job = _job(config)
+    flow.load_variables({"w": W})
+    scales = []
+    expected = 0.0
+    for step in range(4):
+        x = X * (step + 1)
+        job(x, T)
+        moving = [v.numpy()[0] for k, v in flow.get_all_variables().items() if k.endswith("qat-moving_max")]
+        if step <= 1:
+            absmax = np.abs(x).max()
+            expected = absmax if expected == 0 else expected * np.float32(0.95) + absmax * np.float32(0.05)
+        scales.append((moving[0], expected))
+    for got, want in scales:
+        assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_qat_training_still_reduces_the_loss():
+    config = _config(symmetric=True)
+
+    @flow.global_function(type="train", function_config=config)
+    def train(x: tp.Numpy.Placeholder((4, 3)), t: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 2), initializer=flow.random_uniform_initializer(-1, 1))
+        loss = flow.math.reduce_mean(flow.math.square(flow.matmul(x, w) - t))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.05])).minimize(loss)
+        return loss
+
+    flow.load_variables({"w": W})
+    target = X @ np.array([[0.5, -0.25], [0.1, 0.3], [-0.4, 0.2]], np.float32)
+    losses = [float(train(X, target)) for _ in range(30)]
+    assert losses[-1] < 0.2 * losses[0]
+
+
+def test_qat_settings_are_checked():
+    config = flow.FunctionConfig()
+    with pytest.raises(TypeError, match="symmetric"):
+        config.qat.symmetric("yes")
+    with pytest.raises(ValueError, match="cambricon"):
+        config.qat.target_backend("tensorrt")
+    with pytest.raises(TypeError, match="enable_qat"):
+        config.enable_qat(1)
+    config.qat.target_backend("cambricon")
+    config.qat.per_channel_weight_quantization(True)
+    config.enable_qat(True)
+    job = _job(config)
+    with pytest.raises(flow.JobBuildError, match="per_channel_weight_quantization"):
+        job(X, T)

@@ -129,6 +129,25 @@ def missing_rules(order) -> list:
                    if not registry.op_def(op).interface and registry.op_def(op).xla is None})
 
 
+def xla_refusal(job) -> str | None:
+    """Why the XLA lowering cannot run ``job`` (completed), or None when it can: jax is not
+    installed, an op type has no ``xla`` rule (named), or the job is placed on a GPU and jax
+    has no GPU backend."""
+    try:
+        jax = import_jax()
+    except ImportError as e:
+        return str(e)
+    missing = missing_rules(job.net.op)
+    if missing:
+        return f"op type(s) without an xla rule: {', '.join(missing)}"
+    if any(op.device_tag == "gpu" for op in job.net.op):
+        try:
+            jax.devices("gpu")
+        except RuntimeError:
+            return "the job is placed on a GPU and jax has no GPU backend here"
+    return None
+
+
 class JaxVariables:
     """The jax copies of a VariableStore's variables, kept in sync lazily (module doc)."""
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.ops.common import integer_input, like, norm_axis, numel, same_dtype
-from graphfront.ops import onnx_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, np_dtype
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -97,7 +97,8 @@ def _reshape_like_infer(ctx):
 
 
 op("reshape_like", inputs=["in", "like"], outputs=["out"], infer=_reshape_like_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"))
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
+   xla=_reshape_kernel())
 
 
 def _flatten_infer(ctx):
@@ -115,7 +116,7 @@ def _flatten_infer(ctx):
 
 op("flatten", inputs=["in"], outputs=["out"], attrs={"start_dim": ("int32", 0), "end_dim": ("int32", -1)},
    infer=_flatten_infer, kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True,
-   onnx=_reshape_to_output_onnx("in", "out"), amp="clear")
+   onnx=_reshape_to_output_onnx("in", "out"), xla=_reshape_kernel(), amp="clear")
 
 
 def _squeeze_infer(ctx):
@@ -133,7 +134,7 @@ def _squeeze_infer(ctx):
 
 op("squeeze", inputs=["in"], outputs=["out"], attrs={"axes": "list_int32"}, infer=_squeeze_infer,
    kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
-   amp="clear")
+   xla=_reshape_kernel(), amp="clear")
 
 
 def _expand_dims_infer(ctx):
@@ -148,7 +149,7 @@ def _expand_dims_infer(ctx):
 
 op("expand_dims", inputs=["in"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=_expand_dims_infer,
    kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
-   amp="clear")
+   xla=_reshape_kernel(), amp="clear")
 
 
 # ============================================================== transpose
@@ -173,6 +174,7 @@ def _transpose_grad(g):
 
 op("transpose", inputs=["input"], outputs=["output"], attrs={"perm": "list_int32"}, infer=_transpose_infer,
    kernel=lambda k: (lambda x, p=tuple(k.attr("perm")): x.permute(p)), grad=_transpose_grad, view=True,
+   xla=lambda k: (lambda x, p=tuple(k.attr("perm")): x.transpose(p)),
    onnx=lambda c: c.node("Transpose", [c.input("input")], [c.output("output")], perm=list(c.attr("perm"))), amp="clear")
 
 
@@ -225,6 +227,8 @@ def _concat_grad(g):
 
 op("concat", inputs=["in*"], outputs=["out"], attrs={"axis": ("int64", 0), "max_dim_size": ("int64", 0)},
    infer=_concat_infer, kernel=_concat_kernel, grad=_concat_grad,
+   xla=lambda k: (lambda xs, axis=norm_axis(k.attr("axis"), len(k.input("in").shape)):
+                  xla_rules.jnp().concatenate(xs, axis=axis)),
    onnx=lambda c: c.node("Concat", c.inputs("in"), [c.output("out")], axis=c.attr("axis")), amp="clear")
 
 
@@ -991,6 +995,13 @@ def _constant_kernel(k):
     return lambda: torch.full(shape, value, dtype=dtype.torch, device=device)
 
 
+def _constant_xla(k):
+    dtype = k.attr("dtype")
+    value = k.attr("floating_value") if k.attr("is_floating_value") else k.attr("integer_value")
+    shape = tuple(k.attr("shape"))
+    return lambda: xla_rules.jnp().full(shape, value, dtype.np)
+
+
 def _constant_value_onnx(c):
     d = c.output_desc("out")
     value = c.attr("floating_value") if c.attr("is_floating_value") else c.attr("integer_value")
@@ -1003,7 +1014,7 @@ _constant_onnx = onnx_rules.constant_output(_constant_value_onnx)
 op("constant", outputs=["out"],
    attrs={"floating_value": ("double", 0.0), "integer_value": ("int64", 0), "is_floating_value": ("bool", False),
           "dtype": "dtype", "shape": "shape", "nd_sbp": "list_string"},
-   infer=_constant_infer, kernel=_constant_kernel, no_grad=True, onnx=_constant_onnx)
+   infer=_constant_infer, kernel=_constant_kernel, no_grad=True, onnx=_constant_onnx, xla=_constant_xla)
 
 def _full_like_output_onnx(value, out_arg):
     """zero_like / ones_like: ``value`` in the output's shape and dtype."""
@@ -1014,13 +1025,14 @@ def _full_like_output_onnx(value, out_arg):
 
 
 op("zero_like", inputs=["like"], outputs=["out"], infer=like("like"),
-   kernel=lambda k: torch.zeros_like, no_grad=True, onnx=_full_like_output_onnx(0, "out"))
+   kernel=lambda k: torch.zeros_like, no_grad=True, onnx=_full_like_output_onnx(0, "out"),
+   xla=lambda k: xla_rules.jnp().zeros_like)
 
 # v0.6.0 declares ones_like as ``x -> y`` (its C++ inference reads ``like``/``out``,
 # a bug). graphfront keeps the declared signature, the one a conf is checked against,
 # and infers ``y`` from ``x`` consistently.
 op("ones_like", inputs=["x"], outputs=["y"], infer=like("x"), kernel=lambda k: torch.ones_like, no_grad=True,
-   onnx=_full_like_output_onnx(1, "y"))
+   onnx=_full_like_output_onnx(1, "y"), xla=lambda k: xla_rules.jnp().ones_like)
 
 
 def _one_hot_infer(ctx):
@@ -1046,6 +1058,18 @@ def _one_hot_kernel(k):
     return one_hot
 
 
+def _one_hot_xla(k):
+    dtype, depth = k.attr("dtype"), k.attr("depth")
+    on = k.attr("floating_on_value") if dtype.is_floating_point else k.attr("integer_on_value")
+    off = k.attr("floating_off_value") if dtype.is_floating_point else k.attr("integer_off_value")
+
+    def one_hot(idx):
+        jnp = xla_rules.jnp()
+        hot = idx.astype("int64")[..., None] == jnp.arange(depth, dtype="int64")
+        return jnp.where(hot, jnp.asarray(on, dtype.np), jnp.asarray(off, dtype.np))
+    return one_hot
+
+
 def _one_hot_onnx(c):
     """one_hot: ``on`` where index == position along the new last axis, ``off`` elsewhere
     (all ``off`` for out-of-range indices, as the kernel)."""
@@ -1062,7 +1086,7 @@ def _one_hot_onnx(c):
 op("one_hot", inputs=["indices"], outputs=["out"],
    attrs={"depth": ("int64", 0), "floating_on_value": ("double", 0.0), "integer_on_value": ("int64", 0),
           "floating_off_value": ("double", 0.0), "integer_off_value": ("int64", 0), "dtype": "dtype"},
-   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True, onnx=_one_hot_onnx)
+   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True, onnx=_one_hot_onnx, xla=_one_hot_xla)
 
 
 ARANGE_ATTRS = {"integer_start": ("int64", 0), "integer_delta": ("int64", 0), "integer_limit": ("int64", 0),

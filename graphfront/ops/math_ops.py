@@ -887,10 +887,24 @@ def _gelu_grad(x, dy):
     return dy * (cdf + x * pdf)
 
 
+def _gelu_grad_xla(k):
+    def gelu_grad(x, dy):
+        jnp = xla_rules.jnp()
+        cdf = 0.5 * (1.0 + xla_rules.lax().erf(x * (1.0 / math.sqrt(2.0))))
+        pdf = jnp.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+        return dy * (cdf + x * pdf)
+    return gelu_grad
+
+
+def _gelu_xla(k):
+    import jax.nn
+    return lambda x: jax.nn.gelu(x, approximate=False)
+
+
 op("gelu", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: F.gelu,
-   onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"),
+   onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"), xla=_gelu_xla,
    grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})), amp="gray")
-op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: _gelu_grad)
+op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: _gelu_grad, xla=_gelu_grad_xla)
 
 
 # ----------------------------------------------------------------- clipping

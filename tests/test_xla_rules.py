@@ -154,6 +154,37 @@ CASES = {
                                       "momentum": [_any((2, 3)), _any((4,))], "learning_rate": _pos((1,))},
                                      {"beta": 0.9, "scale": 2.0}, [], {"model", "momentum"}),
 }
+_F64 = np.float64  # float64 cases: the two implementations agree to rounding (tolerance of _tolerance)
+CASES.update({
+    "gather": ({"in": _any((5, 3, 2), _F64), "indices": lambda r: r.integers(-1, 6, (2, 4)).astype(np.int32)},
+               {"axis": 0}),  # -1 and 5 are out of range: zero slices
+    "unsorted_segment_sum": ({"data": _any((2, 3, 4), _F64), "segment_ids": lambda r: r.integers(-1, 6, (3,))
+                              .astype(np.int64)}, {"axis": 1, "num_segments": 5}),
+    "unsorted_segment_sum_like": ({"data": _any((6, 4), _F64), "segment_ids": _labels((6,), 3),
+                                   "like": _any((3, 4), _F64)}, {"axis": 0}),
+    "transpose": ({"input": _any((2, 3, 4))}, {"perm": [2, 0, 1]}),
+    "reshape_like": ({"in": _any((2, 6)), "like": _any((3, 4))}, {}),
+    "flatten": ({"in": _any((2, 3, 4))}, {"start_dim": 1, "end_dim": -1}),
+    "squeeze": ({"in": _any((2, 1, 4, 1))}, {"axes": [1, 3]}),
+    "expand_dims": ({"in": _any((2, 4))}, {"axis": -1}),
+    "concat": ({"in": [_any((2, 3)), _any((2, 1)), _any((2, 2))]}, {"axis": 1}),
+    "one_hot": ({"indices": lambda r: r.integers(-1, 5, (3, 2)).astype(np.int32)},
+                {"depth": 4, "floating_on_value": 2.5, "floating_off_value": -1.0, "dtype": flow.float}),
+    "constant": ({}, {"shape": (2, 3), "dtype": flow.int64, "integer_value": 7}),
+    "zero_like": ({"like": _any((2, 3))}, {}),
+    "ones_like": ({"x": _any((2, 3), np.int32)}, {}),
+    "gelu": ({"in": _any((3, 5), _F64)}, {}),
+    "gelu_grad": ({"x": _any((3, 5), _F64), "dy": _any((3, 5), _F64)}, {}),
+    "layer_norm": ({"x": _any((2, 3, 4), _F64), "beta": _any((3, 4), _F64), "gamma": _any((3, 4), _F64)},
+                   {"center": True, "scale": True, "begin_norm_axis": 1, "begin_params_axis": 1, "epsilon": 1e-5},
+                   ["y", "mean", "inv_variance", "normalized"]),
+    "layer_norm_grad": ({"dy": _any((2, 3, 4), _F64), "x": _any((2, 3, 4), _F64), "mean": _any((2, 3), _F64),
+                         "inv_variance": lambda r: r.uniform(0.5, 2.0, (2, 3)), "_add_to_output": _any((2, 3, 4), _F64)},
+                        {"begin_norm_axis": -1, "epsilon": 1e-5}),
+    "layer_norm_param_grad": ({"dy": _any((2, 3, 4), _F64), "normalized": _any((2, 3, 4), _F64),
+                               "gamma": _any((4,), _F64)}, {"begin_params_axis": 2},
+                              ["normalized_diff", "beta_diff", "gamma_diff", "reduce_buf"]),
+})
 for _t in ("max", "avg"):
     for _n in (1, 2, 3):
         CASES[f"tf_{_t}_pool_{_n}d"] = _pool(_n, _t, last=_n == 2)
@@ -236,6 +267,11 @@ def _flow_dtype(np_dtype):
             np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
 
 
+def _tolerance(dtype):
+    """A few ulps of a short chain of ops, 32 or 64 bits (exact for integers)."""
+    return {np.dtype(np.float64): dict(rtol=1e-12, atol=1e-13)}.get(np.dtype(dtype), dict(rtol=1e-5, atol=1e-6))
+
+
 def test_every_xla_rule_has_a_case():
     with_rule = sorted(t for t in registry.registered_op_types() if registry.lookup(t).xla is not None)
     assert sorted(CASES) == with_rule
@@ -254,7 +290,7 @@ def test_xla_rule_matches_the_kernel(op_type):
     got = _run(op_type, "xla", arrays, attrs, outputs, variables)
     for name, w, g in zip(outputs, want[0], got[0]):
         assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, w.dtype, g.shape, w.shape)
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{op_type} output {name}")
+        np.testing.assert_allclose(g, w, **_tolerance(w.dtype), err_msg=f"{op_type} output {name}")
     assert sorted(got[1]) == sorted(want[1])
     for name in want[1]:
         np.testing.assert_allclose(got[1][name], want[1][name], rtol=1e-5, atol=1e-6, err_msg=f"{op_type} {name}")

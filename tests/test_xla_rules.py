@@ -185,6 +185,15 @@ CASES.update({
                                "gamma": _any((4,), _F64)}, {"begin_params_axis": 2},
                               ["normalized_diff", "beta_diff", "gamma_diff", "reduce_buf"]),
 })
+# the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
+for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
+                          ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),
+                          ("celu", {"alpha": 0.7}, "in"), ("selu", {}, "in"), ("silu", {}, "in"),
+                          ("mish", {}, "in"), ("softsign", {}, "in")):
+    _wide = lambda r: r.uniform(-5.0, 5.0, (3, 4))  # noqa: E731 - (float64) both sides of each break point
+    CASES[_name] = ({_x: _wide}, _attrs)
+    _src = "y" if _name == "hardtanh" else "x"
+    CASES[f"{_name}_grad"] = ({_src: _wide, "dy": _any((3, 4), _F64)}, _attrs)
 for _t in ("max", "avg"):
     for _n in (1, 2, 3):
         CASES[f"tf_{_t}_pool_{_n}d"] = _pool(_n, _t, last=_n == 2)

@@ -185,6 +185,15 @@ CASES.update({
                                "gamma": _any((4,), _F64)}, {"begin_params_axis": 2},
                               ["normalized_diff", "beta_diff", "gamma_diff", "reduce_buf"]),
 })
+CASES.update({
+    "broadcast_div_grad": ({"y": _pos((1, 4)), "z": _any((3, 4)), "dz": _any((3, 4))}, {}),
+    "broadcast_pow_x_grad": ({"x": _pos((3, 4)), "y": _any((1, 4)), "z": _any((3, 4)), "dz": _any((3, 4))}, {}),
+    "broadcast_pow_y_grad": ({"x": _pos((3, 4)), "y": _any((4,)), "z": _any((3, 4)), "dz": _any((3, 4))}, {}),
+    "multiply": ({"x": _any((2, 3), _F64), "y": _any((2, 3), _F64)}, {}),
+    "cast_like": ({"in": _any((2, 3)), "dtype_like": _any((1,), np.int32)}, {}),
+    "scalar_pow": ({"in": _pos((2, 3))}, _SCALAR),
+    "scalar_pow_grad": ({"x": _pos((2, 3)), "dy": _any((2, 3))}, _SCALAR),
+})
 # the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
 for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
                           ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),

@@ -42,6 +42,16 @@ def sum_to_shape(t, shape):
     return (t.sum(dim=axes, keepdim=True) if axes else t).reshape(shape)
 
 
+def _sum_to_shape_xla(t, shape):
+    """:func:`sum_to_shape` over a jax array."""
+    shape = tuple(shape)
+    extra = t.ndim - len(shape)
+    if tuple(t.shape) == shape or extra < 0:
+        return t.reshape(shape)
+    axes = tuple(i for i in range(t.ndim) if i < extra or (shape[i - extra] == 1 and t.shape[i] != 1))
+    return (t.sum(axis=axes, keepdims=True) if axes else t).reshape(shape)
+
+
 def _zero(t):
     return torch.zeros((), dtype=t.dtype, device=t.device)
 
@@ -101,7 +111,7 @@ def _cast_to_output_onnx(in_arg, out_arg):
 op("cast_like", inputs=["in", "dtype_like"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape, ctx.input("dtype_like").dtype),
    kernel=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.torch: x.to(t)), no_grad=True,
-   onnx=_cast_to_output_onnx("in", "out"))
+   onnx=_cast_to_output_onnx("in", "out"), xla=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.np: x.astype(t)))
 
 # (zero_like, used by the `where` grad, is defined with the array ops)
 
@@ -191,6 +201,13 @@ def _scalar_pow_grad_kernel(k):
     return lambda x, dy: dy * s * torch.pow(x, s - 1)
 
 
+def _scalar_pow_grad_xla(k):
+    s, jnp = scalar_operand(k), xla_rules.jnp()
+    if s == 0:
+        return lambda x, dy: jnp.zeros_like(dy)
+    return lambda x, dy: dy * s * jnp.power(x, s - 1)
+
+
 def _scalar_operand_onnx(c):
     """The scalar of a ``scalar_*`` op in the input's dtype (a float operand truncated for integer inputs)."""
     d = c.input_desc("in")
@@ -208,11 +225,11 @@ def _power_onnx(c, x, y, out, d):
 
 
 op("scalar_pow", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(float_only=True),
-   kernel=_scalar_kernel(torch.pow), onnx=_scalar_binary_onnx(_power_onnx),
+   kernel=_scalar_kernel(torch.pow), onnx=_scalar_binary_onnx(_power_onnx), xla=_scalar_xla("power"),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "scalar_pow_grad", {"x": g.input("in"), "dy": g.dout("out")}, _scalar_attrs_of(g))))
 op("scalar_pow_grad", inputs=["x", "dy"], outputs=["dx"], attrs=SCALAR_ATTRS, infer=like("x"),
-   kernel=_scalar_pow_grad_kernel)
+   kernel=_scalar_pow_grad_kernel, xla=_scalar_pow_grad_xla)
 
 def _floor_div_onnx(c, x, y, out, d):
     """floor(x / y); for integers the truncating ``Div`` moved down by one where the
@@ -522,7 +539,7 @@ def _div_grad_kernel(k):
 
 op("broadcast_div_grad", inputs=["y", "z", "dz"], outputs=["dy"],
    infer=lambda ctx: ctx.set_output("dy", ctx.input("y").shape, ctx.input("y").dtype),
-   kernel=_div_grad_kernel)
+   kernel=_div_grad_kernel, xla=lambda k: (lambda y, z, dz: _sum_to_shape_xla(-(dz * z / y), y.shape)))
 
 
 def _pow_grad_infer(side):
@@ -534,9 +551,13 @@ def _pow_grad_infer(side):
 
 
 op("broadcast_pow_x_grad", inputs=["x", "y", "z", "dz"], outputs=["dx"], infer=_pow_grad_infer("x"),
-   kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_x_grad(x, y, dz), x.shape)))
+   kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_x_grad(x, y, dz), x.shape)),
+   xla=lambda k: (lambda x, y, z, dz: _sum_to_shape_xla(
+       xla_rules.jnp().where(y == 0, 0, dz * y * xla_rules.jnp().power(x, y - 1)), x.shape)))
 op("broadcast_pow_y_grad", inputs=["x", "y", "z", "dz"], outputs=["dy"], infer=_pow_grad_infer("y"),
-   kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_y_grad(x, y, z, dz), y.shape)))
+   kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_y_grad(x, y, z, dz), y.shape)),
+   xla=lambda k: (lambda x, y, z, dz: _sum_to_shape_xla(
+       xla_rules.jnp().where((x == 0) & (y >= 0), 0, dz * z * xla_rules.jnp().log(x)), y.shape)))
 
 def _compare_onnx(kind):
     """broadcast_<comparison> / broadcast_logical_<and|or|xor>: int8 1 where true."""
@@ -566,7 +587,8 @@ def _multiply_grad(g):
 
 
 op("multiply", inputs=["x", "y"], outputs=["out"], infer=_multiply_infer,
-   kernel=lambda k: torch.mul, grad=_multiply_grad, onnx=onnx_rules.same("Mul"), amp="gray")
+   kernel=lambda k: torch.mul, grad=_multiply_grad, onnx=onnx_rules.same("Mul"), xla=_same_xla("multiply"),
+   amp="gray")
 
 
 def _same_shape_infer(out="z", float_only=False):

@@ -194,6 +194,17 @@ CASES.update({
     "scalar_pow": ({"in": _pos((2, 3))}, _SCALAR),
     "scalar_pow_grad": ({"x": _pos((2, 3)), "dy": _any((2, 3))}, _SCALAR),
 })
+CASES.update({
+    "log_softmax": ({"in": _any((3, 5), _F64)}, {}),
+    "log_softmax_grad": ({"prob": lambda r: np.log(r.dirichlet(np.ones(5), 3)), "dy": _any((3, 5), _F64)}, {}),
+    "softmax_cross_entropy": ({"prediction": _any((3, 5), _F64), "label": lambda r: r.dirichlet(np.ones(5), 3)}, {}),
+    "softmax_cross_entropy_grad": ({"prob": lambda r: r.dirichlet(np.ones(5), 3),
+                                    "label": lambda r: r.dirichlet(np.ones(5), 3), "dy": _any((3,), _F64)}, {}),
+    "sigmoid_cross_entropy": ({"prediction": lambda r: r.uniform(-30, 30, (3, 4)), "label": _any((3, 4), _F64)},
+                              {}),
+    "sigmoid_cross_entropy_grad": ({"prediction": _any((3, 4), _F64), "label": _any((3, 4), _F64),
+                                    "loss_diff": _any((3, 4), _F64)}, {}),
+})
 # the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
 for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
                           ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.ops.common import bad_labels, index_checks, label_checks, raising_bad_ids, same_dtype
-from graphfront.ops import onnx_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, neg, pick_last, reduce_node
 from graphfront.ops.registry import op
 
@@ -52,11 +52,13 @@ def _log_softmax_grad_infer(ctx):
 
 op("log_softmax", inputs=["in"], outputs=["prob"], infer=_log_softmax_infer,
    kernel=lambda k: (lambda x: torch.log_softmax(x, -1)), onnx=onnx_rules.same("LogSoftmax", axis=-1),
+   xla=lambda k: _jnn().log_softmax,
    grad=lambda g: _needs_grad(g, "in", "prob") and g.set_grad("in", g.emit(
        "log_softmax_grad", {"prob": g.output("prob"), "dy": g.dout("prob")})),
    doc="prob = x - logsumexp(x) over the last axis (the log-probabilities)")
 op("log_softmax_grad", inputs=["prob", "dy"], outputs=["dx"], infer=_log_softmax_grad_infer,
    kernel=lambda k: (lambda prob, dy: dy - torch.exp(prob) * dy.sum(-1, keepdim=True)),
+   xla=lambda k: (lambda prob, dy: dy - xla_rules.jnp().exp(prob) * dy.sum(-1, keepdims=True)),
    doc="dx = dy - softmax * sum(dy) over the last axis")
 
 
@@ -75,6 +77,18 @@ def _sce_kernel(k):
     def sce(pred, label):
         logp = torch.log_softmax(pred, -1)
         return logp.exp(), -(label * logp).sum(-1)
+    return sce
+
+
+def _jnn():
+    import jax.nn
+    return jax.nn
+
+
+def _sce_xla(k):
+    def sce(pred, label):
+        logp = _jnn().log_softmax(pred, -1)
+        return xla_rules.jnp().exp(logp), -(label * logp).sum(-1)
     return sce
 
 
@@ -104,12 +118,12 @@ def _softmax_cross_entropy_onnx(c):
 
 
 op("softmax_cross_entropy", inputs=["prediction", "label"], outputs=["prob", "out"], infer=_sce_infer,
-   kernel=_sce_kernel, onnx=_softmax_cross_entropy_onnx,
+   kernel=_sce_kernel, onnx=_softmax_cross_entropy_onnx, xla=_sce_xla,
    grad=lambda g: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
        "softmax_cross_entropy_grad", {"prob": g.output("prob"), "label": g.input("label"), "dy": g.dout("out")})),
    doc="prob = softmax(prediction); out = -sum(label * log(prob)) over the last axis")
 op("softmax_cross_entropy_grad", inputs=["prob", "label", "dy"], outputs=["prediction_diff"],
-   infer=_sce_grad_infer, kernel=_sce_grad_kernel)
+   infer=_sce_grad_infer, kernel=_sce_grad_kernel, xla=lambda k: (lambda prob, label, dy: dy[..., None] * (prob - label)))
 
 
 # ------------------------------------------------------------------ sigmoid_cross_entropy
@@ -122,6 +136,13 @@ def _sigmoid_ce_infer(ctx):
 
 def _sigmoid_ce_kernel(k):
     return lambda x, z: F.binary_cross_entropy_with_logits(x, z.to(x.dtype), reduction="none")
+
+
+def _sigmoid_ce_xla(k):
+    def sigmoid_ce(x, z):  # max(x, 0) - x * z + log(1 + exp(-|x|)), as torch's binary_cross_entropy_with_logits
+        jnp = xla_rules.jnp()
+        return jnp.maximum(x, 0) - x * z.astype(x.dtype) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+    return sigmoid_ce
 
 
 def _sigmoid_ce_grad_infer(ctx):
@@ -144,14 +165,15 @@ def _sigmoid_cross_entropy_onnx(c):
 
 
 op("sigmoid_cross_entropy", inputs=["prediction", "label"], outputs=["loss"], infer=_sigmoid_ce_infer,
-   kernel=_sigmoid_ce_kernel, onnx=_sigmoid_cross_entropy_onnx,
+   kernel=_sigmoid_ce_kernel, onnx=_sigmoid_cross_entropy_onnx, xla=_sigmoid_ce_xla,
    grad=lambda g: _needs_grad(g, "prediction", "loss") and g.set_grad("prediction", g.emit(
        "sigmoid_cross_entropy_grad", {"prediction": g.input("prediction"), "label": g.input("label"),
                                       "loss_diff": g.dout("loss")})),
    doc="loss = max(x, 0) - x * z + log(1 + exp(-|x|)), x = prediction (logits), z = label")
 op("sigmoid_cross_entropy_grad", inputs=["prediction", "label", "loss_diff"], outputs=["prediction_diff"],
    infer=_sigmoid_ce_grad_infer,
-   kernel=lambda k: (lambda x, z, dl: (torch.sigmoid(x) - z.to(x.dtype)) * dl))
+   kernel=lambda k: (lambda x, z, dl: (torch.sigmoid(x) - z.to(x.dtype)) * dl),
+   xla=lambda k: (lambda x, z, dl: (_jnn().sigmoid(x) - z.astype(x.dtype)) * dl))
 
 
 # ------------------------------------------------------------------ sparse_cross_entropy (probabilities)

@@ -205,6 +205,20 @@ CASES.update({
     "sigmoid_cross_entropy_grad": ({"prediction": _any((3, 4), _F64), "label": _any((3, 4), _F64),
                                     "loss_diff": _any((3, 4), _F64)}, {}),
 })
+_COND = lambda shape: (lambda r: r.integers(0, 2, shape).astype(np.int8))  # noqa: E731
+_TRIL = {"diagonal": -1, "floating_fill_value": -2.5, "integer_fill_value": 0, "is_floating_fill_value": True}
+CASES.update({
+    "where": ({"condition": _COND((2, 1, 4)), "x": _any((3, 4)), "y": _any((2, 3, 1))}, {}),
+    "where_scalar_x": ({"condition": _COND((2, 3)), "y": _any((2, 3))}, _SCALAR),
+    "where_scalar_y": ({"condition": _COND((2, 3)), "x": _any((3,), np.int32)},
+                       {"has_int_operand": True, "int_operand": -4}),
+    "where_scalar_xy": ({"condition": _COND((2, 3))}, {"has_x_float_operand": True, "x_float_operand": 1.5,
+                                                      "has_y_int_operand": True, "y_int_operand": 3}),
+    "masked_fill": ({"x": _any((2, 3)), "mask": _COND((1, 3))}, _SCALAR),
+    "tril": ({"in": _any((2, 3, 4))}, _TRIL),
+    "triu": ({"in": _any((3, 4), np.int32)}, {"diagonal": 1}),
+    "fused_scale_tril": ({"in": _any((3, 4))}, {**_TRIL, "floating_scale_value": 0.5, "is_floating_scale_value": True}),
+})
 # the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
 for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
                           ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),

@@ -219,6 +219,33 @@ CASES.update({
     "triu": ({"in": _any((3, 4), np.int32)}, {"diagonal": 1}),
     "fused_scale_tril": ({"in": _any((3, 4))}, {**_TRIL, "floating_scale_value": 0.5, "is_floating_scale_value": True}),
 })
+_CLIP = {"clip_by_scalar": {"floating_min": -0.5, "floating_max": 1.0},
+         "clip_by_scalar_min": {"floating_min": -0.5}, "clip_by_scalar_max": {"floating_max": 1.0}}
+for _name, _attrs in _CLIP.items():
+    CASES[_name] = ({"x": _any((3, 4))}, _attrs)
+    CASES[f"{_name}_grad"] = ({"dy": _any((3, 4)), "x": _any((3, 4))}, _attrs)
+CASES["clip_by_scalar"] = ({"x": _any((3, 4), np.int32)}, {"integral_min": -1, "integral_max": 1})  # (integers)
+
+
+def _with_inf(shape):
+    def draw(r):
+        a = r.uniform(-2.0, 2.0, shape).astype(np.float32)
+        a.flat[r.integers(0, a.size, 3)] = [np.inf, -np.inf, np.nan]
+        return a
+    return draw
+
+
+CASES.update({
+    "argmax": ({"in": lambda r: r.integers(0, 3, (4, 5)).astype(np.float32)}, {}),  # ties: the first maximum
+    "reduce_any": ({"input_tensor": lambda r: r.integers(0, 2, (2, 3, 4)).astype(np.int8)},
+                   {"axis": [1, 2], "keepdims": False}),
+    "reduce_all": ({"input_tensor": lambda r: r.integers(0, 3, (2, 3, 4)).astype(np.int32)},
+                   {"axis": [0], "keepdims": True}),
+    "square_sum": ({"x": _any((3, 4), _F64)}, {}),
+    "multi_square_sum": ({"x": [_any((3, 4), _F64), _any((5,), _F64)]}, {}),
+    "count_not_finite": ({"x": _with_inf((3, 4))}, {}),
+    "multi_count_not_finite": ({"x": [_with_inf((3, 4)), _with_inf((6,))]}, {}),
+})
 # the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
 for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
                           ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),

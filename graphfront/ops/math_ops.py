@@ -965,6 +965,24 @@ def _clip_grad_kernel(k):
     return clip_grad
 
 
+def _clip_xla(k):
+    lo, hi = _clip_bounds(k, k.input("x").dtype)
+    return lambda x: xla_rules.jnp().clip(x, lo, hi)
+
+
+def _clip_grad_xla(k):
+    lo, hi = _clip_bounds(k, k.input("x").dtype)
+
+    def clip_grad(dy, x):
+        keep = xla_rules.jnp().ones(x.shape, bool)
+        if lo is not None:
+            keep &= x >= lo
+        if hi is not None:
+            keep &= x <= hi
+        return xla_rules.jnp().where(keep, dy, 0)
+    return clip_grad
+
+
 def _clip_onnx(c):
     """clip_by_scalar(_min/_max): bounds of the input's kind (floating_* or integral_*)."""
     d = c.input_desc("x")
@@ -975,10 +993,10 @@ def _clip_onnx(c):
 
 for _name, _attrs in CLIP_ATTRS.items():
     op(_name, inputs=["x"], outputs=["y"], attrs=_attrs, infer=like("x"), kernel=_clip_kernel, sbp=_sbp.elementwise(),
-       onnx=_clip_onnx,
+       onnx=_clip_onnx, xla=_clip_xla,
        grad=lambda g, t=_name: g.needs("x") and g.set_grad("x", g.emit(
            f"{t}_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)))
     op(f"{_name}_grad", inputs=["dy", "x"], outputs=["dx"], attrs=_attrs, infer=like("x"),
-       kernel=_clip_grad_kernel, sbp=_sbp.elementwise(p_each=("dy",)))
+       kernel=_clip_grad_kernel, sbp=_sbp.elementwise(p_each=("dy",)), xla=_clip_grad_xla)
 
 

@@ -246,6 +246,21 @@ CASES.update({
     "count_not_finite": ({"x": _with_inf((3, 4))}, {}),
     "multi_count_not_finite": ({"x": [_with_inf((3, 4)), _with_inf((6,))]}, {}),
 })
+_MASK = lambda shape: (lambda r: r.integers(0, 2, shape).astype(np.int8))  # noqa: E731
+CASES.update({
+    "amp_white_identity": ({"in": _any((2, 3))}, {}),
+    "parallel_cast": ({"in": _any((2, 3))}, {"sbp_parallel": "B"}),
+    "hierarchical_parallel_cast": ({"in": _any((2, 3))}, {"nd_sbp": ["B"]}),
+    "tuple_identity": ({"in": [_any((2, 3)), _any((4,), np.int32)]}, {}, ["out", "out"]),
+    "broadcast_matmul_grad_b": ({"a": _any((2, 3, 4), _F64), "b": _any((2, 3, 5), _F64),
+                                 "_add_to_output": _any((4, 5), _F64)}, {"alpha": 0.5}),
+    "fused_bias_add_gelu": ({"a": _any((2, 3, 4), _F64), "b": _any((3,), _F64)}, {"axis": 1}),
+    "fused_bias_add_gelu_grad": ({"a": _any((2, 3, 4), _F64), "b": _any((4,), _F64), "dy": _any((2, 3, 4), _F64)},
+                                 {"axis": 2}),
+    "fused_bias_add_mask_scale": ({"a": _any((2, 3, 4)), "b": _any((3,)), "mask": _MASK((2, 3, 4)),
+                                   "_add_to_output": _any((2, 3, 4))}, {"axis": 1, "scale": 2.0}),
+    "fused_cast_scale": ({"x": _any((2, 3), np.int32), "scale_by_tensor": _any((1,), _F64)}, {"scale": 0.25}),
+})
 # the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
 for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
                           ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),

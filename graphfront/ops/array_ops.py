@@ -970,7 +970,8 @@ def _identity_each_onnx(c):
 
 
 op("tuple_identity", inputs=["in*"], outputs=["out*"], infer=_tuple_identity_infer,
-   kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True, onnx=_identity_each_onnx)
+   kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True, onnx=_identity_each_onnx,
+   xla=lambda k: (lambda xs: list(xs)))
 
 
 # ============================================================== constant sources and *_like (NoGrad)

@@ -216,3 +216,28 @@ def test_use_tensorrt_on_a_gpu_placed_job():
     else:
         assert compiled.compile_mode == "onnxruntime" and compiled.provider == _expected_provider()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+
+
+def test_one_config_flipped_between_jobs_gives_each_job_its_own_lowering():
+    """OneFlow's xrt tests share one FunctionConfig and flip the switches before each
+    decoration: each job keeps the switches it was decorated with."""
+    config = flow.FunctionConfig()
+    jobs = {}
+    for name, xla, trt in (("plain_bn", False, False), ("xla_bn", True, False), ("trt_bn", False, True)):
+        config.use_xla_jit(xla)
+        config.use_tensorrt(trt)
+
+        def bn(x: tp.Numpy.Placeholder((2, 5, 2, 2))) -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0"):
+                return flow.layers.batch_normalization(x, axis=1, training=False)
+        bn.__name__ = name
+        jobs[name] = flow.global_function(type="predict", function_config=config)(bn)
+    x = np.random.default_rng(0).random((2, 5, 2, 2)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the provider notice)
+        results = {name: job(x) for name, job in jobs.items()}
+    modes = {name: default_session().jobs[name].compile_mode for name in jobs}
+    assert modes == {"plain_bn": "plan", "xla_bn": "xla", "trt_bn": "onnxruntime"}
+    # moving mean 0, variance 1, gamma 1, beta 0: x / sqrt(1 + epsilon)
+    for name, got in results.items():
+        np.testing.assert_allclose(got, x / np.sqrt(1 + 0.001), rtol=RTOL, atol=ATOL, err_msg=name)

@@ -261,6 +261,23 @@ CASES.update({
                                    "_add_to_output": _any((2, 3, 4))}, {"axis": 1, "scale": 2.0}),
     "fused_cast_scale": ({"x": _any((2, 3), np.int32), "scale_by_tensor": _any((1,), _F64)}, {"scale": 0.25}),
 })
+_SLICE = {"start": [1, -1, 0], "stop": [3, -5, 4], "step": [1, -2, 3]}  # negative steps and strides
+_NARROW = {"dim": 1, "start": -3, "length": 2}
+_PAD = {"padding_before": [1, 0, 2], "padding_after": [0, 2, 1], "floating_constant_value": -1.5,
+        "integral_constant_value": 0}
+CASES.update({
+    "split_like": ({"in": _any((2, 6)), "like": [_any((2, 1)), _any((2, 3)), _any((2, 2))]}, {"axis": 1},
+                   ["out", "out", "out"]),
+    "slice": ({"x": _any((4, 5, 4))}, _SLICE),
+    "slice_grad": ({"dy": _any((2, 2, 2))}, {"like_shape": (4, 5, 4), **_SLICE}),
+    "slice_update": ({"x": _any((4, 5, 4)), "update": _any((2, 2, 2))}, _SLICE),
+    "narrow": ({"in": _any((2, 5, 3))}, _NARROW),
+    "narrow_grad": ({"dy": _any((2, 2, 3)), "like": _any((2, 5, 3))}, _NARROW),
+    "expand": ({"in": _any((3, 1))}, {"logical_in_shape": [3, 1], "logical_expand_shape": [2, 3, 4]}),
+    "expand_grad": ({"in": _any((2, 3, 4))}, {"logical_out_shape": [3, 1], "logical_expand_shape": [2, 3, 4]}),
+    "pad": ({"x": _any((2, 3, 4))}, _PAD),
+    "pad_grad": ({"dy": _any((3, 5, 7))}, _PAD),
+})
 # the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
 for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
                           ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),

@@ -282,8 +282,15 @@ def _split_like_onnx(c):
     c.node("Split", [c.input("in"), c.const(int64s(sizes))], outs, axis=axis)
 
 
+def _split_like_xla(k):
+    axis = norm_axis(k.attr("axis"), len(k.input("in").shape))
+    bounds = np.cumsum([k.output("out", i).shape[axis] for i in range(k.output_count("out"))])[:-1].tolist()
+    return lambda x, likes: list(xla_rules.jnp().split(x, bounds, axis=axis))
+
+
 op("split_like", inputs=["in", "like*"], outputs=["out*"], attrs={"axis": ("int64", 0)},
-   infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True, onnx=_split_like_onnx)
+   infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True, onnx=_split_like_onnx,
+   xla=_split_like_xla)
 
 
 # ============================================================== slice family
@@ -397,8 +404,18 @@ def _slice_op_onnx(c):
     _ranges_slice_onnx(c, c.input("x"), c.output("y"), ranges)
 
 
+def _ranges_index(ranges):
+    """The numpy index (``np.ix_``) selecting one Python ``range`` per dim: for jax arrays."""
+    return np.ix_(*[np.asarray(list(r), dtype=np.int64) for r in ranges])
+
+
+def _slice_xla(k):
+    index = _ranges_index(_kernel_ranges(k, k.input("x").shape))
+    return lambda x: x[index]
+
+
 op("slice", inputs=["x"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_infer,
-   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=_slice_op_onnx, amp="clear")
+   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=_slice_op_onnx, xla=_slice_xla, amp="clear")
 
 
 def _slice_grad_infer(ctx):
@@ -423,7 +440,9 @@ def _slice_grad_kernel(k):
 
 
 op("slice_grad", inputs=["dy"], outputs=["dx"], attrs={"like_shape": "shape", **SLICE_ATTRS},
-   infer=_slice_grad_infer, kernel=_slice_grad_kernel)
+   infer=_slice_grad_infer, kernel=_slice_grad_kernel,
+   xla=lambda k: (lambda dy, shape=tuple(k.attr("like_shape")): xla_rules.jnp().zeros(shape, dy.dtype).at[
+       _ranges_index(_kernel_ranges(k, shape))].set(dy)))
 
 
 def _slice_update_infer(ctx):
@@ -466,7 +485,9 @@ def _slice_update_onnx(c):
 
 
 op("slice_update", inputs=["x", "update"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_update_infer,
-   kernel=_slice_update_kernel, grad=_slice_update_grad, onnx=_slice_update_onnx)
+   kernel=_slice_update_kernel, grad=_slice_update_grad, onnx=_slice_update_onnx,
+   xla=lambda k: (lambda x, update, index=_ranges_index(_kernel_ranges(k, k.input("x").shape)):
+                  x.at[index].set(update)))
 
 
 # ============================================================== narrow (+ narrow_grad)
@@ -501,6 +522,17 @@ def _narrow_kernel(k):
     return lambda x: x.narrow(dim, start, k.attr("length"))
 
 
+def _narrow_index(k, shape):
+    dim = k.attr("dim") % len(shape)
+    start = k.attr("start") % max(shape[dim], 1)
+    return (slice(None),) * dim + (slice(start, start + k.attr("length")),)
+
+
+def _narrow_xla(k):
+    index = _narrow_index(k, k.input("in").shape)
+    return lambda x: x[index]
+
+
 def _narrow_onnx(c):
     shape = c.input_desc("in").shape
     dim = c.attr("dim") % len(shape)
@@ -511,7 +543,7 @@ def _narrow_onnx(c):
 op("narrow", inputs=["in"], outputs=["out"], attrs=NARROW_ATTRS, infer=_narrow_infer, kernel=_narrow_kernel,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "narrow_grad", {"dy": g.dout("out"), "like": g.input("in")}, {a: g.attr(a) for a in NARROW_ATTRS})),
-   view=True, onnx=_narrow_onnx)
+   view=True, onnx=_narrow_onnx, xla=_narrow_xla)
 
 
 def _narrow_grad_infer(ctx):
@@ -535,7 +567,9 @@ def _narrow_grad_kernel(k):
 
 
 op("narrow_grad", inputs=["dy", "like"], outputs=["dx"], attrs=NARROW_ATTRS, infer=_narrow_grad_infer,
-   kernel=_narrow_grad_kernel)
+   kernel=_narrow_grad_kernel,
+   xla=lambda k: (lambda dy, like_, index=_narrow_index(k, k.input("like").shape):
+                  xla_rules.jnp().zeros(like_.shape, dy.dtype).at[index].set(dy)))
 
 
 # ============================================================== expand (+ expand_grad)
@@ -591,6 +625,7 @@ def _expand_kernel(k):
 
 op("expand", inputs=["in"], outputs=["out"], attrs=EXPAND_ATTRS, infer=_expand_infer, kernel=_expand_kernel,
    onnx=onnx_rules.expand_to_output("in", "out"),
+   xla=lambda k: (lambda x, out=tuple(k.output("out").shape): xla_rules.jnp().broadcast_to(x, out)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "expand_grad", {"in": g.dout("out")},
        {"logical_out_shape": list(g.desc(g.input("in")).shape),
@@ -604,6 +639,14 @@ def _expand_grad_infer(ctx):
     expected = _expand_shape(ctx, out_shape, ctx.attr("logical_expand_shape"), "attr 'logical_out_shape'")
     ctx.check(dy.shape == expected, f"input 'in' expected shape {expected}, received {dy.shape}")
     ctx.set_output("out", out_shape, dy.dtype)
+
+
+def _expand_grad_xla(k):
+    out_shape = tuple(k.attr("logical_out_shape"))
+    in_shape = k.input("in").shape
+    offset = len(in_shape) - len(out_shape)
+    axes = tuple(i for i in range(len(in_shape)) if i < offset or (out_shape[i - offset] == 1 and in_shape[i] != 1))
+    return lambda dy: (dy.sum(axis=axes, keepdims=True) if axes else dy).reshape(out_shape)
 
 
 def _expand_grad_kernel(k):
@@ -620,7 +663,7 @@ def _expand_grad_kernel(k):
 
 op("expand_grad", inputs=["in"], outputs=["out"],
    attrs={"logical_out_shape": "list_int32", "logical_expand_shape": "list_int32"},
-   infer=_expand_grad_infer, kernel=_expand_grad_kernel)
+   infer=_expand_grad_infer, kernel=_expand_grad_kernel, xla=_expand_grad_xla)
 
 
 # ============================================================== padding
@@ -679,7 +722,14 @@ def _pad_onnx(c):
               value=_pad_value_onnx(c, "floating_constant_value", "integral_constant_value"))
 
 
+def _pad_xla(k):
+    widths = list(zip(k.attr("padding_before"), k.attr("padding_after")))
+    value = _pad_value(k.input("x").dtype, k.attr("floating_constant_value"), k.attr("integral_constant_value"))
+    return lambda x: xla_rules.jnp().pad(x, widths, constant_values=value)
+
+
 op("pad", inputs=["x"], outputs=["y"], attrs=PAD_ATTRS, infer=_pad_infer, kernel=_pad_kernel, onnx=_pad_onnx,
+   xla=_pad_xla,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("pad_grad", {"dy": g.dout("y")}, _pad_attrs(g))), amp="clear")
 
 
@@ -698,6 +748,7 @@ def _pad_grad_kernel(k):
 
 
 op("pad_grad", inputs=["dy"], outputs=["dx"], attrs=PAD_ATTRS, infer=_pad_grad_infer, kernel=_pad_grad_kernel,
+   xla=_pad_grad_kernel,  # (basic slicing: the same on jax arrays)
    grad=lambda g: g.needs("dy") and g.set_grad("dy", g.emit("pad", {"x": g.dout("dx")}, _pad_attrs(g))),
    view=True)
 

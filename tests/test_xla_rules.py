@@ -278,6 +278,29 @@ CASES.update({
     "pad": ({"x": _any((2, 3, 4))}, _PAD),
     "pad_grad": ({"dy": _any((3, 5, 7))}, _PAD),
 })
+def _with_zeros(shape):
+    return lambda r: (r.uniform(-2.0, 2.0, shape) * r.integers(0, 2, shape)).astype(np.float64)  # half zeros
+
+
+for _name in ("xdivy", "xlogy", "floordiv"):
+    _y = _pos((3, 4)) if _name == "xlogy" else _any((3, 4), _F64)
+    _y = (lambda r: r.uniform(0.5, 2.0, (3, 4))) if _name == "xlogy" else _y
+    CASES[_name] = ({"x": _with_zeros((3, 4)), "y": _y}, {})
+    for _side in ("x", "y"):
+        CASES[f"{_name}_{_side}_grad"] = ({"x": _with_zeros((3, 4)), "y": _y, "dz": _any((3, 4), _F64)}, {})
+CASES["reciprocal_no_nan"] = ({"x": _with_zeros((3, 4))}, {})
+CASES["reciprocal_no_nan_grad"] = ({"x": _with_zeros((3, 4)), "dy": _any((3, 4), _F64)}, {})
+for _kind in ("maximum", "minimum"):
+    _ties = lambda r: r.integers(-1, 2, (3, 4)).astype(np.float32)  # noqa: E731 - ties go to x
+    CASES[f"elementwise_{_kind}"] = ({"x": _ties, "y": _ties}, {})
+    CASES[f"elementwise_{_kind}_backward"] = ({"dz": _any((3, 4)), "x": _ties, "y": _ties}, {}, ["dx", "dy"])
+for _kind in ("add", "sub", "mul", "div"):
+    CASES[f"scalar_{_kind}_by_tensor"] = ({"x": _any((2, 3)), "scalar": _pos((1,))}, {})
+CASES["scalar_div_by_tensor"] = ({"x": lambda r: r.integers(-9, 10, (2, 3)).astype(np.int32),
+                                  "scalar": lambda r: np.array([-4], np.int32)}, {})  # truncates toward zero
+CASES["scalar_floordiv"] = ({"in": lambda r: r.integers(-9, 10, (2, 3)).astype(np.int64)},
+                            {"has_int_operand": True, "int_operand": -4})
+CASES["scalar_fmod"] = ({"in": _any((2, 3), _F64)}, {"has_float_operand": True, "float_operand": -0.75})
 # the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
 for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
                           ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),

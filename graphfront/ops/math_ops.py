@@ -248,7 +248,7 @@ def _floor_div_onnx(c, x, y, out, d):
 # no grad function (as OneFlow): autograd fails if it reaches them
 op("scalar_floordiv", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
    kernel=_scalar_kernel(lambda x, s: torch.div(x, s, rounding_mode="floor").to(x.dtype)),
-   onnx=_scalar_binary_onnx(_floor_div_onnx))
+   onnx=_scalar_binary_onnx(_floor_div_onnx), xla=_scalar_xla("floor_divide"))
 
 
 def _fmod_onnx(c, x, y, out, d):
@@ -257,7 +257,7 @@ def _fmod_onnx(c, x, y, out, d):
 
 
 op("scalar_fmod", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
-   kernel=_scalar_kernel(torch.fmod), onnx=_scalar_binary_onnx(_fmod_onnx))
+   kernel=_scalar_kernel(torch.fmod), onnx=_scalar_binary_onnx(_fmod_onnx), xla=_scalar_xla("fmod"))
 
 _LOGICAL = {
     "equal": torch.eq, "not_equal": torch.ne, "greater": torch.gt, "greater_equal": torch.ge,
@@ -378,6 +378,14 @@ def divide(x, y):
     return torch.div(x, y, rounding_mode="trunc")
 
 
+def _by_tensor_xla(kind):
+    def make(k):
+        fn = _divide_xla(k) if kind == "div" else xla_rules.jnp_fn({"add": "add", "sub": "subtract",
+                                                                     "mul": "multiply"}[kind])
+        return lambda x, s: fn(x, s.reshape(()))
+    return make
+
+
 def _by_tensor_onnx(onnx_type):
     """scalar_{add,sub,mul,div}_by_tensor: ``onnx_type(x, scalar as a 0-d tensor)`` (integer
     ``Div`` truncates toward zero, as the kernel)."""
@@ -388,6 +396,7 @@ def _by_tensor_onnx(onnx_type):
 for _kind, _fn in (("add", torch.add), ("sub", torch.sub), ("mul", torch.mul), ("div", divide)):
     op(f"scalar_{_kind}_by_tensor", inputs=["x", "scalar"], outputs=["y"], infer=_by_tensor_infer,
        kernel=_by_tensor_kernel(_fn), grad=_by_tensor_grad(_kind), onnx=_by_tensor_onnx(_kind.capitalize()),
+       xla=_by_tensor_xla(_kind),
        sbp=_sbp.elementwise(p_each=("x",) if _kind in ("mul", "div") else ()))
 
 
@@ -627,6 +636,16 @@ def _elementwise_extremum(kind):
                     torch.where(mask, zero, dz) if want_y else None)
         return backward
 
+    def backward_xla(k):
+        want_x, want_y = k.has_output("dx"), k.has_output("dy")
+        jnp = xla_rules.jnp()
+        x_wins_xla = jnp.greater_equal if kind == "maximum" else jnp.less_equal
+
+        def backward(dz, x, y):
+            mask = x_wins_xla(x, y)
+            return jnp.where(mask, dz, 0) if want_x else None, jnp.where(mask, 0, dz) if want_y else None
+        return backward
+
     def backward_infer(ctx):
         same_shape(ctx, "dz", "x", "y")
         d = ctx.input("dz")
@@ -634,9 +653,9 @@ def _elementwise_extremum(kind):
             ctx.set_output(a, d.shape, d.dtype)
 
     op(f"elementwise_{kind}", inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(),
-       kernel=lambda k: fwd, grad=grad, onnx=onnx_rules.same("Max" if kind == "maximum" else "Min"))
+       kernel=lambda k: fwd, grad=grad, onnx=onnx_rules.same("Max" if kind == "maximum" else "Min"), xla=_same_xla(kind))
     op(f"elementwise_{kind}_backward", inputs=["dz", "x", "y"], outputs=["dx?", "dy?"],
-       infer=backward_infer, kernel=backward_kernel)
+       infer=backward_infer, kernel=backward_kernel, xla=backward_xla)
 
 
 _elementwise_extremum("maximum")
@@ -646,7 +665,7 @@ _elementwise_extremum("minimum")
 def binary_family(name, fwd, dx_fn, dy_fn, xla=None, onnx=None):
     """Register ``name`` (x, y -> z, same shapes, float) and ``name_x_grad``/``name_y_grad``
     (x, y, dz -> dx / dy), OneFlow's wiring (``oneflow/user/ops/elementwise_maximum_minimum_ops.cpp``).
-    ``xla`` names the jax function computing ``fwd`` (the grads' rules are its
+    ``xla`` names (:func:`~graphfront.ops.xla_rules.jnp_fn`) or is the jax function computing ``fwd`` (the grads' rules are its
     vector-Jacobian products); ``onnx(c, x, y, out, desc)`` writes its ONNX nodes (see
     :func:`_binary_onnx`)."""
     def grad(g):
@@ -709,7 +728,18 @@ binary_family("atan2", torch.atan2,
               lambda x, y, dz: -dz * x / (x * x + y * y), xla="arctan2", onnx=_atan2_onnx)
 # floor(x / y): piecewise constant, zero gradients
 binary_family("floordiv", lambda x, y: torch.div(x, y, rounding_mode="floor"),
-              lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz), onnx=_floor_div_onnx)
+              lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz), onnx=_floor_div_onnx,
+              xla="floor_divide")
+
+
+def _where_x_zero_xla(fn):
+    """``0 where x == 0, else fn(x, y)`` over jax arrays, with ``y`` replaced by 1 where x == 0
+    so that the gradients there are 0 (as the kernels'), not 0 * inf."""
+    def f(x, y):
+        jnp = xla_rules.jnp()
+        zero = x == 0
+        return jnp.where(zero, 0, fn(x, jnp.where(zero, 1, y))).astype(x.dtype)
+    return f
 
 
 def _xdivy_onnx(c, x, y, out, d):
@@ -720,7 +750,8 @@ def _xdivy_onnx(c, x, y, out, d):
 # x / y, defined as 0 where x == 0 (TensorFlow's xdivy)
 binary_family("xdivy", _xdivy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz / y),
-              lambda x, y, dz: torch.where(x == 0, _zero(dz), -dz * x / (y * y)), onnx=_xdivy_onnx)
+              lambda x, y, dz: torch.where(x == 0, _zero(dz), -dz * x / (y * y)), onnx=_xdivy_onnx,
+              xla=_where_x_zero_xla(lambda x, y: x / y))
 
 
 def _xlogy_onnx(c, x, y, out, d):
@@ -731,7 +762,8 @@ def _xlogy_onnx(c, x, y, out, d):
 # x * log(y), defined as 0 where x == 0 (TensorFlow's xlogy)
 binary_family("xlogy", _xlogy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * torch.log(y)),
-              lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * x / y), onnx=_xlogy_onnx)
+              lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * x / y), onnx=_xlogy_onnx,
+              xla=_where_x_zero_xla(lambda x, y: x * xla_rules.jnp().log(y)))
 
 
 # ----------------------------------------------------------------- unary math family
@@ -865,7 +897,8 @@ unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)), onnx=on
 unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x),
              onnx=onnx_rules.unary(_log_sigmoid_onnx), xla="nn.log_sigmoid")
 unary_family("reciprocal_no_nan", _reciprocal_no_nan, lambda x, dy: -dy * _reciprocal_no_nan(x * x),
-             onnx=onnx_rules.unary(_reciprocal_no_nan_onnx))
+             onnx=onnx_rules.unary(_reciprocal_no_nan_onnx),
+             xla=lambda x: _where_x_zero_xla(lambda x, safe: 1 / safe)(x, x))
 unary_family("rint", torch.round, _zero_grad, onnx="Round", xla="round")          # round half to even
 unary_family("round", torch.round, _zero_grad, onnx="Round", xla="round")         # round half to even (nearbyint)
 unary_family("sign", torch.sign, _zero_grad, onnx="Sign", xla="sign")

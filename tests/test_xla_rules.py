@@ -301,6 +301,23 @@ CASES["scalar_div_by_tensor"] = ({"x": lambda r: r.integers(-9, 10, (2, 3)).asty
 CASES["scalar_floordiv"] = ({"in": lambda r: r.integers(-9, 10, (2, 3)).astype(np.int64)},
                             {"has_int_operand": True, "int_operand": -4})
 CASES["scalar_fmod"] = ({"in": _any((2, 3), _F64)}, {"has_float_operand": True, "float_operand": -0.75})
+_PROB = lambda shape: (lambda r: r.uniform(0.05, 0.95, shape))  # noqa: E731 - (float64) in (0, 1)
+CASES.update({
+    "binary_cross_entropy": ({"input": _PROB((3, 4)), "target": _PROB((3, 4)), "weight": _PROB((3, 4))}, {}),
+    "binary_cross_entropy_grad": ({"input": _PROB((3, 4)), "target": _PROB((3, 4)), "dy": _any((3, 4), _F64)}, {}),
+    "binary_cross_entropy_with_logits": ({"input": lambda r: r.uniform(-30, 30, (3, 4)), "target": _PROB((3, 4)),
+                                          "weight": _PROB((3, 4)), "pos_weight": _PROB((4,))},
+                                         {"has_pos_weight": True}),
+    "binary_cross_entropy_with_logits_grad": ({"input": _any((3, 4), _F64), "target": _PROB((3, 4)),
+                                               "dy": _any((3, 4), _F64)}, {"has_pos_weight": False}),
+    "kl_div_loss": ({"input": _any((3, 4), _F64), "target": lambda r: np.abs(_with_zeros((3, 4))(r))},
+                    {"log_target": False}),  # (probabilities, zeros among them)
+    "kl_div_loss_grad": ({"input": _any((3, 4), _F64), "target": _any((3, 4), _F64), "dy": _any((3, 4), _F64)},
+                         {"log_target": True}),
+    "smooth_l1_loss": ({"input": _any((3, 4), _F64), "target": _any((3, 4), _F64)}, {"beta": 0.5}),
+    "smooth_l1_loss_grad": ({"input": _any((3, 4), _F64), "target": _any((3, 4), _F64), "dy": _any((3, 4), _F64)},
+                            {"beta": 0.5}),
+})
 # the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
 for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
                           ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),

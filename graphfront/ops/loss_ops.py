@@ -259,6 +259,17 @@ def _bce_grad(x, t, w, dy):
     return d if w is None else d * w
 
 
+def _bce_xla(x, t, w):
+    jnp = xla_rules.jnp()
+    out = -(t * jnp.maximum(jnp.log(x), -100.0) + (1 - t) * jnp.maximum(jnp.log(1 - x), -100.0))
+    return out if w is None else out * w
+
+
+def _bce_grad_xla(x, t, w, dy):
+    d = dy * (x - t) / xla_rules.jnp().maximum((1 - x) * x, 1e-12)
+    return d if w is None else d * w
+
+
 def _bce_grad_infer(ctx):
     for a in ("target", "dy", "weight"):
         if ctx.has_input(a):
@@ -284,14 +295,14 @@ def _binary_cross_entropy_onnx(c):
 
 
 op("binary_cross_entropy", inputs=["input", "target", "weight?"], outputs=["out"], infer=_bce_infer,
-   kernel=lambda k: _bce, onnx=_binary_cross_entropy_onnx,
+   kernel=lambda k: _bce, onnx=_binary_cross_entropy_onnx, xla=lambda k: _bce_xla,
    grad=lambda g: _needs_grad(g, "input", "out") and g.set_grad("input", g.emit(
        "binary_cross_entropy_grad", {"input": g.input("input"), "target": g.input("target"),
                                      "weight": g.input("weight") if g.has_input("weight") else None,
                                      "dy": g.dout("out")})),
    doc="out = -weight * (target * log(input) + (1 - target) * log(1 - input)), logs clamped at -100")
 op("binary_cross_entropy_grad", inputs=["input", "target", "weight?", "dy"], outputs=["dx"],
-   infer=_bce_grad_infer, kernel=lambda k: _bce_grad)
+   infer=_bce_grad_infer, kernel=lambda k: _bce_grad, xla=lambda k: _bce_grad_xla)
 
 
 def _bce_logits_infer(ctx):
@@ -322,6 +333,22 @@ def _bce_logits_grad(x, t, w, pw, dy):
         d = torch.sigmoid(x) - t
     else:
         d = (1 - t) - (1 + (pw - 1) * t) * torch.sigmoid(-x)
+    d = d * dy
+    return d if w is None else d * w
+
+
+def _bce_logits_xla(x, t, w, pw):
+    # torch's formula: m = max(-x, 0); (1 - t) x + lw (log(exp(-m) + exp(-x - m)) + m), lw = 1 + (pw - 1) t
+    jnp = xla_rules.jnp()
+    m = jnp.maximum(-x, 0)
+    soft = jnp.log(jnp.exp(-m) + jnp.exp(-x - m)) + m
+    out = (1 - t) * x + (soft if pw is None else (1 + (pw - 1) * t) * soft)
+    return out if w is None else out * w
+
+
+def _bce_logits_grad_xla(x, t, w, pw, dy):
+    sigmoid = _jnn().sigmoid
+    d = sigmoid(x) - t if pw is None else (1 - t) - (1 + (pw - 1) * t) * sigmoid(-x)
     d = d * dy
     return d if w is None else d * w
 
@@ -357,13 +384,14 @@ def _binary_cross_entropy_with_logits_onnx(c):
 
 op("binary_cross_entropy_with_logits", inputs=["input", "target", "weight?", "pos_weight?"], outputs=["out"],
    attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_infer, kernel=lambda k: _bce_logits,
+   xla=lambda k: _bce_logits_xla,
    onnx=_binary_cross_entropy_with_logits_onnx,
    grad=_bce_logits_grad_maker,
    doc="out = weight * ((1 - t) x + (1 + (pos_weight - 1) t) log(1 + exp(-x))), x = input, t = target; "
        "pos_weight (C,) applies along the last axis")
 op("binary_cross_entropy_with_logits_grad", inputs=["input", "target", "weight?", "pos_weight?", "dy"],
    outputs=["dx"], attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_grad_infer,
-   kernel=lambda k: _bce_logits_grad)
+   kernel=lambda k: _bce_logits_grad, xla=lambda k: _bce_logits_grad_xla)
 
 
 # ------------------------------------------------------------------ kl_div_loss, smooth_l1_loss
@@ -395,6 +423,13 @@ def _kl_div_kernel(k):
     return lambda x, t: F.kl_div(x, t, reduction="none", log_target=log_target)
 
 
+def _kl_div_xla(k):
+    if k.attr("log_target"):
+        return lambda x, t: xla_rules.jnp().exp(t) * (t - x)
+    from jax.scipy.special import xlogy
+    return lambda x, t: xlogy(t, t) - t * x
+
+
 def _kl_div_grad_kernel(k):
     if k.attr("log_target"):
         return lambda x, t, dy: -torch.exp(t) * dy
@@ -413,12 +448,14 @@ def _kl_div_loss_onnx(c):
 
 
 op("kl_div_loss", inputs=["input", "target"], outputs=["out"], attrs={"log_target": ("bool", False)},
-   infer=_pair_infer, kernel=_kl_div_kernel, onnx=_kl_div_loss_onnx,
+   infer=_pair_infer, kernel=_kl_div_kernel, onnx=_kl_div_loss_onnx, xla=_kl_div_xla,
    grad=_pair_grad("kl_div_loss", ["log_target"]),
    doc="out = target * (log(target) - input) (0 where target == 0); with log_target: "
        "exp(target) * (target - input)")
 op("kl_div_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"log_target": ("bool", False)},
-   infer=_pair_grad_infer, kernel=_kl_div_grad_kernel)
+   infer=_pair_grad_infer, kernel=_kl_div_grad_kernel,
+   xla=lambda k: ((lambda x, t, dy: -xla_rules.jnp().exp(t) * dy) if k.attr("log_target") else
+                  (lambda x, t, dy: -t * dy)))
 
 
 def _nonneg(v):
@@ -428,6 +465,27 @@ def _nonneg(v):
 def _smooth_l1_kernel(k):
     beta = k.attr("beta")
     return lambda x, t: F.smooth_l1_loss(x, t, reduction="none", beta=beta)
+
+
+def _smooth_l1_xla(k):
+    beta = k.attr("beta")
+
+    def smooth_l1(x, t):
+        d = xla_rules.jnp().abs(x - t)
+        return d if beta == 0 else xla_rules.jnp().where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
+    return smooth_l1
+
+
+def _smooth_l1_grad_xla(k):
+    beta = k.attr("beta")
+
+    def smooth_l1_grad(x, t, dy):
+        jnp = xla_rules.jnp()
+        d = x - t
+        if beta == 0:
+            return jnp.sign(d) * dy
+        return jnp.where(jnp.abs(d) < beta, d / beta, jnp.sign(d)) * dy
+    return smooth_l1_grad
 
 
 def _smooth_l1_grad_kernel(k):
@@ -455,11 +513,11 @@ def _smooth_l1_loss_onnx(c):
 
 
 op("smooth_l1_loss", inputs=["input", "target"], outputs=["out"], attrs={"beta": ("float", 0.0, _nonneg)},
-   infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=_smooth_l1_loss_onnx,
+   infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=_smooth_l1_loss_onnx, xla=_smooth_l1_xla,
    grad=_pair_grad("smooth_l1_loss", ["beta"]),
    doc="d = |input - target|; out = 0.5 d^2 / beta if d < beta else d - 0.5 beta")
 op("smooth_l1_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"beta": ("float", 0.0, _nonneg)},
-   infer=_pair_grad_infer, kernel=_smooth_l1_grad_kernel)
+   infer=_pair_grad_infer, kernel=_smooth_l1_grad_kernel, xla=_smooth_l1_grad_xla)
 
 
 # ------------------------------------------------------------------ nll

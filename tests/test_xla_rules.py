@@ -318,6 +318,17 @@ CASES.update({
     "smooth_l1_loss_grad": ({"input": _any((3, 4), _F64), "target": _any((3, 4), _F64), "dy": _any((3, 4), _F64)},
                             {"beta": 0.5}),
 })
+CASES.update({
+    "prelu": ({"x": _any((2, 3, 4), _F64), "alpha": _any((3,), _F64)}, {}),
+    "prelu_grad": ({"x": _any((2, 3, 4), _F64), "dy": _any((2, 3, 4), _F64), "alpha": _any((3,), _F64)}, {},
+                   ["dx", "alpha_diff"]),
+    "tf_prelu": ({"x": _any((2, 3, 4), _F64), "alpha": _any((1, 4), _F64)}, {}),
+    "tf_prelu_grad": ({"x": _any((2, 3, 4), _F64), "dy": _any((2, 3, 4), _F64), "alpha": _any((1, 4), _F64)}, {},
+                      ["dx", "alpha_diff"]),
+    "l2_normalize": ({"x": _any((3, 4), _F64)}, {"axis": -1, "epsilon": 1.0}, ["y", "square_x_sum"]),  # rows both
+    "l2_normalize_grad": ({"dy": _any((3, 4), _F64), "y": _any((3, 4), _F64),  # sides of epsilon
+                           "square_x_sum": lambda r: r.uniform(0.5, 1.5, (3, 1))}, {"axis": 1, "epsilon": 1.0}),
+})
 # the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
 for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
                           ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),

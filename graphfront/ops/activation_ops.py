@@ -290,6 +290,34 @@ def _prelu_grad_kernel(k):
     return prelu_grad
 
 
+def _prelu_view_xla(x, alpha):
+    """:func:`_prelu_view` of jax arrays."""
+    if x.ndim < 2 or alpha.size == 1:
+        return alpha.reshape(())
+    return alpha.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+def _prelu_grad_xla(k):
+    def prelu_grad(x, dy, alpha):
+        dx = jnp().where(x > 0, dy, dy * _prelu_view_xla(x, alpha))
+        da = jnp().where(x > 0, 0, dy * x)
+        if alpha.size == 1 or x.ndim < 2:
+            return dx, da.sum().reshape(alpha.shape)
+        return dx, da.sum(axis=tuple(d for d in range(x.ndim) if d != 1))
+    return prelu_grad
+
+
+def _tf_prelu_grad_xla(k):
+    ashape = tuple(k.input("alpha").shape)
+
+    def tf_prelu_grad(x, dy, alpha):
+        dx = jnp().where(x > 0, dy, dy * alpha)
+        da = jnp().where(x > 0, 0, dy * x)
+        axes = (0,) + tuple(i + 1 for i, a in enumerate(ashape) if a == 1 and x.shape[i + 1] != 1)
+        return dx, da.sum(axis=axes, keepdims=True).reshape(ashape)
+    return tf_prelu_grad
+
+
 def _tf_prelu_infer(ctx):
     x, alpha = float_input(ctx, "x"), ctx.input("alpha")
     same_dtype(ctx, "x", "alpha")
@@ -352,14 +380,14 @@ _prelu_onnx = _prelu_onnx_rule(True)
 
 op("prelu", inputs=["x", "alpha"], outputs=["y"], infer=_prelu_infer, kernel=_prelu_kernel,
    grad=_prelu_family_grad("prelu"), doc="y = x if x > 0 else alpha[c] * x, c = dim 1 of x", onnx=_prelu_onnx,
-   amp="white")
+   amp="white", xla=lambda k: (lambda x, alpha: jnp().where(x > 0, x, x * _prelu_view_xla(x, alpha))))
 op("prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
-   kernel=_prelu_grad_kernel)
+   kernel=_prelu_grad_kernel, xla=_prelu_grad_xla)
 _tf_prelu_onnx = _prelu_onnx_rule(False)
 
 
 op("tf_prelu", inputs=["x", "alpha"], outputs=["y"], infer=_tf_prelu_infer, kernel=_tf_prelu_kernel,
    grad=_prelu_family_grad("tf_prelu"), doc="y = x if x > 0 else alpha * x, alpha broadcast over x.shape[1:]",
-   onnx=_tf_prelu_onnx, amp="white")
+   onnx=_tf_prelu_onnx, amp="white", xla=lambda k: (lambda x, alpha: jnp().where(x > 0, x, x * alpha)))
 op("tf_prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
-   kernel=_tf_prelu_grad_kernel)
+   kernel=_tf_prelu_grad_kernel, xla=_tf_prelu_grad_xla)

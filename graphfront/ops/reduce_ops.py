@@ -458,6 +458,25 @@ def _l2_normalize_kernel(k):
     return l2_normalize
 
 
+def _l2_normalize_xla(k):
+    axis, eps = k.attr("axis") % len(k.input("x").shape), k.attr("epsilon")
+
+    def l2_normalize(x):
+        ss = (x * x).sum(axis=axis, keepdims=True)
+        return x * xla_rules.lax().rsqrt(xla_rules.jnp().maximum(ss, eps)), ss
+    return l2_normalize
+
+
+def _l2_normalize_grad_xla(k):
+    axis, eps = k.attr("axis") % len(k.input("y").shape), k.attr("epsilon")
+
+    def l2_normalize_grad(dy, y, ss):
+        inv = xla_rules.lax().rsqrt(xla_rules.jnp().maximum(ss, eps))
+        inner = dy - y * (dy * y).sum(axis=axis, keepdims=True)
+        return xla_rules.jnp().where(ss >= eps, inner * inv, dy * inv)
+    return l2_normalize_grad
+
+
 def _l2_normalize_grad_kernel(k):
     axis, eps = k.attr("axis") % len(k.input("y").shape), k.attr("epsilon")
 
@@ -482,9 +501,9 @@ def _l2_normalize_onnx(c):
 
 
 op("l2_normalize", inputs=["x"], outputs=["y", "square_x_sum"], attrs=L2_ATTRS, infer=_l2_normalize_infer,
-   kernel=_l2_normalize_kernel, onnx=_l2_normalize_onnx,
+   kernel=_l2_normalize_kernel, onnx=_l2_normalize_onnx, xla=_l2_normalize_xla,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "l2_normalize_grad", {"dy": g.dout("y"), "y": g.output("y"), "square_x_sum": g.output("square_x_sum")},
        g.attrs)))
 op("l2_normalize_grad", inputs=["dy", "y", "square_x_sum"], outputs=["dx"], attrs=L2_ATTRS, infer=like("y"),
-   kernel=_l2_normalize_grad_kernel)
+   kernel=_l2_normalize_grad_kernel, xla=_l2_normalize_grad_xla)

@@ -329,6 +329,16 @@ CASES.update({
     "l2_normalize_grad": ({"dy": _any((3, 4), _F64), "y": _any((3, 4), _F64),  # sides of epsilon
                            "square_x_sum": lambda r: r.uniform(0.5, 1.5, (3, 1))}, {"axis": 1, "epsilon": 1.0}),
 })
+CASES.update({
+    "roll": ({"in": _any((3, 4, 5))}, {"shifts": [2, -1], "dims": [0, 2]}),
+    "flip": ({"x": _any((3, 4, 5))}, {"dims": [0, -1]}),
+    "flip_grad": ({"dy": _any((3, 4))}, {"dims": [1]}),
+    "diag": ({"in": _any((4,))}, {"diagonal": -1}),
+    "diag_grad": ({"dy": _any((3,)), "in": _any((3, 4))}, {"diagonal": 1}),
+    "arange": ({}, {"float_start": 0.5, "float_delta": 0.1, "float_limit": 2.0, "dtype": flow.float}),
+    "eye": ({}, {"rows": 3, "cols": 4, "dtype": flow.int32}),
+    "hierarchical_parallel_cast_like": ({"in": _any((2, 3)), "like": _any((2, 3))}, {}),
+})
 # the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
 for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
                           ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),

@@ -900,6 +900,8 @@ def _roll_onnx(c):
 
 op("roll", inputs=["in"], outputs=["out"], attrs={"shifts": "list_int32", "dims": "list_int32"},
    infer=_roll_infer, kernel=_roll_kernel, onnx=_roll_onnx,
+   xla=lambda k: (lambda x, s=tuple(k.attr("shifts")), d=tuple(k.attr("dims")):
+                  xla_rules.jnp().roll(x, s if d else s[0], d if d else None)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "roll", {"in": g.dout("out")}, {"shifts": [-s for s in g.attr("shifts")], "dims": g.attr("dims")})))
 
@@ -929,10 +931,15 @@ def _flip_onnx(c):
 
 # v0.6.0 registers no grad function for ``flip`` (``oneflow/user/ops/flip_op.cpp``); ``flip_grad``
 # exists as its own op. flow.reverse uses ``slice`` with step -1, which is differentiable.
+def _flip_xla(x_arg):
+    return lambda k: (lambda x, d=tuple(norm_axis(a, len(k.input(x_arg).shape)) for a in k.attr("dims")):
+                      xla_rules.jnp().flip(x, d))
+
+
 op("flip", inputs=["x"], outputs=["y"], attrs={"dims": "list_int32"}, infer=_flip_infer("x", "y"),
-   kernel=_flip_kernel("x"), onnx=_flip_onnx)
+   kernel=_flip_kernel("x"), onnx=_flip_onnx, xla=_flip_xla("x"))
 op("flip_grad", inputs=["dy"], outputs=["dx"], attrs={"dims": "list_int32"}, infer=_flip_infer("dy", "dx"),
-   kernel=_flip_kernel("dy"))
+   kernel=_flip_kernel("dy"), xla=_flip_xla("dy"))
 
 
 def _diag_shape(ctx, shape, d):
@@ -957,6 +964,17 @@ def _diag_grad_infer(ctx):
     expected = _diag_shape(ctx, x.shape, ctx.attr("diagonal"))
     ctx.check(dy.shape == expected, f"input 'dy' expected shape {expected}, received {dy.shape}")
     ctx.set_output("dx", x.shape, dy.dtype)
+
+
+def _diag_grad_xla(k):
+    d = k.attr("diagonal")
+    shape = tuple(k.input("in").shape)
+    if len(shape) == 1:
+        return lambda dy, x: xla_rules.jnp().diagonal(dy, d)
+    n = len(np.diagonal(np.empty(shape), d))
+    i = np.arange(n)
+    rows, cols = (i, i + d) if d >= 0 else (i - d, i)
+    return lambda dy, x: xla_rules.jnp().zeros(shape, dy.dtype).at[rows, cols].set(dy)
 
 
 def _diag_grad_kernel(k):
@@ -992,10 +1010,11 @@ def _diag_onnx(c):
 
 op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer, onnx=_diag_onnx,
    kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.diag(x, d)),
+   xla=lambda k: (lambda x, d=k.attr("diagonal"): xla_rules.jnp().diag(x, d)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "diag_grad", {"dy": g.dout("out"), "in": g.input("in")}, {"diagonal": g.attr("diagonal")})))
 op("diag_grad", inputs=["dy", "in"], outputs=["dx"], attrs={"diagonal": ("int32", 0)}, infer=_diag_grad_infer,
-   kernel=_diag_grad_kernel)
+   kernel=_diag_grad_kernel, xla=_diag_grad_xla)
 
 
 # ============================================================== identities
@@ -1185,8 +1204,16 @@ def _arange_value_onnx(c):
 _arange_onnx = onnx_rules.constant_output(_arange_value_onnx)
 
 
+def _arange_xla(k):
+    dtype = k.attr("dtype")
+    start, _, delta, _ = _arange_bounds(k.attrs, dtype)
+    steps = np.arange(k.output("out").shape[0], dtype=np.float64 if dtype.is_floating_point else np.int64)
+    value = (start + steps * delta).astype(dtype.np)  # the kernel's arithmetic, once
+    return lambda: xla_rules.jnp().asarray(value)
+
+
 op("arange", outputs=["out"], attrs=ARANGE_ATTRS, infer=_arange_infer, kernel=_arange_kernel, no_grad=True,
-   onnx=_arange_onnx)
+   onnx=_arange_onnx, xla=_arange_xla)
 
 
 def _eye_infer(ctx):
@@ -1204,4 +1231,5 @@ op("eye", outputs=["out"], attrs={"rows": ("int64", 0), "cols": ("int64", 0), "d
    infer=_eye_infer,
    kernel=lambda k: (lambda r=k.attr("rows"), c=k.attr("cols"), t=k.attr("dtype").torch, dev=k.device:
                      torch.eye(r, c, dtype=t, device=dev)),
-   no_grad=True, onnx=_eye_onnx)
+   no_grad=True, onnx=_eye_onnx,
+   xla=lambda k: (lambda r=k.attr("rows"), c=k.attr("cols"), t=k.attr("dtype").np: xla_rules.jnp().eye(r, c, dtype=t)))

@@ -339,6 +339,13 @@ CASES.update({
     "eye": ({}, {"rows": 3, "cols": 4, "dtype": flow.int32}),
     "hierarchical_parallel_cast_like": ({"in": _any((2, 3)), "like": _any((2, 3))}, {}),
 })
+CASES.update({  # ids -1 and 4 out of range: zero rows, nothing added
+    "batch_gather": ({"in": _any((2, 4, 3), _F64), "indices": lambda r: r.integers(-1, 5, (2, 5)).astype(np.int32)},
+                     {}),
+    "unsorted_batch_segment_sum": ({"data": _any((2, 5, 3), _F64),
+                                    "segment_ids": lambda r: r.integers(-1, 5, (2, 5)).astype(np.int64)},
+                                   {"num_segments": 4}),
+})
 # the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
 for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
                           ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),

@@ -289,6 +289,41 @@ def _batch_gather_kernel(k):
     return batch_gather
 
 
+def _batch_geometry(k, data_arg, ids_arg):
+    """``(batch, count, inner, b)`` of a batch gather/segment-sum: ``ids`` (batch..., count)."""
+    d_shape, i_shape = k.input(data_arg).shape, k.input(ids_arg).shape
+    b = len(i_shape) - 1
+    return numel(d_shape[:b]), i_shape[-1], numel(d_shape[b + 1:]), b
+
+
+def _batch_gather_xla(k):
+    batch, count, inner, b = _batch_geometry(k, "in", "indices")
+    size = k.input("in").shape[b]
+    out_shape = tuple(k.output("out").shape)
+
+    def batch_gather(x, idx):
+        jnp = xla_rules.jnp()
+        ids, valid = _valid_ids_xla(idx.reshape(-1), size)
+        out = jnp.take_along_axis(x.reshape(batch, size, inner), ids.reshape(batch, count, 1), axis=1)
+        return jnp.where(valid.reshape(batch, count, 1), out, jnp.zeros((), x.dtype)).reshape(out_shape)
+    return batch_gather
+
+
+def _unsorted_batch_segment_sum_xla(k):
+    batch, count, inner, _ = _batch_geometry(k, "data", "segment_ids")
+    segments = k.attr("num_segments")
+    out_shape = tuple(k.output("out").shape)
+
+    def batch_segment_sum(data, ids):
+        jnp = xla_rules.jnp()
+        ids, valid = _valid_ids_xla(ids.reshape(-1), segments)
+        src = jnp.where(valid[:, None], data.reshape(batch * count, inner), 0).reshape(batch, count, inner)
+        rows = np.arange(batch)[:, None]
+        out = jnp.zeros((batch, segments, inner), data.dtype).at[rows, ids.reshape(batch, count)].add(src)
+        return out.reshape(out_shape)
+    return batch_segment_sum
+
+
 def _batch_gather_onnx(c):
     """batch_gather: ``GatherND`` with the leading dims of ``indices`` as batch dims."""
     shape, idx_shape = c.input_desc("in").shape, c.input_desc("indices").shape
@@ -300,7 +335,7 @@ def _batch_gather_onnx(c):
 
 
 op("batch_gather", inputs=["in", "indices"], outputs=["out"], infer=_batch_gather_infer,
-   kernel=_batch_gather_kernel, onnx=_batch_gather_onnx,
+   kernel=_batch_gather_kernel, onnx=_batch_gather_onnx, xla=_batch_gather_xla,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "unsorted_batch_segment_sum", {"data": g.dout("out"), "segment_ids": g.input("indices")},
        {"num_segments": g.desc(g.input("in")).shape[len(g.desc(g.input("indices")).shape) - 1]})))
@@ -347,6 +382,7 @@ def _unsorted_batch_segment_sum_onnx(c):
 op("unsorted_batch_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
    attrs={"num_segments": ("int64", 0)}, infer=_unsorted_batch_segment_sum_infer,
    kernel=_unsorted_batch_segment_sum_kernel, onnx=_unsorted_batch_segment_sum_onnx,
+   xla=_unsorted_batch_segment_sum_xla,
    grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
        "batch_gather", {"in": g.dout("out"), "indices": g.input("segment_ids")})))
 

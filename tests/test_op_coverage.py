@@ -73,7 +73,6 @@ NO_XLA = {
     "coin_flip": _RANDOM_XLA,
     "create_summary_writer": _xla(_FILES),
     "crop_mirror_normalize_from_tensorbuffer": _xla(_BUFFERS),
-    "decode_random_conf": _RANDOM_XLA,
     "flush_summary_writer": _xla(_FILES),
     "gen_tensor_buffer": _xla(_BUFFERS),
     "generate_random_batch_permutation_indices": _RANDOM_XLA,

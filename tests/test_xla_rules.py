@@ -484,7 +484,7 @@ def test_system_op_rules_match_their_kernels():
 
     kinds = registry.system_kinds()
     assert sorted(k for k in kinds if registry.op_def(_system_conf(k)).xla) == [
-        "constant_like_conf", "identity_conf", "learning_rate_schedule_conf"]
+        "constant_like_conf", "decode_random_conf", "identity_conf", "learning_rate_schedule_conf"]
     like = np.arange(6, dtype=np.float32).reshape(2, 3)
 
     def int_seven(conf):
@@ -502,6 +502,24 @@ def test_system_op_rules_match_their_kernels():
         lr.learning_rate_decay.cosine_conf.decay_batches = 10
         lr.warmup_conf.linear_conf.warmup_batches = 3
         lr.warmup_conf.linear_conf.start_multiplier = 0.1
+    def batch(conf):  # normal draws: the rule calls the kernel back on the host, from the same seed
+        conf.batch_size = 3
+        conf.shape.dim.extend([2, 2])
+        conf.data_type = flow.double.proto
+        conf.data_initializer.random_normal_conf.std = 2.0
+    op_conf = _system_conf("decode_random_conf")
+    batch(op_conf.decode_random_conf)
+    opdef = registry.op_def(op_conf)
+    torch.manual_seed(11)  # (each maker draws its generator's seed)
+    kernel = opdef.kernel(KernelCtx(op_conf, {}, torch.device("cpu")))
+    want = [kernel().numpy() for _ in range(2)]
+    torch.manual_seed(11)
+    fn = jax.jit(opdef.xla(KernelCtx(op_conf, {}, torch.device("cpu"))))
+    got = [np.asarray(fn(None)) for _ in range(2)]
+    assert got[0].dtype == np.float64 and got[0].shape == (3, 2, 2)
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got[0], got[1])  # a new batch on every run
+
     kernel, xla = rules("learning_rate_schedule_conf", schedule)
     fn = jax.jit(xla)
     for step in (0, 2, 3, 7, 12):

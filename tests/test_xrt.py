@@ -241,3 +241,25 @@ def test_one_config_flipped_between_jobs_gives_each_job_its_own_lowering():
     # moving mean 0, variance 1, gamma 1, beta 0: x / sqrt(1 + epsilon)
     for name, got in results.items():
         np.testing.assert_allclose(got, x / np.sqrt(1 + 0.001), rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def test_use_xla_jit_draws_the_plans_decode_random_batches():
+    """decode_random (the examples' data source) runs inside the XLA step: its rule draws
+    on the host with the kernel's own generator, so the batches are the plan's."""
+    def run(config):
+        flow.clear_default_session()
+        flow.manual_seed(5)
+
+        @flow.global_function(type="predict", function_config=config)
+        def batches() -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0"):
+                x = flow.data.decode_random((3,), dtype=flow.float, batch_size=2,
+                                            initializer=flow.random_uniform_initializer())
+                return flow.math.tanh(x)
+        got = [batches() for _ in range(3)]
+        return got, default_session().jobs["batches"].compile_mode
+    want, plan = run(flow.FunctionConfig())
+    got, xla = run(_config(use_xla_jit=True))
+    assert (plan, xla) == ("plan", "xla")
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    assert not np.allclose(got[0], got[1])  # a new batch each run

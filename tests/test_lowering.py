@@ -66,7 +66,7 @@ def test_the_lowering_names_have_one_definition():
                           if {"plan", "xla", "onnxruntime"} <= names]
     assert found == [os.path.join("graphfront", "runtime", "lowering.py")]
     assert lowering.LOWERINGS == ("plan", "native", "xla", "onnxruntime", "auto")
-    assert {mode for mode, _, _ in choice.CHOICES} == set(lowering.LOWERINGS)
+    assert {mode for mode, _, _ in choice.CHOICES} == set(lowering.LOWERINGS) | set(choice.SWITCHES)
 
 
 def test_both_entry_points_validate_through_one_place():

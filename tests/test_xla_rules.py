@@ -154,6 +154,207 @@ CASES = {
                                       "momentum": [_any((2, 3)), _any((4,))], "learning_rate": _pos((1,))},
                                      {"beta": 0.9, "scale": 2.0}, [], {"model", "momentum"}),
 }
+_F64 = np.float64  # float64 cases: the two implementations agree to rounding (tolerance of _tolerance)
+CASES.update({
+    "gather": ({"in": _any((5, 3, 2), _F64), "indices": lambda r: r.integers(-1, 6, (2, 4)).astype(np.int32)},
+               {"axis": 0}),  # -1 and 5 are out of range: zero slices
+    "unsorted_segment_sum": ({"data": _any((2, 3, 4), _F64), "segment_ids": lambda r: r.integers(-1, 6, (3,))
+                              .astype(np.int64)}, {"axis": 1, "num_segments": 5}),
+    "unsorted_segment_sum_like": ({"data": _any((6, 4), _F64), "segment_ids": _labels((6,), 3),
+                                   "like": _any((3, 4), _F64)}, {"axis": 0}),
+    "transpose": ({"input": _any((2, 3, 4))}, {"perm": [2, 0, 1]}),
+    "reshape_like": ({"in": _any((2, 6)), "like": _any((3, 4))}, {}),
+    "flatten": ({"in": _any((2, 3, 4))}, {"start_dim": 1, "end_dim": -1}),
+    "squeeze": ({"in": _any((2, 1, 4, 1))}, {"axes": [1, 3]}),
+    "expand_dims": ({"in": _any((2, 4))}, {"axis": -1}),
+    "concat": ({"in": [_any((2, 3)), _any((2, 1)), _any((2, 2))]}, {"axis": 1}),
+    "one_hot": ({"indices": lambda r: r.integers(-1, 5, (3, 2)).astype(np.int32)},
+                {"depth": 4, "floating_on_value": 2.5, "floating_off_value": -1.0, "dtype": flow.float}),
+    "constant": ({}, {"shape": (2, 3), "dtype": flow.int64, "integer_value": 7}),
+    "zero_like": ({"like": _any((2, 3))}, {}),
+    "ones_like": ({"x": _any((2, 3), np.int32)}, {}),
+    "gelu": ({"in": _any((3, 5), _F64)}, {}),
+    "gelu_grad": ({"x": _any((3, 5), _F64), "dy": _any((3, 5), _F64)}, {}),
+    "layer_norm": ({"x": _any((2, 3, 4), _F64), "beta": _any((3, 4), _F64), "gamma": _any((3, 4), _F64)},
+                   {"center": True, "scale": True, "begin_norm_axis": 1, "begin_params_axis": 1, "epsilon": 1e-5},
+                   ["y", "mean", "inv_variance", "normalized"]),
+    "layer_norm_grad": ({"dy": _any((2, 3, 4), _F64), "x": _any((2, 3, 4), _F64), "mean": _any((2, 3), _F64),
+                         "inv_variance": lambda r: r.uniform(0.5, 2.0, (2, 3)), "_add_to_output": _any((2, 3, 4), _F64)},
+                        {"begin_norm_axis": -1, "epsilon": 1e-5}),
+    "layer_norm_param_grad": ({"dy": _any((2, 3, 4), _F64), "normalized": _any((2, 3, 4), _F64),
+                               "gamma": _any((4,), _F64)}, {"begin_params_axis": 2},
+                              ["normalized_diff", "beta_diff", "gamma_diff", "reduce_buf"]),
+})
+CASES.update({
+    "broadcast_div_grad": ({"y": _pos((1, 4)), "z": _any((3, 4)), "dz": _any((3, 4))}, {}),
+    "broadcast_pow_x_grad": ({"x": _pos((3, 4)), "y": _any((1, 4)), "z": _any((3, 4)), "dz": _any((3, 4))}, {}),
+    "broadcast_pow_y_grad": ({"x": _pos((3, 4)), "y": _any((4,)), "z": _any((3, 4)), "dz": _any((3, 4))}, {}),
+    "multiply": ({"x": _any((2, 3), _F64), "y": _any((2, 3), _F64)}, {}),
+    "cast_like": ({"in": _any((2, 3)), "dtype_like": _any((1,), np.int32)}, {}),
+    "scalar_pow": ({"in": _pos((2, 3))}, _SCALAR),
+    "scalar_pow_grad": ({"x": _pos((2, 3)), "dy": _any((2, 3))}, _SCALAR),
+})
+CASES.update({
+    "log_softmax": ({"in": _any((3, 5), _F64)}, {}),
+    "log_softmax_grad": ({"prob": lambda r: np.log(r.dirichlet(np.ones(5), 3)), "dy": _any((3, 5), _F64)}, {}),
+    "softmax_cross_entropy": ({"prediction": _any((3, 5), _F64), "label": lambda r: r.dirichlet(np.ones(5), 3)}, {}),
+    "softmax_cross_entropy_grad": ({"prob": lambda r: r.dirichlet(np.ones(5), 3),
+                                    "label": lambda r: r.dirichlet(np.ones(5), 3), "dy": _any((3,), _F64)}, {}),
+    "sigmoid_cross_entropy": ({"prediction": lambda r: r.uniform(-30, 30, (3, 4)), "label": _any((3, 4), _F64)},
+                              {}),
+    "sigmoid_cross_entropy_grad": ({"prediction": _any((3, 4), _F64), "label": _any((3, 4), _F64),
+                                    "loss_diff": _any((3, 4), _F64)}, {}),
+})
+_COND = lambda shape: (lambda r: r.integers(0, 2, shape).astype(np.int8))  # noqa: E731
+_TRIL = {"diagonal": -1, "floating_fill_value": -2.5, "integer_fill_value": 0, "is_floating_fill_value": True}
+CASES.update({
+    "where": ({"condition": _COND((2, 1, 4)), "x": _any((3, 4)), "y": _any((2, 3, 1))}, {}),
+    "where_scalar_x": ({"condition": _COND((2, 3)), "y": _any((2, 3))}, _SCALAR),
+    "where_scalar_y": ({"condition": _COND((2, 3)), "x": _any((3,), np.int32)},
+                       {"has_int_operand": True, "int_operand": -4}),
+    "where_scalar_xy": ({"condition": _COND((2, 3))}, {"has_x_float_operand": True, "x_float_operand": 1.5,
+                                                      "has_y_int_operand": True, "y_int_operand": 3}),
+    "masked_fill": ({"x": _any((2, 3)), "mask": _COND((1, 3))}, _SCALAR),
+    "tril": ({"in": _any((2, 3, 4))}, _TRIL),
+    "triu": ({"in": _any((3, 4), np.int32)}, {"diagonal": 1}),
+    "fused_scale_tril": ({"in": _any((3, 4))}, {**_TRIL, "floating_scale_value": 0.5, "is_floating_scale_value": True}),
+})
+_CLIP = {"clip_by_scalar": {"floating_min": -0.5, "floating_max": 1.0},
+         "clip_by_scalar_min": {"floating_min": -0.5}, "clip_by_scalar_max": {"floating_max": 1.0}}
+for _name, _attrs in _CLIP.items():
+    CASES[_name] = ({"x": _any((3, 4))}, _attrs)
+    CASES[f"{_name}_grad"] = ({"dy": _any((3, 4)), "x": _any((3, 4))}, _attrs)
+CASES["clip_by_scalar"] = ({"x": _any((3, 4), np.int32)}, {"integral_min": -1, "integral_max": 1})  # (integers)
+
+
+def _with_inf(shape):
+    def draw(r):
+        a = r.uniform(-2.0, 2.0, shape).astype(np.float32)
+        a.flat[r.integers(0, a.size, 3)] = [np.inf, -np.inf, np.nan]
+        return a
+    return draw
+
+
+CASES.update({
+    "argmax": ({"in": lambda r: r.integers(0, 3, (4, 5)).astype(np.float32)}, {}),  # ties: the first maximum
+    "reduce_any": ({"input_tensor": lambda r: r.integers(0, 2, (2, 3, 4)).astype(np.int8)},
+                   {"axis": [1, 2], "keepdims": False}),
+    "reduce_all": ({"input_tensor": lambda r: r.integers(0, 3, (2, 3, 4)).astype(np.int32)},
+                   {"axis": [0], "keepdims": True}),
+    "square_sum": ({"x": _any((3, 4), _F64)}, {}),
+    "multi_square_sum": ({"x": [_any((3, 4), _F64), _any((5,), _F64)]}, {}),
+    "count_not_finite": ({"x": _with_inf((3, 4))}, {}),
+    "multi_count_not_finite": ({"x": [_with_inf((3, 4)), _with_inf((6,))]}, {}),
+})
+_MASK = lambda shape: (lambda r: r.integers(0, 2, shape).astype(np.int8))  # noqa: E731
+CASES.update({
+    "amp_white_identity": ({"in": _any((2, 3))}, {}),
+    "parallel_cast": ({"in": _any((2, 3))}, {"sbp_parallel": "B"}),
+    "hierarchical_parallel_cast": ({"in": _any((2, 3))}, {"nd_sbp": ["B"]}),
+    "tuple_identity": ({"in": [_any((2, 3)), _any((4,), np.int32)]}, {}, ["out", "out"]),
+    "broadcast_matmul_grad_b": ({"a": _any((2, 3, 4), _F64), "b": _any((2, 3, 5), _F64),
+                                 "_add_to_output": _any((4, 5), _F64)}, {"alpha": 0.5}),
+    "fused_bias_add_gelu": ({"a": _any((2, 3, 4), _F64), "b": _any((3,), _F64)}, {"axis": 1}),
+    "fused_bias_add_gelu_grad": ({"a": _any((2, 3, 4), _F64), "b": _any((4,), _F64), "dy": _any((2, 3, 4), _F64)},
+                                 {"axis": 2}),
+    "fused_bias_add_mask_scale": ({"a": _any((2, 3, 4)), "b": _any((3,)), "mask": _MASK((2, 3, 4)),
+                                   "_add_to_output": _any((2, 3, 4))}, {"axis": 1, "scale": 2.0}),
+    "fused_cast_scale": ({"x": _any((2, 3), np.int32), "scale_by_tensor": _any((1,), _F64)}, {"scale": 0.25}),
+})
+_SLICE = {"start": [1, -1, 0], "stop": [3, -5, 4], "step": [1, -2, 3]}  # negative steps and strides
+_NARROW = {"dim": 1, "start": -3, "length": 2}
+_PAD = {"padding_before": [1, 0, 2], "padding_after": [0, 2, 1], "floating_constant_value": -1.5,
+        "integral_constant_value": 0}
+CASES.update({
+    "split_like": ({"in": _any((2, 6)), "like": [_any((2, 1)), _any((2, 3)), _any((2, 2))]}, {"axis": 1},
+                   ["out", "out", "out"]),
+    "slice": ({"x": _any((4, 5, 4))}, _SLICE),
+    "slice_grad": ({"dy": _any((2, 2, 2))}, {"like_shape": (4, 5, 4), **_SLICE}),
+    "slice_update": ({"x": _any((4, 5, 4)), "update": _any((2, 2, 2))}, _SLICE),
+    "narrow": ({"in": _any((2, 5, 3))}, _NARROW),
+    "narrow_grad": ({"dy": _any((2, 2, 3)), "like": _any((2, 5, 3))}, _NARROW),
+    "expand": ({"in": _any((3, 1))}, {"logical_in_shape": [3, 1], "logical_expand_shape": [2, 3, 4]}),
+    "expand_grad": ({"in": _any((2, 3, 4))}, {"logical_out_shape": [3, 1], "logical_expand_shape": [2, 3, 4]}),
+    "pad": ({"x": _any((2, 3, 4))}, _PAD),
+    "pad_grad": ({"dy": _any((3, 5, 7))}, _PAD),
+})
+def _with_zeros(shape):
+    return lambda r: (r.uniform(-2.0, 2.0, shape) * r.integers(0, 2, shape)).astype(np.float64)  # half zeros
+
+
+for _name in ("xdivy", "xlogy", "floordiv"):
+    _y = _pos((3, 4)) if _name == "xlogy" else _any((3, 4), _F64)
+    _y = (lambda r: r.uniform(0.5, 2.0, (3, 4))) if _name == "xlogy" else _y
+    CASES[_name] = ({"x": _with_zeros((3, 4)), "y": _y}, {})
+    for _side in ("x", "y"):
+        CASES[f"{_name}_{_side}_grad"] = ({"x": _with_zeros((3, 4)), "y": _y, "dz": _any((3, 4), _F64)}, {})
+CASES["reciprocal_no_nan"] = ({"x": _with_zeros((3, 4))}, {})
+CASES["reciprocal_no_nan_grad"] = ({"x": _with_zeros((3, 4)), "dy": _any((3, 4), _F64)}, {})
+for _kind in ("maximum", "minimum"):
+    _ties = lambda r: r.integers(-1, 2, (3, 4)).astype(np.float32)  # noqa: E731 - ties go to x
+    CASES[f"elementwise_{_kind}"] = ({"x": _ties, "y": _ties}, {})
+    CASES[f"elementwise_{_kind}_backward"] = ({"dz": _any((3, 4)), "x": _ties, "y": _ties}, {}, ["dx", "dy"])
+for _kind in ("add", "sub", "mul", "div"):
+    CASES[f"scalar_{_kind}_by_tensor"] = ({"x": _any((2, 3)), "scalar": _pos((1,))}, {})
+CASES["scalar_div_by_tensor"] = ({"x": lambda r: r.integers(-9, 10, (2, 3)).astype(np.int32),
+                                  "scalar": lambda r: np.array([-4], np.int32)}, {})  # truncates toward zero
+CASES["scalar_floordiv"] = ({"in": lambda r: r.integers(-9, 10, (2, 3)).astype(np.int64)},
+                            {"has_int_operand": True, "int_operand": -4})
+CASES["scalar_fmod"] = ({"in": _any((2, 3), _F64)}, {"has_float_operand": True, "float_operand": -0.75})
+_PROB = lambda shape: (lambda r: r.uniform(0.05, 0.95, shape))  # noqa: E731 - (float64) in (0, 1)
+CASES.update({
+    "binary_cross_entropy": ({"input": _PROB((3, 4)), "target": _PROB((3, 4)), "weight": _PROB((3, 4))}, {}),
+    "binary_cross_entropy_grad": ({"input": _PROB((3, 4)), "target": _PROB((3, 4)), "dy": _any((3, 4), _F64)}, {}),
+    "binary_cross_entropy_with_logits": ({"input": lambda r: r.uniform(-30, 30, (3, 4)), "target": _PROB((3, 4)),
+                                          "weight": _PROB((3, 4)), "pos_weight": _PROB((4,))},
+                                         {"has_pos_weight": True}),
+    "binary_cross_entropy_with_logits_grad": ({"input": _any((3, 4), _F64), "target": _PROB((3, 4)),
+                                               "dy": _any((3, 4), _F64)}, {"has_pos_weight": False}),
+    "kl_div_loss": ({"input": _any((3, 4), _F64), "target": lambda r: np.abs(_with_zeros((3, 4))(r))},
+                    {"log_target": False}),  # (probabilities, zeros among them)
+    "kl_div_loss_grad": ({"input": _any((3, 4), _F64), "target": _any((3, 4), _F64), "dy": _any((3, 4), _F64)},
+                         {"log_target": True}),
+    "smooth_l1_loss": ({"input": _any((3, 4), _F64), "target": _any((3, 4), _F64)}, {"beta": 0.5}),
+    "smooth_l1_loss_grad": ({"input": _any((3, 4), _F64), "target": _any((3, 4), _F64), "dy": _any((3, 4), _F64)},
+                            {"beta": 0.5}),
+})
+CASES.update({
+    "prelu": ({"x": _any((2, 3, 4), _F64), "alpha": _any((3,), _F64)}, {}),
+    "prelu_grad": ({"x": _any((2, 3, 4), _F64), "dy": _any((2, 3, 4), _F64), "alpha": _any((3,), _F64)}, {},
+                   ["dx", "alpha_diff"]),
+    "tf_prelu": ({"x": _any((2, 3, 4), _F64), "alpha": _any((1, 4), _F64)}, {}),
+    "tf_prelu_grad": ({"x": _any((2, 3, 4), _F64), "dy": _any((2, 3, 4), _F64), "alpha": _any((1, 4), _F64)}, {},
+                      ["dx", "alpha_diff"]),
+    "l2_normalize": ({"x": _any((3, 4), _F64)}, {"axis": -1, "epsilon": 1.0}, ["y", "square_x_sum"]),  # rows both
+    "l2_normalize_grad": ({"dy": _any((3, 4), _F64), "y": _any((3, 4), _F64),  # sides of epsilon
+                           "square_x_sum": lambda r: r.uniform(0.5, 1.5, (3, 1))}, {"axis": 1, "epsilon": 1.0}),
+})
+CASES.update({
+    "roll": ({"in": _any((3, 4, 5))}, {"shifts": [2, -1], "dims": [0, 2]}),
+    "flip": ({"x": _any((3, 4, 5))}, {"dims": [0, -1]}),
+    "flip_grad": ({"dy": _any((3, 4))}, {"dims": [1]}),
+    "diag": ({"in": _any((4,))}, {"diagonal": -1}),
+    "diag_grad": ({"dy": _any((3,)), "in": _any((3, 4))}, {"diagonal": 1}),
+    "arange": ({}, {"float_start": 0.5, "float_delta": 0.1, "float_limit": 2.0, "dtype": flow.float}),
+    "eye": ({}, {"rows": 3, "cols": 4, "dtype": flow.int32}),
+    "hierarchical_parallel_cast_like": ({"in": _any((2, 3)), "like": _any((2, 3))}, {}),
+})
+CASES.update({  # ids -1 and 4 out of range: zero rows, nothing added
+    "batch_gather": ({"in": _any((2, 4, 3), _F64), "indices": lambda r: r.integers(-1, 5, (2, 5)).astype(np.int32)},
+                     {}),
+    "unsorted_batch_segment_sum": ({"data": _any((2, 5, 3), _F64),
+                                    "segment_ids": lambda r: r.integers(-1, 5, (2, 5)).astype(np.int64)},
+                                   {"num_segments": 4}),
+})
+# the activation family (graphfront/ops/activation_ops.py): forward on its input, grad on x or y and dy
+for _name, _attrs, _x in (("leaky_relu", {"alpha": 0.2}, "x"), ("hardtanh", {"min_val": -0.5, "max_val": 1.0}, "in"),
+                          ("hardsigmoid", {}, "in"), ("hardswish", {}, "in"), ("elu", {"alpha": 1.5}, "in"),
+                          ("celu", {"alpha": 0.7}, "in"), ("selu", {}, "in"), ("silu", {}, "in"),
+                          ("mish", {}, "in"), ("softsign", {}, "in")):
+    _wide = lambda r: r.uniform(-5.0, 5.0, (3, 4))  # noqa: E731 - (float64) both sides of each break point
+    CASES[_name] = ({_x: _wide}, _attrs)
+    _src = "y" if _name == "hardtanh" else "x"
+    CASES[f"{_name}_grad"] = ({_src: _wide, "dy": _any((3, 4), _F64)}, _attrs)
 for _t in ("max", "avg"):
     for _n in (1, 2, 3):
         CASES[f"tf_{_t}_pool_{_n}d"] = _pool(_n, _t, last=_n == 2)
@@ -236,6 +437,11 @@ def _flow_dtype(np_dtype):
             np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
 
 
+def _tolerance(dtype):
+    """A few ulps of a short chain of ops, 32 or 64 bits (exact for integers)."""
+    return {np.dtype(np.float64): dict(rtol=1e-12, atol=1e-13)}.get(np.dtype(dtype), dict(rtol=1e-5, atol=1e-6))
+
+
 def test_every_xla_rule_has_a_case():
     with_rule = sorted(t for t in registry.registered_op_types() if registry.lookup(t).xla is not None)
     assert sorted(CASES) == with_rule
@@ -254,7 +460,7 @@ def test_xla_rule_matches_the_kernel(op_type):
     got = _run(op_type, "xla", arrays, attrs, outputs, variables)
     for name, w, g in zip(outputs, want[0], got[0]):
         assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, w.dtype, g.shape, w.shape)
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{op_type} output {name}")
+        np.testing.assert_allclose(g, w, **_tolerance(w.dtype), err_msg=f"{op_type} output {name}")
     assert sorted(got[1]) == sorted(want[1])
     for name in want[1]:
         np.testing.assert_allclose(got[1][name], want[1][name], rtol=1e-5, atol=1e-6, err_msg=f"{op_type} {name}")
@@ -278,7 +484,7 @@ def test_system_op_rules_match_their_kernels():
 
     kinds = registry.system_kinds()
     assert sorted(k for k in kinds if registry.op_def(_system_conf(k)).xla) == [
-        "constant_like_conf", "identity_conf", "learning_rate_schedule_conf"]
+        "constant_like_conf", "decode_random_conf", "identity_conf", "learning_rate_schedule_conf"]
     like = np.arange(6, dtype=np.float32).reshape(2, 3)
 
     def int_seven(conf):
@@ -296,6 +502,24 @@ def test_system_op_rules_match_their_kernels():
         lr.learning_rate_decay.cosine_conf.decay_batches = 10
         lr.warmup_conf.linear_conf.warmup_batches = 3
         lr.warmup_conf.linear_conf.start_multiplier = 0.1
+    def batch(conf):  # normal draws: the rule calls the kernel back on the host, from the same seed
+        conf.batch_size = 3
+        conf.shape.dim.extend([2, 2])
+        conf.data_type = flow.double.proto
+        conf.data_initializer.random_normal_conf.std = 2.0
+    op_conf = _system_conf("decode_random_conf")
+    batch(op_conf.decode_random_conf)
+    opdef = registry.op_def(op_conf)
+    torch.manual_seed(11)  # (each maker draws its generator's seed)
+    kernel = opdef.kernel(KernelCtx(op_conf, {}, torch.device("cpu")))
+    want = [kernel().numpy() for _ in range(2)]
+    torch.manual_seed(11)
+    fn = jax.jit(opdef.xla(KernelCtx(op_conf, {}, torch.device("cpu"))))
+    got = [np.asarray(fn(None)) for _ in range(2)]
+    assert got[0].dtype == np.float64 and got[0].shape == (3, 2, 2)
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got[0], got[1])  # a new batch on every run
+
     kernel, xla = rules("learning_rate_schedule_conf", schedule)
     fn = jax.jit(xla)
     for step in (0, 2, 3, 7, 12):

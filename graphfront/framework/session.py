@@ -56,8 +56,9 @@ class FunctionConfig:
     ``enable_cuda_graph(bool)`` (graphfront's switch for CUDA-graph replay on GPU) and
     ``enable_passes(bool)`` (cleanup/fusion passes; autograd and optimizer always run) and
     ``compile_mode("plan" | "native" | "xla" | "onnxruntime" | "auto")`` (graphfront's switch:
-    the lowering of the job, see :mod:`graphfront.runtime.lowering`), ``enable_qat(bool)`` with
-    ``qat.*`` (quantization-aware training) and ``enable_ssp(bool)`` (recorded only).
+    the lowering of the job, see :mod:`graphfront.runtime.lowering`), OneFlow's
+    ``use_xla_jit(bool)`` and ``use_tensorrt(bool)``, ``enable_qat(bool)`` with ``qat.*``
+    (quantization-aware training) and ``enable_ssp(bool)`` (recorded only).
     """
 
     def __init__(self):
@@ -67,7 +68,7 @@ class FunctionConfig:
         self._logical_view = "consistent"
         self._cuda_graph = True
         self._passes = True
-        self._compile_mode = "plan"
+        self._compile_mode = None  # (unset: "plan", unless an xrt switch chooses)
 
     def default_data_type(self, value) -> None:
         """Set the job's default data type (``JobConfigProto.default_data_type``).
@@ -324,6 +325,50 @@ class FunctionConfig:
         """The quantization-aware training settings: ``config.qat.symmetric(False)`` ... (:class:`QatSettings`)."""
         return QatSettings(self.job_config_proto.qat_config)
 
+    def use_xla_jit(self, value=True) -> None:
+        """Run the job through the XLA lowering (``JobConfigProto.xrt_config.use_xla_jit``).
+
+        Where every op of the job has an ``xla`` rule the compiled job runs in
+        ``compile_mode("xla")`` (its ``compile_mode`` attribute says ``"xla"``); otherwise,
+        as OneFlow ran the ops XLA could not take on its own kernels, it runs the plan and
+        says why in ``fallback_reason`` and a UserWarning (see :mod:`graphfront.runtime.choice`).
+
+        Args:
+            value: bool.
+
+        Raises:
+            TypeError: ``value`` is not a bool.
+            JobBuildError: at the job's first call, when ``use_tensorrt(True)`` or
+                ``compile_mode`` is set as well (the message names both).
+        """
+        self._xrt_switch("use_xla_jit", value)
+
+    def use_tensorrt(self, value=True) -> None:
+        """Run the job through the fastest inference lowering installed
+        (``JobConfigProto.xrt_config.use_tensorrt``).
+
+        That is onnxruntime (``compile_mode("onnxruntime")``) with its TensorRT execution
+        provider, else its CUDA one, else its CPU one; the compiled job's ``compile_mode``
+        and ``provider`` say which ran, and a UserWarning does when it is not TensorRT. A job
+        onnxruntime cannot run (a train job: OneFlow's TensorRT engine ran inference only;
+        an op without an ONNX converter; a ``flow.watch``) runs the plan, with the reason in
+        ``fallback_reason`` and a UserWarning.
+
+        Args:
+            value: bool.
+
+        Raises:
+            TypeError: ``value`` is not a bool.
+            JobBuildError: at the job's first call, when ``use_xla_jit(True)`` or
+                ``compile_mode`` is set as well (the message names both).
+        """
+        self._xrt_switch("use_tensorrt", value)
+
+    def _xrt_switch(self, name, value):
+        if not isinstance(value, bool):
+            raise TypeError(f"FunctionConfig.{name} expects a bool, received {value!r}")
+        setattr(self.job_config_proto.xrt_config, name, value)
+
     # OneFlow setter names that differ from their JobConfigProto field
     _FIELD_ALIASES = {"enable_reused_mem": "enable_reuse_mem",
                       "enable_cudnn_conv_pseudo_half": "cudnn_conv_enable_pseudo_half"}
@@ -444,10 +489,17 @@ class CompiledJob:
         return_structure: the returned structure whose leaves map to the return ops in order.
         return_annotation: how results are converted (see :mod:`graphfront.typing`).
         enable_passes: run the cleanup/fusion passes.
+        compile_mode: the lowering (:data:`graphfront.runtime.lowering.LOWERINGS`); None: the
+            Job's ``xrt_config`` switches choose, else ``"plan"`` (:mod:`graphfront.runtime.choice`).
+
+    Attributes (besides the arguments):
+        compile_mode: the lowering that runs the job (``"plan"``, ``"xla"``, ``"onnxruntime"`` ...).
+        fallback_reason: why ``"auto"``, ``use_xla_jit`` or ``use_tensorrt`` ran the plan (else None).
+        provider: the onnxruntime execution provider that runs the job (None for other lowerings).
     """
 
     def __init__(self, session, user_job, placeholders, return_structure, return_annotation,
-                 enable_passes=True, locations=None, cuda_graph=True, accumulation_steps=1, compile_mode="plan",
+                 enable_passes=True, locations=None, cuda_graph=True, accumulation_steps=1, compile_mode=None,
                  logical_view="consistent"):
         self.session = session
         self.name = user_job.job_conf.job_name
@@ -470,13 +522,18 @@ class CompiledJob:
         except Exception as e:  # a pass, initializer or kernel refused what the job holds
             raise JobBuildError(f"job '{self.name}' could not be compiled: {type(e).__name__}: {e}") from e
         self.job = request.job  # (on several devices: after the boxing or mirror pass)
-        self.fallback_reason = request.fallback_reason  # compile_mode "auto" ran the plan: why not onnxruntime
+        self.fallback_reason = request.fallback_reason  # "auto" or an xrt switch ran the plan: why
         self.compile_mode = self.plan.compile_mode  # the lowering that runs this job
         by_name = {op.name: op for op in self.job.net.op}
         ids = {n: tuple(g.parallel_conf.device_name) for g in self.job.placement.placement_group
                for n in g.op_set.op_name}
         self.input_devices = [device_of(by_name[n], ids.get(n, ("0:0",))) if self.parallel_num == 1
                               else torch.device("cpu") for n in self.plan.input_names]
+
+    @property
+    def provider(self):
+        """The onnxruntime execution provider that runs the job (None: another lowering)."""
+        return self.plan.provider
 
     @classmethod
     def from_function(cls, session, gf) -> "CompiledJob":

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.ops.common import float_input, same_dtype
-from graphfront.ops import onnx_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s
 from graphfront.ops.registry import op
 
@@ -37,13 +37,14 @@ def grad_like(src):
     return infer
 
 
-def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", doc="", onnx=None):
+def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", doc="", onnx=None, xla=None):
     """Register an elementwise activation ``name`` and its ``name_grad``.
 
     ``fwd(attrs) -> callable(x)`` and ``bwd(attrs) -> callable(src, dy)`` are built once
     per op at lowering time from the op's attr dict. ``grad_src`` is ``"x"`` (the grad
     op gets the forward input) or ``"y"`` (the forward output). ``onnx(c, x, out, desc)``
-    writes the op's ONNX nodes (see :func:`onnx_rules.unary`).
+    writes the op's ONNX nodes (see :func:`onnx_rules.unary`). ``xla`` is ``(fwd, bwd)``
+    of the same form over ``jax.Array`` values (``jnp`` below): the two ops' ``xla`` rules.
     """
     i, o = args
     attr_names = list(attrs or {})
@@ -59,10 +60,21 @@ def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", 
         g.set_grad(i, g.emit(f"{name}_grad", {grad_src: src, "dy": g.dout(o)},
                              {a: g.attr(a) for a in attr_names}))
 
+    xla_fwd, xla_bwd = xla or (None, None)
     op(name, inputs=[i], outputs=[o], attrs=attrs, infer=infer, kernel=lambda k: fwd(k.attrs), grad=grad,
-       doc=doc, onnx=onnx and onnx_rules.unary(onnx, i, o))
+       doc=doc, onnx=onnx and onnx_rules.unary(onnx, i, o), xla=xla_fwd and (lambda k: xla_fwd(k.attrs)))
     op(f"{name}_grad", inputs=[grad_src, "dy"], outputs=["dx"], attrs=attrs, infer=grad_like(grad_src),
-       kernel=lambda k: bwd(k.attrs), doc=f"gradient of {name}")
+       kernel=lambda k: bwd(k.attrs), doc=f"gradient of {name}", xla=xla_bwd and (lambda k: xla_bwd(k.attrs)))
+
+
+def jnp():
+    """``jax.numpy`` (imported when an ``xla`` rule is made)."""
+    return xla_rules.jnp()
+
+
+def _jnn():
+    import jax.nn
+    return jax.nn
 
 
 def _zero(t):
@@ -86,7 +98,9 @@ activation(
     lambda a: (lambda x, s=a["alpha"]: F.leaky_relu(x, s)),
     lambda a: (lambda x, dy, s=a["alpha"]: torch.where(x > 0, dy, dy * s)),
     args=("x", "y"), attrs={"alpha": ("float", 0.0)},
-    doc="y = x if x > 0 else alpha * x", onnx=_leaky_relu_onnx)
+    doc="y = x if x > 0 else alpha * x", onnx=_leaky_relu_onnx,
+    xla=(lambda a: (lambda x, s=a["alpha"]: jnp().where(x > 0, x, x * s)),
+         lambda a: (lambda x, dy, s=a["alpha"]: jnp().where(x > 0, dy, dy * s))))
 
 def _hardtanh_onnx(c, x, out, d):
     c.node("Clip", [x, const_as(c, c.attr("min_val"), d), const_as(c, c.attr("max_val"), d)], [out])
@@ -98,7 +112,9 @@ activation(
     lambda a: (lambda y, dy, lo=a["min_val"], hi=a["max_val"]:
                torch.where((y > lo) & (y < hi), dy, _zero(dy))),
     attrs={"min_val": ("double", 0.0), "max_val": ("double", 0.0)}, grad_src="y",
-    doc="out = clamp(in, min_val, max_val); the grad passes dy where min_val < y < max_val", onnx=_hardtanh_onnx)
+    doc="out = clamp(in, min_val, max_val); the grad passes dy where min_val < y < max_val", onnx=_hardtanh_onnx,
+    xla=(lambda a: (lambda x, lo=a["min_val"], hi=a["max_val"]: jnp().clip(x, lo, hi).astype(x.dtype)),
+         lambda a: (lambda y, dy, lo=a["min_val"], hi=a["max_val"]: jnp().where((y > lo) & (y < hi), dy, 0))))
 
 def _relu6_plus_3_onnx(c, x, d):
     """min(max(x + 3, 0), 6), the core of hardsigmoid / hardswish in the kernels' order of operations."""
@@ -114,7 +130,9 @@ activation(
     "hardsigmoid",
     lambda a: F.hardsigmoid,
     lambda a: (lambda x, dy: torch.where((x > -3) & (x < 3), dy / 6, _zero(dy))),
-    doc="out = relu6(in + 3) / 6", onnx=_hardsigmoid_onnx)
+    doc="out = relu6(in + 3) / 6", onnx=_hardsigmoid_onnx,
+    xla=(lambda a: (lambda x: jnp().clip(x + 3, 0, 6) / 6),
+         lambda a: (lambda x, dy: jnp().where((x > -3) & (x < 3), dy / 6, 0))))
 
 
 def _hardswish_grad(x, dy):
@@ -128,7 +146,9 @@ def _hardswish_onnx(c, x, out, d):
 
 
 activation("hardswish", lambda a: F.hardswish, lambda a: _hardswish_grad, doc="out = in * relu6(in + 3) / 6",
-           onnx=_hardswish_onnx)
+           onnx=_hardswish_onnx,
+           xla=(lambda a: (lambda x: x * jnp().clip(x + 3, 0, 6) / 6),
+                lambda a: (lambda x, dy: jnp().where(x < -3, 0, jnp().where(x <= 3, dy * (x / 3 + 0.5), dy)))))
 
 # ------------------------------------------------------------------ exponential family
 
@@ -155,7 +175,9 @@ activation(
     lambda a: (lambda x, al=a["alpha"]: F.elu(x, al)),
     lambda a: (lambda x, dy, al=a["alpha"]: torch.where(x > 0, dy, dy * al * torch.exp(x))),
     attrs={"alpha": ("double", 0.0)},
-    doc="out = in if in > 0 else alpha * (exp(in) - 1)", onnx=_elu_onnx)
+    doc="out = in if in > 0 else alpha * (exp(in) - 1)", onnx=_elu_onnx,
+    xla=(lambda a: (lambda x, al=a["alpha"]: jnp().where(x > 0, x, al * jnp().expm1(x))),
+         lambda a: (lambda x, dy, al=a["alpha"]: jnp().where(x > 0, dy, dy * al * jnp().exp(x)))))
 
 def _celu_onnx(c, x, out, d):
     _elu_family_onnx(c, x, out, d, c.attr("alpha"), 1.0 / c.attr("alpha"))
@@ -166,7 +188,9 @@ activation(
     lambda a: (lambda x, al=a["alpha"]: F.celu(x, al)),
     lambda a: (lambda x, dy, al=a["alpha"]: torch.where(x > 0, dy, dy * torch.exp(x / al))),
     attrs={"alpha": ("double", 0.0, _nonzero_alpha)},
-    doc="out = max(0, in) + min(0, alpha * (exp(in / alpha) - 1))", onnx=_celu_onnx)
+    doc="out = max(0, in) + min(0, alpha * (exp(in / alpha) - 1))", onnx=_celu_onnx,
+    xla=(lambda a: (lambda x, al=a["alpha"]: jnp().where(x > 0, x, al * jnp().expm1(x / al))),
+         lambda a: (lambda x, dy, al=a["alpha"]: jnp().where(x > 0, dy, dy * jnp().exp(x / al)))))
 
 def _selu_onnx(c, x, out, d):
     _elu_family_onnx(c, x, out, d, SELU_ALPHA, scale=SELU_SCALE)
@@ -177,7 +201,9 @@ activation(
     lambda a: F.selu,
     lambda a: (lambda x, dy: torch.where(x > 0, dy * SELU_SCALE, dy * (SELU_SCALE * SELU_ALPHA) * torch.exp(x))),
     doc=f"out = scale * (max(0, in) + min(0, alpha * (exp(in) - 1))), alpha={SELU_ALPHA}, scale={SELU_SCALE}",
-    onnx=_selu_onnx)
+    onnx=_selu_onnx,
+    xla=(lambda a: (lambda x: SELU_SCALE * jnp().where(x > 0, x, SELU_ALPHA * jnp().expm1(x))),
+         lambda a: (lambda x, dy: jnp().where(x > 0, dy * SELU_SCALE, dy * (SELU_SCALE * SELU_ALPHA) * jnp().exp(x)))))
 
 
 def _silu_grad(x, dy):
@@ -189,7 +215,13 @@ def _silu_onnx(c, x, out, d):
     c.node("Mul", [x, c.node("Sigmoid", [x])], [out])
 
 
-activation("silu", lambda a: F.silu, lambda a: _silu_grad, doc="out = in * sigmoid(in)", onnx=_silu_onnx)
+def _silu_grad_xla(x, dy):
+    s = _jnn().sigmoid(x)
+    return dy * s * (1 + x * (1 - s))
+
+
+activation("silu", lambda a: F.silu, lambda a: _silu_grad, doc="out = in * sigmoid(in)", onnx=_silu_onnx,
+           xla=(lambda a: (lambda x: x * _jnn().sigmoid(x)), lambda a: _silu_grad_xla))
 
 
 def _mish_grad(x, dy):
@@ -204,7 +236,13 @@ def _mish_onnx(c, x, out, d):
         c.node("Mul", [x, c.node("Tanh", [c.node("Softplus", [x])])], [out])
 
 
-activation("mish", lambda a: F.mish, lambda a: _mish_grad, doc="out = in * tanh(softplus(in))", onnx=_mish_onnx)
+def _mish_grad_xla(x, dy):
+    t = jnp().tanh(_jnn().softplus(x))
+    return dy * (t + x * (1 - t * t) * _jnn().sigmoid(x))
+
+
+activation("mish", lambda a: F.mish, lambda a: _mish_grad, doc="out = in * tanh(softplus(in))", onnx=_mish_onnx,
+           xla=(lambda a: (lambda x: x * jnp().tanh(_jnn().softplus(x))), lambda a: _mish_grad_xla))
 
 def _softsign_onnx(c, x, out, d):
     """x / (1 + |x|) (spelled out: onnxruntime's Softsign is float-only)."""
@@ -215,7 +253,8 @@ activation(
     "softsign",
     lambda a: F.softsign,
     lambda a: (lambda x, dy: dy / torch.square(1 + torch.abs(x))),
-    doc="out = in / (1 + |in|)", onnx=_softsign_onnx)
+    doc="out = in / (1 + |in|)", onnx=_softsign_onnx,
+    xla=(lambda a: (lambda x: x / (1 + jnp().abs(x))), lambda a: (lambda x, dy: dy / jnp().square(1 + jnp().abs(x)))))
 
 
 # ------------------------------------------------------------------ prelu / tf_prelu
@@ -249,6 +288,34 @@ def _prelu_grad_kernel(k):
             return dx, da.sum().reshape(alpha.shape)
         return dx, da.sum(dim=[d for d in range(x.dim()) if d != 1])
     return prelu_grad
+
+
+def _prelu_view_xla(x, alpha):
+    """:func:`_prelu_view` of jax arrays."""
+    if x.ndim < 2 or alpha.size == 1:
+        return alpha.reshape(())
+    return alpha.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+def _prelu_grad_xla(k):
+    def prelu_grad(x, dy, alpha):
+        dx = jnp().where(x > 0, dy, dy * _prelu_view_xla(x, alpha))
+        da = jnp().where(x > 0, 0, dy * x)
+        if alpha.size == 1 or x.ndim < 2:
+            return dx, da.sum().reshape(alpha.shape)
+        return dx, da.sum(axis=tuple(d for d in range(x.ndim) if d != 1))
+    return prelu_grad
+
+
+def _tf_prelu_grad_xla(k):
+    ashape = tuple(k.input("alpha").shape)
+
+    def tf_prelu_grad(x, dy, alpha):
+        dx = jnp().where(x > 0, dy, dy * alpha)
+        da = jnp().where(x > 0, 0, dy * x)
+        axes = (0,) + tuple(i + 1 for i, a in enumerate(ashape) if a == 1 and x.shape[i + 1] != 1)
+        return dx, da.sum(axis=axes, keepdims=True).reshape(ashape)
+    return tf_prelu_grad
 
 
 def _tf_prelu_infer(ctx):
@@ -313,14 +380,14 @@ _prelu_onnx = _prelu_onnx_rule(True)
 
 op("prelu", inputs=["x", "alpha"], outputs=["y"], infer=_prelu_infer, kernel=_prelu_kernel,
    grad=_prelu_family_grad("prelu"), doc="y = x if x > 0 else alpha[c] * x, c = dim 1 of x", onnx=_prelu_onnx,
-   amp="white")
+   amp="white", xla=lambda k: (lambda x, alpha: jnp().where(x > 0, x, x * _prelu_view_xla(x, alpha))))
 op("prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
-   kernel=_prelu_grad_kernel)
+   kernel=_prelu_grad_kernel, xla=_prelu_grad_xla)
 _tf_prelu_onnx = _prelu_onnx_rule(False)
 
 
 op("tf_prelu", inputs=["x", "alpha"], outputs=["y"], infer=_tf_prelu_infer, kernel=_tf_prelu_kernel,
    grad=_prelu_family_grad("tf_prelu"), doc="y = x if x > 0 else alpha * x, alpha broadcast over x.shape[1:]",
-   onnx=_tf_prelu_onnx, amp="white")
+   onnx=_tf_prelu_onnx, amp="white", xla=lambda k: (lambda x, alpha: jnp().where(x > 0, x, x * alpha)))
 op("tf_prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
-   kernel=_tf_prelu_grad_kernel)
+   kernel=_tf_prelu_grad_kernel, xla=_tf_prelu_grad_xla)

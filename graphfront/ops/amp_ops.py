@@ -33,6 +33,7 @@ def _like_in(ctx):
 op("amp_white_identity", inputs=["in"], outputs=["out"], infer=_like_in, kernel=lambda k: lambda x: x,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit("amp_white_identity", {"in": g.dout("out")})),
    view=True, doc="out = in; marks a point of the auto-mixed-precision white list", onnx=onnx_rules.same("Identity"),
+   xla=lambda k: lambda x: x,
    amp="white")
 
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.ops.common import integer_input, like, norm_axis, numel, same_dtype
-from graphfront.ops import onnx_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, np_dtype
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -97,7 +97,8 @@ def _reshape_like_infer(ctx):
 
 
 op("reshape_like", inputs=["in", "like"], outputs=["out"], infer=_reshape_like_infer,
-   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"))
+   kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
+   xla=_reshape_kernel())
 
 
 def _flatten_infer(ctx):
@@ -115,7 +116,7 @@ def _flatten_infer(ctx):
 
 op("flatten", inputs=["in"], outputs=["out"], attrs={"start_dim": ("int32", 0), "end_dim": ("int32", -1)},
    infer=_flatten_infer, kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True,
-   onnx=_reshape_to_output_onnx("in", "out"), amp="clear")
+   onnx=_reshape_to_output_onnx("in", "out"), xla=_reshape_kernel(), amp="clear")
 
 
 def _squeeze_infer(ctx):
@@ -133,7 +134,7 @@ def _squeeze_infer(ctx):
 
 op("squeeze", inputs=["in"], outputs=["out"], attrs={"axes": "list_int32"}, infer=_squeeze_infer,
    kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
-   amp="clear")
+   xla=_reshape_kernel(), amp="clear")
 
 
 def _expand_dims_infer(ctx):
@@ -148,7 +149,7 @@ def _expand_dims_infer(ctx):
 
 op("expand_dims", inputs=["in"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=_expand_dims_infer,
    kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
-   amp="clear")
+   xla=_reshape_kernel(), amp="clear")
 
 
 # ============================================================== transpose
@@ -173,6 +174,7 @@ def _transpose_grad(g):
 
 op("transpose", inputs=["input"], outputs=["output"], attrs={"perm": "list_int32"}, infer=_transpose_infer,
    kernel=lambda k: (lambda x, p=tuple(k.attr("perm")): x.permute(p)), grad=_transpose_grad, view=True,
+   xla=lambda k: (lambda x, p=tuple(k.attr("perm")): x.transpose(p)),
    onnx=lambda c: c.node("Transpose", [c.input("input")], [c.output("output")], perm=list(c.attr("perm"))), amp="clear")
 
 
@@ -225,6 +227,8 @@ def _concat_grad(g):
 
 op("concat", inputs=["in*"], outputs=["out"], attrs={"axis": ("int64", 0), "max_dim_size": ("int64", 0)},
    infer=_concat_infer, kernel=_concat_kernel, grad=_concat_grad,
+   xla=lambda k: (lambda xs, axis=norm_axis(k.attr("axis"), len(k.input("in").shape)):
+                  xla_rules.jnp().concatenate(xs, axis=axis)),
    onnx=lambda c: c.node("Concat", c.inputs("in"), [c.output("out")], axis=c.attr("axis")), amp="clear")
 
 
@@ -278,8 +282,15 @@ def _split_like_onnx(c):
     c.node("Split", [c.input("in"), c.const(int64s(sizes))], outs, axis=axis)
 
 
+def _split_like_xla(k):
+    axis = norm_axis(k.attr("axis"), len(k.input("in").shape))
+    bounds = np.cumsum([k.output("out", i).shape[axis] for i in range(k.output_count("out"))])[:-1].tolist()
+    return lambda x, likes: list(xla_rules.jnp().split(x, bounds, axis=axis))
+
+
 op("split_like", inputs=["in", "like*"], outputs=["out*"], attrs={"axis": ("int64", 0)},
-   infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True, onnx=_split_like_onnx)
+   infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True, onnx=_split_like_onnx,
+   xla=_split_like_xla)
 
 
 # ============================================================== slice family
@@ -393,8 +404,18 @@ def _slice_op_onnx(c):
     _ranges_slice_onnx(c, c.input("x"), c.output("y"), ranges)
 
 
+def _ranges_index(ranges):
+    """The numpy index (``np.ix_``) selecting one Python ``range`` per dim: for jax arrays."""
+    return np.ix_(*[np.asarray(list(r), dtype=np.int64) for r in ranges])
+
+
+def _slice_xla(k):
+    index = _ranges_index(_kernel_ranges(k, k.input("x").shape))
+    return lambda x: x[index]
+
+
 op("slice", inputs=["x"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_infer,
-   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=_slice_op_onnx, amp="clear")
+   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=_slice_op_onnx, xla=_slice_xla, amp="clear")
 
 
 def _slice_grad_infer(ctx):
@@ -419,7 +440,9 @@ def _slice_grad_kernel(k):
 
 
 op("slice_grad", inputs=["dy"], outputs=["dx"], attrs={"like_shape": "shape", **SLICE_ATTRS},
-   infer=_slice_grad_infer, kernel=_slice_grad_kernel)
+   infer=_slice_grad_infer, kernel=_slice_grad_kernel,
+   xla=lambda k: (lambda dy, shape=tuple(k.attr("like_shape")): xla_rules.jnp().zeros(shape, dy.dtype).at[
+       _ranges_index(_kernel_ranges(k, shape))].set(dy)))
 
 
 def _slice_update_infer(ctx):
@@ -462,7 +485,9 @@ def _slice_update_onnx(c):
 
 
 op("slice_update", inputs=["x", "update"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_update_infer,
-   kernel=_slice_update_kernel, grad=_slice_update_grad, onnx=_slice_update_onnx)
+   kernel=_slice_update_kernel, grad=_slice_update_grad, onnx=_slice_update_onnx,
+   xla=lambda k: (lambda x, update, index=_ranges_index(_kernel_ranges(k, k.input("x").shape)):
+                  x.at[index].set(update)))
 
 
 # ============================================================== narrow (+ narrow_grad)
@@ -497,6 +522,17 @@ def _narrow_kernel(k):
     return lambda x: x.narrow(dim, start, k.attr("length"))
 
 
+def _narrow_index(k, shape):
+    dim = k.attr("dim") % len(shape)
+    start = k.attr("start") % max(shape[dim], 1)
+    return (slice(None),) * dim + (slice(start, start + k.attr("length")),)
+
+
+def _narrow_xla(k):
+    index = _narrow_index(k, k.input("in").shape)
+    return lambda x: x[index]
+
+
 def _narrow_onnx(c):
     shape = c.input_desc("in").shape
     dim = c.attr("dim") % len(shape)
@@ -507,7 +543,7 @@ def _narrow_onnx(c):
 op("narrow", inputs=["in"], outputs=["out"], attrs=NARROW_ATTRS, infer=_narrow_infer, kernel=_narrow_kernel,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "narrow_grad", {"dy": g.dout("out"), "like": g.input("in")}, {a: g.attr(a) for a in NARROW_ATTRS})),
-   view=True, onnx=_narrow_onnx)
+   view=True, onnx=_narrow_onnx, xla=_narrow_xla)
 
 
 def _narrow_grad_infer(ctx):
@@ -531,7 +567,9 @@ def _narrow_grad_kernel(k):
 
 
 op("narrow_grad", inputs=["dy", "like"], outputs=["dx"], attrs=NARROW_ATTRS, infer=_narrow_grad_infer,
-   kernel=_narrow_grad_kernel)
+   kernel=_narrow_grad_kernel,
+   xla=lambda k: (lambda dy, like_, index=_narrow_index(k, k.input("like").shape):
+                  xla_rules.jnp().zeros(like_.shape, dy.dtype).at[index].set(dy)))
 
 
 # ============================================================== expand (+ expand_grad)
@@ -587,6 +625,7 @@ def _expand_kernel(k):
 
 op("expand", inputs=["in"], outputs=["out"], attrs=EXPAND_ATTRS, infer=_expand_infer, kernel=_expand_kernel,
    onnx=onnx_rules.expand_to_output("in", "out"),
+   xla=lambda k: (lambda x, out=tuple(k.output("out").shape): xla_rules.jnp().broadcast_to(x, out)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "expand_grad", {"in": g.dout("out")},
        {"logical_out_shape": list(g.desc(g.input("in")).shape),
@@ -600,6 +639,14 @@ def _expand_grad_infer(ctx):
     expected = _expand_shape(ctx, out_shape, ctx.attr("logical_expand_shape"), "attr 'logical_out_shape'")
     ctx.check(dy.shape == expected, f"input 'in' expected shape {expected}, received {dy.shape}")
     ctx.set_output("out", out_shape, dy.dtype)
+
+
+def _expand_grad_xla(k):
+    out_shape = tuple(k.attr("logical_out_shape"))
+    in_shape = k.input("in").shape
+    offset = len(in_shape) - len(out_shape)
+    axes = tuple(i for i in range(len(in_shape)) if i < offset or (out_shape[i - offset] == 1 and in_shape[i] != 1))
+    return lambda dy: (dy.sum(axis=axes, keepdims=True) if axes else dy).reshape(out_shape)
 
 
 def _expand_grad_kernel(k):
@@ -616,7 +663,7 @@ def _expand_grad_kernel(k):
 
 op("expand_grad", inputs=["in"], outputs=["out"],
    attrs={"logical_out_shape": "list_int32", "logical_expand_shape": "list_int32"},
-   infer=_expand_grad_infer, kernel=_expand_grad_kernel)
+   infer=_expand_grad_infer, kernel=_expand_grad_kernel, xla=_expand_grad_xla)
 
 
 # ============================================================== padding
@@ -675,7 +722,14 @@ def _pad_onnx(c):
               value=_pad_value_onnx(c, "floating_constant_value", "integral_constant_value"))
 
 
+def _pad_xla(k):
+    widths = list(zip(k.attr("padding_before"), k.attr("padding_after")))
+    value = _pad_value(k.input("x").dtype, k.attr("floating_constant_value"), k.attr("integral_constant_value"))
+    return lambda x: xla_rules.jnp().pad(x, widths, constant_values=value)
+
+
 op("pad", inputs=["x"], outputs=["y"], attrs=PAD_ATTRS, infer=_pad_infer, kernel=_pad_kernel, onnx=_pad_onnx,
+   xla=_pad_xla,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("pad_grad", {"dy": g.dout("y")}, _pad_attrs(g))), amp="clear")
 
 
@@ -694,6 +748,7 @@ def _pad_grad_kernel(k):
 
 
 op("pad_grad", inputs=["dy"], outputs=["dx"], attrs=PAD_ATTRS, infer=_pad_grad_infer, kernel=_pad_grad_kernel,
+   xla=_pad_grad_kernel,  # (basic slicing: the same on jax arrays)
    grad=lambda g: g.needs("dy") and g.set_grad("dy", g.emit("pad", {"x": g.dout("dx")}, _pad_attrs(g))),
    view=True)
 
@@ -845,6 +900,8 @@ def _roll_onnx(c):
 
 op("roll", inputs=["in"], outputs=["out"], attrs={"shifts": "list_int32", "dims": "list_int32"},
    infer=_roll_infer, kernel=_roll_kernel, onnx=_roll_onnx,
+   xla=lambda k: (lambda x, s=tuple(k.attr("shifts")), d=tuple(k.attr("dims")):
+                  xla_rules.jnp().roll(x, s if d else s[0], d if d else None)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "roll", {"in": g.dout("out")}, {"shifts": [-s for s in g.attr("shifts")], "dims": g.attr("dims")})))
 
@@ -874,10 +931,15 @@ def _flip_onnx(c):
 
 # v0.6.0 registers no grad function for ``flip`` (``oneflow/user/ops/flip_op.cpp``); ``flip_grad``
 # exists as its own op. flow.reverse uses ``slice`` with step -1, which is differentiable.
+def _flip_xla(x_arg):
+    return lambda k: (lambda x, d=tuple(norm_axis(a, len(k.input(x_arg).shape)) for a in k.attr("dims")):
+                      xla_rules.jnp().flip(x, d))
+
+
 op("flip", inputs=["x"], outputs=["y"], attrs={"dims": "list_int32"}, infer=_flip_infer("x", "y"),
-   kernel=_flip_kernel("x"), onnx=_flip_onnx)
+   kernel=_flip_kernel("x"), onnx=_flip_onnx, xla=_flip_xla("x"))
 op("flip_grad", inputs=["dy"], outputs=["dx"], attrs={"dims": "list_int32"}, infer=_flip_infer("dy", "dx"),
-   kernel=_flip_kernel("dy"))
+   kernel=_flip_kernel("dy"), xla=_flip_xla("dy"))
 
 
 def _diag_shape(ctx, shape, d):
@@ -902,6 +964,17 @@ def _diag_grad_infer(ctx):
     expected = _diag_shape(ctx, x.shape, ctx.attr("diagonal"))
     ctx.check(dy.shape == expected, f"input 'dy' expected shape {expected}, received {dy.shape}")
     ctx.set_output("dx", x.shape, dy.dtype)
+
+
+def _diag_grad_xla(k):
+    d = k.attr("diagonal")
+    shape = tuple(k.input("in").shape)
+    if len(shape) == 1:
+        return lambda dy, x: xla_rules.jnp().diagonal(dy, d)
+    n = len(np.diagonal(np.empty(shape), d))
+    i = np.arange(n)
+    rows, cols = (i, i + d) if d >= 0 else (i - d, i)
+    return lambda dy, x: xla_rules.jnp().zeros(shape, dy.dtype).at[rows, cols].set(dy)
 
 
 def _diag_grad_kernel(k):
@@ -937,10 +1010,11 @@ def _diag_onnx(c):
 
 op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer, onnx=_diag_onnx,
    kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.diag(x, d)),
+   xla=lambda k: (lambda x, d=k.attr("diagonal"): xla_rules.jnp().diag(x, d)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "diag_grad", {"dy": g.dout("out"), "in": g.input("in")}, {"diagonal": g.attr("diagonal")})))
 op("diag_grad", inputs=["dy", "in"], outputs=["dx"], attrs={"diagonal": ("int32", 0)}, infer=_diag_grad_infer,
-   kernel=_diag_grad_kernel)
+   kernel=_diag_grad_kernel, xla=_diag_grad_xla)
 
 
 # ============================================================== identities
@@ -966,7 +1040,8 @@ def _identity_each_onnx(c):
 
 
 op("tuple_identity", inputs=["in*"], outputs=["out*"], infer=_tuple_identity_infer,
-   kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True, onnx=_identity_each_onnx)
+   kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True, onnx=_identity_each_onnx,
+   xla=lambda k: (lambda xs: list(xs)))
 
 
 # ============================================================== constant sources and *_like (NoGrad)
@@ -991,6 +1066,13 @@ def _constant_kernel(k):
     return lambda: torch.full(shape, value, dtype=dtype.torch, device=device)
 
 
+def _constant_xla(k):
+    dtype = k.attr("dtype")
+    value = k.attr("floating_value") if k.attr("is_floating_value") else k.attr("integer_value")
+    shape = tuple(k.attr("shape"))
+    return lambda: xla_rules.jnp().full(shape, value, dtype.np)
+
+
 def _constant_value_onnx(c):
     d = c.output_desc("out")
     value = c.attr("floating_value") if c.attr("is_floating_value") else c.attr("integer_value")
@@ -1003,7 +1085,7 @@ _constant_onnx = onnx_rules.constant_output(_constant_value_onnx)
 op("constant", outputs=["out"],
    attrs={"floating_value": ("double", 0.0), "integer_value": ("int64", 0), "is_floating_value": ("bool", False),
           "dtype": "dtype", "shape": "shape", "nd_sbp": "list_string"},
-   infer=_constant_infer, kernel=_constant_kernel, no_grad=True, onnx=_constant_onnx)
+   infer=_constant_infer, kernel=_constant_kernel, no_grad=True, onnx=_constant_onnx, xla=_constant_xla)
 
 def _full_like_output_onnx(value, out_arg):
     """zero_like / ones_like: ``value`` in the output's shape and dtype."""
@@ -1014,13 +1096,14 @@ def _full_like_output_onnx(value, out_arg):
 
 
 op("zero_like", inputs=["like"], outputs=["out"], infer=like("like"),
-   kernel=lambda k: torch.zeros_like, no_grad=True, onnx=_full_like_output_onnx(0, "out"))
+   kernel=lambda k: torch.zeros_like, no_grad=True, onnx=_full_like_output_onnx(0, "out"),
+   xla=lambda k: xla_rules.jnp().zeros_like)
 
 # v0.6.0 declares ones_like as ``x -> y`` (its C++ inference reads ``like``/``out``,
 # a bug). graphfront keeps the declared signature, the one a conf is checked against,
 # and infers ``y`` from ``x`` consistently.
 op("ones_like", inputs=["x"], outputs=["y"], infer=like("x"), kernel=lambda k: torch.ones_like, no_grad=True,
-   onnx=_full_like_output_onnx(1, "y"))
+   onnx=_full_like_output_onnx(1, "y"), xla=lambda k: xla_rules.jnp().ones_like)
 
 
 def _one_hot_infer(ctx):
@@ -1046,6 +1129,18 @@ def _one_hot_kernel(k):
     return one_hot
 
 
+def _one_hot_xla(k):
+    dtype, depth = k.attr("dtype"), k.attr("depth")
+    on = k.attr("floating_on_value") if dtype.is_floating_point else k.attr("integer_on_value")
+    off = k.attr("floating_off_value") if dtype.is_floating_point else k.attr("integer_off_value")
+
+    def one_hot(idx):
+        jnp = xla_rules.jnp()
+        hot = idx.astype("int64")[..., None] == jnp.arange(depth, dtype="int64")
+        return jnp.where(hot, jnp.asarray(on, dtype.np), jnp.asarray(off, dtype.np))
+    return one_hot
+
+
 def _one_hot_onnx(c):
     """one_hot: ``on`` where index == position along the new last axis, ``off`` elsewhere
     (all ``off`` for out-of-range indices, as the kernel)."""
@@ -1062,7 +1157,7 @@ def _one_hot_onnx(c):
 op("one_hot", inputs=["indices"], outputs=["out"],
    attrs={"depth": ("int64", 0), "floating_on_value": ("double", 0.0), "integer_on_value": ("int64", 0),
           "floating_off_value": ("double", 0.0), "integer_off_value": ("int64", 0), "dtype": "dtype"},
-   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True, onnx=_one_hot_onnx)
+   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True, onnx=_one_hot_onnx, xla=_one_hot_xla)
 
 
 ARANGE_ATTRS = {"integer_start": ("int64", 0), "integer_delta": ("int64", 0), "integer_limit": ("int64", 0),
@@ -1109,8 +1204,16 @@ def _arange_value_onnx(c):
 _arange_onnx = onnx_rules.constant_output(_arange_value_onnx)
 
 
+def _arange_xla(k):
+    dtype = k.attr("dtype")
+    start, _, delta, _ = _arange_bounds(k.attrs, dtype)
+    steps = np.arange(k.output("out").shape[0], dtype=np.float64 if dtype.is_floating_point else np.int64)
+    value = (start + steps * delta).astype(dtype.np)  # the kernel's arithmetic, once
+    return lambda: xla_rules.jnp().asarray(value)
+
+
 op("arange", outputs=["out"], attrs=ARANGE_ATTRS, infer=_arange_infer, kernel=_arange_kernel, no_grad=True,
-   onnx=_arange_onnx)
+   onnx=_arange_onnx, xla=_arange_xla)
 
 
 def _eye_infer(ctx):
@@ -1128,4 +1231,5 @@ op("eye", outputs=["out"], attrs={"rows": ("int64", 0), "cols": ("int64", 0), "d
    infer=_eye_infer,
    kernel=lambda k: (lambda r=k.attr("rows"), c=k.attr("cols"), t=k.attr("dtype").torch, dev=k.device:
                      torch.eye(r, c, dtype=t, device=dev)),
-   no_grad=True, onnx=_eye_onnx)
+   no_grad=True, onnx=_eye_onnx,
+   xla=lambda k: (lambda r=k.attr("rows"), c=k.attr("cols"), t=k.attr("dtype").np: xla_rules.jnp().eye(r, c, dtype=t)))

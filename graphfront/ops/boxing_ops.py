@@ -188,6 +188,7 @@ _identity = lambda k: (lambda x, *like: x)  # noqa: E731
 op("parallel_cast", inputs=["in"], outputs=["out"],
    attrs={"sbp_parallel": ("string", "", _check_sbp), "grad_sbp_parallel": ("string", "", _check_sbp)},
    infer=like("in"), kernel=_identity, grad=_parallel_cast_grad, sbp=_cast_rule("sbp_parallel"), view=True,
+   xla=_identity,
    onnx=onnx_rules.same("Identity"),
    doc="identity; lays its output out as sbp_parallel ('B', 'S(k)', 'P'; '' = inferred) and its gradient "
        "as grad_sbp_parallel", amp="clear")
@@ -195,9 +196,11 @@ op("hierarchical_parallel_cast", inputs=["in"], outputs=["out"],
    attrs={"nd_sbp": ("list_string", [], _check_sbp), "grad_mode": ("string", ""),
           "grad_nd_sbp": ("list_string", [], _check_sbp)},
    infer=like("in"), kernel=_identity, grad=_hierarchical_cast_grad, sbp=_cast_rule("nd_sbp"), view=True,
+   xla=_identity,
    onnx=onnx_rules.same("Identity"),
    doc="identity; lays its output out as nd_sbp (one SBP string per hierarchy axis; graphfront's "
        "placements have one axis); grad_mode 'identity', 'manual' (grad laid out as grad_nd_sbp) or "
        "'restore' (grad laid out as the input)", amp="clear")
 op("hierarchical_parallel_cast_like", inputs=["in", "like"], outputs=["out"], infer=like("in"), kernel=_identity,
+   xla=_identity,
    no_grad=True, sbp=_like_rule, view=True, doc="identity; lays its output out as input 'like'", amp="clear")

@@ -40,7 +40,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import same_dtype
-from graphfront.ops import onnx_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s
 from graphfront.ops.registry import op
 
@@ -99,6 +99,22 @@ def _bias_add_gelu_grad_kernel(k):
     return fused_bias_add_gelu_grad
 
 
+def _bias_add_gelu_xla(k):
+    import jax.nn
+    view = tuple(_bias_view(k))
+    return lambda a, b: jax.nn.gelu(a + b.reshape(view), approximate=False)
+
+
+def _bias_add_gelu_grad_xla(k):
+    view = tuple(_bias_view(k))
+
+    def fused_bias_add_gelu_grad(a, b, dy):
+        z = a + b.reshape(view)
+        cdf = 0.5 * (1.0 + xla_rules.lax().erf(z * _SQRT1_2))
+        return dy * (cdf + z * xla_rules.jnp().exp(-0.5 * z * z) * _INV_SQRT_2PI)
+    return fused_bias_add_gelu_grad
+
+
 def _bias_add_gelu_grad(g):
     dx = g.emit("fused_bias_add_gelu_grad", {"a": g.input("a"), "b": g.input("b"), "dy": g.dout("out")},
                 {"axis": g.attr("axis")}, name=f"{g.op_name}_grad")
@@ -110,9 +126,10 @@ def _bias_add_gelu_grad(g):
 
 op("fused_bias_add_gelu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_infer(), kernel=_bias_add_gelu_kernel, grad=_bias_add_gelu_grad, onnx=onnx_rules.bias_add_then("Gelu"),
+   xla=_bias_add_gelu_xla,
    doc="gelu(a + b) with b along attr axis (exact erf GELU)", amp="gray")
 op("fused_bias_add_gelu_grad", inputs=["a", "b", "dy"], outputs=["dx"], attrs={"axis": ("int32", 0)},
-   infer=_bias_add_infer("dy"), kernel=_bias_add_gelu_grad_kernel,
+   infer=_bias_add_infer("dy"), kernel=_bias_add_gelu_grad_kernel, xla=_bias_add_gelu_grad_xla,
    doc="dy * gelu'(a + b): the gradient of fused_bias_add_gelu with respect to a")
 
 
@@ -124,6 +141,15 @@ def _bias_add_mask_scale_kernel(k):
     def fused_bias_add_mask_scale(a, b, mask, add_to):
         out = (a + b.view(view)) * mask * scale
         return out if add_to is None else out.add_(add_to)
+    return fused_bias_add_mask_scale
+
+
+def _bias_add_mask_scale_xla(k):
+    view, scale = tuple(_bias_view(k)), k.attr("scale")
+
+    def fused_bias_add_mask_scale(a, b, mask, add_to):
+        out = ((a + b.reshape(view)) * mask * scale).astype(a.dtype)
+        return out if add_to is None else out + add_to
     return fused_bias_add_mask_scale
 
 
@@ -160,7 +186,7 @@ def _fused_bias_add_mask_scale_onnx(c):
 op("fused_bias_add_mask_scale", inputs=["a", "b", "mask", "_add_to_output?"], outputs=["out"],
    attrs={"axis": ("int32", 0), "scale": ("float", 1.0)},
    infer=_bias_add_infer("mask", "_add_to_output"), kernel=_bias_add_mask_scale_kernel,
-   grad=_bias_add_mask_scale_grad, onnx=_fused_bias_add_mask_scale_onnx,
+   grad=_bias_add_mask_scale_grad, onnx=_fused_bias_add_mask_scale_onnx, xla=_bias_add_mask_scale_xla,
    doc="(a + b) * mask * scale: bias_add followed by dropout with a given mask", amp="gray")
 
 
@@ -367,4 +393,5 @@ def _fused_cast_scale_onnx(c):
 
 op("fused_cast_scale", inputs=["x", "scale_by_tensor"], outputs=["y"], attrs={"scale": ("double", 1.0)},
    infer=_cast_scale_infer, kernel=_cast_scale_kernel, onnx=_fused_cast_scale_onnx,
+   xla=lambda k: (lambda x, s, c=k.attr("scale"): x.astype(s.dtype) * (s.reshape(()) * c)),
    doc="cast(x, dtype of scale_by_tensor) * scale * scale_by_tensor")

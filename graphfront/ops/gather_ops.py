@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from graphfront.ops.common import index_checks, integer_input, norm_axis, numel, raising_bad_ids, same_dtype
-from graphfront.ops import onnx_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, np_dtype, reduce_node
 from graphfront.ops.registry import op
 
@@ -37,6 +37,27 @@ def _zero_invalid(out, valid, dim):
     shape = [1] * out.dim()
     shape[dim] = -1
     return torch.where(valid.reshape(shape), out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+def _valid_ids_xla(ids, size):
+    """``(ids with out-of-range entries set to 0, in-range mask)`` of a flat jax index array."""
+    jnp = xla_rules.jnp()
+    ids = ids.astype("int64")
+    valid = (ids >= 0) & (ids < size)
+    return jnp.where(valid, ids, 0), valid
+
+
+def _gather_xla(k):
+    axis = norm_axis(k.attr("axis"), len(k.input("in").shape))
+    shape = tuple(k.output("out").shape)
+    size = k.input("in").shape[axis]
+
+    def gather(x, idx):
+        jnp = xla_rules.jnp()
+        ids, valid = _valid_ids_xla(idx.reshape(-1), size)
+        mask = valid.reshape((1,) * axis + (-1,) + (1,) * (x.ndim - axis - 1))
+        return jnp.where(mask, jnp.take(x, ids, axis=axis), jnp.zeros((), x.dtype)).reshape(shape)
+    return gather
 
 
 def _gather_infer(ctx):
@@ -91,7 +112,7 @@ def _gather_onnx(c):
 
 
 op("gather", inputs=["in", "indices"], outputs=["out"], attrs={"axis": ("int64", 0)}, infer=_gather_infer,
-   kernel=_gather_kernel, grad=_gather_grad, onnx=_gather_onnx, amp="clear")
+   kernel=_gather_kernel, grad=_gather_grad, onnx=_gather_onnx, xla=_gather_xla, amp="clear")
 
 
 def _segment_geometry(ctx, data, ids, axis):
@@ -118,6 +139,20 @@ def _segment_sum_fn(axis, segments):
         ids, valid = _valid_ids(ids.reshape(-1).long(), segments)
         out.index_add_(1, ids, _zero_invalid(data.reshape(outer, ids.numel(), inner).to(acc), valid, 1))
         return out.reshape(tuple(data.shape[:axis]) + (segments,) + rest).to(data.dtype)
+    return segment_sum
+
+
+def _segment_sum_xla_fn(axis, segments):
+    """The jax form of :func:`_segment_sum_fn` (static shapes)."""
+    def segment_sum(data, ids):
+        jnp = xla_rules.jnp()
+        rest = tuple(data.shape[axis + ids.ndim:])
+        outer, inner = numel(data.shape[:axis]), numel(rest)
+        acc = "float32" if data.dtype in (jnp.float16, jnp.bfloat16) else data.dtype
+        ids, valid = _valid_ids_xla(ids.reshape(-1), segments)
+        src = jnp.where(valid[None, :, None], data.reshape(outer, ids.size, inner).astype(acc), 0)
+        out = jnp.zeros((outer, segments, inner), acc).at[:, ids, :].add(src)
+        return out.reshape(tuple(data.shape[:axis]) + (segments,) + rest).astype(data.dtype)
     return segment_sum
 
 
@@ -190,6 +225,7 @@ _unsorted_segment_sum_onnx = _segment_sum_onnx(lambda c, axis: c.attr("num_segme
 op("unsorted_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
    attrs={"axis": ("int64", 0), "num_segments": ("int64", 0)},
    infer=_unsorted_segment_sum_infer, kernel=_unsorted_segment_sum_kernel, onnx=_unsorted_segment_sum_onnx,
+   xla=lambda k: _segment_sum_xla_fn(norm_axis(k.attr("axis"), len(k.input("data").shape)), k.attr("num_segments")),
    grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
        "gather", {"in": g.dout("out"), "indices": g.input("segment_ids")}, {"axis": g.attr("axis")})))
 
@@ -210,12 +246,18 @@ def _unsorted_segment_sum_like_kernel(k):
     return lambda data_, ids_, like_: fn(data_, ids_)
 
 
+def _unsorted_segment_sum_like_xla(k):
+    axis = norm_axis(k.attr("axis"), len(k.input("data").shape))
+    fn = _segment_sum_xla_fn(axis, k.input("like").shape[axis])
+    return lambda data_, ids_, like_: fn(data_, ids_)
+
+
 _unsorted_segment_sum_like_onnx = _segment_sum_onnx(lambda c, axis: c.input_desc("like").shape[axis])
 
 
 op("unsorted_segment_sum_like", inputs=["data", "segment_ids", "like"], outputs=["out"],
    attrs={"axis": ("int64", 0)}, infer=_unsorted_segment_sum_like_infer,
-   kernel=_unsorted_segment_sum_like_kernel, onnx=_unsorted_segment_sum_like_onnx)
+   kernel=_unsorted_segment_sum_like_kernel, onnx=_unsorted_segment_sum_like_onnx, xla=_unsorted_segment_sum_like_xla)
 
 
 def _batch_dims(ctx, x, idx, x_arg):
@@ -247,6 +289,41 @@ def _batch_gather_kernel(k):
     return batch_gather
 
 
+def _batch_geometry(k, data_arg, ids_arg):
+    """``(batch, count, inner, b)`` of a batch gather/segment-sum: ``ids`` (batch..., count)."""
+    d_shape, i_shape = k.input(data_arg).shape, k.input(ids_arg).shape
+    b = len(i_shape) - 1
+    return numel(d_shape[:b]), i_shape[-1], numel(d_shape[b + 1:]), b
+
+
+def _batch_gather_xla(k):
+    batch, count, inner, b = _batch_geometry(k, "in", "indices")
+    size = k.input("in").shape[b]
+    out_shape = tuple(k.output("out").shape)
+
+    def batch_gather(x, idx):
+        jnp = xla_rules.jnp()
+        ids, valid = _valid_ids_xla(idx.reshape(-1), size)
+        out = jnp.take_along_axis(x.reshape(batch, size, inner), ids.reshape(batch, count, 1), axis=1)
+        return jnp.where(valid.reshape(batch, count, 1), out, jnp.zeros((), x.dtype)).reshape(out_shape)
+    return batch_gather
+
+
+def _unsorted_batch_segment_sum_xla(k):
+    batch, count, inner, _ = _batch_geometry(k, "data", "segment_ids")
+    segments = k.attr("num_segments")
+    out_shape = tuple(k.output("out").shape)
+
+    def batch_segment_sum(data, ids):
+        jnp = xla_rules.jnp()
+        ids, valid = _valid_ids_xla(ids.reshape(-1), segments)
+        src = jnp.where(valid[:, None], data.reshape(batch * count, inner), 0).reshape(batch, count, inner)
+        rows = np.arange(batch)[:, None]
+        out = jnp.zeros((batch, segments, inner), data.dtype).at[rows, ids.reshape(batch, count)].add(src)
+        return out.reshape(out_shape)
+    return batch_segment_sum
+
+
 def _batch_gather_onnx(c):
     """batch_gather: ``GatherND`` with the leading dims of ``indices`` as batch dims."""
     shape, idx_shape = c.input_desc("in").shape, c.input_desc("indices").shape
@@ -258,7 +335,7 @@ def _batch_gather_onnx(c):
 
 
 op("batch_gather", inputs=["in", "indices"], outputs=["out"], infer=_batch_gather_infer,
-   kernel=_batch_gather_kernel, onnx=_batch_gather_onnx,
+   kernel=_batch_gather_kernel, onnx=_batch_gather_onnx, xla=_batch_gather_xla,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "unsorted_batch_segment_sum", {"data": g.dout("out"), "segment_ids": g.input("indices")},
        {"num_segments": g.desc(g.input("in")).shape[len(g.desc(g.input("indices")).shape) - 1]})))
@@ -305,6 +382,7 @@ def _unsorted_batch_segment_sum_onnx(c):
 op("unsorted_batch_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
    attrs={"num_segments": ("int64", 0)}, infer=_unsorted_batch_segment_sum_infer,
    kernel=_unsorted_batch_segment_sum_kernel, onnx=_unsorted_batch_segment_sum_onnx,
+   xla=_unsorted_batch_segment_sum_xla,
    grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
        "batch_gather", {"in": g.dout("out"), "indices": g.input("segment_ids")})))
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.ops.common import bad_labels, index_checks, label_checks, raising_bad_ids, same_dtype
-from graphfront.ops import onnx_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, neg, pick_last, reduce_node
 from graphfront.ops.registry import op
 
@@ -52,11 +52,13 @@ def _log_softmax_grad_infer(ctx):
 
 op("log_softmax", inputs=["in"], outputs=["prob"], infer=_log_softmax_infer,
    kernel=lambda k: (lambda x: torch.log_softmax(x, -1)), onnx=onnx_rules.same("LogSoftmax", axis=-1),
+   xla=lambda k: _jnn().log_softmax,
    grad=lambda g: _needs_grad(g, "in", "prob") and g.set_grad("in", g.emit(
        "log_softmax_grad", {"prob": g.output("prob"), "dy": g.dout("prob")})),
    doc="prob = x - logsumexp(x) over the last axis (the log-probabilities)")
 op("log_softmax_grad", inputs=["prob", "dy"], outputs=["dx"], infer=_log_softmax_grad_infer,
    kernel=lambda k: (lambda prob, dy: dy - torch.exp(prob) * dy.sum(-1, keepdim=True)),
+   xla=lambda k: (lambda prob, dy: dy - xla_rules.jnp().exp(prob) * dy.sum(-1, keepdims=True)),
    doc="dx = dy - softmax * sum(dy) over the last axis")
 
 
@@ -75,6 +77,18 @@ def _sce_kernel(k):
     def sce(pred, label):
         logp = torch.log_softmax(pred, -1)
         return logp.exp(), -(label * logp).sum(-1)
+    return sce
+
+
+def _jnn():
+    import jax.nn
+    return jax.nn
+
+
+def _sce_xla(k):
+    def sce(pred, label):
+        logp = _jnn().log_softmax(pred, -1)
+        return xla_rules.jnp().exp(logp), -(label * logp).sum(-1)
     return sce
 
 
@@ -104,12 +118,12 @@ def _softmax_cross_entropy_onnx(c):
 
 
 op("softmax_cross_entropy", inputs=["prediction", "label"], outputs=["prob", "out"], infer=_sce_infer,
-   kernel=_sce_kernel, onnx=_softmax_cross_entropy_onnx,
+   kernel=_sce_kernel, onnx=_softmax_cross_entropy_onnx, xla=_sce_xla,
    grad=lambda g: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
        "softmax_cross_entropy_grad", {"prob": g.output("prob"), "label": g.input("label"), "dy": g.dout("out")})),
    doc="prob = softmax(prediction); out = -sum(label * log(prob)) over the last axis")
 op("softmax_cross_entropy_grad", inputs=["prob", "label", "dy"], outputs=["prediction_diff"],
-   infer=_sce_grad_infer, kernel=_sce_grad_kernel)
+   infer=_sce_grad_infer, kernel=_sce_grad_kernel, xla=lambda k: (lambda prob, label, dy: dy[..., None] * (prob - label)))
 
 
 # ------------------------------------------------------------------ sigmoid_cross_entropy
@@ -122,6 +136,13 @@ def _sigmoid_ce_infer(ctx):
 
 def _sigmoid_ce_kernel(k):
     return lambda x, z: F.binary_cross_entropy_with_logits(x, z.to(x.dtype), reduction="none")
+
+
+def _sigmoid_ce_xla(k):
+    def sigmoid_ce(x, z):  # max(x, 0) - x * z + log(1 + exp(-|x|)), as torch's binary_cross_entropy_with_logits
+        jnp = xla_rules.jnp()
+        return jnp.maximum(x, 0) - x * z.astype(x.dtype) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+    return sigmoid_ce
 
 
 def _sigmoid_ce_grad_infer(ctx):
@@ -144,14 +165,15 @@ def _sigmoid_cross_entropy_onnx(c):
 
 
 op("sigmoid_cross_entropy", inputs=["prediction", "label"], outputs=["loss"], infer=_sigmoid_ce_infer,
-   kernel=_sigmoid_ce_kernel, onnx=_sigmoid_cross_entropy_onnx,
+   kernel=_sigmoid_ce_kernel, onnx=_sigmoid_cross_entropy_onnx, xla=_sigmoid_ce_xla,
    grad=lambda g: _needs_grad(g, "prediction", "loss") and g.set_grad("prediction", g.emit(
        "sigmoid_cross_entropy_grad", {"prediction": g.input("prediction"), "label": g.input("label"),
                                       "loss_diff": g.dout("loss")})),
    doc="loss = max(x, 0) - x * z + log(1 + exp(-|x|)), x = prediction (logits), z = label")
 op("sigmoid_cross_entropy_grad", inputs=["prediction", "label", "loss_diff"], outputs=["prediction_diff"],
    infer=_sigmoid_ce_grad_infer,
-   kernel=lambda k: (lambda x, z, dl: (torch.sigmoid(x) - z.to(x.dtype)) * dl))
+   kernel=lambda k: (lambda x, z, dl: (torch.sigmoid(x) - z.to(x.dtype)) * dl),
+   xla=lambda k: (lambda x, z, dl: (_jnn().sigmoid(x) - z.astype(x.dtype)) * dl))
 
 
 # ------------------------------------------------------------------ sparse_cross_entropy (probabilities)
@@ -237,6 +259,17 @@ def _bce_grad(x, t, w, dy):
     return d if w is None else d * w
 
 
+def _bce_xla(x, t, w):
+    jnp = xla_rules.jnp()
+    out = -(t * jnp.maximum(jnp.log(x), -100.0) + (1 - t) * jnp.maximum(jnp.log(1 - x), -100.0))
+    return out if w is None else out * w
+
+
+def _bce_grad_xla(x, t, w, dy):
+    d = dy * (x - t) / xla_rules.jnp().maximum((1 - x) * x, 1e-12)
+    return d if w is None else d * w
+
+
 def _bce_grad_infer(ctx):
     for a in ("target", "dy", "weight"):
         if ctx.has_input(a):
@@ -262,14 +295,14 @@ def _binary_cross_entropy_onnx(c):
 
 
 op("binary_cross_entropy", inputs=["input", "target", "weight?"], outputs=["out"], infer=_bce_infer,
-   kernel=lambda k: _bce, onnx=_binary_cross_entropy_onnx,
+   kernel=lambda k: _bce, onnx=_binary_cross_entropy_onnx, xla=lambda k: _bce_xla,
    grad=lambda g: _needs_grad(g, "input", "out") and g.set_grad("input", g.emit(
        "binary_cross_entropy_grad", {"input": g.input("input"), "target": g.input("target"),
                                      "weight": g.input("weight") if g.has_input("weight") else None,
                                      "dy": g.dout("out")})),
    doc="out = -weight * (target * log(input) + (1 - target) * log(1 - input)), logs clamped at -100")
 op("binary_cross_entropy_grad", inputs=["input", "target", "weight?", "dy"], outputs=["dx"],
-   infer=_bce_grad_infer, kernel=lambda k: _bce_grad)
+   infer=_bce_grad_infer, kernel=lambda k: _bce_grad, xla=lambda k: _bce_grad_xla)
 
 
 def _bce_logits_infer(ctx):
@@ -300,6 +333,22 @@ def _bce_logits_grad(x, t, w, pw, dy):
         d = torch.sigmoid(x) - t
     else:
         d = (1 - t) - (1 + (pw - 1) * t) * torch.sigmoid(-x)
+    d = d * dy
+    return d if w is None else d * w
+
+
+def _bce_logits_xla(x, t, w, pw):
+    # torch's formula: m = max(-x, 0); (1 - t) x + lw (log(exp(-m) + exp(-x - m)) + m), lw = 1 + (pw - 1) t
+    jnp = xla_rules.jnp()
+    m = jnp.maximum(-x, 0)
+    soft = jnp.log(jnp.exp(-m) + jnp.exp(-x - m)) + m
+    out = (1 - t) * x + (soft if pw is None else (1 + (pw - 1) * t) * soft)
+    return out if w is None else out * w
+
+
+def _bce_logits_grad_xla(x, t, w, pw, dy):
+    sigmoid = _jnn().sigmoid
+    d = sigmoid(x) - t if pw is None else (1 - t) - (1 + (pw - 1) * t) * sigmoid(-x)
     d = d * dy
     return d if w is None else d * w
 
@@ -335,13 +384,14 @@ def _binary_cross_entropy_with_logits_onnx(c):
 
 op("binary_cross_entropy_with_logits", inputs=["input", "target", "weight?", "pos_weight?"], outputs=["out"],
    attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_infer, kernel=lambda k: _bce_logits,
+   xla=lambda k: _bce_logits_xla,
    onnx=_binary_cross_entropy_with_logits_onnx,
    grad=_bce_logits_grad_maker,
    doc="out = weight * ((1 - t) x + (1 + (pos_weight - 1) t) log(1 + exp(-x))), x = input, t = target; "
        "pos_weight (C,) applies along the last axis")
 op("binary_cross_entropy_with_logits_grad", inputs=["input", "target", "weight?", "pos_weight?", "dy"],
    outputs=["dx"], attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_grad_infer,
-   kernel=lambda k: _bce_logits_grad)
+   kernel=lambda k: _bce_logits_grad, xla=lambda k: _bce_logits_grad_xla)
 
 
 # ------------------------------------------------------------------ kl_div_loss, smooth_l1_loss
@@ -373,6 +423,13 @@ def _kl_div_kernel(k):
     return lambda x, t: F.kl_div(x, t, reduction="none", log_target=log_target)
 
 
+def _kl_div_xla(k):
+    if k.attr("log_target"):
+        return lambda x, t: xla_rules.jnp().exp(t) * (t - x)
+    from jax.scipy.special import xlogy
+    return lambda x, t: xlogy(t, t) - t * x
+
+
 def _kl_div_grad_kernel(k):
     if k.attr("log_target"):
         return lambda x, t, dy: -torch.exp(t) * dy
@@ -391,12 +448,14 @@ def _kl_div_loss_onnx(c):
 
 
 op("kl_div_loss", inputs=["input", "target"], outputs=["out"], attrs={"log_target": ("bool", False)},
-   infer=_pair_infer, kernel=_kl_div_kernel, onnx=_kl_div_loss_onnx,
+   infer=_pair_infer, kernel=_kl_div_kernel, onnx=_kl_div_loss_onnx, xla=_kl_div_xla,
    grad=_pair_grad("kl_div_loss", ["log_target"]),
    doc="out = target * (log(target) - input) (0 where target == 0); with log_target: "
        "exp(target) * (target - input)")
 op("kl_div_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"log_target": ("bool", False)},
-   infer=_pair_grad_infer, kernel=_kl_div_grad_kernel)
+   infer=_pair_grad_infer, kernel=_kl_div_grad_kernel,
+   xla=lambda k: ((lambda x, t, dy: -xla_rules.jnp().exp(t) * dy) if k.attr("log_target") else
+                  (lambda x, t, dy: -t * dy)))
 
 
 def _nonneg(v):
@@ -406,6 +465,27 @@ def _nonneg(v):
 def _smooth_l1_kernel(k):
     beta = k.attr("beta")
     return lambda x, t: F.smooth_l1_loss(x, t, reduction="none", beta=beta)
+
+
+def _smooth_l1_xla(k):
+    beta = k.attr("beta")
+
+    def smooth_l1(x, t):
+        d = xla_rules.jnp().abs(x - t)
+        return d if beta == 0 else xla_rules.jnp().where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
+    return smooth_l1
+
+
+def _smooth_l1_grad_xla(k):
+    beta = k.attr("beta")
+
+    def smooth_l1_grad(x, t, dy):
+        jnp = xla_rules.jnp()
+        d = x - t
+        if beta == 0:
+            return jnp.sign(d) * dy
+        return jnp.where(jnp.abs(d) < beta, d / beta, jnp.sign(d)) * dy
+    return smooth_l1_grad
 
 
 def _smooth_l1_grad_kernel(k):
@@ -433,11 +513,11 @@ def _smooth_l1_loss_onnx(c):
 
 
 op("smooth_l1_loss", inputs=["input", "target"], outputs=["out"], attrs={"beta": ("float", 0.0, _nonneg)},
-   infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=_smooth_l1_loss_onnx,
+   infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=_smooth_l1_loss_onnx, xla=_smooth_l1_xla,
    grad=_pair_grad("smooth_l1_loss", ["beta"]),
    doc="d = |input - target|; out = 0.5 d^2 / beta if d < beta else d - 0.5 beta")
 op("smooth_l1_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"beta": ("float", 0.0, _nonneg)},
-   infer=_pair_grad_infer, kernel=_smooth_l1_grad_kernel)
+   infer=_pair_grad_infer, kernel=_smooth_l1_grad_kernel, xla=_smooth_l1_grad_xla)
 
 
 # ------------------------------------------------------------------ nll

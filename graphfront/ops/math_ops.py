@@ -42,6 +42,16 @@ def sum_to_shape(t, shape):
     return (t.sum(dim=axes, keepdim=True) if axes else t).reshape(shape)
 
 
+def _sum_to_shape_xla(t, shape):
+    """:func:`sum_to_shape` over a jax array."""
+    shape = tuple(shape)
+    extra = t.ndim - len(shape)
+    if tuple(t.shape) == shape or extra < 0:
+        return t.reshape(shape)
+    axes = tuple(i for i in range(t.ndim) if i < extra or (shape[i - extra] == 1 and t.shape[i] != 1))
+    return (t.sum(axis=axes, keepdims=True) if axes else t).reshape(shape)
+
+
 def _zero(t):
     return torch.zeros((), dtype=t.dtype, device=t.device)
 
@@ -101,7 +111,7 @@ def _cast_to_output_onnx(in_arg, out_arg):
 op("cast_like", inputs=["in", "dtype_like"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape, ctx.input("dtype_like").dtype),
    kernel=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.torch: x.to(t)), no_grad=True,
-   onnx=_cast_to_output_onnx("in", "out"))
+   onnx=_cast_to_output_onnx("in", "out"), xla=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.np: x.astype(t)))
 
 # (zero_like, used by the `where` grad, is defined with the array ops)
 
@@ -191,6 +201,13 @@ def _scalar_pow_grad_kernel(k):
     return lambda x, dy: dy * s * torch.pow(x, s - 1)
 
 
+def _scalar_pow_grad_xla(k):
+    s, jnp = scalar_operand(k), xla_rules.jnp()
+    if s == 0:
+        return lambda x, dy: jnp.zeros_like(dy)
+    return lambda x, dy: dy * s * jnp.power(x, s - 1)
+
+
 def _scalar_operand_onnx(c):
     """The scalar of a ``scalar_*`` op in the input's dtype (a float operand truncated for integer inputs)."""
     d = c.input_desc("in")
@@ -208,11 +225,11 @@ def _power_onnx(c, x, y, out, d):
 
 
 op("scalar_pow", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(float_only=True),
-   kernel=_scalar_kernel(torch.pow), onnx=_scalar_binary_onnx(_power_onnx),
+   kernel=_scalar_kernel(torch.pow), onnx=_scalar_binary_onnx(_power_onnx), xla=_scalar_xla("power"),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "scalar_pow_grad", {"x": g.input("in"), "dy": g.dout("out")}, _scalar_attrs_of(g))))
 op("scalar_pow_grad", inputs=["x", "dy"], outputs=["dx"], attrs=SCALAR_ATTRS, infer=like("x"),
-   kernel=_scalar_pow_grad_kernel)
+   kernel=_scalar_pow_grad_kernel, xla=_scalar_pow_grad_xla)
 
 def _floor_div_onnx(c, x, y, out, d):
     """floor(x / y); for integers the truncating ``Div`` moved down by one where the
@@ -231,7 +248,7 @@ def _floor_div_onnx(c, x, y, out, d):
 # no grad function (as OneFlow): autograd fails if it reaches them
 op("scalar_floordiv", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
    kernel=_scalar_kernel(lambda x, s: torch.div(x, s, rounding_mode="floor").to(x.dtype)),
-   onnx=_scalar_binary_onnx(_floor_div_onnx))
+   onnx=_scalar_binary_onnx(_floor_div_onnx), xla=_scalar_xla("floor_divide"))
 
 
 def _fmod_onnx(c, x, y, out, d):
@@ -240,7 +257,7 @@ def _fmod_onnx(c, x, y, out, d):
 
 
 op("scalar_fmod", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
-   kernel=_scalar_kernel(torch.fmod), onnx=_scalar_binary_onnx(_fmod_onnx))
+   kernel=_scalar_kernel(torch.fmod), onnx=_scalar_binary_onnx(_fmod_onnx), xla=_scalar_xla("fmod"))
 
 _LOGICAL = {
     "equal": torch.eq, "not_equal": torch.ne, "greater": torch.gt, "greater_equal": torch.ge,
@@ -361,6 +378,14 @@ def divide(x, y):
     return torch.div(x, y, rounding_mode="trunc")
 
 
+def _by_tensor_xla(kind):
+    def make(k):
+        fn = _divide_xla(k) if kind == "div" else xla_rules.jnp_fn({"add": "add", "sub": "subtract",
+                                                                     "mul": "multiply"}[kind])
+        return lambda x, s: fn(x, s.reshape(()))
+    return make
+
+
 def _by_tensor_onnx(onnx_type):
     """scalar_{add,sub,mul,div}_by_tensor: ``onnx_type(x, scalar as a 0-d tensor)`` (integer
     ``Div`` truncates toward zero, as the kernel)."""
@@ -371,6 +396,7 @@ def _by_tensor_onnx(onnx_type):
 for _kind, _fn in (("add", torch.add), ("sub", torch.sub), ("mul", torch.mul), ("div", divide)):
     op(f"scalar_{_kind}_by_tensor", inputs=["x", "scalar"], outputs=["y"], infer=_by_tensor_infer,
        kernel=_by_tensor_kernel(_fn), grad=_by_tensor_grad(_kind), onnx=_by_tensor_onnx(_kind.capitalize()),
+       xla=_by_tensor_xla(_kind),
        sbp=_sbp.elementwise(p_each=("x",) if _kind in ("mul", "div") else ()))
 
 
@@ -522,7 +548,7 @@ def _div_grad_kernel(k):
 
 op("broadcast_div_grad", inputs=["y", "z", "dz"], outputs=["dy"],
    infer=lambda ctx: ctx.set_output("dy", ctx.input("y").shape, ctx.input("y").dtype),
-   kernel=_div_grad_kernel)
+   kernel=_div_grad_kernel, xla=lambda k: (lambda y, z, dz: _sum_to_shape_xla(-(dz * z / y), y.shape)))
 
 
 def _pow_grad_infer(side):
@@ -534,9 +560,13 @@ def _pow_grad_infer(side):
 
 
 op("broadcast_pow_x_grad", inputs=["x", "y", "z", "dz"], outputs=["dx"], infer=_pow_grad_infer("x"),
-   kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_x_grad(x, y, dz), x.shape)))
+   kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_x_grad(x, y, dz), x.shape)),
+   xla=lambda k: (lambda x, y, z, dz: _sum_to_shape_xla(
+       xla_rules.jnp().where(y == 0, 0, dz * y * xla_rules.jnp().power(x, y - 1)), x.shape)))
 op("broadcast_pow_y_grad", inputs=["x", "y", "z", "dz"], outputs=["dy"], infer=_pow_grad_infer("y"),
-   kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_y_grad(x, y, z, dz), y.shape)))
+   kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_y_grad(x, y, z, dz), y.shape)),
+   xla=lambda k: (lambda x, y, z, dz: _sum_to_shape_xla(
+       xla_rules.jnp().where((x == 0) & (y >= 0), 0, dz * z * xla_rules.jnp().log(x)), y.shape)))
 
 def _compare_onnx(kind):
     """broadcast_<comparison> / broadcast_logical_<and|or|xor>: int8 1 where true."""
@@ -566,7 +596,8 @@ def _multiply_grad(g):
 
 
 op("multiply", inputs=["x", "y"], outputs=["out"], infer=_multiply_infer,
-   kernel=lambda k: torch.mul, grad=_multiply_grad, onnx=onnx_rules.same("Mul"), amp="gray")
+   kernel=lambda k: torch.mul, grad=_multiply_grad, onnx=onnx_rules.same("Mul"), xla=_same_xla("multiply"),
+   amp="gray")
 
 
 def _same_shape_infer(out="z", float_only=False):
@@ -605,6 +636,16 @@ def _elementwise_extremum(kind):
                     torch.where(mask, zero, dz) if want_y else None)
         return backward
 
+    def backward_xla(k):
+        want_x, want_y = k.has_output("dx"), k.has_output("dy")
+        jnp = xla_rules.jnp()
+        x_wins_xla = jnp.greater_equal if kind == "maximum" else jnp.less_equal
+
+        def backward(dz, x, y):
+            mask = x_wins_xla(x, y)
+            return jnp.where(mask, dz, 0) if want_x else None, jnp.where(mask, 0, dz) if want_y else None
+        return backward
+
     def backward_infer(ctx):
         same_shape(ctx, "dz", "x", "y")
         d = ctx.input("dz")
@@ -612,9 +653,9 @@ def _elementwise_extremum(kind):
             ctx.set_output(a, d.shape, d.dtype)
 
     op(f"elementwise_{kind}", inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(),
-       kernel=lambda k: fwd, grad=grad, onnx=onnx_rules.same("Max" if kind == "maximum" else "Min"))
+       kernel=lambda k: fwd, grad=grad, onnx=onnx_rules.same("Max" if kind == "maximum" else "Min"), xla=_same_xla(kind))
     op(f"elementwise_{kind}_backward", inputs=["dz", "x", "y"], outputs=["dx?", "dy?"],
-       infer=backward_infer, kernel=backward_kernel)
+       infer=backward_infer, kernel=backward_kernel, xla=backward_xla)
 
 
 _elementwise_extremum("maximum")
@@ -624,7 +665,7 @@ _elementwise_extremum("minimum")
 def binary_family(name, fwd, dx_fn, dy_fn, xla=None, onnx=None):
     """Register ``name`` (x, y -> z, same shapes, float) and ``name_x_grad``/``name_y_grad``
     (x, y, dz -> dx / dy), OneFlow's wiring (``oneflow/user/ops/elementwise_maximum_minimum_ops.cpp``).
-    ``xla`` names the jax function computing ``fwd`` (the grads' rules are its
+    ``xla`` names (:func:`~graphfront.ops.xla_rules.jnp_fn`) or is the jax function computing ``fwd`` (the grads' rules are its
     vector-Jacobian products); ``onnx(c, x, y, out, desc)`` writes its ONNX nodes (see
     :func:`_binary_onnx`)."""
     def grad(g):
@@ -687,7 +728,18 @@ binary_family("atan2", torch.atan2,
               lambda x, y, dz: -dz * x / (x * x + y * y), xla="arctan2", onnx=_atan2_onnx)
 # floor(x / y): piecewise constant, zero gradients
 binary_family("floordiv", lambda x, y: torch.div(x, y, rounding_mode="floor"),
-              lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz), onnx=_floor_div_onnx)
+              lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz), onnx=_floor_div_onnx,
+              xla="floor_divide")
+
+
+def _where_x_zero_xla(fn):
+    """``0 where x == 0, else fn(x, y)`` over jax arrays, with ``y`` replaced by 1 where x == 0
+    so that the gradients there are 0 (as the kernels'), not 0 * inf."""
+    def f(x, y):
+        jnp = xla_rules.jnp()
+        zero = x == 0
+        return jnp.where(zero, 0, fn(x, jnp.where(zero, 1, y))).astype(x.dtype)
+    return f
 
 
 def _xdivy_onnx(c, x, y, out, d):
@@ -698,7 +750,8 @@ def _xdivy_onnx(c, x, y, out, d):
 # x / y, defined as 0 where x == 0 (TensorFlow's xdivy)
 binary_family("xdivy", _xdivy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz / y),
-              lambda x, y, dz: torch.where(x == 0, _zero(dz), -dz * x / (y * y)), onnx=_xdivy_onnx)
+              lambda x, y, dz: torch.where(x == 0, _zero(dz), -dz * x / (y * y)), onnx=_xdivy_onnx,
+              xla=_where_x_zero_xla(lambda x, y: x / y))
 
 
 def _xlogy_onnx(c, x, y, out, d):
@@ -709,7 +762,8 @@ def _xlogy_onnx(c, x, y, out, d):
 # x * log(y), defined as 0 where x == 0 (TensorFlow's xlogy)
 binary_family("xlogy", _xlogy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * torch.log(y)),
-              lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * x / y), onnx=_xlogy_onnx)
+              lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * x / y), onnx=_xlogy_onnx,
+              xla=_where_x_zero_xla(lambda x, y: x * xla_rules.jnp().log(y)))
 
 
 # ----------------------------------------------------------------- unary math family
@@ -843,7 +897,8 @@ unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)), onnx=on
 unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x),
              onnx=onnx_rules.unary(_log_sigmoid_onnx), xla="nn.log_sigmoid")
 unary_family("reciprocal_no_nan", _reciprocal_no_nan, lambda x, dy: -dy * _reciprocal_no_nan(x * x),
-             onnx=onnx_rules.unary(_reciprocal_no_nan_onnx))
+             onnx=onnx_rules.unary(_reciprocal_no_nan_onnx),
+             xla=lambda x: _where_x_zero_xla(lambda x, safe: 1 / safe)(x, x))
 unary_family("rint", torch.round, _zero_grad, onnx="Round", xla="round")          # round half to even
 unary_family("round", torch.round, _zero_grad, onnx="Round", xla="round")         # round half to even (nearbyint)
 unary_family("sign", torch.sign, _zero_grad, onnx="Sign", xla="sign")
@@ -887,10 +942,24 @@ def _gelu_grad(x, dy):
     return dy * (cdf + x * pdf)
 
 
+def _gelu_grad_xla(k):
+    def gelu_grad(x, dy):
+        jnp = xla_rules.jnp()
+        cdf = 0.5 * (1.0 + xla_rules.lax().erf(x * (1.0 / math.sqrt(2.0))))
+        pdf = jnp.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+        return dy * (cdf + x * pdf)
+    return gelu_grad
+
+
+def _gelu_xla(k):
+    import jax.nn
+    return lambda x: jax.nn.gelu(x, approximate=False)
+
+
 op("gelu", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: F.gelu,
-   onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"),
+   onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"), xla=_gelu_xla,
    grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})), amp="gray")
-op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: _gelu_grad)
+op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: _gelu_grad, xla=_gelu_grad_xla)
 
 
 # ----------------------------------------------------------------- clipping
@@ -929,6 +998,24 @@ def _clip_grad_kernel(k):
     return clip_grad
 
 
+def _clip_xla(k):
+    lo, hi = _clip_bounds(k, k.input("x").dtype)
+    return lambda x: xla_rules.jnp().clip(x, lo, hi)
+
+
+def _clip_grad_xla(k):
+    lo, hi = _clip_bounds(k, k.input("x").dtype)
+
+    def clip_grad(dy, x):
+        keep = xla_rules.jnp().ones(x.shape, bool)
+        if lo is not None:
+            keep &= x >= lo
+        if hi is not None:
+            keep &= x <= hi
+        return xla_rules.jnp().where(keep, dy, 0)
+    return clip_grad
+
+
 def _clip_onnx(c):
     """clip_by_scalar(_min/_max): bounds of the input's kind (floating_* or integral_*)."""
     d = c.input_desc("x")
@@ -939,10 +1026,10 @@ def _clip_onnx(c):
 
 for _name, _attrs in CLIP_ATTRS.items():
     op(_name, inputs=["x"], outputs=["y"], attrs=_attrs, infer=like("x"), kernel=_clip_kernel, sbp=_sbp.elementwise(),
-       onnx=_clip_onnx,
+       onnx=_clip_onnx, xla=_clip_xla,
        grad=lambda g, t=_name: g.needs("x") and g.set_grad("x", g.emit(
            f"{t}_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)))
     op(f"{_name}_grad", inputs=["dy", "x"], outputs=["dx"], attrs=_attrs, infer=like("x"),
-       kernel=_clip_grad_kernel, sbp=_sbp.elementwise(p_each=("dy",)))
+       kernel=_clip_grad_kernel, sbp=_sbp.elementwise(p_each=("dy",)), xla=_clip_grad_xla)
 
 

@@ -735,11 +735,22 @@ def _broadcast_matmul_grad_b_kernel(k):
     return grad_b
 
 
+def _broadcast_matmul_grad_b_xla(k):
+    alpha = k.attr("alpha")
+
+    def grad_b(a, b, add_to):
+        out = a.reshape(-1, a.shape[-1]).T @ b.reshape(-1, b.shape[-1])
+        out = out * alpha if alpha != 1.0 else out
+        return out if add_to is None else out + add_to
+    return grad_b
+
+
 op("broadcast_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
    infer=_broadcast_matmul_infer, kernel=_matmul_kernel, grad=_broadcast_matmul_grad, sbp=_sbp.matmul, onnx=_matmul_onnx,
    xla=_matmul_xla, amp="white")
 op("broadcast_matmul_grad_b", inputs=["a", "b", "_add_to_output?"], outputs=["out"],
-   attrs={"alpha": ("double", 1.0)}, infer=_broadcast_matmul_grad_b_infer, kernel=_broadcast_matmul_grad_b_kernel)
+   attrs={"alpha": ("double", 1.0)}, infer=_broadcast_matmul_grad_b_infer, kernel=_broadcast_matmul_grad_b_kernel,
+   xla=_broadcast_matmul_grad_b_xla)
 
 
 # ------------------------------------------------------------------ softmax

@@ -377,6 +377,26 @@ def _ln_kernel(k):
     return layer_norm
 
 
+def _ln_xla(k):
+    shape, bna = _norm_axes(k)
+    axes = tuple(range(bna, len(shape)))
+    eps = k.attr("epsilon")
+
+    def layer_norm(x, beta, gamma):
+        jnp = xla_rules.jnp()
+        mean = x.mean(axis=axes, keepdims=True)
+        var = jnp.square(x - mean).mean(axis=axes, keepdims=True)
+        inv = xla_rules.lax().rsqrt(var + eps)
+        normalized = (x - mean) * inv
+        y = normalized
+        if gamma is not None:
+            y = y * gamma
+        if beta is not None:
+            y = y + beta
+        return y, mean.reshape(shape[:bna]), inv.reshape(shape[:bna]), normalized
+    return layer_norm
+
+
 def _ln_grad(g):
     """``layer_norm_param_grad`` for gamma/beta (and dy * gamma), then ``layer_norm_grad`` for x."""
     dy = g.dout("y")
@@ -444,7 +464,7 @@ def _layer_norm_onnx(c):
 
 
 op("layer_norm", inputs=["x", "beta?", "gamma?"], outputs=["y", "mean", "inv_variance", "normalized?"],
-   attrs=LN_ATTRS, infer=_ln_infer, kernel=_ln_kernel, grad=_ln_grad, onnx=_layer_norm_onnx,
+   attrs=LN_ATTRS, infer=_ln_infer, kernel=_ln_kernel, grad=_ln_grad, onnx=_layer_norm_onnx, xla=_ln_xla,
    doc="normalized = (x - mean) * rsqrt(var + epsilon) over axes >= begin_norm_axis (biased var); "
        "y = normalized * gamma + beta, gamma/beta shaped x.shape[begin_params_axis:]", amp="gray")
 
@@ -475,9 +495,22 @@ def _ln_grad_kernel(k):
     return layer_norm_grad
 
 
+def _ln_grad_xla(k):
+    shape, bna = _norm_axes(k)
+    axes = tuple(range(bna, len(shape)))
+    kshape = tuple(shape[:bna]) + (1,) * (len(shape) - bna)
+
+    def layer_norm_grad(dy, x, mean, inv_variance, add_to):
+        inv = inv_variance.reshape(kshape)
+        xhat = (x - mean.reshape(kshape)) * inv
+        dx = inv * (dy - dy.mean(axis=axes, keepdims=True) - xhat * (dy * xhat).mean(axis=axes, keepdims=True))
+        return dx if add_to is None else dx + add_to
+    return layer_norm_grad
+
+
 op("layer_norm_grad", inputs=["dy", "x", "mean", "inv_variance", "_add_to_output?"], outputs=["dx"],
    attrs={"begin_norm_axis": ("int64", 0), "epsilon": ("double", 0.0)}, infer=_ln_grad_infer,
-   kernel=_ln_grad_kernel,
+   kernel=_ln_grad_kernel, xla=_ln_grad_xla,
    doc="dx = inv * (dy - mean(dy) - xhat * mean(dy * xhat)) over the normalized axes")
 
 
@@ -501,25 +534,30 @@ def _ln_param_grad_infer(ctx):
     ctx.set_output("reduce_buf", dy.shape, dy.dtype)
 
 
-def _ln_param_grad_kernel(k):
-    shape, bpa = _norm_axes(k, "dy", "begin_params_axis")
-    axes = tuple(range(bpa))
-    want = {a: k.has_output(a) for a in ("normalized_diff", "beta_diff", "gamma_diff", "reduce_buf")}
+def _ln_param_grad_kernel(axis_kw):
+    """Kernel factory of layer_norm_param_grad over torch tensors (``axis_kw="dim"``) or, as
+    its ``xla`` rule, jax arrays (``"axis"``): the keyword their ``sum`` takes."""
+    def make(k):
+        shape, bpa = _norm_axes(k, "dy", "begin_params_axis")
+        axes = {axis_kw: tuple(range(bpa))}
+        want = {a: k.has_output(a) for a in ("normalized_diff", "beta_diff", "gamma_diff", "reduce_buf")}
 
-    def reduce(t):
-        return t.sum(dim=axes) if axes else t
+        def reduce(t):
+            return t.sum(**axes) if bpa else t
 
-    def layer_norm_param_grad(dy, normalized, gamma):
-        nd = dy * gamma if want["normalized_diff"] else None
-        bd = reduce(dy) if want["beta_diff"] else None
-        buf = dy * normalized if want["gamma_diff"] or want["reduce_buf"] else None
-        gd = reduce(buf) if want["gamma_diff"] else None
-        return nd, bd, gd, buf if want["reduce_buf"] else None
-    return layer_norm_param_grad
+        def layer_norm_param_grad(dy, normalized, gamma):
+            nd = dy * gamma if want["normalized_diff"] else None
+            bd = reduce(dy) if want["beta_diff"] else None
+            buf = dy * normalized if want["gamma_diff"] or want["reduce_buf"] else None
+            gd = reduce(buf) if want["gamma_diff"] else None
+            return nd, bd, gd, buf if want["reduce_buf"] else None
+        return layer_norm_param_grad
+    return make
 
 
 op("layer_norm_param_grad", inputs=["dy", "normalized?", "gamma?"],
    outputs=["normalized_diff?", "beta_diff?", "gamma_diff?", "reduce_buf?"],
-   attrs={"begin_params_axis": ("int64", 0)}, infer=_ln_param_grad_infer, kernel=_ln_param_grad_kernel,
+   attrs={"begin_params_axis": ("int64", 0)}, infer=_ln_param_grad_infer, kernel=_ln_param_grad_kernel("dim"),
+   xla=_ln_param_grad_kernel("axis"),
    doc="beta_diff = sum(dy), gamma_diff = sum(dy * normalized) over axes < begin_params_axis; "
        "normalized_diff = dy * gamma; reduce_buf = dy * normalized")

@@ -137,12 +137,21 @@ def _reduce_logical_onnx(onnx_type):
     return convert
 
 
+def _reduce_logical_xla(name):
+    """reduce_any / reduce_all of ``x != 0`` (bool)."""
+    def make(k):
+        axes, keep = reduce_axes(k)
+        fn = xla_rules.jnp_fn(name)
+        return lambda x: fn(x != 0, axis=axes, keepdims=keep)
+    return make
+
+
 op("reduce_any", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.any(x != 0, dim=a, keepdim=keep)),
-   onnx=_reduce_logical_onnx("ReduceMax"))
+   onnx=_reduce_logical_onnx("ReduceMax"), xla=_reduce_logical_xla("any"))
 op("reduce_all", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.all(x != 0, dim=a, keepdim=keep)),
-   onnx=_reduce_logical_onnx("ReduceMin"))
+   onnx=_reduce_logical_onnx("ReduceMin"), xla=_reduce_logical_xla("all"))
 
 
 def _reduce_sum_like_infer(ctx):
@@ -233,7 +242,8 @@ def _argmax_onnx(c):
 
 op("argmax", inputs=["in"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape[:-1], _dt.int64),
-   kernel=lambda k: lambda x: torch.argmax(x, dim=-1), no_grad=True, onnx=_argmax_onnx)
+   kernel=lambda k: lambda x: torch.argmax(x, dim=-1), no_grad=True, onnx=_argmax_onnx,
+   xla=lambda k: lambda x: xla_rules.jnp().argmax(x, axis=-1).astype("int64"))  # (the first of equal maxima)
 
 
 def _top_k_infer(ctx):
@@ -374,7 +384,16 @@ def _square_sum_onnx(c):
 
 
 # square_sum / multi_square_sum: no grad function; count_not_finite*: NoGrad
+def _square_sum_xla(x):
+    return (x * x).sum().reshape(1)
+
+
+def _count_not_finite_xla(x):
+    return (~xla_rules.jnp().isfinite(x)).sum(dtype="int64").reshape(1)
+
+
 op("square_sum", inputs=["x"], outputs=["y"], infer=_sum_infer(), kernel=lambda k: _square_sum, onnx=_square_sum_onnx,
+   xla=lambda k: _square_sum_xla,
    sbp=_sbp.reduce(split_to_partial=True))
 
 
@@ -393,7 +412,8 @@ def _multi_square_sum_onnx(c):
 
 op("multi_square_sum", inputs=["x*"], outputs=["y"], infer=_sum_infer(repeated=True),
    kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_square_sum(x) for x in xs])),
-   onnx=_multi_square_sum_onnx)
+   onnx=_multi_square_sum_onnx, xla=lambda k: (lambda xs: functools.reduce(lambda a, b: a + b,
+                                                                           [_square_sum_xla(x) for x in xs])))
 
 
 def _count_not_finite_onnx_node(c, x, desc):
@@ -411,10 +431,12 @@ def _count_not_finite_onnx(c):
 
 
 op("count_not_finite", inputs=["x"], outputs=["y"], infer=_sum_infer(_dt.int64),
-   kernel=lambda k: _count_not_finite, no_grad=True, onnx=_count_not_finite_onnx)
+   kernel=lambda k: _count_not_finite, no_grad=True, onnx=_count_not_finite_onnx,
+   xla=lambda k: _count_not_finite_xla)
 op("multi_count_not_finite", inputs=["x*"], outputs=["y"], infer=_sum_infer(_dt.int64, repeated=True),
    kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_count_not_finite(x) for x in xs])), no_grad=True,
-   onnx=_count_not_finite_onnx)
+   onnx=_count_not_finite_onnx, xla=lambda k: (lambda xs: functools.reduce(lambda a, b: a + b,
+                                                                           [_count_not_finite_xla(x) for x in xs])))
 
 
 # l2_normalize (x -> y, square_x_sum): y = x / sqrt(max(sum(x^2, axis), epsilon))
@@ -434,6 +456,25 @@ def _l2_normalize_kernel(k):
         ss = torch.sum(x * x, dim=axis, keepdim=True)
         return x * torch.rsqrt(torch.clamp(ss, min=eps)), ss
     return l2_normalize
+
+
+def _l2_normalize_xla(k):
+    axis, eps = k.attr("axis") % len(k.input("x").shape), k.attr("epsilon")
+
+    def l2_normalize(x):
+        ss = (x * x).sum(axis=axis, keepdims=True)
+        return x * xla_rules.lax().rsqrt(xla_rules.jnp().maximum(ss, eps)), ss
+    return l2_normalize
+
+
+def _l2_normalize_grad_xla(k):
+    axis, eps = k.attr("axis") % len(k.input("y").shape), k.attr("epsilon")
+
+    def l2_normalize_grad(dy, y, ss):
+        inv = xla_rules.lax().rsqrt(xla_rules.jnp().maximum(ss, eps))
+        inner = dy - y * (dy * y).sum(axis=axis, keepdims=True)
+        return xla_rules.jnp().where(ss >= eps, inner * inv, dy * inv)
+    return l2_normalize_grad
 
 
 def _l2_normalize_grad_kernel(k):
@@ -460,9 +501,9 @@ def _l2_normalize_onnx(c):
 
 
 op("l2_normalize", inputs=["x"], outputs=["y", "square_x_sum"], attrs=L2_ATTRS, infer=_l2_normalize_infer,
-   kernel=_l2_normalize_kernel, onnx=_l2_normalize_onnx,
+   kernel=_l2_normalize_kernel, onnx=_l2_normalize_onnx, xla=_l2_normalize_xla,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "l2_normalize_grad", {"dy": g.dout("y"), "y": g.output("y"), "square_x_sum": g.output("square_x_sum")},
        g.attrs)))
 op("l2_normalize_grad", inputs=["dy", "y", "square_x_sum"], outputs=["dx"], attrs=L2_ATTRS, infer=like("y"),
-   kernel=_l2_normalize_grad_kernel)
+   kernel=_l2_normalize_grad_kernel, xla=_l2_normalize_grad_xla)

@@ -11,6 +11,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import broadcast_shape, reduce_to, same_dtype
+from graphfront.ops import xla_rules
 from graphfront.ops.math_ops import SCALAR_ATTRS
 from graphfront.ops.onnx_rules import const_as, nonzero, np_dtype
 from graphfront.ops.registry import op
@@ -53,7 +54,8 @@ def _where_onnx(c):
 
 
 op("where", inputs=["condition", "x", "y"], outputs=["out"], infer=_where_infer,
-   kernel=lambda k: (lambda c, x, y: torch.where(c != 0, x, y)), grad=_where_grad, onnx=_where_onnx)
+   kernel=lambda k: (lambda c, x, y: torch.where(c != 0, x, y)), grad=_where_grad, onnx=_where_onnx,
+   xla=lambda k: (lambda c, x, y: xla_rules.jnp().where(c != 0, x, y)))
 
 
 def _where_scalar_infer(blob):
@@ -84,6 +86,20 @@ def _where_scalar_kernel(scalar_is_x):
     return make
 
 
+def _where_scalar_xla(scalar_is_x):
+    def make(k):
+        blob = "y" if scalar_is_x else "x"
+        d = k.input(blob).dtype
+        s = _operand(k.attrs, "", d)
+
+        def where(c, t):
+            jnp = xla_rules.jnp()
+            st = jnp.asarray(s, d.np)
+            return jnp.where(c != 0, st, t) if scalar_is_x else jnp.where(c != 0, t, st)
+        return where
+    return make
+
+
 def _operand_onnx(c, prefix, dtype):
     v = c.attr(f"{prefix}int_operand") if c.attr(f"has_{prefix}int_operand") else c.attr(f"{prefix}float_operand")
     return np.array(v if dtype.is_floating_point else int(v), dtype=np.dtype(dtype.np))
@@ -101,9 +117,11 @@ def _where_scalar_onnx(scalar_is_x):
 
 # where_scalar_x / where_scalar_y: no grad function (as OneFlow)
 op("where_scalar_x", inputs=["condition", "y"], outputs=["out"], attrs=SCALAR_ATTRS,
-   infer=_where_scalar_infer("y"), kernel=_where_scalar_kernel(True), onnx=_where_scalar_onnx(True))
+   infer=_where_scalar_infer("y"), kernel=_where_scalar_kernel(True), onnx=_where_scalar_onnx(True),
+   xla=_where_scalar_xla(True))
 op("where_scalar_y", inputs=["condition", "x"], outputs=["out"], attrs=SCALAR_ATTRS,
-   infer=_where_scalar_infer("x"), kernel=_where_scalar_kernel(False), onnx=_where_scalar_onnx(False))
+   infer=_where_scalar_infer("x"), kernel=_where_scalar_kernel(False), onnx=_where_scalar_onnx(False),
+   xla=_where_scalar_xla(False))
 
 WHERE_XY_ATTRS = {"has_x_int_operand": ("bool", False), "has_x_float_operand": ("bool", False),
                   "has_y_int_operand": ("bool", False), "has_y_float_operand": ("bool", False),
@@ -134,6 +152,13 @@ def _where_xy_kernel(k):
     return where
 
 
+def _where_xy_xla(k):
+    dtype = _where_xy_dtype(k.attrs)
+    xs, ys = _operand(k.attrs, "x_", dtype), _operand(k.attrs, "y_", dtype)
+    return lambda c: xla_rules.jnp().where(c != 0, xla_rules.jnp().asarray(xs, dtype.np),
+                                           xla_rules.jnp().asarray(ys, dtype.np))
+
+
 def _where_scalar_xy_onnx(c):
     dtype = c.output_desc("out").dtype
     c.node("Where", [nonzero(c, c.input("condition")), c.const(_operand_onnx(c, "x_", dtype)),
@@ -141,7 +166,7 @@ def _where_scalar_xy_onnx(c):
 
 
 op("where_scalar_xy", inputs=["condition"], outputs=["out"], attrs=WHERE_XY_ATTRS, infer=_where_xy_infer,
-   kernel=_where_xy_kernel, no_grad=True, onnx=_where_scalar_xy_onnx)
+   kernel=_where_xy_kernel, no_grad=True, onnx=_where_scalar_xy_onnx, xla=_where_xy_xla)
 
 
 def _masked_fill_infer(ctx):
@@ -162,7 +187,9 @@ def _masked_fill_onnx(c):
 
 # masked_fill: no grad function (as OneFlow); flow.masked_fill builds constant_like + where instead
 op("masked_fill", inputs=["x", "mask"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_masked_fill_infer,
-   kernel=_masked_fill_kernel, onnx=_masked_fill_onnx)
+   kernel=_masked_fill_kernel, onnx=_masked_fill_onnx,
+   xla=lambda k: (lambda x, m, s=_operand(k.attrs, "", k.input("x").dtype), t=k.input("x").dtype.np:
+                          xla_rules.jnp().where(m != 0, xla_rules.jnp().asarray(s, t), x)))
 
 
 # ----------------------------------------------------------------- tril, triu, fused_scale_tril
@@ -204,6 +231,18 @@ def _tril_kernel(scaled):
     return make
 
 
+def _tril_xla(scaled):
+    def make(k):
+        d = k.input("in")
+        mask = np.tril(np.ones(d.shape[-2:], dtype=bool), k.attr("diagonal"))
+        fill = np.asarray(_pick(k.attrs, "fill", d.dtype), d.dtype.np)
+        scale = _pick(k.attrs, "scale", d.dtype) if scaled else None
+        if scale is None:
+            return lambda x: xla_rules.jnp().where(mask, x, fill)
+        return lambda x: xla_rules.jnp().where(mask, x * scale, fill)
+    return make
+
+
 def _tril_grad(op_type):
     def grad(g):
         if g.needs("in"):
@@ -227,10 +266,11 @@ def _triangle_onnx(lower):
 
 
 op("tril", inputs=["in"], outputs=["out"], attrs=TRIL_ATTRS, infer=_matrix_infer, kernel=_tril_kernel(False),
-   grad=_tril_grad("tril"), onnx=_triangle_onnx(True), amp="clear")
+   grad=_tril_grad("tril"), onnx=_triangle_onnx(True), xla=_tril_xla(False), amp="clear")
 # triu: no grad function (as OneFlow)
 op("triu", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int64", 0)}, infer=_matrix_infer,
-   kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)), onnx=_triangle_onnx(False))
+   kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)), onnx=_triangle_onnx(False),
+   xla=lambda k: (lambda x, d=k.attr("diagonal"): xla_rules.jnp().triu(x, d)))
 
 
 def _fused_scale_tril_onnx(c):
@@ -250,4 +290,5 @@ def _fused_scale_tril_onnx(c):
 
 # fused_scale_tril: scale * x on and below `diagonal`, fill above; grad = same op on dy with fill 0
 op("fused_scale_tril", inputs=["in"], outputs=["out"], attrs=FUSED_SCALE_TRIL_ATTRS, infer=_matrix_infer,
-   kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"), onnx=_fused_scale_tril_onnx, amp="clear")
+   kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"), onnx=_fused_scale_tril_onnx,
+   xla=_tril_xla(True), amp="clear")

@@ -114,8 +114,22 @@ def _decode_random_kernel(k):
     return lambda: initial_value(conf.data_initializer, shape, dtype, device, gen)
 
 
+def _decode_random_xla(k):
+    """The kernel's draw, made on the host by a callback from the compiled step (once per run,
+    in order): the same values as the kernel from the same seed, whatever the initializer.
+    (The step's jax key, passed first to a random op's rule, is not used.)"""
+    import jax
+    from jax.experimental import io_callback
+    conf = k.conf
+    shape = (int(conf.batch_size),) + _shape_of(conf.shape)
+    spec = jax.ShapeDtypeStruct(shape, _dt.from_proto(conf.data_type).np)
+    draw = _decode_random_kernel(k)  # (the xla lowering makes its rules with a CPU KernelCtx)
+    return lambda key: io_callback(lambda: _dt.tensor_to_numpy(draw()), spec, ordered=True)
+
+
 # ``tick`` orders the op after another (a control edge, ``ctrl_in_op_name``), it carries no data
-system_op("decode_random_conf", infer=_decode_random_infer, kernel=_decode_random_kernel, random=True, no_grad=True)
+system_op("decode_random_conf", infer=_decode_random_infer, kernel=_decode_random_kernel, random=True, no_grad=True,
+          xla=_decode_random_xla)
 
 
 def _lr_kernel(k):

@@ -27,7 +27,10 @@ def lax():
 
 
 def jnp_fn(name):
-    """A ``jax.numpy`` (or, as ``"lax.<name>"``, ``jax.lax``) function by name."""
+    """A ``jax.numpy`` (or, as ``"lax.<name>"``, ``jax.lax``; as ``"nn.<name>"``, ``jax.nn``)
+    function by name; a callable ``name`` is that function itself."""
+    if callable(name):
+        return name
     if name.startswith("lax."):
         return getattr(lax(), name[4:])
     if name.startswith("nn."):

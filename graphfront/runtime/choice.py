@@ -1,7 +1,8 @@
-"""Which lowering runs a completed Job: one table lookup.
+"""Which lowering runs a completed Job: two table lookups.
 
-:func:`choose` looks up ``(compile_mode, several devices, gradient accumulation)`` in
-:data:`CHOICES`. The table holds every combination that composes; the others are
+:func:`choose` first finds the job's mode in :data:`MODES` from ``compile_mode`` and the
+Job's ``job_conf.xrt_config`` (OneFlow's ``use_xla_jit`` / ``use_tensorrt`` switches), then
+looks up ``(mode, several devices, gradient accumulation)`` in :data:`CHOICES`. The table holds every combination that composes; the others are
 refused with a JobBuildError naming the mode and the setting it cannot compose with,
 never dropped. Composition rules:
 
@@ -15,9 +16,22 @@ never dropped. Composition rules:
   measured slower than the plan on every benchmark;
 * ``"auto"`` is ``"onnxruntime"`` where onnxruntime can run the job, else ``"plan"``
   (with the reason in :attr:`LoweringRequest.fallback_reason`); on several devices or
-  with accumulation that is always ``"plan"``.
+  with accumulation that is always ``"plan"``;
+* ``use_xla_jit(True)`` is ``"xla"`` where every op of the job has an ``xla`` rule (and jax
+  can place it), else ``"plan"``; ``use_tensorrt(True)`` is ``"onnxruntime"`` on its fastest
+  execution provider installed (TensorRT, then CUDA, then the CPU;
+  :attr:`~graphfront.runtime.onnxruntime_plan.OrtPlan.provider` says which ran) where
+  onnxruntime can run the job, else ``"plan"``. As OneFlow's XRT ran what its engine could not
+  take on its own kernels, a switch that cannot be honoured runs the plan with the reason in
+  ``fallback_reason`` and a UserWarning (a train job with ``use_tensorrt``: OneFlow's
+  TensorRT engine ran inference only); on several devices or with accumulation that is
+  always ``"plan"``. Both switches at once, or a switch with ``compile_mode``, is refused
+  (JobBuildError naming both): they choose different lowerings.
 """
 from __future__ import annotations
+
+import logging
+import warnings
 
 import torch
 
@@ -26,12 +40,14 @@ from graphfront.passes.boxing import boxing
 from graphfront.passes.mirrored import mirror
 from graphfront.runtime.distributed import DistributedPlan
 from graphfront.runtime.grad_accumulation import AccumulatingPlan
-from graphfront.runtime.lowering import Lowering, check_mode
+from graphfront.runtime.lowering import LOWERINGS, Lowering, check_mode
 from graphfront.runtime.native import NativePlan
 from graphfront.runtime.onnx_export import export_job
-from graphfront.runtime.onnxruntime_plan import OrtPlan, refusal
+from graphfront.runtime.onnxruntime_plan import OrtPlan, fastest_providers, refusal
 from graphfront.runtime.plan import Plan
-from graphfront.runtime.xla import XlaPlan
+from graphfront.runtime.xla import XlaPlan, xla_refusal
+
+logger = logging.getLogger(__name__)
 
 
 class LoweringRequest:
@@ -42,7 +58,8 @@ class LoweringRequest:
         user_job: the Job as built (the onnxruntime lowering completes it without the
             cleanup and fusion passes).
         job: the completed Job.
-        mode: the ``compile_mode`` (:data:`graphfront.runtime.lowering.LOWERINGS`).
+        mode: the ``compile_mode`` (:data:`graphfront.runtime.lowering.LOWERINGS`), or None
+            when none was set (then ``"plan"`` unless the Job's ``xrt_config`` sets a switch).
         devices: how many devices the job is placed on.
         accumulation: gradient accumulation steps (1: none).
         logical_view: ``"consistent"`` or ``"mirrored"`` (several devices).
@@ -50,10 +67,11 @@ class LoweringRequest:
 
     Attributes set by :func:`choose`:
         job: the Job that runs (on several devices: after the boxing or mirror pass).
-        fallback_reason: ``"auto"`` ran ``"plan"``: why not onnxruntime (else None).
+        fallback_reason: ``"auto"``, ``use_xla_jit`` or ``use_tensorrt`` ran ``"plan"``: why
+            not the lowering asked for (else None).
     """
 
-    def __init__(self, session, user_job, job, mode="plan", devices=1, accumulation=1, logical_view="consistent",
+    def __init__(self, session, user_job, job, mode=None, devices=1, accumulation=1, logical_view="consistent",
                  cuda_graph=True):
         self.session, self.user_job, self.job = session, user_job, job
         self.mode, self.devices, self.accumulation = mode, devices, accumulation
@@ -96,6 +114,41 @@ def _auto(r):
     return _plan(r) if r.fallback_reason else _ort_plan(r, job)
 
 
+def _xla_jit(r):
+    """``use_xla_jit(True)``: the XLA lowering where it can run the job, else the plan."""
+    r.fallback_reason = xla_refusal(r.job)
+    return _fell_back(r, "use_xla_jit") if r.fallback_reason else _xla(r)
+
+
+def _tensorrt(r):
+    """``use_tensorrt(True)``: onnxruntime on its fastest provider where it can run the job,
+    else the plan."""
+    job = export_job(r.user_job)
+    providers = fastest_providers()
+    r.fallback_reason = refusal(job, gpu="CPUExecutionProvider" not in providers[:1])
+    if r.fallback_reason:
+        return _fell_back(r, "use_tensorrt")
+    r.session.init_variables(job)
+    plan = OrtPlan(job, r.session, providers)
+    logger.info("job '%s': use_tensorrt(True) runs onnxruntime on %s", r.name, plan.provider)
+    if plan.provider != "TensorrtExecutionProvider":
+        _warn(f"job '{r.name}': use_tensorrt(True) runs onnxruntime on {plan.provider}: the "
+              f"TensorrtExecutionProvider is not available here (installed: {providers})")
+    return plan
+
+
+def _fell_back(r, switch):
+    """The plan for a job whose ``switch`` could not be honoured (``r.fallback_reason``), with a warning."""
+    _warn(f"job '{r.name}': {switch}(True) runs the plan (PyTorch kernels): {r.fallback_reason}")
+    return _plan(r)
+
+
+def _warn(message):
+    """A UserWarning that points at the user's line, and the same line in the log."""
+    logger.warning(message)
+    warnings.warn(message + format_location(user_frame()), UserWarning, stacklevel=3)
+
+
 def _several_devices(r):
     if r.logical_view == "mirrored":  # one part per device, gradients all-reduced
         r.job = mirror(r.job, r.devices)
@@ -118,17 +171,30 @@ def _accumulating_on_several_devices(r):
                             make_plan=lambda j, part: DistributedPlan(r.session, j, r.devices, part))
 
 
-def _auto_as_plan(make, why):
-    """``"auto"`` where only the plan composes: ``make``, with the reason recorded."""
+def _auto_as_plan(make, why, switch=None):
+    """``"auto"`` (or the xrt ``switch``) where only the plan composes: ``make``, with the
+    reason recorded (and, for a switch, a warning)."""
     def auto(r):
         r.fallback_reason = why
+        if switch:
+            _warn(f"job '{r.name}': {switch}(True) runs the plan (PyTorch kernels): {why}")
         return make(r)
     return auto
 
 
 _ONE_CPU = "onnxruntime runs a whole job on one CPU"
+_ONE_DEVICE = "the XLA lowering compiles one device's whole step"
+_ACCUMULATES = "the job accumulates gradients (a train job)"
+_INFERENCE = "the onnxruntime lowering runs predict jobs only, as OneFlow's TensorRT engine ran inference only"
 
-# (compile_mode, several devices, gradient accumulation) -> how its lowering is made
+SWITCHES = ("use_xla_jit", "use_tensorrt")  # OneFlow's xrt_config switches: the modes of CHOICES besides LOWERINGS
+
+# (compile_mode or None, xrt_config.use_xla_jit, xrt_config.use_tensorrt) -> the mode looked up in CHOICES;
+# the combinations not here set two lowerings at once and are refused
+MODES = {(None, False, False): "plan", (None, True, False): "use_xla_jit", (None, False, True): "use_tensorrt",
+         **{(mode, False, False): mode for mode in LOWERINGS}}
+
+# (mode, several devices, gradient accumulation) -> how its lowering is made
 CHOICES = {
     ("plan", False, False): _plan,
     ("native", False, False): _native,
@@ -143,6 +209,21 @@ CHOICES = {
                                                         "the onnxruntime lowering runs predict jobs only"),
     ("auto", True, True): _auto_as_plan(_accumulating_on_several_devices,
                                         f"the job runs on several devices and accumulates gradients; {_ONE_CPU}"),
+    ("use_xla_jit", False, False): _xla_jit,
+    ("use_xla_jit", True, False): _auto_as_plan(_several_devices, f"the job runs on several devices; {_ONE_DEVICE}",
+                                                "use_xla_jit"),
+    ("use_xla_jit", False, True): _auto_as_plan(_accumulating, f"{_ACCUMULATES}; {_ONE_DEVICE} at once",
+                                                "use_xla_jit"),
+    ("use_xla_jit", True, True): _auto_as_plan(_accumulating_on_several_devices,
+                                               f"the job runs on several devices and accumulates gradients; "
+                                               f"{_ONE_DEVICE} at once", "use_xla_jit"),
+    ("use_tensorrt", False, False): _tensorrt,
+    ("use_tensorrt", True, False): _auto_as_plan(_several_devices, f"the job runs on several devices; {_ONE_CPU}",
+                                                 "use_tensorrt"),
+    ("use_tensorrt", False, True): _auto_as_plan(_accumulating, f"{_ACCUMULATES}; {_INFERENCE}", "use_tensorrt"),
+    ("use_tensorrt", True, True): _auto_as_plan(_accumulating_on_several_devices,
+                                                f"the job runs on several devices and accumulates gradients; "
+                                                f"{_INFERENCE}", "use_tensorrt"),
 }
 
 
@@ -152,14 +233,28 @@ def choose(request: LoweringRequest) -> Lowering:
     Raises:
         ValueError: ``request.mode`` is not a lowering name.
         JobBuildError: the mode does not compose with several devices or with gradient
-            accumulation (names both), or the lowering refuses the job.
+            accumulation (names both), the job's config sets two lowerings (``compile_mode``,
+            ``use_xla_jit``, ``use_tensorrt``: names both), or the lowering refuses the job.
     """
     r = request
-    check_mode(r.mode, "compile_mode")
+    if r.mode is not None:
+        check_mode(r.mode, "compile_mode")
+    xrt = r.job.job_conf.xrt_config
+    mode = MODES.get((r.mode, xrt.use_xla_jit, xrt.use_tensorrt))
+    if mode is None:
+        raise JobBuildError(_two_lowerings(r, xrt) + format_location(user_frame()))
+    r.mode = mode
     make = CHOICES.get((r.mode, r.devices > 1, r.accumulation > 1))
     if make is None:
         raise JobBuildError(_not_composable(r) + format_location(user_frame()))
     return make(r)
+
+
+def _two_lowerings(r, xrt) -> str:
+    asked = [f"compile_mode('{r.mode}')"] * (r.mode is not None) + ["use_xla_jit(True)"] * xrt.use_xla_jit + \
+        ["use_tensorrt(True)"] * xrt.use_tensorrt
+    return (f"job '{r.name}': its FunctionConfig sets {' and '.join(asked)}, which choose different lowerings; "
+            "set only one of them")
 
 
 def _not_composable(r) -> str:

@@ -16,6 +16,11 @@ by :func:`check_mode` for both:
 * ``"auto"``: ``"onnxruntime"`` where onnxruntime can run the job, else ``"plan"``, the
   reason kept as the compiled job's ``fallback_reason``.
 
+OneFlow's switches ``FunctionConfig().use_xla_jit(True)`` and ``use_tensorrt(True)``, kept
+in the Job's ``job_conf.xrt_config``, choose ``"xla"`` and ``"onnxruntime"`` on its fastest
+execution provider where those can run the job (else ``"plan"``, with a ``fallback_reason``);
+the choice is made in :mod:`graphfront.runtime.choice`.
+
 Which object runs a job is chosen in :mod:`graphfront.runtime.choice`. Every lowering
 derives from :class:`Lowering`, whose declared attributes tell the session how to call
 it, so the session never asks which lowering it holds.
@@ -43,6 +48,7 @@ class Lowering:
             moves ``VariableStore.generation`` before the call).
         parts: arrays per ``ListNumpy`` argument (the mirrored view on several devices).
         uses_cuda_graph: calls replay a captured CUDA graph.
+        provider: the onnxruntime execution provider that runs the job (None: not onnxruntime).
 
     Each instance also sets the annotated attributes below (``job`` ... ``source``).
     """
@@ -60,6 +66,7 @@ class Lowering:
     writes_variables = True
     parts = 1
     uses_cuda_graph = False
+    provider = None
 
     def before_call(self, variables) -> None:
         """Run before each call with the session's VariableStore held locked. Default: bring

@@ -53,15 +53,32 @@ from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.onnx_export import OnnxExportError, job_to_onnx, missing_converters
 from graphfront.runtime.walk import ScheduleWalk
 
-__all__ = ["OrtPlan", "refusal"]
+__all__ = ["OrtPlan", "fastest_providers", "refusal"]
 
 PIP_HINT = "pip install graphfront[onnx]"
 
 
-def refusal(job) -> str | None:
-    """Why ``job`` (completed) cannot run in onnxruntime, or None when it can."""
+# the execution providers ``use_tensorrt(True)`` asks for, fastest first
+FASTEST_FIRST = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+
+
+def fastest_providers() -> list:
+    """The providers of :data:`FASTEST_FIRST` this onnxruntime has, fastest first (the CPU's
+    alone when onnxruntime is not installed: :func:`refusal` then says so)."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return ["CPUExecutionProvider"]
+    available = set(onnxruntime.get_available_providers())
+    return [p for p in FASTEST_FIRST if p in available or p == "CPUExecutionProvider"]
+
+
+def refusal(job, gpu=False) -> str | None:
+    """Why ``job`` (completed) cannot run in onnxruntime, or None when it can; ``gpu``: a GPU
+    execution provider will run it (ops placed on a GPU are then accepted)."""
     if job.job_conf.HasField("train_conf"):
-        return "it is a train job (it updates variables); the onnxruntime lowering runs predict jobs only"
+        return ("it is a train job (it updates variables); the onnxruntime lowering runs predict jobs only, "
+                "as OneFlow's TensorRT engine ran inference only")
     try:
         import onnxruntime  # noqa: F401
         import onnx  # noqa: F401
@@ -75,7 +92,7 @@ def refusal(job) -> str | None:
             watches.append(op.name)
         elif kind == "input_conf" and op.input_conf.blob_conf.is_dynamic:
             dynamic.append(op.name)
-        if kind not in ("return_conf", "foreign_watch_conf") and op.device_tag not in ("", "cpu"):
+        if not gpu and kind not in ("return_conf", "foreign_watch_conf") and op.device_tag not in ("", "cpu"):
             gpu.append(op.name)
     if missing:
         return f"op type(s) without an ONNX converter: {missing}"
@@ -96,12 +113,17 @@ class OrtPlan(Lowering):
             fusion passes, so every op has its registered ONNX converter).
         session: the Session whose variables (``session.variables``, a VariableStore)
             the job reads; they must exist.
+        providers: onnxruntime execution providers, in order of preference (default the
+            CPU's; ``use_tensorrt(True)`` passes :func:`fastest_providers`).
 
     Attributes:
         input_names: input op names, in feed order.
         output_names: return op names, in result order.
         order: the job's op confs in schedule order.
-        devices: ``{"cpu"}``.
+        devices: ``{"cpu"}`` (the feeds and results are host arrays).
+        provider: the execution provider that runs the model (the first of the session's
+            providers; reading it creates the onnxruntime session if no call did yet), e.g.
+            ``"CPUExecutionProvider"``; onnxruntime drops a provider that fails to load.
         model: the current ``onnx.ModelProto`` (variables as initializers).
         builds: how many onnxruntime sessions were created (the first call creates one;
             a call after a variable was written converts the job again and creates another).
@@ -118,8 +140,9 @@ class OrtPlan(Lowering):
     gives_numpy = True
     writes_variables = False
 
-    def __init__(self, job, session):
-        why = refusal(job)
+    def __init__(self, job, session, providers=("CPUExecutionProvider",)):
+        self.providers = list(providers)
+        why = refusal(job, gpu=self.providers[0] != "CPUExecutionProvider")
         if why:
             raise JobBuildError(f"job '{job.job_conf.job_name}' cannot use compile_mode('onnxruntime'): {why}; "
                                 "use compile_mode('plan')")
@@ -156,7 +179,7 @@ class OrtPlan(Lowering):
             t = value_info.type.tensor_type
             return np.empty([d.dim_value for d in t.shape.dim], tensor_dtype_to_np_dtype(t.elem_type))
         session = ort.InferenceSession(self.model.SerializeToString(), ort.SessionOptions(),
-                                       providers=["CPUExecutionProvider"])
+                                       providers=self.providers)
         binding = session.io_binding()
         graph = self.model.graph  # its inputs and outputs are named after the input and return ops
         graph_values = {v.name: v for v in (*graph.input, *graph.output)}
@@ -168,6 +191,12 @@ class OrtPlan(Lowering):
             binding.bind_output(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
         self._session, self._binding = session, binding
         self.builds += 1
+
+    @property
+    def provider(self) -> str:
+        if self._session is None:
+            self._start()
+        return self._session.get_providers()[0]
 
     @property
     def source(self) -> str:

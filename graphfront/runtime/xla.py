@@ -129,6 +129,25 @@ def missing_rules(order) -> list:
                    if not registry.op_def(op).interface and registry.op_def(op).xla is None})
 
 
+def xla_refusal(job) -> str | None:
+    """Why the XLA lowering cannot run ``job`` (completed), or None when it can: jax is not
+    installed, an op type has no ``xla`` rule (named), or the job is placed on a GPU and jax
+    has no GPU backend."""
+    try:
+        jax = import_jax()
+    except ImportError as e:
+        return str(e)
+    missing = missing_rules(job.net.op)
+    if missing:
+        return f"op type(s) without an xla rule: {', '.join(missing)}"
+    if any(op.device_tag == "gpu" for op in job.net.op):
+        try:
+            jax.devices("gpu")
+        except RuntimeError:
+            return "the job is placed on a GPU and jax has no GPU backend here"
+    return None
+
+
 class JaxVariables:
     """The jax copies of a VariableStore's variables, kept in sync lazily (module doc)."""
 
@@ -231,6 +250,9 @@ class XlaPlan(Lowering):
         self.var_names = self.mutable_names + self.const_names
         self.n_mutable = len(self.mutable_names)
         self.variables = JaxVariables.of(variables)
+        # (the rules are made first: a rule drawing its kernel's seed from torch's generator, as
+        # decode_random's, draws it in the same order as the per-op plan's kernels)
+        step, self.lr_ops, self.checks = builder.build(jax, self.mutable_names, self.const_names)
         self.has_random = any(_is_random(op) for op in order)
         self.key = None
         if self.has_random:  # the key's raw bits, drawn on the host (no XLA computation before the step's
@@ -238,7 +260,6 @@ class XlaPlan(Lowering):
             spec = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))
             bits = torch.randint(0, 2 ** 32, spec.shape, dtype=torch.int64).numpy().astype(spec.dtype)
             self.key = jax.device_put(bits, self.device)
-        step, self.lr_ops, self.checks = builder.build(jax, self.mutable_names, self.const_names)
         self.handlers = [watcher(watchers, op.foreign_watch_conf.handler_uuid)
                          for op in order if jb.op_kind(op) == "foreign_watch_conf"]
         self._step = jax.jit(step, donate_argnums=(0,))

@@ -373,6 +373,20 @@ for _name in ("pow", "atan2"):
         CASES[f"{_name}_{_side}_grad"] = ({"x": _x, "y": _any((2, 3)), "dz": _any((2, 3))}, {})
 CASES["sigmoid"] = ({"in": _any((2, 3))}, {})
 CASES["sigmoid_grad"] = ({"y": _unit((2, 3)), "dy": _any((2, 3))}, {})
+
+
+# quantization-aware training: the observers and fake quantization (affine per channel, and
+# symmetric per layer with a moving min/max updated in training)
+CASES.update({
+    "min_max_observer": ({"in": _any((4, 3, 2))}, {"per_layer_quantization": False,
+                                                     "quantization_scheme": "affine"}),
+    "moving_average_min_max_observer": ({"in": _any((3, 4)), "current_train_step": lambda r: np.array([2], np.int64),
+                                         "moving_max": _pos((1,)), "moving_min": _pos((1,))},
+                                        {"training": True, "stop_update_after_iters": 5, "momentum": 0.9,
+                                         "quantization_scheme": "affine"}, None, {"moving_max", "moving_min"}),
+    "fake_quantization": ({"in": _any((3, 4)), "scale": lambda r: np.array([0.05], np.float32),
+                           "zero_point": lambda r: np.array([3.0], np.float32)}, {"quantization_scheme": "affine"}),
+})
 for _name in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "and", "or", "xor"):
     _ints = _any((2, 3), np.int32)  # values in -1..1: ties and zeros
     CASES[f"scalar_logical_{_name}"] = ({"in": _ints}, {"has_int_operand": True, "int_operand": 0})
@@ -532,3 +546,4 @@ def _system_conf(kind):
     op_conf = op_conf_pb2.OperatorConf(name="op")
     getattr(op_conf, kind).SetInParent()
     return op_conf
+

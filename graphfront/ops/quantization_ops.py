@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from graphfront.framework import dtypes as _dt
+from graphfront.ops import xla_rules
 from graphfront.ops.common import like
 from graphfront.ops.registry import op
 
@@ -51,15 +52,16 @@ def _float_in(ctx):
     return d
 
 
-def _scale_of(lo, hi, absmax, k):
-    """(scale, zero_point) from per-slice min, max and max|.| tensors."""
+def _scale_of(lo, hi, absmax, k, xp=torch):
+    """(scale, zero_point) from per-slice min, max and max|.| tensors (``xp``: torch, or
+    jax.numpy for the ``xla`` rules)."""
     bit, formula = k.attr("quantization_bit"), k.attr("quantization_formula")
     if formula == "cambricon":
-        return torch.floor(torch.log2(absmax)) - (bit - 2), torch.zeros_like(absmax)
+        return xp.floor(xp.log2(absmax)) - (bit - 2), xp.zeros_like(absmax)
     if k.attr("quantization_scheme") == "symmetric":
-        return absmax / (2.0 ** (bit - 1) - 1), torch.zeros_like(absmax)
+        return absmax / (2.0 ** (bit - 1) - 1), xp.zeros_like(absmax)
     scale = (hi - lo) / (2.0 ** bit - 1)
-    return scale, -torch.round(lo / scale)
+    return scale, -xp.round(lo / scale)
 
 
 # ------------------------------------------------------------------ min_max_observer
@@ -84,9 +86,20 @@ def _min_max_kernel(k):
     return min_max_observer
 
 
+def _min_max_xla(k):
+    jnp = xla_rules.jnp()
+    per_layer = k.attr("per_layer_quantization")
+
+    def min_max_observer(x):
+        flat = x.reshape(1, -1) if per_layer else x.reshape(x.shape[0], -1)
+        lo, hi = flat.min(axis=1), flat.max(axis=1)
+        return _scale_of(lo, hi, jnp.maximum(jnp.abs(hi), jnp.abs(lo)), k, jnp)
+    return min_max_observer
+
+
 op("min_max_observer", inputs=["in"], outputs=["scale", "zero_point"],
    attrs=dict(QUANT_ATTRS, per_layer_quantization=("bool", True)), infer=_min_max_infer, kernel=_min_max_kernel,
-   no_grad=True, doc="quantization scale and zero point of a blob from its min and max")
+   xla=_min_max_xla, no_grad=True, doc="quantization scale and zero point of a blob from its min and max")
 
 
 # ------------------------------------------------------------------ moving_average_min_max_observer
@@ -127,11 +140,39 @@ def _moving_kernel(k):
     return moving_average_min_max_observer
 
 
+def _moving_xla(k):
+    """The kernel's formulas over jax arrays; in training ``((scale, zero_point),
+    (new moving_max, new moving_min))`` (the variables it updates)."""
+    jnp = xla_rules.jnp()
+    momentum, stop, training = k.attr("momentum"), k.attr("stop_update_after_iters"), k.attr("training")
+    tracks_absmax = k.attr("quantization_formula") == "cambricon" or k.attr("quantization_scheme") == "symmetric"
+    bit = k.attr("quantization_bit")
+
+    def moving_average_min_max_observer(x, step, moving_max, moving_min):
+        if training:
+            lo, hi = x.min().reshape(1), x.max().reshape(1)
+            if tracks_absmax:
+                hi = jnp.maximum(jnp.abs(hi), jnp.abs(lo))
+            update = step <= stop
+            new_max = jnp.where(moving_max == 0, hi, moving_max * momentum + hi * (1 - momentum))
+            new_min = new_max if tracks_absmax else jnp.where(
+                moving_min == 0, lo, moving_min * momentum + lo * (1 - momentum))
+            moving_max = jnp.where(update, new_max, moving_max).astype(x.dtype)
+            moving_min = jnp.where(update, new_min, moving_min).astype(x.dtype)
+        if tracks_absmax:
+            outs = _scale_of(None, None, moving_max, k, jnp)
+        else:
+            scale = (moving_max - moving_min) / (2.0 ** bit - 1)
+            outs = scale, -moving_min / scale
+        return (outs, (moving_max, moving_min)) if training else outs
+    return moving_average_min_max_observer
+
+
 op("moving_average_min_max_observer", inputs=["in", "current_train_step", "moving_max", "moving_min"],
    outputs=["scale", "zero_point"],
    attrs=dict(QUANT_ATTRS, training=("bool", False), stop_update_after_iters=("int64", 1),
               momentum=("float", 0.95)),
-   infer=_moving_infer, kernel=_moving_kernel, no_grad=True, mutates=("moving_max", "moving_min"),
+   infer=_moving_infer, kernel=_moving_kernel, xla=_moving_xla, no_grad=True, mutates=("moving_max", "moving_min"),
    doc="quantization scale from a moving average of a blob's min and max (variables updated in place)")
 
 
@@ -163,11 +204,29 @@ def _fake_quant_kernel(k):
     return fake_quantization
 
 
+def _fake_quant_xla(k):
+    jnp = xla_rules.jnp()
+    bit, formula = k.attr("quantization_bit"), k.attr("quantization_formula")
+    symmetric = formula == "cambricon" or k.attr("quantization_scheme") == "symmetric"
+
+    def fake_quantization(x, scale, zero_point):
+        shape = (-1,) + (1,) * (x.ndim - 1) if scale.size > 1 else (1,) * max(x.ndim, 1)
+        s = scale.reshape(shape)
+        if formula == "cambricon":
+            s = jnp.power(2.0, jnp.trunc(s)).astype(x.dtype)
+        if symmetric:
+            upper = 2.0 ** (bit - 1) - 1
+            return (jnp.clip(jnp.round(x / s), -upper - 1, upper) * s).astype(x.dtype)
+        z = (jnp.round(zero_point).astype(jnp.int64) % 256).astype(x.dtype).reshape(shape)
+        return ((jnp.clip(jnp.round(x / s + z), 0, 2.0 ** bit - 1) - z) * s).astype(x.dtype)
+    return fake_quantization
+
+
 def _fake_quant_grad(g):
     if g.needs("in"):
         g.set_grad("in", g.emit("identity", {"in": g.dout("out")}))
 
 
 op("fake_quantization", inputs=["in", "scale", "zero_point"], outputs=["out"], attrs=QUANT_ATTRS,
-   infer=_fake_quant_infer, kernel=_fake_quant_kernel, grad=_fake_quant_grad,
+   infer=_fake_quant_infer, kernel=_fake_quant_kernel, xla=_fake_quant_xla, grad=_fake_quant_grad,
    doc="round a blob to the quantization grid of (scale, zero_point); straight-through gradient")

@@ -27,6 +27,11 @@ output)                                run-time blob is zero-padded to the stati
 system ``sync_dynamic_resize_conf``    ``out`` = ``in`` narrowed along ``axis`` to
 (in, size -> out)                      ``size[0]`` elements; dynamic. (OneFlow's
                                        ``SyncDynamicResizeOp``.)
+system                                 ``x`` broadcast (numpy rules) to the run-time shapes of
+``broadcast_to_compatible_with_conf``  ``x`` and every ``compatible`` blob: the BlobDesc has the
+(x, compatible* -> y)                  broadcast of their maximum shapes, dynamic when any
+                                       input is. Grad (``x`` only): summed back to ``x``.
+                                       (OneFlow's ``BroadcastToCompatibleWithOp``.)
 =====================================  =======================================================
 """
 from __future__ import annotations
@@ -36,7 +41,7 @@ import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpCheckError
-from graphfront.ops.common import numel
+from graphfront.ops.common import broadcast_shape, numel, reduce_to
 from graphfront.ops.onnx_rules import int64s, nonzero
 from graphfront.ops.registry import op
 from graphfront.ops.system import system_op
@@ -225,3 +230,27 @@ def _sync_dynamic_resize_kernel(k):
 
 system_op("sync_dynamic_resize_conf", ("in", "size"), infer=_sync_dynamic_resize_infer,
           kernel=_sync_dynamic_resize_kernel, view=True, no_grad=True)
+
+
+# ------------------------------------------------------------------ broadcast_to_compatible_with (system op)
+
+def _broadcast_compatible_infer(ctx):
+    x = ctx.input("x")
+    ins = [x] + ctx.inputs("compatible")
+    shape = x.shape
+    for i, c in enumerate(ins[1:]):
+        shape = broadcast_shape(shape, c.shape, f"input 'x' and input 'compatible' {i}")
+    ctx.set_output("y", shape, x.dtype, is_dynamic=any(d.is_dynamic for d in ins))
+
+
+def _broadcast_compatible_kernel(k):
+    return lambda x, compatible: x.expand(torch.broadcast_shapes(x.shape, *(c.shape for c in compatible)))
+
+
+def _broadcast_compatible_grad(g):
+    if g.needs("x"):
+        g.set_grad("x", reduce_to(g, g.dout("y"), g.input("x"), g.op_name))
+
+
+system_op("broadcast_to_compatible_with_conf", ("x", "compatible*"), ("y",), infer=_broadcast_compatible_infer,
+          kernel=_broadcast_compatible_kernel, grad=_broadcast_compatible_grad, view=True)

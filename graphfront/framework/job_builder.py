@@ -301,6 +301,8 @@ class JobBuilder:
         try:
             # a user op conf is checked against its op's schema (attrs, arguments)
             opdef = check_and_complete(op_conf) if kind == "user_conf" else registry.op_def(op_conf)
+            if opdef.cpu_only:  # (OneFlow's CPU-only user ops run on the CPU under any placement)
+                op_conf.device_tag = "cpu"
             self._check_inputs(op_conf)
             ctx = InferCtx(op_conf, opdef, self.descs, self.job.job_conf)
             opdef.infer(ctx)

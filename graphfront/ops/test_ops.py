@@ -8,7 +8,8 @@ op (inputs -> outputs; attrs)                      computes
 =================================================  =============================================
 ``ccrelu`` (in -> out)                             ``relu(in)``; grad ``ccrelu_grad``
                                                    (y, dy -> dx) = ``dy * (y > 0)``
-``cpu_only_relu_test`` (in -> out)                 ``relu(in)``, float32, CPU placements only
+``cpu_only_relu_test`` (in -> out)                 ``relu(in)``, float32; a CPU kernel only, so
+                                                   it runs on the CPU under any placement
 ``TestReshape`` (in -> out; shape)                 ``in`` reshaped to attr ``shape`` (same rank
                                                    and element count)
 ``TestSource`` (-> out)                            float32 ``[0, 1, 2, 3, 4]``
@@ -73,7 +74,7 @@ def _cpu_relu_kernel(k):
 
 
 op("cpu_only_relu_test", inputs=["in"], outputs=["out"], infer=_cpu_relu_infer, kernel=_cpu_relu_kernel,
-   doc="relu with a CPU kernel only")
+   cpu_only=True, doc="relu with a CPU kernel only: placed on the CPU under any placement scope")
 
 
 def _test_reshape_infer(ctx):

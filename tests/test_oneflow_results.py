@@ -157,3 +157,26 @@ def test_cpu_only_user_op_runs_on_the_cpu_inside_a_gpu_job():
 
     np.testing.assert_array_equal(job(x), np.maximum(x, 0) * 2)
     assert tags == {"y": "cpu", "z": "gpu"}
+
+
+# ------------------------------------------------------------------ gather_nd with no index rows
+
+def test_gather_nd_with_an_empty_dynamic_index_gives_an_empty_result_and_a_zero_gradient():
+    x = np.random.RandomState(4).random_sample((12, 13, 7)).astype(np.float32)
+    got = {}
+
+    @flow.global_function(type="train", function_config=_config(flow.scope.mirrored_view()))
+    def job(x_def: tp.ListNumpy.Placeholder((12, 13, 7)),
+            index: tp.ListNumpy.Placeholder((5, 10, 2), dtype=flow.int32)) -> tp.ListNumpy:
+        x_def = x_def + flow.cast_to_current_logical_view(
+            flow.get_variable("params", (1,), initializer=flow.zeros_initializer()))
+        y = flow.gather_nd(x_def, index)
+        _sgd().minimize(y)
+        flow.watch_diff(x_def, lambda d: got.setdefault("dx", d.numpy_list()[0]))
+        return y
+
+    index = np.zeros((5, 0, 2), np.int32)
+    y = job([x], [index])[0]
+    expected = torch.from_numpy(x)[tuple(torch.from_numpy(index).long().unbind(-1))].numpy()
+    assert y.shape == expected.shape == (5, 0, 7)
+    np.testing.assert_array_equal(got["dx"], np.zeros_like(x))

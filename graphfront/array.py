@@ -541,6 +541,8 @@ def stack(inputs, axis=0, name=None) -> BlobDesc:
 
 # ------------------------------------------------------------------ slicing
 
+_INT64_MAX = 2 ** 63 - 1
+
 def _slice_attrs(x, slice_tup_list, fn):
     """(start, stop, step) lists of the ``slice`` op from per-dim tuples (None = default)."""
     tups = list(slice_tup_list)
@@ -559,7 +561,10 @@ def _slice_attrs(x, slice_tup_list, fn):
         if s == 0:
             raise ArgumentError(f"flow.{fn}: step of dim {d} must not be 0")
         b = (0 if s > 0 else -1) if b is None else _int(b, fn, "start")
-        e = (size if s > 0 else -(size + 1)) if e is None else _int(e, fn, "stop")
+        if e is None:  # the end of the dim: of its run-time size when x is dynamic
+            e = (size if s > 0 else -(size + 1)) if not x.is_dynamic else (_INT64_MAX if s > 0 else -_INT64_MAX - 1)
+        else:
+            e = _int(e, fn, "stop")
         start.append(b)
         stop.append(e)
         step.append(s)

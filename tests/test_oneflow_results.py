@@ -180,3 +180,40 @@ def test_gather_nd_with_an_empty_dynamic_index_gives_an_empty_result_and_a_zero_
     expected = torch.from_numpy(x)[tuple(torch.from_numpy(index).long().unbind(-1))].numpy()
     assert y.shape == expected.shape == (5, 0, 7)
     np.testing.assert_array_equal(got["dx"], np.zeros_like(x))
+
+
+# ------------------------------------------------------------------ dynamic feeds
+
+def _slice_dynamic_job(max_shape, slices):
+    config = _config(flow.scope.mirrored_view())
+    config.default_placement_scope(flow.scope.placement("cpu", "0:0"))
+
+    @flow.global_function(type="predict", function_config=config)
+    def job(x: tp.ListNumpy.Placeholder(max_shape)) -> tp.ListNumpy:
+        return flow.slice_v2(x, slices)
+    return job
+
+
+def test_dynamic_feed_may_exceed_a_dim_of_the_maximum_shape_within_its_element_count():
+    x = np.random.RandomState(5).random_sample((3, 6, 3, 3)).astype(np.float32)   # 162 <= 4 * 5 * 5 * 3
+    job = _slice_dynamic_job((4, 5, 5, 3), [(1, None, None), (None, None, None), (None, None, None), (1, None, None)])
+    np.testing.assert_array_equal(job([x])[0], x[1:, :, :, 1:])
+
+
+def test_dynamic_feed_larger_than_the_maximum_element_count_or_of_another_rank_is_refused():
+    job = _slice_dynamic_job((2, 3), [(None, None, None), (1, None, None)])
+    np.testing.assert_array_equal(job([np.ones((1, 6), np.float32)])[0], np.ones((1, 5), np.float32))
+    for shape in [(7, 1), (6,)]:
+        with pytest.raises(FeedError, match=rf"argument 'x': expected shape rank 2 and at most 6 elements "
+                                            rf"\(maximum shape \(2, 3\)\), received \({shape[0]},"):
+            job([np.ones(shape, np.float32)])
+
+
+def test_cast_to_static_shape_of_a_feed_exceeding_a_dim_keeps_its_elements_in_order():
+    x = np.arange(8, dtype=np.float32).reshape(1, 8)
+
+    @flow.global_function(function_config=_config(flow.scope.mirrored_view()))
+    def job(x_def: tp.ListNumpy.Placeholder((3, 4))) -> tp.ListNumpy:
+        return flow.cast_to_static_shape(x_def)
+
+    np.testing.assert_array_equal(job([x])[0], np.append(x.ravel(), np.zeros(4, np.float32)).reshape(3, 4))

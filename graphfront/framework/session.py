@@ -15,6 +15,7 @@ import functools
 from typing import Callable
 import inspect
 import itertools
+import math
 import re
 import threading
 import typing
@@ -427,12 +428,13 @@ class CompiledJob:
         if not isinstance(value, np.ndarray):
             raise FeedError(f"job '{self.name}' argument '{name}' expects a numpy.ndarray of shape {ph.shape} and "
                             f"dtype {ph.dtype.np}, received {type(value).__name__}{format_location(user_frame())}")
-        if ph.list_input:  # a dynamic blob: each dim at most the static one (OneFlow's is_dynamic)
-            ok = value.ndim == len(ph.shape) and all(d <= s for d, s in zip(value.shape, ph.shape))
+        if ph.list_input:  # a dynamic blob: its rank, at most the elements of its maximum shape (as OneFlow)
+            ok = value.ndim == len(ph.shape) and value.size <= math.prod(ph.shape)
         else:
             ok = tuple(value.shape) == ph.shape
         if not ok:
-            expected = f"each dim <= {ph.shape}" if ph.list_input else ph.shape
+            expected = (f"rank {len(ph.shape)} and at most {math.prod(ph.shape)} elements (maximum shape "
+                        f"{ph.shape})") if ph.list_input else ph.shape
             raise FeedError(f"job '{self.name}' argument '{name}': expected shape {expected}, received "
                             f"{tuple(value.shape)}{format_location(user_frame())}")
         if value.dtype != ph.dtype.np:

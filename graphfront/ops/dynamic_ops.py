@@ -22,7 +22,8 @@ count, num_unique)                     (ascending), ``idx`` (``out_idx`` dtype) 
 y_values, num_unique)                  distinct indices (ascending), ``y_values[:k]`` the sums,
                                        zero past ``k``; ``num_unique`` int64 (1,) = k. NoGrad.
 ``cast_to_static_shape`` (input ->     the same values with a static BlobDesc; a smaller
-output)                                run-time blob is zero-padded to the static shape.
+output)                                run-time blob is zero-padded to the static shape (one
+                                       larger in some dim: its elements in order, then zeros).
                                        Grad: ``identity`` (as OneFlow).
 system ``sync_dynamic_resize_conf``    ``out`` = ``in`` narrowed along ``axis`` to
 (in, size -> out)                      ``size[0]`` elements; dynamic. (OneFlow's
@@ -182,6 +183,8 @@ def _cast_to_static_kernel(k):
     def cast_to_static_shape(x):
         if tuple(x.shape) == shape:
             return x
+        if any(have > want for have, want in zip(x.shape, shape)):  # (a fed blob may exceed a dim, not the size)
+            return F.pad(x.reshape(-1), (0, numel(shape) - x.numel())).reshape(shape)
         pads = [p for have, want in zip(reversed(x.shape), reversed(shape)) for p in (0, want - have)]
         return F.pad(x, pads)
     return cast_to_static_shape

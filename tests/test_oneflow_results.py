@@ -217,3 +217,36 @@ def test_cast_to_static_shape_of_a_feed_exceeding_a_dim_keeps_its_elements_in_or
         return flow.cast_to_static_shape(x_def)
 
     np.testing.assert_array_equal(job([x])[0], np.append(x.ravel(), np.zeros(4, np.float32)).reshape(3, 4))
+
+
+# ------------------------------------------------------------------ watch_diff in a job that minimize makes trainable
+
+def test_watch_diff_before_minimize_in_a_predict_job_sees_the_gradient():
+    h = np.random.RandomState(6).random_sample((3, 4)).astype(np.float32)
+    got = {}
+
+    @flow.global_function(type="predict", function_config=_config())
+    def job(h_def: tp.Numpy.Placeholder((3, 4))) -> typing.Tuple[tp.Numpy, tp.Numpy]:
+        var = flow.get_variable("var", (1,), initializer=flow.constant_initializer(1.0), trainable=True)
+        scaled = h_def * var
+        flow.watch_diff(scaled, lambda g: got.setdefault("dh", g))  # before minimize, as OneFlow's test
+        y = flow.matmul(scaled, scaled, transpose_b=True)
+        _sgd().minimize(flow.math.reduce_sum(y))
+        return y, scaled
+
+    y, _ = job(h)
+    t = torch.from_numpy(h).requires_grad_()
+    (t @ t.T).sum().backward()
+    np.testing.assert_allclose(y, h @ h.T, rtol=1e-6)
+    np.testing.assert_allclose(got["dh"], t.grad.numpy(), rtol=1e-6)
+
+
+def test_watch_diff_in_a_predict_job_that_never_minimizes_is_refused_at_its_line():
+    @flow.global_function(type="predict", function_config=_config())
+    def job(h_def: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        flow.watch_diff(h_def, lambda g: None)  # MARK-watch-diff
+        return h_def * 2.0
+
+    with pytest.raises(JobBuildError, match=r"flow.watch_diff: job 'job' is a predict job \(no optimizer.minimize "
+                                            r"in its body\)(.|\n)*MARK-watch-diff"):
+        job(np.ones(3, np.float32))

@@ -213,6 +213,7 @@ class JobBuilder:
         self.descs = {lbn: TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
         self.ops = {op.name: op for op in job.net.op}
         self.locations = {}  # op name -> user source location (for error messages only)
+        self.diff_watch_locations = {}  # watcher uuid -> location of its flow.watch_diff call (idem)
         self._scopes = [scope or scope_mod.make_scope()]
         self._available = {}  # device tag -> bytes of memory available (read once per builder)
         self._placement_groups = {}

@@ -322,6 +322,10 @@ def trace(session, gf, placeholders=None):
             raise JobBuildError(e.args[0] + format_location(user_frame())) from None
         for leaf in tp.leaves(ret):
             _return_op(builder, leaf, gf.config)
+    if builder.diff_watch_locations and not builder.is_train:
+        raise JobBuildError(f"flow.watch_diff: job '{gf.name}' is a predict job (no optimizer.minimize in its body), "
+                            f"so no gradient is computed"
+                            f"{format_location(next(iter(builder.diff_watch_locations.values())))}")
     return builder, ret
 
 

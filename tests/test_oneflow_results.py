@@ -250,3 +250,57 @@ def test_watch_diff_in_a_predict_job_that_never_minimizes_is_refused_at_its_line
     with pytest.raises(JobBuildError, match=r"flow.watch_diff: job 'job' is a predict job \(no optimizer.minimize "
                                             r"in its body\)(.|\n)*MARK-watch-diff"):
         job(np.ones(3, np.float32))
+
+
+# ------------------------------------------------------------------ categorical_ordinal_encoder
+
+def _encoder_job(size, capacity):
+    @flow.global_function(function_config=_config(flow.scope.consistent_view()))
+    def job(x: tp.Numpy.Placeholder((size,), dtype=flow.int64)) -> typing.Tuple[tp.Numpy, tp.Numpy]:
+        with flow.scope.placement("cpu", "0:0"):
+            return (flow.layers.categorical_ordinal_encoder(x, capacity=capacity),
+                    flow.layers.categorical_ordinal_encoder(x, capacity=capacity, name="encode1"))
+    return job
+
+
+def test_ordinal_encoder_numbers_keys_by_first_appearance_across_runs_of_a_nearly_full_table():
+    """OneFlow's numbering (1, 2, ... by first appearance; hash 0 -> 0; the table kept
+    between runs) against a dict, with the table filled to 90% of its capacity."""
+    rng = np.random.RandomState(7)
+    size, capacity, iters = 2000, 10000, 12
+    tokens = rng.randint(-2 ** 62, 2 ** 62, size=9000, dtype=np.int64)
+    tokens[0] = 0
+    job, ordinals = _encoder_job(size, capacity), {0: 0}
+    start = time.perf_counter()
+    for i in range(iters):
+        x = tokens[rng.permutation(9000)[:size]] if i < iters - 1 else tokens[rng.randint(0, 9000, size)]
+        y, z = job(x)
+        expected = [ordinals.setdefault(k, len(ordinals)) for k in x.tolist()]
+        np.testing.assert_array_equal(y, expected)
+        np.testing.assert_array_equal(z, expected)
+    assert len(ordinals) - 1 == int(flow.get_all_variables()["CategoricalOrdinalEncoder-Size"].numpy()[0])
+    assert time.perf_counter() - start < 30
+
+
+def test_ordinal_encoder_refuses_a_new_key_when_the_table_is_full():
+    job = _encoder_job(4, 4)
+    np.testing.assert_array_equal(job(np.array([5, 9, 5, 13], np.int64))[0], [1, 2, 1, 3])
+    with pytest.raises(Exception, match="hash table of capacity 4 is full"):
+        job(np.array([7, 11, 5, 9], np.int64))
+
+
+@pytest.mark.slow
+def test_ordinal_encoder_runs_oneflows_large_cpu_case_within_a_minute():
+    """OneFlow's own CPU case: 100 runs of 20000 keys drawn from 200000 into two tables of
+    capacity 220000 (which end up about 90% full)."""
+    rng = np.random.RandomState(8)
+    tokens = rng.randint(-2 ** 62, 2 ** 62, size=200000, dtype=np.int64)
+    job = _encoder_job(20000, 220000)
+    draws = [tokens[rng.randint(0, 200000, 20000)] for _ in range(100)]
+    start = time.perf_counter()
+    for x in draws:
+        y, z = job(x)
+    assert time.perf_counter() - start < 60
+    distinct = np.unique(np.concatenate(draws)).size
+    np.testing.assert_array_equal(y, z)
+    assert int(flow.get_all_variables()["encode1-Size"].numpy()[0]) == distinct and 1 <= y.min() <= y.max() <= distinct

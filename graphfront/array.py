@@ -253,9 +253,12 @@ def expand(x, expand_size, name=None) -> BlobDesc:
 def broadcast_to_compatible_with(x, compatible, name=None) -> BlobDesc:
     """Broadcast ``x`` to the numpy-broadcast shape of ``x`` and the blobs in ``compatible``.
 
-    OneFlow emits its legacy ``broadcast_to_compatible_with`` system op (OneFlow v0.6.0
-    ``python/oneflow/compatible/single_client/ops/array_ops.py``); graphfront emits the ``expand`` op (same values;
-    gradient: ``expand_grad`` sums over the broadcast dims).
+    The shapes joined are the run-time ones: with a dynamic blob among ``compatible`` the
+    result follows that blob's actual size, not its maximum shape. OneFlow emits its legacy
+    ``broadcast_to_compatible_with`` system op (OneFlow v0.6.0
+    ``python/oneflow/compatible/single_client/ops/array_ops.py``); graphfront emits that op
+    when a ``compatible`` blob is dynamic, else the ``expand`` op to the (then fixed)
+    broadcast shape. Gradient (``x`` only): summed over the broadcast dims.
 
     Args:
         x: blob, any shape and dtype.
@@ -263,7 +266,8 @@ def broadcast_to_compatible_with(x, compatible, name=None) -> BlobDesc:
         name: op name; default ``BroadcastToCompatibleWith_<n>``.
 
     Returns:
-        BlobDesc: the broadcast shape, the dtype of ``x``.
+        BlobDesc: the broadcast shape (of the maximum shapes), the dtype of ``x``; dynamic
+        when ``x`` or a ``compatible`` blob is.
 
     Raises:
         ArgumentError: ``x`` or an item of ``compatible`` is not a blob, ``compatible`` is not
@@ -273,8 +277,8 @@ def broadcast_to_compatible_with(x, compatible, name=None) -> BlobDesc:
     if isinstance(compatible, BlobDesc) or not isinstance(compatible, (list, tuple)):
         raise ArgumentError(f"flow.broadcast_to_compatible_with: argument 'compatible' expects a list of blobs, "
                             f"received {compatible!r}")
-    shapes = [x.shape] + [_blob(c, "broadcast_to_compatible_with", f"compatible[{i}]").shape
-                          for i, c in enumerate(compatible)]
+    blobs = [_blob(c, "broadcast_to_compatible_with", f"compatible[{i}]") for i, c in enumerate(compatible)]
+    shapes = [x.shape] + [c.shape for c in blobs]
     rank = builtins.max(len(sh) for sh in shapes)
     out = []
     for d in _range(rank):
@@ -282,8 +286,21 @@ def broadcast_to_compatible_with(x, compatible, name=None) -> BlobDesc:
         if len(dims) > 1:
             raise ArgumentError(f"flow.broadcast_to_compatible_with: shapes {shapes} do not broadcast together")
         out.append(dims.pop() if dims else 1)
-    return build_op("expand", {"in": x}, {"logical_in_shape": list(x.shape), "logical_expand_shape": out},
-                    name=name, prefix="BroadcastToCompatibleWith_")
+    if not builtins.any(c.is_dynamic for c in blobs):
+        return build_op("expand", {"in": x}, {"logical_in_shape": list(x.shape), "logical_expand_shape": out},
+                        name=name, prefix="BroadcastToCompatibleWith_")
+    builder = jb.current()
+    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("BroadcastToCompatibleWith_")))
+    c = conf.broadcast_to_compatible_with_conf
+    c.x = x.lbn
+    c.compatible.extend(b.lbn for b in blobs)
+    c.y = "y"
+    added = builder.add_op(conf)
+    lbn = f"{added.name}/y"
+    d = builder.desc(lbn)
+    parallel_conf = builder.scope.parallel_conf
+    parallel_conf.device_tag = added.device_tag
+    return BlobDesc(lbn, d.shape, d.dtype, parallel_conf, builder.job_name, d.is_dynamic)
 
 
 def broadcast_like(x, like, broadcast_axes=None, name=None) -> BlobDesc:
@@ -524,6 +541,8 @@ def stack(inputs, axis=0, name=None) -> BlobDesc:
 
 # ------------------------------------------------------------------ slicing
 
+_INT64_MAX = 2 ** 63 - 1
+
 def _slice_attrs(x, slice_tup_list, fn):
     """(start, stop, step) lists of the ``slice`` op from per-dim tuples (None = default)."""
     tups = list(slice_tup_list)
@@ -542,7 +561,10 @@ def _slice_attrs(x, slice_tup_list, fn):
         if s == 0:
             raise ArgumentError(f"flow.{fn}: step of dim {d} must not be 0")
         b = (0 if s > 0 else -1) if b is None else _int(b, fn, "start")
-        e = (size if s > 0 else -(size + 1)) if e is None else _int(e, fn, "stop")
+        if e is None:  # the end of the dim: of its run-time size when x is dynamic
+            e = (size if s > 0 else -(size + 1)) if not x.is_dynamic else (_INT64_MAX if s > 0 else -_INT64_MAX - 1)
+        else:
+            e = _int(e, fn, "stop")
         start.append(b)
         stop.append(e)
         step.append(s)

@@ -63,12 +63,13 @@ def watch_diff(blob_watched, handler_or_prompt=None):
     """Call ``handler(grad)`` with the gradient of the blob (train jobs) on every run.
 
     The gradient is the one autograd computes for the blob, before the division by the
-    loss element count that variable gradients get.
+    loss element count that variable gradients get. As in OneFlow, the job must be a train
+    job when its body ends: ``type="train"``, or an ``optimizer.minimize`` call anywhere
+    in the body (before or after this one) makes it one; otherwise building the job
+    raises JobBuildError at this line.
     """
     builder, key = _register(blob_watched, handler_or_prompt)
-    if not builder.is_train:
-        raise JobBuildError(f"flow.watch_diff: job '{builder.job_name}' is a predict job"
-                            f"{format_location(user_frame())}")
+    builder.diff_watch_locations[key] = user_frame()
     info = builder.job.helper.lbi_diff_watcher_info.job_name2lbi_and_watcher_uuids[builder.job_name]
     pair = info.lbi_and_uuid_pair.add()
     pair.lbi.CopyFrom(blob_watched.lbi)

@@ -191,7 +191,7 @@ def test_dropout_rate_outside_unit_interval(rate):
     _expect(e, "MARK-dropout", "dropout: rate must be in [0, 1)", f"received {rate}")
 
 
-def test_list_numpy_part_bounded_per_dim():
+def test_list_numpy_part_bounded_by_the_element_count():
     flow.clear_default_session()
 
     @flow.global_function()
@@ -199,9 +199,11 @@ def test_list_numpy_part_bounded_per_dim():
         return flow.math.relu(x)
 
     assert job([np.ones((5, 6), np.float32)])[0].shape == (5, 6)
+    assert job([np.ones((12, 4), np.float32)])[0].shape == (12, 4)  # 48 elements: OneFlow's capacity check
     with pytest.raises(flow.FeedError) as e:
-        job([np.ones((12, 4), np.float32)])  # MARK-listnumpy
-    _expect(e, "MARK-listnumpy", "argument 'x'", "each dim <= (8, 6)", "received (12, 4)")
+        job([np.ones((12, 5), np.float32)])  # MARK-listnumpy
+    _expect(e, "MARK-listnumpy", "argument 'x'", "rank 2 and at most 48 elements (maximum shape (8, 6))",
+            "received (12, 5)")
     assert job([np.ones((8, 1), np.float32)])[0].shape == (8, 1)
 
 

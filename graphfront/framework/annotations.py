@@ -84,7 +84,8 @@ class ListNumpy:
         in the mirrored view on ``n`` devices, ``n`` such ndarrays (one per device).
 
         Args:
-            shape: non-empty tuple of positive ints, the largest shape accepted.
+            shape: non-empty tuple of positive ints, the maximum shape: its element count
+                bounds a fed array's (any dim of which may exceed ``shape``'s).
             dtype: graphfront dtype; default ``flow.float32``.
 
         Raises:

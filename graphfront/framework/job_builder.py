@@ -213,6 +213,7 @@ class JobBuilder:
         self.descs = {lbn: TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
         self.ops = {op.name: op for op in job.net.op}
         self.locations = {}  # op name -> user source location (for error messages only)
+        self.diff_watch_locations = {}  # watcher uuid -> location of its flow.watch_diff call (idem)
         self._scopes = [scope or scope_mod.make_scope()]
         self._available = {}  # device tag -> bytes of memory available (read once per builder)
         self._placement_groups = {}
@@ -301,6 +302,8 @@ class JobBuilder:
         try:
             # a user op conf is checked against its op's schema (attrs, arguments)
             opdef = check_and_complete(op_conf) if kind == "user_conf" else registry.op_def(op_conf)
+            if opdef.cpu_only:  # (OneFlow's CPU-only user ops run on the CPU under any placement)
+                op_conf.device_tag = "cpu"
             self._check_inputs(op_conf)
             ctx = InferCtx(op_conf, opdef, self.descs, self.job.job_conf)
             opdef.infer(ctx)

@@ -15,6 +15,7 @@ import functools
 from typing import Callable
 import inspect
 import itertools
+import math
 import re
 import threading
 import typing
@@ -476,6 +477,10 @@ def trace(session, gf, placeholders=None, make_builder=jb.JobBuilder):
             raise JobBuildError(e.args[0] + format_location(user_frame())) from None
         for leaf in tp.leaves(ret):
             _return_op(builder, leaf, gf.config)
+    if builder.diff_watch_locations and not builder.is_train:
+        raise JobBuildError(f"flow.watch_diff: job '{gf.name}' is a predict job (no optimizer.minimize in its body), "
+                            f"so no gradient is computed"
+                            f"{format_location(next(iter(builder.diff_watch_locations.values())))}")
     return builder, ret
 
 
@@ -625,18 +630,19 @@ def check_arguments(job_name, placeholders, args, kwargs):
 
 def checked_array(job_name, ph, value) -> np.ndarray:
     """``value``, the ndarray fed to placeholder ``ph``, after checking its type, shape (a
-    ``ListNumpy`` placeholder: each dim at most the declared one) and dtype; FeedError
+    ``ListNumpy`` placeholder: its rank, and at most the elements of the declared shape) and dtype; FeedError
     names the argument, expected vs received, and the caller's line."""
     name = ph.param_name
     if not isinstance(value, np.ndarray):
         raise FeedError(f"job '{job_name}' argument '{name}' expects a numpy.ndarray of shape {ph.shape} and "
                         f"dtype {ph.dtype.np}, received {type(value).__name__}{format_location(user_frame())}")
-    if ph.list_input:  # a dynamic blob: each dim at most the static one (OneFlow's is_dynamic)
-        ok = value.ndim == len(ph.shape) and all(d <= s for d, s in zip(value.shape, ph.shape))
+    if ph.list_input:  # a dynamic blob: its rank, at most the elements of its maximum shape (as OneFlow)
+        ok = value.ndim == len(ph.shape) and value.size <= math.prod(ph.shape)
     else:
         ok = tuple(value.shape) == ph.shape
     if not ok:
-        expected = f"each dim <= {ph.shape}" if ph.list_input else ph.shape
+        expected = (f"rank {len(ph.shape)} and at most {math.prod(ph.shape)} elements (maximum shape "
+                    f"{ph.shape})") if ph.list_input else ph.shape
         raise FeedError(f"job '{job_name}' argument '{name}': expected shape {expected}, received "
                         f"{tuple(value.shape)}{format_location(user_frame())}")
     if value.dtype != ph.dtype.np:

@@ -37,33 +37,62 @@ def _encode_kernel(k):
         uniq, inverse = torch.unique(flat, return_inverse=True)
         first = torch.full((uniq.shape[0],), flat.shape[0], dtype=torch.int64, device=x.device)
         first.scatter_reduce_(0, inverse, torch.arange(flat.shape[0], device=x.device), reduce="amin")
-        keys = uniq[torch.argsort(first)].cpu().numpy()    # distinct hashes in order of first appearance
-        pairs = table.detach().cpu().numpy().reshape(-1, 2).copy()
-        n = int(size.reshape(-1)[0])
-        capacity = pairs.shape[0]
-        codes = {}
-        for h in keys.tolist():
-            if h == 0:
-                codes[h] = 0
-                continue
-            start = h % capacity
-            for probe in range(capacity):
-                slot = (start + probe) % capacity
-                if pairs[slot, 0] == h:
-                    codes[h] = int(pairs[slot, 1])
-                    break
-                if pairs[slot, 0] == 0:
-                    n += 1
-                    pairs[slot] = (h, n)
-                    codes[h] = n
-                    break
-            else:
-                raise ValueError(f"CategoricalOrdinalEncode: the hash table of capacity {capacity} is full")
-        table.copy_(torch.from_numpy(pairs.reshape(-1)))
-        size.fill_(n)
-        lut = torch.tensor([codes[h] for h in uniq.cpu().tolist()], dtype=x.dtype, device=x.device)
-        return lut[inverse].reshape(x.shape)
+        codes = _lookup_or_insert(uniq, first, table.view(-1, 2), size)
+        return codes[inverse].reshape(x.shape)
     return categorical_ordinal_encode
+
+
+def _lookup_or_insert(keys, first, pairs, size):
+    """Ordinals of the distinct ``keys`` (``first``: the position of each one's first
+    appearance) through the linear-probing table ``pairs`` (capacity, 2), inserting the new
+    keys; ``size`` (1,) counts the keys stored. Updates ``pairs`` and ``size`` in place.
+
+    All keys probe together, one slot per round: a key finds itself, or claims an empty
+    slot (the first-appearing of the keys reaching it that round wins; the others probe
+    on), or moves to the next slot. A slot never empties, so every stored key stays
+    reachable from its home slot. The new keys then take ordinals ``size + 1, ...`` in
+    order of first appearance, as OneFlow's sequential CPU kernel numbers them.
+    """
+    capacity = pairs.shape[0]
+    codes = torch.zeros_like(keys)
+    pending = (keys != 0).nonzero().reshape(-1)         # hash 0 encodes to 0
+    slot = torch.remainder(keys[pending].long(), capacity)
+    stored = int(size.reshape(-1)[0])
+    inserted, inserted_slots = [keys.new_zeros(0, dtype=torch.int64)], [keys.new_zeros(0, dtype=torch.int64)]
+    for _ in range(capacity):
+        if pending.numel() == 0:
+            break
+        want = keys[pending]
+        if stored == capacity and not torch.isin(want, pairs[:, 0]).all():
+            break   # a new key and no empty slot left
+        held = pairs[slot, 0]
+        found = held == want
+        codes[pending[found]] = pairs[slot[found], 1]
+        # an empty slot reached this round goes to the first-appearing key reaching it
+        claims = (held == 0).nonzero().reshape(-1)
+        claims = claims[torch.argsort(first[pending[claims]])]
+        claims = claims[torch.argsort(slot[claims], stable=True)]
+        slots = slot[claims]
+        leads = torch.ones_like(slots, dtype=torch.bool)
+        leads[1:] = slots[1:] != slots[:-1]
+        won = torch.zeros_like(found)
+        won[claims[leads]] = True
+        pairs[slot[won], 0] = want[won]
+        inserted.append(pending[won])
+        inserted_slots.append(slot[won])
+        stored += int(won.sum())
+        done = found | won
+        pending, slot = pending[~done], torch.remainder(slot[~done] + 1, capacity)
+    if pending.numel():
+        raise ValueError(f"CategoricalOrdinalEncode: the hash table of capacity {capacity} is full")
+    new, new_slots = torch.cat(inserted), torch.cat(inserted_slots)
+    by_first = torch.argsort(first[new])
+    n = stored - new.numel()
+    ordinals = torch.arange(n + 1, stored + 1, dtype=keys.dtype, device=keys.device)
+    pairs[new_slots[by_first], 1] = ordinals
+    codes[new[by_first]] = ordinals
+    size.fill_(stored)
+    return codes
 
 
 op("CategoricalOrdinalEncode", inputs=["in", "table", "size"], outputs=["out"],

@@ -1,6 +1,8 @@
 """Small helpers shared by op families: inference rules, broadcasting, grad wiring."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from graphfront.framework.errors import OpCheckError, OpRunError
@@ -184,3 +186,17 @@ def skippable(skip_if, tensors, update):
         skip = skip_if.reshape(()) != 0
         for t, o in zip(tensors, old):
             t.copy_(torch.where(skip, o, t))
+
+
+def gelu_grad(x, dy):
+    """``dy * gelu'(x)`` for the exact erf GELU (``gelu'(x) = Phi(x) + x * phi(x)``).
+
+    float16 / bfloat16 inputs are computed in float32 and rounded once to their dtype, as
+    OneFlow's half kernels do (each intermediate rounded to half would differ by ulps).
+    """
+    dtype = x.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        x, dy = x.float(), dy.float()
+    cdf = 0.5 * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))))
+    pdf = torch.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+    return (dy * (cdf + x * pdf)).to(dtype)

@@ -22,11 +22,17 @@ count, num_unique)                     (ascending), ``idx`` (``out_idx`` dtype) 
 y_values, num_unique)                  distinct indices (ascending), ``y_values[:k]`` the sums,
                                        zero past ``k``; ``num_unique`` int64 (1,) = k. NoGrad.
 ``cast_to_static_shape`` (input ->     the same values with a static BlobDesc; a smaller
-output)                                run-time blob is zero-padded to the static shape.
+output)                                run-time blob is zero-padded to the static shape (one
+                                       larger in some dim: its elements in order, then zeros).
                                        Grad: ``identity`` (as OneFlow).
 system ``sync_dynamic_resize_conf``    ``out`` = ``in`` narrowed along ``axis`` to
 (in, size -> out)                      ``size[0]`` elements; dynamic. (OneFlow's
                                        ``SyncDynamicResizeOp``.)
+system                                 ``x`` broadcast (numpy rules) to the run-time shapes of
+``broadcast_to_compatible_with_conf``  ``x`` and every ``compatible`` blob: the BlobDesc has the
+(x, compatible* -> y)                  broadcast of their maximum shapes, dynamic when any
+                                       input is. Grad (``x`` only): summed back to ``x``.
+                                       (OneFlow's ``BroadcastToCompatibleWithOp``.)
 =====================================  =======================================================
 """
 from __future__ import annotations
@@ -36,7 +42,7 @@ import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpCheckError
-from graphfront.ops.common import numel
+from graphfront.ops.common import broadcast_shape, numel, reduce_to
 from graphfront.ops.onnx_rules import int64s, nonzero
 from graphfront.ops.registry import op
 from graphfront.ops.system import system_op
@@ -177,6 +183,8 @@ def _cast_to_static_kernel(k):
     def cast_to_static_shape(x):
         if tuple(x.shape) == shape:
             return x
+        if any(have > want for have, want in zip(x.shape, shape)):  # (a fed blob may exceed a dim, not the size)
+            return F.pad(x.reshape(-1), (0, numel(shape) - x.numel())).reshape(shape)
         pads = [p for have, want in zip(reversed(x.shape), reversed(shape)) for p in (0, want - have)]
         return F.pad(x, pads)
     return cast_to_static_shape
@@ -225,3 +233,27 @@ def _sync_dynamic_resize_kernel(k):
 
 system_op("sync_dynamic_resize_conf", ("in", "size"), infer=_sync_dynamic_resize_infer,
           kernel=_sync_dynamic_resize_kernel, view=True, no_grad=True)
+
+
+# ------------------------------------------------------------------ broadcast_to_compatible_with (system op)
+
+def _broadcast_compatible_infer(ctx):
+    x = ctx.input("x")
+    ins = [x] + ctx.inputs("compatible")
+    shape = x.shape
+    for i, c in enumerate(ins[1:]):
+        shape = broadcast_shape(shape, c.shape, f"input 'x' and input 'compatible' {i}")
+    ctx.set_output("y", shape, x.dtype, is_dynamic=any(d.is_dynamic for d in ins))
+
+
+def _broadcast_compatible_kernel(k):
+    return lambda x, compatible: x.expand(torch.broadcast_shapes(x.shape, *(c.shape for c in compatible)))
+
+
+def _broadcast_compatible_grad(g):
+    if g.needs("x"):
+        g.set_grad("x", reduce_to(g, g.dout("y"), g.input("x"), g.op_name))
+
+
+system_op("broadcast_to_compatible_with_conf", ("x", "compatible*"), ("y",), infer=_broadcast_compatible_infer,
+          kernel=_broadcast_compatible_kernel, grad=_broadcast_compatible_grad, view=True)

@@ -33,19 +33,15 @@ value)                                         ``query_mul_key = alpha * q @ k^T
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import same_dtype
+from graphfront.ops.common import gelu_grad, same_dtype
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s
 from graphfront.ops.registry import op
 
-_SQRT1_2 = 1.0 / math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def _bias_view(k, arg="a"):
@@ -92,11 +88,7 @@ def _bias_add_gelu_kernel(k):
 def _bias_add_gelu_grad_kernel(k):
     view = _bias_view(k)
 
-    def fused_bias_add_gelu_grad(a, b, dy):
-        z = a + b.view(view)
-        cdf = 0.5 * (1.0 + torch.erf(z * _SQRT1_2))
-        return dy * (cdf + z * torch.exp(-0.5 * z * z) * _INV_SQRT_2PI)
-    return fused_bias_add_gelu_grad
+    return lambda a, b, dy: gelu_grad(a + b.view(view), dy)
 
 
 def _bias_add_gelu_xla(k):
@@ -109,9 +101,7 @@ def _bias_add_gelu_grad_xla(k):
     view = tuple(_bias_view(k))
 
     def fused_bias_add_gelu_grad(a, b, dy):
-        z = a + b.reshape(view)
-        cdf = 0.5 * (1.0 + xla_rules.lax().erf(z * _SQRT1_2))
-        return dy * (cdf + z * xla_rules.jnp().exp(-0.5 * z * z) * _INV_SQRT_2PI)
+        return xla_rules.gelu_grad(a + b.reshape(view), dy)
     return fused_bias_add_gelu_grad
 
 

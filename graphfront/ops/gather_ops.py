@@ -429,8 +429,9 @@ def _gather_nd_infer(ctx):
 def _gather_nd_kernel(k):
     def gather_nd(params, idx):
         ids, valid, rows = _nd_linear(params.shape, idx)
-        out_shape = tuple(idx.shape[:-1]) + tuple(params.shape[idx.shape[-1]:])
-        return _zero_invalid(params.reshape(rows, -1)[ids], valid, 0).reshape(out_shape)
+        slice_shape = tuple(params.shape[idx.shape[-1]:])  # (explicit sizes: a -1 is ambiguous with 0 elements)
+        out_shape = tuple(idx.shape[:-1]) + slice_shape
+        return _zero_invalid(params.reshape(rows, numel(slice_shape))[ids], valid, 0).reshape(out_shape)
     return gather_nd
 
 
@@ -465,8 +466,9 @@ def _scatter_add_fn(mode):
     def scatter(base, idx, updates):
         shape = base.shape
         ids, valid, rows = _nd_linear(shape, idx)
-        out = base.reshape(rows, -1)
-        src = updates.reshape(ids.shape[0], -1)
+        cols = numel(shape[idx.shape[-1]:])  # (explicit sizes: a -1 is ambiguous with 0 elements)
+        out = base.reshape(rows, cols)
+        src = updates.reshape(ids.shape[0], cols)
         if mode == "add":
             out.index_add_(0, ids, _zero_invalid(src, valid, 0))
         else:

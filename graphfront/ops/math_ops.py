@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import (broadcast_shape, float_input, like, numel, reduce_to, same_dtype, same_shape,
-                                   vjp)
+from graphfront.ops.common import (broadcast_shape, float_input, gelu_grad, like, numel, reduce_to, same_dtype,
+                                   same_shape, vjp)
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, nonzero
 from graphfront.ops.registry import op
@@ -936,21 +936,6 @@ op("sigmoid_grad", inputs=["y", "dy"], outputs=["dx"], infer=_y_dy_infer,
 # gelu (in -> out) with grad gelu_grad (x = in, dy -> dx): the exact erf form
 # gelu(x) = x * Phi(x), gelu'(x) = Phi(x) + x * phi(x)
 
-def _gelu_grad(x, dy):
-    cdf = 0.5 * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))))
-    pdf = torch.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
-    return dy * (cdf + x * pdf)
-
-
-def _gelu_grad_xla(k):
-    def gelu_grad(x, dy):
-        jnp = xla_rules.jnp()
-        cdf = 0.5 * (1.0 + xla_rules.lax().erf(x * (1.0 / math.sqrt(2.0))))
-        pdf = jnp.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
-        return dy * (cdf + x * pdf)
-    return gelu_grad
-
-
 def _gelu_xla(k):
     import jax.nn
     return lambda x: jax.nn.gelu(x, approximate=False)
@@ -959,7 +944,7 @@ def _gelu_xla(k):
 op("gelu", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: F.gelu,
    onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"), xla=_gelu_xla,
    grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})), amp="gray")
-op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: _gelu_grad, xla=_gelu_grad_xla)
+op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: gelu_grad, xla=lambda k: xla_rules.gelu_grad)
 
 
 # ----------------------------------------------------------------- clipping

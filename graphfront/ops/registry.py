@@ -135,6 +135,7 @@ class OpDef:
     interface: bool = False             # an interface op: bound to feeds, variables, fetches, watches
     checks: Optional[Callable] = None   # (k) -> [(arg, size, error)]: index inputs that must lie in [0, size)
     host_reads: bool = False            # the kernel reads device values on the host (never in a CUDA graph)
+    cpu_only: bool = False              # a CPU kernel only: the op is placed on the CPU whatever its scope
 
     def mutated_args(self, attrs) -> tuple:
         """Input args the kernel updates in place, for an op with these attrs."""
@@ -179,7 +180,8 @@ AMP_LISTS = ("white", "gray", "clear")
 
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
-       xla=None, amp=None, amp_no_cast=(), conf="user_conf", interface=False, checks=None, host_reads=False):
+       xla=None, amp=None, amp_no_cast=(), conf="user_conf", interface=False, checks=None, host_reads=False,
+       cpu_only=False):
     """Register an op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
@@ -211,7 +213,9 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     raises its error after the step (:mod:`graphfront.runtime.plan`).
     ``host_reads=True`` marks kernels that read device values on the host (their output
     shape or a Python branch depends on them): a job holding one is not captured into a
-    CUDA graph.
+    CUDA graph. ``cpu_only=True`` marks ops with a CPU kernel only (OneFlow's
+    ``REGISTER_CPU_ONLY_USER_OP``): job building places them on the CPU under any
+    placement scope, and the runtime moves their inputs and outputs across devices.
 
     Raises:
         ValueError: ``op_type`` already registered, an attr of unknown type, or ``amp``
@@ -233,7 +237,7 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
                   view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), conf, interface,
-                  checks, host_reads)
+                  checks, host_reads, cpu_only)
     _REGISTRY[conf, op_type] = opdef
     return opdef
 

@@ -8,15 +8,17 @@ op (inputs -> outputs; attrs)                      computes
 =================================================  =============================================
 ``ccrelu`` (in -> out)                             ``relu(in)``; grad ``ccrelu_grad``
                                                    (y, dy -> dx) = ``dy * (y > 0)``
-``cpu_only_relu_test`` (in -> out)                 ``relu(in)``, float32, CPU placements only
+``cpu_only_relu_test`` (in -> out)                 ``relu(in)``, float32; a CPU kernel only, so
+                                                   it runs on the CPU under any placement
 ``TestReshape`` (in -> out; shape)                 ``in`` reshaped to attr ``shape`` (same rank
                                                    and element count)
 ``TestSource`` (-> out)                            float32 ``[0, 1, 2, 3, 4]``
 ``TestDynamicSource`` (-> out)                     dynamic float32 (5,) holding ``[0, 1, 2]``
-``TestRandomSource`` (-> out; seed)                float32 (5,) uniform in [0, 1) from a
-                                                   generator seeded once with ``seed``
-``TestSourceMultiGpuFixedOutNum`` (-> out;         float32 ``[0 .. out_num-1]``
-out_num)
+``TestRandomSource`` (-> out; seed)                float32 (5,) uniform in [0, 1): the words of
+                                                   ``std::mt19937(seed)`` / 2**32, the stream
+                                                   going on across runs (OneFlow's values)
+``TestSourceMultiGpuFixedOutNum`` (-> out;         float32, split along axis 0: each of the n
+out_num)                                           devices holds ``[0 .. out_num/n - 1]``
 ``TestMultiOutputOrder`` (in -> out1, out2)        ``out1 = in``; ``out2`` zeros, last dim
                                                    doubled
 ``TestMultiInput`` (x1, x2 -> y)                   ``y = x1``; grad ``TestMultiInputGrad``
@@ -32,11 +34,13 @@ int1, int2)
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import like, numel
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 
 def _float32_source(shape, dynamic=False):
@@ -70,7 +74,7 @@ def _cpu_relu_kernel(k):
 
 
 op("cpu_only_relu_test", inputs=["in"], outputs=["out"], infer=_cpu_relu_infer, kernel=_cpu_relu_kernel,
-   doc="relu with a CPU kernel only")
+   cpu_only=True, doc="relu with a CPU kernel only: placed on the CPU under any placement scope")
 
 
 def _test_reshape_infer(ctx):
@@ -89,17 +93,28 @@ op("TestSource", outputs=["out"], infer=_float32_source(lambda ctx: (5,)), kerne
 op("TestDynamicSource", outputs=["out"], infer=_float32_source(lambda ctx: (5,), dynamic=True),
    kernel=lambda k: _arange(3, k), no_grad=True, doc="dynamic (5,) blob holding [0, 1, 2]")
 op("TestSourceMultiGpuFixedOutNum", outputs=["out"], attrs={"out_num": ("int64", 0)},
-   infer=_float32_source(lambda ctx: (ctx.attr("out_num"),)), kernel=lambda k: _arange(k.attr("out_num"), k),
-   no_grad=True, doc="float32 [0 .. out_num-1]")
+   infer=_float32_source(lambda ctx: (ctx.attr("out_num"),)), kernel=lambda k: _arange(k.output("out").shape[0], k),
+   sbp=lambda ctx: _sbp.Only([{"out": _sbp.split(0)}]), no_grad=True,
+   doc="split along axis 0: each of the n devices holds [0 .. out_num/n - 1]")
 
 
 def _random_source_kernel(k):
-    gen = k.generator(k.attr("seed"))
-    return lambda: torch.rand(5, generator=gen, device=k.device)
+    # OneFlow's kernel draws std::uniform_real_distribution<float> from std::mt19937(seed):
+    # each sample is one 32-bit MT19937 word / 2**32 rounded to float32, kept below 1. numpy's
+    # legacy RandomState(seed) seeds MT19937 the same way, and its full-range uint32 draws are
+    # those words.
+    words = np.random.RandomState(k.attr("seed") & 0xFFFF_FFFF)
+    below_one = np.nextafter(np.float32(1), np.float32(0))
+
+    def test_random_source():
+        u = words.randint(0, 2 ** 32, size=5, dtype=np.uint32).astype(np.float32) / np.float32(2 ** 32)
+        return torch.from_numpy(np.minimum(u, below_one)).to(k.device)
+    return test_random_source
 
 
 op("TestRandomSource", outputs=["out"], attrs={"seed": ("int64", 0)}, infer=_float32_source(lambda ctx: (5,)),
-   kernel=_random_source_kernel, no_grad=True, random=True, doc="float32 (5,) uniform samples in [0, 1)")
+   kernel=_random_source_kernel, no_grad=True, random=True, host_reads=True,
+   doc="float32 (5,) uniform samples in [0, 1): std::mt19937(seed) words / 2**32, the stream going on across runs")
 
 
 def _multi_output_infer(ctx):

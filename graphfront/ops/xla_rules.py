@@ -26,6 +26,19 @@ def lax():
     return jax.lax
 
 
+def gelu_grad(x, dy):
+    """``dy * gelu'(x)`` (exact erf GELU) over jax arrays, as :func:`graphfront.ops.common.gelu_grad`
+    over torch tensors: float16 / bfloat16 computed in float32 and rounded once."""
+    import math
+    np_ = jnp()
+    dtype = x.dtype
+    if dtype in (np_.float16, np_.bfloat16):
+        x, dy = x.astype(np_.float32), dy.astype(np_.float32)
+    cdf = 0.5 * (1.0 + lax().erf(x * (1.0 / math.sqrt(2.0))))
+    pdf = np_.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+    return (dy * (cdf + x * pdf)).astype(dtype)
+
+
 def jnp_fn(name):
     """A ``jax.numpy`` (or, as ``"lax.<name>"``, ``jax.lax``; as ``"nn.<name>"``, ``jax.nn``)
     function by name; a callable ``name`` is that function itself."""

@@ -1,6 +1,7 @@
 """AutoTest of the dynamic-shape ops (graphfront/ops/dynamic_ops.py) against PyTorch eager:
 argwhere (+ the sync_dynamic_resize system op), unique_with_counts,
-indexed_slices_reduce_sum and cast_to_static_shape."""
+indexed_slices_reduce_sum, cast_to_static_shape and the broadcast_to_compatible_with
+system op."""
 import numpy as np
 
 from graphfront.testing import autotest, constant, random_tensor
@@ -108,3 +109,15 @@ def test_cast_to_static_shape_grad(check):
         return static * w
 
     check(graphfront=gf, torch=th, c=sparse(check, [n]), w=random_tensor(ndim=2, dim0=n, dim1=1, low=-2, high=2))
+
+
+@autotest(n=N, auto_backward=False)
+def test_broadcast_to_compatible_with_dynamic(check):
+    """The broadcast follows the run-time rows of a dynamic compatible blob (argwhere's)."""
+    shape = dims(check, int(check.rng.integers(1, 4)))
+
+    def gf(flow, x, v):
+        return flow.broadcast_to_compatible_with(v, [flow.argwhere(x, dtype=flow.int32)])
+
+    check(graphfront=gf, torch=lambda torch, x, v: v.expand(torch.nonzero(x).shape[0], len(shape)),
+          x=sparse(check, shape), v=random_tensor(ndim=2, dim0=1, dim1=len(shape), low=-2, high=2))

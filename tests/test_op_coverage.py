@@ -42,6 +42,7 @@ _FILES = "reads or writes files on the host (a compiled step has no file I/O)"
 _BUFFERS = "tensor buffers hold host-side arrays of varying shapes"
 _DEVICES = "moves data between devices; the lowering compiles one device's step"
 _VALUE_SHAPED = "its output shape depends on the values (the lowered graph fixes every shape)"
+_DYNAMIC = "broadcasts to the run-time shapes of dynamic blobs (the lowered graph fixes every shape)"
 _NVTX = "marks a range on the CUDA profiler's timeline from the host"
 _HASH_TABLE = "a hash table that grows as it meets new keys"
 _IN_PLACE = "updates a variable in place; an ONNX graph holds no mutable state"
@@ -63,6 +64,7 @@ def _onnx(why):
 NO_XLA = {
     "CategoricalOrdinalEncode": _xla(_HASH_TABLE),
     "OFRecordReader": _xla(_FILES),
+    "broadcast_to_compatible_with_conf": _xla(_DYNAMIC),
     "megatron_gpt_mmap_data_loader": _xla(_FILES),
     "TestDynamicSource": _xla(_VALUE_SHAPED),
     "TestRandomSource": _RANDOM_XLA,

@@ -464,8 +464,21 @@ def _assign_cond(when_nonzero):
     return run
 
 
+def _assign_cond_xla(when_nonzero):
+    def make(k):
+        jnp = xla_rules.jnp()
+
+        def run(ref, value, condition):
+            hit = condition.reshape(()) != 0
+            return None, (jnp.where(hit if when_nonzero else ~hit, value, ref),)
+        return run
+    return make
+
+
 # assign_if / assign_if_not (oneflow/user/kernels/assign_if_kernel.cpp): ref = value when condition != 0 / == 0
 op("assign_if", inputs=["ref", "value", "condition"], outputs=[], infer=_assign_cond_infer,
-   kernel=lambda k: _assign_cond(True), no_grad=True, mutates=("ref",))
+   kernel=lambda k: _assign_cond(True), no_grad=True, mutates=("ref",),
+   xla=_assign_cond_xla(True))
 op("assign_if_not", inputs=["ref", "value", "condition"], outputs=[], infer=_assign_cond_infer,
-   kernel=lambda k: _assign_cond(False), no_grad=True, mutates=("ref",))
+   kernel=lambda k: _assign_cond(False), no_grad=True, mutates=("ref",),
+   xla=_assign_cond_xla(False))

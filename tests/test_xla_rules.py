@@ -401,6 +401,95 @@ for _t in registry.registered_op_types():
         _dom = _DOMAIN.get(_base, _any)((2, 3, 4))
         CASES[_t] = ({"x": _dom, "dy": _any((2, 3, 4))}, {}) if _t.endswith("_grad") else ({"x": _dom}, {})
 
+# PyTorch-style pools (ceil_mode, count_include_pad, divisor_override, dilation; ReLU inputs: tied zeros
+# check the first-maximum rule), adaptive pools, upsample, deconv, and the update ops
+def _torch_pool(n, kind, shape, last=False, **attrs):
+    from graphfront.ops.pool_ops import pool_out_size
+    attrs = {"data_format": "channels_last" if last else "channels_first", **attrs}
+    if kind == "max":
+        x = lambda r: np.maximum(r.uniform(-1.0, 1.0, shape), 0)  # noqa: E731 - (float64)
+    else:
+        x = _any(shape, _F64)
+    spatial = shape[1:-1] if last else shape[2:]
+    dil = attrs.get("dilation", [1] * n)
+    out = tuple(pool_out_size(spatial[i], attrs["kernel_size"][i], attrs["padding"][i], attrs["stride"][i], dil[i],
+                              attrs["ceil_mode"]) for i in range(n))
+    yshape = (shape[0],) + out + (shape[-1],) if last else shape[:2] + out
+    return x, yshape, attrs
+
+
+for _name, _n, _kind, _shape, _last, _attrs in (
+        ("maxpool_1d", 1, "max", (2, 3, 9), False, dict(kernel_size=[3], stride=[2], padding=[1], dilation=[2],
+                                                         ceil_mode=True)),
+        ("maxpool_2d", 2, "max", (2, 6, 7, 3), True, dict(kernel_size=[3, 2], stride=[2, 2], padding=[1, 1],
+                                                           dilation=[1, 1], ceil_mode=True)),
+        ("maxpool_3d", 3, "max", (1, 2, 5, 6, 5), False, dict(kernel_size=[2, 3, 2], stride=[2, 2, 1],
+                                                               padding=[1, 1, 0], dilation=[1, 1, 2], ceil_mode=False)),
+        ("avgpool_1d", 1, "avg", (2, 3, 9), False, dict(kernel_size=[4], stride=[3], padding=[2], ceil_mode=True,
+                                                         count_include_pad=True)),
+        ("avgpool_2d", 2, "avg", (2, 7, 6, 3), True, dict(kernel_size=[3, 3], stride=[2, 2], padding=[1, 0],
+                                                           ceil_mode=True, count_include_pad=False)),
+        ("avgpool_3d", 3, "avg", (1, 2, 5, 6, 5), False, dict(kernel_size=[2, 3, 3], stride=[2, 2, 2],
+                                                               padding=[1, 1, 0], ceil_mode=False,
+                                                               divisor_override=7))):
+    _x, _yshape, _attrs = _torch_pool(_n, _kind, _shape, _last, **_attrs)
+    CASES[_name] = ({"x": _x}, _attrs, ["y", "indice"] if _kind == "max" else ["y"])
+    CASES[f"{_name}_grad"] = ({"x": _x, "y": _any(_yshape, _F64), "dy": _any(_yshape, _F64)}, _attrs)
+    if _kind == "max":
+        FED_BY[f"{_name}_grad"] = (_name, _attrs, ["indice"])
+_DECONV = {"data_format": "channels_first", "groups": 1}
+_UPSAMPLE = {"height_scale": 2.0, "width_scale": 1.5, "data_format": "channels_first"}
+CASES.update({
+    "dynamic_loss_scale_schedule": ({"count_not_finite": lambda r: np.array([0], np.int64),  # the scale grows
+                                     "loss_scale": lambda r: np.array([1024.0], np.float32),
+                                     "good_step_counter": lambda r: np.array([4], np.int64)},
+                                    {"increment_period": 5, "multiplier": 2.0}, [],
+                                    {"loss_scale", "good_step_counter"}),
+    "assign_if": ({"ref": _any((2, 3)), "value": _any((2, 3)), "condition": lambda r: np.array([1], np.int32)},
+                  {}, [], {"ref"}),
+    "assign_if_not": ({"ref": _any((2, 3)), "value": _any((2, 3)), "condition": lambda r: np.array([0], np.int64)},
+                      {}, [], {"ref"}),
+    "adaptive_avg_pool1d": ({"x": _any((2, 3, 7), _F64)}, {"output_size": [3]}),
+    "adaptive_avg_pool1d_grad": ({"x": _any((2, 3, 7), _F64), "dy": _any((2, 3, 3), _F64)}, {"output_size": [3]}),
+    "adaptive_avg_pool2d": ({"x": _any((2, 3, 7, 5), _F64)}, {"output_size": [3, 4]}),
+    "adaptive_avg_pool2d_grad": ({"x": _any((2, 3, 7, 5), _F64), "dy": _any((2, 3, 3, 4), _F64)},
+                                 {"output_size": [3, 4]}),
+    "adaptive_avg_pool3d": ({"x": _any((1, 2, 5, 6, 4), _F64)}, {"output_size": [2]}),
+    "adaptive_avg_pool3d_grad": ({"x": _any((1, 2, 5, 6, 4), _F64), "dy": _any((1, 2, 2, 2, 2), _F64)},
+                                 {"output_size": [2]}),
+    "upsample": ({"x": _any((2, 3, 4, 5), _F64)}, {**_UPSAMPLE, "interpolation": "bilinear",
+                                                   "align_corners": False}),
+    "upsample_grad": ({"dy": _any((2, 8, 7, 3), _F64), "x": _any((2, 4, 5, 3), _F64)},
+                      {**_UPSAMPLE, "data_format": "channels_last", "interpolation": "nearest"}),
+    "deconv1d": ({"in": _any((2, 4, 5), _F64), "weight": _any((4, 3, 3), _F64)},
+                 {**_DECONV, "filters": 6, "groups": 2, "padding_before": [1], "kernel_size": [3],
+                  "output_padding": [1], "strides": [2], "dilation_rate": [1]}),
+    "deconv2d": ({"in": _any((2, 4, 5, 3), _F64), "weight": _any((3, 3, 2, 4), _F64)},
+                 {**_DECONV, "data_format": "channels_last", "filters": 4, "padding_before": [1, 0],
+                  "kernel_size": [3, 2], "output_padding": [0, 1], "strides": [2, 3], "dilation_rate": [1, 2]}),
+    "deconv3d": ({"in": _any((1, 2, 3, 4, 3), _F64), "weight": _any((2, 3, 2, 3, 2), _F64)},
+                 {**_DECONV, "filters": 3, "padding_before": [0, 1, 1], "kernel_size": [2, 3, 2],
+                  "output_padding": [1, 0, 0], "strides": [2, 1, 2], "dilation_rate": [1, 1, 1]}),
+    "rmsprop_update": ({"model": _any((2, 3), _F64), "model_diff": _any((2, 3), _F64), "learning_rate": _pos((1,)),
+                        "mean_square": lambda r: r.uniform(0.5, 1.0, (2, 3)),
+                        "mean_gradient": lambda r: r.uniform(-0.1, 0.1, (2, 3)),
+                        "skip_if": lambda r: np.array([0], np.int64)},
+                       {"centered": True, "epsilon": 1e-6, "decay_rate": 0.9, "weight_decay": 0.01, "l2": 0.1},
+                       [], {"model", "mean_square", "mean_gradient"}),
+    "lars_update": ({"model": _any((2, 3), _F64), "model_diff": _any((2, 3), _F64), "learning_rate": _pos((1,)),
+                     "momentum": _any((2, 3), _F64), "scale_by_tensor": lambda r: np.array([1.5])},
+                    {"momentum_beta": 0.8, "epsilon": 1e-9, "lars_coefficient": 0.01, "weight_decay": 0.1,
+                     "scale": 0.5}, [], {"model", "momentum"}),
+    "lamb_update": ({"m": _any((2, 3), _F64), "v": lambda r: r.uniform(0.5, 1.0, (2, 3)),
+                     "beta1_t": lambda r: np.array([0.81]), "beta2_t": lambda r: np.array([0.998]),
+                     "model": _any((2, 3), _F64), "model_diff": _any((2, 3), _F64), "learning_rate": _pos((1,))},
+                    {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "weight_decay": 0.01, "l1": 0.01},
+                    [], {"m", "v", "beta1_t", "beta2_t", "model"}),
+    "adagrad_update": ({"model": _any((2, 3), _F64), "model_diff": _any((2, 3), _F64), "learning_rate": _pos((1,)),
+                        "train_step": lambda r: np.array([3], np.int64), "sum": lambda r: r.uniform(0.5, 2.0, (2, 3))},
+                       {"lr_decay": 0.1, "epsilon": 1e-10, "weight_decay": 0.05}, [], {"model", "sum"}),
+})
+
 
 def _case(op_type):
     spec = CASES[op_type]
@@ -468,8 +557,9 @@ def test_xla_rule_matches_the_kernel(op_type):
     arrays = {k: ([f(rng) for f in v] if isinstance(v, list) else v(rng)) for k, v in inputs.items()}
     if op_type in FED_BY:
         producer, producer_attrs, fed = FED_BY[op_type]
-        values, _ = _run(producer, "plan", {"x": arrays["x"]}, producer_attrs, ["y", "indices"], set())
-        arrays.update((arg, value) for arg, value in zip(["y", "indices"], values) if arg in fed)
+        made = [a.name for a in registry.lookup(producer).outputs]  # (y and the argmax indices)
+        values, _ = _run(producer, "plan", {"x": arrays["x"]}, producer_attrs, made, set())
+        arrays.update((arg, value) for arg, value in zip(made, values) if arg in fed)
     want = _run(op_type, "plan", arrays, attrs, outputs, variables)
     got = _run(op_type, "xla", arrays, attrs, outputs, variables)
     for name, w, g in zip(outputs, want[0], got[0]):

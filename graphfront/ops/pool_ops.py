@@ -371,8 +371,8 @@ def _avgpool_xla_fn(n, k):
 
     def avgpool(x):
         xf = x if first else xla_rules.to_channels_first(x, n)
-        total = lax.reduce_window(lax.pad(xf, jnp.array(0, xf.dtype), padding), jnp.array(0, xf.dtype), lax.add,
-                                  window, strides, "VALID")
+        total = lax.reduce_window(lax.pad(xf, jnp.array(0, xf.dtype), padding), 0.0, lax.add, window, strides,
+                                  "VALID")
         y = total / divisor
         return y if first else xla_rules.to_channels_last(y, n)
     return avgpool

@@ -488,6 +488,17 @@ CASES.update({
     "adagrad_update": ({"model": _any((2, 3), _F64), "model_diff": _any((2, 3), _F64), "learning_rate": _pos((1,)),
                         "train_step": lambda r: np.array([3], np.int64), "sum": lambda r: r.uniform(0.5, 2.0, (2, 3))},
                        {"lr_decay": 0.1, "epsilon": 1e-10, "weight_decay": 0.05}, [], {"model", "sum"}),
+    "fused_tril_scale_softmax_mask_scale": ({"x": _any((2, 4, 5), _F64), "mask": _MASK((2, 4, 5))},
+                                            {"diagonal": 1, "tril_fill_value": -1e4, "tril_scale_value": 0.5,
+                                             "mask_scale_value": 2.0}, ["y", "softmax_y"]),
+    "fused_tril_scale_softmax_mask_scale_grad": ({"softmax_y": lambda r: r.dirichlet(np.ones(5), (2, 4)),
+                                                  "dy": _any((2, 4, 5), _F64), "mask": _MASK((2, 4, 5))},
+                                                 {"diagonal": 0, "tril_scale_value": 0.5, "mask_scale_value": 2.0}),
+    "fused_self_attention_query_mul_key_and_value": ({"hidden_states": _any((4, 2, 12), _F64)},
+                                                     {"head_size": 2, "alpha": 0.5}, ["query_mul_key", "value"]),
+    "fused_self_attention_query_mul_key_and_value_grad": ({"query_mul_key_grad": _any((2, 2, 4, 4), _F64),
+                                                           "value_grad": _any((2, 2, 4, 2), _F64),
+                                                           "hidden_states": _any((4, 2, 12), _F64)}, {"alpha": 0.5}),
 })
 
 

@@ -499,6 +499,24 @@ CASES.update({
     "fused_self_attention_query_mul_key_and_value_grad": ({"query_mul_key_grad": _any((2, 2, 4, 4), _F64),
                                                            "value_grad": _any((2, 2, 4, 2), _F64),
                                                            "hidden_states": _any((4, 2, 12), _F64)}, {"alpha": 0.5}),
+    # repeated ids add up; -1 and 5 are out of range (dropped); unnamed rows and their state keep their values
+    "indexed_slices_sgd_update": ({"model": _any((5, 3), _F64), "learning_rate": _pos((1,)),
+                                   "model_diff_indices": lambda r: np.array([[1, 3, 1], [-1, 5, 0]], np.int32),
+                                   "model_diff_values": _any((2, 3, 3), _F64)},
+                                  {"weight_decay": 0.1}, [], {"model"}),
+    "indexed_slices_momentum_update": ({"model": _any((5, 3), _F64), "momentum": _any((5, 3), _F64),
+                                        "model_diff_indices": lambda r: np.array([4, 2, 4, 7], np.int64),
+                                        "model_diff_values": _any((4, 3), _F64)},
+                                       {"learning_rate_val": 0.1, "beta": 0.8, "weight_decay": 0.01}, [],
+                                       {"model", "momentum"}),
+    "indexed_slices_adam_update": ({"model": _any((5, 2, 2), _F64), "learning_rate": _pos((1,)),
+                                    "model_diff_indices": lambda r: np.array([0, 3, 3], np.int32),
+                                    "model_diff_values": _any((3, 2, 2), _F64),
+                                    "bias_correction1": _pos((1,)), "bias_correction2": _pos((1,)),
+                                    "m": _any((5, 2, 2), _F64), "v": lambda r: r.uniform(0.5, 1.0, (5, 2, 2)),
+                                    "max_v": lambda r: r.uniform(0.5, 1.0, (5, 2, 2))},
+                                   {"amsgrad": True, "epsilon": 1e-8, "weight_decay": 0.01}, [],
+                                   {"model", "m", "v", "max_v"}),
 })
 
 

@@ -517,6 +517,10 @@ CASES.update({
                                     "max_v": lambda r: r.uniform(0.5, 1.0, (5, 2, 2))},
                                    {"amsgrad": True, "epsilon": 1e-8, "weight_decay": 0.01}, [],
                                    {"model", "m", "v", "max_v"}),
+    "crop_mirror_normalize_from_uint8": ({"in": lambda r: r.integers(0, 256, (3, 5, 6, 3)).astype(np.uint8),
+                                          "mirror": lambda r: np.array([1, 0, 1], np.int8)},
+                                         {"mean": [120.0, 110.0, 100.0], "std": [58.0, 57.0, 59.0], "crop_h": 3,
+                                          "crop_w": 4, "crop_pos_x": 0.7, "crop_pos_y": 0.4}),
 })
 
 
@@ -566,6 +570,7 @@ def _run(op_type, mode, arrays, attrs, outputs, variables):
 
 def _flow_dtype(np_dtype):
     return {np.dtype(np.float32): flow.float, np.dtype(np.float64): flow.double, np.dtype(np.int8): flow.int8,
+            np.dtype(np.uint8): flow.uint8,
             np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
 
 

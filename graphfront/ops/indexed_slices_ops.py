@@ -112,7 +112,8 @@ def _sparse_update(op_type, extra_inputs, attrs, state, step, xla_step, doc):
        mutates=("model",) + tuple(state), host_reads=True, doc=doc)  # (unique ids: a size read on the host)
 
 
-_sparse_update("indexed_slices_sgd_update", [], {"weight_decay": ("float", 0.0)}, (), dense._sgd_step, dense._sgd_xla_step,
+_sparse_update("indexed_slices_sgd_update", [], {"weight_decay": ("float", 0.0)}, (), dense._sgd_step,
+               dense._sgd_xla_step,
                "sgd_update on the rows named by model_diff_indices")
 _sparse_update("indexed_slices_momentum_update", ["momentum"],
                {"weight_decay": ("float", 0.0), "beta": ("float", 0.9)}, ("momentum",), dense._momentum_step,

@@ -394,7 +394,8 @@ def _lars_xla_step(k):
 update_op("lars_update", ["model", "model_diff", "learning_rate", "momentum", "scale_by_tensor?", "skip_if?"],
           {"scale": ("double", 1.0), "l1": ("float", 0.0), "l2": ("float", 0.0), "momentum_beta": ("float", 0.9),
            "epsilon": ("float", 0.0), "lars_coefficient": ("float", 0.0001), "weight_decay": ("float", 0.0)},
-          state=("momentum",), step=_lars_step, xla_step=_lars_xla_step, doc="LARS with momentum (see module docstring)")
+          state=("momentum",), step=_lars_step, xla_step=_lars_xla_step,
+          doc="LARS with momentum (see module docstring)")
 
 
 # --------------------------------------------------------------------------- LAMB
@@ -477,7 +478,8 @@ update_op("adagrad_update", ["model", "model_diff"] + LR_INPUTS + ["train_step?"
           {"train_step_val": ("int32", 0), **LR_VAL, "scale": ("double", 1.0), "l1": ("float", 0.0),
            "l2": ("float", 0.0), "lr_decay": ("float", 0.0), "weight_decay": ("float", 0.0),
            "epsilon": ("float", 0.0)},
-          state=("sum",), step=_adagrad_step, xla_step=_adagrad_xla_step, doc="Adagrad with lr_decay (see module docstring)")
+          state=("sum",), step=_adagrad_step, xla_step=_adagrad_xla_step,
+          doc="Adagrad with lr_decay (see module docstring)")
 
 
 # --------------------------------------------------------------------------- helpers

@@ -228,7 +228,7 @@ def _tril_softmax_xla(k):
 
     def fused_tril_scale_softmax_mask_scale(x, mask):
         t = jnp.where(keep, x * scale, jnp.array(fill, x.dtype))
-        softmax_y = xla_rules.jnp_fn("nn.softmax")(t, axis=-1)
+        softmax_y = xla_rules.jnp_fn("nn.softmax")(t.astype(xla_rules.opmath(x.dtype)), axis=-1).astype(x.dtype)
         return softmax_y * mask.astype(x.dtype) * mask_scale, softmax_y
     return fused_tril_scale_softmax_mask_scale
 

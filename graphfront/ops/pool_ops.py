@@ -356,7 +356,7 @@ def _avgpool_xla_fn(n, k):
     cf, out, pads = _pool_geometry_xla(k, n)
     ks, s, p = k.attr("kernel_size"), k.attr("stride"), k.attr("padding")
     dv, include_pad = k.attr("divisor_override"), k.attr("count_include_pad")
-    dtype = k.input("x").dtype.np
+    dtype = xla_rules.opmath(k.input("x").dtype.np)
     if dv:
         divisor = np.array(dv, dtype=dtype)
     else:
@@ -370,10 +370,10 @@ def _avgpool_xla_fn(n, k):
     padding = [(0, 0, 0), (0, 0, 0)] + [(b, e, 0) for b, e in pads]
 
     def avgpool(x):
-        xf = x if first else xla_rules.to_channels_first(x, n)
+        xf = (x if first else xla_rules.to_channels_first(x, n)).astype(dtype)
         total = lax.reduce_window(lax.pad(xf, jnp.array(0, xf.dtype), padding), 0.0, lax.add, window, strides,
                                   "VALID")
-        y = total / divisor
+        y = (total / divisor).astype(x.dtype)
         return y if first else xla_rules.to_channels_last(y, n)
     return avgpool
 
@@ -439,6 +439,7 @@ def _adaptive_xla_fn(n, k):
     jnp, lax = xla_rules.jnp(), xla_rules.lax()
     shape, out = tuple(k.input("x").shape), list(k.attr("output_size"))
     out = out * n if len(out) == 1 else out
+    acc = xla_rules.opmath(k.input("x").dtype.np)
     sums, counts = [], np.ones(out)
     for i, (size, o) in enumerate(zip(shape[2:], out)):
         starts = [j * size // o for j in range(o)]
@@ -446,16 +447,17 @@ def _adaptive_xla_fn(n, k):
         m = np.zeros((size, o))
         for j, (a, b) in enumerate(zip(starts, stops)):
             m[a:b, j] = 1.0
-        sums.append(m.astype(k.input("x").dtype.np))
+        sums.append(m.astype(acc))
         view = [1] * n
         view[i] = o
         counts = counts * np.array([b - a for a, b in zip(starts, stops)], dtype=np.float64).reshape(view)
-    counts = counts.astype(k.input("x").dtype.np)
+    counts = counts.astype(acc)
 
     def adaptive_avg_pool(x):
+        y = x.astype(acc)
         for i, m in enumerate(sums):  # sum along spatial dim i, kept in place
-            x = jnp.moveaxis(jnp.tensordot(x, m, axes=[[2 + i], [0]], precision=lax.Precision.HIGHEST), -1, 2 + i)
-        return x / counts
+            y = jnp.moveaxis(jnp.tensordot(y, m, axes=[[2 + i], [0]], precision=lax.Precision.HIGHEST), -1, 2 + i)
+        return (y / counts).astype(x.dtype)
     return adaptive_avg_pool
 
 
@@ -543,7 +545,7 @@ def _upsample_sources(k, size, out, scale):
     ``min(floor(dst * (1 / scale)), size - 1)``; bilinear ``(lo, hi, w_lo, w_hi)`` with
     the source ``dst * (size - 1) / (out - 1)`` (align_corners) or
     ``max((dst + 0.5) / scale - 0.5, 0)``."""
-    acc = np.float64 if k.input("x").dtype.np == np.float64 else np.float32
+    acc = xla_rules.opmath(k.input("x").dtype.np).type
     dst = np.arange(out).astype(acc)
     if k.attr("interpolation") == "nearest":
         return np.minimum(np.floor(dst * acc(1.0 / scale)).astype(np.int64), size - 1)
@@ -566,7 +568,7 @@ def _upsample_xla(k):
     h, w = _spatial(shape, first)
     oh, ow = int(h * k.attr("height_scale")), int(w * k.attr("width_scale"))
     ha, wa = (2, 3) if first else (1, 2)
-    dtype = k.input("x").dtype.np
+    dtype = xla_rules.opmath(k.input("x").dtype.np)
     rows = _upsample_sources(k, h, oh, k.attr("height_scale"))
     cols = _upsample_sources(k, w, ow, k.attr("width_scale"))
     if k.attr("interpolation") == "nearest":
@@ -577,9 +579,10 @@ def _upsample_xla(k):
     w_lo, w_hi = (wt.reshape(wview).astype(dtype) for wt in cols[2:])
 
     def upsample(x):
-        top, bottom = jnp.take(x, rows[0], axis=ha), jnp.take(x, rows[1], axis=ha)
+        xa = x.astype(dtype)
+        top, bottom = jnp.take(xa, rows[0], axis=ha), jnp.take(xa, rows[1], axis=ha)
         row = lambda t: w_lo * jnp.take(t, cols[0], axis=wa) + w_hi * jnp.take(t, cols[1], axis=wa)  # noqa: E731
-        return h_lo * row(top) + h_hi * row(bottom)
+        return (h_lo * row(top) + h_hi * row(bottom)).astype(x.dtype)
     return upsample
 
 

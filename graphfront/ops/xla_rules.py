@@ -39,6 +39,13 @@ def gelu_grad(x, dy):
     return (dy * (cdf + x * pdf)).astype(dtype)
 
 
+def opmath(dtype):
+    """The type torch's kernels compute a ``dtype`` array in: float32 for float16 and
+    bfloat16 (rounded once at the end), else ``dtype`` itself."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.name in ("float16", "bfloat16") else dtype
+
+
 def jnp_fn(name):
     """A ``jax.numpy`` (or, as ``"lax.<name>"``, ``jax.lax``; as ``"nn.<name>"``, ``jax.nn``)
     function by name; a callable ``name`` is that function itself."""

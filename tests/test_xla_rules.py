@@ -402,12 +402,15 @@ for _t in registry.registered_op_types():
         CASES[_t] = ({"x": _dom, "dy": _any((2, 3, 4))}, {}) if _t.endswith("_grad") else ({"x": _dom}, {})
 
 # PyTorch-style pools (ceil_mode, count_include_pad, divisor_override, dilation; ReLU inputs: tied zeros
-# check the first-maximum rule), adaptive pools, upsample, deconv, and the update ops
+# check the first-maximum rule, NaNs the NaN rule), adaptive pools, upsample, deconv, and the update ops
 def _torch_pool(n, kind, shape, last=False, **attrs):
     from graphfront.ops.pool_ops import pool_out_size
     attrs = {"data_format": "channels_last" if last else "channels_first", **attrs}
     if kind == "max":
-        x = lambda r: np.maximum(r.uniform(-1.0, 1.0, shape), 0)  # noqa: E731 - (float64)
+        def x(r):  # (float64) a few NaNs too: a NaN is the maximum, the last NaN of a window its argmax
+            a = np.maximum(r.uniform(-1.0, 1.0, shape), 0)
+            a.flat[r.integers(0, a.size, a.size // 8)] = np.nan
+            return a
     else:
         x = _any(shape, _F64)
     spatial = shape[1:-1] if last else shape[2:]

@@ -174,11 +174,14 @@ def check_ids(ids, size, error):
 # ---------------------------------------------------------------- pooling helpers
 
 def first_max(a, b):
-    """Reducer of (value, position) pairs for ``lax.reduce_window``: the larger value; on a
-    tie the lower position (the first maximum in row-major order, as torch's max pools).
-    (A module-level function, so jax traces it once, not once per pool.)"""
+    """Reducer of (value, position) pairs for ``lax.reduce_window``, as torch's max pools
+    (``val > max || isnan(val)`` in row-major order): a NaN wins, the last NaN among NaNs;
+    else the larger value, on a tie the lower position. (A module-level function, so jax
+    traces it once, not once per pool.)"""
     jnp_ = jnp()
-    take_b = (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
+    a_nan, b_nan = jnp_.isnan(a[0]), jnp_.isnan(b[0])
+    take_b = jnp_.where(a_nan | b_nan, b_nan & (~a_nan | (b[1] > a[1])),
+                        (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] < a[1])))
     return jnp_.where(take_b, b[0], a[0]), jnp_.where(take_b, b[1], a[1])
 
 

@@ -460,8 +460,8 @@ CASES.update({
     "adaptive_avg_pool3d": ({"x": _any((1, 2, 5, 6, 4), _F64)}, {"output_size": [2]}),
     "adaptive_avg_pool3d_grad": ({"x": _any((1, 2, 5, 6, 4), _F64), "dy": _any((1, 2, 2, 2, 2), _F64)},
                                  {"output_size": [2]}),
-    "upsample": ({"x": _any((2, 3, 4, 5), _F64)}, {**_UPSAMPLE, "interpolation": "bilinear",
-                                                   "align_corners": False}),
+    "upsample": ({"x": _any((2, 3, 4, 5), _F64)}, {**_UPSAMPLE, "width_scale": 1.1,  # (the width is copied)
+                                                   "interpolation": "bilinear", "align_corners": False}),
     "upsample_grad": ({"dy": _any((2, 8, 7, 3), _F64), "x": _any((2, 4, 5, 3), _F64)},
                       {**_UPSAMPLE, "data_format": "channels_last", "interpolation": "nearest"}),
     "deconv1d": ({"in": _any((2, 4, 5), _F64), "weight": _any((4, 3, 3), _F64)},

@@ -540,22 +540,27 @@ def _upsample_fn(k):
 
 
 def _upsample_sources(k, size, out, scale):
-    """Static source positions of an upsample along one spatial dim, in the kernel's
-    arithmetic (float32 for float32/float16 inputs, float64 for float64): nearest
-    ``min(floor(dst * (1 / scale)), size - 1)``; bilinear ``(lo, hi, w_lo, w_hi)`` with
-    the source ``dst * (size - 1) / (out - 1)`` (align_corners) or
-    ``max((dst + 0.5) / scale - 0.5, 0)``."""
+    """Static source positions of an upsample along one spatial dim, in the CPU kernel's
+    arithmetic (float32 for float32/float16 inputs, float64 for float64); a dim whose size
+    does not change is copied. Nearest: ``min(floor(dst * (1 / scale)), size - 1)``;
+    bilinear: ``(lo, hi, w_lo, w_hi)`` of the source ``dst * (size - 1) / (out - 1)``
+    (align_corners) or ``max((dst + 0.5) / scale - 0.5, 0)``, ``lo`` its floor (at most
+    ``size - 1``), ``hi`` the next position inside the input, ``w_hi`` in [0, 1]."""
     acc = xla_rules.opmath(k.input("x").dtype.np).type
     dst = np.arange(out).astype(acc)
-    if k.attr("interpolation") == "nearest":
+    nearest = k.attr("interpolation") == "nearest"
+    if out == size:
+        same = np.arange(out, dtype=np.int64)
+        return same if nearest else (same, same, np.ones(out, acc), np.zeros(out, acc))
+    if nearest:
         return np.minimum(np.floor(dst * acc(1.0 / scale)).astype(np.int64), size - 1)
     if k.attr("align_corners"):
         src = dst * (acc(size - 1) / acc(out - 1)) if out > 1 else np.zeros(out, acc)
     else:
         src = np.maximum(acc(1.0 / scale) * (dst + acc(0.5)) - acc(0.5), acc(0))
-    lo = src.astype(np.int64)
+    lo = np.minimum(np.floor(src).astype(np.int64), size - 1)
     hi = lo + (lo < size - 1)
-    w_hi = (src - lo.astype(acc)).astype(acc)
+    w_hi = np.clip(src - lo.astype(acc), acc(0), acc(1)).astype(acc)
     return lo, hi, (acc(1) - w_hi).astype(acc), w_hi
 
 

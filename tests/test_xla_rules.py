@@ -401,6 +401,131 @@ for _t in registry.registered_op_types():
         _dom = _DOMAIN.get(_base, _any)((2, 3, 4))
         CASES[_t] = ({"x": _dom, "dy": _any((2, 3, 4))}, {}) if _t.endswith("_grad") else ({"x": _dom}, {})
 
+# PyTorch-style pools (ceil_mode, count_include_pad, divisor_override, dilation; ReLU inputs: tied zeros
+# check the first-maximum rule, NaNs the NaN rule), adaptive pools, upsample, deconv, and the update ops
+def _torch_pool(n, kind, shape, last=False, **attrs):
+    from graphfront.ops.pool_ops import pool_out_size
+    attrs = {"data_format": "channels_last" if last else "channels_first", **attrs}
+    if kind == "max":
+        def x(r):  # (float64) a few NaNs too: a NaN is the maximum, the last NaN of a window its argmax
+            a = np.maximum(r.uniform(-1.0, 1.0, shape), 0)
+            a.flat[r.integers(0, a.size, a.size // 8)] = np.nan
+            return a
+    else:
+        x = _any(shape, _F64)
+    spatial = shape[1:-1] if last else shape[2:]
+    dil = attrs.get("dilation", [1] * n)
+    out = tuple(pool_out_size(spatial[i], attrs["kernel_size"][i], attrs["padding"][i], attrs["stride"][i], dil[i],
+                              attrs["ceil_mode"]) for i in range(n))
+    yshape = (shape[0],) + out + (shape[-1],) if last else shape[:2] + out
+    return x, yshape, attrs
+
+
+for _name, _n, _kind, _shape, _last, _attrs in (
+        ("maxpool_1d", 1, "max", (2, 3, 9), False, dict(kernel_size=[3], stride=[2], padding=[1], dilation=[2],
+                                                         ceil_mode=True)),
+        ("maxpool_2d", 2, "max", (2, 6, 7, 3), True, dict(kernel_size=[3, 2], stride=[2, 2], padding=[1, 1],
+                                                           dilation=[1, 1], ceil_mode=True)),
+        ("maxpool_3d", 3, "max", (1, 2, 5, 6, 5), False, dict(kernel_size=[2, 3, 2], stride=[2, 2, 1],
+                                                               padding=[1, 1, 0], dilation=[1, 1, 2], ceil_mode=False)),
+        ("avgpool_1d", 1, "avg", (2, 3, 9), False, dict(kernel_size=[4], stride=[3], padding=[2], ceil_mode=True,
+                                                         count_include_pad=True)),
+        ("avgpool_2d", 2, "avg", (2, 7, 6, 3), True, dict(kernel_size=[3, 3], stride=[2, 2], padding=[1, 0],
+                                                           ceil_mode=True, count_include_pad=False)),
+        ("avgpool_3d", 3, "avg", (1, 2, 5, 6, 5), False, dict(kernel_size=[2, 3, 3], stride=[2, 2, 2],
+                                                               padding=[1, 1, 0], ceil_mode=False,
+                                                               divisor_override=7))):
+    _x, _yshape, _attrs = _torch_pool(_n, _kind, _shape, _last, **_attrs)
+    CASES[_name] = ({"x": _x}, _attrs, ["y", "indice"] if _kind == "max" else ["y"])
+    CASES[f"{_name}_grad"] = ({"x": _x, "y": _any(_yshape, _F64), "dy": _any(_yshape, _F64)}, _attrs)
+    if _kind == "max":
+        FED_BY[f"{_name}_grad"] = (_name, _attrs, ["indice"])
+_DECONV = {"data_format": "channels_first", "groups": 1}
+_UPSAMPLE = {"height_scale": 2.0, "width_scale": 1.5, "data_format": "channels_first"}
+CASES.update({
+    "dynamic_loss_scale_schedule": ({"count_not_finite": lambda r: np.array([0], np.int64),  # the scale grows
+                                     "loss_scale": lambda r: np.array([1024.0], np.float32),
+                                     "good_step_counter": lambda r: np.array([4], np.int64)},
+                                    {"increment_period": 5, "multiplier": 2.0}, [],
+                                    {"loss_scale", "good_step_counter"}),
+    "assign_if": ({"ref": _any((2, 3)), "value": _any((2, 3)), "condition": lambda r: np.array([1], np.int32)},
+                  {}, [], {"ref"}),
+    "assign_if_not": ({"ref": _any((2, 3)), "value": _any((2, 3)), "condition": lambda r: np.array([0], np.int64)},
+                      {}, [], {"ref"}),
+    "adaptive_avg_pool1d": ({"x": _any((2, 3, 7), _F64)}, {"output_size": [3]}),
+    "adaptive_avg_pool1d_grad": ({"x": _any((2, 3, 7), _F64), "dy": _any((2, 3, 3), _F64)}, {"output_size": [3]}),
+    "adaptive_avg_pool2d": ({"x": _any((2, 3, 7, 5), _F64)}, {"output_size": [3, 4]}),
+    "adaptive_avg_pool2d_grad": ({"x": _any((2, 3, 7, 5), _F64), "dy": _any((2, 3, 3, 4), _F64)},
+                                 {"output_size": [3, 4]}),
+    "adaptive_avg_pool3d": ({"x": _any((1, 2, 5, 6, 4), _F64)}, {"output_size": [2]}),
+    "adaptive_avg_pool3d_grad": ({"x": _any((1, 2, 5, 6, 4), _F64), "dy": _any((1, 2, 2, 2, 2), _F64)},
+                                 {"output_size": [2]}),
+    "upsample": ({"x": _any((2, 3, 4, 5), _F64)}, {**_UPSAMPLE, "width_scale": 1.1,  # (the width is copied)
+                                                   "interpolation": "bilinear", "align_corners": False}),
+    "upsample_grad": ({"dy": _any((2, 8, 7, 3), _F64), "x": _any((2, 4, 5, 3), _F64)},
+                      {**_UPSAMPLE, "data_format": "channels_last", "interpolation": "nearest"}),
+    "deconv1d": ({"in": _any((2, 4, 5), _F64), "weight": _any((4, 3, 3), _F64)},
+                 {**_DECONV, "filters": 6, "groups": 2, "padding_before": [1], "kernel_size": [3],
+                  "output_padding": [1], "strides": [2], "dilation_rate": [1]}),
+    "deconv2d": ({"in": _any((2, 4, 5, 3), _F64), "weight": _any((3, 3, 2, 4), _F64)},
+                 {**_DECONV, "data_format": "channels_last", "filters": 4, "padding_before": [1, 0],
+                  "kernel_size": [3, 2], "output_padding": [0, 1], "strides": [2, 3], "dilation_rate": [1, 2]}),
+    "deconv3d": ({"in": _any((1, 2, 3, 4, 3), _F64), "weight": _any((2, 3, 2, 3, 2), _F64)},
+                 {**_DECONV, "filters": 3, "padding_before": [0, 1, 1], "kernel_size": [2, 3, 2],
+                  "output_padding": [1, 0, 0], "strides": [2, 1, 2], "dilation_rate": [1, 1, 1]}),
+    "rmsprop_update": ({"model": _any((2, 3), _F64), "model_diff": _any((2, 3), _F64), "learning_rate": _pos((1,)),
+                        "mean_square": lambda r: r.uniform(0.5, 1.0, (2, 3)),
+                        "mean_gradient": lambda r: r.uniform(-0.1, 0.1, (2, 3)),
+                        "skip_if": lambda r: np.array([0], np.int64)},
+                       {"centered": True, "epsilon": 1e-6, "decay_rate": 0.9, "weight_decay": 0.01, "l2": 0.1},
+                       [], {"model", "mean_square", "mean_gradient"}),
+    "lars_update": ({"model": _any((2, 3), _F64), "model_diff": _any((2, 3), _F64), "learning_rate": _pos((1,)),
+                     "momentum": _any((2, 3), _F64), "scale_by_tensor": lambda r: np.array([1.5])},
+                    {"momentum_beta": 0.8, "epsilon": 1e-9, "lars_coefficient": 0.01, "weight_decay": 0.1,
+                     "scale": 0.5}, [], {"model", "momentum"}),
+    "lamb_update": ({"m": _any((2, 3), _F64), "v": lambda r: r.uniform(0.5, 1.0, (2, 3)),
+                     "beta1_t": lambda r: np.array([0.81]), "beta2_t": lambda r: np.array([0.998]),
+                     "model": _any((2, 3), _F64), "model_diff": _any((2, 3), _F64), "learning_rate": _pos((1,))},
+                    {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "weight_decay": 0.01, "l1": 0.01},
+                    [], {"m", "v", "beta1_t", "beta2_t", "model"}),
+    "adagrad_update": ({"model": _any((2, 3), _F64), "model_diff": _any((2, 3), _F64), "learning_rate": _pos((1,)),
+                        "train_step": lambda r: np.array([3], np.int64), "sum": lambda r: r.uniform(0.5, 2.0, (2, 3))},
+                       {"lr_decay": 0.1, "epsilon": 1e-10, "weight_decay": 0.05}, [], {"model", "sum"}),
+    "fused_tril_scale_softmax_mask_scale": ({"x": _any((2, 4, 5), _F64), "mask": _MASK((2, 4, 5))},
+                                            {"diagonal": 1, "tril_fill_value": -1e4, "tril_scale_value": 0.5,
+                                             "mask_scale_value": 2.0}, ["y", "softmax_y"]),
+    "fused_tril_scale_softmax_mask_scale_grad": ({"softmax_y": lambda r: r.dirichlet(np.ones(5), (2, 4)),
+                                                  "dy": _any((2, 4, 5), _F64), "mask": _MASK((2, 4, 5))},
+                                                 {"diagonal": 0, "tril_scale_value": 0.5, "mask_scale_value": 2.0}),
+    "fused_self_attention_query_mul_key_and_value": ({"hidden_states": _any((4, 2, 12), _F64)},
+                                                     {"head_size": 2, "alpha": 0.5}, ["query_mul_key", "value"]),
+    "fused_self_attention_query_mul_key_and_value_grad": ({"query_mul_key_grad": _any((2, 2, 4, 4), _F64),
+                                                           "value_grad": _any((2, 2, 4, 2), _F64),
+                                                           "hidden_states": _any((4, 2, 12), _F64)}, {"alpha": 0.5}),
+    # repeated ids add up; -1 and 5 are out of range (dropped); unnamed rows and their state keep their values
+    "indexed_slices_sgd_update": ({"model": _any((5, 3), _F64), "learning_rate": _pos((1,)),
+                                   "model_diff_indices": lambda r: np.array([[1, 3, 1], [-1, 5, 0]], np.int32),
+                                   "model_diff_values": _any((2, 3, 3), _F64)},
+                                  {"weight_decay": 0.1}, [], {"model"}),
+    "indexed_slices_momentum_update": ({"model": _any((5, 3), _F64), "momentum": _any((5, 3), _F64),
+                                        "model_diff_indices": lambda r: np.array([4, 2, 4, 7], np.int64),
+                                        "model_diff_values": _any((4, 3), _F64)},
+                                       {"learning_rate_val": 0.1, "beta": 0.8, "weight_decay": 0.01}, [],
+                                       {"model", "momentum"}),
+    "indexed_slices_adam_update": ({"model": _any((5, 2, 2), _F64), "learning_rate": _pos((1,)),
+                                    "model_diff_indices": lambda r: np.array([0, 3, 3], np.int32),
+                                    "model_diff_values": _any((3, 2, 2), _F64),
+                                    "bias_correction1": _pos((1,)), "bias_correction2": _pos((1,)),
+                                    "m": _any((5, 2, 2), _F64), "v": lambda r: r.uniform(0.5, 1.0, (5, 2, 2)),
+                                    "max_v": lambda r: r.uniform(0.5, 1.0, (5, 2, 2))},
+                                   {"amsgrad": True, "epsilon": 1e-8, "weight_decay": 0.01}, [],
+                                   {"model", "m", "v", "max_v"}),
+    "crop_mirror_normalize_from_uint8": ({"in": lambda r: r.integers(0, 256, (3, 5, 6, 3)).astype(np.uint8),
+                                          "mirror": lambda r: np.array([1, 0, 1], np.int8)},
+                                         {"mean": [120.0, 110.0, 100.0], "std": [58.0, 57.0, 59.0], "crop_h": 3,
+                                          "crop_w": 4, "crop_pos_x": 0.7, "crop_pos_y": 0.4}),
+})
+
 
 def _case(op_type):
     spec = CASES[op_type]
@@ -448,6 +573,7 @@ def _run(op_type, mode, arrays, attrs, outputs, variables):
 
 def _flow_dtype(np_dtype):
     return {np.dtype(np.float32): flow.float, np.dtype(np.float64): flow.double, np.dtype(np.int8): flow.int8,
+            np.dtype(np.uint8): flow.uint8,
             np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
 
 
@@ -468,8 +594,9 @@ def test_xla_rule_matches_the_kernel(op_type):
     arrays = {k: ([f(rng) for f in v] if isinstance(v, list) else v(rng)) for k, v in inputs.items()}
     if op_type in FED_BY:
         producer, producer_attrs, fed = FED_BY[op_type]
-        values, _ = _run(producer, "plan", {"x": arrays["x"]}, producer_attrs, ["y", "indices"], set())
-        arrays.update((arg, value) for arg, value in zip(["y", "indices"], values) if arg in fed)
+        made = [a.name for a in registry.lookup(producer).outputs]  # (y and the argmax indices)
+        values, _ = _run(producer, "plan", {"x": arrays["x"]}, producer_attrs, made, set())
+        arrays.update((arg, value) for arg, value in zip(made, values) if arg in fed)
     want = _run(op_type, "plan", arrays, attrs, outputs, variables)
     got = _run(op_type, "xla", arrays, attrs, outputs, variables)
     for name, w, g in zip(outputs, want[0], got[0]):

@@ -263,3 +263,41 @@ def test_use_xla_jit_draws_the_plans_decode_random_batches():
     assert (plan, xla) == ("plan", "xla")
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
     assert not np.allclose(got[0], got[1])  # a new batch each run
+
+
+def _amp_trained(config, steps=8):
+    """Per step: the loss and the dynamic loss-scaling state (scale, good-step counter,
+    train step) of the BERT-style block trained with float16 AMP, AdamW and dynamic loss
+    scaling (a scale of 2**18 overflows float16: the first steps are skipped)."""
+    flow.clear_default_session()
+    flow.manual_seed(7)
+    config.enable_auto_mixed_precision(True)
+    config.mixed_precision_data_type(flow.float16)
+
+    @flow.global_function(type="train", function_config=config)
+    def amp_train(x: tp.Numpy.Placeholder((2, 5, 8)), ids: tp.Numpy.Placeholder((2, 5), dtype=flow.int32),
+                  labels: tp.Numpy.Placeholder((2,), dtype=flow.int32)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, _block(x, ids)))
+            policy = flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=2.0 ** 18, increment_period=2)
+            flow.optimizer.AdamW(flow.optimizer.PiecewiseConstantScheduler([], [0.01]), weight_decay=0.01,
+                                 loss_scale_policy=policy).minimize(loss)
+        return loss
+    losses, states = [], []
+    for i in range(steps):
+        losses.append(float(amp_train(*_feeds(i))))
+        states.append({k: v.numpy().item() for k, v in flow.get_all_variables().items() if v.numpy().size == 1})
+    return losses, states, default_session().jobs["amp_train"]
+
+
+def test_use_xla_jit_trains_an_amp_job_with_dynamic_loss_scaling_as_without_it():
+    want_losses, want_states, _ = _amp_trained(flow.FunctionConfig())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the loss-scale schedule and assign_if_not have xla rules: no fallback
+        got_losses, got_states, compiled = _amp_trained(_config(use_xla_jit=True))
+    assert compiled.compile_mode == "xla" and compiled.fallback_reason is None
+    assert got_states == want_states  # the same steps skipped, the same scales: exactly
+    steps = [s for s in want_states[-1] if s.startswith("System-Train-TrainStep")]
+    assert 0 < want_states[-1][steps[0]] < len(want_states)  # some steps were skipped, some taken
+    # float16 kernels of two implementations: a few float16 roundings (2**-10) apart per step
+    np.testing.assert_allclose(got_losses, want_losses, rtol=16 * 2.0 ** -10)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops import onnx_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.registry import op
 
 LOSS_SCALE_MIN = 1.0
@@ -63,7 +63,22 @@ def _schedule_kernel(k):
     return run
 
 
+def _schedule_xla(k):
+    """The kernel's rule over jax arrays: ``(None, (new loss_scale, new good_step_counter))``."""
+    jnp = xla_rules.jnp()
+    period, mult = k.attr("increment_period"), k.attr("multiplier")
+
+    def run(count_not_finite, loss_scale, good_step_counter):
+        finite = count_not_finite == 0
+        counter = good_step_counter + 1
+        grow = finite & (counter >= period)
+        scale = jnp.where(grow, jnp.minimum(loss_scale * mult, LOSS_SCALE_MAX),
+                          jnp.where(finite, loss_scale, jnp.maximum(loss_scale / mult, LOSS_SCALE_MIN)))
+        return None, (scale.astype(loss_scale.dtype), jnp.where(finite & ~grow, counter, jnp.zeros_like(counter)))
+    return run
+
+
 op("dynamic_loss_scale_schedule", inputs=["count_not_finite", "loss_scale", "good_step_counter"], outputs=[],
    attrs={"increment_period": ("int64", 2000), "multiplier": ("float", 2.0)}, infer=_schedule_infer,
-   kernel=_schedule_kernel, no_grad=True, mutates=("loss_scale", "good_step_counter"),
+   kernel=_schedule_kernel, no_grad=True, xla=_schedule_xla, mutates=("loss_scale", "good_step_counter"),
    doc="dynamic loss scale update: grow after increment_period finite steps, shrink on overflow")

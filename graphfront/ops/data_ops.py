@@ -33,6 +33,7 @@ from graphfront.ofrecord import images as _img
 from graphfront.ofrecord.reader import Prefetcher, record_batches
 from graphfront.ofrecord.records import OFRecord, shard_paths
 from graphfront.ops import tensor_buffer_ops  # noqa: F401  (tensor_buffer_to_tensor and the other buffer ops)
+from graphfront.ops import xla_rules
 from graphfront.ops.registry import op
 
 #: batches a reader prepares ahead of the step
@@ -400,8 +401,28 @@ def _cmn_kernel(k):
     return cmn
 
 
+def _cmn_uint8_xla(k):
+    """The kernel's crop (a static window), left-right flip of the images whose ``mirror``
+    flag is set, and ``(x - mean) / std`` in float32, over a (N, H, W, C) uint8 array."""
+    jnp = xla_rules.jnp()
+    a = k.attrs
+    _, h, w, _ = k.input("in").shape
+    ch, cw = a["crop_h"] or h, a["crop_w"] or w
+    y0, x0 = int((h - ch) * a["crop_pos_y"]), int((w - cw) * a["crop_pos_x"])
+    mean, std = np.asarray(a["mean"], np.float32), np.asarray(a["std"], np.float32)
+    dtype = a["output_dtype"].np
+
+    def cmn(images, mirror):
+        out = images[:, y0:y0 + ch, x0:x0 + cw].astype(jnp.float32)
+        if mirror is not None:
+            out = jnp.where(mirror.reshape(-1, 1, 1, 1) != 0, out[:, :, ::-1], out)
+        out = (out - mean) / std
+        return (jnp.transpose(out, (0, 3, 1, 2)) if a["output_layout"] == "NCHW" else out).astype(dtype)
+    return cmn
+
+
 op("crop_mirror_normalize_from_uint8", inputs=["in", "mirror?"], outputs=["out"], attrs=CMN_ATTRS,
-   infer=_cmn_uint8_infer, kernel=_cmn_kernel, no_grad=True)
+   infer=_cmn_uint8_infer, kernel=_cmn_kernel, no_grad=True, xla=_cmn_uint8_xla)
 op("crop_mirror_normalize_from_tensorbuffer", inputs=["in", "mirror?"], outputs=["out"], attrs=CMN_ATTRS,
    infer=_cmn_buffer_infer, kernel=_cmn_kernel, no_grad=True, random=True)
 

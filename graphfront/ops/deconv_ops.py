@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from graphfront.ops.common import same_dtype
-from graphfront.ops.nn_ops import layout_for, torch_dilation
+from graphfront.ops import xla_rules
+from graphfront.ops.nn_ops import conv_xla_fn, layout_for, torch_dilation
 from graphfront.ops.onnx_rules import channels_first_io, to_channels_first
 from graphfront.ops.registry import op
 
@@ -83,6 +84,20 @@ def _deconv_kernel(n):
     return make
 
 
+def _deconv_xla(n):
+    """The data gradient of the convolution this op transposes (same attrs, ``weight``
+    as its filter), taken at an output-shaped zero input."""
+    def make(k):
+        import jax
+        conv = conv_xla_fn(k, n)
+        out = k.output("out")
+
+        def deconv(x, w):
+            return jax.vjp(lambda z: conv(z, w), xla_rules.jnp().zeros(out.shape, out.dtype.np))[1](x)[0]
+        return deconv
+    return make
+
+
 def _deconv_grad(n):
     def grad(g):
         dy = g.dout("out")
@@ -121,4 +136,5 @@ def _deconv_onnx(n):
 for _n in (1, 2, 3):
     op(f"deconv{_n}d", inputs=["in", "weight"], outputs=["out"], attrs=DECONV_ATTRS, infer=_deconv_infer(_n),
        kernel=_deconv_kernel(_n), grad=_deconv_grad(_n), onnx=_deconv_onnx(_n),
+       xla=_deconv_xla(_n),
        doc=f"{_n}-D transposed convolution (the data gradient of conv{_n}d as a forward op)")

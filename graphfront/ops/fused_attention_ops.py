@@ -220,6 +220,31 @@ def _tril_softmax_grad_kernel(k):
     return fused_tril_scale_softmax_mask_scale_grad
 
 
+def _tril_softmax_xla(k):
+    jnp = xla_rules.jnp()
+    diagonal, fill = k.attr("diagonal"), k.attr("tril_fill_value")
+    scale, mask_scale = k.attr("tril_scale_value"), k.attr("mask_scale_value")
+    keep = np.tril(np.ones(tuple(k.input("x").shape[-2:]), dtype=bool), diagonal)
+
+    def fused_tril_scale_softmax_mask_scale(x, mask):
+        t = jnp.where(keep, x * scale, jnp.array(fill, x.dtype))
+        softmax_y = xla_rules.jnp_fn("nn.softmax")(t.astype(xla_rules.opmath(x.dtype)), axis=-1).astype(x.dtype)
+        return softmax_y * mask.astype(x.dtype) * mask_scale, softmax_y
+    return fused_tril_scale_softmax_mask_scale
+
+
+def _tril_softmax_grad_xla(k):
+    jnp = xla_rules.jnp()
+    diagonal, scale, mask_scale = k.attr("diagonal"), k.attr("tril_scale_value"), k.attr("mask_scale_value")
+    keep = np.tril(np.ones(tuple(k.input("dy").shape[-2:]), dtype=bool), diagonal)
+
+    def fused_tril_scale_softmax_mask_scale_grad(softmax_y, dy, mask):
+        d_soft = dy * mask.astype(dy.dtype) * mask_scale
+        d_t = softmax_y * (d_soft - (d_soft * softmax_y).sum(axis=-1, keepdims=True))
+        return jnp.where(keep, d_t * scale, jnp.zeros((), dy.dtype))
+    return fused_tril_scale_softmax_mask_scale_grad
+
+
 def _tril_softmax_grad(g):
     if g.needs("x"):
         g.set_grad("x", g.emit("fused_tril_scale_softmax_mask_scale_grad",
@@ -252,11 +277,11 @@ op("fused_tril_scale_softmax_mask_scale", inputs=["x", "mask"], outputs=["y", "s
    attrs={"diagonal": ("int64", 0), "tril_fill_value": ("float", 0.0), "tril_scale_value": ("float", 1.0),
           "mask_scale_value": ("float", 1.0)},
    infer=_tril_softmax_infer, kernel=_tril_softmax_kernel, grad=_tril_softmax_grad,
-   onnx=_fused_tril_scale_softmax_mask_scale_onnx,
+   onnx=_fused_tril_scale_softmax_mask_scale_onnx, xla=_tril_softmax_xla,
    doc="softmax over the last axis of tril(x * scale, fill), then * mask * mask_scale_value", amp="gray")
 op("fused_tril_scale_softmax_mask_scale_grad", inputs=["softmax_y", "dy", "mask"], outputs=["dx"],
    attrs={"diagonal": ("int64", 0), "tril_scale_value": ("float", 1.0), "mask_scale_value": ("float", 1.0)},
-   infer=_tril_softmax_grad_infer, kernel=_tril_softmax_grad_kernel,
+   infer=_tril_softmax_grad_infer, kernel=_tril_softmax_grad_kernel, xla=_tril_softmax_grad_xla,
    doc="gradient of fused_tril_scale_softmax_mask_scale with respect to x")
 
 
@@ -311,6 +336,38 @@ def _self_attention_grad_kernel(k):
     return fused_self_attention_query_mul_key_and_value_grad
 
 
+def _split_qkv_xla(h, head_size):
+    seq, batch, heads = _qkv_heads(h.shape, head_size)
+    parts = xla_rules.jnp().transpose(h.reshape(seq, batch, heads, 3, head_size), (3, 1, 2, 0, 4))
+    return parts[0], parts[1], parts[2]
+
+
+def _self_attention_xla(k):
+    jnp, highest = xla_rules.jnp(), xla_rules.lax().Precision.HIGHEST
+    head_size, alpha = k.attr("head_size"), k.attr("alpha")
+
+    def fused_self_attention_query_mul_key_and_value(h):
+        q, key, v = _split_qkv_xla(h, head_size)
+        return jnp.matmul(q, jnp.swapaxes(key, -1, -2), precision=highest) * alpha, v
+    return fused_self_attention_query_mul_key_and_value
+
+
+def _self_attention_grad_xla(k):
+    jnp, highest = xla_rules.jnp(), xla_rules.lax().Precision.HIGHEST
+    alpha = k.attr("alpha")
+    seq, batch, hidden = k.input("hidden_states").shape
+    head_size = k.input("value_grad").shape[-1]
+    heads = hidden // (3 * head_size)
+
+    def fused_self_attention_query_mul_key_and_value_grad(dqk, dv, h):
+        q, key, _ = _split_qkv_xla(h, head_size)
+        dq = jnp.matmul(dqk, key, precision=highest) * alpha
+        dk = jnp.matmul(jnp.swapaxes(dqk, -1, -2), q, precision=highest) * alpha
+        grads = jnp.stack([dq, dk, dv], axis=0)  # (3, batch, heads, seq, hs)
+        return jnp.transpose(grads, (3, 1, 2, 0, 4)).reshape(seq, batch, heads * 3 * head_size)
+    return fused_self_attention_query_mul_key_and_value_grad
+
+
 def _self_attention_grad(g):
     if not g.needs("hidden_states"):
         return
@@ -350,11 +407,12 @@ def _fused_self_attention_query_mul_key_and_value_onnx(c):
 op("fused_self_attention_query_mul_key_and_value", inputs=["hidden_states"], outputs=["query_mul_key", "value"],
    attrs={"head_size": ("int64", 0), "alpha": ("float", 1.0)}, infer=_self_attention_infer,
    kernel=_self_attention_kernel, grad=_self_attention_grad,
-   onnx=_fused_self_attention_query_mul_key_and_value_onnx,
+   onnx=_fused_self_attention_query_mul_key_and_value_onnx, xla=_self_attention_xla,
    doc="alpha * q @ k^T and v of packed (seq, batch, heads*3*head_size) hidden states", amp="white")
 op("fused_self_attention_query_mul_key_and_value_grad",
    inputs=["query_mul_key_grad", "value_grad", "hidden_states"], outputs=["hidden_states_grad"],
    attrs={"alpha": ("float", 1.0)}, infer=_self_attention_grad_infer, kernel=_self_attention_grad_kernel,
+   xla=_self_attention_grad_xla,
    doc="gradient of fused_self_attention_query_mul_key_and_value with respect to hidden_states")
 
 

@@ -325,24 +325,6 @@ def _fused_pool_grad_kernel(n):
     return make
 
 
-def _first_max(a, b):
-    """Reducer of (value, position) pairs: the larger value; on a tie the lower position.
-    (A module-level function, so jax traces it once, not once per pool.)"""
-    jnp = xla_rules.jnp()
-    take_b = (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
-    return jnp.where(take_b, b[0], a[0]), jnp.where(take_b, b[1], a[1])
-
-
-def _to_first_xla(x, n):
-    """channels_last -> channels_first for a rank ``n + 2`` array."""
-    return xla_rules.jnp().transpose(x, (0, n + 1) + tuple(range(1, n + 1)))
-
-
-def _to_last_xla(x, n):
-    """channels_first -> channels_last for a rank ``n + 2`` array."""
-    return xla_rules.jnp().transpose(x, (0,) + tuple(range(2, n + 2)) + (1,))
-
-
 def _fused_pool_xla(n):
     """``(y, indices)``: each window's maximum and the flat position of its first maximum
     (row-major) in the padded (N, C) plane, as ``max_pool*_with_indices`` returns them."""
@@ -357,16 +339,16 @@ def _fused_pool_xla(n):
         relu = k.attr("relu")
 
         def fused_tf_max_pool(x):
-            xf = x if first else _to_first_xla(x, n)
+            xf = x if first else xla_rules.to_channels_first(x, n)
             xf = jnp.pad(xf, [(0, 0), (0, 0)] + list(pads), constant_values=-jnp.inf)
             plane = math.prod(padded)
             pos = jnp.broadcast_to(jnp.arange(plane, dtype=jnp.int64).reshape(padded), xf.shape)
             y, idx = lax.reduce_window((xf, pos), (jnp.array(-jnp.inf, xf.dtype), jnp.array(plane, jnp.int64)),
-                                       _first_max, window, strides, "VALID")
+                                       xla_rules.first_max, window, strides, "VALID")
             if relu:
                 y = jnp.maximum(y, 0)
             if not first:
-                y, idx = _to_last_xla(y, n), _to_last_xla(idx, n)
+                y, idx = xla_rules.to_channels_last(y, n), xla_rules.to_channels_last(idx, n)
             return y, idx
         return fused_tf_max_pool
     return make
@@ -375,30 +357,22 @@ def _fused_pool_xla(n):
 def _fused_pool_grad_xla(n):
     """``dy`` added at the ``indices`` of the padded plane, then the pads cropped."""
     def make(k):
-        jnp, lax = xla_rules.jnp(), xla_rules.lax()
+        jnp = xla_rules.jnp()
         first = k.attr("data_format") == "channels_first"
         x_shape = tuple(k.input("x").shape)
         cf = x_shape if first else (x_shape[0], x_shape[-1]) + x_shape[1:-1]
         _, pads = pool_geometry(cf[2:], k.attrs)
         padded = tuple(s + b + a for s, (b, a) in zip(cf[2:], pads))
-        plane = math.prod(padded)
         crop = tuple(slice(b, b + s) for s, (b, a) in zip(cf[2:], pads))
         relu = k.attr("relu_grad")
-        planes = cf[0] * cf[1]
-        scatter_dims = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
-                                                   scatter_dims_to_operand_dims=(0,))
 
         def fused_tf_max_pool_grad(x, y, indices, dy):
             if relu:
                 dy = jnp.where(y > 0, dy, 0)
             if not first:
-                dy, indices = _to_first_xla(dy, n), _to_first_xla(indices, n)
-            # one scatter-add over all planes, at each plane's offset plus its (in-bounds) indices
-            at = indices.reshape(planes, -1) + lax.broadcasted_iota(indices.dtype, (planes, 1), 0) * plane
-            flat = lax.scatter_add(jnp.zeros((planes * plane,), dy.dtype), at.reshape(-1, 1), dy.reshape(-1),
-                                   scatter_dims, mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
-            dx = flat.reshape(cf[:2] + padded)[(slice(None), slice(None)) + crop]
-            return dx if first else _to_last_xla(dx, n)
+                dy, indices = xla_rules.to_channels_first(dy, n), xla_rules.to_channels_first(indices, n)
+            dx = xla_rules.scatter_add_planes(dy, indices, cf[:2] + padded)[(slice(None), slice(None)) + crop]
+            return dx if first else xla_rules.to_channels_last(dx, n)
         return fused_tf_max_pool_grad
     return make
 

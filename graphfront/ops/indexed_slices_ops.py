@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from graphfront.ops import optimizer_ops as dense
+from graphfront.ops import optimizer_ops as dense, xla_rules
 from graphfront.ops.registry import ArgDef, op
 
 _IDX = ["model", "model_diff_indices", "model_diff_values", "learning_rate?"]
@@ -76,21 +76,52 @@ def _kernel(step, inputs, state):
     return make
 
 
-def _sparse_update(op_type, extra_inputs, attrs, state, step, doc):
+def _xla(xla_step, inputs, state):
+    """The dense rule on every row, with the values of equal ids summed into their row (ids
+    out of range dropped), kept only on the rows some id names: the same values as the
+    kernel's update of the named rows alone (each formula is row-wise), in static shapes."""
+    names = [ArgDef.parse(s).name for s in inputs]
+
+    def make(k):
+        jnp = xla_rules.jnp()
+        apply = xla_step(k)
+        lr_val = k.attrs.get("learning_rate_val", 0.0)
+        model_shape = tuple(k.input("model").shape)
+
+        def run(*values):
+            args = dict(zip(names, values))
+            model = args["model"]
+            ids = args["model_diff_indices"].reshape(-1).astype(jnp.int64)
+            ids = jnp.where(ids >= 0, ids, model_shape[0])  # (a negative id is dropped, not counted from the end)
+            vals = args["model_diff_values"].reshape((ids.shape[0],) + model_shape[1:]).astype(model.dtype)
+            g = jnp.zeros(model_shape, model.dtype).at[ids].add(vals, mode="drop")
+            named = jnp.zeros(model_shape[:1], bool).at[ids].set(True, mode="drop")
+            lr = args.get("learning_rate")
+            new = apply(model, g, lr_val if lr is None else lr.reshape(()), args)
+            keep = named.reshape(model_shape[:1] + (1,) * (len(model_shape) - 1))
+            return None, tuple(jnp.where(keep, new[a], args[a]) if a in new else None
+                               for a in ("model",) + tuple(state))
+        return run
+    return make
+
+
+def _sparse_update(op_type, extra_inputs, attrs, state, step, xla_step, doc):
     inputs = _IDX + extra_inputs
     op(op_type, inputs=inputs, outputs=[], attrs={"learning_rate_val": ("float", 0.0), **attrs},
-       infer=_infer(state), kernel=_kernel(step, inputs, state), no_grad=True,
+       infer=_infer(state), kernel=_kernel(step, inputs, state), no_grad=True, xla=_xla(xla_step, inputs, state),
        mutates=("model",) + tuple(state), host_reads=True, doc=doc)  # (unique ids: a size read on the host)
 
 
 _sparse_update("indexed_slices_sgd_update", [], {"weight_decay": ("float", 0.0)}, (), dense._sgd_step,
+               dense._sgd_xla_step,
                "sgd_update on the rows named by model_diff_indices")
 _sparse_update("indexed_slices_momentum_update", ["momentum"],
                {"weight_decay": ("float", 0.0), "beta": ("float", 0.9)}, ("momentum",), dense._momentum_step,
+               dense._momentum_xla_step,
                "momentum_update on the rows named by model_diff_indices (their momentum only)")
 _sparse_update("indexed_slices_adam_update", ["bias_correction1?", "bias_correction2?", "m", "v", "max_v"],
                {"bias_correction1_val": ("float", 1.0), "bias_correction2_val": ("float", 1.0),
                 "beta1": ("float", 0.9), "beta2": ("float", 0.999), "epsilon": ("float", 1e-8),
                 "weight_decay": ("float", 0.0), "amsgrad": ("bool", False), "do_bias_correction": ("bool", True)},
-               ("m", "v", "max_v"), dense._adam_step,
+               ("m", "v", "max_v"), dense._adam_step, dense._adam_xla_step,
                "adam_update on the rows named by model_diff_indices (their m, v and max_v only): lazy Adam")

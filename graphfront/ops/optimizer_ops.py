@@ -331,6 +331,22 @@ def _rmsprop_step(k):
     return apply
 
 
+def _rmsprop_xla_step(k):
+    rsqrt = xla_rules.lax().rsqrt
+    centered, eps, decay, wd = k.attr("centered"), k.attr("epsilon"), k.attr("decay_rate"), k.attr("weight_decay")
+
+    def apply(model, g, lr, args):
+        ms = args["mean_square"] * decay + g * g * (1.0 - decay)
+        new = {"mean_square": ms}
+        denom = ms
+        if centered:
+            mg = new["mean_gradient"] = args["mean_gradient"] * decay + g * (1.0 - decay)
+            denom = ms - mg * mg
+        new["model"] = model - (lr * g * rsqrt(denom + eps) + _decay(model, lr, wd))
+        return new
+    return apply
+
+
 def _rmsprop_check(ctx):
     ctx.check(not ctx.attr("centered") or ctx.has_input("mean_gradient"),
               "attr 'centered' is true but input 'mean_gradient' is missing")
@@ -340,7 +356,7 @@ update_op("rmsprop_update", ["model", "model_diff"] + LR_INPUTS + ["mean_square"
           {**LR_VAL, "scale": ("double", 1.0), "l1": ("float", 0.0), "l2": ("float", 0.0),
            "centered": ("bool", False), "epsilon": ("float", 0.0), "decay_rate": ("float", 0.99),
            "weight_decay": ("float", 0.0)},
-          state=("mean_square", "mean_gradient"), step=_rmsprop_step, check=_rmsprop_check,
+          state=("mean_square", "mean_gradient"), step=_rmsprop_step, check=_rmsprop_check, xla_step=_rmsprop_xla_step,
           doc="RMSProp, epsilon inside the square root (see module docstring)")
 
 
@@ -361,10 +377,25 @@ def _lars_step(k):
     return apply
 
 
+def _lars_xla_step(k):
+    jnp = xla_rules.jnp()
+    beta, eps, coeff, wd = (k.attr("momentum_beta"), k.attr("epsilon"), k.attr("lars_coefficient"),
+                            k.attr("weight_decay"))
+
+    def apply(model, g, lr, args):
+        w_norm, g_norm = jnp.linalg.norm(model.reshape(-1)), jnp.linalg.norm(g.reshape(-1))
+        trust = jnp.where((w_norm > 0) & (g_norm > 0), coeff * w_norm / (eps + g_norm + wd * w_norm),
+                          jnp.ones_like(w_norm))
+        mom = args["momentum"] * beta - lr * trust * (g + wd * model if wd else g)
+        return {"momentum": mom, "model": model + mom}
+    return apply
+
+
 update_op("lars_update", ["model", "model_diff", "learning_rate", "momentum", "scale_by_tensor?", "skip_if?"],
           {"scale": ("double", 1.0), "l1": ("float", 0.0), "l2": ("float", 0.0), "momentum_beta": ("float", 0.9),
            "epsilon": ("float", 0.0), "lars_coefficient": ("float", 0.0001), "weight_decay": ("float", 0.0)},
-          state=("momentum",), step=_lars_step, doc="LARS with momentum (see module docstring)")
+          state=("momentum",), step=_lars_step, xla_step=_lars_xla_step,
+          doc="LARS with momentum (see module docstring)")
 
 
 # --------------------------------------------------------------------------- LAMB
@@ -386,11 +417,27 @@ def _lamb_step(k):
     return apply
 
 
+def _lamb_xla_step(k):
+    jnp = xla_rules.jnp()
+    b1, b2, eps, wd = k.attr("beta1"), k.attr("beta2"), k.attr("epsilon"), k.attr("weight_decay")
+
+    def apply(model, g, lr, args):
+        b1_t, b2_t = args["beta1_t"], args["beta2_t"]
+        m = args["m"] * b1 + g * (1.0 - b1)
+        v = args["v"] * b2 + g * g * (1.0 - b2)
+        r = (m / (1.0 - b1_t)) / (jnp.sqrt(v / (1.0 - b2_t)) + eps)
+        u = r + wd * model if wd else r
+        w_norm, u_norm = jnp.linalg.norm(model.reshape(-1)), jnp.linalg.norm(u.reshape(-1))
+        trust = jnp.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, jnp.ones_like(w_norm))
+        return {"m": m, "v": v, "model": model - lr * trust * u, "beta1_t": b1_t * b1, "beta2_t": b2_t * b2}
+    return apply
+
+
 update_op("lamb_update", ["m", "v", "beta1_t", "beta2_t", "model", "model_diff", "learning_rate",
                           "scale_by_tensor?", "skip_if?"],
           {"beta1": ("float", 0.0), "beta2": ("float", 0.0), "epsilon": ("float", 0.0), "scale": ("double", 1.0),
            "l1": ("float", 0.0), "l2": ("float", 0.0), "weight_decay": ("float", 0.0)},
-          state=("m", "v"), scalar_state=("beta1_t", "beta2_t"), step=_lamb_step,
+          state=("m", "v"), scalar_state=("beta1_t", "beta2_t"), step=_lamb_step, xla_step=_lamb_xla_step,
           doc="LAMB (see module docstring)")
 
 
@@ -412,11 +459,27 @@ def _adagrad_step(k):
     return apply
 
 
+def _adagrad_xla_step(k):
+    jnp = xla_rules.jnp()
+    eps, lr_decay, wd, step_val = k.attr("epsilon"), k.attr("lr_decay"), k.attr("weight_decay"), \
+        k.attr("train_step_val")
+
+    def apply(model, g, lr, args):
+        step = args.get("train_step")
+        lr_dtype = lr.dtype if hasattr(lr, "dtype") else jnp.float32
+        done = step.reshape(()).astype(lr_dtype) if step is not None else float(step_val - 1)
+        lr_t = lr / (1.0 + done * lr_decay)
+        total = args["sum"] + g * g
+        return {"sum": total, "model": model - (lr_t * g / (jnp.sqrt(total) + eps) + _decay(model, lr_t, wd))}
+    return apply
+
+
 update_op("adagrad_update", ["model", "model_diff"] + LR_INPUTS + ["train_step?", "sum"],
           {"train_step_val": ("int32", 0), **LR_VAL, "scale": ("double", 1.0), "l1": ("float", 0.0),
            "l2": ("float", 0.0), "lr_decay": ("float", 0.0), "weight_decay": ("float", 0.0),
            "epsilon": ("float", 0.0)},
-          state=("sum",), step=_adagrad_step, doc="Adagrad with lr_decay (see module docstring)")
+          state=("sum",), step=_adagrad_step, xla_step=_adagrad_xla_step,
+          doc="Adagrad with lr_decay (see module docstring)")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -464,8 +527,21 @@ def _assign_cond(when_nonzero):
     return run
 
 
+def _assign_cond_xla(when_nonzero):
+    def make(k):
+        jnp = xla_rules.jnp()
+
+        def run(ref, value, condition):
+            hit = condition.reshape(()) != 0
+            return None, (jnp.where(hit if when_nonzero else ~hit, value, ref),)
+        return run
+    return make
+
+
 # assign_if / assign_if_not (oneflow/user/kernels/assign_if_kernel.cpp): ref = value when condition != 0 / == 0
 op("assign_if", inputs=["ref", "value", "condition"], outputs=[], infer=_assign_cond_infer,
-   kernel=lambda k: _assign_cond(True), no_grad=True, mutates=("ref",))
+   kernel=lambda k: _assign_cond(True), no_grad=True, mutates=("ref",),
+   xla=_assign_cond_xla(True))
 op("assign_if_not", inputs=["ref", "value", "condition"], outputs=[], infer=_assign_cond_infer,
-   kernel=lambda k: _assign_cond(False), no_grad=True, mutates=("ref",))
+   kernel=lambda k: _assign_cond(False), no_grad=True, mutates=("ref",),
+   xla=_assign_cond_xla(False))

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
+from graphfront.ops import xla_rules
 from graphfront.ops.common import vjp
 from graphfront.ops.onnx_rules import channels_first_io, int64s, np_dtype
 from graphfront.ops.registry import op
@@ -286,19 +287,124 @@ def _avgpool_onnx(n):
     return convert
 
 
+# ------------------------------------------------------------------ xla rules of maxpool / avgpool
+
+def _pool_geometry_xla(k, n):
+    """(channels_first shape of x, output spatial sizes, (begin, end) pads per spatial dim)
+    of a PyTorch-style pool: ``end`` pads (or, negative, crops) up to the last window kept."""
+    first = k.attr("data_format") == "channels_first"
+    shape = tuple(k.input("x").shape)
+    cf = shape if first else (shape[0], shape[-1]) + shape[1:-1]
+    ks, s, p = k.attr("kernel_size"), k.attr("stride"), k.attr("padding")
+    d = k.attrs.get("dilation") or [1] * n
+    out = [pool_out_size(cf[2 + i], ks[i], p[i], s[i], d[i], k.attr("ceil_mode")) for i in range(n)]
+    pads = [(p[i], (out[i] - 1) * s[i] + d[i] * (ks[i] - 1) + 1 - cf[2 + i] - p[i]) for i in range(n)]
+    return cf, out, pads
+
+
+def _maxpool_xla(n):
+    """``(y, indice)``: each window's maximum and the flat position of its first maximum
+    (row-major) in the input's (N, C) plane; pads hold -inf at a position past the plane,
+    so an input element wins every tie with them (as torch's kernel)."""
+    def make(k):
+        import math
+        jnp, lax = xla_rules.jnp(), xla_rules.lax()
+        first = k.attr("data_format") == "channels_first"
+        cf, _, pads = _pool_geometry_xla(k, n)
+        plane = math.prod(cf[2:])
+        window = (1, 1) + tuple(k.attr("kernel_size"))
+        strides = (1, 1) + tuple(k.attr("stride"))
+        dilation = (1, 1) + tuple(k.attr("dilation"))
+        padding = [(0, 0), (0, 0)] + pads
+
+        def maxpool(x):
+            xf = x if first else xla_rules.to_channels_first(x, n)
+            pos = jnp.broadcast_to(jnp.arange(plane, dtype=jnp.int64).reshape(cf[2:]), xf.shape)
+            xf = lax.pad(xf, jnp.array(-jnp.inf, xf.dtype), [(b, e, 0) for b, e in padding])
+            pos = lax.pad(pos, jnp.array(plane, jnp.int64), [(b, e, 0) for b, e in padding])
+            y, idx = lax.reduce_window((xf, pos), (jnp.array(-jnp.inf, xf.dtype), jnp.array(plane, jnp.int64)),
+                                       xla_rules.first_max, window, strides, "VALID", window_dilation=dilation)
+            if not first:
+                y, idx = xla_rules.to_channels_last(y, n), xla_rules.to_channels_last(idx, n)
+            return y, idx
+        return maxpool
+    return make
+
+
+def _maxpool_grad_xla(n):
+    """``dy`` added at ``indice`` of each (N, C) plane of ``x``."""
+    def make(k):
+        first = k.attr("data_format") == "channels_first"
+        x_shape = tuple(k.input("x").shape)
+        cf = x_shape if first else (x_shape[0], x_shape[-1]) + x_shape[1:-1]
+
+        def maxpool_grad(x, y, indice, dy):
+            if not first:
+                dy, indice = xla_rules.to_channels_first(dy, n), xla_rules.to_channels_first(indice, n)
+            dx = xla_rules.scatter_add_planes(dy, indice, cf)
+            return dx if first else xla_rules.to_channels_last(dx, n)
+        return maxpool_grad
+    return make
+
+
+def _avgpool_xla_fn(n, k):
+    """avgpool over a jax array in the op's data_format: window sums over zero padding
+    divided by PyTorch's divisor of each position (divisor_override, or the window clipped
+    to the padded input with count_include_pad, else to the input)."""
+    jnp, lax = xla_rules.jnp(), xla_rules.lax()
+    first = k.attr("data_format") == "channels_first"
+    cf, out, pads = _pool_geometry_xla(k, n)
+    ks, s, p = k.attr("kernel_size"), k.attr("stride"), k.attr("padding")
+    dv, include_pad = k.attr("divisor_override"), k.attr("count_include_pad")
+    dtype = xla_rules.opmath(k.input("x").dtype.np)
+    if dv:
+        divisor = np.array(dv, dtype=dtype)
+    else:
+        divisor = np.ones([1, 1] + list(out))
+        for i in range(n):
+            view = [1] * (n + 2)
+            view[i + 2] = out[i]
+            divisor = divisor * _avg_divisors_onnx(cf[2 + i], out[i], ks[i], s[i], p[i], include_pad).reshape(view)
+        divisor = divisor.astype(dtype)
+    window, strides = (1, 1) + tuple(ks), (1, 1) + tuple(s)
+    padding = [(0, 0, 0), (0, 0, 0)] + [(b, e, 0) for b, e in pads]
+
+    def avgpool(x):
+        xf = (x if first else xla_rules.to_channels_first(x, n)).astype(dtype)
+        total = lax.reduce_window(lax.pad(xf, jnp.array(0, xf.dtype), padding), 0.0, lax.add, window, strides,
+                                  "VALID")
+        y = (total / divisor).astype(x.dtype)
+        return y if first else xla_rules.to_channels_last(y, n)
+    return avgpool
+
+
+def _avgpool_xla(n):
+    return lambda k: _avgpool_xla_fn(n, k)
+
+
+def _avgpool_grad_xla(n):
+    def make(k):
+        import jax
+        fn = _avgpool_xla_fn(n, k)
+        return lambda x, y, dy: jax.vjp(fn, x)[1](dy)[0]
+    return make
+
+
 for _n in (1, 2, 3):
     _t = f"maxpool_{_n}d"
     op(_t, inputs=["x"], outputs=["y", "indice"], attrs=MAXPOOL_ATTRS, infer=_pool_infer(_n, "max"),
        kernel=_maxpool_kernel(_n), grad=_maxpool_grad_maker(_t), sbp=_sbp.batch(), onnx=_maxpool_onnx(_n),
+       xla=_maxpool_xla(_n),
        doc=f"{_n}-D max pooling (PyTorch semantics) with the int64 argmax 'indice'")
     op(f"{_t}_grad", inputs=["x", "y", "indice", "dy"], outputs=["dx"], attrs=MAXPOOL_ATTRS,
-       infer=_grad_like_x, kernel=_maxpool_grad_kernel(_n), sbp=_sbp.batch())
+       infer=_grad_like_x, kernel=_maxpool_grad_kernel(_n), sbp=_sbp.batch(), xla=_maxpool_grad_xla(_n))
     _t = f"avgpool_{_n}d"
     op(_t, inputs=["x"], outputs=["y"], attrs=AVGPOOL_ATTRS, infer=_pool_infer(_n, "avg"),
        kernel=_avgpool_kernel(_n), grad=_avgpool_grad_maker(_t), sbp=_sbp.batch(), onnx=_avgpool_onnx(_n),
+       xla=_avgpool_xla(_n),
        doc=f"{_n}-D average pooling (PyTorch semantics: count_include_pad, divisor_override)")
     op(f"{_t}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=AVGPOOL_ATTRS, infer=_grad_like_x,
-       kernel=_avgpool_grad_kernel(_n), sbp=_sbp.batch())
+       kernel=_avgpool_grad_kernel(_n), sbp=_sbp.batch(), xla=_avgpool_grad_xla(_n))
 
 
 # ------------------------------------------------------------------ adaptive_avg_pool
@@ -325,6 +431,42 @@ def _adaptive_fn(n, k):
     size = size * n if len(size) == 1 else size
     pool = _ADAPTIVE[n]
     return lambda x: pool(x, size)
+
+
+def _adaptive_xla_fn(n, k):
+    """adaptive_avg_pool over a jax array: per spatial dim, a 0/1 matrix sums each window
+    [floor(i n / out), ceil((i + 1) n / out)); the sums are divided by the window sizes."""
+    jnp, lax = xla_rules.jnp(), xla_rules.lax()
+    shape, out = tuple(k.input("x").shape), list(k.attr("output_size"))
+    out = out * n if len(out) == 1 else out
+    acc = xla_rules.opmath(k.input("x").dtype.np)
+    sums, counts = [], np.ones(out)
+    for i, (size, o) in enumerate(zip(shape[2:], out)):
+        starts = [j * size // o for j in range(o)]
+        stops = [-(-(j + 1) * size // o) for j in range(o)]
+        m = np.zeros((size, o))
+        for j, (a, b) in enumerate(zip(starts, stops)):
+            m[a:b, j] = 1.0
+        sums.append(m.astype(acc))
+        view = [1] * n
+        view[i] = o
+        counts = counts * np.array([b - a for a, b in zip(starts, stops)], dtype=np.float64).reshape(view)
+    counts = counts.astype(acc)
+
+    def adaptive_avg_pool(x):
+        y = x.astype(acc)
+        for i, m in enumerate(sums):  # sum along spatial dim i, kept in place
+            y = jnp.moveaxis(jnp.tensordot(y, m, axes=[[2 + i], [0]], precision=lax.Precision.HIGHEST), -1, 2 + i)
+        return (y / counts).astype(x.dtype)
+    return adaptive_avg_pool
+
+
+def _adaptive_grad_xla(n):
+    def make(k):
+        import jax
+        fn = _adaptive_xla_fn(n, k)
+        return lambda x, dy: jax.vjp(fn, x)[1](dy)[0]
+    return make
 
 
 def _adaptive_grad_kernel(n):
@@ -355,12 +497,13 @@ for _n in (1, 2, 3):
     _t = f"adaptive_avg_pool{_n}d"
     op(_t, inputs=["x"], outputs=["y"], attrs={"output_size": "list_int64"}, infer=_adaptive_infer(_n),
        kernel=lambda k, n=_n: _adaptive_fn(n, k), onnx=_adaptive_avg_pool_onnx(_n),
+       xla=lambda k, n=_n: _adaptive_xla_fn(n, k),
        grad=lambda g, t=_t: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
            f"{t}_grad", {"x": g.input("x"), "dy": g.dout("y")}, {"output_size": g.attr("output_size")})),
        doc=f"{_n}-D adaptive average pooling of channels_first input to 'output_size' "
            "(window i spans [floor(i n / out), ceil((i + 1) n / out)))")
     op(f"{_t}_grad", inputs=["x", "dy"], outputs=["dx"], attrs={"output_size": "list_int64"},
-       infer=_grad_like_x, kernel=_adaptive_grad_kernel(_n))
+       infer=_grad_like_x, kernel=_adaptive_grad_kernel(_n), xla=_adaptive_grad_xla(_n))
 
 
 # ------------------------------------------------------------------ upsample
@@ -396,6 +539,64 @@ def _upsample_fn(k):
     return _layout(fn, 2, k.attr("data_format") == "channels_first")
 
 
+def _upsample_sources(k, size, out, scale):
+    """Static source positions of an upsample along one spatial dim, in the CPU kernel's
+    arithmetic (float32 for float32/float16 inputs, float64 for float64); a dim whose size
+    does not change is copied. Nearest: ``min(floor(dst * (1 / scale)), size - 1)``;
+    bilinear: ``(lo, hi, w_lo, w_hi)`` of the source ``dst * (size - 1) / (out - 1)``
+    (align_corners) or ``max((dst + 0.5) / scale - 0.5, 0)``, ``lo`` its floor (at most
+    ``size - 1``), ``hi`` the next position inside the input, ``w_hi`` in [0, 1]."""
+    acc = xla_rules.opmath(k.input("x").dtype.np).type
+    dst = np.arange(out).astype(acc)
+    nearest = k.attr("interpolation") == "nearest"
+    if out == size:
+        same = np.arange(out, dtype=np.int64)
+        return same if nearest else (same, same, np.ones(out, acc), np.zeros(out, acc))
+    if nearest:
+        return np.minimum(np.floor(dst * acc(1.0 / scale)).astype(np.int64), size - 1)
+    if k.attr("align_corners"):
+        src = dst * (acc(size - 1) / acc(out - 1)) if out > 1 else np.zeros(out, acc)
+    else:
+        src = np.maximum(acc(1.0 / scale) * (dst + acc(0.5)) - acc(0.5), acc(0))
+    lo = np.minimum(np.floor(src).astype(np.int64), size - 1)
+    hi = lo + (lo < size - 1)
+    w_hi = np.clip(src - lo.astype(acc), acc(0), acc(1)).astype(acc)
+    return lo, hi, (acc(1) - w_hi).astype(acc), w_hi
+
+
+def _upsample_xla(k):
+    """upsample by gathers at the static source positions (:func:`_upsample_sources`);
+    bilinear as the kernel: ``w_lo_h (w_lo_w x00 + w_hi_w x01) + w_hi_h (w_lo_w x10 + w_hi_w x11)``."""
+    jnp = xla_rules.jnp()
+    first = k.attr("data_format") == "channels_first"
+    shape = tuple(k.input("x").shape)
+    h, w = _spatial(shape, first)
+    oh, ow = int(h * k.attr("height_scale")), int(w * k.attr("width_scale"))
+    ha, wa = (2, 3) if first else (1, 2)
+    dtype = xla_rules.opmath(k.input("x").dtype.np)
+    rows = _upsample_sources(k, h, oh, k.attr("height_scale"))
+    cols = _upsample_sources(k, w, ow, k.attr("width_scale"))
+    if k.attr("interpolation") == "nearest":
+        return lambda x: jnp.take(jnp.take(x, rows, axis=ha), cols, axis=wa)
+    hview, wview = [1] * 4, [1] * 4
+    hview[ha], wview[wa] = oh, ow
+    h_lo, h_hi = (wt.reshape(hview).astype(dtype) for wt in rows[2:])
+    w_lo, w_hi = (wt.reshape(wview).astype(dtype) for wt in cols[2:])
+
+    def upsample(x):
+        xa = x.astype(dtype)
+        top, bottom = jnp.take(xa, rows[0], axis=ha), jnp.take(xa, rows[1], axis=ha)
+        row = lambda t: w_lo * jnp.take(t, cols[0], axis=wa) + w_hi * jnp.take(t, cols[1], axis=wa)  # noqa: E731
+        return (h_lo * row(top) + h_hi * row(bottom)).astype(x.dtype)
+    return upsample
+
+
+def _upsample_grad_xla(k):
+    import jax
+    fn = _upsample_xla(k)
+    return lambda dy, x: jax.vjp(fn, x)[1](dy)[0]
+
+
 def _upsample_grad_kernel(k):
     fn = _upsample_fn(k)
 
@@ -421,9 +622,9 @@ def _upsample_onnx(c):
 
 
 op("upsample", inputs=["x"], outputs=["y"], attrs=UPSAMPLE_ATTRS, infer=_upsample_infer, kernel=_upsample_fn,
-   onnx=_upsample_onnx,
+   onnx=_upsample_onnx, xla=_upsample_xla,
    grad=lambda g: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
        "upsample_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)),
    doc="2-D nearest/bilinear upsampling by (height_scale, width_scale); output size int(n * scale)")
 op("upsample_grad", inputs=["dy", "x"], outputs=["dx"], attrs=UPSAMPLE_ATTRS, infer=_upsample_grad_infer,
-   kernel=_upsample_grad_kernel)
+   kernel=_upsample_grad_kernel, xla=_upsample_grad_xla)

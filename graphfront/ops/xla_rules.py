@@ -39,6 +39,13 @@ def gelu_grad(x, dy):
     return (dy * (cdf + x * pdf)).astype(dtype)
 
 
+def opmath(dtype):
+    """The type torch's kernels compute a ``dtype`` array in: float32 for float16 and
+    bfloat16 (rounded once at the end), else ``dtype`` itself."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.name in ("float16", "bfloat16") else dtype
+
+
 def jnp_fn(name):
     """A ``jax.numpy`` (or, as ``"lax.<name>"``, ``jax.lax``; as ``"nn.<name>"``, ``jax.nn``)
     function by name; a callable ``name`` is that function itself."""
@@ -162,3 +169,42 @@ def check_ids(ids, size, error):
     lowered (:class:`StepChecks`); outside one (a rule run on its own) it does nothing."""
     if _CHECKS and ids.size:
         _CHECKS[-1].add(ids, size, error)
+
+
+# ---------------------------------------------------------------- pooling helpers
+
+def first_max(a, b):
+    """Reducer of (value, position) pairs for ``lax.reduce_window``, as torch's max pools
+    (``val > max || isnan(val)`` in row-major order): a NaN wins, the last NaN among NaNs;
+    else the larger value, on a tie the lower position. (A module-level function, so jax
+    traces it once, not once per pool.)"""
+    jnp_ = jnp()
+    a_nan, b_nan = jnp_.isnan(a[0]), jnp_.isnan(b[0])
+    take_b = jnp_.where(a_nan | b_nan, b_nan & (~a_nan | (b[1] > a[1])),
+                        (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] < a[1])))
+    return jnp_.where(take_b, b[0], a[0]), jnp_.where(take_b, b[1], a[1])
+
+
+def to_channels_first(x, n):
+    """channels_last -> channels_first for a rank ``n + 2`` array."""
+    return jnp().transpose(x, (0, n + 1) + tuple(range(1, n + 1)))
+
+
+def to_channels_last(x, n):
+    """channels_first -> channels_last for a rank ``n + 2`` array."""
+    return jnp().transpose(x, (0,) + tuple(range(2, n + 2)) + (1,))
+
+
+def scatter_add_planes(dy, indices, shape):
+    """``dx`` of channels_first ``shape`` (N, C, spatial...): each ``dy`` element added at its
+    ``indices`` entry, a flat row-major position inside its own (N, C) plane (max-pool
+    gradients); one scatter-add over all planes."""
+    import math
+    lax_, jnp_ = lax(), jnp()
+    planes, plane = shape[0] * shape[1], math.prod(shape[2:])
+    dims = lax_.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
+                                        scatter_dims_to_operand_dims=(0,))
+    at = indices.reshape(planes, -1) + lax_.broadcasted_iota(indices.dtype, (planes, 1), 0) * plane
+    flat = lax_.scatter_add(jnp_.zeros((planes * plane,), dy.dtype), at.reshape(-1, 1), dy.reshape(-1), dims,
+                            mode=lax_.GatherScatterMode.PROMISE_IN_BOUNDS)
+    return flat.reshape(shape)

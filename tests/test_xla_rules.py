@@ -373,6 +373,20 @@ for _name in ("pow", "atan2"):
         CASES[f"{_name}_{_side}_grad"] = ({"x": _x, "y": _any((2, 3)), "dz": _any((2, 3))}, {})
 CASES["sigmoid"] = ({"in": _any((2, 3))}, {})
 CASES["sigmoid_grad"] = ({"y": _unit((2, 3)), "dy": _any((2, 3))}, {})
+_IDS = lambda lo, hi, shape: (lambda r: r.integers(lo, hi, shape).astype(np.int32))  # noqa: E731
+CASES.update({  # index ops: ids outside the range give zeros / add nothing (the dim_* ops check them)
+    "gather_nd": ({"params": _any((4, 3, 2), _F64), "indices": _IDS(-1, 5, (5, 2))}, {}),
+    "dim_gather": ({"input": _any((3, 4), _F64), "index": _IDS(0, 3, (2, 3))}, {"dim": 0}),
+    "dim_scatter_add_like": ({"like": _any((3, 4), _F64), "index": _IDS(0, 4, (2, 3)), "src": _any((2, 3), _F64)},
+                             {"dim": 1}),
+    "scatter_nd": ({"indices": _IDS(-1, 5, (5, 1)), "updates": _any((5, 3), _F64)}, {"shape": (4, 3)}),
+    "scatter_nd_like": ({"like": _any((4, 3, 2), _F64), "indices": _IDS(-1, 4, (3, 2)),
+                         "updates": _any((3, 2), _F64)}, {}),
+    "tensor_scatter_nd_add": ({"params": _any((4, 3), _F64), "updates": _any((5, 3), _F64),
+                               "indices": _IDS(-1, 5, (5, 1))}, {}),
+    "tensor_scatter_nd_update": ({"params": _any((4, 3), _F64), "updates": _any((5, 3), _F64),  # (no duplicate)
+                                  "indices": lambda r: r.permutation([-1, 0, 2, 3, 5]).reshape(5, 1)}, {}),
+})
 
 
 # quantization-aware training: the observers and fake quantization (affine per channel, and

@@ -389,6 +389,23 @@ CASES.update({  # index ops: ids outside the range give zeros / add nothing (the
 })
 
 
+def _ties(shape):  # (float64) few distinct values, an inf and a NaN: ties and NaN ordering
+    def draw(r):
+        a = r.integers(-2, 3, shape).astype(np.float64)
+        a.flat[r.choice(a.size, 2, replace=False)] = [np.inf, np.nan]
+        return a
+    return draw
+
+
+CASES.update({  # ties in index order, NaN the largest (as torch.sort)
+    "sort": ({"in": _ties((3, 7))}, {"direction": "DESCENDING"}),
+    "arg_sort": ({"in": _ties((3, 7))}, {"direction": "ASCENDING"}),
+    "top_k": ({"in": _ties((3, 7))}, {"k": 4}),
+    "in_top_k": ({"targets": _IDS(0, 6, (5,)), "predictions": lambda r: r.integers(0, 3, (5, 6)).astype(np.float32)},
+                 {"k": 2}),
+})
+
+
 # quantization-aware training: the observers and fake quantization (affine per channel, and
 # symmetric per layer with a moving min/max updated in training)
 CASES.update({

@@ -404,6 +404,17 @@ CASES.update({  # ties in index order, NaN the largest (as torch.sort)
     "in_top_k": ({"targets": _IDS(0, 6, (5,)), "predictions": lambda r: r.integers(0, 3, (5, 6)).astype(np.float32)},
                  {"k": 2}),
 })
+_NLL_T = lambda r: r.choice([-100, 0, 1, 2, 3, 4], 6).astype(np.int64)  # noqa: E731 - ignore_index -100 among them
+_P = lambda shape: (lambda r: r.uniform(0.05, 0.95, shape))  # noqa: E731 - (float64) probabilities
+CASES.update({
+    "nll": ({"input": _any((6, 5), _F64), "target": _NLL_T, "weight": _P((5,))}, {"ignore_index": -100}),
+    "nll_grad": ({"input": _any((6, 5), _F64), "target": _NLL_T, "total_weight": _P((1,)), "dy": _any((6,), _F64)},
+                 {"ignore_index": -100}),
+})
+for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
+    CASES[_t] = ({"prediction": _P((4, 6)), "label": _labels((4,), 6)}, {"depth": 6})
+    CASES[f"{_t}_grad"] = ({"prediction": _P((4, 6)), "label": _labels((4,), 6), "dy": _any((4,), _F64)},
+                           {"depth": 6})
 
 
 # quantization-aware training: the observers and fake quantization (affine per channel, and

@@ -415,6 +415,21 @@ for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
     CASES[_t] = ({"prediction": _P((4, 6)), "label": _labels((4,), 6)}, {"depth": 6})
     CASES[f"{_t}_grad"] = ({"prediction": _P((4, 6)), "label": _labels((4,), 6), "dy": _any((4,), _F64)},
                            {"depth": 6})
+def _padded(shape, padding):
+    return shape[:len(shape) - len(padding) // 2] + tuple(
+        shape[-1 - i] + padding[2 * i] + padding[2 * i + 1] for i in reversed(range(len(padding) // 2)))
+
+
+_PADS = {1: [2, 1], 2: [1, 0, 2, 1], 3: [0, 1, 2, 1, 1, 0]}
+for _n in (1, 2, 3):
+    _shape = (2, 3) + (3,) * _n
+    _attrs = {"padding": _PADS[_n], "floating_value": -1.5, "integral_value": 0}
+    CASES[f"constant_pad{_n}d"] = ({"x": _any(_shape, _F64)}, _attrs)
+    CASES[f"constant_pad{_n}d_grad"] = ({"dy": _any(_padded(_shape, _PADS[_n]), _F64)}, _attrs)
+CASES["constant_pad2d"] = ({"x": _any((2, 3, 3, 3), np.int32)}, {"padding": [1, 0, 2, 1], "integral_value": 7})
+for _name in ("reflection_pad2d", "replication_pad2d"):  # pads of 2: rows/columns reflected or replicated twice
+    CASES[_name] = ({"x": _any((2, 3, 3, 4), _F64)}, {"padding": [2, 1, 2, 0]})
+    CASES[f"{_name}_grad"] = ({"dy": _any((2, 3, 5, 7), _F64)}, {"padding": [2, 1, 2, 0]})
 
 
 # quantization-aware training: the observers and fake quantization (affine per channel, and

@@ -430,6 +430,21 @@ CASES["constant_pad2d"] = ({"x": _any((2, 3, 3, 3), np.int32)}, {"padding": [1, 
 for _name in ("reflection_pad2d", "replication_pad2d"):  # pads of 2: rows/columns reflected or replicated twice
     CASES[_name] = ({"x": _any((2, 3, 3, 4), _F64)}, {"padding": [2, 1, 2, 0]})
     CASES[f"{_name}_grad"] = ({"dy": _any((2, 3, 5, 7), _F64)}, {"padding": [2, 1, 2, 0]})
+CASES.update({  # the framework test ops
+    "ccrelu": ({"in": _any((2, 3), _F64)}, {}),
+    "ccrelu_grad": ({"y": _any((2, 3), _F64), "dy": _any((2, 3), _F64)}, {}),
+    "cpu_only_relu_test": ({"in": _any((2, 3))}, {}),
+    "TestReshape": ({"in": _any((2, 6))}, {"shape": (3, 4)}),
+    "TestSource": ({}, {}),
+    "TestSourceMultiGpuFixedOutNum": ({}, {"out_num": 4}),
+    "TestMultiOutputOrder": ({"in": _any((2, 3), np.int32)}, {}),
+    "TestMultiInput": ({"x1": _any((2, 3)), "x2": _any((2, 3))}, {}),
+    "TestMultiInputGrad": ({"x1": _any((2, 3)), "x2": _any((2, 3), _F64), "y_diff": _any((2, 3))}, {}),
+    "TestDataTypeAttr": ({"in": _any((2, 3), _F64)}, {"output_type": flow.int32}),
+    "TestListDataTypeAndListShapeAndListStringAttr": ({"in": _any((2,))}, {
+        "out_shapes": [(2, 3), (4,)], "out_types": [flow.int32, flow.double], "string_list": ["a"]}, ["out", "out"]),
+    "test_user_op_attr_auto_type": ({"in": _any((2, 3))}, {"int1": 1, "int2": 2}),
+})
 
 
 # quantization-aware training: the observers and fake quantization (affine per channel, and

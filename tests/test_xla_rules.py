@@ -445,6 +445,14 @@ CASES.update({  # the framework test ops
         "out_shapes": [(2, 3), (4,)], "out_types": [flow.int32, flow.double], "string_list": ["a"]}, ["out", "out"]),
     "test_user_op_attr_auto_type": ({"in": _any((2, 3))}, {"int1": 1, "int2": 2}),
 })
+CASES.update({  # (the conditions assign: the harness checks that the variable moved)
+    "assign_if": ({"ref": _any((2, 3)), "value": _any((2, 3)), "condition": lambda r: np.array([3], np.int32)}, {},
+                  [], {"ref"}),
+    "assign_if_not": ({"ref": _any((2, 3)), "value": _any((2, 3)), "condition": lambda r: np.array([0], np.int8)}, {},
+                      [], {"ref"}),
+    "l1_l2_regularize_gradient": ({"model": _with_zeros((3, 4)), "model_diff": _any((3, 4), _F64)},
+                                  {"l1": 0.1, "l2": 0.01}),
+})
 
 
 # quantization-aware training: the observers and fake quantization (affine per channel, and

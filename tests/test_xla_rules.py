@@ -453,6 +453,7 @@ CASES.update({  # (the conditions assign: the harness checks that the variable m
     "l1_l2_regularize_gradient": ({"model": _with_zeros((3, 4)), "model_diff": _any((3, 4), _F64)},
                                   {"l1": 0.1, "l2": 0.01}),
 })
+CASES["cast_to_static_shape"] = ({"input": _any((2, 3), _F64)}, {})
 
 
 # quantization-aware training: the observers and fake quantization (affine per channel, and

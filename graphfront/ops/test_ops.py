@@ -157,7 +157,8 @@ def _multi_input_grad(g):
 
 
 op("TestMultiInput", inputs=["x1", "x2"], outputs=["y"], infer=_multi_input_infer,
-   kernel=lambda k: (lambda x1, x2: x1.clone()), xla=lambda k: (lambda x1, x2: x1), grad=_multi_input_grad, doc="y = x1 (framework test op)")
+   kernel=lambda k: (lambda x1, x2: x1.clone()), xla=lambda k: (lambda x1, x2: x1), grad=_multi_input_grad,
+   doc="y = x1 (framework test op)")
 op("TestMultiInputGrad", inputs=["x1", "x2", "y_diff"], outputs=["x1_diff", "x2_diff"],
    infer=lambda ctx: (ctx.set_output("x1_diff", ctx.input("x1").shape, ctx.input("x1").dtype),
                       ctx.set_output("x2_diff", ctx.input("x2").shape, ctx.input("x2").dtype)),

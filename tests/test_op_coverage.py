@@ -105,16 +105,8 @@ NO_XLA = {
 }
 
 PENDING_XLA = (
-    "TestDataTypeAttr", "TestListDataTypeAndListShapeAndListStringAttr", "TestMultiInput", "TestMultiInputGrad",
-    "TestMultiOutputOrder", "TestReshape", "TestSource", "TestSourceMultiGpuFixedOutNum", "acc", "arg_sort",
-    "cast_to_static_shape", "ccrelu", "ccrelu_grad", "constant_pad1d", "constant_pad1d_grad", "constant_pad2d",
-    "constant_pad2d_grad", "constant_pad3d", "constant_pad3d_grad", "cpu_only_relu_test", "ctc_greedy_decoder",
-    "ctc_loss", "ctc_loss_grad", "dim_gather", "dim_scatter_add_like", "gather_nd", "in_top_k",
-    "indexed_slices_reduce_sum", "l1_l2_regularize_gradient", "nll", "nll_grad", "pack", "reflection_pad2d",
-    "reflection_pad2d_grad", "repeat", "replication_pad2d", "replication_pad2d_grad", "scatter_nd",
-    "scatter_nd_like", "sort", "sparse_cross_entropy", "sparse_cross_entropy_grad", "sparse_cross_entropy_ms",
-    "sparse_cross_entropy_ms_grad", "ssp_variable_proxy", "tensor_scatter_nd_add", "tensor_scatter_nd_update",
-    "test_user_op_attr_auto_type", "top_k", "unpack",
+    "acc", "ctc_greedy_decoder", "ctc_loss", "ctc_loss_grad", "indexed_slices_reduce_sum", "pack", "repeat",
+    "ssp_variable_proxy", "unpack",
 )
 
 NO_ONNX = {

@@ -373,6 +373,87 @@ for _name in ("pow", "atan2"):
         CASES[f"{_name}_{_side}_grad"] = ({"x": _x, "y": _any((2, 3)), "dz": _any((2, 3))}, {})
 CASES["sigmoid"] = ({"in": _any((2, 3))}, {})
 CASES["sigmoid_grad"] = ({"y": _unit((2, 3)), "dy": _any((2, 3))}, {})
+_IDS = lambda lo, hi, shape: (lambda r: r.integers(lo, hi, shape).astype(np.int32))  # noqa: E731
+CASES.update({  # index ops: ids outside the range give zeros / add nothing (the dim_* ops check them)
+    "gather_nd": ({"params": _any((4, 3, 2), _F64), "indices": _IDS(-1, 5, (5, 2))}, {}),
+    "dim_gather": ({"input": _any((3, 4), _F64), "index": _IDS(0, 3, (2, 3))}, {"dim": 0}),
+    "dim_scatter_add_like": ({"like": _any((3, 4), _F64), "index": _IDS(0, 4, (2, 3)), "src": _any((2, 3), _F64)},
+                             {"dim": 1}),
+    "scatter_nd": ({"indices": _IDS(-1, 5, (5, 1)), "updates": _any((5, 3), _F64)}, {"shape": (4, 3)}),
+    "scatter_nd_like": ({"like": _any((4, 3, 2), _F64), "indices": _IDS(-1, 4, (3, 2)),
+                         "updates": _any((3, 2), _F64)}, {}),
+    "tensor_scatter_nd_add": ({"params": _any((4, 3), _F64), "updates": _any((5, 3), _F64),
+                               "indices": _IDS(-1, 5, (5, 1))}, {}),
+    "tensor_scatter_nd_update": ({"params": _any((4, 3), _F64), "updates": _any((5, 3), _F64),  # (no duplicate)
+                                  "indices": lambda r: r.permutation([-1, 0, 2, 3, 5]).reshape(5, 1)}, {}),
+})
+
+
+def _ties(shape):  # (float64) few distinct values, an inf and a NaN: ties and NaN ordering
+    def draw(r):
+        a = r.integers(-2, 3, shape).astype(np.float64)
+        a.flat[r.choice(a.size, 2, replace=False)] = [np.inf, np.nan]
+        return a
+    return draw
+
+
+CASES.update({  # ties in index order, NaN the largest (as torch.sort)
+    "sort": ({"in": _ties((3, 7))}, {"direction": "DESCENDING"}),
+    "arg_sort": ({"in": _ties((3, 7))}, {"direction": "ASCENDING"}),
+    "top_k": ({"in": _ties((3, 7))}, {"k": 4}),
+    "in_top_k": ({"targets": _IDS(0, 6, (5,)), "predictions": lambda r: r.integers(0, 3, (5, 6)).astype(np.float32)},
+                 {"k": 2}),
+})
+_NLL_T = lambda r: r.choice([-100, 0, 1, 2, 3, 4], 6).astype(np.int64)  # noqa: E731 - ignore_index -100 among them
+_P = lambda shape: (lambda r: r.uniform(0.05, 0.95, shape))  # noqa: E731 - (float64) probabilities
+CASES.update({
+    "nll": ({"input": _any((6, 5), _F64), "target": _NLL_T, "weight": _P((5,))}, {"ignore_index": -100}),
+    "nll_grad": ({"input": _any((6, 5), _F64), "target": _NLL_T, "total_weight": _P((1,)), "dy": _any((6,), _F64)},
+                 {"ignore_index": -100}),
+})
+for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
+    CASES[_t] = ({"prediction": _P((4, 6)), "label": _labels((4,), 6)}, {"depth": 6})
+    CASES[f"{_t}_grad"] = ({"prediction": _P((4, 6)), "label": _labels((4,), 6), "dy": _any((4,), _F64)},
+                           {"depth": 6})
+def _padded(shape, padding):
+    return shape[:len(shape) - len(padding) // 2] + tuple(
+        shape[-1 - i] + padding[2 * i] + padding[2 * i + 1] for i in reversed(range(len(padding) // 2)))
+
+
+_PADS = {1: [2, 1], 2: [1, 0, 2, 1], 3: [0, 1, 2, 1, 1, 0]}
+for _n in (1, 2, 3):
+    _shape = (2, 3) + (3,) * _n
+    _attrs = {"padding": _PADS[_n], "floating_value": -1.5, "integral_value": 0}
+    CASES[f"constant_pad{_n}d"] = ({"x": _any(_shape, _F64)}, _attrs)
+    CASES[f"constant_pad{_n}d_grad"] = ({"dy": _any(_padded(_shape, _PADS[_n]), _F64)}, _attrs)
+CASES["constant_pad2d"] = ({"x": _any((2, 3, 3, 3), np.int32)}, {"padding": [1, 0, 2, 1], "integral_value": 7})
+for _name in ("reflection_pad2d", "replication_pad2d"):  # pads of 2: rows/columns reflected or replicated twice
+    CASES[_name] = ({"x": _any((2, 3, 3, 4), _F64)}, {"padding": [2, 1, 2, 0]})
+    CASES[f"{_name}_grad"] = ({"dy": _any((2, 3, 5, 7), _F64)}, {"padding": [2, 1, 2, 0]})
+CASES.update({  # the framework test ops
+    "ccrelu": ({"in": _any((2, 3), _F64)}, {}),
+    "ccrelu_grad": ({"y": _any((2, 3), _F64), "dy": _any((2, 3), _F64)}, {}),
+    "cpu_only_relu_test": ({"in": _any((2, 3))}, {}),
+    "TestReshape": ({"in": _any((2, 6))}, {"shape": (3, 4)}),
+    "TestSource": ({}, {}),
+    "TestSourceMultiGpuFixedOutNum": ({}, {"out_num": 4}),
+    "TestMultiOutputOrder": ({"in": _any((2, 3), np.int32)}, {}),
+    "TestMultiInput": ({"x1": _any((2, 3)), "x2": _any((2, 3))}, {}),
+    "TestMultiInputGrad": ({"x1": _any((2, 3)), "x2": _any((2, 3), _F64), "y_diff": _any((2, 3))}, {}),
+    "TestDataTypeAttr": ({"in": _any((2, 3), _F64)}, {"output_type": flow.int32}),
+    "TestListDataTypeAndListShapeAndListStringAttr": ({"in": _any((2,))}, {
+        "out_shapes": [(2, 3), (4,)], "out_types": [flow.int32, flow.double], "string_list": ["a"]}, ["out", "out"]),
+    "test_user_op_attr_auto_type": ({"in": _any((2, 3))}, {"int1": 1, "int2": 2}),
+})
+CASES.update({  # (the conditions assign: the harness checks that the variable moved)
+    "assign_if": ({"ref": _any((2, 3)), "value": _any((2, 3)), "condition": lambda r: np.array([3], np.int32)}, {},
+                  [], {"ref"}),
+    "assign_if_not": ({"ref": _any((2, 3)), "value": _any((2, 3)), "condition": lambda r: np.array([0], np.int8)}, {},
+                      [], {"ref"}),
+    "l1_l2_regularize_gradient": ({"model": _with_zeros((3, 4)), "model_diff": _any((3, 4), _F64)},
+                                  {"l1": 0.1, "l2": 0.01}),
+})
+CASES["cast_to_static_shape"] = ({"input": _any((2, 3), _F64)}, {})
 
 
 # quantization-aware training: the observers and fake quantization (affine per channel, and

@@ -148,15 +148,16 @@ def test_use_tensorrt_on_a_train_job_runs_the_plan_and_says_why():
 
 def test_use_xla_jit_with_an_op_without_an_xla_rule_runs_the_plan_and_names_the_op():
     @flow.global_function(type="predict", function_config=_config(use_xla_jit=True))
-    def sorted_job(x: tp.Numpy.Placeholder((2, 5))) -> tp.Numpy:
-        return flow.sort(x) * 2.0
-    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
-    with pytest.warns(UserWarning, match=r"job 'sorted_job': use_xla_jit\(True\) runs the plan .*"
-                                         r"op type\(s\) without an xla rule: sort"):
-        got = sorted_job(x)
-    compiled = default_session().jobs["sorted_job"]
-    assert compiled.compile_mode == "plan" and "sort" in compiled.fallback_reason
-    np.testing.assert_array_equal(got, np.sort(x, axis=-1) * 2.0)
+    def unique_job(x: tp.Numpy.Placeholder((6,), dtype=flow.int32)) -> tp.Numpy:
+        _, idx, _, _ = flow.experimental.unique_with_counts(x)
+        return idx * 2
+    x = np.array([3, 1, 3, 2, 1, 5], np.int32)
+    with pytest.warns(UserWarning, match=r"job 'unique_job': use_xla_jit\(True\) runs the plan .*"
+                                         r"op type\(s\) without an xla rule: unique_with_counts"):
+        got = unique_job(x)
+    compiled = default_session().jobs["unique_job"]
+    assert compiled.compile_mode == "plan" and "unique_with_counts" in compiled.fallback_reason
+    np.testing.assert_array_equal(got, np.unique(x, return_inverse=True)[1] * 2)
 
 
 def test_use_xla_jit_on_two_devices_runs_the_plan_and_says_why():

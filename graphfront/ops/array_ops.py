@@ -824,6 +824,37 @@ def _padnd_grad_kernel(mode):
 CONSTANT_PAD_ATTRS = {"padding": "list_int64", "floating_value": ("double", 0.0), "integral_value": ("int64", 0)}
 
 
+def _padnd_xla_fn(k, mode, rank, value=0):
+    """``x -> jnp.pad(x)`` for attr ``padding`` (torch's order) on an input of ``rank``; torch's
+    "reflect" is numpy's, its "replicate" numpy's "edge"."""
+    p = list(k.attr("padding"))
+    n = len(p) // 2
+    widths = [(0, 0)] * (rank - n) + [(p[2 * (n - 1 - i)], p[2 * (n - 1 - i) + 1]) for i in range(n)]
+    if mode == "constant":
+        return lambda x: xla_rules.jnp().pad(x, widths, constant_values=value)
+    return lambda x: xla_rules.jnp().pad(x, widths, mode={"reflect": "reflect", "replicate": "edge"}[mode])
+
+
+def _padnd_xla(mode):
+    def make(k):
+        x = k.input("x")
+        value = _pad_value(x.dtype, k.attr("floating_value"), k.attr("integral_value")) if mode == "constant" else 0
+        return _padnd_xla_fn(k, mode, len(x.shape), value)
+    return make
+
+
+def _padnd_grad_xla(mode):
+    def make(k):
+        pad = _padnd_xla_fn(k, mode, len(k.input("dy").shape))
+        shape = tuple(k.output("dx").shape)
+
+        def padnd_grad(dy):  # (the pad is linear: its vjp at zeros)
+            import jax
+            return jax.vjp(pad, xla_rules.jnp().zeros(shape, dy.dtype))[1](dy)[0]
+        return padnd_grad
+    return make
+
+
 def _padnd_onnx(mode):
     """constant_padNd / reflection_pad2d / replication_pad2d: ``padding`` in
     torch.nn.functional.pad's order (last dim first, (before, after) pairs);
@@ -842,10 +873,11 @@ def _padnd_onnx(mode):
 def _padnd_family(name, n, mode, attrs):
     op(name, inputs=["x"], outputs=["y"], attrs=attrs, infer=_padnd_infer(n, mode), kernel=_padnd_kernel(mode),
        onnx=_padnd_onnx({"reflect": "reflect", "replicate": "edge"}.get(mode, mode)),
+       xla=_padnd_xla(mode),
        grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
            f"{name}_grad", {"dy": g.dout("y")}, {a: g.attr(a) for a in attrs})))
     op(f"{name}_grad", inputs=["dy"], outputs=["dx"], attrs=attrs, infer=_padnd_grad_infer(n),
-       kernel=_padnd_grad_kernel(mode))
+       kernel=_padnd_grad_kernel(mode), xla=_padnd_grad_xla(mode))
 
 
 for _n in (1, 2, 3):

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpCheckError
+from graphfront.ops import xla_rules
 from graphfront.ops.common import broadcast_shape, numel, reduce_to
 from graphfront.ops.onnx_rules import int64s, nonzero
 from graphfront.ops.registry import op
@@ -177,17 +178,28 @@ op("indexed_slices_reduce_sum", inputs=["x_indices", "x_values"], outputs=["y_in
 
 # ------------------------------------------------------------------ cast_to_static_shape
 
-def _cast_to_static_kernel(k):
-    shape = tuple(k.input("input").shape)
-
+def _to_static(shape, pad_end):
+    """``x -> x`` zero-padded at the end of each dim to ``shape``; ``pad_end(x, grow)`` pads
+    ``x`` by ``grow[d]`` zeros at the end of each dim d (torch or jax.numpy)."""
     def cast_to_static_shape(x):
         if tuple(x.shape) == shape:
             return x
         if any(have > want for have, want in zip(x.shape, shape)):  # (a fed blob may exceed a dim, not the size)
-            return F.pad(x.reshape(-1), (0, numel(shape) - x.numel())).reshape(shape)
-        pads = [p for have, want in zip(reversed(x.shape), reversed(shape)) for p in (0, want - have)]
-        return F.pad(x, pads)
+            return pad_end(x.reshape(-1), [numel(shape) - numel(x.shape)]).reshape(shape)
+        return pad_end(x, [want - have for have, want in zip(x.shape, shape)])
     return cast_to_static_shape
+
+
+def _cast_to_static_kernel(k):
+    return _to_static(tuple(k.input("input").shape),
+                      lambda x, grow: F.pad(x, [p for g in reversed(grow) for p in (0, g)]))
+
+
+def _cast_to_static_xla(k):
+    """As the kernel: every value of a lowered step has a static shape, so only a fed array
+    smaller than its blob (a dynamic placeholder) is padded, at trace time."""
+    return _to_static(tuple(k.input("input").shape),
+                      lambda x, grow: xla_rules.jnp().pad(x, [(0, g) for g in grow]))
 
 
 def _cast_to_static_shape_onnx(c):
@@ -201,7 +213,7 @@ def _cast_to_static_shape_onnx(c):
 
 op("cast_to_static_shape", inputs=["input"], outputs=["output"],
    infer=lambda ctx: ctx.set_output("output", ctx.input("input").shape, ctx.input("input").dtype, is_dynamic=False),
-   kernel=_cast_to_static_kernel, onnx=_cast_to_static_shape_onnx,
+   kernel=_cast_to_static_kernel, onnx=_cast_to_static_shape_onnx, xla=_cast_to_static_xla,
    grad=lambda g: g.set_grad("input", g.emit("identity", {"in": g.dout("output")})),
    doc="the same blob with a static shape (zero-padded when the run-time blob is smaller)", amp="clear")
 

@@ -420,6 +420,33 @@ def _nd_linear(shape, idx):
     return torch.where(valid, ids, torch.zeros_like(ids)), valid, acc
 
 
+def _nd_linear_xla(shape, idx):
+    """The jax form of :func:`_nd_linear` (static shapes)."""
+    jnp = xla_rules.jnp()
+    k = idx.shape[-1]
+    count = numel(idx.shape[:-1])
+    rows = numel(shape[:k])
+    if k == 0:
+        return jnp.zeros(count, "int64"), jnp.ones(count, bool), rows
+    idx = idx.reshape(count, k).astype("int64")
+    valid = ((idx >= 0) & (idx < np.asarray(shape[:k], np.int64))).all(axis=1)
+    strides = np.cumprod((1,) + tuple(shape[1:k])[::-1])[::-1].astype(np.int64)
+    ids = (idx * strides).sum(axis=1)
+    return jnp.where(valid, ids, 0), valid, rows
+
+
+def _gather_nd_xla(k):
+    shape = tuple(k.input("params").shape)
+    out_shape = tuple(k.output("out").shape)
+
+    def gather_nd(params, idx):
+        jnp = xla_rules.jnp()
+        ids, valid, rows = _nd_linear_xla(shape, idx)
+        got = params.reshape(rows, numel(shape[idx.shape[-1]:]))[ids]
+        return jnp.where(valid[:, None], got, jnp.zeros((), params.dtype)).reshape(out_shape)
+    return gather_nd
+
+
 def _gather_nd_infer(ctx):
     params, idx = ctx.input("params"), integer_input(ctx, "indices")
     k = _nd_geometry(ctx, params.shape, idx, "input 'params'")
@@ -448,7 +475,7 @@ def _gather_nd_onnx(c):
 
 
 op("gather_nd", inputs=["params", "indices"], outputs=["out"], infer=_gather_nd_infer, kernel=_gather_nd_kernel,
-   onnx=_gather_nd_onnx,
+   onnx=_gather_nd_onnx, xla=_gather_nd_xla,
    grad=lambda g: g.needs("params") and g.set_grad("params", g.emit(
        "scatter_nd_like", {"like": g.input("params"), "indices": g.input("indices"), "updates": g.dout("out")})))
 
@@ -475,6 +502,31 @@ def _scatter_add_fn(mode):
             out[ids[valid]] = src[valid]
         return out.reshape(shape)
     return scatter
+
+
+def _scatter_xla_fn(mode):
+    """The jax form of :func:`_scatter_add_fn` (static shapes). Among duplicate indices which
+    update a "set" writes is unspecified, as in the kernel."""
+    def scatter(base, idx, updates):
+        jnp = xla_rules.jnp()
+        shape = base.shape
+        ids, valid, rows = _nd_linear_xla(shape, idx)
+        cols = numel(shape[idx.shape[-1]:])
+        out = base.reshape(rows, cols)
+        src = updates.reshape(ids.shape[0], cols)
+        if mode == "add":
+            out = out.at[ids].add(jnp.where(valid[:, None], src, jnp.zeros((), src.dtype)))
+        else:  # (rows out of range go past the end: dropped)
+            out = out.at[jnp.where(valid, ids, rows)].set(src, mode="drop")
+        return out.reshape(shape)
+    return scatter
+
+
+def _into_zeros_xla(shape_of):
+    """scatter_nd(_like)'s rule: ``updates`` added into zeros of shape ``shape_of(*args)``; the
+    last two args are ``(indices, updates)``."""
+    fn = _scatter_xla_fn("add")
+    return lambda *args: fn(xla_rules.jnp().zeros(shape_of(*args), args[-1].dtype), args[-2], args[-1])
 
 
 def _scatter_nd_infer(ctx):
@@ -529,6 +581,7 @@ _scatter_nd_onnx = _scatter_nd_add_onnx(None, lambda c: c.attr("shape"))
 
 op("scatter_nd", inputs=["indices", "updates"], outputs=["out"], attrs={"shape": "shape"},
    infer=_scatter_nd_infer, kernel=_scatter_nd_kernel, onnx=_scatter_nd_onnx,
+   xla=lambda k: _into_zeros_xla(lambda idx, updates: tuple(k.attr("shape"))),
    grad=lambda g: g.needs("updates") and g.set_grad("updates", g.emit(
        "gather_nd", {"params": g.dout("out"), "indices": g.input("indices")})))
 
@@ -550,7 +603,8 @@ _scatter_nd_like_onnx = _scatter_nd_add_onnx(None, lambda c: c.input_desc("like"
 
 
 op("scatter_nd_like", inputs=["like", "indices", "updates"], outputs=["out"], infer=_scatter_nd_like_infer,
-   kernel=_scatter_nd_like_kernel, onnx=_scatter_nd_like_onnx)
+   kernel=_scatter_nd_like_kernel, onnx=_scatter_nd_like_onnx,
+   xla=lambda k: _into_zeros_xla(lambda like_, idx, updates: like_.shape))
 
 
 def _tensor_scatter_nd_infer(ctx):
@@ -565,6 +619,13 @@ def _tensor_scatter_nd_kernel(mode):
     def make(k):
         fn = _scatter_add_fn(mode)
         return lambda params, updates, idx: fn(params.clone(), idx, updates)
+    return make
+
+
+def _tensor_scatter_nd_xla(mode):
+    def make(k):
+        fn = _scatter_xla_fn(mode)
+        return lambda params, updates, idx: fn(params, idx, updates)
     return make
 
 
@@ -591,7 +652,7 @@ _tensor_scatter_nd_add_onnx = _scatter_nd_add_onnx("params", lambda c: c.input_d
 
 op("tensor_scatter_nd_add", inputs=["params", "updates", "indices"], outputs=["out"],
    infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("add"), grad=_tensor_scatter_nd_add_grad,
-   onnx=_tensor_scatter_nd_add_onnx)
+   onnx=_tensor_scatter_nd_add_onnx, xla=_tensor_scatter_nd_xla("add"))
 
 
 def _tensor_scatter_nd_update_onnx(c):
@@ -611,6 +672,7 @@ def _tensor_scatter_nd_update_onnx(c):
 
 op("tensor_scatter_nd_update", inputs=["params", "updates", "indices"], outputs=["out"],
    infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("update"), onnx=_tensor_scatter_nd_update_onnx,
+   xla=_tensor_scatter_nd_xla("update"),
    grad=_tensor_scatter_nd_update_grad)
 
 
@@ -636,11 +698,26 @@ def _dim_size(arg):
     return lambda k: k.input(arg).shape[norm_axis(k.attr("dim"), len(k.input(arg).shape))]
 
 
+def _dim_grid_xla(idx, dim, checks, k):
+    """The index tuple that puts element ``i`` of ``idx`` at ``i`` with its ``dim`` entry replaced by
+    ``idx[i]`` (torch.gather / scatter_add's addressing); reports the op's index check (``checks``)."""
+    lax = xla_rules.lax()
+    (_, size, error), = checks(k)
+    xla_rules.check_ids(idx, size, error)
+    return tuple(idx.astype("int64") if d == dim else lax.broadcasted_iota("int64", idx.shape, d)
+                 for d in range(idx.ndim))
+
+
+def _dim_gather_xla(k):
+    dim = norm_axis(k.attr("dim"), len(k.input("input").shape))
+    return lambda x, idx: x.at[_dim_grid_xla(idx, dim, _DIM_GATHER_CHECKS, k)].get(mode="clip")
+
+
 _DIM_GATHER_CHECKS = index_checks("dim_gather", "index", _dim_size("input"))
 op("dim_gather", inputs=["input", "index"], outputs=["output"], attrs={"dim": ("int32", 0)},
    infer=_dim_gather_infer, onnx=lambda c: c.node("GatherElements", [c.input("input"), c.input("index")],
                                                   [c.output("output")], axis=c.attr("dim")),
-   checks=_DIM_GATHER_CHECKS,
+   checks=_DIM_GATHER_CHECKS, xla=_dim_gather_xla,
    kernel=raising_bad_ids(_DIM_GATHER_CHECKS, 1, lambda k: (
        lambda x, idx, d=norm_axis(k.attr("dim"), len(k.input("input").shape)): torch.gather(x, d, idx.long()))),
    grad=lambda g: g.needs("input") and g.set_grad("input", g.emit(
@@ -686,4 +763,6 @@ def _dim_scatter_add_like_onnx(c):
 _DIM_SCATTER_CHECKS = index_checks("dim_scatter_add_like", "index", _dim_size("like"))
 op("dim_scatter_add_like", inputs=["like", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
    infer=_dim_scatter_add_like_infer, kernel=raising_bad_ids(_DIM_SCATTER_CHECKS, 1, _dim_scatter_add_like_kernel),
-   checks=_DIM_SCATTER_CHECKS, onnx=_dim_scatter_add_like_onnx)
+   checks=_DIM_SCATTER_CHECKS, onnx=_dim_scatter_add_like_onnx, xla=lambda k: (
+       lambda like_, idx, src, dim=norm_axis(k.attr("dim"), len(k.input("like").shape)): xla_rules.jnp().zeros(
+           like_.shape, src.dtype).at[_dim_grid_xla(idx, dim, _DIM_SCATTER_CHECKS, k)].add(src, mode="drop")))

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graphfront.ops.common import bad_labels, index_checks, label_checks, raising_bad_ids, same_dtype
+from graphfront.ops.common import bad_labels, index_checks, label_checks, label_error, raising_bad_ids, same_dtype
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, neg, pick_last, reduce_node
 from graphfront.ops.registry import op
@@ -220,6 +220,37 @@ def _sparse_ce_grad_kernel(op_type):
     return make
 
 
+def _at_label_xla(shape, label, value):
+    """Zeros of ``shape`` with ``value[...]`` at ``[..., label[...]]`` (a scatter along the last axis)."""
+    jnp, lax = xla_rules.jnp(), xla_rules.lax()
+    hit = lax.broadcasted_iota("int64", shape, len(shape) - 1) == label.astype("int64")[..., None]
+    return jnp.where(hit, value[..., None], jnp.zeros((), value.dtype))
+
+
+def _pick_label_xla(p, label):
+    """``p[..., label]`` (labels out of range give NaN; the step's check fails on them)."""
+    jnp = xla_rules.jnp()
+    return jnp.take_along_axis(p, label.astype("int64")[..., None], axis=-1, mode="fill", fill_value=jnp.nan)[..., 0]
+
+
+def _sparse_ce_xla(op_type):
+    def make(k):
+        def sparse_ce(p, label):
+            xla_rules.check_ids(label, k.attr("depth"), lambda value, at: label_error(k, op_type, value, at))
+            return -xla_rules.jnp().log(_pick_label_xla(p, label))
+        return sparse_ce
+    return make
+
+
+def _sparse_ce_grad_xla(op_type):
+    def make(k):
+        def sparse_ce_grad(p, label, dy):
+            xla_rules.check_ids(label, k.attr("depth"), lambda value, at: label_error(k, op_type, value, at))
+            return _at_label_xla(p.shape, label, -dy / _pick_label_xla(p, label))
+        return sparse_ce_grad
+    return make
+
+
 def _sparse_cross_entropy_onnx(c):
     """out = -log(prediction[..., label]) (prediction holds probabilities)."""
     neg(c, c.node("Log", [pick_last(c, c.input("prediction"), c.input("label"))]), c.output("out"))
@@ -227,14 +258,14 @@ def _sparse_cross_entropy_onnx(c):
 
 for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["out"], attrs={"depth": ("int64", 0)}, infer=_sparse_ce_infer,
-       kernel=_sparse_ce_kernel(_t), checks=label_checks(_t), onnx=_sparse_cross_entropy_onnx,
+       kernel=_sparse_ce_kernel(_t), checks=label_checks(_t), onnx=_sparse_cross_entropy_onnx, xla=_sparse_ce_xla(_t),
        grad=lambda g, t=_t: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"prediction": g.input("prediction"), "label": g.input("label"), "dy": g.dout("out")},
            {"depth": g.attr("depth")})),
        doc="out = -log(prediction[..., label]); prediction holds probabilities")
     op(f"{_t}_grad", inputs=["prediction", "label", "dy"], outputs=["prediction_diff"],
        attrs={"depth": ("int64", 0)}, infer=_sparse_ce_grad_infer, kernel=_sparse_ce_grad_kernel(f"{_t}_grad"),
-       checks=label_checks(f"{_t}_grad"))
+       checks=label_checks(f"{_t}_grad"), xla=_sparse_ce_grad_xla(f"{_t}_grad"))
 
 
 # ------------------------------------------------------------------ binary cross entropy
@@ -569,6 +600,33 @@ def _nll_grad_kernel(k):
     return nll_grad
 
 
+def _nll_weights_xla(x, t, w, ignore):
+    """The jax form of :func:`_nll_weights`."""
+    jnp = xla_rules.jnp()
+    valid = t != ignore
+    safe = jnp.where(valid, t.astype("int64"), 0)
+    per = jnp.ones(t.shape, x.dtype) if w is None else w[safe]
+    return safe, per * valid.astype(x.dtype)
+
+
+def _nll_xla(op_type):
+    def make(k):
+        ignore = k.attr("ignore_index")
+        (_, size, error), = _nll_checks(op_type)(k)
+
+        def nll(x, t, w):
+            xla_rules.check_ids(t, size, error)
+            safe, per = _nll_weights_xla(x, t, w, ignore)
+            return -_pick_label_xla(x, safe) * per, per.sum().reshape(1)
+
+        def nll_grad(x, t, total_weight, w, dy):
+            xla_rules.check_ids(t, size, error)
+            safe, per = _nll_weights_xla(x, t, w, ignore)
+            return _at_label_xla(x.shape, safe, -dy * per)
+        return nll if op_type == "nll" else nll_grad
+    return make
+
+
 def _nll_grad_maker(g):
     if _needs_grad(g, "input", "out"):
         g.set_grad("input", g.emit(
@@ -599,10 +657,10 @@ def _nll_checks(op_type):
 
 op("nll", inputs=["input", "target", "weight?"], outputs=["out", "total_weight"],
    attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=raising_bad_ids(_nll_checks("nll"), 1, _nll_kernel),
-   checks=_nll_checks("nll"), grad=_nll_grad_maker, onnx=_nll_onnx,
+   checks=_nll_checks("nll"), grad=_nll_grad_maker, onnx=_nll_onnx, xla=_nll_xla("nll"),
    doc="out[n] = -weight[t] * input[n, t] with t = target[n] (0 where t == ignore_index); "
        "total_weight = sum of those weights (shape (1,)), the divisor of a mean reduction")
 op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outputs=["dx"],
    attrs={"ignore_index": ("int64", 0)}, infer=_nll_grad_infer, checks=_nll_checks("nll_grad"),
-   kernel=raising_bad_ids(_nll_checks("nll_grad"), 1, _nll_grad_kernel))
+   kernel=raising_bad_ids(_nll_checks("nll_grad"), 1, _nll_grad_kernel), xla=_nll_xla("nll_grad"))
 

@@ -113,6 +113,20 @@ def regularized_diff(model, diff, scale, l1, l2, scale_by_tensor=None):
     return g
 
 
+def regularized_diff_xla(model, diff, scale, l1, l2, scale_by_tensor=None):
+    """:func:`regularized_diff` over jax arrays."""
+    g = diff.astype(model.dtype)
+    if scale != 1.0:
+        g = g * scale
+    if scale_by_tensor is not None:
+        g = g * scale_by_tensor
+    if l1:
+        g = g + l1 * xla_rules.jnp().sign(model)
+    if l2:
+        g = g + l2 * model
+    return g
+
+
 def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, check=None, xla_step=None):
     """Register one ``*_update`` op.
 
@@ -155,15 +169,7 @@ def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, c
         def run(*values):
             args = dict(zip(names, values))
             model = args["model"]
-            g = args["model_diff"].astype(model.dtype)
-            if scale != 1.0:
-                g = g * scale
-            if args.get("scale_by_tensor") is not None:
-                g = g * args["scale_by_tensor"]
-            if l1:
-                g = g + l1 * jnp.sign(model)
-            if l2:
-                g = g + l2 * model
+            g = regularized_diff_xla(model, args["model_diff"], scale, l1, l2, args.get("scale_by_tensor"))
             lr = args.get("learning_rate")
             new = apply(model, g, lr_val if lr is None else lr.reshape(()), args)
             skip = args.get("skip_if")
@@ -494,6 +500,7 @@ def _l1_l2_infer(ctx):
 op("l1_l2_regularize_gradient", inputs=["model", "model_diff"], outputs=["out"],
    attrs={"l1": ("float", 0.0), "l2": ("float", 0.0)}, infer=_l1_l2_infer,
    kernel=lambda k: (lambda model, diff: regularized_diff(model, diff, 1.0, k.attr("l1"), k.attr("l2"))),
+   xla=lambda k: (lambda model, diff: regularized_diff_xla(model, diff, 1.0, k.attr("l1"), k.attr("l2"))),
    no_grad=True, doc="out = model_diff + l1 * sign(model) + l2 * model")
 
 

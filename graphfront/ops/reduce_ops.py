@@ -255,11 +255,17 @@ def _top_k_infer(ctx):
 
 
 def _top_k_kernel(k):
-    # always largest first: with sorted=False the order is unspecified (OneFlow's CPU kernel,
-    # oneflow/user/kernels/top_k_kernel.cpp, keeps std::nth_element's order), so the sorted
-    # order is one it allows, and the one ONNX TopK (the exported form) gives
+    # always largest first, equal values in index order: with sorted=False the order is
+    # unspecified (OneFlow's CPU kernel, oneflow/user/kernels/top_k_kernel.cpp, keeps
+    # std::nth_element's order), so the sorted order is one it allows, and the one ONNX TopK
+    # (the exported form) and the xla rule give. (A stable sort: torch.topk orders ties arbitrarily.)
     n = min(k.attr("k"), k.input("in").shape[-1])
-    return lambda x: torch.topk(x, n, dim=-1, largest=True, sorted=True).indices.to(torch.int32)
+    return lambda x: torch.sort(x, dim=-1, descending=True, stable=True).indices[..., :n].to(torch.int32)
+
+
+def _top_k_xla(k):
+    n = min(k.attr("k"), k.input("in").shape[-1])
+    return lambda x: xla_rules.jnp().argsort(x, axis=-1, stable=True, descending=True)[..., :n].astype("int32")
 
 
 def _top_k_onnx_node(c, k, largest, values):
@@ -271,15 +277,15 @@ def _top_k_onnx_node(c, k, largest, values):
 
 
 def _top_k_onnx(c):
-    """int32 indices of the k largest entries of the last axis, largest first. On equal values
-    ONNX TopK puts the lower index first; torch.topk (the graphfront kernel) has no fixed order."""
+    """int32 indices of the k largest entries of the last axis, largest first; on equal values
+    the lower index first (as the kernel)."""
     k = c.output_desc("out").shape[-1]
     _top_k_onnx_node(c, k, True, False)
 
 
 # top_k: int32 indices of the k largest entries of the last axis
 op("top_k", inputs=["in"], outputs=["out"], attrs={"k": ("int32", 0), "sorted": ("bool", False)},
-   infer=_top_k_infer, kernel=_top_k_kernel, no_grad=True, onnx=_top_k_onnx)
+   infer=_top_k_infer, kernel=_top_k_kernel, no_grad=True, onnx=_top_k_onnx, xla=_top_k_xla)
 
 
 def _in_top_k_infer(ctx):
@@ -313,10 +319,22 @@ def _in_top_k_onnx(c):
     c.node("Cast", [c.node("Less", [count, c.const(np.int64(c.attr("k")))])], [c.output("out")], to=onnx_rules.INT8)
 
 
+def _in_top_k_xla(k):
+    kk = k.attr("k")
+    (_, size, error), = _IN_TOP_K_CHECKS(k)
+
+    def in_top_k(targets, predictions):
+        jnp = xla_rules.jnp()
+        xla_rules.check_ids(targets, size, error)
+        target_score = jnp.take_along_axis(predictions, targets.astype("int32")[:, None], axis=1, mode="clip")
+        return ((predictions > target_score).sum(1) < kk).astype("int8")
+    return in_top_k
+
+
 _IN_TOP_K_CHECKS = index_checks("in_top_k", "targets", lambda k: k.input("predictions").shape[1])
 op("in_top_k", inputs=["targets", "predictions"], outputs=["out"], attrs={"k": ("int32", 0)},
    infer=_in_top_k_infer, kernel=raising_bad_ids(_IN_TOP_K_CHECKS, 0, _in_top_k_kernel), checks=_IN_TOP_K_CHECKS,
-   no_grad=True, onnx=_in_top_k_onnx)
+   no_grad=True, onnx=_in_top_k_onnx, xla=_in_top_k_xla)
 
 
 def _direction(ctx):
@@ -343,6 +361,16 @@ def _sort_kernel(indices):
     return make
 
 
+def _sort_xla(indices):
+    """The kernel's stable sort over jax arrays (NaN the largest value, as torch.sort)."""
+    def make(k):
+        desc = k.attr("direction") == "DESCENDING"
+        if indices:
+            return lambda x: xla_rules.jnp().argsort(x, axis=-1, stable=True, descending=desc).astype("int32")
+        return lambda x: xla_rules.jnp().sort(x, axis=-1, stable=True, descending=desc)
+    return make
+
+
 def _sort_onnx(values):
     """sort (values) / arg_sort (int32 indices): a stable sort of the last axis as TopK of all entries."""
     def convert(c):
@@ -351,9 +379,9 @@ def _sort_onnx(values):
 
 
 op("arg_sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(_dt.int32),
-   kernel=_sort_kernel(True), no_grad=True, onnx=_sort_onnx(False))
+   kernel=_sort_kernel(True), no_grad=True, onnx=_sort_onnx(False), xla=_sort_xla(True))
 op("sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(),
-   kernel=_sort_kernel(False), no_grad=True, onnx=_sort_onnx(True))
+   kernel=_sort_kernel(False), no_grad=True, onnx=_sort_onnx(True), xla=_sort_xla(False))
 
 
 # ----------------------------------------------------------------- square sums, finiteness counts

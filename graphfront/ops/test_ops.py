@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
+from graphfront.ops import xla_rules
 from graphfront.ops.common import like, numel
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -51,14 +52,23 @@ def _arange(n, k):
     return lambda: torch.arange(n, dtype=torch.float32, device=k.device)
 
 
-op("ccrelu", inputs=["in"], outputs=["out"], infer=like("in"), kernel=lambda k: torch.relu,
+def _arange_xla(n):
+    return lambda: xla_rules.jnp().arange(n, dtype="float32")
+
+
+def _relu_xla(k):
+    return xla_rules.jnp_fn("nn.relu")
+
+
+op("ccrelu", inputs=["in"], outputs=["out"], infer=like("in"), kernel=lambda k: torch.relu, xla=_relu_xla,
    grad=lambda g: g.set_grad("in", g.emit("ccrelu_grad", {"y": g.output("out"), "dy": g.dout("out")})),
    doc="relu (OneFlow's framework test op)")
 op("ccrelu_grad", inputs=["y", "dy"], outputs=["dx"],
    infer=lambda ctx: (ctx.check(ctx.input("dy").shape == ctx.input("y").shape,
                                 f"input 'dy' expected shape {ctx.input('y').shape}, received {ctx.input('dy').shape}"),
                       ctx.set_output("dx", ctx.input("y").shape, ctx.input("y").dtype)),
-   kernel=lambda k: (lambda y, dy: dy * (y > 0)), doc="gradient of ccrelu")
+   kernel=lambda k: (lambda y, dy: dy * (y > 0)), xla=lambda k: (lambda y, dy: dy * (y > 0)),
+   doc="gradient of ccrelu")
 
 
 def _cpu_relu_infer(ctx):
@@ -74,7 +84,7 @@ def _cpu_relu_kernel(k):
 
 
 op("cpu_only_relu_test", inputs=["in"], outputs=["out"], infer=_cpu_relu_infer, kernel=_cpu_relu_kernel,
-   cpu_only=True, doc="relu with a CPU kernel only: placed on the CPU under any placement scope")
+   xla=_relu_xla, cpu_only=True, doc="relu with a CPU kernel only: placed on the CPU under any placement scope")
 
 
 def _test_reshape_infer(ctx):
@@ -86,14 +96,17 @@ def _test_reshape_infer(ctx):
 
 
 op("TestReshape", inputs=["in"], outputs=["out"], attrs={"shape": "shape"}, infer=_test_reshape_infer,
-   kernel=lambda k: (lambda x, s=tuple(k.attr("shape")): x.reshape(s)), doc="reshape (framework test op)")
+   kernel=lambda k: (lambda x, s=tuple(k.attr("shape")): x.reshape(s)),
+   xla=lambda k: (lambda x, s=tuple(k.attr("shape")): x.reshape(s)), doc="reshape (framework test op)")
 
 op("TestSource", outputs=["out"], infer=_float32_source(lambda ctx: (5,)), kernel=lambda k: _arange(5, k),
+   xla=lambda k: _arange_xla(5),
    no_grad=True, doc="float32 [0, 1, 2, 3, 4]")
 op("TestDynamicSource", outputs=["out"], infer=_float32_source(lambda ctx: (5,), dynamic=True),
    kernel=lambda k: _arange(3, k), no_grad=True, doc="dynamic (5,) blob holding [0, 1, 2]")
 op("TestSourceMultiGpuFixedOutNum", outputs=["out"], attrs={"out_num": ("int64", 0)},
    infer=_float32_source(lambda ctx: (ctx.attr("out_num"),)), kernel=lambda k: _arange(k.output("out").shape[0], k),
+   xla=lambda k: _arange_xla(k.output("out").shape[0]),
    sbp=lambda ctx: _sbp.Only([{"out": _sbp.split(0)}]), no_grad=True,
    doc="split along axis 0: each of the n devices holds [0 .. out_num/n - 1]")
 
@@ -126,6 +139,7 @@ def _multi_output_infer(ctx):
 
 op("TestMultiOutputOrder", inputs=["in"], outputs=["out1", "out2"], infer=_multi_output_infer,
    kernel=lambda k: (lambda x: (x.clone(), x.new_zeros(x.shape[:-1] + (x.shape[-1] * 2,)))), no_grad=True,
+   xla=lambda k: (lambda x: (x, xla_rules.jnp().zeros(x.shape[:-1] + (x.shape[-1] * 2,), x.dtype))),
    doc="out1 = in, out2 = zeros with the last dim doubled")
 
 
@@ -143,17 +157,20 @@ def _multi_input_grad(g):
 
 
 op("TestMultiInput", inputs=["x1", "x2"], outputs=["y"], infer=_multi_input_infer,
-   kernel=lambda k: (lambda x1, x2: x1.clone()), grad=_multi_input_grad, doc="y = x1 (framework test op)")
+   kernel=lambda k: (lambda x1, x2: x1.clone()), xla=lambda k: (lambda x1, x2: x1), grad=_multi_input_grad,
+   doc="y = x1 (framework test op)")
 op("TestMultiInputGrad", inputs=["x1", "x2", "y_diff"], outputs=["x1_diff", "x2_diff"],
    infer=lambda ctx: (ctx.set_output("x1_diff", ctx.input("x1").shape, ctx.input("x1").dtype),
                       ctx.set_output("x2_diff", ctx.input("x2").shape, ctx.input("x2").dtype)),
    kernel=lambda k: (lambda x1, x2, dy: (torch.ones_like(x1), torch.full_like(x2, 2.0))),
+   xla=lambda k: (lambda x1, x2, dy: (xla_rules.jnp().ones_like(x1), xla_rules.jnp().full_like(x2, 2.0))),
    doc="fixed test gradients: ones for x1, twos for x2")
 
 op("TestDataTypeAttr", inputs=["in"], outputs=["out"], attrs={"output_type": ("dtype", None)},
    infer=lambda ctx: (ctx.check(ctx.attr("output_type") is not None, "attr 'output_type' is required"),
                       ctx.set_output("out", ctx.input("in").shape, ctx.attr("output_type"))),
    kernel=lambda k: (lambda x, t=k.attr("output_type").torch: x.to(t)), no_grad=True,
+   xla=lambda k: (lambda x, t=k.attr("output_type").np: x.astype(t)),
    doc="in cast to attr output_type")
 
 
@@ -173,11 +190,16 @@ def _list_attr_kernel(k):
     return lambda x: [torch.zeros(s, dtype=t.torch, device=k.device) for s, t in specs]
 
 
+def _list_attr_xla(k):
+    specs = list(zip(k.attr("out_shapes"), k.attr("out_types")))[:k.output_count("out")]
+    return lambda x: [xla_rules.jnp().zeros(tuple(s), t.np) for s, t in specs]
+
+
 op("TestListDataTypeAndListShapeAndListStringAttr", inputs=["in"], outputs=["out*"],
    attrs={"out_shapes": "list_shape", "out_types": "list_dtype", "string_list": "list_string"},
-   infer=_list_attr_infer, kernel=_list_attr_kernel, no_grad=True,
+   infer=_list_attr_infer, kernel=_list_attr_kernel, xla=_list_attr_xla, no_grad=True,
    doc="zeros of each (out_shapes[i], out_types[i]) (list attr test op)")
 
 op("test_user_op_attr_auto_type", inputs=["in"], outputs=["out"],
    attrs={"int1": ("int32", 0), "int2": ("int32", 0)}, infer=like("in"), kernel=lambda k: (lambda x: x.clone()),
-   no_grad=True, doc="out = in (attr type test op)")
+   xla=lambda k: (lambda x: x), no_grad=True, doc="out = in (attr type test op)")

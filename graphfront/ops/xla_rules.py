@@ -98,7 +98,10 @@ class StepChecks:
             return
         jnp_ = jnp()
         flat = ids.reshape(-1)
-        bad = (flat < 0) | (flat >= size)
+        bound, ignored = size if isinstance(size, tuple) else (size, None)
+        bad = (flat < 0) | (flat >= bound)
+        if ignored is not None:
+            bad = bad & (flat != ignored)
         first = jnp_.argmax(bad)  # (0 when none is bad)
         row = jnp_.stack([bad[first], first, flat[first]]).astype("int64")  # [failed, flat index, value]
         self.in_step.append((row, tuple(ids.shape), error))
@@ -163,9 +166,10 @@ def collecting_checks(checks, feeds):
 
 
 def check_ids(ids, size, error):
-    """Report that every element of the integer array ``ids`` must lie in ``[0, size)``;
-    ``error(value, at) -> Exception`` is raised for the first one that does not (value
-    and index tuple). Called by an ``xla`` rule on its inputs, inside a step being
+    """Report that every element of the integer array ``ids`` must lie in ``[0, size)``
+    (``size`` may be ``(size, ignored)``: the value ``ignored`` is allowed too, an
+    ``ignore_index``); ``error(value, at) -> Exception`` is raised for the first one that
+    does not (value and index tuple). Called by an ``xla`` rule on its inputs, inside a step being
     lowered (:class:`StepChecks`); outside one (a rule run on its own) it does nothing."""
     if _CHECKS and ids.size:
         _CHECKS[-1].add(ids, size, error)

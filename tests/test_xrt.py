@@ -21,6 +21,13 @@ from graphfront.framework.session import default_session
 RTOL, ATOL = 1e-5, 1e-6  # float32 kernels of two implementations, a few ops deep
 
 
+@pytest.fixture(autouse=True)
+def cpu_by_default():
+    """Jobs here run on the CPU unless a test places them on a GPU: where CUDA is present
+    the default placement (feeds, returns) would otherwise be a GPU."""
+    flow.config.gpu_device_num(0)
+
+
 def _config(**switches):
     cfg = flow.FunctionConfig()
     for name, value in switches.items():
@@ -74,6 +81,7 @@ def _predict(config, name="predict"):
 def _trained(config, steps=3):
     """Losses of ``steps`` train steps from fixed initial values, and the variables after."""
     flow.clear_default_session()
+    flow.config.gpu_device_num(0)  # (CPU jobs: see cpu_by_default)
     flow.manual_seed(7)
     job = _train(config)
     losses = [job(*_feeds(i)) for i in range(steps)]
@@ -249,6 +257,7 @@ def test_use_xla_jit_draws_the_plans_decode_random_batches():
     on the host with the kernel's own generator, so the batches are the plan's."""
     def run(config):
         flow.clear_default_session()
+        flow.config.gpu_device_num(0)  # (CPU jobs: see cpu_by_default)
         flow.manual_seed(5)
 
         @flow.global_function(type="predict", function_config=config)
@@ -271,6 +280,7 @@ def _amp_trained(config, steps=8):
     train step) of the BERT-style block trained with float16 AMP, AdamW and dynamic loss
     scaling (a scale of 2**18 overflows float16: the first steps are skipped)."""
     flow.clear_default_session()
+    flow.config.gpu_device_num(0)  # (CPU jobs: see cpu_by_default)
     flow.manual_seed(7)
     config.enable_auto_mixed_precision(True)
     config.mixed_precision_data_type(flow.float16)

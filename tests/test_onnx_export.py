@@ -427,12 +427,76 @@ CASES = {
 }
 
 
+# gradient ops: the forward input (or output) and dy, of one shape
+
+
+def _float_grad(src="x", low=-1.0, high=1.0, special=None):
+    """``src`` drawn in [low, high) (or ``special``, fixed values of shape (2, 3)), and ``dy`` (float32)."""
+    def case():
+        x = t(2, 3, low=low, high=high)
+        return {src: x if special is None else oneof(x, special), "dy": t(2, 3, low=-2.0, high=2.0)}, {}
+    return case
+
+
+# ties at every other element
+_TIES_X = np.array([[0.0, 1.0, 2.0], [1.0, -1.0, 0.5]], dtype=np.float32)
+_TIES_Y = np.array([[0.0, 2.0, 2.0], [0.0, -1.0, 0.25]], dtype=np.float32)
+
+
+CASES.update({
+    # unary math grads (x, dy -> dx); float only where onnxruntime has no double kernel
+    **{f"{k}_grad": _float_grad() for k in ("exp", "tanh", "sigmoid_v2", "cos", "cosh", "erf", "erfc", "expm1",
+                                            "sin", "sinh", "softplus", "tan", "log_sigmoid", "square", "negative",
+                                            "atan", "asinh")},
+    "log_grad": _float_grad(**_POSITIVE), "sqrt_grad": _float_grad(**_POSITIVE),
+    "rsqrt_grad": _float_grad(**_POSITIVE), "reciprocal_grad": _float_grad(**_POSITIVE),
+    "log1p_grad": _float_grad(low=-0.5, high=2.0), "log2_grad": _float_grad(**_POSITIVE),
+    "acos_grad": _float_grad(**_UNIT), "asin_grad": _float_grad(**_UNIT), "atanh_grad": _float_grad(**_UNIT),
+    "acosh_grad": _float_grad(low=1.1, high=3.0),
+    "reciprocal_no_nan_grad": _float_grad(special=_ZEROS),
+    # sign(0) == 0: abs_grad is 0 at x == 0
+    "abs_grad": (_float_grad(special=_ZEROS),
+                 lambda: ({"x": _int(2, 3, low=-2, high=3), "dy": _int(2, 3, low=-3, high=3)}, {})),
+    **{f"{k}_grad": _float_grad(low=-3.0, high=3.0, special=_HALVES) for k in ("ceil", "floor", "rint", "round",
+                                                                               "sign")},
+    "relu_grad": _float_grad(src="y", special=_ZEROS),
+    "sigmoid_grad": _float_grad(src="y", low=0.0, high=1.0),
+    "gelu_grad": _float_grad(low=-3.0, high=3.0),
+    "scalar_pow_grad": lambda: ({"x": t(2, 3, **_POSITIVE), "dy": t(2, 3)},
+                                {"has_int_operand": random_bool(), "has_float_operand": True,
+                                 "int_operand": oneof(0, 2, 3), "float_operand": oneof(0.0, 0.5, -1.5)}),
+    # binary grads (x, y, dz -> dx / dy)
+    **{f"pow_{s}_grad": lambda: ({"x": oneof(t(2, 3, **_POSITIVE), _ZEROS), "y": oneof(t(2, 3, low=-2.0, high=2.0),
+                                                                                      _ZEROS),
+                                  "dz": t(2, 3)}, {}) for s in ("x", "y")},
+    **{f"atan2_{s}_grad": lambda: ({"x": t(2, 3), "y": t(2, 3), "dz": t(2, 3)}, {}) for s in ("x", "y")},
+    **{f"floordiv_{s}_grad": lambda: ({"x": t(2, 3), "y": t(2, 3, **_POSITIVE), "dz": t(2, 3)}, {})
+       for s in ("x", "y")},
+    **{f"{k}_{s}_grad": lambda: ({"x": oneof(t(2, 3), _ZEROS), "y": t(2, 3, **_POSITIVE), "dz": t(2, 3)}, {})
+       for k in ("xdivy", "xlogy") for s in ("x", "y")},
+    "broadcast_div_grad": lambda: ({"y": oneof(t(3, 1, **_POSITIVE), t(2, 3, 4, **_POSITIVE)), "z": t(2, 3, 4),
+                                    "dz": t(2, 3, 4)}, {}),
+    **{f"broadcast_pow_{s}_grad": lambda: ({"x": oneof(t(2, 3, 4, **_POSITIVE), t(3, 1, **_POSITIVE)),
+                                            "y": oneof(t(1, 4), t(2, 3, 4, low=-2.0, high=2.0)),
+                                            "z": t(2, 3, 4), "dz": t(2, 3, 4)}, {}) for s in ("x", "y")},
+    # ties (integer-valued floats) go to x
+    **{f"elementwise_{k}_backward": (lambda: ({"dz": t(2, 3), "x": _TIES_X, "y": _TIES_Y}, {}),
+                                     lambda: ({"dz": t(2, 3), "x": t(2, 3), "y": t(2, 3)}, {}))
+       for k in ("maximum", "minimum")},
+    **{f"{k}_grad": lambda a=a: ({"dy": t(2, 3), "x": oneof(t(2, 3), _TIES_X)}, a)
+       for k, a in (("clip_by_scalar", {"floating_min": -0.5, "floating_max": 1.0}),
+                    ("clip_by_scalar_min", {"floating_min": oneof(-0.5, 1.0)}),
+                    ("clip_by_scalar_max", {"floating_max": oneof(0.5, 1.0)}))},
+})
+
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
-    it returns every blob of the op's required outputs (a repeated output has one blob per
-    blob of the longest repeated input)."""
+    it returns every blob of the op's required outputs, or of all its outputs when each is optional
+    (a repeated output has one blob per blob of the longest repeated input)."""
     flat = [(arg, i, a) for arg, v in inputs.items() for i, a in enumerate(v if isinstance(v, list) else [v])]
-    declared = [a for a in registry.lookup(op_type).outputs if not a.optional]
+    outputs = registry.lookup(op_type).outputs
+    declared = [a for a in outputs if not a.optional] or list(outputs)  # (every output, when all are optional)
     first = declared[0]
     count = max([len(v) for v in inputs.values() if isinstance(v, list)], default=1) if first.repeated else 1
 

@@ -490,6 +490,31 @@ CASES.update({
 })
 
 
+# the kinks of the activations (0, -3, 3) among other values
+_KINKS = np.array([-5.0, -3.0, -1.0, -0.5, 0.0, 0.0, 0.5, 1.0, 2.0, 3.0, 4.0, -2.0] * 2, dtype=np.float32).reshape(2, 4, 3)
+
+
+def _act_grad(src="x", low=-3.0, high=3.0, double=True, **attrs):
+    """An activation grad's alternative cases: ``src`` (or the kinks) and ``dy`` in float32, then (unless not
+    ``double``) both in float64."""
+    cases = [lambda: ({src: oneof(t(2, 4, 3, low=low, high=high), _KINKS), "dy": t(2, 4, 3)}, attrs)]
+    if double:
+        cases.append(lambda: ({src: t(2, 4, 3, low=low, high=high, dtype=flow.double),
+                               "dy": t(2, 4, 3, dtype=flow.double)}, attrs))
+    return tuple(cases)
+
+
+CASES.update({
+    # activation grads
+    "leaky_relu_grad": _act_grad(alpha=random(0.0, 0.5)), "elu_grad": _act_grad(alpha=random(0.1, 2.0)),
+    "celu_grad": _act_grad(alpha=oneof(0.5, 1.0, 2.0)), "selu_grad": _act_grad(), "silu_grad": _act_grad(),
+    "softsign_grad": _act_grad(), "mish_grad": _act_grad(double=False),
+    "hardsigmoid_grad": _act_grad(low=-5.0, high=5.0), "hardswish_grad": _act_grad(low=-5.0, high=5.0),
+    "hardtanh_grad": _act_grad("y", min_val=random(-2.0, -0.5), max_val=random(0.5, 2.0)),
+    "prelu_grad": lambda: ({"x": oneof(t(2, 4, 3), _KINKS), "dy": t(2, 4, 3), "alpha": oneof(t(4), t(1))}, {}),
+    "tf_prelu_grad": lambda: ({"x": t(2, 3, 4), "dy": t(2, 3, 4), "alpha": oneof(t(3, 4), t(1, 4), t(3, 1))}, {}),
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

@@ -515,6 +515,18 @@ CASES.update({
     "tf_prelu_grad": lambda: ({"x": t(2, 3, 4), "dy": t(2, 3, 4), "alpha": oneof(t(3, 4), t(1, 4), t(3, 1))}, {}),
 })
 
+CASES.update({
+    # softmax and dropout grads
+    "softmax_grad": lambda: ({"y": t(3, 5, low=0.0, high=1.0), "dy": t(3, 5)}, {}),
+    "log_softmax_grad": (lambda: ({"prob": t(3, 5, low=-3.0, high=0.0), "dy": t(3, 5)}, {}),
+                         lambda: ({"prob": t(2, 3, 5, low=-3.0, high=0.0, dtype=flow.double),
+                                   "dy": t(2, 3, 5, dtype=flow.double)}, {})),
+    "dropout_grad": lambda: ({"dy": oneof(t(2, 3, 4), t(2, 3, 4, dtype=flow.double)), "mask": _cond(2, 3, 4)},
+                             {"scale": random(1.1, 3.0)}),
+    "fused_bias_add_gelu_grad": lambda: ({"a": t(2, 3, 4, low=-3.0, high=3.0), "b": t(3), "dy": t(2, 3, 4)},
+                                         {"axis": 1}),
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

@@ -120,6 +120,7 @@ op("fused_bias_add_gelu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("i
    doc="gelu(a + b) with b along attr axis (exact erf GELU)", amp="gray")
 op("fused_bias_add_gelu_grad", inputs=["a", "b", "dy"], outputs=["dx"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_infer("dy"), kernel=_bias_add_gelu_grad_kernel, xla=_bias_add_gelu_grad_xla,
+   onnx=lambda c: onnx_rules.gelu_grad(c, onnx_rules.bias_added(c), c.input("dy"), c.output("dx"), c.input_desc("a")),
    doc="dy * gelu'(a + b): the gradient of fused_bias_add_gelu with respect to a")
 
 

@@ -59,6 +59,8 @@ op("log_softmax", inputs=["in"], outputs=["prob"], infer=_log_softmax_infer,
 op("log_softmax_grad", inputs=["prob", "dy"], outputs=["dx"], infer=_log_softmax_grad_infer,
    kernel=lambda k: (lambda prob, dy: dy - torch.exp(prob) * dy.sum(-1, keepdim=True)),
    xla=lambda k: (lambda prob, dy: dy - xla_rules.jnp().exp(prob) * dy.sum(-1, keepdims=True)),
+   onnx=lambda c: c.node("Sub", [c.input("dy"), c.node("Mul", [c.node("Exp", [c.input("prob")]), reduce_node(
+       c, "ReduceSum", c.input("dy"), [-1], 1)])], [c.output("dx")]),
    doc="dx = dy - softmax * sum(dy) over the last axis")
 
 

@@ -588,6 +588,8 @@ def _dropout_grad_infer(ctx):
 op("dropout_grad", inputs=["dy", "mask"], outputs=["dx"], attrs={"scale": ("float", 0.0)},
    infer=_dropout_grad_infer,
    kernel=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask * s),
+   onnx=lambda c: onnx_rules.mul(c, c.input("dy"), c.node("Cast", [c.input("mask")], to=c.dtype_code(c.input_desc("dy").dtype)),
+                                 onnx_rules.const_as(c, c.attr("scale"), c.input_desc("dy")), out=c.output("dx")),
    xla=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask.astype(dy.dtype) * s))
 
 
@@ -770,7 +772,9 @@ def _softmax_grad_infer(ctx):
 
 op("softmax_grad", inputs=["y", "dy"], outputs=["dx"], infer=_softmax_grad_infer, sbp=_sbp.batch(min_ndim_arg="y"),
    kernel=lambda k: (lambda y, dy: _aten._softmax_backward_data(dy, y, -1, y.dtype)),
-   xla=lambda k: (lambda y, dy: y * (dy - (dy * y).sum(axis=-1, keepdims=True))))
+   xla=lambda k: (lambda y, dy: y * (dy - (dy * y).sum(axis=-1, keepdims=True))),
+   onnx=lambda c: c.node("Mul", [c.node("Sub", [c.input("dy"), onnx_rules.reduce_node(
+       c, "ReduceSum", c.node("Mul", [c.input("dy"), c.input("y")]), [-1], 1)]), c.input("y")], [c.output("dx")]))
 
 
 # ------------------------------------------------------------------ sparse softmax cross entropy

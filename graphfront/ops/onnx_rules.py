@@ -96,14 +96,18 @@ def gelu_grad(c, x, dy, out, d):
         c.node("Cast", [r], [out], to=c.dtype_code(d.dtype))
 
 
+def bias_added(c):
+    """``a + b`` with the 1-D ``b`` along attr axis of ``a`` (the fused_bias_add_* ops)."""
+    shape = [1] * len(c.input_desc("a").shape)
+    shape[c.attr("axis")] = -1
+    return c.node("Add", [c.input("a"), c.node("Reshape", [c.input("b"), c.const(int64s(shape))])])
+
+
 def bias_add_then(onnx_type):
     """fused_bias_add_relu / fused_bias_add_gelu: ``b`` along attr axis of ``a``, then the activation."""
     def convert(c):
         d = c.input_desc("a")
-        ndim, axis = len(d.shape), c.attr("axis")
-        shape = [1] * ndim
-        shape[axis] = -1
-        s = c.node("Add", [c.input("a"), c.node("Reshape", [c.input("b"), c.const(int64s(shape))])])
+        s = bias_added(c)
         if onnx_type == "Gelu":
             gelu(c, s, c.output("out"), d)
         else:

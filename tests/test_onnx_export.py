@@ -527,6 +527,46 @@ CASES.update({
                                          {"axis": 1}),
 })
 
+CASES.update({
+    # loss grads (class ids in range, as the forward cases)
+    "softmax_cross_entropy_grad": (lambda: ({"prob": t(4, 5, low=0, high=1), "label": t(4, 5, low=0, high=1),
+                                             "dy": t(4)}, {}),
+                                   lambda: ({"prob": t(2, 3, 5, low=0, high=1, dtype=flow.double),
+                                             "label": t(2, 3, 5, low=0, high=1, dtype=flow.double),
+                                             "dy": t(2, 3, dtype=flow.double)}, {})),
+    **{f"{k}_grad": lambda: ({"label": oneof(_int(4, low=0, high=5), _int(4, low=0, high=5, dtype=flow.int32)),
+                              "dy": t(4), "prob": t(4, 5, low=0, high=1)}, {"depth": 5})
+       for k in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms")},
+    **{f"{k}_grad": lambda: ({"prediction": t(2, 3, 5, low=0.05, high=1.0), "label": _int(2, 3, low=0, high=5),
+                              "dy": t(2, 3)}, {"depth": 5})
+       for k in ("sparse_cross_entropy", "sparse_cross_entropy_ms")},
+    "sigmoid_cross_entropy_grad": lambda: ({"prediction": t(3, 4, low=-5, high=5),
+                                            "label": oneof(t(3, 4, low=0, high=1), _int(3, 4, low=0, high=2)),
+                                            "loss_diff": t(3, 4)}, {}),
+    "binary_cross_entropy_grad": (
+        lambda: ({"input": t(3, 4, low=0.01, high=0.99), "target": t(3, 4, low=0, high=1),
+                  "weight": oneof(t(3, 4, **_POSITIVE), nothing()), "dy": t(3, 4)}, {}),
+        lambda: ({"input": np.array([[0.0, 1.0, 0.5], [1.0, 0.0, 1e-30]], dtype=np.float32),
+                  "target": np.array([[0.0, 1.0, 0.5], [0.0, 1.0, 0.5]], dtype=np.float32), "dy": t(2, 3)}, {})),
+    "binary_cross_entropy_with_logits_grad": (
+        lambda: ({"input": t(3, 4, low=-20, high=20), "target": t(3, 4, low=0, high=1),
+                  "weight": oneof(t(3, 4, **_POSITIVE), nothing()), "dy": t(3, 4)}, {}),
+        lambda: ({"input": t(2, 3, 4, low=-5, high=5), "target": t(2, 3, 4, low=0, high=1),
+                  "pos_weight": t(4, **_POSITIVE), "dy": t(2, 3, 4)}, {"has_pos_weight": True})),
+    "kl_div_loss_grad": lambda: ({"input": t(3, 4), "target": t(3, 4, low=-1, high=1), "dy": t(3, 4)},
+                                 {"log_target": random_bool()}),
+    # input == target (sign 0) and |input - target| == beta in the fixed values
+    "smooth_l1_loss_grad": (lambda: ({"input": t(2, 3, low=-2, high=2), "target": t(2, 3, low=-2, high=2),
+                                      "dy": t(2, 3)}, {"beta": oneof(0.0, 0.5, 1.0)}),
+                            lambda: ({"input": _TIES_X, "target": _TIES_Y, "dy": t(2, 3)}, {"beta": oneof(0.0, 1.0)})),
+    "nll_grad": (lambda: ({"input": t(5, 4), "target": _int(5, low=0, high=4), "total_weight": t(1),
+                           "weight": oneof(nothing(), t(4, **_POSITIVE)), "dy": t(5)},
+                          {"ignore_index": oneof(-100, 1, 3)}),
+                 lambda: ({"input": t(5, 4, dtype=flow.double), "target": _int(5, low=0, high=4, dtype=flow.int32),
+                           "total_weight": t(1, dtype=flow.double), "weight": t(4, low=0.5, high=2.0, dtype=flow.double),
+                           "dy": t(5, dtype=flow.double)}, {"ignore_index": 2})),
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

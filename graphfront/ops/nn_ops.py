@@ -866,6 +866,16 @@ def _sparse_softmax_cross_entropy_onnx(c):
     neg(c, pick_last(c, logp, c.input("label")), c.output("out"))
 
 
+def _sparse_softmax_cross_entropy_grad_onnx(c):
+    """prob * dy, plus -dy at [..., label] (in-range labels only, as the forward)."""
+    d = c.input_desc("prob")
+    dy = c.input("dy")
+    scaled = c.node("Mul", [c.input("prob"), c.node("Unsqueeze", [dy, c.const(onnx_rules.int64s([-1]))])])
+    at_label = onnx_rules.last_axis_is(c, c.input("label"), d.shape[-1])
+    c.node("Where", [at_label, c.node("Add", [scaled, c.node("Unsqueeze", [neg(c, dy), c.const(onnx_rules.int64s([-1]))])]),
+                     scaled], [c.output("prediction_diff")])
+
+
 for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
        infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sbp.batch(min_ndim_arg="prediction"), xla=_sce_xla(_t),
@@ -878,7 +888,7 @@ for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
     op(f"{_t}_grad", inputs=["label", "dy", "prob"], outputs=["prediction_diff"], attrs={"depth": ("int64", 0)},
        infer=_sce_grad_infer, kernel=_sce_grad_kernel(f"{_t}_grad"), sbp=_sbp.batch(min_ndim_arg="prob"),
        checks=label_checks(f"{_t}_grad"),
-       xla=_sce_grad_xla(f"{_t}_grad"))
+       xla=_sce_grad_xla(f"{_t}_grad"), onnx=_sparse_softmax_cross_entropy_grad_onnx)
 
 
 __all__ = ["pool_geometry", "conv_out_size", "norm_axis"]

@@ -194,3 +194,16 @@ def sum_to_shape(c, t, shape, to_shape, out=None):
         if axes:
             t = reduce_node(c, "ReduceSum", t, axes, 1)
     return c.node("Reshape", [t, c.const(int64s(to_shape))], None if out is None else [out])
+
+
+def last_axis_is(c, ids, depth):
+    """A bool tensor of ``ids.shape + (depth,)``: true at ``[..., ids]`` (the one-hot of ``ids``)."""
+    idx = c.node("Unsqueeze", [c.node("Cast", [ids], to=INT64), c.const(int64s([-1]))])
+    return c.node("Equal", [idx, c.const(np.arange(depth, dtype=np.int64))])
+
+
+def put_last(c, ids, value, depth, d, out=None):
+    """Zeros of ``ids.shape + (depth,)`` holding ``value`` (shaped like ids) at ``[..., ids]``, as a
+    torch ``scatter`` of it into zeros over the last axis."""
+    v = c.node("Unsqueeze", [value, c.const(int64s([-1]))])
+    return where_zero(c, last_axis_is(c, ids, depth), v, d, out, zero_if=False)

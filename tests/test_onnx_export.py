@@ -567,6 +567,27 @@ CASES.update({
                            "dy": t(5, dtype=flow.double)}, {"ignore_index": 2})),
 })
 
+CASES.update({
+    # normalization grads (statistics and parameters drawn: the grads are formulas of them)
+    "layer_norm_grad": (lambda: ({"dy": t(2, 3, 4), "x": t(2, 3, 4), "mean": t(2, 3), "inv_variance": t(2, 3, **_POSITIVE),
+                                  "_add_to_output": oneof(t(2, 3, 4), nothing())}, {"begin_norm_axis": -1, "epsilon": 1e-5}),
+                        lambda: ({"dy": t(2, 3, 4), "x": t(2, 3, 4), "mean": t(2), "inv_variance": t(2, **_POSITIVE)},
+                                 {"begin_norm_axis": 1, "epsilon": 1e-5})),
+    "layer_norm_param_grad": (lambda: ({"dy": t(2, 3, 4), "normalized": t(2, 3, 4), "gamma": t(3, 4)},
+                                       {"begin_params_axis": 1}),
+                              lambda: ({"dy": t(2, 3, 4), "normalized": t(2, 3, 4), "gamma": t(4)},
+                                       {"begin_params_axis": -1})),
+    "normalization_grad": (lambda: ({"x": t(2, 3, 4, 4), "dy": t(2, 3, 4, 4), "mean": t(3), "inv_variance": t(3, **_POSITIVE),
+                                     "gamma": t(3)}, {"axis": 1, "epsilon": 1e-5}),
+                           lambda: ({"x": t(4, 5, dtype=flow.double), "dy": t(4, 5, dtype=flow.double),
+                                     "mean": t(5, dtype=flow.double), "inv_variance": t(5, low=0.5, high=2.0, dtype=flow.double),
+                                     "gamma": t(5, dtype=flow.double)}, {"axis": 1, "epsilon": 1e-5})),
+    # square sums below epsilon (the zeros) take the linear branch
+    "l2_normalize_grad": lambda: ({"dy": t(2, 3), "y": t(2, 3), "square_x_sum": oneof(t(2, 1, **_POSITIVE),
+                                                                                      np.zeros((2, 1), np.float32))},
+                                  {"axis": oneof(1, -1), "epsilon": oneof(1e-12, 1.0)}),
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

@@ -588,6 +588,28 @@ CASES.update({
                                   {"axis": oneof(1, -1), "epsilon": oneof(1e-12, 1.0)}),
 })
 
+CASES.update({
+    # shape-op grads: dy back to the input's shape (zeros where the forward dropped elements)
+    "slice_grad": (lambda: ({"dy": t(5, 3)}, {"like_shape": (5, 6), "start": [0, 1], "stop": [5, 6], "step": [1, 2]}),
+                   lambda: ({"dy": t(2, 6)}, {"like_shape": (5, 6), "start": [-1, 5], "stop": [-4, -7],
+                                              "step": [-2, -1]})),
+    "narrow_grad": lambda: ({"dy": t(4, 2), "like": t(4, 5)}, {"dim": oneof(1, -1), "start": oneof(0, 1, -2),
+                                                               "length": 2}),
+    "expand_grad": (lambda: ({"in": t(2, 3, 4)}, {"logical_out_shape": [3, 1], "logical_expand_shape": [2, 3, 4]}),
+                    lambda: ({"in": t(3, 4)}, {"logical_out_shape": oneof([3, 1], [1, 4]),
+                                               "logical_expand_shape": [3, 4]}),
+                    lambda: ({"in": t(2, 3, 4)}, {"logical_out_shape": [3, 4], "logical_expand_shape": [2, -1, 4]})),
+    "pad_grad": lambda: ({"dy": oneof(t(5, 6), _int(5, 6, low=-3, high=3))},
+                         {"padding_before": oneof([0, 1], [2, 0]), "padding_after": oneof([1, 1], [0, 2])}),
+    "constant_pad1d_grad": lambda: ({"dy": t(2, 3, 8)}, {"padding": oneof([1, 2], [0, 3])}),
+    "constant_pad2d_grad": lambda: ({"dy": t(1, 2, 6, 7)}, {"padding": oneof([1, 0, 2, 1], [0, 2, 0, 0])}),
+    "constant_pad3d_grad": lambda: ({"dy": t(1, 2, 4, 7, 6)}, {"padding": [1, 0, 2, 1, 0, 1]}),
+    "flip_grad": lambda: ({"dy": t(2, 3, 4)}, {"dims": oneof([0], [1, 2], [-1], [])}),
+    "diag_grad": (lambda: ({"dy": t(5, 5), "in": oneof(t(4), t(4, dtype=flow.double))}, {"diagonal": oneof(1, -1)}),
+                  lambda: ({"dy": t(4), "in": t(4, 5)}, {"diagonal": oneof(0, 1)}),
+                  lambda: ({"dy": t(3), "in": t(5, 3)}, {"diagonal": oneof(0, -2)})),
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

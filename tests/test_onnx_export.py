@@ -610,6 +610,33 @@ CASES.update({
                   lambda: ({"dy": t(3), "in": t(5, 3)}, {"diagonal": oneof(0, -2)})),
 })
 
+def _conv_grad(kind, n, data_format="channels_first", groups=1):
+    """conv_data_grad / conv_filter_grad / conv_bias_grad of a forward conv with fixed geometry (strides,
+    paddings and dilations vary with n so that output paddings and kernel crops occur)."""
+    def case():
+        spatial, k = [7, 6, 5][:n], [3, 2, 3][:n]
+        s, p, d = [2, 1, 3][:n], [1, 0, 1][:n], [1, 2, 1][:n]
+        out = [(x + 2 * pp - dd * (kk - 1) - 1) // ss + 1 for x, kk, ss, pp, dd in zip(spatial, k, s, p, d)]
+        first = data_format == "channels_first"
+        shape = (lambda ch, sp: (2, ch, *sp) if first else (2, *sp, ch))
+        x, dy = t(*shape(4, spatial)), t(*shape(6, out))
+        w = t(6, 4 // groups, *k) if first else t(6, *k, 4 // groups)
+        attrs = {"num_spatial_dims": n, "padding_before": p, "data_format": data_format, "kernel_size": k,
+                 "strides": s, "dilation_rate": d, "groups": groups}
+        if kind == "data":
+            return {"dy": dy, "filter": w, "x_like": x, "_add_to_output": oneof(nothing(), t(*shape(4, spatial)))}, attrs
+        if kind == "filter":
+            return {"dy": dy, "x": x}, attrs
+        return {"dy": dy}, {"data_format": data_format, "num_spatial_dims": n}
+    return case
+
+
+CASES.update({
+    **{f"conv_{kind}_grad": tuple(_conv_grad(kind, n, f, g) for n, f, g in ((2, "channels_first", 1), (1, "channels_last", 2),
+                                                                          (3, "channels_first", 2)))
+       for kind in ("data", "filter", "bias")},
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import bad_labels, label_checks, label_error, like, norm_axis, same_dtype, vjp
 from graphfront.ops import onnx_rules, xla_rules
-from graphfront.ops.onnx_rules import neg, pick_last
+from graphfront.ops.onnx_rules import int64s, neg, pick_last
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -309,16 +309,89 @@ def _conv_bias_grad_xla(k):
     return lambda dy: dy.sum(axis=axes)
 
 
+def _first_onnx(c, arg, n):
+    """Input ``arg`` in channels_first layout (transposed from channels_last when the op's data_format is)."""
+    x = c.input(arg)
+    return x if c.attr("data_format") == "channels_first" else onnx_rules.to_channels_first(c, x, n)
+
+
+def _to_data_format_onnx(c, x, n, out):
+    """The channels_first ``x`` written to ``out`` in the op's data_format."""
+    if c.attr("data_format") == "channels_first":
+        c.node("Identity", [x], [out])
+    else:
+        c.node("Transpose", [x], [out], perm=[0] + list(range(2, n + 2)) + [1])
+
+
+def _conv_data_grad_onnx(c):
+    """ConvTranspose of dy by the filter (the conv's adjoint in x), with the output padding that gives
+    x_like's spatial sizes; then + _add_to_output."""
+    n = c.attr("num_spatial_dims")
+    xd = c.input_desc("x_like")
+    spatial = xd.shape[2:] if c.attr("data_format") == "channels_first" else xd.shape[1:-1]
+    dys = c.input_desc("dy").shape
+    dy_spatial = dys[2:] if c.attr("data_format") == "channels_first" else dys[1:-1]
+    k, s, p, d = (list(c.attr(a)) for a in ("kernel_size", "strides", "padding_before", "dilation_rate"))
+    out_pad = [x - ((i - 1) * st - 2 * pp + dd * (kk - 1) + 1)
+               for x, i, st, pp, dd, kk in zip(spatial, dy_spatial, s, p, d, k)]
+    dx = c.node("ConvTranspose", [_first_onnx(c, "dy", n), _first_onnx(c, "filter", n)], kernel_shape=k, strides=s,
+                dilations=d, pads=p + p, output_padding=out_pad, group=c.attr("groups"))
+    add_to = c.input("_add_to_output")
+    if add_to is None:
+        _to_data_format_onnx(c, dx, n, c.output("dx"))
+    else:
+        tmp = c.tmp("dx")
+        _to_data_format_onnx(c, dx, n, tmp)
+        c.node("Add", [tmp, add_to], [c.output("dx")])
+
+
+def _conv_filter_grad_onnx(c):
+    """Per group, the correlation of x (channels as the batch) with dy (its batch as input channels):
+    a Conv with the forward's dilation as strides and its strides as dilations, cropped to the kernel size."""
+    n, groups = c.attr("num_spatial_dims"), c.attr("groups")
+    k, s, p, d = (list(c.attr(a)) for a in ("kernel_size", "strides", "padding_before", "dilation_rate"))
+    x, dy = _first_onnx(c, "x", n), _first_onnx(c, "dy", n)
+    swap = [1, 0] + list(range(2, n + 2))
+    cin = (c.input_desc("x").shape[1] if c.attr("data_format") == "channels_first" else c.input_desc("x").shape[-1])
+    cout = (c.input_desc("dy").shape[1] if c.attr("data_format") == "channels_first" else c.input_desc("dy").shape[-1])
+    parts = []
+    for g in range(groups):
+        xg, dyg = x, dy
+        if groups > 1:
+            xg = c.node("Slice", [x, c.const(int64s([g * cin // groups])), c.const(int64s([(g + 1) * cin // groups])),
+                                  c.const(int64s([1]))])
+            dyg = c.node("Slice", [dy, c.const(int64s([g * cout // groups])),
+                                   c.const(int64s([(g + 1) * cout // groups])), c.const(int64s([1]))])
+        corr = c.node("Conv", [c.node("Transpose", [xg], perm=swap), c.node("Transpose", [dyg], perm=swap)],
+                      strides=d, dilations=s, pads=p + p)
+        corr = c.node("Slice", [corr, c.const(int64s([0] * n)), c.const(int64s(k)), c.const(int64s(range(2, n + 2)))])
+        parts.append(c.node("Transpose", [corr], perm=swap))   # (out channels, in channels / groups, *k)
+    w = parts[0] if groups == 1 else c.node("Concat", parts, axis=0)
+    out = c.output("filter_diff")
+    if c.attr("data_format") == "channels_first":
+        c.node("Identity", [w], [out])
+    else:
+        c.node("Transpose", [w], [out], perm=[0] + list(range(2, n + 2)) + [1])
+
+
+def _conv_bias_grad_onnx(c):
+    """The sum of dy over every axis but the channel one."""
+    n = len(c.input_desc("dy").shape)
+    axes = [0] + list(range(2, n)) if c.attr("data_format") == "channels_first" else list(range(n - 1))
+    onnx_rules.reduce_node(c, "ReduceSum", c.input("dy"), axes, 0, c.output("bias_diff"))
+
+
 op("conv_data_grad", inputs=["dy", "filter", "x_like", "_add_to_output?"], outputs=["dx"], attrs=CONV_GRAD_ATTRS,
    infer=_conv_grad_infer_data, kernel=_conv_data_grad_kernel, sbp=_sbp.conv("dy", "filter", "dx"),
-   xla=_conv_data_grad_xla)
+   xla=_conv_data_grad_xla, onnx=_conv_data_grad_onnx)
 op("conv_filter_grad", inputs=["dy", "x"], outputs=["filter_diff"], attrs=CONV_GRAD_ATTRS,
    infer=_conv_grad_infer_filter, kernel=_conv_filter_grad_kernel,
-   sbp=_sbp.conv("dy", None, None, weight_grads=("filter_diff",)), xla=_conv_filter_grad_xla)
+   sbp=_sbp.conv("dy", None, None, weight_grads=("filter_diff",)), xla=_conv_filter_grad_xla,
+   onnx=_conv_filter_grad_onnx)
 op("conv_bias_grad", inputs=["dy"], outputs=["bias_diff"],
    attrs={"data_format": "string", "num_spatial_dims": ("int32", 0)},
    infer=_conv_bias_grad_infer, kernel=_conv_bias_grad_kernel, sbp=_sbp.conv("dy", None, None, weight_grads=("bias_diff",)),
-   xla=_conv_bias_grad_xla)
+   xla=_conv_bias_grad_xla, onnx=_conv_bias_grad_onnx)
 
 
 # ------------------------------------------------------------------ bias_add

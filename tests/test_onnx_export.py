@@ -637,6 +637,25 @@ CASES.update({
        for kind in ("data", "filter", "bias")},
 })
 
+_QUANT = {"quantization_bit": oneof(8, 4), "quantization_scheme": oneof("symmetric", "affine")}
+# values on the rounding grid's half-way points (ties to even) for scale 0.5
+_QUANT_TIES = np.array([[0.25, 0.75, -0.25], [-0.75, 1.25, 100.0]], dtype=np.float32)
+
+CASES.update({
+    "min_max_observer": (lambda: ({"in": oneof(t(2, 3, 4, low=-2, high=3), t(3, 5, low=0.5, high=2.0, dtype=flow.double))},
+                                  dict(_QUANT, quantization_formula="google", per_layer_quantization=random_bool())),),
+    # per-channel google scales; then ties of the rounding (scale 0.5) and a zero point past 255 (wrapped as
+    # uint8); then cambricon's power-of-two shifts (truncated toward zero)
+    "fake_quantization": (
+        lambda: ({"in": t(2, 3, 4, low=-2, high=2), "scale": t(2, low=0.01, high=0.1), "zero_point": t(2, low=-3, high=3)},
+                 dict(_QUANT, quantization_formula="google")),
+        lambda: ({"in": _QUANT_TIES, "scale": np.array([0.5], np.float32),
+                  "zero_point": oneof(np.array([0.0], np.float32), np.array([300.4], np.float32))},
+                 dict(_QUANT, quantization_formula="google")),
+        lambda: ({"in": t(2, 3, low=-4, high=4), "scale": t(1, low=-3.9, high=0.9),
+                  "zero_point": t(1)}, {"quantization_formula": "cambricon", "quantization_bit": oneof(8, 4)})),
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional
@@ -808,3 +827,16 @@ def test_train_job_and_op_without_converter_are_refused(tmp_path):
     assert not os.path.exists(tmp_path / "p.onnx")
     with pytest.raises(TypeError, match="expects a predict job function"):
         flow.onnx.export(42, tmp_path / "x.onnx")
+
+
+def test_cambricon_min_max_observer_is_refused(tmp_path):
+    """floor(log2(.)) of the cambricon formula has no exact ONNX form: the export names the op and why."""
+    @flow.global_function(type="predict")
+    def observe(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> typing.Tuple[tp.Numpy, tp.Numpy]:
+        with flow.scope.placement("cpu", "0:0"):
+            return build_op("min_max_observer", {"in": x}, {"quantization_formula": "cambricon"},
+                            outputs=["scale", "zero_point"], name="obs")
+
+    with pytest.raises(OnnxExportError, match=r"op 'obs' \(min_max_observer\): quantization_formula 'cambricon' "
+                                              r"cannot be exported: ONNX has no log2 operator"):
+        flow.onnx.export(observe, tmp_path / "obs.onnx")

@@ -611,7 +611,7 @@ CASES.update({
 })
 
 def _conv_grad(kind, n, data_format="channels_first", groups=1):
-    """conv_data_grad / conv_filter_grad / conv_bias_grad of a forward conv with fixed geometry (strides,
+    """conv_data_grad / conv_filter_grad / conv_bias_grad / fused_conv_grad of a forward conv with fixed geometry (strides,
     paddings and dilations vary with n so that output paddings and kernel crops occur)."""
     def case():
         spatial, k = [7, 6, 5][:n], [3, 2, 3][:n]
@@ -627,6 +627,8 @@ def _conv_grad(kind, n, data_format="channels_first", groups=1):
             return {"dy": dy, "filter": w, "x_like": x, "_add_to_output": oneof(nothing(), t(*shape(4, spatial)))}, attrs
         if kind == "filter":
             return {"dy": dy, "x": x}, attrs
+        if kind == "fused":
+            return {"dy": dy, "filter": w, "x": x}, attrs
         return {"dy": dy}, {"data_format": data_format, "num_spatial_dims": n}
     return case
 
@@ -635,6 +637,8 @@ CASES.update({
     **{f"conv_{kind}_grad": tuple(_conv_grad(kind, n, f, g) for n, f, g in ((2, "channels_first", 1), (1, "channels_last", 2),
                                                                           (3, "channels_first", 2)))
        for kind in ("data", "filter", "bias")},
+    # every output (the harness asks for all of them when each is optional)
+    "fused_conv_grad": tuple(_conv_grad("fused", n, groups=g) for n, g in ((2, 1), (1, 2), (3, 2))),
 })
 
 _QUANT = {"quantization_bit": oneof(8, 4), "quantization_scheme": oneof("symmetric", "affine")}

@@ -316,26 +316,65 @@ def _first_onnx(c, arg, n):
 
 
 def _to_data_format_onnx(c, x, n, out):
-    """The channels_first ``x`` written to ``out`` in the op's data_format."""
+    """The channels_first ``x`` (a blob, or a filter: the same transposition) written to ``out`` in the op's
+    data_format."""
     if c.attr("data_format") == "channels_first":
         c.node("Identity", [x], [out])
     else:
         c.node("Transpose", [x], [out], perm=[0] + list(range(2, n + 2)) + [1])
 
 
-def _conv_data_grad_onnx(c):
-    """ConvTranspose of dy by the filter (the conv's adjoint in x), with the output padding that gives
-    x_like's spatial sizes; then + _add_to_output."""
-    n = c.attr("num_spatial_dims")
-    xd = c.input_desc("x_like")
-    spatial = xd.shape[2:] if c.attr("data_format") == "channels_first" else xd.shape[1:-1]
-    dys = c.input_desc("dy").shape
-    dy_spatial = dys[2:] if c.attr("data_format") == "channels_first" else dys[1:-1]
-    k, s, p, d = (list(c.attr(a)) for a in ("kernel_size", "strides", "padding_before", "dilation_rate"))
+def _conv_geometry(c):
+    return [list(c.attr(a)) for a in ("kernel_size", "strides", "padding_before", "dilation_rate")]
+
+
+def _spatial(c, desc):
+    return desc.shape[2:] if c.attr("data_format") == "channels_first" else desc.shape[1:-1]
+
+
+def _channels(c, desc):
+    return desc.shape[1] if c.attr("data_format") == "channels_first" else desc.shape[-1]
+
+
+def conv_data_grad_onnx(c, dy, w, dy_spatial, x_spatial):
+    """The channels_first dx of a conv (its adjoint in x): ConvTranspose of the channels_first ``dy`` by
+    the filter ``w``, with the output padding that gives ``x_spatial``."""
+    k, s, p, d = _conv_geometry(c)
     out_pad = [x - ((i - 1) * st - 2 * pp + dd * (kk - 1) + 1)
-               for x, i, st, pp, dd, kk in zip(spatial, dy_spatial, s, p, d, k)]
-    dx = c.node("ConvTranspose", [_first_onnx(c, "dy", n), _first_onnx(c, "filter", n)], kernel_shape=k, strides=s,
-                dilations=d, pads=p + p, output_padding=out_pad, group=c.attr("groups"))
+               for x, i, st, pp, dd, kk in zip(x_spatial, dy_spatial, s, p, d, k)]
+    return c.node("ConvTranspose", [dy, w], kernel_shape=k, strides=s, dilations=d, pads=p + p,
+                  output_padding=out_pad, group=c.attr("groups"))
+
+
+def conv_filter_grad_onnx(c, x, dy, cin, cout):
+    """The channels_first filter gradient of a conv from channels_first ``x`` (``cin`` channels) and ``dy``
+    (``cout``): per group, the correlation of x (channels as the batch) with dy (its batch as input
+    channels), a Conv with the forward's dilation as strides and its strides as dilations, cropped to the
+    kernel size."""
+    k, s, p, d = _conv_geometry(c)
+    n, groups = len(k), c.attr("groups")
+    swap = [1, 0] + list(range(2, n + 2))
+
+    def channels(t, size, g):
+        if groups == 1:
+            return t
+        return c.node("Slice", [t, c.const(int64s([g * size // groups])), c.const(int64s([(g + 1) * size // groups])),
+                                c.const(int64s([1]))])
+    parts = []
+    for g in range(groups):
+        corr = c.node("Conv", [c.node("Transpose", [channels(x, cin, g)], perm=swap),
+                               c.node("Transpose", [channels(dy, cout, g)], perm=swap)],
+                      strides=d, dilations=s, pads=p + p)
+        corr = c.node("Slice", [corr, c.const(int64s([0] * n)), c.const(int64s(k)), c.const(int64s(range(2, n + 2)))])
+        parts.append(c.node("Transpose", [corr], perm=swap))   # (out channels, in channels / groups, *k)
+    return parts[0] if groups == 1 else c.node("Concat", parts, axis=0)
+
+
+def _conv_data_grad_onnx(c):
+    """:func:`conv_data_grad_onnx` in the op's data_format, then + _add_to_output."""
+    n = c.attr("num_spatial_dims")
+    dx = conv_data_grad_onnx(c, _first_onnx(c, "dy", n), _first_onnx(c, "filter", n),
+                             _spatial(c, c.input_desc("dy")), _spatial(c, c.input_desc("x_like")))
     add_to = c.input("_add_to_output")
     if add_to is None:
         _to_data_format_onnx(c, dx, n, c.output("dx"))
@@ -346,32 +385,11 @@ def _conv_data_grad_onnx(c):
 
 
 def _conv_filter_grad_onnx(c):
-    """Per group, the correlation of x (channels as the batch) with dy (its batch as input channels):
-    a Conv with the forward's dilation as strides and its strides as dilations, cropped to the kernel size."""
-    n, groups = c.attr("num_spatial_dims"), c.attr("groups")
-    k, s, p, d = (list(c.attr(a)) for a in ("kernel_size", "strides", "padding_before", "dilation_rate"))
-    x, dy = _first_onnx(c, "x", n), _first_onnx(c, "dy", n)
-    swap = [1, 0] + list(range(2, n + 2))
-    cin = (c.input_desc("x").shape[1] if c.attr("data_format") == "channels_first" else c.input_desc("x").shape[-1])
-    cout = (c.input_desc("dy").shape[1] if c.attr("data_format") == "channels_first" else c.input_desc("dy").shape[-1])
-    parts = []
-    for g in range(groups):
-        xg, dyg = x, dy
-        if groups > 1:
-            xg = c.node("Slice", [x, c.const(int64s([g * cin // groups])), c.const(int64s([(g + 1) * cin // groups])),
-                                  c.const(int64s([1]))])
-            dyg = c.node("Slice", [dy, c.const(int64s([g * cout // groups])),
-                                   c.const(int64s([(g + 1) * cout // groups])), c.const(int64s([1]))])
-        corr = c.node("Conv", [c.node("Transpose", [xg], perm=swap), c.node("Transpose", [dyg], perm=swap)],
-                      strides=d, dilations=s, pads=p + p)
-        corr = c.node("Slice", [corr, c.const(int64s([0] * n)), c.const(int64s(k)), c.const(int64s(range(2, n + 2)))])
-        parts.append(c.node("Transpose", [corr], perm=swap))   # (out channels, in channels / groups, *k)
-    w = parts[0] if groups == 1 else c.node("Concat", parts, axis=0)
-    out = c.output("filter_diff")
-    if c.attr("data_format") == "channels_first":
-        c.node("Identity", [w], [out])
-    else:
-        c.node("Transpose", [w], [out], perm=[0] + list(range(2, n + 2)) + [1])
+    """:func:`conv_filter_grad_onnx` in the op's data_format."""
+    n = c.attr("num_spatial_dims")
+    w = conv_filter_grad_onnx(c, _first_onnx(c, "x", n), _first_onnx(c, "dy", n), _channels(c, c.input_desc("x")),
+                              _channels(c, c.input_desc("dy")))
+    _to_data_format_onnx(c, w, n, c.output("filter_diff"))
 
 
 def _conv_bias_grad_onnx(c):

@@ -1006,7 +1006,8 @@ unary_family("exp", torch.exp, lambda x, dy: dy * torch.exp(x), onnx="Exp", xla=
 unary_family("log", torch.log, lambda x, dy: dy / x, onnx="Log", xla="log",
              grad_onnx=_divided(lambda c, x, d: x))
 unary_family("sqrt", torch.sqrt, lambda x, dy: dy * 0.5 * torch.rsqrt(x), onnx="Sqrt", xla="sqrt", amp="gray",
-             grad_onnx=onnx_rules.grad(lambda c, x, dy, out, d: onnx_rules.mul(c, dy, const_as(c, 0.5, d), _rsqrt_node(c, x), out=out)))
+             grad_onnx=onnx_rules.grad(lambda c, x, dy, out, d: onnx_rules.mul(
+                 c, dy, const_as(c, 0.5, d), _rsqrt_node(c, x), out=out)))
 unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3, onnx=onnx_rules.unary(_rsqrt_onnx),
              xla="lax.rsqrt",
              grad_onnx=onnx_rules.grad(_rsqrt_grad_onnx))
@@ -1113,8 +1114,8 @@ def _gelu_xla(k):
 op("gelu", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: F.gelu,
    onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"), xla=_gelu_xla,
    grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})), amp="gray")
-op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: gelu_grad, xla=lambda k: xla_rules.gelu_grad,
-   onnx=onnx_rules.grad(onnx_rules.gelu_grad))
+op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: gelu_grad,
+   xla=lambda k: xla_rules.gelu_grad, onnx=onnx_rules.grad(onnx_rules.gelu_grad))
 
 
 # ----------------------------------------------------------------- clipping

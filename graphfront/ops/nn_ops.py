@@ -679,8 +679,9 @@ def _dropout_grad_infer(ctx):
 op("dropout_grad", inputs=["dy", "mask"], outputs=["dx"], attrs={"scale": ("float", 0.0)},
    infer=_dropout_grad_infer,
    kernel=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask * s),
-   onnx=lambda c: onnx_rules.mul(c, c.input("dy"), c.node("Cast", [c.input("mask")], to=c.dtype_code(c.input_desc("dy").dtype)),
-                                 onnx_rules.const_as(c, c.attr("scale"), c.input_desc("dy")), out=c.output("dx")),
+   onnx=lambda c: onnx_rules.mul(
+       c, c.input("dy"), c.node("Cast", [c.input("mask")], to=c.dtype_code(c.input_desc("dy").dtype)),
+       onnx_rules.const_as(c, c.attr("scale"), c.input_desc("dy")), out=c.output("dx")),
    xla=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask.astype(dy.dtype) * s))
 
 

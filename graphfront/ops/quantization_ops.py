@@ -119,7 +119,8 @@ def _min_max_onnx(c):
 
 op("min_max_observer", inputs=["in"], outputs=["scale", "zero_point"],
    attrs=dict(QUANT_ATTRS, per_layer_quantization=("bool", True)), infer=_min_max_infer, kernel=_min_max_kernel,
-   xla=_min_max_xla, onnx=_min_max_onnx, no_grad=True, doc="quantization scale and zero point of a blob from its min and max")
+   xla=_min_max_xla, onnx=_min_max_onnx, no_grad=True,
+   doc="quantization scale and zero point of a blob from its min and max")
 
 
 # ------------------------------------------------------------------ moving_average_min_max_observer

@@ -660,6 +660,15 @@ CASES.update({
                   "zero_point": t(1)}, {"quantization_formula": "cambricon", "quantization_bit": oneof(8, 4)})),
 })
 
+CASES.update({
+    "broadcast_matmul_grad_b": lambda: ({"a": t(2, 3, 4), "b": t(2, 3, 5), "_add_to_output": oneof(t(4, 5), nothing())},
+                                        {"alpha": oneof(1.0, 0.5)}),
+    "fused_tril_scale_softmax_mask_scale_grad": lambda: ({"softmax_y": t(2, 4, 5, low=0, high=1), "dy": t(2, 4, 5),
+                                                          "mask": _cond(2, 4, 5)},
+                                                         {"diagonal": oneof(-1, 0, 2), "tril_scale_value": random(0.5, 2.0),
+                                                          "mask_scale_value": random(1.0, 2.0)}),
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

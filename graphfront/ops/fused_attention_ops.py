@@ -249,6 +249,21 @@ def _fused_tril_scale_softmax_mask_scale_onnx(c):
     c.node("Mul", [c.node("Mul", [soft, mask]), const_as(c, c.attr("mask_scale_value"), d)], [c.output("y")])
 
 
+def _tril_softmax_grad_onnx(c):
+    """d = dy * mask * mask_scale_value; softmax_y * (d - sum(d * softmax_y)) * tril_scale_value inside the
+    lower triangle, 0 above it."""
+    d = c.input_desc("dy")
+    y = c.input("softmax_y")
+    rows, cols = d.shape[-2:]
+    keep = np.tril(np.ones((rows, cols), dtype=bool), c.attr("diagonal"))
+    mask = c.node("Cast", [c.input("mask")], to=c.dtype_code(d.dtype))
+    d_soft = onnx_rules.mul(c, c.input("dy"), mask, const_as(c, c.attr("mask_scale_value"), d))
+    dot = onnx_rules.reduce_node(c, "ReduceSum", c.node("Mul", [d_soft, y]), [-1], 1)
+    d_t = c.node("Mul", [y, c.node("Sub", [d_soft, dot])])
+    onnx_rules.where_zero(c, c.const(keep), c.node("Mul", [d_t, const_as(c, c.attr("tril_scale_value"), d)]), d,
+                          c.output("dx"), zero_if=False)
+
+
 op("fused_tril_scale_softmax_mask_scale", inputs=["x", "mask"], outputs=["y", "softmax_y"],
    attrs={"diagonal": ("int64", 0), "tril_fill_value": ("float", 0.0), "tril_scale_value": ("float", 1.0),
           "mask_scale_value": ("float", 1.0)},
@@ -257,7 +272,7 @@ op("fused_tril_scale_softmax_mask_scale", inputs=["x", "mask"], outputs=["y", "s
    doc="softmax over the last axis of tril(x * scale, fill), then * mask * mask_scale_value", amp="gray")
 op("fused_tril_scale_softmax_mask_scale_grad", inputs=["softmax_y", "dy", "mask"], outputs=["dx"],
    attrs={"diagonal": ("int64", 0), "tril_scale_value": ("float", 1.0), "mask_scale_value": ("float", 1.0)},
-   infer=_tril_softmax_grad_infer, kernel=_tril_softmax_grad_kernel,
+   infer=_tril_softmax_grad_infer, kernel=_tril_softmax_grad_kernel, onnx=_tril_softmax_grad_onnx,
    doc="gradient of fused_tril_scale_softmax_mask_scale with respect to x")
 
 

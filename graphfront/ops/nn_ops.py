@@ -829,6 +829,18 @@ def _broadcast_matmul_grad_b_kernel(k):
     return grad_b
 
 
+def _broadcast_matmul_grad_b_onnx(c):
+    """a^T b over the flattened leading dims, times alpha (when not 1), + _add_to_output."""
+    a, b, alpha = c.input_desc("a"), c.input_desc("b"), c.attr("alpha")
+    a2 = c.node("Reshape", [c.input("a"), c.const(int64s([-1, a.shape[-1]]))])
+    b2 = c.node("Reshape", [c.input("b"), c.const(int64s([-1, b.shape[-1]]))])
+    out = c.node("MatMul", [c.node("Transpose", [a2], perm=[1, 0]), b2])
+    if alpha != 1.0:
+        out = c.node("Mul", [out, onnx_rules.const_as(c, alpha, a)])
+    add_to = c.input("_add_to_output")
+    c.node("Add" if add_to else "Identity", [out, add_to] if add_to else [out], [c.output("out")])
+
+
 def _broadcast_matmul_grad_b_xla(k):
     alpha = k.attr("alpha")
 
@@ -844,6 +856,7 @@ op("broadcast_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], at
    xla=_matmul_xla, amp="white")
 op("broadcast_matmul_grad_b", inputs=["a", "b", "_add_to_output?"], outputs=["out"],
    attrs={"alpha": ("double", 1.0)}, infer=_broadcast_matmul_grad_b_infer, kernel=_broadcast_matmul_grad_b_kernel,
+   onnx=_broadcast_matmul_grad_b_onnx,
    xla=_broadcast_matmul_grad_b_xla)
 
 

@@ -669,6 +669,12 @@ CASES.update({
                                                           "mask_scale_value": random(1.0, 2.0)}),
 })
 
+CASES.update({
+    # the reflection / replication pads' adjoints: every padded element added back to its source
+    "reflection_pad2d_grad": lambda: ({"dy": oneof(t(1, 2, 7, 7), t(2, 1, 7, 7))}, {"padding": oneof([1, 2, 3, 0], [0, 2, 1, 1])}),
+    "replication_pad2d_grad": lambda: ({"dy": t(1, 2, 10, 6)}, {"padding": oneof([1, 2, 3, 0], [0, 1, 1, 5])}),
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

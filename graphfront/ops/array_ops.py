@@ -882,6 +882,45 @@ def _padnd_onnx(mode):
     return convert
 
 
+def _pad_source(o, lo, size, mode):
+    """The input index that padded index ``o`` copies (reflect / replicate, ``lo`` elements padded before)."""
+    p = o - lo
+    if mode == "reflect":
+        p = -p if p < 0 else p
+        return 2 * (size - 1) - p if p >= size else p
+    return min(max(p, 0), size - 1)
+
+
+def _padnd_adjoint_onnx(mode):
+    """reflection_pad2d_grad / replication_pad2d_grad: per padded dim, each input position sums the dy
+    elements copied from it (Gathers at constant indices, in increasing output order; Where drops the
+    missing terms), the dims one after the other."""
+    def convert(c):
+        dy, d = c.input("dy"), c.input_desc("dy")
+        rank = len(d.shape)
+        before, after = _padnd_before_after(c, rank)
+        dims = [i for i in range(rank) if before[i] or after[i]]
+        for i, axis in enumerate(dims):
+            size = d.shape[axis] - before[axis] - after[axis]
+            sources = [[o for o in range(d.shape[axis]) if _pad_source(o, before[axis], size, mode) == j]
+                       for j in range(size)]
+            total = None
+            for k in range(max(len(s) for s in sources)):
+                idx = np.array([s[k] if k < len(s) else 0 for s in sources], dtype=np.int64)
+                term = c.node("Gather", [dy, c.const(idx)], axis=axis)
+                valid = np.array([k < len(s) for s in sources])
+                if not valid.all():
+                    view = [1] * rank
+                    view[axis] = size
+                    term = c.node("Where", [c.const(valid.reshape(view)), term,
+                                            c.const(np.zeros((), dtype=np_dtype(d)))])
+                total = term if total is None else c.node("Add", [total, term])
+            dy = c.node("Identity", [total], [c.output("dx")] if i == len(dims) - 1 else None)
+        if not dims:
+            c.node("Identity", [dy], [c.output("dx")])
+    return convert
+
+
 def _padnd_family(name, n, mode, attrs):
     op(name, inputs=["x"], outputs=["y"], attrs=attrs, infer=_padnd_infer(n, mode), kernel=_padnd_kernel(mode),
        onnx=_padnd_onnx({"reflect": "reflect", "replicate": "edge"}.get(mode, mode)),
@@ -890,7 +929,7 @@ def _padnd_family(name, n, mode, attrs):
     op(f"{name}_grad", inputs=["dy"], outputs=["dx"], attrs=attrs, infer=_padnd_grad_infer(n),
        kernel=_padnd_grad_kernel(mode),
        onnx=(lambda c: _crop_onnx(c, *_padnd_before_after(c, len(c.input_desc("dy").shape)))) if mode == "constant"
-       else None)
+       else _padnd_adjoint_onnx(mode))
 
 
 for _n in (1, 2, 3):

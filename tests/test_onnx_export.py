@@ -675,6 +675,18 @@ CASES.update({
     "replication_pad2d_grad": lambda: ({"dy": t(1, 2, 10, 6)}, {"padding": oneof([1, 2, 3, 0], [0, 1, 1, 5])}),
 })
 
+CASES.update({
+    "ccrelu": _unary(arg="in"), "cpu_only_relu_test": _unary(arg="in"),
+    "ccrelu_grad": _float_grad(src="y", special=_ZEROS),
+    "hierarchical_parallel_cast_like": lambda: ({"in": t(2, 3), "like": t(2, 3)}, {}),
+    "adam_bias_correction_factor": lambda: ({"train_step": oneof(_int(1, low=0, high=100),
+                                                                 _int(1, low=0, high=100, dtype=flow.int32))},
+                                            {"beta": oneof(0.9, 0.999)}),
+    # sign(0) == 0 in the zeros
+    "l1_l2_regularize_gradient": lambda: ({"model": oneof(t(2, 3), _ZEROS), "model_diff": t(2, 3)},
+                                          {"l1": oneof(0.0, 0.01), "l2": oneof(0.0, 0.1)}),
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

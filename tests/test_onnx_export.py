@@ -687,6 +687,13 @@ CASES.update({
                                           {"l1": oneof(0.0, 0.01), "l2": oneof(0.0, 0.1)}),
 })
 
+CASES.update({
+    # inference only (training updates the moving statistics in place)
+    "moving_average_min_max_observer": lambda: ({"in": t(2, 3), "current_train_step": _int(1, low=0, high=5),
+                                                 "moving_max": t(1, low=0.5, high=2.0), "moving_min": t(1, low=-2.0, high=-0.5)},
+                                                dict(_QUANT, quantization_formula="google", training=False)),
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

@@ -99,11 +99,15 @@ def _min_max_xla(k):
     return min_max_observer
 
 
-def _min_max_onnx(c):
-    """ReduceMin / ReduceMax of the blob (or of each slice along axis 0), then the google formulas."""
+def _refuse_cambricon_onnx(c):
     if c.attr("quantization_formula") == "cambricon":
         c.fail("quantization_formula 'cambricon' cannot be exported: ONNX has no log2 operator, and "
                "Log(x) / Log(2) can round across an integer near powers of two, changing floor(log2(x))")
+
+
+def _min_max_onnx(c):
+    """ReduceMin / ReduceMax of the blob (or of each slice along axis 0), then the google formulas."""
+    _refuse_cambricon_onnx(c)
     d, bit = c.input_desc("in"), c.attr("quantization_bit")
     flat = c.node("Reshape", [c.input("in"), c.const(int64s([1 if c.attr("per_layer_quantization") else d.shape[0], -1]))])
     lo, hi = (onnx_rules.reduce_node(c, t, flat, [1], 0) for t in ("ReduceMin", "ReduceMax"))
@@ -189,11 +193,29 @@ def _moving_xla(k):
     return moving_average_min_max_observer
 
 
+def _moving_onnx(c):
+    """Inference only (training updates moving_max / moving_min in place): the google scale and zero point
+    of moving_max / moving_min, as the kernel derives them."""
+    if c.attr("training"):
+        c.fail("attr 'training' is true: the op updates the variables moving_max / moving_min in place, "
+               "which an ONNX graph cannot do")
+    _refuse_cambricon_onnx(c)
+    d, bit = c.input_desc("in"), c.attr("quantization_bit")
+    hi, lo = c.input("moving_max"), c.input("moving_min")
+    if c.attr("quantization_scheme") == "symmetric":
+        c.node("Div", [hi, const_as(c, 2.0 ** (bit - 1) - 1, d)], [c.output("scale")])
+        c.node("Identity", [c.const(np.zeros((1,), dtype=onnx_rules.np_dtype(d)))], [c.output("zero_point")])
+        return
+    scale = c.node("Div", [c.node("Sub", [hi, lo]), const_as(c, 2.0 ** bit - 1, d)], [c.output("scale")])
+    c.node("Div", [c.node("Neg", [lo]), scale], [c.output("zero_point")])
+
+
 op("moving_average_min_max_observer", inputs=["in", "current_train_step", "moving_max", "moving_min"],
    outputs=["scale", "zero_point"],
    attrs=dict(QUANT_ATTRS, training=("bool", False), stop_update_after_iters=("int64", 1),
               momentum=("float", 0.95)),
    infer=_moving_infer, kernel=_moving_kernel, xla=_moving_xla, no_grad=True, mutates=("moving_max", "moving_min"),
+   onnx=_moving_onnx,
    doc="quantization scale from a moving average of a blob's min and max (variables updated in place)")
 
 

@@ -22,6 +22,7 @@ from graphfront import typing as tp
 from graphfront.onnx import OnnxExportError, convertible_op_types
 from graphfront.ops import registry
 from graphfront.ops.builder import build_op
+from graphfront.ops.nn_ops import pool_geometry
 from graphfront.testing.generators import (NOTHING, DrawContext, TensorValue, nothing, oneof, random, random_bool,
                                            random_tensor)
 from lenet import lenet
@@ -692,6 +693,23 @@ CASES.update({
     "moving_average_min_max_observer": lambda: ({"in": t(2, 3), "current_train_step": _int(1, low=0, high=5),
                                                  "moving_max": t(1, low=0.5, high=2.0), "moving_min": t(1, low=-2.0, high=-0.5)},
                                                 dict(_QUANT, quantization_formula="google", training=False)),
+})
+
+def _avg_pool_grad(n, padding, data_format, x_dims, ceil_mode=False):
+    """tf_avg_pool_{n}d_grad with fixed geometry: x, y (unused by the gradient) and dy of the forward's shapes."""
+    attrs = {"padding": padding, "padding_before": [1] * n, "padding_after": [0] * n, "data_format": data_format,
+             "pool_size": [3, 2, 3][:n], "strides": [2, 1, 2][:n], "ceil_mode": ceil_mode}
+    outs, _ = pool_geometry(x_dims, attrs)
+    shape = (lambda sp: (2, 3, *sp) if data_format == "channels_first" else (2, *sp, 3))
+    return lambda: ({"x": t(*shape(x_dims)), "y": t(*shape(outs)), "dy": t(*shape(outs))}, attrs)
+
+
+CASES.update({
+    # each draw another padding rule (pads change the divisors at the borders)
+    **{f"tf_avg_pool_{n}d_grad": (_avg_pool_grad(n, "valid", "channels_first", [7, 5, 6][:n]),
+                                  _avg_pool_grad(n, "same_lower", "channels_last", [6, 5, 7][:n]),
+                                  _avg_pool_grad(n, "customized", "channels_first", [7, 4, 5][:n], ceil_mode=True))
+       for n in (1, 2, 3)},
 })
 
 def _one_op_job(op_type, inputs, attrs):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -612,6 +613,49 @@ def _pool_grad_xla(kind, n):
     return make
 
 
+def _avg_pool_grad_onnx(c):
+    """The adjoint of the average over each window's real elements: every input element sums, over the
+    windows holding it (constant Gather indices; Where drops the missing terms), dy / (count / size) / size
+    (dy / size without pads), as the kernel's autograd through avg_pool(pad(x)) / avg_pool(pad(ones))."""
+    xd, d = c.input_desc("x"), c.input_desc("dy")
+    n = len(xd.shape) - 2
+    first = c.attr("data_format") == "channels_first"
+    spatial = list(xd.shape[2:] if first else xd.shape[1:-1])
+    outs, pads = pool_geometry(spatial, c.attrs)
+    size, stride = list(c.attr("pool_size")), list(c.attr("strides"))
+    dtype, window = onnx_rules.np_dtype(d), int(np.prod(size))
+    # the windows (flat output index) holding each input element, and each window's count of real elements
+    holders = [[] for _ in range(int(np.prod(spatial)))]
+    counts = np.zeros(int(np.prod(outs)), dtype=np.int64)
+    for w, o in enumerate(np.ndindex(*outs)):
+        ranges = [range(max(oi * s - lo, 0), min(oi * s - lo + k, sz))
+                  for oi, s, (lo, _), k, sz in zip(o, stride, pads, size, spatial)]
+        counts[w] = int(np.prod([len(r) for r in ranges]))
+        for i in np.ndindex(*[len(r) for r in ranges]):
+            holders[int(np.ravel_multi_index([r[j] for r, j in zip(ranges, i)], spatial))].append(w)
+    dy = c.input("dy")
+    if not first:
+        dy = onnx_rules.to_channels_first(c, dy, n)
+    batch, channels = xd.shape[0], (xd.shape[1] if first else xd.shape[-1])
+    dy = c.node("Reshape", [dy, c.const(int64s([batch, channels, -1]))])
+    if any(lo or hi for lo, hi in pads):
+        dy = c.node("Div", [dy, c.const(counts.astype(dtype) / np.array(window, dtype=dtype))])
+    dy = c.node("Div", [dy, c.const(np.array(window, dtype=dtype))])
+    total = None
+    for k in range(max(len(h) for h in holders)):
+        term = c.node("Gather", [dy, c.const(np.array([h[k] if k < len(h) else 0 for h in holders], np.int64))],
+                      axis=2)
+        valid = np.array([k < len(h) for h in holders])
+        if not valid.all():
+            term = c.node("Where", [c.const(valid), term, c.const(np.zeros((), dtype=dtype))])
+        total = term if total is None else c.node("Add", [total, term])
+    dx = c.node("Reshape", [total, c.const(int64s([batch, channels] + spatial))])
+    if first:
+        c.node("Identity", [dx], [c.output("dx")])
+    else:
+        c.node("Transpose", [dx], [c.output("dx")], perm=[0] + list(range(2, n + 2)) + [1])
+
+
 for _kind in ("max", "avg"):
     for _n in (1, 2, 3):
         _name = f"tf_{_kind}_pool_{_n}d"
@@ -621,7 +665,8 @@ for _kind in ("max", "avg"):
                f"{t}_grad", {"x": g.input("x"), "y": g.output("y"), "dy": g.dout("y")}, g.attrs)),
            xla=_pool_xla(_kind, _n), amp="clear" if _kind == "max" else "gray")
         op(f"{_name}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=POOL_ATTRS, infer=like("x"),
-           kernel=_pool_grad_kernel(_kind, _n), sbp=_sbp.batch(), xla=_pool_grad_xla(_kind, _n))
+           kernel=_pool_grad_kernel(_kind, _n), sbp=_sbp.batch(), xla=_pool_grad_xla(_kind, _n),
+           onnx=_avg_pool_grad_onnx if _kind == "avg" else None)
 
 
 # ------------------------------------------------------------------ dropout

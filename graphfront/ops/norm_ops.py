@@ -534,21 +534,26 @@ def _ln_grad_xla(k):
 
 
 def _ln_grad_onnx(c):
-    """dx = inv * (dy - mean(dy) - xhat * mean(dy * xhat)) over the normalized axes (+ _add_to_output)."""
+    """dx = inv * (dy - mean(dy) - xhat * mean(dy * xhat)) over the normalized axes (+ _add_to_output);
+    half types computed in float32 and rounded once, as the kernel's accumulation."""
     d = c.input_desc("x")
     shape = d.shape
     bna = c.attr("begin_norm_axis") % len(shape)
     axes = list(range(bna, len(shape)))
     kshape = c.const(int64s(tuple(shape[:bna]) + (1,) * (len(shape) - bna)))
-    dy = c.input("dy")
-    inv = c.node("Reshape", [c.input("inv_variance"), kshape])
-    xhat = c.node("Mul", [c.node("Sub", [c.input("x"), c.node("Reshape", [c.input("mean"), kshape])]), inv])
+    dy, x, mean, inv = (c.input(a) for a in ("dy", "x", "mean", "inv_variance"))
+    half = d.dtype in (_dt.float16, _dt.bfloat16)
+    if half:
+        dy, x, mean, inv = (c.node("Cast", [v], to=c.dtype_code(_dt.float32)) for v in (dy, x, mean, inv))
+    inv = c.node("Reshape", [inv, kshape])
+    xhat = c.node("Mul", [c.node("Sub", [x, c.node("Reshape", [mean, kshape])]), inv])
     inner = c.node("Sub", [c.node("Sub", [dy, reduce_node(c, "ReduceMean", dy, axes, 1)]),
                            c.node("Mul", [xhat, reduce_node(c, "ReduceMean", c.node("Mul", [dy, xhat]), axes, 1)])])
+    dx = c.node("Mul", [inv, inner])
+    if half:
+        dx = c.node("Cast", [dx], to=c.dtype_code(d.dtype))
     add_to = c.input("_add_to_output")
-    dx = c.node("Mul", [inv, inner], None if add_to else [c.output("dx")])
-    if add_to:
-        c.node("Add", [dx, add_to], [c.output("dx")])
+    c.node("Add" if add_to else "Identity", [dx, add_to] if add_to else [dx], [c.output("dx")])
 
 
 op("layer_norm_grad", inputs=["dy", "x", "mean", "inv_variance", "_add_to_output?"], outputs=["dx"],

@@ -173,6 +173,8 @@ def zeros_output(out="dx"):
 def mul(c, *names, out=None):
     """The product of ``names``, left to right (the kernels' order of operations)."""
     acc = names[0]
+    if len(names) == 1 and out is not None:
+        return c.node("Identity", [acc], [out])
     for i, n in enumerate(names[1:], 2):
         acc = c.node("Mul", [acc, n], [out] if out is not None and i == len(names) else None)
     return acc

@@ -22,6 +22,7 @@ from graphfront import typing as tp
 from graphfront.onnx import OnnxExportError, convertible_op_types
 from graphfront.ops import registry
 from graphfront.ops.builder import build_op
+from graphfront.ops.nn_ops import pool_geometry
 from graphfront.testing.generators import (NOTHING, DrawContext, TensorValue, nothing, oneof, random, random_bool,
                                            random_tensor)
 from lenet import lenet
@@ -427,12 +428,297 @@ CASES = {
 }
 
 
+# gradient ops: the forward input (or output) and dy, of one shape
+
+
+def _float_grad(src="x", low=-1.0, high=1.0, special=None):
+    """``src`` drawn in [low, high) (or ``special``, fixed values of shape (2, 3)), and ``dy`` (float32)."""
+    def case():
+        x = t(2, 3, low=low, high=high)
+        return {src: x if special is None else oneof(x, special), "dy": t(2, 3, low=-2.0, high=2.0)}, {}
+    return case
+
+
+# ties at every other element
+_TIES_X = np.array([[0.0, 1.0, 2.0], [1.0, -1.0, 0.5]], dtype=np.float32)
+_TIES_Y = np.array([[0.0, 2.0, 2.0], [0.0, -1.0, 0.25]], dtype=np.float32)
+
+
+CASES.update({
+    # unary math grads (x, dy -> dx); float only where onnxruntime has no double kernel
+    **{f"{k}_grad": _float_grad() for k in ("exp", "tanh", "sigmoid_v2", "cos", "cosh", "erf", "erfc", "expm1",
+                                            "sin", "sinh", "softplus", "tan", "log_sigmoid", "square", "negative",
+                                            "atan", "asinh")},
+    "log_grad": _float_grad(**_POSITIVE), "sqrt_grad": _float_grad(**_POSITIVE),
+    "rsqrt_grad": _float_grad(**_POSITIVE), "reciprocal_grad": _float_grad(**_POSITIVE),
+    "log1p_grad": _float_grad(low=-0.5, high=2.0), "log2_grad": _float_grad(**_POSITIVE),
+    "acos_grad": _float_grad(**_UNIT), "asin_grad": _float_grad(**_UNIT), "atanh_grad": _float_grad(**_UNIT),
+    "acosh_grad": _float_grad(low=1.1, high=3.0),
+    "reciprocal_no_nan_grad": _float_grad(special=_ZEROS),
+    # sign(0) == 0: abs_grad is 0 at x == 0
+    "abs_grad": (_float_grad(special=_ZEROS),
+                 lambda: ({"x": _int(2, 3, low=-2, high=3), "dy": _int(2, 3, low=-3, high=3)}, {})),
+    **{f"{k}_grad": _float_grad(low=-3.0, high=3.0, special=_HALVES) for k in ("ceil", "floor", "rint", "round",
+                                                                               "sign")},
+    "relu_grad": _float_grad(src="y", special=_ZEROS),
+    "sigmoid_grad": _float_grad(src="y", low=0.0, high=1.0),
+    "gelu_grad": _float_grad(low=-3.0, high=3.0),
+    "scalar_pow_grad": lambda: ({"x": t(2, 3, **_POSITIVE), "dy": t(2, 3)},
+                                {"has_int_operand": random_bool(), "has_float_operand": True,
+                                 "int_operand": oneof(0, 2, 3), "float_operand": oneof(0.0, 0.5, -1.5)}),
+    # binary grads (x, y, dz -> dx / dy)
+    **{f"pow_{s}_grad": lambda: ({"x": oneof(t(2, 3, **_POSITIVE), _ZEROS), "y": oneof(t(2, 3, low=-2.0, high=2.0),
+                                                                                      _ZEROS),
+                                  "dz": t(2, 3)}, {}) for s in ("x", "y")},
+    **{f"atan2_{s}_grad": lambda: ({"x": t(2, 3), "y": t(2, 3), "dz": t(2, 3)}, {}) for s in ("x", "y")},
+    **{f"floordiv_{s}_grad": lambda: ({"x": t(2, 3), "y": t(2, 3, **_POSITIVE), "dz": t(2, 3)}, {})
+       for s in ("x", "y")},
+    **{f"{k}_{s}_grad": lambda: ({"x": oneof(t(2, 3), _ZEROS), "y": t(2, 3, **_POSITIVE), "dz": t(2, 3)}, {})
+       for k in ("xdivy", "xlogy") for s in ("x", "y")},
+    "broadcast_div_grad": lambda: ({"y": oneof(t(3, 1, **_POSITIVE), t(2, 3, 4, **_POSITIVE)), "z": t(2, 3, 4),
+                                    "dz": t(2, 3, 4)}, {}),
+    **{f"broadcast_pow_{s}_grad": lambda: ({"x": oneof(t(2, 3, 4, **_POSITIVE), t(3, 1, **_POSITIVE)),
+                                            "y": oneof(t(1, 4), t(2, 3, 4, low=-2.0, high=2.0)),
+                                            "z": t(2, 3, 4), "dz": t(2, 3, 4)}, {}) for s in ("x", "y")},
+    # ties (integer-valued floats) go to x
+    **{f"elementwise_{k}_backward": (lambda: ({"dz": t(2, 3), "x": _TIES_X, "y": _TIES_Y}, {}),
+                                     lambda: ({"dz": t(2, 3), "x": t(2, 3), "y": t(2, 3)}, {}))
+       for k in ("maximum", "minimum")},
+    **{f"{k}_grad": lambda a=a: ({"dy": t(2, 3), "x": oneof(t(2, 3), _TIES_X)}, a)
+       for k, a in (("clip_by_scalar", {"floating_min": -0.5, "floating_max": 1.0}),
+                    ("clip_by_scalar_min", {"floating_min": oneof(-0.5, 1.0)}),
+                    ("clip_by_scalar_max", {"floating_max": oneof(0.5, 1.0)}))},
+})
+
+
+# the kinks of the activations (0, -3, 3) among other values
+_KINKS = np.array([-5.0, -3.0, -1.0, -0.5, 0.0, 0.0, 0.5, 1.0, 2.0, 3.0, 4.0, -2.0] * 2, dtype=np.float32).reshape(2, 4, 3)
+
+
+def _act_grad(src="x", low=-3.0, high=3.0, double=True, **attrs):
+    """An activation grad's alternative cases: ``src`` (or the kinks) and ``dy`` in float32, then (unless not
+    ``double``) both in float64."""
+    cases = [lambda: ({src: oneof(t(2, 4, 3, low=low, high=high), _KINKS), "dy": t(2, 4, 3)}, attrs)]
+    if double:
+        cases.append(lambda: ({src: t(2, 4, 3, low=low, high=high, dtype=flow.double),
+                               "dy": t(2, 4, 3, dtype=flow.double)}, attrs))
+    return tuple(cases)
+
+
+CASES.update({
+    # activation grads
+    "leaky_relu_grad": _act_grad(alpha=random(0.0, 0.5)), "elu_grad": _act_grad(alpha=random(0.1, 2.0)),
+    "celu_grad": _act_grad(alpha=oneof(0.5, 1.0, 2.0)), "selu_grad": _act_grad(), "silu_grad": _act_grad(),
+    "softsign_grad": _act_grad(), "mish_grad": _act_grad(double=False),
+    "hardsigmoid_grad": _act_grad(low=-5.0, high=5.0), "hardswish_grad": _act_grad(low=-5.0, high=5.0),
+    "hardtanh_grad": _act_grad("y", min_val=random(-2.0, -0.5), max_val=random(0.5, 2.0)),
+    "prelu_grad": lambda: ({"x": oneof(t(2, 4, 3), _KINKS), "dy": t(2, 4, 3), "alpha": oneof(t(4), t(1))}, {}),
+    "tf_prelu_grad": lambda: ({"x": t(2, 3, 4), "dy": t(2, 3, 4), "alpha": oneof(t(3, 4), t(1, 4), t(3, 1))}, {}),
+})
+
+CASES.update({
+    # softmax and dropout grads
+    "softmax_grad": lambda: ({"y": t(3, 5, low=0.0, high=1.0), "dy": t(3, 5)}, {}),
+    "log_softmax_grad": (lambda: ({"prob": t(3, 5, low=-3.0, high=0.0), "dy": t(3, 5)}, {}),
+                         lambda: ({"prob": t(2, 3, 5, low=-3.0, high=0.0, dtype=flow.double),
+                                   "dy": t(2, 3, 5, dtype=flow.double)}, {})),
+    "dropout_grad": lambda: ({"dy": oneof(t(2, 3, 4), t(2, 3, 4, dtype=flow.double)), "mask": _cond(2, 3, 4)},
+                             {"scale": random(1.1, 3.0)}),
+    "fused_bias_add_gelu_grad": lambda: ({"a": t(2, 3, 4, low=-3.0, high=3.0), "b": t(3), "dy": t(2, 3, 4)},
+                                         {"axis": 1}),
+})
+
+CASES.update({
+    # loss grads (class ids in range, as the forward cases)
+    "softmax_cross_entropy_grad": (lambda: ({"prob": t(4, 5, low=0, high=1), "label": t(4, 5, low=0, high=1),
+                                             "dy": t(4)}, {}),
+                                   lambda: ({"prob": t(2, 3, 5, low=0, high=1, dtype=flow.double),
+                                             "label": t(2, 3, 5, low=0, high=1, dtype=flow.double),
+                                             "dy": t(2, 3, dtype=flow.double)}, {})),
+    **{f"{k}_grad": lambda: ({"label": oneof(_int(4, low=0, high=5), _int(4, low=0, high=5, dtype=flow.int32)),
+                              "dy": t(4), "prob": t(4, 5, low=0, high=1)}, {"depth": 5})
+       for k in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms")},
+    **{f"{k}_grad": lambda: ({"prediction": t(2, 3, 5, low=0.05, high=1.0), "label": _int(2, 3, low=0, high=5),
+                              "dy": t(2, 3)}, {"depth": 5})
+       for k in ("sparse_cross_entropy", "sparse_cross_entropy_ms")},
+    "sigmoid_cross_entropy_grad": lambda: ({"prediction": t(3, 4, low=-5, high=5),
+                                            "label": oneof(t(3, 4, low=0, high=1), _int(3, 4, low=0, high=2)),
+                                            "loss_diff": t(3, 4)}, {}),
+    "binary_cross_entropy_grad": (
+        lambda: ({"input": t(3, 4, low=0.01, high=0.99), "target": t(3, 4, low=0, high=1),
+                  "weight": oneof(t(3, 4, **_POSITIVE), nothing()), "dy": t(3, 4)}, {}),
+        lambda: ({"input": np.array([[0.0, 1.0, 0.5], [1.0, 0.0, 1e-30]], dtype=np.float32),
+                  "target": np.array([[0.0, 1.0, 0.5], [0.0, 1.0, 0.5]], dtype=np.float32), "dy": t(2, 3)}, {})),
+    "binary_cross_entropy_with_logits_grad": (
+        lambda: ({"input": t(3, 4, low=-20, high=20), "target": t(3, 4, low=0, high=1),
+                  "weight": oneof(t(3, 4, **_POSITIVE), nothing()), "dy": t(3, 4)}, {}),
+        lambda: ({"input": t(2, 3, 4, low=-5, high=5), "target": t(2, 3, 4, low=0, high=1),
+                  "pos_weight": t(4, **_POSITIVE), "dy": t(2, 3, 4)}, {"has_pos_weight": True})),
+    "kl_div_loss_grad": lambda: ({"input": t(3, 4), "target": t(3, 4, low=-1, high=1), "dy": t(3, 4)},
+                                 {"log_target": random_bool()}),
+    # input == target (sign 0) and |input - target| == beta in the fixed values
+    "smooth_l1_loss_grad": (lambda: ({"input": t(2, 3, low=-2, high=2), "target": t(2, 3, low=-2, high=2),
+                                      "dy": t(2, 3)}, {"beta": oneof(0.0, 0.5, 1.0)}),
+                            lambda: ({"input": _TIES_X, "target": _TIES_Y, "dy": t(2, 3)}, {"beta": oneof(0.0, 1.0)})),
+    "nll_grad": (lambda: ({"input": t(5, 4), "target": _int(5, low=0, high=4), "total_weight": t(1),
+                           "weight": oneof(nothing(), t(4, **_POSITIVE)), "dy": t(5)},
+                          {"ignore_index": oneof(-100, 1, 3)}),
+                 lambda: ({"input": t(5, 4, dtype=flow.double), "target": _int(5, low=0, high=4, dtype=flow.int32),
+                           "total_weight": t(1, dtype=flow.double), "weight": t(4, low=0.5, high=2.0, dtype=flow.double),
+                           "dy": t(5, dtype=flow.double)}, {"ignore_index": 2})),
+})
+
+CASES.update({
+    # normalization grads (statistics and parameters drawn: the grads are formulas of them)
+    "layer_norm_grad": (lambda: ({"dy": t(2, 3, 4), "x": t(2, 3, 4), "mean": t(2, 3), "inv_variance": t(2, 3, **_POSITIVE),
+                                  "_add_to_output": oneof(t(2, 3, 4), nothing())}, {"begin_norm_axis": -1, "epsilon": 1e-5}),
+                        lambda: ({"dy": t(2, 3, 4), "x": t(2, 3, 4), "mean": t(2), "inv_variance": t(2, **_POSITIVE)},
+                                 {"begin_norm_axis": 1, "epsilon": 1e-5})),
+    "layer_norm_param_grad": (lambda: ({"dy": t(2, 3, 4), "normalized": t(2, 3, 4), "gamma": t(3, 4)},
+                                       {"begin_params_axis": 1}),
+                              lambda: ({"dy": t(2, 3, 4), "normalized": t(2, 3, 4), "gamma": t(4)},
+                                       {"begin_params_axis": -1})),
+    "normalization_grad": (lambda: ({"x": t(2, 3, 4, 4), "dy": t(2, 3, 4, 4), "mean": t(3), "inv_variance": t(3, **_POSITIVE),
+                                     "gamma": t(3)}, {"axis": 1, "epsilon": 1e-5}),
+                           lambda: ({"x": t(4, 5, dtype=flow.double), "dy": t(4, 5, dtype=flow.double),
+                                     "mean": t(5, dtype=flow.double), "inv_variance": t(5, low=0.5, high=2.0, dtype=flow.double),
+                                     "gamma": t(5, dtype=flow.double)}, {"axis": 1, "epsilon": 1e-5})),
+    # square sums below epsilon (the zeros) take the linear branch
+    "l2_normalize_grad": lambda: ({"dy": t(2, 3), "y": t(2, 3), "square_x_sum": oneof(t(2, 1, **_POSITIVE),
+                                                                                      np.zeros((2, 1), np.float32))},
+                                  {"axis": oneof(1, -1), "epsilon": oneof(1e-12, 1.0)}),
+})
+
+CASES.update({
+    # shape-op grads: dy back to the input's shape (zeros where the forward dropped elements)
+    "slice_grad": (lambda: ({"dy": t(5, 3)}, {"like_shape": (5, 6), "start": [0, 1], "stop": [5, 6], "step": [1, 2]}),
+                   lambda: ({"dy": t(2, 6)}, {"like_shape": (5, 6), "start": [-1, 5], "stop": [-4, -7],
+                                              "step": [-2, -1]})),
+    "narrow_grad": lambda: ({"dy": t(4, 2), "like": t(4, 5)}, {"dim": oneof(1, -1), "start": oneof(0, 1, -2),
+                                                               "length": 2}),
+    "expand_grad": (lambda: ({"in": t(2, 3, 4)}, {"logical_out_shape": [3, 1], "logical_expand_shape": [2, 3, 4]}),
+                    lambda: ({"in": t(3, 4)}, {"logical_out_shape": oneof([3, 1], [1, 4]),
+                                               "logical_expand_shape": [3, 4]}),
+                    lambda: ({"in": t(2, 3, 4)}, {"logical_out_shape": [3, 4], "logical_expand_shape": [2, -1, 4]})),
+    "pad_grad": lambda: ({"dy": oneof(t(5, 6), _int(5, 6, low=-3, high=3))},
+                         {"padding_before": oneof([0, 1], [2, 0]), "padding_after": oneof([1, 1], [0, 2])}),
+    "constant_pad1d_grad": lambda: ({"dy": t(2, 3, 8)}, {"padding": oneof([1, 2], [0, 3])}),
+    "constant_pad2d_grad": lambda: ({"dy": t(1, 2, 6, 7)}, {"padding": oneof([1, 0, 2, 1], [0, 2, 0, 0])}),
+    "constant_pad3d_grad": lambda: ({"dy": t(1, 2, 4, 7, 6)}, {"padding": [1, 0, 2, 1, 0, 1]}),
+    "flip_grad": lambda: ({"dy": t(2, 3, 4)}, {"dims": oneof([0], [1, 2], [-1], [])}),
+    "diag_grad": (lambda: ({"dy": t(5, 5), "in": oneof(t(4), t(4, dtype=flow.double))}, {"diagonal": oneof(1, -1)}),
+                  lambda: ({"dy": t(4), "in": t(4, 5)}, {"diagonal": oneof(0, 1)}),
+                  lambda: ({"dy": t(3), "in": t(5, 3)}, {"diagonal": oneof(0, -2)})),
+})
+
+def _conv_grad(kind, n, data_format="channels_first", groups=1):
+    """conv_data_grad / conv_filter_grad / conv_bias_grad / fused_conv_grad of a forward conv with fixed geometry (strides,
+    paddings and dilations vary with n so that output paddings and kernel crops occur)."""
+    def case():
+        spatial, k = [7, 6, 5][:n], [3, 2, 3][:n]
+        s, p, d = [2, 1, 3][:n], [1, 0, 1][:n], [1, 2, 1][:n]
+        out = [(x + 2 * pp - dd * (kk - 1) - 1) // ss + 1 for x, kk, ss, pp, dd in zip(spatial, k, s, p, d)]
+        first = data_format == "channels_first"
+        shape = (lambda ch, sp: (2, ch, *sp) if first else (2, *sp, ch))
+        x, dy = t(*shape(4, spatial)), t(*shape(6, out))
+        w = t(6, 4 // groups, *k) if first else t(6, *k, 4 // groups)
+        attrs = {"num_spatial_dims": n, "padding_before": p, "data_format": data_format, "kernel_size": k,
+                 "strides": s, "dilation_rate": d, "groups": groups}
+        if kind == "data":
+            return {"dy": dy, "filter": w, "x_like": x, "_add_to_output": oneof(nothing(), t(*shape(4, spatial)))}, attrs
+        if kind == "filter":
+            return {"dy": dy, "x": x}, attrs
+        if kind == "fused":
+            return {"dy": dy, "filter": w, "x": x}, attrs
+        return {"dy": dy}, {"data_format": data_format, "num_spatial_dims": n}
+    return case
+
+
+CASES.update({
+    **{f"conv_{kind}_grad": tuple(_conv_grad(kind, n, f, g) for n, f, g in ((2, "channels_first", 1), (1, "channels_last", 2),
+                                                                          (3, "channels_first", 2)))
+       for kind in ("data", "filter", "bias")},
+    # every output (the harness asks for all of them when each is optional)
+    "fused_conv_grad": tuple(_conv_grad("fused", n, groups=g) for n, g in ((2, 1), (1, 2), (3, 2))),
+})
+
+_QUANT = {"quantization_bit": oneof(8, 4), "quantization_scheme": oneof("symmetric", "affine")}
+# values on the rounding grid's half-way points (ties to even) for scale 0.5
+_QUANT_TIES = np.array([[0.25, 0.75, -0.25], [-0.75, 1.25, 100.0]], dtype=np.float32)
+
+CASES.update({
+    "min_max_observer": (lambda: ({"in": oneof(t(2, 3, 4, low=-2, high=3), t(3, 5, low=0.5, high=2.0, dtype=flow.double))},
+                                  dict(_QUANT, quantization_formula="google", per_layer_quantization=random_bool())),),
+    # per-channel google scales; then ties of the rounding (scale 0.5) and a zero point past 255 (wrapped as
+    # uint8); then cambricon's power-of-two shifts (truncated toward zero)
+    "fake_quantization": (
+        lambda: ({"in": t(2, 3, 4, low=-2, high=2), "scale": t(2, low=0.01, high=0.1), "zero_point": t(2, low=-3, high=3)},
+                 dict(_QUANT, quantization_formula="google")),
+        lambda: ({"in": _QUANT_TIES, "scale": np.array([0.5], np.float32),
+                  "zero_point": oneof(np.array([0.0], np.float32), np.array([300.4], np.float32))},
+                 dict(_QUANT, quantization_formula="google")),
+        lambda: ({"in": t(2, 3, low=-4, high=4), "scale": t(1, low=-3.9, high=0.9),
+                  "zero_point": t(1)}, {"quantization_formula": "cambricon", "quantization_bit": oneof(8, 4)})),
+})
+
+CASES.update({
+    "broadcast_matmul_grad_b": lambda: ({"a": t(2, 3, 4), "b": t(2, 3, 5), "_add_to_output": oneof(t(4, 5), nothing())},
+                                        {"alpha": oneof(1.0, 0.5)}),
+    "fused_tril_scale_softmax_mask_scale_grad": lambda: ({"softmax_y": t(2, 4, 5, low=0, high=1), "dy": t(2, 4, 5),
+                                                          "mask": _cond(2, 4, 5)},
+                                                         {"diagonal": oneof(-1, 0, 2), "tril_scale_value": random(0.5, 2.0),
+                                                          "mask_scale_value": random(1.0, 2.0)}),
+})
+
+CASES.update({
+    # the reflection / replication pads' adjoints: every padded element added back to its source
+    "reflection_pad2d_grad": lambda: ({"dy": oneof(t(1, 2, 7, 7), t(2, 1, 7, 7))}, {"padding": oneof([1, 2, 3, 0], [0, 2, 1, 1])}),
+    "replication_pad2d_grad": lambda: ({"dy": t(1, 2, 10, 6)}, {"padding": oneof([1, 2, 3, 0], [0, 1, 1, 5])}),
+})
+
+CASES.update({
+    "ccrelu": _unary(arg="in"), "cpu_only_relu_test": _unary(arg="in"),
+    "ccrelu_grad": _float_grad(src="y", special=_ZEROS),
+    "hierarchical_parallel_cast_like": lambda: ({"in": t(2, 3), "like": t(2, 3)}, {}),
+    "adam_bias_correction_factor": lambda: ({"train_step": oneof(_int(1, low=0, high=100),
+                                                                 _int(1, low=0, high=100, dtype=flow.int32))},
+                                            {"beta": oneof(0.9, 0.999)}),
+    # sign(0) == 0 in the zeros
+    "l1_l2_regularize_gradient": lambda: ({"model": oneof(t(2, 3), _ZEROS), "model_diff": t(2, 3)},
+                                          {"l1": oneof(0.0, 0.01), "l2": oneof(0.0, 0.1)}),
+})
+
+CASES.update({
+    # inference only (training updates the moving statistics in place)
+    "moving_average_min_max_observer": lambda: ({"in": t(2, 3), "current_train_step": _int(1, low=0, high=5),
+                                                 "moving_max": t(1, low=0.5, high=2.0), "moving_min": t(1, low=-2.0, high=-0.5)},
+                                                dict(_QUANT, quantization_formula="google", training=False)),
+})
+
+def _avg_pool_grad(n, padding, data_format, x_dims, ceil_mode=False):
+    """tf_avg_pool_{n}d_grad with fixed geometry: x, y (unused by the gradient) and dy of the forward's shapes."""
+    attrs = {"padding": padding, "padding_before": [1] * n, "padding_after": [0] * n, "data_format": data_format,
+             "pool_size": [3, 2, 3][:n], "strides": [2, 1, 2][:n], "ceil_mode": ceil_mode}
+    outs, _ = pool_geometry(x_dims, attrs)
+    shape = (lambda sp: (2, 3, *sp) if data_format == "channels_first" else (2, *sp, 3))
+    return lambda: ({"x": t(*shape(x_dims)), "y": t(*shape(outs)), "dy": t(*shape(outs))}, attrs)
+
+
+CASES.update({
+    # each draw another padding rule (pads change the divisors at the borders)
+    **{f"tf_avg_pool_{n}d_grad": (_avg_pool_grad(n, "valid", "channels_first", [7, 5, 6][:n]),
+                                  _avg_pool_grad(n, "same_lower", "channels_last", [6, 5, 7][:n]),
+                                  _avg_pool_grad(n, "customized", "channels_first", [7, 4, 5][:n], ceil_mode=True))
+       for n in (1, 2, 3)},
+})
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
-    it returns every blob of the op's required outputs (a repeated output has one blob per
-    blob of the longest repeated input)."""
+    it returns every blob of the op's required outputs, or of all its outputs when each is optional
+    (a repeated output has one blob per blob of the longest repeated input)."""
     flat = [(arg, i, a) for arg, v in inputs.items() for i, a in enumerate(v if isinstance(v, list) else [v])]
-    declared = [a for a in registry.lookup(op_type).outputs if not a.optional]
+    outputs = registry.lookup(op_type).outputs
+    declared = [a for a in outputs if not a.optional] or list(outputs)  # (every output, when all are optional)
     first = declared[0]
     count = max([len(v) for v in inputs.values() if isinstance(v, list)], default=1) if first.repeated else 1
 
@@ -597,3 +883,16 @@ def test_train_job_and_op_without_converter_are_refused(tmp_path):
     assert not os.path.exists(tmp_path / "p.onnx")
     with pytest.raises(TypeError, match="expects a predict job function"):
         flow.onnx.export(42, tmp_path / "x.onnx")
+
+
+def test_cambricon_min_max_observer_is_refused(tmp_path):
+    """floor(log2(.)) of the cambricon formula has no exact ONNX form: the export names the op and why."""
+    @flow.global_function(type="predict")
+    def observe(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> typing.Tuple[tp.Numpy, tp.Numpy]:
+        with flow.scope.placement("cpu", "0:0"):
+            return build_op("min_max_observer", {"in": x}, {"quantization_formula": "cambricon"},
+                            outputs=["scale", "zero_point"], name="obs")
+
+    with pytest.raises(OnnxExportError, match=r"op 'obs' \(min_max_observer\): quantization_formula 'cambricon' "
+                                              r"cannot be exported: ONNX has no log2 operator"):
+        flow.onnx.export(observe, tmp_path / "obs.onnx")

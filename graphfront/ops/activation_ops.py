@@ -37,13 +37,15 @@ def grad_like(src):
     return infer
 
 
-def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", doc="", onnx=None, xla=None):
+def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", doc="", onnx=None, xla=None,
+               grad_onnx=None):
     """Register an elementwise activation ``name`` and its ``name_grad``.
 
     ``fwd(attrs) -> callable(x)`` and ``bwd(attrs) -> callable(src, dy)`` are built once
     per op at lowering time from the op's attr dict. ``grad_src`` is ``"x"`` (the grad
     op gets the forward input) or ``"y"`` (the forward output). ``onnx(c, x, out, desc)``
-    writes the op's ONNX nodes (see :func:`onnx_rules.unary`). ``xla`` is ``(fwd, bwd)``
+    writes the op's ONNX nodes (see :func:`onnx_rules.unary`), ``grad_onnx(c, src, dy, out, desc)``
+    the grad op's (see :func:`onnx_rules.grad`). ``xla`` is ``(fwd, bwd)``
     of the same form over ``jax.Array`` values (``jnp`` below): the two ops' ``xla`` rules.
     """
     i, o = args
@@ -64,7 +66,8 @@ def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", 
     op(name, inputs=[i], outputs=[o], attrs=attrs, infer=infer, kernel=lambda k: fwd(k.attrs), grad=grad,
        doc=doc, onnx=onnx and onnx_rules.unary(onnx, i, o), xla=xla_fwd and (lambda k: xla_fwd(k.attrs)))
     op(f"{name}_grad", inputs=[grad_src, "dy"], outputs=["dx"], attrs=attrs, infer=grad_like(grad_src),
-       kernel=lambda k: bwd(k.attrs), doc=f"gradient of {name}", xla=xla_bwd and (lambda k: xla_bwd(k.attrs)))
+       kernel=lambda k: bwd(k.attrs), doc=f"gradient of {name}", xla=xla_bwd and (lambda k: xla_bwd(k.attrs)),
+       onnx=grad_onnx and onnx_rules.grad(grad_onnx, grad_src))
 
 
 def jnp():
@@ -85,6 +88,20 @@ def _nonzero_alpha(v):
     return None if v != 0 else "must be non-zero (celu divides by alpha)"
 
 
+def _positive(c, x, d):
+    return c.node("Greater", [x, const_as(c, 0, d)])
+
+
+def _between(c, x, lo, hi, d):
+    """lo < x < hi (bool)."""
+    return c.node("And", [c.node("Greater", [x, const_as(c, lo, d)]), c.node("Less", [x, const_as(c, hi, d)])])
+
+
+def _dy_where_positive(negative):
+    """Grads of the activations that are x for x > 0: dy where x > 0, else ``negative(c, x, dy, d)``."""
+    return lambda c, x, dy, out, d: c.node("Where", [_positive(c, x, d), dy, negative(c, x, dy, d)], [out])
+
+
 # ------------------------------------------------------------------ piecewise-linear family
 
 def _leaky_relu_onnx(c, x, out, d):
@@ -99,6 +116,7 @@ activation(
     lambda a: (lambda x, dy, s=a["alpha"]: torch.where(x > 0, dy, dy * s)),
     args=("x", "y"), attrs={"alpha": ("float", 0.0)},
     doc="y = x if x > 0 else alpha * x", onnx=_leaky_relu_onnx,
+    grad_onnx=_dy_where_positive(lambda c, x, dy, d: c.node("Mul", [dy, const_as(c, c.attr("alpha"), d)])),
     xla=(lambda a: (lambda x, s=a["alpha"]: jnp().where(x > 0, x, x * s)),
          lambda a: (lambda x, dy, s=a["alpha"]: jnp().where(x > 0, dy, dy * s))))
 
@@ -113,6 +131,8 @@ activation(
                torch.where((y > lo) & (y < hi), dy, _zero(dy))),
     attrs={"min_val": ("double", 0.0), "max_val": ("double", 0.0)}, grad_src="y",
     doc="out = clamp(in, min_val, max_val); the grad passes dy where min_val < y < max_val", onnx=_hardtanh_onnx,
+    grad_onnx=lambda c, y, dy, out, d: onnx_rules.where_zero(
+        c, _between(c, y, c.attr("min_val"), c.attr("max_val"), d), dy, d, out, zero_if=False),
     xla=(lambda a: (lambda x, lo=a["min_val"], hi=a["max_val"]: jnp().clip(x, lo, hi).astype(x.dtype)),
          lambda a: (lambda y, dy, lo=a["min_val"], hi=a["max_val"]: jnp().where((y > lo) & (y < hi), dy, 0))))
 
@@ -131,6 +151,8 @@ activation(
     lambda a: F.hardsigmoid,
     lambda a: (lambda x, dy: torch.where((x > -3) & (x < 3), dy / 6, _zero(dy))),
     doc="out = relu6(in + 3) / 6", onnx=_hardsigmoid_onnx,
+    grad_onnx=lambda c, x, dy, out, d: onnx_rules.where_zero(
+        c, _between(c, x, -3, 3, d), c.node("Div", [dy, const_as(c, 6, d)]), d, out, zero_if=False),
     xla=(lambda a: (lambda x: jnp().clip(x + 3, 0, 6) / 6),
          lambda a: (lambda x, dy: jnp().where((x > -3) & (x < 3), dy / 6, 0))))
 
@@ -145,8 +167,15 @@ def _hardswish_onnx(c, x, out, d):
     c.node("Div", [c.node("Mul", [x, _relu6_plus_3_onnx(c, x, d)]), const_as(c, 6, d)], [out])
 
 
+def _hardswish_grad_onnx(c, x, dy, out, d):
+    """0 for x < -3, dy * (x / 3 + 0.5) for x <= 3, dy above."""
+    mid = c.node("Mul", [dy, c.node("Add", [c.node("Div", [x, const_as(c, 3, d)]), const_as(c, 0.5, d)])])
+    upper = c.node("Where", [c.node("LessOrEqual", [x, const_as(c, 3, d)]), mid, dy])
+    onnx_rules.where_zero(c, c.node("Less", [x, const_as(c, -3, d)]), upper, d, out)
+
+
 activation("hardswish", lambda a: F.hardswish, lambda a: _hardswish_grad, doc="out = in * relu6(in + 3) / 6",
-           onnx=_hardswish_onnx,
+           onnx=_hardswish_onnx, grad_onnx=_hardswish_grad_onnx,
            xla=(lambda a: (lambda x: x * jnp().clip(x + 3, 0, 6) / 6),
                 lambda a: (lambda x, dy: jnp().where(x < -3, 0, jnp().where(x <= 3, dy * (x / 3 + 0.5), dy)))))
 
@@ -176,6 +205,8 @@ activation(
     lambda a: (lambda x, dy, al=a["alpha"]: torch.where(x > 0, dy, dy * al * torch.exp(x))),
     attrs={"alpha": ("double", 0.0)},
     doc="out = in if in > 0 else alpha * (exp(in) - 1)", onnx=_elu_onnx,
+    grad_onnx=_dy_where_positive(lambda c, x, dy, d: onnx_rules.mul(
+        c, dy, const_as(c, c.attr("alpha"), d), c.node("Exp", [x]))),
     xla=(lambda a: (lambda x, al=a["alpha"]: jnp().where(x > 0, x, al * jnp().expm1(x))),
          lambda a: (lambda x, dy, al=a["alpha"]: jnp().where(x > 0, dy, dy * al * jnp().exp(x)))))
 
@@ -189,6 +220,8 @@ activation(
     lambda a: (lambda x, dy, al=a["alpha"]: torch.where(x > 0, dy, dy * torch.exp(x / al))),
     attrs={"alpha": ("double", 0.0, _nonzero_alpha)},
     doc="out = max(0, in) + min(0, alpha * (exp(in / alpha) - 1))", onnx=_celu_onnx,
+    grad_onnx=_dy_where_positive(lambda c, x, dy, d: c.node("Mul", [
+        dy, c.node("Exp", [c.node("Div", [x, const_as(c, c.attr("alpha"), d)])])])),
     xla=(lambda a: (lambda x, al=a["alpha"]: jnp().where(x > 0, x, al * jnp().expm1(x / al))),
          lambda a: (lambda x, dy, al=a["alpha"]: jnp().where(x > 0, dy, dy * jnp().exp(x / al)))))
 
@@ -202,6 +235,9 @@ activation(
     lambda a: (lambda x, dy: torch.where(x > 0, dy * SELU_SCALE, dy * (SELU_SCALE * SELU_ALPHA) * torch.exp(x))),
     doc=f"out = scale * (max(0, in) + min(0, alpha * (exp(in) - 1))), alpha={SELU_ALPHA}, scale={SELU_SCALE}",
     onnx=_selu_onnx,
+    grad_onnx=lambda c, x, dy, out, d: c.node("Where", [
+        _positive(c, x, d), c.node("Mul", [dy, const_as(c, SELU_SCALE, d)]),
+        onnx_rules.mul(c, dy, const_as(c, SELU_SCALE * SELU_ALPHA, d), c.node("Exp", [x]))], [out]),
     xla=(lambda a: (lambda x: SELU_SCALE * jnp().where(x > 0, x, SELU_ALPHA * jnp().expm1(x))),
          lambda a: (lambda x, dy: jnp().where(x > 0, dy * SELU_SCALE, dy * (SELU_SCALE * SELU_ALPHA) * jnp().exp(x)))))
 
@@ -220,7 +256,15 @@ def _silu_grad_xla(x, dy):
     return dy * s * (1 + x * (1 - s))
 
 
+def _silu_grad_onnx(c, x, dy, out, d):
+    """dy * s * (1 + x * (1 - s)), s = sigmoid(x)."""
+    s = c.node("Sigmoid", [x])
+    one = const_as(c, 1, d)
+    onnx_rules.mul(c, dy, s, c.node("Add", [one, c.node("Mul", [x, c.node("Sub", [one, s])])]), out=out)
+
+
 activation("silu", lambda a: F.silu, lambda a: _silu_grad, doc="out = in * sigmoid(in)", onnx=_silu_onnx,
+           grad_onnx=_silu_grad_onnx,
            xla=(lambda a: (lambda x: x * _jnn().sigmoid(x)), lambda a: _silu_grad_xla))
 
 
@@ -241,7 +285,15 @@ def _mish_grad_xla(x, dy):
     return dy * (t + x * (1 - t * t) * _jnn().sigmoid(x))
 
 
+def _mish_grad_onnx(c, x, dy, out, d):
+    """dy * (t + x * (1 - t * t) * sigmoid(x)), t = tanh(softplus(x))."""
+    t = c.node("Tanh", [c.node("Softplus", [x])])
+    one_minus = c.node("Sub", [const_as(c, 1, d), c.node("Mul", [t, t])])
+    c.node("Mul", [dy, c.node("Add", [t, onnx_rules.mul(c, x, one_minus, c.node("Sigmoid", [x]))])], [out])
+
+
 activation("mish", lambda a: F.mish, lambda a: _mish_grad, doc="out = in * tanh(softplus(in))", onnx=_mish_onnx,
+           grad_onnx=_mish_grad_onnx,
            xla=(lambda a: (lambda x: x * jnp().tanh(_jnn().softplus(x))), lambda a: _mish_grad_xla))
 
 def _softsign_onnx(c, x, out, d):
@@ -254,6 +306,8 @@ activation(
     lambda a: F.softsign,
     lambda a: (lambda x, dy: dy / torch.square(1 + torch.abs(x))),
     doc="out = in / (1 + |in|)", onnx=_softsign_onnx,
+    grad_onnx=lambda c, x, dy, out, d: c.node("Div", [dy, onnx_rules.mul(c, *[c.node(
+        "Add", [const_as(c, 1, d), c.node("Abs", [x])])] * 2)], [out]),
     xla=(lambda a: (lambda x: x / (1 + jnp().abs(x))), lambda a: (lambda x, dy: dy / jnp().square(1 + jnp().abs(x)))))
 
 
@@ -381,8 +435,31 @@ _prelu_onnx = _prelu_onnx_rule(True)
 op("prelu", inputs=["x", "alpha"], outputs=["y"], infer=_prelu_infer, kernel=_prelu_kernel,
    grad=_prelu_family_grad("prelu"), doc="y = x if x > 0 else alpha[c] * x, c = dim 1 of x", onnx=_prelu_onnx,
    amp="white", xla=lambda k: (lambda x, alpha: jnp().where(x > 0, x, x * _prelu_view_xla(x, alpha))))
+def _prelu_grad_onnx_rule(channel_view):
+    """dx = dy where x > 0 else dy * alpha; alpha_diff = the sum of (0 where x > 0 else dy * x) over
+    the axes alpha is broadcast along."""
+    def convert(c):
+        x, dy, d = c.input("x"), c.input("dy"), c.input_desc("x")
+        alpha, ashape, n = c.input("alpha"), tuple(c.input_desc("alpha").shape), len(d.shape)
+        if channel_view:
+            one = n < 2 or int(np.prod(ashape)) == 1
+            view = [] if one else [1, -1] + [1] * (n - 2)
+            axes = list(range(n)) if one else [i for i in range(n) if i != 1]
+        else:
+            view = list(ashape)
+            axes = [0] + [i + 1 for i, a in enumerate(ashape) if a == 1 and d.shape[i + 1] != 1]
+        a = c.node("Reshape", [alpha, c.const(int64s(view))])
+        positive = c.node("Greater", [x, const_as(c, 0, d)])
+        c.node("Where", [positive, dy, c.node("Mul", [dy, a])], [c.output("dx")])
+        da = onnx_rules.where_zero(c, positive, c.node("Mul", [dy, x]), d)
+        if axes:
+            da = onnx_rules.reduce_node(c, "ReduceSum", da, axes, 1)
+        c.node("Reshape", [da, c.const(int64s(ashape))], [c.output("alpha_diff")])
+    return convert
+
+
 op("prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
-   kernel=_prelu_grad_kernel, xla=_prelu_grad_xla)
+   kernel=_prelu_grad_kernel, xla=_prelu_grad_xla, onnx=_prelu_grad_onnx_rule(True))
 _tf_prelu_onnx = _prelu_onnx_rule(False)
 
 
@@ -390,4 +467,4 @@ op("tf_prelu", inputs=["x", "alpha"], outputs=["y"], infer=_tf_prelu_infer, kern
    grad=_prelu_family_grad("tf_prelu"), doc="y = x if x > 0 else alpha * x, alpha broadcast over x.shape[1:]",
    onnx=_tf_prelu_onnx, amp="white", xla=lambda k: (lambda x, alpha: jnp().where(x > 0, x, x * alpha)))
 op("tf_prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
-   kernel=_tf_prelu_grad_kernel, xla=_tf_prelu_grad_xla)
+   kernel=_tf_prelu_grad_kernel, xla=_tf_prelu_grad_xla, onnx=_prelu_grad_onnx_rule(False))

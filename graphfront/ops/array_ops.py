@@ -439,8 +439,27 @@ def _slice_grad_kernel(k):
     return slice_grad
 
 
+def _scatter_into_zeros_onnx(c, coords, update, out):
+    """Zeros of the output's shape with ``update`` written at the constant ``coords`` (ScatterND)."""
+    desc = c.output_desc("dx")
+    zeros = c.const(np.zeros(desc.shape, dtype=np_dtype(desc)))
+    c.node("ScatterND", [zeros, c.const(coords), update], [out])
+
+
+def _range_coords(ranges):
+    """The coordinates (shape ``lens + (ndim,)``) of the elements one Python ``range`` per dim selects."""
+    return np.stack(np.meshgrid(*[np.array(r, dtype=np.int64) for r in ranges], indexing="ij"), axis=-1)
+
+
+def _slice_grad_onnx(c):
+    """dy written into zeros of like_shape at the slice's elements."""
+    shape = tuple(c.attr("like_shape"))
+    ranges = slice_ranges(shape, c.attr("start"), c.attr("stop"), c.attr("step"))
+    _scatter_into_zeros_onnx(c, _range_coords(ranges), c.input("dy"), c.output("dx"))
+
+
 op("slice_grad", inputs=["dy"], outputs=["dx"], attrs={"like_shape": "shape", **SLICE_ATTRS},
-   infer=_slice_grad_infer, kernel=_slice_grad_kernel,
+   infer=_slice_grad_infer, kernel=_slice_grad_kernel, onnx=_slice_grad_onnx,
    xla=lambda k: (lambda dy, shape=tuple(k.attr("like_shape")): xla_rules.jnp().zeros(shape, dy.dtype).at[
        _ranges_index(_kernel_ranges(k, shape))].set(dy)))
 
@@ -480,8 +499,7 @@ def _slice_update_onnx(c):
     """slice_update: ``x`` with the slice (as ``slice`` resolves it) replaced by ``update``:
     ScatterND at the constant coordinates of the slice's elements."""
     ranges = slice_ranges(c.input_desc("x").shape, c.attr("start"), c.attr("stop"), c.attr("step"))
-    grid = np.stack(np.meshgrid(*[np.array(r, dtype=np.int64) for r in ranges], indexing="ij"), axis=-1)
-    c.node("ScatterND", [c.input("x"), c.const(grid), c.input("update")], [c.output("y")])
+    c.node("ScatterND", [c.input("x"), c.const(_range_coords(ranges)), c.input("update")], [c.output("y")])
 
 
 op("slice_update", inputs=["x", "update"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_update_infer,
@@ -566,8 +584,18 @@ def _narrow_grad_kernel(k):
     return narrow_grad
 
 
+def _narrow_grad_onnx(c):
+    """dy padded with zeros to the shape of ``like`` along dim."""
+    shape = c.input_desc("like").shape
+    dim = c.attr("dim") % len(shape)
+    start = c.attr("start") % max(shape[dim], 1)
+    before, after = [0] * len(shape), [0] * len(shape)
+    before[dim], after[dim] = start, shape[dim] - start - c.attr("length")
+    _pad_node_onnx(c, c.input("dy"), c.output("dx"), before, after, value=0, desc=c.input_desc("dy"))
+
+
 op("narrow_grad", inputs=["dy", "like"], outputs=["dx"], attrs=NARROW_ATTRS, infer=_narrow_grad_infer,
-   kernel=_narrow_grad_kernel,
+   kernel=_narrow_grad_kernel, onnx=_narrow_grad_onnx,
    xla=lambda k: (lambda dy, like_, index=_narrow_index(k, k.input("like").shape):
                   xla_rules.jnp().zeros(like_.shape, dy.dtype).at[index].set(dy)))
 
@@ -663,7 +691,9 @@ def _expand_grad_kernel(k):
 
 op("expand_grad", inputs=["in"], outputs=["out"],
    attrs={"logical_out_shape": "list_int32", "logical_expand_shape": "list_int32"},
-   infer=_expand_grad_infer, kernel=_expand_grad_kernel, xla=_expand_grad_xla)
+   infer=_expand_grad_infer, kernel=_expand_grad_kernel, xla=_expand_grad_xla,
+   onnx=lambda c: onnx_rules.sum_to_shape(c, c.input("in"), c.input_desc("in").shape, c.attr("logical_out_shape"),
+                                          c.output("out")))
 
 
 # ============================================================== padding
@@ -705,10 +735,11 @@ def _pad_attrs(g):
     return {a: g.attr(a) for a in PAD_ATTRS}
 
 
-def _pad_node_onnx(c, x, out, before, after, mode="constant", value=None):
+def _pad_node_onnx(c, x, out, before, after, mode="constant", value=None, desc=None):
+    """``Pad`` of ``x`` (of ``desc``, default input x's) by per-dim ``before`` / ``after``."""
     ins = [x, c.const(int64s(list(before) + list(after)))]
     if value is not None:
-        ins.append(c.const(np.array(value, dtype=np_dtype(c.input_desc("x")))))
+        ins.append(c.const(np.array(value, dtype=np_dtype(desc or c.input_desc("x")))))
     c.node("Pad", ins, [out], mode=mode)
 
 
@@ -747,7 +778,15 @@ def _pad_grad_kernel(k):
     return lambda dy: dy[index]
 
 
+def _crop_onnx(c, before, after):
+    """dy without ``before`` / ``after`` elements per dim (a ``Slice``)."""
+    shape = c.input_desc("dy").shape
+    _slice_onnx(c, c.input("dy"), c.output("dx"), list(before), [s - a for s, a in zip(shape, after)],
+                [1] * len(shape), range(len(shape)))
+
+
 op("pad_grad", inputs=["dy"], outputs=["dx"], attrs=PAD_ATTRS, infer=_pad_grad_infer, kernel=_pad_grad_kernel,
+   onnx=lambda c: _crop_onnx(c, c.attr("padding_before"), c.attr("padding_after")),
    xla=_pad_grad_kernel,  # (basic slicing: the same on jax arrays)
    grad=lambda g: g.needs("dy") and g.set_grad("dy", g.emit("pad", {"x": g.dout("dx")}, _pad_attrs(g))),
    view=True)
@@ -855,18 +894,61 @@ def _padnd_grad_xla(mode):
     return make
 
 
+def _padnd_before_after(c, n):
+    """Per-dim (before, after) lists of attr ``padding`` (torch.nn.functional.pad's order: last dim first,
+    (before, after) pairs) for a rank-n blob."""
+    p = list(c.attr("padding"))
+    k = len(p) // 2
+    return ([0] * (n - k) + [p[2 * (k - 1 - i)] for i in range(k)],
+            [0] * (n - k) + [p[2 * (k - 1 - i) + 1] for i in range(k)])
+
+
 def _padnd_onnx(mode):
-    """constant_padNd / reflection_pad2d / replication_pad2d: ``padding`` in
-    torch.nn.functional.pad's order (last dim first, (before, after) pairs);
-    ONNX Pad modes ``constant`` / ``reflect`` / ``edge``."""
+    """constant_padNd / reflection_pad2d / replication_pad2d: ONNX Pad modes ``constant`` /
+    ``reflect`` / ``edge``."""
     def convert(c):
-        n = len(c.input_desc("x").shape)
-        p = list(c.attr("padding"))
-        k = len(p) // 2
-        before = [0] * (n - k) + [p[2 * (k - 1 - i)] for i in range(k)]
-        after = [0] * (n - k) + [p[2 * (k - 1 - i) + 1] for i in range(k)]
+        before, after = _padnd_before_after(c, len(c.input_desc("x").shape))
         value = _pad_value_onnx(c, "floating_value", "integral_value") if mode == "constant" else None
         _pad_node_onnx(c, c.input("x"), c.output("y"), before, after, mode=mode, value=value)
+    return convert
+
+
+def _pad_source(o, lo, size, mode):
+    """The input index that padded index ``o`` copies (reflect / replicate, ``lo`` elements padded before)."""
+    p = o - lo
+    if mode == "reflect":
+        p = -p if p < 0 else p
+        return 2 * (size - 1) - p if p >= size else p
+    return min(max(p, 0), size - 1)
+
+
+def _padnd_adjoint_onnx(mode):
+    """reflection_pad2d_grad / replication_pad2d_grad: per padded dim, each input position sums the dy
+    elements copied from it (Gathers at constant indices, in increasing output order; Where drops the
+    missing terms), the dims one after the other."""
+    def convert(c):
+        dy, d = c.input("dy"), c.input_desc("dy")
+        rank = len(d.shape)
+        before, after = _padnd_before_after(c, rank)
+        dims = [i for i in range(rank) if before[i] or after[i]]
+        for i, axis in enumerate(dims):
+            size = d.shape[axis] - before[axis] - after[axis]
+            sources = [[o for o in range(d.shape[axis]) if _pad_source(o, before[axis], size, mode) == j]
+                       for j in range(size)]
+            total = None
+            for k in range(max(len(s) for s in sources)):
+                idx = np.array([s[k] if k < len(s) else 0 for s in sources], dtype=np.int64)
+                term = c.node("Gather", [dy, c.const(idx)], axis=axis)
+                valid = np.array([k < len(s) for s in sources])
+                if not valid.all():
+                    view = [1] * rank
+                    view[axis] = size
+                    term = c.node("Where", [c.const(valid.reshape(view)), term,
+                                            c.const(np.zeros((), dtype=np_dtype(d)))])
+                total = term if total is None else c.node("Add", [total, term])
+            dy = c.node("Identity", [total], [c.output("dx")] if i == len(dims) - 1 else None)
+        if not dims:
+            c.node("Identity", [dy], [c.output("dx")])
     return convert
 
 
@@ -877,7 +959,9 @@ def _padnd_family(name, n, mode, attrs):
        grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
            f"{name}_grad", {"dy": g.dout("y")}, {a: g.attr(a) for a in attrs})))
     op(f"{name}_grad", inputs=["dy"], outputs=["dx"], attrs=attrs, infer=_padnd_grad_infer(n),
-       kernel=_padnd_grad_kernel(mode), xla=_padnd_grad_xla(mode))
+       kernel=_padnd_grad_kernel(mode), xla=_padnd_grad_xla(mode),
+       onnx=(lambda c: _crop_onnx(c, *_padnd_before_after(c, len(c.input_desc("dy").shape)))) if mode == "constant"
+       else _padnd_adjoint_onnx(mode))
 
 
 for _n in (1, 2, 3):
@@ -952,13 +1036,16 @@ def _flip_kernel(x_arg):
                       torch.flip(x, d))
 
 
-def _flip_onnx(c):
-    n = len(c.input_desc("x").shape)
-    dims = sorted({d % n for d in c.attr("dims")})
-    if not dims:
-        c.node("Identity", [c.input("x")], [c.output("y")])
-        return
-    _slice_onnx(c, c.input("x"), c.output("y"), [-1] * len(dims), [_INT64_MIN_onnx] * len(dims), [-1] * len(dims), dims)
+def _flip_onnx(x_arg, y_arg):
+    def convert(c):
+        n = len(c.input_desc(x_arg).shape)
+        dims = sorted({d % n for d in c.attr("dims")})
+        if not dims:
+            c.node("Identity", [c.input(x_arg)], [c.output(y_arg)])
+            return
+        _slice_onnx(c, c.input(x_arg), c.output(y_arg), [-1] * len(dims), [_INT64_MIN_onnx] * len(dims),
+                    [-1] * len(dims), dims)
+    return convert
 
 
 # v0.6.0 registers no grad function for ``flip`` (``oneflow/user/ops/flip_op.cpp``); ``flip_grad``
@@ -969,9 +1056,9 @@ def _flip_xla(x_arg):
 
 
 op("flip", inputs=["x"], outputs=["y"], attrs={"dims": "list_int32"}, infer=_flip_infer("x", "y"),
-   kernel=_flip_kernel("x"), onnx=_flip_onnx, xla=_flip_xla("x"))
+   kernel=_flip_kernel("x"), onnx=_flip_onnx("x", "y"), xla=_flip_xla("x"))
 op("flip_grad", inputs=["dy"], outputs=["dx"], attrs={"dims": "list_int32"}, infer=_flip_infer("dy", "dx"),
-   kernel=_flip_kernel("dy"), xla=_flip_xla("dy"))
+   kernel=_flip_kernel("dy"), xla=_flip_xla("dy"), onnx=_flip_onnx("dy", "dx"))
 
 
 def _diag_shape(ctx, shape, d):
@@ -1027,10 +1114,8 @@ def _diag_onnx(c):
     2-D ``in``: its diagonal d as a vector (torch.diag)."""
     d, desc = c.attr("diagonal"), c.input_desc("in")
     if len(desc.shape) == 2:
-        size = c.output_desc("out").shape[0]
-        i = np.arange(size, dtype=np.int64)
-        rows, cols = (i, i + d) if d >= 0 else (i - d, i)
-        c.node("GatherND", [c.input("in"), c.const(np.stack([rows, cols], axis=1))], [c.output("out")])
+        c.node("GatherND", [c.input("in"), c.const(_diagonal_coords(c.output_desc("out").shape[0], d))],
+               [c.output("out")])
         return
     m = c.output_desc("out").shape[0]
     r, k = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
@@ -1040,13 +1125,29 @@ def _diag_onnx(c):
                      c.const(np.zeros((), dtype=np_dtype(desc)))], [c.output("out")])
 
 
+def _diagonal_coords(size, d):
+    """(row, col) of the ``size`` elements of diagonal d, shape (size, 2)."""
+    i = np.arange(size, dtype=np.int64)
+    rows, cols = (i, i + d) if d >= 0 else (i - d, i)
+    return np.stack([rows, cols], axis=1)
+
+
+def _diag_grad_onnx(c):
+    """1-D ``in``: diagonal d of dy; 2-D ``in``: zeros of its shape holding dy on diagonal d."""
+    d, shape = c.attr("diagonal"), c.input_desc("in").shape
+    if len(shape) == 1:
+        c.node("GatherND", [c.input("dy"), c.const(_diagonal_coords(shape[0], d))], [c.output("dx")])
+    else:
+        _scatter_into_zeros_onnx(c, _diagonal_coords(c.input_desc("dy").shape[0], d), c.input("dy"), c.output("dx"))
+
+
 op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, infer=_diag_infer, onnx=_diag_onnx,
    kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.diag(x, d)),
    xla=lambda k: (lambda x, d=k.attr("diagonal"): xla_rules.jnp().diag(x, d)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "diag_grad", {"dy": g.dout("out"), "in": g.input("in")}, {"diagonal": g.attr("diagonal")})))
 op("diag_grad", inputs=["dy", "in"], outputs=["dx"], attrs={"diagonal": ("int32", 0)}, infer=_diag_grad_infer,
-   kernel=_diag_grad_kernel, xla=_diag_grad_xla)
+   kernel=_diag_grad_kernel, xla=_diag_grad_xla, onnx=_diag_grad_onnx)
 
 
 # ============================================================== identities

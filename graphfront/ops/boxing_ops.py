@@ -202,5 +202,5 @@ op("hierarchical_parallel_cast", inputs=["in"], outputs=["out"],
        "placements have one axis); grad_mode 'identity', 'manual' (grad laid out as grad_nd_sbp) or "
        "'restore' (grad laid out as the input)", amp="clear")
 op("hierarchical_parallel_cast_like", inputs=["in", "like"], outputs=["out"], infer=like("in"), kernel=_identity,
-   xla=_identity,
+   xla=_identity, onnx=lambda c: c.node("Identity", [c.input("in")], [c.output("out")]),
    no_grad=True, sbp=_like_rule, view=True, doc="identity; lays its output out as input 'like'", amp="clear")

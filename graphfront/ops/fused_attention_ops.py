@@ -120,6 +120,7 @@ op("fused_bias_add_gelu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("i
    doc="gelu(a + b) with b along attr axis (exact erf GELU)", amp="gray")
 op("fused_bias_add_gelu_grad", inputs=["a", "b", "dy"], outputs=["dx"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_infer("dy"), kernel=_bias_add_gelu_grad_kernel, xla=_bias_add_gelu_grad_xla,
+   onnx=lambda c: onnx_rules.gelu_grad(c, onnx_rules.bias_added(c), c.input("dy"), c.output("dx"), c.input_desc("a")),
    doc="dy * gelu'(a + b): the gradient of fused_bias_add_gelu with respect to a")
 
 
@@ -273,6 +274,21 @@ def _fused_tril_scale_softmax_mask_scale_onnx(c):
     c.node("Mul", [c.node("Mul", [soft, mask]), const_as(c, c.attr("mask_scale_value"), d)], [c.output("y")])
 
 
+def _tril_softmax_grad_onnx(c):
+    """d = dy * mask * mask_scale_value; softmax_y * (d - sum(d * softmax_y)) * tril_scale_value inside the
+    lower triangle, 0 above it."""
+    d = c.input_desc("dy")
+    y = c.input("softmax_y")
+    rows, cols = d.shape[-2:]
+    keep = np.tril(np.ones((rows, cols), dtype=bool), c.attr("diagonal"))
+    mask = c.node("Cast", [c.input("mask")], to=c.dtype_code(d.dtype))
+    d_soft = onnx_rules.mul(c, c.input("dy"), mask, const_as(c, c.attr("mask_scale_value"), d))
+    dot = onnx_rules.reduce_node(c, "ReduceSum", c.node("Mul", [d_soft, y]), [-1], 1)
+    d_t = c.node("Mul", [y, c.node("Sub", [d_soft, dot])])
+    onnx_rules.where_zero(c, c.const(keep), c.node("Mul", [d_t, const_as(c, c.attr("tril_scale_value"), d)]), d,
+                          c.output("dx"), zero_if=False)
+
+
 op("fused_tril_scale_softmax_mask_scale", inputs=["x", "mask"], outputs=["y", "softmax_y"],
    attrs={"diagonal": ("int64", 0), "tril_fill_value": ("float", 0.0), "tril_scale_value": ("float", 1.0),
           "mask_scale_value": ("float", 1.0)},
@@ -282,6 +298,7 @@ op("fused_tril_scale_softmax_mask_scale", inputs=["x", "mask"], outputs=["y", "s
 op("fused_tril_scale_softmax_mask_scale_grad", inputs=["softmax_y", "dy", "mask"], outputs=["dx"],
    attrs={"diagonal": ("int64", 0), "tril_scale_value": ("float", 1.0), "mask_scale_value": ("float", 1.0)},
    infer=_tril_softmax_grad_infer, kernel=_tril_softmax_grad_kernel, xla=_tril_softmax_grad_xla,
+   onnx=_tril_softmax_grad_onnx,
    doc="gradient of fused_tril_scale_softmax_mask_scale with respect to x")
 
 

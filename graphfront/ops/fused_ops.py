@@ -54,8 +54,8 @@ import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import like, same_dtype, skippable
-from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, _pool_infer, bias_add_infer, conv_xla_fn, layout_for,
-                                   pool_geometry, torch_dilation)
+from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, _pool_infer, bias_add_infer, conv_data_grad_onnx,
+                                   conv_filter_grad_onnx, conv_xla_fn, layout_for, pool_geometry, torch_dilation)
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import channels_first_io, const_as, int64s, np_dtype
 from graphfront.ops.registry import op
@@ -236,8 +236,22 @@ def _conv_grad_xla(k):
     return fused_conv_grad
 
 
+def _conv_grad_onnx(c):
+    """The requested ones of conv_data_grad, conv_filter_grad and conv_bias_grad's ONNX forms (channels_first)."""
+    dy, x = c.input_desc("dy"), c.input_desc("x")
+    if c.output("dx"):
+        dx = conv_data_grad_onnx(c, c.input("dy"), c.input("filter"), dy.shape[2:], x.shape[2:])
+        c.node("Identity", [dx], [c.output("dx")])
+    if c.output("filter_diff"):
+        w = conv_filter_grad_onnx(c, c.input("x"), c.input("dy"), x.shape[1], dy.shape[1])
+        c.node("Identity", [w], [c.output("filter_diff")])
+    if c.output("bias_diff"):
+        onnx_rules.reduce_node(c, "ReduceSum", c.input("dy"), [0] + list(range(2, len(dy.shape))), 0,
+                               c.output("bias_diff"))
+
+
 op("fused_conv_grad", inputs=["dy", "filter?", "x"], outputs=["dx?", "filter_diff?", "bias_diff?"],
-   attrs=CONV_GRAD_ATTRS, infer=_conv_grad_infer, kernel=_conv_grad_kernel, xla=_conv_grad_xla,
+   attrs=CONV_GRAD_ATTRS, infer=_conv_grad_infer, kernel=_conv_grad_kernel, xla=_conv_grad_xla, onnx=_conv_grad_onnx,
    sbp=_sbp.conv("dy", "filter", "dx", weight_grads=("filter_diff", "bias_diff")),
    doc="graphfront-only: conv_data_grad + conv_filter_grad + conv_bias_grad on one dy in one "
        "convolution_backward call (channels_first)")

@@ -59,6 +59,8 @@ op("log_softmax", inputs=["in"], outputs=["prob"], infer=_log_softmax_infer,
 op("log_softmax_grad", inputs=["prob", "dy"], outputs=["dx"], infer=_log_softmax_grad_infer,
    kernel=lambda k: (lambda prob, dy: dy - torch.exp(prob) * dy.sum(-1, keepdim=True)),
    xla=lambda k: (lambda prob, dy: dy - xla_rules.jnp().exp(prob) * dy.sum(-1, keepdims=True)),
+   onnx=lambda c: c.node("Sub", [c.input("dy"), c.node("Mul", [c.node("Exp", [c.input("prob")]), reduce_node(
+       c, "ReduceSum", c.input("dy"), [-1], 1)])], [c.output("dx")]),
    doc="dx = dy - softmax * sum(dy) over the last axis")
 
 
@@ -123,7 +125,9 @@ op("softmax_cross_entropy", inputs=["prediction", "label"], outputs=["prob", "ou
        "softmax_cross_entropy_grad", {"prob": g.output("prob"), "label": g.input("label"), "dy": g.dout("out")})),
    doc="prob = softmax(prediction); out = -sum(label * log(prob)) over the last axis")
 op("softmax_cross_entropy_grad", inputs=["prob", "label", "dy"], outputs=["prediction_diff"],
-   infer=_sce_grad_infer, kernel=_sce_grad_kernel, xla=lambda k: (lambda prob, label, dy: dy[..., None] * (prob - label)))
+   infer=_sce_grad_infer, kernel=_sce_grad_kernel, xla=lambda k: (lambda prob, label, dy: dy[..., None] * (prob - label)),
+   onnx=lambda c: c.node("Mul", [c.node("Unsqueeze", [c.input("dy"), c.const(onnx_rules.int64s([-1]))]),
+                                 c.node("Sub", [c.input("prob"), c.input("label")])], [c.output("prediction_diff")]))
 
 
 # ------------------------------------------------------------------ sigmoid_cross_entropy
@@ -173,6 +177,9 @@ op("sigmoid_cross_entropy", inputs=["prediction", "label"], outputs=["loss"], in
 op("sigmoid_cross_entropy_grad", inputs=["prediction", "label", "loss_diff"], outputs=["prediction_diff"],
    infer=_sigmoid_ce_grad_infer,
    kernel=lambda k: (lambda x, z, dl: (torch.sigmoid(x) - z.to(x.dtype)) * dl),
+   onnx=lambda c: c.node("Mul", [c.node("Sub", [c.node("Sigmoid", [c.input("prediction")]), c.node(
+       "Cast", [c.input("label")], to=c.dtype_code(c.input_desc("prediction").dtype))]), c.input("loss_diff")],
+       [c.output("prediction_diff")]),
    xla=lambda k: (lambda x, z, dl: (_jnn().sigmoid(x) - z.astype(x.dtype)) * dl))
 
 
@@ -256,6 +263,13 @@ def _sparse_cross_entropy_onnx(c):
     neg(c, c.node("Log", [pick_last(c, c.input("prediction"), c.input("label"))]), c.output("out"))
 
 
+def _sparse_cross_entropy_grad_onnx(c):
+    """zeros, with -dy / prediction[..., label] at [..., label]."""
+    p, label, d = c.input("prediction"), c.input("label"), c.input_desc("prediction")
+    value = c.node("Div", [neg(c, c.input("dy")), pick_last(c, p, label)])
+    onnx_rules.put_last(c, label, value, d.shape[-1], d, c.output("prediction_diff"))
+
+
 for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["out"], attrs={"depth": ("int64", 0)}, infer=_sparse_ce_infer,
        kernel=_sparse_ce_kernel(_t), checks=label_checks(_t), onnx=_sparse_cross_entropy_onnx, xla=_sparse_ce_xla(_t),
@@ -265,7 +279,7 @@ for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
        doc="out = -log(prediction[..., label]); prediction holds probabilities")
     op(f"{_t}_grad", inputs=["prediction", "label", "dy"], outputs=["prediction_diff"],
        attrs={"depth": ("int64", 0)}, infer=_sparse_ce_grad_infer, kernel=_sparse_ce_grad_kernel(f"{_t}_grad"),
-       checks=label_checks(f"{_t}_grad"), xla=_sparse_ce_grad_xla(f"{_t}_grad"))
+       checks=label_checks(f"{_t}_grad"), xla=_sparse_ce_grad_xla(f"{_t}_grad"), onnx=_sparse_cross_entropy_grad_onnx)
 
 
 # ------------------------------------------------------------------ binary cross entropy
@@ -325,6 +339,13 @@ def _binary_cross_entropy_onnx(c):
     _times_weight_onnx(c, neg(c, s), c.output("out"))
 
 
+def _bce_grad_onnx(c):
+    """dy * (x - t) / max((1 - x) * x, 1e-12), times weight."""
+    x, t, d = c.input("input"), c.input("target"), c.input_desc("input")
+    den = c.node("Max", [c.node("Mul", [c.node("Sub", [const_as(c, 1.0, d), x]), x]), const_as(c, 1e-12, d)])
+    _times_weight_onnx(c, c.node("Div", [c.node("Mul", [c.input("dy"), c.node("Sub", [x, t])]), den]), c.output("dx"))
+
+
 op("binary_cross_entropy", inputs=["input", "target", "weight?"], outputs=["out"], infer=_bce_infer,
    kernel=lambda k: _bce, onnx=_binary_cross_entropy_onnx, xla=lambda k: _bce_xla,
    grad=lambda g: _needs_grad(g, "input", "out") and g.set_grad("input", g.emit(
@@ -333,7 +354,7 @@ op("binary_cross_entropy", inputs=["input", "target", "weight?"], outputs=["out"
                                      "dy": g.dout("out")})),
    doc="out = -weight * (target * log(input) + (1 - target) * log(1 - input)), logs clamped at -100")
 op("binary_cross_entropy_grad", inputs=["input", "target", "weight?", "dy"], outputs=["dx"],
-   infer=_bce_grad_infer, kernel=lambda k: _bce_grad, xla=lambda k: _bce_grad_xla)
+   infer=_bce_grad_infer, kernel=lambda k: _bce_grad, xla=lambda k: _bce_grad_xla, onnx=_bce_grad_onnx)
 
 
 def _bce_logits_infer(ctx):
@@ -413,6 +434,18 @@ def _binary_cross_entropy_with_logits_onnx(c):
     _times_weight_onnx(c, s, c.output("out"))
 
 
+def _bce_logits_grad_onnx(c):
+    """(sigmoid(x) - t) * dy, or with pos_weight ((1 - t) - (1 + (pos_weight - 1) t) sigmoid(-x)) * dy; times weight."""
+    x, t, d = c.input("input"), c.input("target"), c.input_desc("input")
+    if c.has_input("pos_weight"):
+        one = const_as(c, 1.0, d)
+        coef = c.node("Add", [one, c.node("Mul", [c.node("Sub", [c.input("pos_weight"), one]), t])])
+        s = c.node("Sub", [c.node("Sub", [one, t]), c.node("Mul", [coef, c.node("Sigmoid", [neg(c, x)])])])
+    else:
+        s = c.node("Sub", [c.node("Sigmoid", [x]), t])
+    _times_weight_onnx(c, c.node("Mul", [s, c.input("dy")]), c.output("dx"))
+
+
 op("binary_cross_entropy_with_logits", inputs=["input", "target", "weight?", "pos_weight?"], outputs=["out"],
    attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_infer, kernel=lambda k: _bce_logits,
    xla=lambda k: _bce_logits_xla,
@@ -422,7 +455,7 @@ op("binary_cross_entropy_with_logits", inputs=["input", "target", "weight?", "po
        "pos_weight (C,) applies along the last axis")
 op("binary_cross_entropy_with_logits_grad", inputs=["input", "target", "weight?", "pos_weight?", "dy"],
    outputs=["dx"], attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_grad_infer,
-   kernel=lambda k: _bce_logits_grad, xla=lambda k: _bce_logits_grad_xla)
+   kernel=lambda k: _bce_logits_grad, xla=lambda k: _bce_logits_grad_xla, onnx=_bce_logits_grad_onnx)
 
 
 # ------------------------------------------------------------------ kl_div_loss, smooth_l1_loss
@@ -485,6 +518,8 @@ op("kl_div_loss", inputs=["input", "target"], outputs=["out"], attrs={"log_targe
        "exp(target) * (target - input)")
 op("kl_div_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"log_target": ("bool", False)},
    infer=_pair_grad_infer, kernel=_kl_div_grad_kernel,
+   onnx=lambda c: c.node("Mul", [neg(c, c.node("Exp", [c.input("target")]) if c.attr("log_target") else c.input("target")),
+                                 c.input("dy")], [c.output("dx")]),
    xla=lambda k: ((lambda x, t, dy: -xla_rules.jnp().exp(t) * dy) if k.attr("log_target") else
                   (lambda x, t, dy: -t * dy)))
 
@@ -543,12 +578,23 @@ def _smooth_l1_loss_onnx(c):
     c.node("Where", [c.node("Less", [diff, const_as(c, beta, d_)]), quad, lin], [c.output("out")])
 
 
+def _smooth_l1_grad_onnx(c):
+    """d = x - t; (d / beta where |d| < beta, else sign(d)) * dy (sign(d) * dy when beta == 0)."""
+    d_, beta = c.input_desc("input"), c.attr("beta")
+    diff = c.node("Sub", [c.input("input"), c.input("target")])
+    g = c.node("Sign", [diff])
+    if beta != 0:
+        b = const_as(c, beta, d_)
+        g = c.node("Where", [c.node("Less", [c.node("Abs", [diff]), b]), c.node("Div", [diff, b]), g])
+    c.node("Mul", [g, c.input("dy")], [c.output("dx")])
+
+
 op("smooth_l1_loss", inputs=["input", "target"], outputs=["out"], attrs={"beta": ("float", 0.0, _nonneg)},
    infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=_smooth_l1_loss_onnx, xla=_smooth_l1_xla,
    grad=_pair_grad("smooth_l1_loss", ["beta"]),
    doc="d = |input - target|; out = 0.5 d^2 / beta if d < beta else d - 0.5 beta")
 op("smooth_l1_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"beta": ("float", 0.0, _nonneg)},
-   infer=_pair_grad_infer, kernel=_smooth_l1_grad_kernel, xla=_smooth_l1_grad_xla)
+   infer=_pair_grad_infer, kernel=_smooth_l1_grad_kernel, xla=_smooth_l1_grad_xla, onnx=_smooth_l1_grad_onnx)
 
 
 # ------------------------------------------------------------------ nll
@@ -636,15 +682,29 @@ def _nll_grad_maker(g):
             {"ignore_index": g.attr("ignore_index")}))
 
 
-def _nll_onnx(c):
-    """out[n] = -w[t] * input[n, t], t = target[n], 0 where t == ignore_index; total_weight = sum of w[t]."""
-    x, d = c.input("input"), c.input_desc("input")
+def _nll_weights_onnx(c):
+    """(safe target, per-example weight) as the kernels' ``_nll_weights``."""
+    d = c.input_desc("input")
     t = c.node("Cast", [c.input("target")], to=onnx_rules.INT64)
     valid = c.node("Not", [c.node("Equal", [t, c.const(np.int64(c.attr("ignore_index")))])])
     safe = c.node("Where", [valid, t, c.const(np.int64(0))])
     per = c.node("Cast", [valid], to=c.dtype_code(d.dtype))
     if c.has_input("weight"):
         per = c.node("Mul", [c.node("Gather", [c.input("weight"), safe], axis=0), per])
+    return safe, per
+
+
+def _nll_grad_onnx(c):
+    """zeros, with -dy * weight[t] at [n, t] (t = target[n]; 0 at [n, 0] where t == ignore_index)."""
+    safe, per = _nll_weights_onnx(c)
+    d = c.input_desc("input")
+    onnx_rules.put_last(c, safe, c.node("Mul", [neg(c, c.input("dy")), per]), d.shape[-1], d, c.output("dx"))
+
+
+def _nll_onnx(c):
+    """out[n] = -w[t] * input[n, t], t = target[n], 0 where t == ignore_index; total_weight = sum of w[t]."""
+    x, d = c.input("input"), c.input_desc("input")
+    safe, per = _nll_weights_onnx(c)
     picked = pick_last(c, x, safe)
     c.node("Mul", [neg(c, picked), per], [c.output("out")])
     total = reduce_node(c, "ReduceSum", per, [0], 1)
@@ -662,5 +722,6 @@ op("nll", inputs=["input", "target", "weight?"], outputs=["out", "total_weight"]
        "total_weight = sum of those weights (shape (1,)), the divisor of a mean reduction")
 op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outputs=["dx"],
    attrs={"ignore_index": ("int64", 0)}, infer=_nll_grad_infer, checks=_nll_checks("nll_grad"),
-   kernel=raising_bad_ids(_nll_checks("nll_grad"), 1, _nll_grad_kernel), xla=_nll_xla("nll_grad"))
+   kernel=raising_bad_ids(_nll_checks("nll_grad"), 1, _nll_grad_kernel), xla=_nll_xla("nll_grad"),
+   onnx=_nll_grad_onnx)
 

@@ -78,7 +78,9 @@ def _relu_grad_infer(ctx):
 
 op("relu_grad", inputs=["y", "dy"], outputs=["dx"], infer=_relu_grad_infer, sbp=_sbp.elementwise(p_each=("dy",)),
    kernel=lambda k: lambda y, dy: torch.ops.aten.threshold_backward(dy, y, 0),  # dy where y > 0 (one kernel)
-   xla=lambda k: lambda y, dy: xla_rules.jnp().where(y > 0, dy, 0))
+   xla=lambda k: lambda y, dy: xla_rules.jnp().where(y > 0, dy, 0),
+   onnx=onnx_rules.grad(lambda c, y, dy, out, d: onnx_rules.where_zero(
+       c, c.node("Greater", [y, const_as(c, 0, d)]), dy, d, out, zero_if=False), "y"))
 
 op("identity", inputs=["in"], outputs=["out"], infer=like("in"), sbp=_sbp.elementwise(p_all=True),
    kernel=lambda k: lambda x: x, xla=lambda k: lambda x: x,
@@ -228,8 +230,17 @@ op("scalar_pow", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scal
    kernel=_scalar_kernel(torch.pow), onnx=_scalar_binary_onnx(_power_onnx), xla=_scalar_xla("power"),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "scalar_pow_grad", {"x": g.input("in"), "dy": g.dout("out")}, _scalar_attrs_of(g))))
+def _scalar_pow_grad_onnx(c):
+    """dy * s * x ** (s - 1); zeros for s == 0."""
+    s = scalar_operand(c)
+    if s == 0:
+        return onnx_rules.zeros_output()(c)
+    x, d = c.input("x"), c.input_desc("x")
+    onnx_rules.mul(c, c.input("dy"), const_as(c, s, d), c.node("Pow", [x, const_as(c, s - 1, d)]), out=c.output("dx"))
+
+
 op("scalar_pow_grad", inputs=["x", "dy"], outputs=["dx"], attrs=SCALAR_ATTRS, infer=like("x"),
-   kernel=_scalar_pow_grad_kernel, xla=_scalar_pow_grad_xla)
+   kernel=_scalar_pow_grad_kernel, xla=_scalar_pow_grad_xla, onnx=_scalar_pow_grad_onnx)
 
 def _floor_div_onnx(c, x, y, out, d):
     """floor(x / y); for integers the truncating ``Div`` moved down by one where the
@@ -548,7 +559,10 @@ def _div_grad_kernel(k):
 
 op("broadcast_div_grad", inputs=["y", "z", "dz"], outputs=["dy"],
    infer=lambda ctx: ctx.set_output("dy", ctx.input("y").shape, ctx.input("y").dtype),
-   kernel=_div_grad_kernel, xla=lambda k: (lambda y, z, dz: _sum_to_shape_xla(-(dz * z / y), y.shape)))
+   kernel=_div_grad_kernel, xla=lambda k: (lambda y, z, dz: _sum_to_shape_xla(-(dz * z / y), y.shape)),
+   onnx=lambda c: onnx_rules.sum_to_shape(
+       c, c.node("Neg", [c.node("Div", [c.node("Mul", [c.input("dz"), c.input("z")]), c.input("y")])]),
+       c.input_desc("dz").shape, c.output_desc("dy").shape, c.output("dy")))
 
 
 def _pow_grad_infer(side):
@@ -559,11 +573,35 @@ def _pow_grad_infer(side):
     return infer
 
 
+def _pow_x_grad_onnx(c, x, y, dz, d):
+    """0 where y == 0, else dz * y * x ** (y - 1) (the shape of the broadcast)."""
+    one_less = c.node("Sub", [y, const_as(c, 1, d)])
+    value = onnx_rules.mul(c, dz, y, c.node("Pow", [x, one_less]))
+    return onnx_rules.where_zero(c, c.node("Equal", [y, const_as(c, 0, d)]), value, d)
+
+
+def _pow_y_grad_onnx(c, x, y, z, dz, d):
+    """0 where x == 0 and y >= 0, else dz * z * log(x)."""
+    zero = const_as(c, 0, d)
+    cond = c.node("And", [c.node("Equal", [x, zero]), c.node("GreaterOrEqual", [y, zero])])
+    return onnx_rules.where_zero(c, cond, onnx_rules.mul(c, dz, z, c.node("Log", [x])), d)
+
+
+def _broadcast_pow_grad_onnx(side):
+    def convert(c):
+        x, y, z, dz, d = c.input("x"), c.input("y"), c.input("z"), c.input("dz"), c.input_desc("x")
+        t = _pow_x_grad_onnx(c, x, y, dz, d) if side == "x" else _pow_y_grad_onnx(c, x, y, z, dz, d)
+        onnx_rules.sum_to_shape(c, t, c.input_desc("dz").shape, c.input_desc(side).shape, c.output(f"d{side}"))
+    return convert
+
+
 op("broadcast_pow_x_grad", inputs=["x", "y", "z", "dz"], outputs=["dx"], infer=_pow_grad_infer("x"),
+   onnx=_broadcast_pow_grad_onnx("x"),
    kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_x_grad(x, y, dz), x.shape)),
    xla=lambda k: (lambda x, y, z, dz: _sum_to_shape_xla(
        xla_rules.jnp().where(y == 0, 0, dz * y * xla_rules.jnp().power(x, y - 1)), x.shape)))
 op("broadcast_pow_y_grad", inputs=["x", "y", "z", "dz"], outputs=["dy"], infer=_pow_grad_infer("y"),
+   onnx=_broadcast_pow_grad_onnx("y"),
    kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_y_grad(x, y, z, dz), y.shape)),
    xla=lambda k: (lambda x, y, z, dz: _sum_to_shape_xla(
        xla_rules.jnp().where((x == 0) & (y >= 0), 0, dz * z * xla_rules.jnp().log(x)), y.shape)))
@@ -654,20 +692,34 @@ def _elementwise_extremum(kind):
 
     op(f"elementwise_{kind}", inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(),
        kernel=lambda k: fwd, grad=grad, onnx=onnx_rules.same("Max" if kind == "maximum" else "Min"), xla=_same_xla(kind))
+    def backward_onnx(c):
+        d = c.input_desc("dz")
+        mask = c.node("GreaterOrEqual" if kind == "maximum" else "LessOrEqual", [c.input("x"), c.input("y")])
+        for a, zero_if in (("dx", False), ("dy", True)):
+            if c.output(a) is not None:
+                onnx_rules.where_zero(c, mask, c.input("dz"), d, c.output(a), zero_if=zero_if)
+
     op(f"elementwise_{kind}_backward", inputs=["dz", "x", "y"], outputs=["dx?", "dy?"],
-       infer=backward_infer, kernel=backward_kernel, xla=backward_xla)
+       infer=backward_infer, kernel=backward_kernel, xla=backward_xla, onnx=backward_onnx)
 
 
 _elementwise_extremum("maximum")
 _elementwise_extremum("minimum")
 
 
-def binary_family(name, fwd, dx_fn, dy_fn, xla=None, onnx=None):
+def _binary_grad_onnx(fn, out):
+    """A ``(x, y, dz) -> out`` grad op's converter: ``fn(c, x, y, dz, desc)`` copied to ``out``."""
+    return lambda c: c.node("Identity", [fn(c, c.input("x"), c.input("y"), c.input("dz"), c.input_desc("x"))],
+                            [c.output(out)])
+
+
+def binary_family(name, fwd, dx_fn, dy_fn, xla=None, onnx=None, grad_onnx=None):
     """Register ``name`` (x, y -> z, same shapes, float) and ``name_x_grad``/``name_y_grad``
     (x, y, dz -> dx / dy), OneFlow's wiring (``oneflow/user/ops/elementwise_maximum_minimum_ops.cpp``).
     ``xla`` names (:func:`~graphfront.ops.xla_rules.jnp_fn`) or is the jax function computing ``fwd`` (the grads' rules are its
     vector-Jacobian products); ``onnx(c, x, y, out, desc)`` writes its ONNX nodes (see
-    :func:`_binary_onnx`)."""
+    :func:`_binary_onnx`); ``grad_onnx`` the pair ``(dx, dy)`` of ``fn(c, x, y, dz, d)``
+    returning the grads' ONNX values."""
     def grad(g):
         ins = {"x": g.input("x"), "y": g.input("y"), "dz": g.dout("z")}
         for side in ("x", "y"):
@@ -693,9 +745,9 @@ def binary_family(name, fwd, dx_fn, dy_fn, xla=None, onnx=None):
     op(name, inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(float_only=True),
        kernel=lambda k: fwd, grad=grad, xla=xla and _same_xla(xla), onnx=onnx and _binary_onnx(onnx))
     op(f"{name}_x_grad", inputs=["x", "y", "dz"], outputs=["dx"], infer=grad_infer("x"),
-       kernel=lambda k: dx_fn, xla=xla and vjp("x"))
+       kernel=lambda k: dx_fn, xla=xla and vjp("x"), onnx=grad_onnx and _binary_grad_onnx(grad_onnx[0], "dx"))
     op(f"{name}_y_grad", inputs=["x", "y", "dz"], outputs=["dy"], infer=grad_infer("y"),
-       kernel=lambda k: dy_fn, xla=xla and vjp("y"))
+       kernel=lambda k: dy_fn, xla=xla and vjp("y"), onnx=grad_onnx and _binary_grad_onnx(grad_onnx[1], "dy"))
 
 
 def _xdivy(x, y):
@@ -706,8 +758,13 @@ def _xlogy(x, y):
     return torch.where(x == 0, _zero(x), x * torch.log(y))
 
 
+def _zeros_like_onnx(c, x, y, dz, d):
+    return c.const(np.zeros(c.input_desc("dz").shape, dtype=onnx_rules.np_dtype(c.input_desc("dz"))))
+
+
 binary_family("pow", torch.pow, _pow_x_grad, lambda x, y, dz: _pow_y_grad(x, y, torch.pow(x, y), dz), xla="power",
-              onnx=_power_onnx)
+              onnx=_power_onnx, grad_onnx=(_pow_x_grad_onnx, lambda c, x, y, dz, d: _pow_y_grad_onnx(
+                  c, x, y, c.node("Pow", [x, y]), dz, d)))
 
 
 def _atan2_onnx(c, x, y, out, d):
@@ -723,13 +780,20 @@ def _atan2_onnx(c, x, y, out, d):
     c.node("Where", [y_zero, on_axis, c.node("Where", [y_neg, left, base])], [out])
 
 
+def _norm_sq(c, x, y):
+    return c.node("Add", [c.node("Mul", [x, x]), c.node("Mul", [y, y])])
+
+
 binary_family("atan2", torch.atan2,
               lambda x, y, dz: dz * y / (x * x + y * y),
-              lambda x, y, dz: -dz * x / (x * x + y * y), xla="arctan2", onnx=_atan2_onnx)
+              lambda x, y, dz: -dz * x / (x * x + y * y), xla="arctan2", onnx=_atan2_onnx,
+              grad_onnx=(lambda c, x, y, dz, d: c.node("Div", [c.node("Mul", [dz, y]), _norm_sq(c, x, y)]),
+                         lambda c, x, y, dz, d: c.node("Div", [c.node("Mul", [c.node("Neg", [dz]), x]),
+                                                               _norm_sq(c, x, y)])))
 # floor(x / y): piecewise constant, zero gradients
 binary_family("floordiv", lambda x, y: torch.div(x, y, rounding_mode="floor"),
               lambda x, y, dz: torch.zeros_like(dz), lambda x, y, dz: torch.zeros_like(dz), onnx=_floor_div_onnx,
-              xla="floor_divide")
+              xla="floor_divide", grad_onnx=(_zeros_like_onnx, _zeros_like_onnx))
 
 
 def _where_x_zero_xla(fn):
@@ -742,6 +806,12 @@ def _where_x_zero_xla(fn):
     return f
 
 
+def _where_x_zero_onnx(fn):
+    """The xdivy / xlogy grads: 0 where x == 0, else ``fn(c, x, y, dz, d)``."""
+    return lambda c, x, y, dz, d: onnx_rules.where_zero(c, c.node("Equal", [x, const_as(c, 0, d)]),
+                                                        fn(c, x, y, dz, d), d)
+
+
 def _xdivy_onnx(c, x, y, out, d):
     zero = const_as(c, 0, d)
     c.node("Where", [c.node("Equal", [x, zero]), zero, c.node("Div", [x, y])], [out])
@@ -751,6 +821,9 @@ def _xdivy_onnx(c, x, y, out, d):
 binary_family("xdivy", _xdivy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz / y),
               lambda x, y, dz: torch.where(x == 0, _zero(dz), -dz * x / (y * y)), onnx=_xdivy_onnx,
+              grad_onnx=(_where_x_zero_onnx(lambda c, x, y, dz, d: c.node("Div", [dz, y])),
+                         _where_x_zero_onnx(lambda c, x, y, dz, d: c.node("Div", [
+                             c.node("Mul", [c.node("Neg", [dz]), x]), c.node("Mul", [y, y])]))),
               xla=_where_x_zero_xla(lambda x, y: x / y))
 
 
@@ -763,6 +836,8 @@ def _xlogy_onnx(c, x, y, out, d):
 binary_family("xlogy", _xlogy,
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * torch.log(y)),
               lambda x, y, dz: torch.where(x == 0, _zero(dz), dz * x / y), onnx=_xlogy_onnx,
+              grad_onnx=(_where_x_zero_onnx(lambda c, x, y, dz, d: c.node("Mul", [dz, c.node("Log", [y])])),
+                         _where_x_zero_onnx(lambda c, x, y, dz, d: c.node("Div", [c.node("Mul", [dz, x]), y]))),
               xla=_where_x_zero_xla(lambda x, y: x * xla_rules.jnp().log(y)))
 
 
@@ -788,7 +863,8 @@ def _vjp_xla(name):
     return make
 
 
-def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, onnx=None, xla=None, amp=None):
+def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, onnx=None, xla=None, amp=None,
+                 grad_onnx=None):
     """Register ``name`` (x -> y) and, if differentiable, ``name_grad`` (x, dy -> dx).
 
     ``grad_fn(x, dy)`` is the explicit derivative; without it the grad op's kernel
@@ -796,7 +872,8 @@ def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, 
     forward input ``x`` and ``dy``, ``oneflow/user/ops/math_unary_elementwise_op.cpp``).
     ``onnx`` names the ONNX operator computing ``fwd``, or is the op's ONNX converter, if there is one;
     ``xla`` the jax function computing it (see :func:`graphfront.ops.xla_rules.jnp_fn`; the
-    grad op's rule is its vector-Jacobian product); ``amp`` the forward op's AMP list.
+    grad op's rule is its vector-Jacobian product); ``amp`` the forward op's AMP list;
+    ``grad_onnx`` the grad op's converter (see :func:`onnx_rules.grad`).
     """
     convert = onnx_rules.same(onnx) if isinstance(onnx, str) else onnx
     def infer(ctx):
@@ -810,7 +887,7 @@ def unary_family(name, fwd, grad_fn=None, differentiable=True, float_only=True, 
            grad=lambda g: g.set_grad("x", g.emit(f"{name}_grad", {"x": g.input("x"), "dy": g.dout("y")})),
            xla=xla and _same_xla(xla), amp=amp)
         op(f"{name}_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), sbp=_sbp.elementwise(p_each=("dy",)),
-           kernel=(lambda k: grad_fn) if grad_fn else vjp_kernel(fwd), xla=xla and _vjp_xla(xla))
+           kernel=(lambda k: grad_fn) if grad_fn else vjp_kernel(fwd), xla=xla and _vjp_xla(xla), onnx=grad_onnx)
     else:
         op(name, inputs=["x"], outputs=["y"], infer=infer, kernel=lambda k: fwd, no_grad=True, sbp=_sbp.elementwise(),
            onnx=convert, xla=xla and _same_xla(xla), amp=amp)
@@ -859,53 +936,146 @@ def _log_sigmoid_onnx(c, x, out, d):
     c.node("Neg", [c.node("Softplus", [c.node("Neg", [x])])], [out])
 
 
+def _reciprocal_no_nan_node(c, x, d, out=None):
+    return onnx_rules.where_zero(c, c.node("Equal", [x, const_as(c, 0, d)]), c.node("Reciprocal", [x]), d, out)
+
+
 def _reciprocal_no_nan_onnx(c, x, out, d):
-    zero = const_as(c, 0, d)
-    c.node("Where", [c.node("Equal", [x, zero]), zero, c.node("Reciprocal", [x])], [out])
+    _reciprocal_no_nan_node(c, x, d, out)
 
 
-unary_family("negative", torch.neg, lambda x, dy: -dy, float_only=False, onnx="Neg", xla="negative")
-unary_family("exp", torch.exp, lambda x, dy: dy * torch.exp(x), onnx="Exp", xla="exp")
-unary_family("log", torch.log, lambda x, dy: dy / x, onnx="Log", xla="log")
-unary_family("sqrt", torch.sqrt, lambda x, dy: dy * 0.5 * torch.rsqrt(x), onnx="Sqrt", xla="sqrt", amp="gray")
+# ONNX forms of the grad kernels: ``fn(c, x, dy, out, desc)`` (see ``onnx_rules.grad``), in
+# the kernels' order of operations.
+def _rsqrt_node(c, x):
+    return c.node("Reciprocal", [c.node("Sqrt", [x])])
+
+
+def _x_sq(c, x):
+    return c.node("Mul", [x, x])
+
+
+def _times(factor):
+    """dy * factor(c, x, d)."""
+    return onnx_rules.grad(lambda c, x, dy, out, d: onnx_rules.mul(c, dy, factor(c, x, d), out=out))
+
+
+def _divided(divisor):
+    """dy / divisor(c, x, d)."""
+    return onnx_rules.grad(lambda c, x, dy, out, d: c.node("Div", [dy, divisor(c, x, d)], [out]))
+
+
+def _neg_times(factor):
+    """-dy * factor(c, x, d)."""
+    return onnx_rules.grad(lambda c, x, dy, out, d: onnx_rules.mul(c, c.node("Neg", [dy]), factor(c, x, d), out=out))
+
+
+def _one_minus_x_sq(c, x, d):
+    return c.node("Sub", [const_as(c, 1, d), _x_sq(c, x)])
+
+
+def _erf_grad_onnx(sign):
+    def fn(c, x, dy, out, d):
+        dy = c.node("Neg", [dy]) if sign < 0 else dy
+        e = c.node("Exp", [c.node("Mul", [c.node("Neg", [x]), x])])
+        onnx_rules.mul(c, dy, const_as(c, _TWO_OVER_SQRT_PI, d), e, out=out)
+    return onnx_rules.grad(fn)
+
+
+def _rsqrt_grad_onnx(c, x, dy, out, d):
+    r = _rsqrt_node(c, x)
+    onnx_rules.mul(c, dy, const_as(c, -0.5, d), onnx_rules.mul(c, r, r, r), out=out)
+
+
+def _tanh_grad_onnx(c, x, dy, out, d):
+    t = c.node("Tanh", [x])
+    c.node("Mul", [dy, c.node("Sub", [const_as(c, 1, d), c.node("Mul", [t, t])])], [out])
+
+
+def _sigmoid_grad_onnx(c, y, dy, out, d):
+    """dy * y * (1 - y) of the sigmoid ``y``."""
+    onnx_rules.mul(c, dy, y, c.node("Sub", [const_as(c, 1, d), y]), out=out)
+
+
+_ZERO_GRAD_ONNX = onnx_rules.zeros_output()
+
+
+unary_family("negative", torch.neg, lambda x, dy: -dy, float_only=False, onnx="Neg", xla="negative",
+             grad_onnx=onnx_rules.grad(lambda c, x, dy, out, d: c.node("Neg", [dy], [out])))
+unary_family("exp", torch.exp, lambda x, dy: dy * torch.exp(x), onnx="Exp", xla="exp",
+             grad_onnx=_times(lambda c, x, d: c.node("Exp", [x])))
+unary_family("log", torch.log, lambda x, dy: dy / x, onnx="Log", xla="log",
+             grad_onnx=_divided(lambda c, x, d: x))
+unary_family("sqrt", torch.sqrt, lambda x, dy: dy * 0.5 * torch.rsqrt(x), onnx="Sqrt", xla="sqrt", amp="gray",
+             grad_onnx=onnx_rules.grad(lambda c, x, dy, out, d: onnx_rules.mul(
+                 c, dy, const_as(c, 0.5, d), _rsqrt_node(c, x), out=out)))
 unary_family("rsqrt", torch.rsqrt, lambda x, dy: dy * -0.5 * torch.rsqrt(x) ** 3, onnx=onnx_rules.unary(_rsqrt_onnx),
-             xla="lax.rsqrt")
-unary_family("square", torch.square, lambda x, dy: dy * 2 * x, onnx=onnx_rules.unary(_square_onnx), xla="square")
-unary_family("abs", torch.abs, lambda x, dy: dy * torch.sign(x), float_only=False, onnx="Abs", xla="abs")
-unary_family("tanh", torch.tanh, lambda x, dy: dy * (1 - torch.tanh(x) ** 2), onnx="Tanh", xla="tanh", amp="gray")
+             xla="lax.rsqrt",
+             grad_onnx=onnx_rules.grad(_rsqrt_grad_onnx))
+unary_family("square", torch.square, lambda x, dy: dy * 2 * x, onnx=onnx_rules.unary(_square_onnx), xla="square",
+             grad_onnx=onnx_rules.grad(lambda c, x, dy, out, d: onnx_rules.mul(c, dy, const_as(c, 2, d), x, out=out)))
+unary_family("abs", torch.abs, lambda x, dy: dy * torch.sign(x), float_only=False, onnx="Abs", xla="abs",
+             grad_onnx=_times(lambda c, x, d: c.node("Sign", [x])))
+unary_family("tanh", torch.tanh, lambda x, dy: dy * (1 - torch.tanh(x) ** 2), onnx="Tanh", xla="tanh", amp="gray",
+             grad_onnx=onnx_rules.grad(_tanh_grad_onnx))
 unary_family("sigmoid_v2", torch.sigmoid, lambda x, dy: dy * torch.sigmoid(x) * (1 - torch.sigmoid(x)), onnx="Sigmoid",
-             xla="nn.sigmoid")
-unary_family("reciprocal", torch.reciprocal, lambda x, dy: -dy / (x * x), onnx="Reciprocal", xla="reciprocal")
-unary_family("acos", torch.acos, lambda x, dy: -dy * torch.rsqrt(1 - x * x), onnx="Acos", xla="arccos")
-unary_family("acosh", torch.acosh, lambda x, dy: dy * torch.rsqrt(x * x - 1), onnx="Acosh", xla="arccosh")
-unary_family("asin", torch.asin, lambda x, dy: dy * torch.rsqrt(1 - x * x), onnx="Asin", xla="arcsin")
-unary_family("asinh", torch.asinh, lambda x, dy: dy * torch.rsqrt(x * x + 1), onnx="Asinh", xla="arcsinh")
-unary_family("atan", torch.atan, lambda x, dy: dy / (1 + x * x), onnx="Atan", xla="arctan")
-unary_family("atanh", torch.atanh, lambda x, dy: dy / (1 - x * x), onnx="Atanh", xla="arctanh")
-unary_family("ceil", torch.ceil, _zero_grad, onnx="Ceil", xla="ceil")
-unary_family("cos", torch.cos, lambda x, dy: -dy * torch.sin(x), onnx="Cos", xla="cos")
-unary_family("cosh", torch.cosh, lambda x, dy: dy * torch.sinh(x), onnx="Cosh", xla="cosh")
-unary_family("erf", torch.erf, lambda x, dy: dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), onnx="Erf", xla="lax.erf")
+             xla="nn.sigmoid",
+             grad_onnx=onnx_rules.grad(lambda c, x, dy, out, d: _sigmoid_grad_onnx(c, c.node("Sigmoid", [x]), dy, out, d)))
+unary_family("reciprocal", torch.reciprocal, lambda x, dy: -dy / (x * x), onnx="Reciprocal", xla="reciprocal",
+             grad_onnx=onnx_rules.grad(lambda c, x, dy, out, d: c.node("Div", [c.node("Neg", [dy]), _x_sq(c, x)], [out])))
+unary_family("acos", torch.acos, lambda x, dy: -dy * torch.rsqrt(1 - x * x), onnx="Acos", xla="arccos",
+             grad_onnx=_neg_times(lambda c, x, d: _rsqrt_node(c, _one_minus_x_sq(c, x, d))))
+unary_family("acosh", torch.acosh, lambda x, dy: dy * torch.rsqrt(x * x - 1), onnx="Acosh", xla="arccosh",
+             grad_onnx=_times(lambda c, x, d: _rsqrt_node(c, c.node("Sub", [_x_sq(c, x), const_as(c, 1, d)]))))
+unary_family("asin", torch.asin, lambda x, dy: dy * torch.rsqrt(1 - x * x), onnx="Asin", xla="arcsin",
+             grad_onnx=_times(lambda c, x, d: _rsqrt_node(c, _one_minus_x_sq(c, x, d))))
+unary_family("asinh", torch.asinh, lambda x, dy: dy * torch.rsqrt(x * x + 1), onnx="Asinh", xla="arcsinh",
+             grad_onnx=_times(lambda c, x, d: _rsqrt_node(c, c.node("Add", [_x_sq(c, x), const_as(c, 1, d)]))))
+unary_family("atan", torch.atan, lambda x, dy: dy / (1 + x * x), onnx="Atan", xla="arctan",
+             grad_onnx=_divided(lambda c, x, d: c.node("Add", [const_as(c, 1, d), _x_sq(c, x)])))
+unary_family("atanh", torch.atanh, lambda x, dy: dy / (1 - x * x), onnx="Atanh", xla="arctanh",
+             grad_onnx=_divided(_one_minus_x_sq))
+unary_family("ceil", torch.ceil, _zero_grad, onnx="Ceil", xla="ceil",
+             grad_onnx=_ZERO_GRAD_ONNX)
+unary_family("cos", torch.cos, lambda x, dy: -dy * torch.sin(x), onnx="Cos", xla="cos",
+             grad_onnx=_neg_times(lambda c, x, d: c.node("Sin", [x])))
+unary_family("cosh", torch.cosh, lambda x, dy: dy * torch.sinh(x), onnx="Cosh", xla="cosh",
+             grad_onnx=_times(lambda c, x, d: c.node("Sinh", [x])))
+unary_family("erf", torch.erf, lambda x, dy: dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x), onnx="Erf", xla="lax.erf",
+             grad_onnx=_erf_grad_onnx(1))
 unary_family("erfc", torch.erfc, lambda x, dy: -dy * _TWO_OVER_SQRT_PI * torch.exp(-x * x),
-             onnx=onnx_rules.unary(_erfc_onnx), xla="lax.erfc")
-unary_family("expm1", torch.expm1, lambda x, dy: dy * torch.exp(x), onnx=onnx_rules.unary(_expm1_onnx), xla="expm1")
-unary_family("floor", torch.floor, _zero_grad, onnx="Floor", xla="floor")
+             onnx=onnx_rules.unary(_erfc_onnx), xla="lax.erfc",
+             grad_onnx=_erf_grad_onnx(-1))
+unary_family("expm1", torch.expm1, lambda x, dy: dy * torch.exp(x), onnx=onnx_rules.unary(_expm1_onnx), xla="expm1",
+             grad_onnx=_times(lambda c, x, d: c.node("Exp", [x])))
+unary_family("floor", torch.floor, _zero_grad, onnx="Floor", xla="floor",
+             grad_onnx=_ZERO_GRAD_ONNX)
 unary_family("lgamma", torch.lgamma, lambda x, dy: dy * torch.digamma(x), xla="lax.lgamma")
-unary_family("log1p", torch.log1p, lambda x, dy: dy / (1 + x), onnx=onnx_rules.unary(_log1p_onnx), xla="log1p")
+unary_family("log1p", torch.log1p, lambda x, dy: dy / (1 + x), onnx=onnx_rules.unary(_log1p_onnx), xla="log1p",
+             grad_onnx=_divided(lambda c, x, d: c.node("Add", [const_as(c, 1, d), x])))
 unary_family("log2", torch.log2, lambda x, dy: dy / (x * math.log(2.0)), onnx=onnx_rules.unary(_log2_onnx),
-             xla="log2")
+             xla="log2",
+             grad_onnx=_divided(lambda c, x, d: c.node("Mul", [x, const_as(c, math.log(2.0), d)])))
 unary_family("log_sigmoid", F.logsigmoid, lambda x, dy: dy * torch.sigmoid(-x),
-             onnx=onnx_rules.unary(_log_sigmoid_onnx), xla="nn.log_sigmoid")
+             onnx=onnx_rules.unary(_log_sigmoid_onnx), xla="nn.log_sigmoid",
+             grad_onnx=_times(lambda c, x, d: c.node("Sigmoid", [c.node("Neg", [x])])))
 unary_family("reciprocal_no_nan", _reciprocal_no_nan, lambda x, dy: -dy * _reciprocal_no_nan(x * x),
              onnx=onnx_rules.unary(_reciprocal_no_nan_onnx),
-             xla=lambda x: _where_x_zero_xla(lambda x, safe: 1 / safe)(x, x))
-unary_family("rint", torch.round, _zero_grad, onnx="Round", xla="round")          # round half to even
-unary_family("round", torch.round, _zero_grad, onnx="Round", xla="round")         # round half to even (nearbyint)
-unary_family("sign", torch.sign, _zero_grad, onnx="Sign", xla="sign")
-unary_family("sin", torch.sin, lambda x, dy: dy * torch.cos(x), onnx="Sin", xla="sin")
-unary_family("sinh", torch.sinh, lambda x, dy: dy * torch.cosh(x), onnx="Sinh", xla="sinh")
-unary_family("softplus", F.softplus, lambda x, dy: dy * torch.sigmoid(x), onnx="Softplus", xla="nn.softplus")  # log(1 + exp(x))
-unary_family("tan", torch.tan, lambda x, dy: dy / torch.cos(x) ** 2, onnx="Tan", xla="tan")
+             xla=lambda x: _where_x_zero_xla(lambda x, safe: 1 / safe)(x, x),
+             grad_onnx=_neg_times(lambda c, x, d: _reciprocal_no_nan_node(c, _x_sq(c, x), d)))
+unary_family("rint", torch.round, _zero_grad, onnx="Round", xla="round",
+             grad_onnx=_ZERO_GRAD_ONNX)  # round half to even
+unary_family("round", torch.round, _zero_grad, onnx="Round", xla="round",
+             grad_onnx=_ZERO_GRAD_ONNX)  # round half to even (nearbyint)
+unary_family("sign", torch.sign, _zero_grad, onnx="Sign", xla="sign",
+             grad_onnx=_ZERO_GRAD_ONNX)
+unary_family("sin", torch.sin, lambda x, dy: dy * torch.cos(x), onnx="Sin", xla="sin",
+             grad_onnx=_times(lambda c, x, d: c.node("Cos", [x])))
+unary_family("sinh", torch.sinh, lambda x, dy: dy * torch.cosh(x), onnx="Sinh", xla="sinh",
+             grad_onnx=_times(lambda c, x, d: c.node("Cosh", [x])))
+unary_family("softplus", F.softplus, lambda x, dy: dy * torch.sigmoid(x), onnx="Softplus", xla="nn.softplus",
+             grad_onnx=_times(lambda c, x, d: c.node("Sigmoid", [x])))  # log(1 + exp(x))
+unary_family("tan", torch.tan, lambda x, dy: dy / torch.cos(x) ** 2, onnx="Tan", xla="tan",
+             grad_onnx=_divided(lambda c, x, d: _x_sq(c, c.node("Cos", [x]))))
 
 
 # sigmoid (in -> out) with grad sigmoid_grad (y = out, dy -> dx)
@@ -929,7 +1099,7 @@ op("sigmoid", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=la
    onnx=onnx_rules.same("Sigmoid"), xla=_same_xla("nn.sigmoid"),
    grad=lambda g: g.set_grad("in", g.emit("sigmoid_grad", {"y": g.output("out"), "dy": g.dout("out")})), amp="gray")
 op("sigmoid_grad", inputs=["y", "dy"], outputs=["dx"], infer=_y_dy_infer,
-   kernel=lambda k: (lambda y, dy: dy * y * (1 - y)),
+   kernel=lambda k: (lambda y, dy: dy * y * (1 - y)), onnx=onnx_rules.grad(_sigmoid_grad_onnx, "y"),
    xla=lambda k: (lambda y, dy: dy * y * (1 - y)))  # (the same arithmetic on jax arrays)
 
 
@@ -944,7 +1114,8 @@ def _gelu_xla(k):
 op("gelu", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: F.gelu,
    onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"), xla=_gelu_xla,
    grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})), amp="gray")
-op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: gelu_grad, xla=lambda k: xla_rules.gelu_grad)
+op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: gelu_grad,
+   xla=lambda k: xla_rules.gelu_grad, onnx=onnx_rules.grad(onnx_rules.gelu_grad))
 
 
 # ----------------------------------------------------------------- clipping
@@ -1009,12 +1180,22 @@ def _clip_onnx(c):
     c.node("Clip", [c.input("x")] + bounds, [c.output("y")])
 
 
+def _clip_grad_onnx(c):
+    """dy where min <= x <= max (bounds of the input's kind), else 0."""
+    x, d = c.input("x"), c.input_desc("x")
+    lo, hi = _clip_bounds(c, d.dtype)
+    keep = [c.node(cmp, [x, const_as(c, b, d)]) for cmp, b in (("GreaterOrEqual", lo), ("LessOrEqual", hi))
+            if b is not None]
+    keep = keep[0] if len(keep) == 1 else c.node("And", keep)
+    onnx_rules.where_zero(c, keep, c.input("dy"), d, c.output("dx"), zero_if=False)
+
+
 for _name, _attrs in CLIP_ATTRS.items():
     op(_name, inputs=["x"], outputs=["y"], attrs=_attrs, infer=like("x"), kernel=_clip_kernel, sbp=_sbp.elementwise(),
        onnx=_clip_onnx, xla=_clip_xla,
        grad=lambda g, t=_name: g.needs("x") and g.set_grad("x", g.emit(
            f"{t}_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)))
     op(f"{_name}_grad", inputs=["dy", "x"], outputs=["dx"], attrs=_attrs, infer=like("x"),
-       kernel=_clip_grad_kernel, sbp=_sbp.elementwise(p_each=("dy",)), xla=_clip_grad_xla)
+       kernel=_clip_grad_kernel, sbp=_sbp.elementwise(p_each=("dy",)), xla=_clip_grad_xla, onnx=_clip_grad_onnx)
 
 

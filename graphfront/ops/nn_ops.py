@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import bad_labels, label_checks, label_error, like, norm_axis, same_dtype, vjp
 from graphfront.ops import onnx_rules, xla_rules
-from graphfront.ops.onnx_rules import neg, pick_last
+from graphfront.ops.onnx_rules import int64s, neg, pick_last
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -309,16 +310,107 @@ def _conv_bias_grad_xla(k):
     return lambda dy: dy.sum(axis=axes)
 
 
+def _first_onnx(c, arg, n):
+    """Input ``arg`` in channels_first layout (transposed from channels_last when the op's data_format is)."""
+    x = c.input(arg)
+    return x if c.attr("data_format") == "channels_first" else onnx_rules.to_channels_first(c, x, n)
+
+
+def _to_data_format_onnx(c, x, n, out):
+    """The channels_first ``x`` (a blob, or a filter: the same transposition) written to ``out`` in the op's
+    data_format."""
+    if c.attr("data_format") == "channels_first":
+        c.node("Identity", [x], [out])
+    else:
+        c.node("Transpose", [x], [out], perm=[0] + list(range(2, n + 2)) + [1])
+
+
+def _conv_geometry(c):
+    return [list(c.attr(a)) for a in ("kernel_size", "strides", "padding_before", "dilation_rate")]
+
+
+def _spatial(c, desc):
+    return desc.shape[2:] if c.attr("data_format") == "channels_first" else desc.shape[1:-1]
+
+
+def _channels(c, desc):
+    return desc.shape[1] if c.attr("data_format") == "channels_first" else desc.shape[-1]
+
+
+def conv_data_grad_onnx(c, dy, w, dy_spatial, x_spatial):
+    """The channels_first dx of a conv (its adjoint in x): ConvTranspose of the channels_first ``dy`` by
+    the filter ``w``, with the output padding that gives ``x_spatial``."""
+    k, s, p, d = _conv_geometry(c)
+    out_pad = [x - ((i - 1) * st - 2 * pp + dd * (kk - 1) + 1)
+               for x, i, st, pp, dd, kk in zip(x_spatial, dy_spatial, s, p, d, k)]
+    return c.node("ConvTranspose", [dy, w], kernel_shape=k, strides=s, dilations=d, pads=p + p,
+                  output_padding=out_pad, group=c.attr("groups"))
+
+
+def conv_filter_grad_onnx(c, x, dy, cin, cout):
+    """The channels_first filter gradient of a conv from channels_first ``x`` (``cin`` channels) and ``dy``
+    (``cout``): per group, the correlation of x (channels as the batch) with dy (its batch as input
+    channels), a Conv with the forward's dilation as strides and its strides as dilations, cropped to the
+    kernel size."""
+    k, s, p, d = _conv_geometry(c)
+    n, groups = len(k), c.attr("groups")
+    swap = [1, 0] + list(range(2, n + 2))
+
+    def channels(t, size, g):
+        if groups == 1:
+            return t
+        return c.node("Slice", [t, c.const(int64s([g * size // groups])), c.const(int64s([(g + 1) * size // groups])),
+                                c.const(int64s([1]))])
+    parts = []
+    for g in range(groups):
+        corr = c.node("Conv", [c.node("Transpose", [channels(x, cin, g)], perm=swap),
+                               c.node("Transpose", [channels(dy, cout, g)], perm=swap)],
+                      strides=d, dilations=s, pads=p + p)
+        corr = c.node("Slice", [corr, c.const(int64s([0] * n)), c.const(int64s(k)), c.const(int64s(range(2, n + 2)))])
+        parts.append(c.node("Transpose", [corr], perm=swap))   # (out channels, in channels / groups, *k)
+    return parts[0] if groups == 1 else c.node("Concat", parts, axis=0)
+
+
+def _conv_data_grad_onnx(c):
+    """:func:`conv_data_grad_onnx` in the op's data_format, then + _add_to_output."""
+    n = c.attr("num_spatial_dims")
+    dx = conv_data_grad_onnx(c, _first_onnx(c, "dy", n), _first_onnx(c, "filter", n),
+                             _spatial(c, c.input_desc("dy")), _spatial(c, c.input_desc("x_like")))
+    add_to = c.input("_add_to_output")
+    if add_to is None:
+        _to_data_format_onnx(c, dx, n, c.output("dx"))
+    else:
+        tmp = c.tmp("dx")
+        _to_data_format_onnx(c, dx, n, tmp)
+        c.node("Add", [tmp, add_to], [c.output("dx")])
+
+
+def _conv_filter_grad_onnx(c):
+    """:func:`conv_filter_grad_onnx` in the op's data_format."""
+    n = c.attr("num_spatial_dims")
+    w = conv_filter_grad_onnx(c, _first_onnx(c, "x", n), _first_onnx(c, "dy", n), _channels(c, c.input_desc("x")),
+                              _channels(c, c.input_desc("dy")))
+    _to_data_format_onnx(c, w, n, c.output("filter_diff"))
+
+
+def _conv_bias_grad_onnx(c):
+    """The sum of dy over every axis but the channel one."""
+    n = len(c.input_desc("dy").shape)
+    axes = [0] + list(range(2, n)) if c.attr("data_format") == "channels_first" else list(range(n - 1))
+    onnx_rules.reduce_node(c, "ReduceSum", c.input("dy"), axes, 0, c.output("bias_diff"))
+
+
 op("conv_data_grad", inputs=["dy", "filter", "x_like", "_add_to_output?"], outputs=["dx"], attrs=CONV_GRAD_ATTRS,
    infer=_conv_grad_infer_data, kernel=_conv_data_grad_kernel, sbp=_sbp.conv("dy", "filter", "dx"),
-   xla=_conv_data_grad_xla)
+   xla=_conv_data_grad_xla, onnx=_conv_data_grad_onnx)
 op("conv_filter_grad", inputs=["dy", "x"], outputs=["filter_diff"], attrs=CONV_GRAD_ATTRS,
    infer=_conv_grad_infer_filter, kernel=_conv_filter_grad_kernel,
-   sbp=_sbp.conv("dy", None, None, weight_grads=("filter_diff",)), xla=_conv_filter_grad_xla)
+   sbp=_sbp.conv("dy", None, None, weight_grads=("filter_diff",)), xla=_conv_filter_grad_xla,
+   onnx=_conv_filter_grad_onnx)
 op("conv_bias_grad", inputs=["dy"], outputs=["bias_diff"],
    attrs={"data_format": "string", "num_spatial_dims": ("int32", 0)},
    infer=_conv_bias_grad_infer, kernel=_conv_bias_grad_kernel, sbp=_sbp.conv("dy", None, None, weight_grads=("bias_diff",)),
-   xla=_conv_bias_grad_xla)
+   xla=_conv_bias_grad_xla, onnx=_conv_bias_grad_onnx)
 
 
 # ------------------------------------------------------------------ bias_add
@@ -521,6 +613,49 @@ def _pool_grad_xla(kind, n):
     return make
 
 
+def _avg_pool_grad_onnx(c):
+    """The adjoint of the average over each window's real elements: every input element sums, over the
+    windows holding it (constant Gather indices; Where drops the missing terms), dy / (count / size) / size
+    (dy / size without pads), as the kernel's autograd through avg_pool(pad(x)) / avg_pool(pad(ones))."""
+    xd, d = c.input_desc("x"), c.input_desc("dy")
+    n = len(xd.shape) - 2
+    first = c.attr("data_format") == "channels_first"
+    spatial = list(xd.shape[2:] if first else xd.shape[1:-1])
+    outs, pads = pool_geometry(spatial, c.attrs)
+    size, stride = list(c.attr("pool_size")), list(c.attr("strides"))
+    dtype, window = onnx_rules.np_dtype(d), int(np.prod(size))
+    # the windows (flat output index) holding each input element, and each window's count of real elements
+    holders = [[] for _ in range(int(np.prod(spatial)))]
+    counts = np.zeros(int(np.prod(outs)), dtype=np.int64)
+    for w, o in enumerate(np.ndindex(*outs)):
+        ranges = [range(max(oi * s - lo, 0), min(oi * s - lo + k, sz))
+                  for oi, s, (lo, _), k, sz in zip(o, stride, pads, size, spatial)]
+        counts[w] = int(np.prod([len(r) for r in ranges]))
+        for i in np.ndindex(*[len(r) for r in ranges]):
+            holders[int(np.ravel_multi_index([r[j] for r, j in zip(ranges, i)], spatial))].append(w)
+    dy = c.input("dy")
+    if not first:
+        dy = onnx_rules.to_channels_first(c, dy, n)
+    batch, channels = xd.shape[0], (xd.shape[1] if first else xd.shape[-1])
+    dy = c.node("Reshape", [dy, c.const(int64s([batch, channels, -1]))])
+    if any(lo or hi for lo, hi in pads):
+        dy = c.node("Div", [dy, c.const(counts.astype(dtype) / np.array(window, dtype=dtype))])
+    dy = c.node("Div", [dy, c.const(np.array(window, dtype=dtype))])
+    total = None
+    for k in range(max(len(h) for h in holders)):
+        term = c.node("Gather", [dy, c.const(np.array([h[k] if k < len(h) else 0 for h in holders], np.int64))],
+                      axis=2)
+        valid = np.array([k < len(h) for h in holders])
+        if not valid.all():
+            term = c.node("Where", [c.const(valid), term, c.const(np.zeros((), dtype=dtype))])
+        total = term if total is None else c.node("Add", [total, term])
+    dx = c.node("Reshape", [total, c.const(int64s([batch, channels] + spatial))])
+    if first:
+        c.node("Identity", [dx], [c.output("dx")])
+    else:
+        c.node("Transpose", [dx], [c.output("dx")], perm=[0] + list(range(2, n + 2)) + [1])
+
+
 for _kind in ("max", "avg"):
     for _n in (1, 2, 3):
         _name = f"tf_{_kind}_pool_{_n}d"
@@ -530,7 +665,8 @@ for _kind in ("max", "avg"):
                f"{t}_grad", {"x": g.input("x"), "y": g.output("y"), "dy": g.dout("y")}, g.attrs)),
            xla=_pool_xla(_kind, _n), amp="clear" if _kind == "max" else "gray")
         op(f"{_name}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=POOL_ATTRS, infer=like("x"),
-           kernel=_pool_grad_kernel(_kind, _n), sbp=_sbp.batch(), xla=_pool_grad_xla(_kind, _n))
+           kernel=_pool_grad_kernel(_kind, _n), sbp=_sbp.batch(), xla=_pool_grad_xla(_kind, _n),
+           onnx=_avg_pool_grad_onnx if _kind == "avg" else None)
 
 
 # ------------------------------------------------------------------ dropout
@@ -588,6 +724,9 @@ def _dropout_grad_infer(ctx):
 op("dropout_grad", inputs=["dy", "mask"], outputs=["dx"], attrs={"scale": ("float", 0.0)},
    infer=_dropout_grad_infer,
    kernel=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask * s),
+   onnx=lambda c: onnx_rules.mul(
+       c, c.input("dy"), c.node("Cast", [c.input("mask")], to=c.dtype_code(c.input_desc("dy").dtype)),
+       onnx_rules.const_as(c, c.attr("scale"), c.input_desc("dy")), out=c.output("dx")),
    xla=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask.astype(dy.dtype) * s))
 
 
@@ -735,6 +874,18 @@ def _broadcast_matmul_grad_b_kernel(k):
     return grad_b
 
 
+def _broadcast_matmul_grad_b_onnx(c):
+    """a^T b over the flattened leading dims, times alpha (when not 1), + _add_to_output."""
+    a, b, alpha = c.input_desc("a"), c.input_desc("b"), c.attr("alpha")
+    a2 = c.node("Reshape", [c.input("a"), c.const(int64s([-1, a.shape[-1]]))])
+    b2 = c.node("Reshape", [c.input("b"), c.const(int64s([-1, b.shape[-1]]))])
+    out = c.node("MatMul", [c.node("Transpose", [a2], perm=[1, 0]), b2])
+    if alpha != 1.0:
+        out = c.node("Mul", [out, onnx_rules.const_as(c, alpha, a)])
+    add_to = c.input("_add_to_output")
+    c.node("Add" if add_to else "Identity", [out, add_to] if add_to else [out], [c.output("out")])
+
+
 def _broadcast_matmul_grad_b_xla(k):
     alpha = k.attr("alpha")
 
@@ -750,6 +901,7 @@ op("broadcast_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], at
    xla=_matmul_xla, amp="white")
 op("broadcast_matmul_grad_b", inputs=["a", "b", "_add_to_output?"], outputs=["out"],
    attrs={"alpha": ("double", 1.0)}, infer=_broadcast_matmul_grad_b_infer, kernel=_broadcast_matmul_grad_b_kernel,
+   onnx=_broadcast_matmul_grad_b_onnx,
    xla=_broadcast_matmul_grad_b_xla)
 
 
@@ -770,7 +922,9 @@ def _softmax_grad_infer(ctx):
 
 op("softmax_grad", inputs=["y", "dy"], outputs=["dx"], infer=_softmax_grad_infer, sbp=_sbp.batch(min_ndim_arg="y"),
    kernel=lambda k: (lambda y, dy: _aten._softmax_backward_data(dy, y, -1, y.dtype)),
-   xla=lambda k: (lambda y, dy: y * (dy - (dy * y).sum(axis=-1, keepdims=True))))
+   xla=lambda k: (lambda y, dy: y * (dy - (dy * y).sum(axis=-1, keepdims=True))),
+   onnx=lambda c: c.node("Mul", [c.node("Sub", [c.input("dy"), onnx_rules.reduce_node(
+       c, "ReduceSum", c.node("Mul", [c.input("dy"), c.input("y")]), [-1], 1)]), c.input("y")], [c.output("dx")]))
 
 
 # ------------------------------------------------------------------ sparse softmax cross entropy
@@ -862,6 +1016,16 @@ def _sparse_softmax_cross_entropy_onnx(c):
     neg(c, pick_last(c, logp, c.input("label")), c.output("out"))
 
 
+def _sparse_softmax_cross_entropy_grad_onnx(c):
+    """prob * dy, plus -dy at [..., label] (in-range labels only, as the forward)."""
+    d = c.input_desc("prob")
+    dy = c.input("dy")
+    scaled = c.node("Mul", [c.input("prob"), c.node("Unsqueeze", [dy, c.const(onnx_rules.int64s([-1]))])])
+    at_label = onnx_rules.last_axis_is(c, c.input("label"), d.shape[-1])
+    c.node("Where", [at_label, c.node("Add", [scaled, c.node("Unsqueeze", [neg(c, dy), c.const(onnx_rules.int64s([-1]))])]),
+                     scaled], [c.output("prediction_diff")])
+
+
 for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
        infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sbp.batch(min_ndim_arg="prediction"), xla=_sce_xla(_t),
@@ -874,7 +1038,7 @@ for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
     op(f"{_t}_grad", inputs=["label", "dy", "prob"], outputs=["prediction_diff"], attrs={"depth": ("int64", 0)},
        infer=_sce_grad_infer, kernel=_sce_grad_kernel(f"{_t}_grad"), sbp=_sbp.batch(min_ndim_arg="prob"),
        checks=label_checks(f"{_t}_grad"),
-       xla=_sce_grad_xla(f"{_t}_grad"))
+       xla=_sce_grad_xla(f"{_t}_grad"), onnx=_sparse_softmax_cross_entropy_grad_onnx)
 
 
 __all__ = ["pool_geometry", "conv_out_size", "norm_axis"]

@@ -296,9 +296,34 @@ def _norm_grad_xla(k):
     return _norm_grad_fn(k, param_dtype(k.input("x").dtype).np, lambda a, dtype: a.astype(dtype))
 
 
+def _norm_grad_onnx(c):
+    """The formula of :func:`_norm_grad_fn` (half types computed in the float32 parameter dtype)."""
+    xd = c.input_desc("x")
+    ndim, axis = len(xd.shape), c.attr("axis")
+    axes = [i for i in range(ndim) if i != axis]
+    n = numel(xd.shape) // max(xd.shape[axis], 1)
+    pd = param_dtype(xd.dtype)
+    x, dy = c.input("x"), c.input("dy")
+    if pd is not xd.dtype:
+        x, dy = (c.node("Cast", [v], to=c.dtype_code(pd)) for v in (x, dy))
+    pdesc = c.input_desc("gamma")
+    view = c.const(int64s(_channel_view(ndim, axis)))
+    inv = c.node("Reshape", [c.input("inv_variance"), view])
+    xhat = c.node("Mul", [c.node("Sub", [x, c.node("Reshape", [c.input("mean"), view])]), inv])
+    beta_diff = reduce_node(c, "ReduceSum", dy, axes, 0, c.output("beta_diff"))
+    gamma_diff = reduce_node(c, "ReduceSum", c.node("Mul", [dy, xhat]), axes, 0, c.output("gamma_diff"))
+    scale = c.node("Div", [c.node("Mul", [c.node("Reshape", [c.input("gamma"), view]), inv]), const_as(c, n, pdesc)])
+    inner = c.node("Sub", [c.node("Sub", [c.node("Mul", [const_as(c, n, pdesc), dy]), c.node("Reshape", [beta_diff, view])]),
+                           c.node("Mul", [xhat, c.node("Reshape", [gamma_diff, view])])])
+    if pd is xd.dtype:
+        c.node("Mul", [scale, inner], [c.output("dx")])
+    else:
+        c.node("Cast", [c.node("Mul", [scale, inner])], [c.output("dx")], to=c.dtype_code(xd.dtype))
+
+
 op("normalization_grad", inputs=["x", "dy", "mean", "inv_variance", "gamma"],
    outputs=["gamma_diff", "beta_diff", "dx"], attrs={"axis": ("int32", 0), "epsilon": ("float", 0.0)},
-   infer=_norm_grad_infer, kernel=_norm_grad_kernel, xla=_norm_grad_xla,
+   infer=_norm_grad_infer, kernel=_norm_grad_kernel, xla=_norm_grad_xla, onnx=_norm_grad_onnx,
    doc="batch-norm backward with batch statistics: dx = gamma * inv / n * (n dy - sum dy - xhat sum(dy xhat))",
    amp_no_cast=("gamma",))
 
@@ -508,9 +533,32 @@ def _ln_grad_xla(k):
     return layer_norm_grad
 
 
+def _ln_grad_onnx(c):
+    """dx = inv * (dy - mean(dy) - xhat * mean(dy * xhat)) over the normalized axes (+ _add_to_output);
+    half types computed in float32 and rounded once, as the kernel's accumulation."""
+    d = c.input_desc("x")
+    shape = d.shape
+    bna = c.attr("begin_norm_axis") % len(shape)
+    axes = list(range(bna, len(shape)))
+    kshape = c.const(int64s(tuple(shape[:bna]) + (1,) * (len(shape) - bna)))
+    dy, x, mean, inv = (c.input(a) for a in ("dy", "x", "mean", "inv_variance"))
+    half = d.dtype in (_dt.float16, _dt.bfloat16)
+    if half:
+        dy, x, mean, inv = (c.node("Cast", [v], to=c.dtype_code(_dt.float32)) for v in (dy, x, mean, inv))
+    inv = c.node("Reshape", [inv, kshape])
+    xhat = c.node("Mul", [c.node("Sub", [x, c.node("Reshape", [mean, kshape])]), inv])
+    inner = c.node("Sub", [c.node("Sub", [dy, reduce_node(c, "ReduceMean", dy, axes, 1)]),
+                           c.node("Mul", [xhat, reduce_node(c, "ReduceMean", c.node("Mul", [dy, xhat]), axes, 1)])])
+    dx = c.node("Mul", [inv, inner])
+    if half:
+        dx = c.node("Cast", [dx], to=c.dtype_code(d.dtype))
+    add_to = c.input("_add_to_output")
+    c.node("Add" if add_to else "Identity", [dx, add_to] if add_to else [dx], [c.output("dx")])
+
+
 op("layer_norm_grad", inputs=["dy", "x", "mean", "inv_variance", "_add_to_output?"], outputs=["dx"],
    attrs={"begin_norm_axis": ("int64", 0), "epsilon": ("double", 0.0)}, infer=_ln_grad_infer,
-   kernel=_ln_grad_kernel, xla=_ln_grad_xla,
+   kernel=_ln_grad_kernel, xla=_ln_grad_xla, onnx=_ln_grad_onnx,
    doc="dx = inv * (dy - mean(dy) - xhat * mean(dy * xhat)) over the normalized axes")
 
 
@@ -555,9 +603,31 @@ def _ln_param_grad_kernel(axis_kw):
     return make
 
 
+def _ln_param_grad_onnx(c):
+    """normalized_diff = dy * gamma; beta_diff = sum(dy), gamma_diff = sum(dy * normalized) over axes
+    < begin_params_axis; reduce_buf = dy * normalized."""
+    dy, d = c.input("dy"), c.input_desc("dy")
+    bpa = c.attr("begin_params_axis") % len(d.shape)
+
+    def reduce(t, out):
+        if bpa:
+            reduce_node(c, "ReduceSum", t, list(range(bpa)), 0, out)
+        else:
+            c.node("Identity", [t], [out])
+    if c.output("normalized_diff"):
+        c.node("Mul", [dy, c.input("gamma")], [c.output("normalized_diff")])
+    if c.output("beta_diff"):
+        reduce(dy, c.output("beta_diff"))
+    if c.output("gamma_diff") or c.output("reduce_buf"):
+        buf = c.node("Mul", [dy, c.input("normalized")], [c.output("reduce_buf")] if c.output("reduce_buf") else None)
+        if c.output("gamma_diff"):
+            reduce(buf, c.output("gamma_diff"))
+
+
 op("layer_norm_param_grad", inputs=["dy", "normalized?", "gamma?"],
    outputs=["normalized_diff?", "beta_diff?", "gamma_diff?", "reduce_buf?"],
    attrs={"begin_params_axis": ("int64", 0)}, infer=_ln_param_grad_infer, kernel=_ln_param_grad_kernel("dim"),
+   onnx=_ln_param_grad_onnx,
    xla=_ln_param_grad_kernel("axis"),
    doc="beta_diff = sum(dy), gamma_diff = sum(dy * normalized) over axes < begin_params_axis; "
        "normalized_diff = dy * gamma; reduce_buf = dy * normalized")

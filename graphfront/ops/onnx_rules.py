@@ -22,7 +22,7 @@ def same(onnx_type, **attrs):
 # ------------------------------------------------------------------ helpers
 
 # ONNX TensorProto element types (this module does not import the onnx package)
-INT8, INT32, INT64, BOOL = 3, 6, 7, 9
+FLOAT, INT8, INT32, INT64, BOOL = 1, 3, 6, 7, 9
 
 
 def np_dtype(desc):
@@ -81,14 +81,33 @@ def gelu(c, x, out, d):
     c.node("Mul", [c.node("Mul", [x, const_as(c, 0.5, d)]), cdf], [out])
 
 
+def gelu_grad(c, x, dy, out, d):
+    """dy * (Phi(x) + x * phi(x)), the erf GELU's derivative; half types computed in float32
+    and rounded once, as the kernels."""
+    half = np_dtype(d).itemsize < 4
+    if half:
+        x, dy = (c.node("Cast", [v], to=FLOAT) for v in (x, dy))
+    f = np.float32 if half else np_dtype(d)
+    k = lambda v: c.const(np.array(v, dtype=f))  # noqa: E731
+    cdf = c.node("Mul", [k(0.5), c.node("Add", [k(1.0), c.node("Erf", [c.node("Mul", [x, k(1.0 / np.sqrt(2.0))])])])])
+    pdf = c.node("Mul", [c.node("Exp", [mul(c, k(-0.5), x, x)]), k(1.0 / np.sqrt(2.0 * np.pi))])
+    r = c.node("Mul", [dy, c.node("Add", [cdf, c.node("Mul", [x, pdf])])], None if half else [out])
+    if half:
+        c.node("Cast", [r], [out], to=c.dtype_code(d.dtype))
+
+
+def bias_added(c):
+    """``a + b`` with the 1-D ``b`` along attr axis of ``a`` (the fused_bias_add_* ops)."""
+    shape = [1] * len(c.input_desc("a").shape)
+    shape[c.attr("axis")] = -1
+    return c.node("Add", [c.input("a"), c.node("Reshape", [c.input("b"), c.const(int64s(shape))])])
+
+
 def bias_add_then(onnx_type):
     """fused_bias_add_relu / fused_bias_add_gelu: ``b`` along attr axis of ``a``, then the activation."""
     def convert(c):
         d = c.input_desc("a")
-        ndim, axis = len(d.shape), c.attr("axis")
-        shape = [1] * ndim
-        shape[axis] = -1
-        s = c.node("Add", [c.input("a"), c.node("Reshape", [c.input("b"), c.const(int64s(shape))])])
+        s = bias_added(c)
         if onnx_type == "Gelu":
             gelu(c, s, c.output("out"), d)
         else:
@@ -136,3 +155,57 @@ def pick_last(c, x, ids):
     idx = c.node("Unsqueeze", [c.node("Cast", [ids], to=INT64), c.const(int64s([-1]))])
     picked = c.node("GatherElements", [x, idx], axis=-1)
     return c.node("Squeeze", [picked, c.const(int64s([-1]))])
+
+
+# ------------------------------------------------------------------ gradient ops
+
+def grad(fn, src="x", dy="dy", out="dx"):
+    """A ``(src, dy) -> dx`` grad op's converter: ``fn(c, src, dy, out, desc of src)``."""
+    return lambda c: fn(c, c.input(src), c.input(dy), c.output(out), c.input_desc(src))
+
+
+def zeros_output(out="dx"):
+    """A grad op whose output is zeros (a piecewise-constant forward): zeros of the output's
+    shape and dtype."""
+    return constant_output(lambda c: np.zeros(c.output_desc(out).shape, dtype=np_dtype(c.output_desc(out))))
+
+
+def mul(c, *names, out=None):
+    """The product of ``names``, left to right (the kernels' order of operations)."""
+    acc = names[0]
+    if len(names) == 1 and out is not None:
+        return c.node("Identity", [acc], [out])
+    for i, n in enumerate(names[1:], 2):
+        acc = c.node("Mul", [acc, n], [out] if out is not None and i == len(names) else None)
+    return acc
+
+
+def where_zero(c, cond, value, d, out=None, zero_if=True):
+    """``0 if cond else value`` (``zero_if=True``) or ``value if cond else 0``."""
+    zero = const_as(c, 0, d)
+    args = [cond, zero, value] if zero_if else [cond, value, zero]
+    return c.node("Where", args, None if out is None else [out])
+
+
+def sum_to_shape(c, t, shape, to_shape, out=None):
+    """``t`` (of ``shape``) summed back to ``to_shape`` (numpy broadcasting in reverse), then reshaped."""
+    shape, to_shape = tuple(shape), tuple(to_shape)
+    extra = len(shape) - len(to_shape)
+    if shape != to_shape and extra >= 0:
+        axes = [i for i in range(len(shape)) if i < extra or (to_shape[i - extra] == 1 and shape[i] != 1)]
+        if axes:
+            t = reduce_node(c, "ReduceSum", t, axes, 1)
+    return c.node("Reshape", [t, c.const(int64s(to_shape))], None if out is None else [out])
+
+
+def last_axis_is(c, ids, depth):
+    """A bool tensor of ``ids.shape + (depth,)``: true at ``[..., ids]`` (the one-hot of ``ids``)."""
+    idx = c.node("Unsqueeze", [c.node("Cast", [ids], to=INT64), c.const(int64s([-1]))])
+    return c.node("Equal", [idx, c.const(np.arange(depth, dtype=np.int64))])
+
+
+def put_last(c, ids, value, depth, d, out=None):
+    """Zeros of ``ids.shape + (depth,)`` holding ``value`` (shaped like ids) at ``[..., ids]``, as a
+    torch ``scatter`` of it into zeros over the last axis."""
+    v = c.node("Unsqueeze", [value, c.const(int64s([-1]))])
+    return where_zero(c, last_axis_is(c, ids, depth), v, d, out, zero_if=False)

@@ -56,10 +56,11 @@ sign(model) + l2 * model``.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops import xla_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.common import skippable
 from graphfront.ops.registry import ArgDef, op
 
@@ -314,8 +315,17 @@ def _bias_correction_kernel(k):
     return adam_bias_correction_factor
 
 
+def _bias_correction_onnx(c):
+    """1 - beta ** (train_step + 1) in float64, then float32 (as the kernel)."""
+    t = c.node("Cast", [c.node("Add", [c.input("train_step"), onnx_rules.const_as(c, 1, c.input_desc("train_step"))])],
+               to=c.dtype_code(_dt.float64))
+    f = c.node("Sub", [c.const(np.float64(1.0)), c.node("Pow", [c.const(np.float64(c.attr("beta"))), t])])
+    c.node("Cast", [f], [c.output("out")], to=c.dtype_code(_dt.float32))
+
+
 op("adam_bias_correction_factor", inputs=["train_step"], outputs=["out"], attrs={"beta": ("float", 0.9)},
    infer=_bias_correction_infer, kernel=_bias_correction_kernel, no_grad=True, xla=_bias_correction_xla,
+   onnx=_bias_correction_onnx,
    doc="out = 1 - beta ** (train_step + 1), float32")
 
 
@@ -497,11 +507,21 @@ def _l1_l2_infer(ctx):
     ctx.set_output("out", d.shape, d.dtype)
 
 
+def _l1_l2_onnx(c):
+    """model_diff + l1 * sign(model) (when l1) + l2 * model (when l2), as :func:`regularized_diff`."""
+    model, d = c.input("model"), c.input_desc("model")
+    g = c.input("model_diff")
+    for coef, term in ((c.attr("l1"), lambda: c.node("Sign", [model])), (c.attr("l2"), lambda: model)):
+        if coef:
+            g = c.node("Add", [g, c.node("Mul", [onnx_rules.const_as(c, coef, d), term()])])
+    c.node("Identity", [g], [c.output("out")])
+
+
 op("l1_l2_regularize_gradient", inputs=["model", "model_diff"], outputs=["out"],
    attrs={"l1": ("float", 0.0), "l2": ("float", 0.0)}, infer=_l1_l2_infer,
    kernel=lambda k: (lambda model, diff: regularized_diff(model, diff, 1.0, k.attr("l1"), k.attr("l2"))),
    xla=lambda k: (lambda model, diff: regularized_diff_xla(model, diff, 1.0, k.attr("l1"), k.attr("l2"))),
-   no_grad=True, doc="out = model_diff + l1 * sign(model) + l2 * model")
+   no_grad=True, onnx=_l1_l2_onnx, doc="out = model_diff + l1 * sign(model) + l2 * model")
 
 
 def _assign(ref, value):

@@ -27,10 +27,12 @@ Attrs shared by the three: ``quantization_formula`` (``"google"`` or ``"cambrico
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops import xla_rules
+from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops.onnx_rules import const_as, int64s
 from graphfront.ops.common import like
 from graphfront.ops.registry import op
 
@@ -97,9 +99,32 @@ def _min_max_xla(k):
     return min_max_observer
 
 
+def _refuse_cambricon_onnx(c):
+    if c.attr("quantization_formula") == "cambricon":
+        c.fail("quantization_formula 'cambricon' cannot be exported: ONNX has no log2 operator, and "
+               "Log(x) / Log(2) can round across an integer near powers of two, changing floor(log2(x))")
+
+
+def _min_max_onnx(c):
+    """ReduceMin / ReduceMax of the blob (or of each slice along axis 0), then the google formulas."""
+    _refuse_cambricon_onnx(c)
+    d, bit = c.input_desc("in"), c.attr("quantization_bit")
+    flat = c.node("Reshape", [c.input("in"), c.const(int64s([1 if c.attr("per_layer_quantization") else d.shape[0], -1]))])
+    lo, hi = (onnx_rules.reduce_node(c, t, flat, [1], 0) for t in ("ReduceMin", "ReduceMax"))
+    if c.attr("quantization_scheme") == "symmetric":
+        absmax = c.node("Max", [c.node("Abs", [hi]), c.node("Abs", [lo])])
+        c.node("Div", [absmax, const_as(c, 2.0 ** (bit - 1) - 1, d)], [c.output("scale")])
+        c.node("Identity", [c.const(np.zeros(c.output_desc("zero_point").shape, dtype=onnx_rules.np_dtype(d)))],
+               [c.output("zero_point")])
+        return
+    scale = c.node("Div", [c.node("Sub", [hi, lo]), const_as(c, 2.0 ** bit - 1, d)], [c.output("scale")])
+    c.node("Neg", [c.node("Round", [c.node("Div", [lo, scale])])], [c.output("zero_point")])
+
+
 op("min_max_observer", inputs=["in"], outputs=["scale", "zero_point"],
    attrs=dict(QUANT_ATTRS, per_layer_quantization=("bool", True)), infer=_min_max_infer, kernel=_min_max_kernel,
-   xla=_min_max_xla, no_grad=True, doc="quantization scale and zero point of a blob from its min and max")
+   xla=_min_max_xla, onnx=_min_max_onnx, no_grad=True,
+   doc="quantization scale and zero point of a blob from its min and max")
 
 
 # ------------------------------------------------------------------ moving_average_min_max_observer
@@ -168,11 +193,29 @@ def _moving_xla(k):
     return moving_average_min_max_observer
 
 
+def _moving_onnx(c):
+    """Inference only (training updates moving_max / moving_min in place): the google scale and zero point
+    of moving_max / moving_min, as the kernel derives them."""
+    if c.attr("training"):
+        c.fail("attr 'training' is true: the op updates the variables moving_max / moving_min in place, "
+               "which an ONNX graph cannot do")
+    _refuse_cambricon_onnx(c)
+    d, bit = c.input_desc("in"), c.attr("quantization_bit")
+    hi, lo = c.input("moving_max"), c.input("moving_min")
+    if c.attr("quantization_scheme") == "symmetric":
+        c.node("Div", [hi, const_as(c, 2.0 ** (bit - 1) - 1, d)], [c.output("scale")])
+        c.node("Identity", [c.const(np.zeros((1,), dtype=onnx_rules.np_dtype(d)))], [c.output("zero_point")])
+        return
+    scale = c.node("Div", [c.node("Sub", [hi, lo]), const_as(c, 2.0 ** bit - 1, d)], [c.output("scale")])
+    c.node("Div", [c.node("Neg", [lo]), scale], [c.output("zero_point")])
+
+
 op("moving_average_min_max_observer", inputs=["in", "current_train_step", "moving_max", "moving_min"],
    outputs=["scale", "zero_point"],
    attrs=dict(QUANT_ATTRS, training=("bool", False), stop_update_after_iters=("int64", 1),
               momentum=("float", 0.95)),
    infer=_moving_infer, kernel=_moving_kernel, xla=_moving_xla, no_grad=True, mutates=("moving_max", "moving_min"),
+   onnx=_moving_onnx,
    doc="quantization scale from a moving average of a blob's min and max (variables updated in place)")
 
 
@@ -227,6 +270,31 @@ def _fake_quant_grad(g):
         g.set_grad("in", g.emit("identity", {"in": g.dout("out")}))
 
 
+def _fake_quant_onnx(c):
+    """Div, Round (ties to even, as torch.round), Clip, Mul; cambricon's 2 ** trunc(shift) as Pow of
+    sign(shift) * floor(|shift|); affine's zero point as uint8(round(zero_point)) via an int64 Mod 256."""
+    d, bit, formula = c.input_desc("in"), c.attr("quantization_bit"), c.attr("quantization_formula")
+    ndim = len(d.shape)
+    shape = [-1] + [1] * (ndim - 1) if int(np.prod(c.input_desc("scale").shape)) > 1 else [1] * max(ndim, 1)
+    s = c.node("Reshape", [c.input("scale"), c.const(int64s(shape))])
+    if formula == "cambricon":
+        t = c.node("Mul", [c.node("Sign", [s]), c.node("Floor", [c.node("Abs", [s])])])
+        s = c.node("Pow", [const_as(c, 2.0, d), t])
+    x = c.input("in")
+    if formula == "cambricon" or c.attr("quantization_scheme") == "symmetric":
+        upper = 2.0 ** (bit - 1) - 1
+        q = c.node("Clip", [c.node("Round", [c.node("Div", [x, s])]), const_as(c, -upper - 1, d), const_as(c, upper, d)])
+        c.node("Mul", [q, s], [c.output("out")])
+        return
+    z = c.node("Cast", [c.node("Round", [c.input("zero_point")])], to=onnx_rules.INT64)
+    z = c.node("Cast", [c.node("Mod", [z, c.const(np.int64(256))])], to=c.dtype_code(d.dtype))
+    z = c.node("Reshape", [z, c.const(int64s(shape))])
+    q = c.node("Clip", [c.node("Round", [c.node("Add", [c.node("Div", [x, s]), z])]), const_as(c, 0, d),
+                        const_as(c, 2.0 ** bit - 1, d)])
+    c.node("Mul", [c.node("Sub", [q, z]), s], [c.output("out")])
+
+
 op("fake_quantization", inputs=["in", "scale", "zero_point"], outputs=["out"], attrs=QUANT_ATTRS,
    infer=_fake_quant_infer, kernel=_fake_quant_kernel, xla=_fake_quant_xla, grad=_fake_quant_grad,
+   onnx=_fake_quant_onnx,
    doc="round a blob to the quantization grid of (scale, zero_point); straight-through gradient")

@@ -528,10 +528,21 @@ def _l2_normalize_onnx(c):
     c.node("Mul", [x, inv], [c.output("y")])
 
 
+def _l2_normalize_grad_onnx(c):
+    """inv = 1 / sqrt(max(ss, epsilon)); dx = (dy - y * sum(dy * y, axis)) * inv where ss >= epsilon, else dy * inv."""
+    dy, y, ss, d = c.input("dy"), c.input("y"), c.input("square_x_sum"), c.input_desc("y")
+    eps = const_as(c, c.attr("epsilon"), d)
+    inv = c.node("Reciprocal", [c.node("Sqrt", [c.node("Max", [ss, eps])])])
+    dot = reduce_node(c, "ReduceSum", c.node("Mul", [dy, y]), [c.attr("axis") % len(d.shape)], 1)
+    inner = c.node("Sub", [dy, c.node("Mul", [y, dot])])
+    c.node("Where", [c.node("GreaterOrEqual", [ss, eps]), c.node("Mul", [inner, inv]), c.node("Mul", [dy, inv])],
+           [c.output("dx")])
+
+
 op("l2_normalize", inputs=["x"], outputs=["y", "square_x_sum"], attrs=L2_ATTRS, infer=_l2_normalize_infer,
    kernel=_l2_normalize_kernel, onnx=_l2_normalize_onnx, xla=_l2_normalize_xla,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "l2_normalize_grad", {"dy": g.dout("y"), "y": g.output("y"), "square_x_sum": g.output("square_x_sum")},
        g.attrs)))
 op("l2_normalize_grad", inputs=["dy", "y", "square_x_sum"], outputs=["dx"], attrs=L2_ATTRS, infer=like("y"),
-   kernel=_l2_normalize_grad_kernel, xla=_l2_normalize_grad_xla)
+   kernel=_l2_normalize_grad_kernel, xla=_l2_normalize_grad_xla, onnx=_l2_normalize_grad_onnx)

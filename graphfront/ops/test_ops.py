@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops import xla_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.common import like, numel
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -61,6 +61,7 @@ def _relu_xla(k):
 
 
 op("ccrelu", inputs=["in"], outputs=["out"], infer=like("in"), kernel=lambda k: torch.relu, xla=_relu_xla,
+   onnx=onnx_rules.same("Relu"),
    grad=lambda g: g.set_grad("in", g.emit("ccrelu_grad", {"y": g.output("out"), "dy": g.dout("out")})),
    doc="relu (OneFlow's framework test op)")
 op("ccrelu_grad", inputs=["y", "dy"], outputs=["dx"],
@@ -68,7 +69,9 @@ op("ccrelu_grad", inputs=["y", "dy"], outputs=["dx"],
                                 f"input 'dy' expected shape {ctx.input('y').shape}, received {ctx.input('dy').shape}"),
                       ctx.set_output("dx", ctx.input("y").shape, ctx.input("y").dtype)),
    kernel=lambda k: (lambda y, dy: dy * (y > 0)), xla=lambda k: (lambda y, dy: dy * (y > 0)),
-   doc="gradient of ccrelu")
+   doc="gradient of ccrelu",
+   onnx=onnx_rules.grad(lambda c, y, dy, out, d: c.node("Mul", [dy, c.node("Cast", [
+       c.node("Greater", [y, onnx_rules.const_as(c, 0, d)])], to=c.dtype_code(d.dtype))], [out]), "y"))
 
 
 def _cpu_relu_infer(ctx):
@@ -84,7 +87,8 @@ def _cpu_relu_kernel(k):
 
 
 op("cpu_only_relu_test", inputs=["in"], outputs=["out"], infer=_cpu_relu_infer, kernel=_cpu_relu_kernel,
-   xla=_relu_xla, cpu_only=True, doc="relu with a CPU kernel only: placed on the CPU under any placement scope")
+   xla=_relu_xla, cpu_only=True, onnx=onnx_rules.same("Relu"),
+   doc="relu with a CPU kernel only: placed on the CPU under any placement scope")
 
 
 def _test_reshape_infer(ctx):

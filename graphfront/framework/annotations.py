@@ -94,7 +94,16 @@ class ListNumpy:
         list_input = True
 
 
-class FixedTensorDef(Numpy.Placeholder):
+class _TensorDef:
+    """OneFlow's ``*TensorDef(shape, dtype, name)`` signature over a placeholder class (the
+    name is accepted; the input op is named after the parameter)."""
+
+    def __init__(self, shape, dtype=_dt.float32, name=None):
+        super().__init__(tuple(shape) if isinstance(shape, (list, tuple)) else shape, dtype)
+        self.name = name
+
+
+class FixedTensorDef(_TensorDef, Numpy.Placeholder):
     """The older way to declare a static input: a parameter default, ``x=flow.FixedTensorDef(shape)``.
 
     Equivalent to annotating the parameter with ``tp.Numpy.Placeholder(shape, dtype)``: the call
@@ -110,12 +119,8 @@ class FixedTensorDef(Numpy.Placeholder):
         ArgumentError: as :class:`PlaceholderDef`.
     """
 
-    def __init__(self, shape, dtype=_dt.float32, name=None):
-        super().__init__(tuple(shape) if isinstance(shape, (list, tuple)) else shape, dtype)
-        self.name = name
 
-
-class MirroredTensorDef(ListNumpy.Placeholder):
+class MirroredTensorDef(_TensorDef, ListNumpy.Placeholder):
     """The older way to declare a dynamic (mirrored) input: ``x=flow.MirroredTensorDef(shape)``.
 
     Equivalent to annotating the parameter with ``tp.ListNumpy.Placeholder(shape, dtype)``: the
@@ -130,10 +135,6 @@ class MirroredTensorDef(ListNumpy.Placeholder):
     Raises:
         ArgumentError: as :class:`PlaceholderDef`.
     """
-
-    def __init__(self, shape, dtype=_dt.float32, name=None):
-        super().__init__(tuple(shape) if isinstance(shape, (list, tuple)) else shape, dtype)
-        self.name = name
 
 
 class _Generic:

@@ -214,9 +214,8 @@ class Callback:
 class Model:
     """Base class of a model trained by :meth:`fit` (see the module docstring).
 
-    Args:
-        is_deprecated_function_style: accepted for OneFlow compatibility; graphfront
-            always builds the steps into global functions.
+    The keyword ``is_deprecated_function_style`` is accepted for OneFlow compatibility;
+    graphfront always builds the steps into global functions.
     """
 
     def __init__(self, *args, **kwargs):

@@ -607,6 +607,11 @@ CASES.update({
                                           "crop_w": 4, "crop_pos_x": 0.7, "crop_pos_y": 0.4}),
 })
 
+CASES.update({
+    "ctc_greedy_decoder": ({"log_probs": _any((6, 3, 4), _F64),  # lengths 0 and T included
+                            "input_lengths": lambda r: np.array([6, 0, 4], np.int64)}, {"merge_repeated": True}),
+})
+
 
 def _case(op_type):
     spec = CASES[op_type]

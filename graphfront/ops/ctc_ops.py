@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 
 from graphfront.framework import dtypes as _dt
+from graphfront.framework.errors import OpRunError
+from graphfront.ops import xla_rules
 from graphfront.ops.registry import op
 
 _aten = torch.ops.aten
@@ -118,13 +120,23 @@ def _greedy_infer(ctx):
     ctx.set_output("neg_sum_logits", (n, 1), lp.dtype)
 
 
+def _length_error(k):
+    """``error(value, at)`` of an input length outside ``[0, T]``."""
+    t = k.input("log_probs").shape[0]
+    return lambda value, at: OpRunError(
+        f"op '{k.op_name}' (ctc_greedy_decoder): input 'input_lengths' expects lengths in [0, {t}], "
+        f"received {value} at index {at}")
+
+
 def _greedy_kernel(k):
-    merge = k.attr("merge_repeated")
+    merge, error = k.attr("merge_repeated"), _length_error(k)
 
     def ctc_greedy_decoder(log_probs, input_lengths):
         t, n, c = log_probs.shape
-        if bool((input_lengths > t).any()) or bool((input_lengths < 0).any()):
-            raise ValueError(f"ctc_greedy_decoder: input_lengths {input_lengths.tolist()} must lie in [0, {t}]")
+        bad = ((input_lengths > t) | (input_lengths < 0)).nonzero()
+        if len(bad):
+            at = tuple(bad[0].tolist())
+            raise error(int(input_lengths[at]), at)
         best, idx = log_probs.max(dim=2)                      # (T, N)
         steps = torch.arange(t, device=log_probs.device).unsqueeze(1)
         valid = steps < input_lengths.unsqueeze(0)
@@ -141,6 +153,26 @@ def _greedy_kernel(k):
     return ctc_greedy_decoder
 
 
+def _greedy_xla(k):
+    merge, error = k.attr("merge_repeated"), _length_error(k)
+
+    def ctc_greedy_decoder(log_probs, input_lengths):
+        jnp = xla_rules.jnp()
+        t, n, c = log_probs.shape
+        xla_rules.check_ids(input_lengths, t + 1, error)
+        best, idx = log_probs.max(axis=2), log_probs.argmax(axis=2).astype("int64")  # (T, N)
+        valid = jnp.arange(t)[:, None] < input_lengths[None, :]
+        keep = valid & (idx != c - 1)
+        if merge:
+            keep &= idx != jnp.concatenate([jnp.full_like(idx[:1], -1), idx[:-1]])
+        neg_sum = -(best * valid.astype(best.dtype)).sum(axis=0)[:, None]
+        pos = jnp.where(keep, jnp.cumsum(keep.astype("int64"), axis=0) - 1, t)  # (t: dropped)
+        cols = jnp.broadcast_to(jnp.arange(n)[None, :], (t, n))
+        decoded = jnp.zeros((n, t), "int64").at[cols, pos].set(idx, mode="drop")
+        return decoded, neg_sum
+    return ctc_greedy_decoder
+
+
 op("ctc_greedy_decoder", inputs=["log_probs", "input_lengths"], outputs=["decoded", "neg_sum_logits"],
-   attrs={"merge_repeated": ("bool", False)}, infer=_greedy_infer, kernel=_greedy_kernel, host_reads=True,
+   attrs={"merge_repeated": ("bool", False)}, infer=_greedy_infer, kernel=_greedy_kernel, xla=_greedy_xla, host_reads=True,
    doc="greedy (best path) CTC decoding; the blank is the last class")

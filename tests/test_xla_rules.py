@@ -607,9 +607,33 @@ CASES.update({
                                           "crop_w": 4, "crop_pos_x": 0.7, "crop_pos_y": 0.4}),
 })
 
+def _ctc_log_probs(seed):
+    x = np.random.default_rng(seed).normal(size=(7, 5, 5))
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+# a repeated label (no skip between them), an empty target, input lengths T and 0, and an
+# impossible alignment (2 steps for 3 labels): infinite losses
+_CTC_LENGTHS = {"targets": lambda r: np.array([[2, 2, 3], [1, 4, 4], [3, 1, 2], [4, 3, 1], [2, 1, 1]], np.int32),
+                "input_lengths": lambda r: np.array([7, 5, 0, 2, 6], np.int64),
+                "target_lengths": lambda r: np.array([3, 2, 1, 3, 0], np.int32)}
+_CTC = {"max_target_length": 4, "blank": 0, "zero_infinity": True}
+
+
+def _ctc_forward(arg):  # (the grad case's loss / alpha: the forward kernel's on its inputs)
+    def make(r):
+        arrays = {"log_probs": _ctc_log_probs(3), **{k: f(r) for k, f in _CTC_LENGTHS.items()}}
+        (loss, alpha), _ = _run("ctc_loss", "plan", arrays, _CTC, ["loss", "alpha"], set())
+        return {"loss": loss, "alpha": alpha}[arg]
+    return make
+
+
 CASES.update({
     "ctc_greedy_decoder": ({"log_probs": _any((6, 3, 4), _F64),  # lengths 0 and T included
                             "input_lengths": lambda r: np.array([6, 0, 4], np.int64)}, {"merge_repeated": True}),
+    "ctc_loss": ({"log_probs": lambda r: _ctc_log_probs(3), **_CTC_LENGTHS}, _CTC),
+    "ctc_loss_grad": ({"grad_out": _any((5,), _F64), "log_probs": lambda r: _ctc_log_probs(3), **_CTC_LENGTHS,
+                       "loss": _ctc_forward("loss"), "alpha": _ctc_forward("alpha")}, _CTC),
 })
 
 

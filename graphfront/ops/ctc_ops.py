@@ -7,10 +7,11 @@
   ``loss[b] = -log p(targets[b, :target_lengths[b]] | log_probs[:input_lengths[b], b])``
   by the forward (alpha) recursion over the blank-extended label sequence; ``alpha``
   holds the log forward variables (``-inf`` where unreachable). Attr ``blank`` is the
-  blank class; ``zero_infinity`` turns infinite losses (impossible alignments) and
-  their gradients into 0. Grad: ``ctc_loss_grad`` (grad_out, log_probs, targets,
-  input_lengths, target_lengths, loss, alpha -> grad), the same attrs. Kernels: ATen's
-  ``_ctc_loss`` / ``_ctc_loss_backward``.
+  blank class; ``zero_infinity`` turns the gradients of infinite losses (impossible
+  alignments) into 0 (the loss itself stays ``inf``, as ATen's ``_ctc_loss``). Grad:
+  ``ctc_loss_grad`` (grad_out, log_probs, targets, input_lengths, target_lengths, loss,
+  alpha -> grad), the same attrs. Kernels: ATen's ``_ctc_loss`` / ``_ctc_loss_backward``;
+  the ``xla`` rules run the same recursions (``jax.lax.scan`` over time, in log space).
 * ``ctc_greedy_decoder`` (log_probs (T, N, C), input_lengths (N,) int64 -> decoded
   (N, T) int64, neg_sum_logits (N, 1)): per sequence the arg-max class at each of the
   first ``input_lengths[b]`` steps, without the blank (class ``C - 1``, TensorFlow's
@@ -62,16 +63,80 @@ def _lengths(t):
     return t.to(torch.int64)
 
 
+def _reached(input_lengths, target_lengths, t, width, np_):
+    """(N, T, width) mask of the forward variables the recursion computes: steps before
+    ``input_lengths[b]``, states of the first ``2 * target_lengths[b] + 1``."""
+    steps = np_.arange(t)[None, :, None] < input_lengths[:, None, None]
+    return steps & (np_.arange(width)[None, None, :] < 2 * target_lengths[:, None, None] + 1)
+
+
 def _ctc_loss_kernel(k):
     blank, zero_inf = k.attr("blank"), k.attr("zero_infinity")
     width = 2 * k.attr("max_target_length") + 1
 
     def ctc_loss(log_probs, targets, input_lengths, target_lengths):
-        loss, alpha = _aten._ctc_loss.Tensor(log_probs, targets.to(torch.int64), _lengths(input_lengths),
-                                              _lengths(target_lengths), blank, zero_inf)
+        il, tl = _lengths(input_lengths), _lengths(target_lengths)
+        loss, alpha = _aten._ctc_loss.Tensor(log_probs, targets.to(torch.int64), il, tl, blank, zero_inf)
         full = alpha.new_full(alpha.shape[:2] + (width,), float("-inf"))
         full[..., :alpha.shape[2]] = alpha
-        return loss, full
+        # (ATen leaves the entries it never computes uninitialized)
+        return loss, full.masked_fill_(~_reached(il, tl, alpha.shape[1], width, torch), float("-inf"))
+    return ctc_loss
+
+
+def _extended(targets, blank, jnp):
+    """(N, 2 * S + 1) blank-extended label sequences: blank, l_1, blank, l_2, ..., blank."""
+    n, s = targets.shape
+    ext = jnp.full((n, 2 * s + 1), blank, targets.dtype)
+    return ext.at[:, 1::2].set(targets).astype("int64")
+
+
+def _log_add3(a, b, c, jnp):
+    """log(exp(a) + exp(b) + exp(c)) as ATen's CTC kernels compute it (shifted by the max, 0 when all are -inf)."""
+    m = jnp.maximum(jnp.maximum(a, b), c)
+    m = jnp.where(m == -jnp.inf, 0, m)
+    return jnp.log(jnp.exp(a - m) + jnp.exp(b - m) + jnp.exp(c - m)) + m
+
+
+def _ctc_tables(log_probs, targets, blank, jnp):
+    """The extended labels (N, W), each state's emission log prob (T, N, W) and whether a state
+    may skip the one before it (N, W: a label different from the label two states back)."""
+    ext = _extended(targets, blank, jnp)
+    emit = jnp.take_along_axis(log_probs, jnp.clip(ext, 0, log_probs.shape[2] - 1)[None], axis=2)
+    skip = jnp.zeros(ext.shape, bool).at[:, 2:].set(ext[:, 2:] != ext[:, :-2])
+    return ext, emit, skip
+
+
+def _ctc_loss_xla(k):
+    blank = k.attr("blank")
+    width = 2 * k.attr("max_target_length") + 1
+
+    def ctc_loss(log_probs, targets, input_lengths, target_lengths):
+        jnp, lax = xla_rules.jnp(), xla_rules.lax()
+        t, n, _ = log_probs.shape
+        il, tl = input_lengths.astype("int64"), target_lengths.astype("int64")
+        ext, emit, skip = _ctc_tables(log_probs, targets, blank, jnp)
+        w = ext.shape[1]
+        ninf = jnp.full((n, 1), -jnp.inf, log_probs.dtype)
+        states = jnp.arange(w)[None, :]
+        first = jnp.where((states == 0) | ((states == 1) & (tl[:, None] > 0)), emit[0], -jnp.inf)
+
+        def step(prev, e):
+            a2 = jnp.concatenate([ninf, prev[:, :-1]], axis=1)
+            a3 = jnp.where(skip, jnp.concatenate([ninf, ninf, prev[:, :-2]], axis=1), -jnp.inf)
+            cur = _log_add3(prev, a2, a3, jnp) + e
+            return cur, cur
+        _, rest = lax.scan(step, first, emit[1:])
+        alpha = jnp.concatenate([first[:, None], jnp.swapaxes(rest, 0, 1)], axis=1)  # (N, T, W)
+        last = jnp.take_along_axis(alpha, jnp.clip(il - 1, 0, t - 1)[:, None, None], axis=1)[:, 0]
+        l1 = jnp.take_along_axis(last, (2 * tl)[:, None], axis=1)[:, 0]
+        l2 = jnp.take_along_axis(last, jnp.maximum(2 * tl - 1, 0)[:, None], axis=1)[:, 0]
+        m = jnp.maximum(l1, l2)
+        m = jnp.where(m == -jnp.inf, 0, m)
+        nll = jnp.where(tl == 0, -l1, -(jnp.log(jnp.exp(l1 - m) + jnp.exp(l2 - m)) + m))
+        nll = jnp.where(il == 0, jnp.where(tl == 0, 0, jnp.inf), nll).astype(log_probs.dtype)
+        alpha = jnp.pad(alpha, ((0, 0), (0, 0), (0, width - w)), constant_values=-jnp.inf)
+        return nll, jnp.where(_reached(il, tl, t, width, jnp), alpha, -jnp.inf)
     return ctc_loss
 
 
@@ -83,6 +148,47 @@ def _ctc_loss_grad_kernel(k):
         return _aten._ctc_loss_backward.Tensor(grad_out, log_probs, targets.to(torch.int64), _lengths(input_lengths),
                                                _lengths(target_lengths), loss, alpha[..., :used].contiguous(),
                                                blank, zero_inf)
+    return ctc_loss_grad
+
+
+def _ctc_loss_grad_xla(k):
+    blank, zero_inf = k.attr("blank"), k.attr("zero_infinity")
+
+    def ctc_loss_grad(grad_out, log_probs, targets, input_lengths, target_lengths, loss, alpha):
+        """ATen's CPU backward: the log backward variables (beta) by the reverse recursion, per
+        step and class the log sum of alpha * beta over the states of that class (eq. 16 of
+        Graves et al.), grad = (exp(lp) - exp(that + nll - lp)) * grad_out; 0 at steps from
+        ``input_lengths[b]`` on and, with ``zero_infinity``, for infinite losses."""
+        jnp, lax = xla_rules.jnp(), xla_rules.lax()
+        t, n, c = log_probs.shape
+        il, tl = input_lengths.astype("int64"), target_lengths.astype("int64")
+        ext, emit, skip = _ctc_tables(log_probs, targets, blank, jnp)
+        w = ext.shape[1]
+        states = jnp.arange(w)[None, :]
+        ninf = jnp.full((n, 1), -jnp.inf, log_probs.dtype)
+        skip_next = jnp.concatenate([skip[:, 2:], jnp.zeros((n, 2), bool)], axis=1)  # may s + 2 skip s + 1
+        last_s = 2 * tl[:, None]
+
+        def step(nxt, x):
+            step_t, e = x
+            b2 = jnp.concatenate([nxt[:, 1:], ninf], axis=1)
+            b3 = jnp.where(skip_next, jnp.concatenate([nxt[:, 2:], ninf, ninf], axis=1), -jnp.inf)
+            rec = jnp.where(states <= last_s, _log_add3(nxt, b2, b3, jnp) + e, -jnp.inf)
+            init = jnp.where((states == last_s) | ((states == last_s - 1) & (last_s > 0)), e, -jnp.inf)
+            cur = jnp.where((step_t == il - 1)[:, None], init, jnp.where((step_t < il - 1)[:, None], rec, -jnp.inf))
+            return cur, cur
+        _, beta = lax.scan(step, jnp.full((n, w), -jnp.inf, log_probs.dtype), (jnp.arange(t), emit), reverse=True)
+        ab = jnp.where(_reached(il, tl, t, w, jnp), alpha[..., :w] + jnp.swapaxes(beta, 0, 1), -jnp.inf)  # (N, T, W)
+        at = (jnp.arange(n)[:, None, None], jnp.arange(t)[None, :, None], jnp.clip(ext, 0, c - 1)[:, None, :])
+        top = jnp.full((n, t, c), -jnp.inf, ab.dtype).at[at].max(ab)
+        top = jnp.where(top == -jnp.inf, 0, top)
+        log_ab = jnp.log(jnp.zeros((n, t, c), ab.dtype).at[at].add(jnp.exp(ab - top[at]))) + top
+        lp, nll = jnp.swapaxes(log_probs, 0, 1), loss[:, None, None]
+        grad = (jnp.exp(lp) - jnp.exp(log_ab + nll - lp)) * grad_out[:, None, None]
+        keep = jnp.arange(t)[None, :, None] < il[:, None, None]
+        if zero_inf:
+            keep = keep & (nll != jnp.inf)
+        return jnp.swapaxes(jnp.where(keep, grad, 0), 0, 1).astype(log_probs.dtype)
     return ctc_loss_grad
 
 
@@ -100,10 +206,11 @@ def _ctc_loss_grad_infer(ctx):
 
 
 op("ctc_loss", inputs=["log_probs", "targets", "input_lengths", "target_lengths"], outputs=["loss", "alpha"],
-   attrs=CTC_ATTRS, infer=_ctc_loss_infer, kernel=_ctc_loss_kernel, grad=_ctc_loss_grad,
+   attrs=CTC_ATTRS, infer=_ctc_loss_infer, kernel=_ctc_loss_kernel, grad=_ctc_loss_grad, xla=_ctc_loss_xla,
    doc="per-sequence CTC negative log likelihood and its log forward variables")
 op("ctc_loss_grad", inputs=["grad_out", "log_probs", "targets", "input_lengths", "target_lengths", "loss", "alpha"],
-   outputs=["grad"], attrs=CTC_ATTRS, infer=_ctc_loss_grad_infer, kernel=_ctc_loss_grad_kernel, host_reads=True,
+   outputs=["grad"], attrs=CTC_ATTRS, infer=_ctc_loss_grad_infer, kernel=_ctc_loss_grad_kernel, xla=_ctc_loss_grad_xla,
+   host_reads=True,
    doc="gradient of ctc_loss with respect to log_probs")
 
 
@@ -174,5 +281,6 @@ def _greedy_xla(k):
 
 
 op("ctc_greedy_decoder", inputs=["log_probs", "input_lengths"], outputs=["decoded", "neg_sum_logits"],
-   attrs={"merge_repeated": ("bool", False)}, infer=_greedy_infer, kernel=_greedy_kernel, xla=_greedy_xla, host_reads=True,
+   attrs={"merge_repeated": ("bool", False)}, infer=_greedy_infer, kernel=_greedy_kernel, xla=_greedy_xla,
+   host_reads=True,
    doc="greedy (best path) CTC decoding; the blank is the last class")

@@ -111,7 +111,7 @@ NO_XLA = {
 }
 
 PENDING_XLA = (
-    "ctc_greedy_decoder", "ctc_loss", "ctc_loss_grad",
+
 )
 
 NO_ONNX = {

@@ -712,6 +712,25 @@ CASES.update({
        for n in (1, 2, 3)},
 })
 
+CASES.update({
+    # the framework test ops
+    "TestReshape": lambda: ({"in": oneof(t(2, 6), _int(2, 6, low=-3, high=3))}, {"shape": oneof((3, 4), (6, 2))}),
+    "TestSource": lambda: ({}, {}),
+    "TestSourceMultiGpuFixedOutNum": lambda: ({}, {"out_num": oneof(1, 4, 7)}),
+    "TestMultiInput": lambda: ({"x1": t(2, 3), "x2": t(2, 3)}, {}),
+    "TestMultiInputGrad": lambda: ({"x1": t(2, 3), "x2": t(2, 3, dtype=flow.double), "y_diff": t(2, 3)}, {}),
+    "TestMultiOutputOrder": lambda: ({"in": oneof(t(2, 3), _int(4, low=-3, high=3))}, {}),
+    # in-range values: float -> int truncates toward zero in both
+    "TestDataTypeAttr": lambda: ({"in": oneof(t(2, 3, low=-5, high=5), _int(2, 3, low=-3, high=3))},
+                                 {"output_type": oneof(flow.int32, flow.int8, flow.double, flow.float)}),
+    "TestListDataTypeAndListShapeAndListStringAttr": lambda: (
+        {"in": t(2, 3)}, {"out_shapes": oneof([(2, 4)], [(3,)]), "out_types": oneof([flow.int32], [flow.double]),
+                          "string_list": ["a", "b"]}),
+    "test_user_op_attr_auto_type": lambda: ({"in": oneof(t(2, 3), _int(2, 3, low=-3, high=3))},
+                                            {"int1": 1, "int2": 2}),
+})
+
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

@@ -728,6 +728,13 @@ CASES.update({
                           "string_list": ["a", "b"]}),
     "test_user_op_attr_auto_type": lambda: ({"in": oneof(t(2, 3), _int(2, 3, low=-3, high=3))},
                                             {"int1": 1, "int2": 2}),
+    # crop windows off the corner (crop_pos between 0 and 1), some images mirrored
+    "crop_mirror_normalize_from_uint8": lambda: (
+        {"in": _int(3, 6, 7, 3, low=0, high=256, dtype=flow.uint8),
+         "mirror": oneof(_int(3, low=0, high=2, dtype=flow.int8), nothing())},
+        {"crop_h": oneof(0, 4), "crop_w": oneof(0, 5), "crop_pos_x": oneof(0.0, 0.6, 1.0), "crop_pos_y": random(0.0, 1.0),
+         "mean": oneof([0.0], [120.0, 110.0, 100.0]), "std": oneof([1.0], [58.0, 57.0, 59.5]),
+         "output_layout": oneof("NCHW", "NHWC"), "output_dtype": oneof(flow.float, flow.float16)}),
 })
 
 
@@ -760,7 +767,7 @@ def _one_op_job(op_type, inputs, attrs):
 
 def _flow_dtype(np_dtype):
     return {np.dtype(np.float32): flow.float, np.dtype(np.float64): flow.double,
-            np.dtype(np.int8): flow.int8, np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
+            np.dtype(np.int8): flow.int8, np.dtype(np.uint8): flow.uint8, np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
 
 
 def _run_onnx(path, feeds):

@@ -23,6 +23,7 @@ from graphfront.onnx import OnnxExportError, convertible_op_types
 from graphfront.ops import registry
 from graphfront.ops.builder import build_op
 from graphfront.ops.nn_ops import pool_geometry
+from graphfront.ops.pool_ops import pool_out_size
 from graphfront.testing.generators import (NOTHING, DrawContext, TensorValue, nothing, oneof, random, random_bool,
                                            random_tensor)
 from lenet import lenet
@@ -712,6 +713,17 @@ CASES.update({
        for n in (1, 2, 3)},
 })
 
+def _torch_pool_grad(n, data_format, x_dims, ceil_mode, count_include_pad, divisor_override):
+    """avgpool_{n}d_grad with fixed geometry (kernel, stride and padding vary per dim): x, y (unused by the
+    gradient) and dy of the forward's shapes."""
+    k, s, p = [3, 2, 3][:n], [2, 1, 2][:n], [1, 0, 1][:n]
+    attrs = {"data_format": data_format, "kernel_size": k, "stride": s, "padding": p, "ceil_mode": ceil_mode,
+             "count_include_pad": count_include_pad, "divisor_override": divisor_override}
+    outs = [pool_out_size(x, kk, pp, ss, 1, ceil_mode) for x, kk, ss, pp in zip(x_dims, k, s, p)]
+    shape = (lambda sp: (2, 3, *sp) if data_format == "channels_first" else (2, *sp, 3))
+    return lambda: ({"x": t(*shape(x_dims)), "y": t(*shape(outs)), "dy": t(*shape(outs))}, attrs)
+
+
 CASES.update({
     # the framework test ops
     "TestReshape": lambda: ({"in": oneof(t(2, 6), _int(2, 6, low=-3, high=3))}, {"shape": oneof((3, 4), (6, 2))}),
@@ -735,6 +747,11 @@ CASES.update({
         {"crop_h": oneof(0, 4), "crop_w": oneof(0, 5), "crop_pos_x": oneof(0.0, 0.6, 1.0), "crop_pos_y": random(0.0, 1.0),
          "mean": oneof([0.0], [120.0, 110.0, 100.0]), "std": oneof([1.0], [58.0, 57.0, 59.5]),
          "output_layout": oneof("NCHW", "NHWC"), "output_dtype": oneof(flow.float, flow.float16)}),
+    # ceil_mode windows past the padding, both divisor rules, a divisor_override, channels_last
+    **{f"avgpool_{n}d_grad": (_torch_pool_grad(n, "channels_first", [7, 6, 5][:n], True, True, 0),
+                              _torch_pool_grad(n, "channels_last", [6, 5, 7][:n], False, False, 3),
+                              _torch_pool_grad(n, "channels_first", [6, 7, 5][:n], True, False, 0))
+       for n in (1, 2, 3)},
 })
 
 

@@ -287,6 +287,49 @@ def _avgpool_onnx(n):
     return convert
 
 
+def _along_axes_onnx(c, x, rank, mats, out=None):
+    """``x`` with each spatial axis ``2 + i`` mapped by the matrix ``mats[i]`` (from that axis's
+    size to another): moved last, multiplied on the right, moved back. The adjoint of a separable
+    pool or resize is its per-axis matrices transposed."""
+    for i, m in enumerate(mats):
+        axis = 2 + i
+        perm = [a for a in range(rank) if a != axis] + [axis]
+        back = list(np.argsort(perm))
+        moved = c.node("MatMul", [c.node("Transpose", [x], perm=perm), c.const(m)])
+        x = c.node("Transpose", [moved], None if out is None or i < len(mats) - 1 else [out], perm=back)
+    return x
+
+
+def _avgpool_grad_onnx(n):
+    """avgpool_Nd_grad (PyTorch semantics): ``dy`` divided by the forward's divisor of each
+    position (divisor_override, or the window clipped as ``count_include_pad`` says), then added
+    back to each input of its window: per spatial dim, a 0/1 (output, input) window matrix."""
+    def convert(c):
+        d = c.input_desc("x")
+        first = c.attr("data_format") == "channels_first"
+        size = d.shape[2:] if first else d.shape[1:-1]
+        dy = c.input_desc("dy").shape
+        osize = dy[2:] if first else dy[1:-1]
+        k, s, p = c.attr("kernel_size"), c.attr("stride"), c.attr("padding")
+        dv, include_pad = c.attr("divisor_override"), c.attr("count_include_pad")
+        mats, divisor = [], np.ones([1, 1] + list(osize))
+        for i in range(n):
+            m = np.zeros((osize[i], size[i]), dtype=np_dtype(d))
+            for o in range(osize[i]):
+                start = o * s[i] - p[i]
+                m[o, max(start, 0):min(start + k[i], size[i])] = 1
+            mats.append(m)
+            view = [1] * (n + 2)
+            view[i + 2] = osize[i]
+            divisor = divisor * _avg_divisors_onnx(size[i], osize[i], k[i], s[i], p[i], include_pad).reshape(view)
+        divisor = np.array(dv if dv else divisor, dtype=np_dtype(d))
+
+        def build(c, dy, outs):
+            _along_axes_onnx(c, c.node("Div", [dy, c.const(divisor)]), n + 2, mats, outs[0])
+        channels_first_io(c, n, "dy", ["dx"], build)
+    return convert
+
+
 # ------------------------------------------------------------------ xla rules of maxpool / avgpool
 
 def _pool_geometry_xla(k, n):
@@ -404,7 +447,7 @@ for _n in (1, 2, 3):
        xla=_avgpool_xla(_n),
        doc=f"{_n}-D average pooling (PyTorch semantics: count_include_pad, divisor_override)")
     op(f"{_t}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=AVGPOOL_ATTRS, infer=_grad_like_x,
-       kernel=_avgpool_grad_kernel(_n), sbp=_sbp.batch(), xla=_avgpool_grad_xla(_n))
+       kernel=_avgpool_grad_kernel(_n), sbp=_sbp.batch(), xla=_avgpool_grad_xla(_n), onnx=_avgpool_grad_onnx(_n))
 
 
 # ------------------------------------------------------------------ adaptive_avg_pool

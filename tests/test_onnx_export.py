@@ -752,6 +752,13 @@ CASES.update({
                               _torch_pool_grad(n, "channels_last", [6, 5, 7][:n], False, False, 3),
                               _torch_pool_grad(n, "channels_first", [6, 7, 5][:n], True, False, 0))
        for n in (1, 2, 3)},
+    # windows of varying size and overlapping ones (output sizes not dividing the input's)
+    **{f"adaptive_avg_pool{n}d_grad": (
+        lambda n=n: ({"x": t(2, 3, *[7, 6, 5][:n]), "dy": t(2, 3, *[3, 4, 2][:n])}, {"output_size": [3, 4, 2][:n]}),
+        lambda n=n: ({"x": t(1, 2, *[5] * n, dtype=flow.double), "dy": t(1, 2, *[2] * n, dtype=flow.double)},
+                     {"output_size": [2]}),
+        lambda n=n: ({"x": t(2, 2, *[4, 6, 3][:n]), "dy": t(2, 2, *[4, 3, 5][:n])}, {"output_size": [4, 3, 5][:n]}))
+       for n in (1, 2, 3)},
 })
 
 

@@ -536,6 +536,24 @@ def _adaptive_avg_pool_onnx(n):
     return convert
 
 
+def _adaptive_avg_pool_grad_onnx(c):
+    """adaptive_avg_poolNd_grad: ``dy`` divided by each window's size, added back to the inputs
+    of its window [floor(i n / out), ceil((i + 1) n / out)) through per-dim 0/1 matrices."""
+    d = c.input_desc("x")
+    size, out = d.shape[2:], c.input_desc("dy").shape[2:]
+    mats, counts = [], np.ones([1, 1] + list(out))
+    for i, (n, o) in enumerate(zip(size, out)):
+        m = np.zeros((o, n), dtype=np_dtype(d))
+        for j in range(o):
+            m[j, j * n // o:-(-(j + 1) * n // o)] = 1
+        mats.append(m)
+        view = [1] * len(d.shape)
+        view[i + 2] = o
+        counts = counts * m.sum(axis=1, dtype=np.float64).reshape(view)
+    scaled = c.node("Div", [c.input("dy"), c.const(counts.astype(np_dtype(d)))])
+    _along_axes_onnx(c, scaled, len(d.shape), mats, c.output("dx"))
+
+
 for _n in (1, 2, 3):
     _t = f"adaptive_avg_pool{_n}d"
     op(_t, inputs=["x"], outputs=["y"], attrs={"output_size": "list_int64"}, infer=_adaptive_infer(_n),
@@ -546,7 +564,8 @@ for _n in (1, 2, 3):
        doc=f"{_n}-D adaptive average pooling of channels_first input to 'output_size' "
            "(window i spans [floor(i n / out), ceil((i + 1) n / out)))")
     op(f"{_t}_grad", inputs=["x", "dy"], outputs=["dx"], attrs={"output_size": "list_int64"},
-       infer=_grad_like_x, kernel=_adaptive_grad_kernel(_n), xla=_adaptive_grad_xla(_n))
+       infer=_grad_like_x, kernel=_adaptive_grad_kernel(_n), xla=_adaptive_grad_xla(_n),
+       onnx=_adaptive_avg_pool_grad_onnx)
 
 
 # ------------------------------------------------------------------ upsample

@@ -759,6 +759,16 @@ CASES.update({
                      {"output_size": [2]}),
         lambda n=n: ({"x": t(2, 2, *[4, 6, 3][:n]), "dy": t(2, 2, *[4, 3, 5][:n])}, {"output_size": [4, 3, 5][:n]}))
        for n in (1, 2, 3)},
+    # integer and fractional scales, shrinking ones, a dim left as is; dy of the output size int(n * scale)
+    "upsample_grad": tuple(
+        (lambda f=f, m=m, ac=ac, hs=hs, ws=ws, dt=dt: (
+            {"dy": t(*((2, 3, int(5 * hs), int(4 * ws)) if f == "channels_first" else (2, int(5 * hs), int(4 * ws), 3)),
+                     dtype=dt),
+             "x": t(*((2, 3, 5, 4) if f == "channels_first" else (2, 5, 4, 3)), dtype=dt)},
+            {"data_format": f, "interpolation": m, "align_corners": ac, "height_scale": hs, "width_scale": ws}))
+        for f, m, ac, hs, ws, dt in (("channels_first", oneof("nearest", "bilinear"), False, 2.0, 1.5, float),
+                                     ("channels_last", oneof("nearest", "bilinear"), oneof(False, True), 0.6, 1.0, float),
+                                     ("channels_first", "bilinear", True, 1.7, 2.5, flow.double))),
 })
 
 

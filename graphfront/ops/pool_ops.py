@@ -13,6 +13,8 @@ shaped like ``y``): the flat position of each maximum inside its (N, C) plane, w
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -683,10 +685,33 @@ def _upsample_onnx(c):
     c.node("Resize", [c.input("x"), "", c.const(scales)], [c.output("y")], **mode)
 
 
+def _upsample_grad_onnx(c):
+    """upsample_grad: per spatial dim, the (output, input) matrix of the forward's static sources
+    (:func:`_upsample_sources`: a one per row for nearest, the two bilinear weights) applied
+    transposed to ``dy``."""
+    d = c.input_desc("x")
+    first = c.attr("data_format") == "channels_first"
+    h, w = _spatial(d.shape, first)
+    oh, ow = _spatial(c.input_desc("dy").shape, first)
+    sources = SimpleNamespace(input=c.input_desc, attr=c.attr)  # what _upsample_sources reads of a kernel
+    mats = []
+    for size, out, scale in ((h, oh, c.attr("height_scale")), (w, ow, c.attr("width_scale"))):
+        src = _upsample_sources(sources, size, out, scale)
+        m = np.zeros((out, size), dtype=np.float64)
+        if c.attr("interpolation") == "nearest":
+            m[np.arange(out), src] = 1
+        else:
+            lo, hi, w_lo, w_hi = src
+            np.add.at(m, (np.arange(out), lo), w_lo)
+            np.add.at(m, (np.arange(out), hi), w_hi)
+        mats.append(m.astype(np_dtype(d)))
+    channels_first_io(c, 2, "dy", ["dx"], lambda c, dy, outs: _along_axes_onnx(c, dy, 4, mats, outs[0]))
+
+
 op("upsample", inputs=["x"], outputs=["y"], attrs=UPSAMPLE_ATTRS, infer=_upsample_infer, kernel=_upsample_fn,
    onnx=_upsample_onnx, xla=_upsample_xla,
    grad=lambda g: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
        "upsample_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)),
    doc="2-D nearest/bilinear upsampling by (height_scale, width_scale); output size int(n * scale)")
 op("upsample_grad", inputs=["dy", "x"], outputs=["dx"], attrs=UPSAMPLE_ATTRS, infer=_upsample_grad_infer,
-   kernel=_upsample_grad_kernel, xla=_upsample_grad_xla)
+   kernel=_upsample_grad_kernel, xla=_upsample_grad_xla, onnx=_upsample_grad_onnx)

@@ -769,6 +769,12 @@ CASES.update({
         for f, m, ac, hs, ws, dt in (("channels_first", oneof("nearest", "bilinear"), False, 2.0, 1.5, float),
                                      ("channels_last", oneof("nearest", "bilinear"), oneof(False, True), 0.6, 1.0, float),
                                      ("channels_first", "bilinear", True, 1.7, 2.5, flow.double))),
+    # seq 4, batch 2, hidden 18: heads 3 of size 2, or 1 of size 6
+    "fused_self_attention_query_mul_key_and_value_grad": tuple(
+        (lambda heads=heads, hs=hs, dt=dt: ({"query_mul_key_grad": t(2, heads, 4, 4, dtype=dt),
+                                             "value_grad": t(2, heads, 4, hs, dtype=dt),
+                                             "hidden_states": t(4, 2, 18, dtype=dt)}, {"alpha": random(0.1, 1.0)}))
+        for heads, hs, dt in ((3, 2, float), (1, 6, float), (3, 2, flow.double))),
 })
 
 

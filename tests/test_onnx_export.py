@@ -866,6 +866,23 @@ def test_argwhere_then_cast_to_static_shape(tmp_path):
     np.testing.assert_array_equal(got_size, size)
 
 
+def test_source_split_over_devices_exports_its_logical_value(tmp_path):
+    """TestSourceMultiGpuFixedOutNum on 2 devices: each holds [0, 1], the logical blob is both."""
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="predict")
+    def source(x: tp.Numpy.Placeholder((2,), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-1"):
+            return build_op("TestSourceMultiGpuFixedOutNum", {}, {"out_num": 4}, outputs=["out"])
+
+    x = np.zeros(2, np.float32)
+    want = source(x)
+    np.testing.assert_array_equal(want, [0, 1, 0, 1])
+    flow.onnx.export(source, tmp_path / "source.onnx", opset=13)
+    _, (got,) = _run_onnx(tmp_path / "source.onnx", [x])
+    np.testing.assert_array_equal(got, want)
+
+
 def _lenet_predict(b):
     @flow.global_function(type="predict")
     def lenet_predict(images: tp.Numpy.Placeholder((b, 1, 28, 28), dtype=flow.float)) -> tp.Numpy:

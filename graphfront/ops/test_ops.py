@@ -106,8 +106,10 @@ op("TestReshape", inputs=["in"], outputs=["out"], attrs={"shape": "shape"}, infe
 
 
 def _arange_onnx(c):
-    # the logical output: the exporter converts the job as one device's
-    return np.arange(c.output_desc("out").shape[0], dtype=np.float32)
+    """The logical output: [0 .. n / devices - 1] on each of the op's devices, concatenated (the
+    split along axis 0 is even: no SBP signature fits another)."""
+    n, devices = c.output_desc("out").shape[0], c.parallel_num
+    return np.tile(np.arange(n // devices, dtype=np.float32), devices)
 
 
 def _filled_onnx(c, out, value, i=0):

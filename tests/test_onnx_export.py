@@ -23,6 +23,7 @@ from graphfront.onnx import OnnxExportError, convertible_op_types
 from graphfront.ops import registry
 from graphfront.ops.builder import build_op
 from graphfront.ops.nn_ops import pool_geometry
+from graphfront.ops.pool_ops import pool_out_size
 from graphfront.testing.generators import (NOTHING, DrawContext, TensorValue, nothing, oneof, random, random_bool,
                                            random_tensor)
 from lenet import lenet
@@ -712,6 +713,71 @@ CASES.update({
        for n in (1, 2, 3)},
 })
 
+def _torch_pool_grad(n, data_format, x_dims, ceil_mode, count_include_pad, divisor_override):
+    """avgpool_{n}d_grad with fixed geometry (kernel, stride and padding vary per dim): x, y (unused by the
+    gradient) and dy of the forward's shapes."""
+    k, s, p = [3, 2, 3][:n], [2, 1, 2][:n], [1, 0, 1][:n]
+    attrs = {"data_format": data_format, "kernel_size": k, "stride": s, "padding": p, "ceil_mode": ceil_mode,
+             "count_include_pad": count_include_pad, "divisor_override": divisor_override}
+    outs = [pool_out_size(x, kk, pp, ss, 1, ceil_mode) for x, kk, ss, pp in zip(x_dims, k, s, p)]
+    shape = (lambda sp: (2, 3, *sp) if data_format == "channels_first" else (2, *sp, 3))
+    return lambda: ({"x": t(*shape(x_dims)), "y": t(*shape(outs)), "dy": t(*shape(outs))}, attrs)
+
+
+CASES.update({
+    # the framework test ops
+    "TestReshape": lambda: ({"in": oneof(t(2, 6), _int(2, 6, low=-3, high=3))}, {"shape": oneof((3, 4), (6, 2))}),
+    "TestSource": lambda: ({}, {}),
+    "TestSourceMultiGpuFixedOutNum": lambda: ({}, {"out_num": oneof(1, 4, 7)}),
+    "TestMultiInput": lambda: ({"x1": t(2, 3), "x2": t(2, 3)}, {}),
+    "TestMultiInputGrad": lambda: ({"x1": t(2, 3), "x2": t(2, 3, dtype=flow.double), "y_diff": t(2, 3)}, {}),
+    "TestMultiOutputOrder": lambda: ({"in": oneof(t(2, 3), _int(4, low=-3, high=3))}, {}),
+    # in-range values: float -> int truncates toward zero in both
+    "TestDataTypeAttr": lambda: ({"in": oneof(t(2, 3, low=-5, high=5), _int(2, 3, low=-3, high=3))},
+                                 {"output_type": oneof(flow.int32, flow.int8, flow.double, flow.float)}),
+    "TestListDataTypeAndListShapeAndListStringAttr": lambda: (
+        {"in": t(2, 3)}, {"out_shapes": oneof([(2, 4)], [(3,)]), "out_types": oneof([flow.int32], [flow.double]),
+                          "string_list": ["a", "b"]}),
+    "test_user_op_attr_auto_type": lambda: ({"in": oneof(t(2, 3), _int(2, 3, low=-3, high=3))},
+                                            {"int1": 1, "int2": 2}),
+    # crop windows off the corner (crop_pos between 0 and 1), some images mirrored
+    "crop_mirror_normalize_from_uint8": lambda: (
+        {"in": _int(3, 6, 7, 3, low=0, high=256, dtype=flow.uint8),
+         "mirror": oneof(_int(3, low=0, high=2, dtype=flow.int8), nothing())},
+        {"crop_h": oneof(0, 4), "crop_w": oneof(0, 5), "crop_pos_x": oneof(0.0, 0.6, 1.0), "crop_pos_y": random(0.0, 1.0),
+         "mean": oneof([0.0], [120.0, 110.0, 100.0]), "std": oneof([1.0], [58.0, 57.0, 59.5]),
+         "output_layout": oneof("NCHW", "NHWC"), "output_dtype": oneof(flow.float, flow.float16)}),
+    # ceil_mode windows past the padding, both divisor rules, a divisor_override, channels_last
+    **{f"avgpool_{n}d_grad": (_torch_pool_grad(n, "channels_first", [7, 6, 5][:n], True, True, 0),
+                              _torch_pool_grad(n, "channels_last", [6, 5, 7][:n], False, False, 3),
+                              _torch_pool_grad(n, "channels_first", [6, 7, 5][:n], True, False, 0))
+       for n in (1, 2, 3)},
+    # windows of varying size and overlapping ones (output sizes not dividing the input's)
+    **{f"adaptive_avg_pool{n}d_grad": (
+        lambda n=n: ({"x": t(2, 3, *[7, 6, 5][:n]), "dy": t(2, 3, *[3, 4, 2][:n])}, {"output_size": [3, 4, 2][:n]}),
+        lambda n=n: ({"x": t(1, 2, *[5] * n, dtype=flow.double), "dy": t(1, 2, *[2] * n, dtype=flow.double)},
+                     {"output_size": [2]}),
+        lambda n=n: ({"x": t(2, 2, *[4, 6, 3][:n]), "dy": t(2, 2, *[4, 3, 5][:n])}, {"output_size": [4, 3, 5][:n]}))
+       for n in (1, 2, 3)},
+    # integer and fractional scales, shrinking ones, a dim left as is; dy of the output size int(n * scale)
+    "upsample_grad": tuple(
+        (lambda f=f, m=m, ac=ac, hs=hs, ws=ws, dt=dt: (
+            {"dy": t(*((2, 3, int(5 * hs), int(4 * ws)) if f == "channels_first" else (2, int(5 * hs), int(4 * ws), 3)),
+                     dtype=dt),
+             "x": t(*((2, 3, 5, 4) if f == "channels_first" else (2, 5, 4, 3)), dtype=dt)},
+            {"data_format": f, "interpolation": m, "align_corners": ac, "height_scale": hs, "width_scale": ws}))
+        for f, m, ac, hs, ws, dt in (("channels_first", oneof("nearest", "bilinear"), False, 2.0, 1.5, float),
+                                     ("channels_last", oneof("nearest", "bilinear"), oneof(False, True), 0.6, 1.0, float),
+                                     ("channels_first", "bilinear", True, 1.7, 2.5, flow.double))),
+    # seq 4, batch 2, hidden 18: heads 3 of size 2, or 1 of size 6
+    "fused_self_attention_query_mul_key_and_value_grad": tuple(
+        (lambda heads=heads, hs=hs, dt=dt: ({"query_mul_key_grad": t(2, heads, 4, 4, dtype=dt),
+                                             "value_grad": t(2, heads, 4, hs, dtype=dt),
+                                             "hidden_states": t(4, 2, 18, dtype=dt)}, {"alpha": random(0.1, 1.0)}))
+        for heads, hs, dt in ((3, 2, float), (1, 6, float), (3, 2, flow.double))),
+})
+
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional
@@ -741,7 +807,7 @@ def _one_op_job(op_type, inputs, attrs):
 
 def _flow_dtype(np_dtype):
     return {np.dtype(np.float32): flow.float, np.dtype(np.float64): flow.double,
-            np.dtype(np.int8): flow.int8, np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
+            np.dtype(np.int8): flow.int8, np.dtype(np.uint8): flow.uint8, np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
 
 
 def _run_onnx(path, feeds):
@@ -798,6 +864,23 @@ def test_argwhere_then_cast_to_static_shape(tmp_path):
     _, (got_padded, got_size) = _run_onnx(tmp_path / "coords.onnx", [x])
     np.testing.assert_array_equal(got_padded, padded)
     np.testing.assert_array_equal(got_size, size)
+
+
+def test_source_split_over_devices_exports_its_logical_value(tmp_path):
+    """TestSourceMultiGpuFixedOutNum on 2 devices: each holds [0, 1], the logical blob is both."""
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="predict")
+    def source(x: tp.Numpy.Placeholder((2,), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-1"):
+            return build_op("TestSourceMultiGpuFixedOutNum", {}, {"out_num": 4}, outputs=["out"])
+
+    x = np.zeros(2, np.float32)
+    want = source(x)
+    np.testing.assert_array_equal(want, [0, 1, 0, 1])
+    flow.onnx.export(source, tmp_path / "source.onnx", opset=13)
+    _, (got,) = _run_onnx(tmp_path / "source.onnx", [x])
+    np.testing.assert_array_equal(got, want)
 
 
 def _lenet_predict(b):

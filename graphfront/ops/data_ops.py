@@ -33,7 +33,7 @@ from graphfront.ofrecord import images as _img
 from graphfront.ofrecord.reader import Prefetcher, record_batches
 from graphfront.ofrecord.records import OFRecord, shard_paths
 from graphfront.ops import tensor_buffer_ops  # noqa: F401  (tensor_buffer_to_tensor and the other buffer ops)
-from graphfront.ops import xla_rules
+from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.registry import op
 
 #: batches a reader prepares ahead of the step
@@ -421,8 +421,30 @@ def _cmn_uint8_xla(k):
     return cmn
 
 
+def _cmn_uint8_onnx(c):
+    """The XLA rule's steps as ONNX nodes: a static crop window, a reversed slice along W where
+    ``mirror`` is set, ``(x - mean) / std`` in float32, then the layout and output dtype."""
+    a = c.attrs
+    _, h, w, _ = c.input_desc("in").shape
+    ch, cw = a["crop_h"] or h, a["crop_w"] or w
+    y0, x0 = int((h - ch) * a["crop_pos_y"]), int((w - cw) * a["crop_pos_x"])
+    ints = onnx_rules.int64s
+    out = c.node("Cast", [c.node("Slice", [c.input("in"), c.const(ints([y0, x0])), c.const(ints([y0 + ch, x0 + cw])),
+                                           c.const(ints([1, 2]))])], to=onnx_rules.FLOAT)
+    if c.has_input("mirror"):
+        flipped = c.node("Slice", [out, c.const(ints([-1])), c.const(ints([np.iinfo(np.int64).min])),
+                                   c.const(ints([2])), c.const(ints([-1]))])
+        flag = c.node("Reshape", [onnx_rules.nonzero(c, c.input("mirror")), c.const(ints([-1, 1, 1, 1]))])
+        out = c.node("Where", [flag, flipped, out])
+    out = c.node("Div", [c.node("Sub", [out, c.const(np.asarray(a["mean"], np.float32))]),
+                         c.const(np.asarray(a["std"], np.float32))])
+    if a["output_layout"] == "NCHW":
+        out = c.node("Transpose", [out], perm=[0, 3, 1, 2])
+    c.node("Cast", [out], [c.output("out")], to=c.dtype_code(a["output_dtype"]))
+
+
 op("crop_mirror_normalize_from_uint8", inputs=["in", "mirror?"], outputs=["out"], attrs=CMN_ATTRS,
-   infer=_cmn_uint8_infer, kernel=_cmn_kernel, no_grad=True, xla=_cmn_uint8_xla)
+   infer=_cmn_uint8_infer, kernel=_cmn_kernel, no_grad=True, xla=_cmn_uint8_xla, onnx=_cmn_uint8_onnx)
 op("crop_mirror_normalize_from_tensorbuffer", inputs=["in", "mirror?"], outputs=["out"], attrs=CMN_ATTRS,
    infer=_cmn_buffer_infer, kernel=_cmn_kernel, no_grad=True, random=True)
 

@@ -406,19 +406,36 @@ def _self_attention_grad_infer(ctx):
     ctx.set_output("hidden_states_grad", h.shape, h.dtype)
 
 
-def _fused_self_attention_query_mul_key_and_value_onnx(c):
-    """hidden_states (seq, batch, heads * 3 * head_size) -> q, k, v (batch, heads, seq, head_size);
-    query_mul_key = alpha * q @ k^T, value = v."""
-    d = c.input_desc("hidden_states")
-    seq, batch, hidden = d.shape
-    hs = c.attr("head_size")
-    heads = hidden // (3 * hs)
-    h = c.node("Reshape", [c.input("hidden_states"), c.const(int64s([seq, batch, heads, 3, hs]))])
+def _split_qkv_onnx(c, head_size, value_out=None):
+    """hidden_states (seq, batch, heads * 3 * head_size) -> the names of q, k, v (batch, heads, seq,
+    head_size); v written to ``value_out`` when given."""
+    seq, batch, hidden = c.input_desc("hidden_states").shape
+    heads = hidden // (3 * head_size)
+    h = c.node("Reshape", [c.input("hidden_states"), c.const(int64s([seq, batch, heads, 3, head_size]))])
     h = c.node("Transpose", [h], perm=[3, 1, 2, 0, 4])
-    q, k = (c.node("Gather", [h, c.const(np.int64(i))], axis=0) for i in (0, 1))
-    c.node("Gather", [h, c.const(np.int64(2))], [c.output("value")], axis=0)
+    return [c.node("Gather", [h, c.const(np.int64(i))], [value_out] if i == 2 and value_out else None, axis=0)
+            for i in range(3)]
+
+
+def _fused_self_attention_query_mul_key_and_value_onnx(c):
+    """query_mul_key = alpha * q @ k^T, value = v (of :func:`_split_qkv_onnx`)."""
+    q, k, _ = _split_qkv_onnx(c, c.attr("head_size"), c.output("value"))
     qk = c.node("MatMul", [q, c.node("Transpose", [k], perm=[0, 1, 3, 2])])
-    c.node("Mul", [qk, const_as(c, c.attr("alpha"), d)], [c.output("query_mul_key")])
+    c.node("Mul", [qk, const_as(c, c.attr("alpha"), c.input_desc("hidden_states"))], [c.output("query_mul_key")])
+
+
+def _self_attention_grad_onnx(c):
+    """dq = alpha * dqk @ k, dk = alpha * dqk^T @ q, and dv packed back as the kernel:
+    (3, batch, heads, seq, hs) -> (seq, batch, heads * 3 * hs)."""
+    d = c.input_desc("hidden_states")
+    q, k, _ = _split_qkv_onnx(c, c.input_desc("value_grad").shape[-1])
+    dqk, alpha = c.input("query_mul_key_grad"), const_as(c, c.attr("alpha"), d)
+    dq = c.node("Mul", [c.node("MatMul", [dqk, k]), alpha])
+    dk = c.node("Mul", [c.node("MatMul", [c.node("Transpose", [dqk], perm=[0, 1, 3, 2]), q]), alpha])
+    axis0 = c.const(int64s([0]))
+    grads = c.node("Concat", [c.node("Unsqueeze", [g, axis0]) for g in (dq, dk, c.input("value_grad"))], axis=0)
+    c.node("Reshape", [c.node("Transpose", [grads], perm=[3, 1, 2, 0, 4]), c.const(int64s(d.shape))],
+           [c.output("hidden_states_grad")])
 
 
 op("fused_self_attention_query_mul_key_and_value", inputs=["hidden_states"], outputs=["query_mul_key", "value"],
@@ -429,7 +446,7 @@ op("fused_self_attention_query_mul_key_and_value", inputs=["hidden_states"], out
 op("fused_self_attention_query_mul_key_and_value_grad",
    inputs=["query_mul_key_grad", "value_grad", "hidden_states"], outputs=["hidden_states_grad"],
    attrs={"alpha": ("float", 1.0)}, infer=_self_attention_grad_infer, kernel=_self_attention_grad_kernel,
-   xla=_self_attention_grad_xla,
+   xla=_self_attention_grad_xla, onnx=_self_attention_grad_onnx,
    doc="gradient of fused_self_attention_query_mul_key_and_value with respect to hidden_states")
 
 

@@ -13,6 +13,8 @@ shaped like ``y``): the flat position of each maximum inside its (N, C) plane, w
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -287,6 +289,49 @@ def _avgpool_onnx(n):
     return convert
 
 
+def _along_axes_onnx(c, x, rank, mats, out=None):
+    """``x`` with each spatial axis ``2 + i`` mapped by the matrix ``mats[i]`` (from that axis's
+    size to another): moved last, multiplied on the right, moved back. The adjoint of a separable
+    pool or resize is its per-axis matrices transposed."""
+    for i, m in enumerate(mats):
+        axis = 2 + i
+        perm = [a for a in range(rank) if a != axis] + [axis]
+        back = list(np.argsort(perm))
+        moved = c.node("MatMul", [c.node("Transpose", [x], perm=perm), c.const(m)])
+        x = c.node("Transpose", [moved], None if out is None or i < len(mats) - 1 else [out], perm=back)
+    return x
+
+
+def _avgpool_grad_onnx(n):
+    """avgpool_Nd_grad (PyTorch semantics): ``dy`` divided by the forward's divisor of each
+    position (divisor_override, or the window clipped as ``count_include_pad`` says), then added
+    back to each input of its window: per spatial dim, a 0/1 (output, input) window matrix."""
+    def convert(c):
+        d = c.input_desc("x")
+        first = c.attr("data_format") == "channels_first"
+        size = d.shape[2:] if first else d.shape[1:-1]
+        dy = c.input_desc("dy").shape
+        osize = dy[2:] if first else dy[1:-1]
+        k, s, p = c.attr("kernel_size"), c.attr("stride"), c.attr("padding")
+        dv, include_pad = c.attr("divisor_override"), c.attr("count_include_pad")
+        mats, divisor = [], np.ones([1, 1] + list(osize))
+        for i in range(n):
+            m = np.zeros((osize[i], size[i]), dtype=np_dtype(d))
+            for o in range(osize[i]):
+                start = o * s[i] - p[i]
+                m[o, max(start, 0):min(start + k[i], size[i])] = 1
+            mats.append(m)
+            view = [1] * (n + 2)
+            view[i + 2] = osize[i]
+            divisor = divisor * _avg_divisors_onnx(size[i], osize[i], k[i], s[i], p[i], include_pad).reshape(view)
+        divisor = np.array(dv if dv else divisor, dtype=np_dtype(d))
+
+        def build(c, dy, outs):
+            _along_axes_onnx(c, c.node("Div", [dy, c.const(divisor)]), n + 2, mats, outs[0])
+        channels_first_io(c, n, "dy", ["dx"], build)
+    return convert
+
+
 # ------------------------------------------------------------------ xla rules of maxpool / avgpool
 
 def _pool_geometry_xla(k, n):
@@ -404,7 +449,7 @@ for _n in (1, 2, 3):
        xla=_avgpool_xla(_n),
        doc=f"{_n}-D average pooling (PyTorch semantics: count_include_pad, divisor_override)")
     op(f"{_t}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=AVGPOOL_ATTRS, infer=_grad_like_x,
-       kernel=_avgpool_grad_kernel(_n), sbp=_sbp.batch(), xla=_avgpool_grad_xla(_n))
+       kernel=_avgpool_grad_kernel(_n), sbp=_sbp.batch(), xla=_avgpool_grad_xla(_n), onnx=_avgpool_grad_onnx(_n))
 
 
 # ------------------------------------------------------------------ adaptive_avg_pool
@@ -493,6 +538,24 @@ def _adaptive_avg_pool_onnx(n):
     return convert
 
 
+def _adaptive_avg_pool_grad_onnx(c):
+    """adaptive_avg_poolNd_grad: ``dy`` divided by each window's size, added back to the inputs
+    of its window [floor(i n / out), ceil((i + 1) n / out)) through per-dim 0/1 matrices."""
+    d = c.input_desc("x")
+    size, out = d.shape[2:], c.input_desc("dy").shape[2:]
+    mats, counts = [], np.ones([1, 1] + list(out))
+    for i, (n, o) in enumerate(zip(size, out)):
+        m = np.zeros((o, n), dtype=np_dtype(d))
+        for j in range(o):
+            m[j, j * n // o:-(-(j + 1) * n // o)] = 1
+        mats.append(m)
+        view = [1] * len(d.shape)
+        view[i + 2] = o
+        counts = counts * m.sum(axis=1, dtype=np.float64).reshape(view)
+    scaled = c.node("Div", [c.input("dy"), c.const(counts.astype(np_dtype(d)))])
+    _along_axes_onnx(c, scaled, len(d.shape), mats, c.output("dx"))
+
+
 for _n in (1, 2, 3):
     _t = f"adaptive_avg_pool{_n}d"
     op(_t, inputs=["x"], outputs=["y"], attrs={"output_size": "list_int64"}, infer=_adaptive_infer(_n),
@@ -503,7 +566,8 @@ for _n in (1, 2, 3):
        doc=f"{_n}-D adaptive average pooling of channels_first input to 'output_size' "
            "(window i spans [floor(i n / out), ceil((i + 1) n / out)))")
     op(f"{_t}_grad", inputs=["x", "dy"], outputs=["dx"], attrs={"output_size": "list_int64"},
-       infer=_grad_like_x, kernel=_adaptive_grad_kernel(_n), xla=_adaptive_grad_xla(_n))
+       infer=_grad_like_x, kernel=_adaptive_grad_kernel(_n), xla=_adaptive_grad_xla(_n),
+       onnx=_adaptive_avg_pool_grad_onnx)
 
 
 # ------------------------------------------------------------------ upsample
@@ -621,10 +685,33 @@ def _upsample_onnx(c):
     c.node("Resize", [c.input("x"), "", c.const(scales)], [c.output("y")], **mode)
 
 
+def _upsample_grad_onnx(c):
+    """upsample_grad: per spatial dim, the (output, input) matrix of the forward's static sources
+    (:func:`_upsample_sources`: a one per row for nearest, the two bilinear weights) applied
+    transposed to ``dy``."""
+    d = c.input_desc("x")
+    first = c.attr("data_format") == "channels_first"
+    h, w = _spatial(d.shape, first)
+    oh, ow = _spatial(c.input_desc("dy").shape, first)
+    sources = SimpleNamespace(input=c.input_desc, attr=c.attr)  # what _upsample_sources reads of a kernel
+    mats = []
+    for size, out, scale in ((h, oh, c.attr("height_scale")), (w, ow, c.attr("width_scale"))):
+        src = _upsample_sources(sources, size, out, scale)
+        m = np.zeros((out, size), dtype=np.float64)
+        if c.attr("interpolation") == "nearest":
+            m[np.arange(out), src] = 1
+        else:
+            lo, hi, w_lo, w_hi = src
+            np.add.at(m, (np.arange(out), lo), w_lo)
+            np.add.at(m, (np.arange(out), hi), w_hi)
+        mats.append(m.astype(np_dtype(d)))
+    channels_first_io(c, 2, "dy", ["dx"], lambda c, dy, outs: _along_axes_onnx(c, dy, 4, mats, outs[0]))
+
+
 op("upsample", inputs=["x"], outputs=["y"], attrs=UPSAMPLE_ATTRS, infer=_upsample_infer, kernel=_upsample_fn,
    onnx=_upsample_onnx, xla=_upsample_xla,
    grad=lambda g: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
        "upsample_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)),
    doc="2-D nearest/bilinear upsampling by (height_scale, width_scale); output size int(n * scale)")
 op("upsample_grad", inputs=["dy", "x"], outputs=["dx"], attrs=UPSAMPLE_ATTRS, infer=_upsample_grad_infer,
-   kernel=_upsample_grad_kernel, xla=_upsample_grad_xla)
+   kernel=_upsample_grad_kernel, xla=_upsample_grad_xla, onnx=_upsample_grad_onnx)

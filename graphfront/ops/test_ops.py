@@ -101,16 +101,34 @@ def _test_reshape_infer(ctx):
 
 op("TestReshape", inputs=["in"], outputs=["out"], attrs={"shape": "shape"}, infer=_test_reshape_infer,
    kernel=lambda k: (lambda x, s=tuple(k.attr("shape")): x.reshape(s)),
-   xla=lambda k: (lambda x, s=tuple(k.attr("shape")): x.reshape(s)), doc="reshape (framework test op)")
+   xla=lambda k: (lambda x, s=tuple(k.attr("shape")): x.reshape(s)), doc="reshape (framework test op)",
+   onnx=lambda c: c.node("Reshape", [c.input("in"), c.const(onnx_rules.int64s(c.attr("shape")))], [c.output("out")]))
+
+
+def _arange_onnx(c):
+    """The logical output: [0 .. n / devices - 1] on each of the op's devices, concatenated (the
+    split along axis 0 is even: no SBP signature fits another)."""
+    n, devices = c.output_desc("out").shape[0], c.parallel_num
+    return np.tile(np.arange(n // devices, dtype=np.float32), devices)
+
+
+def _filled_onnx(c, out, value, i=0):
+    """Output ``out`` (index ``i``) as a constant: ``value`` in its shape and dtype."""
+    d = c.output_desc(out, i)
+    c.node("Identity", [c.const(np.full(d.shape, value, dtype=onnx_rules.np_dtype(d)))], [c.output(out, i)])
+
+
+def _identity_onnx(in_arg, out_arg):
+    return lambda c: c.node("Identity", [c.input(in_arg)], [c.output(out_arg)])
 
 op("TestSource", outputs=["out"], infer=_float32_source(lambda ctx: (5,)), kernel=lambda k: _arange(5, k),
-   xla=lambda k: _arange_xla(5),
+   xla=lambda k: _arange_xla(5), onnx=onnx_rules.constant_output(_arange_onnx),
    no_grad=True, doc="float32 [0, 1, 2, 3, 4]")
 op("TestDynamicSource", outputs=["out"], infer=_float32_source(lambda ctx: (5,), dynamic=True),
    kernel=lambda k: _arange(3, k), no_grad=True, doc="dynamic (5,) blob holding [0, 1, 2]")
 op("TestSourceMultiGpuFixedOutNum", outputs=["out"], attrs={"out_num": ("int64", 0)},
    infer=_float32_source(lambda ctx: (ctx.attr("out_num"),)), kernel=lambda k: _arange(k.output("out").shape[0], k),
-   xla=lambda k: _arange_xla(k.output("out").shape[0]),
+   xla=lambda k: _arange_xla(k.output("out").shape[0]), onnx=onnx_rules.constant_output(_arange_onnx),
    sbp=lambda ctx: _sbp.Only([{"out": _sbp.split(0)}]), no_grad=True,
    doc="split along axis 0: each of the n devices holds [0 .. out_num/n - 1]")
 
@@ -144,6 +162,7 @@ def _multi_output_infer(ctx):
 op("TestMultiOutputOrder", inputs=["in"], outputs=["out1", "out2"], infer=_multi_output_infer,
    kernel=lambda k: (lambda x: (x.clone(), x.new_zeros(x.shape[:-1] + (x.shape[-1] * 2,)))), no_grad=True,
    xla=lambda k: (lambda x: (x, xla_rules.jnp().zeros(x.shape[:-1] + (x.shape[-1] * 2,), x.dtype))),
+   onnx=lambda c: (_identity_onnx("in", "out1")(c), _filled_onnx(c, "out2", 0)),
    doc="out1 = in, out2 = zeros with the last dim doubled")
 
 
@@ -162,12 +181,14 @@ def _multi_input_grad(g):
 
 op("TestMultiInput", inputs=["x1", "x2"], outputs=["y"], infer=_multi_input_infer,
    kernel=lambda k: (lambda x1, x2: x1.clone()), xla=lambda k: (lambda x1, x2: x1), grad=_multi_input_grad,
+   onnx=_identity_onnx("x1", "y"),
    doc="y = x1 (framework test op)")
 op("TestMultiInputGrad", inputs=["x1", "x2", "y_diff"], outputs=["x1_diff", "x2_diff"],
    infer=lambda ctx: (ctx.set_output("x1_diff", ctx.input("x1").shape, ctx.input("x1").dtype),
                       ctx.set_output("x2_diff", ctx.input("x2").shape, ctx.input("x2").dtype)),
    kernel=lambda k: (lambda x1, x2, dy: (torch.ones_like(x1), torch.full_like(x2, 2.0))),
    xla=lambda k: (lambda x1, x2, dy: (xla_rules.jnp().ones_like(x1), xla_rules.jnp().full_like(x2, 2.0))),
+   onnx=lambda c: (_filled_onnx(c, "x1_diff", 1), _filled_onnx(c, "x2_diff", 2)),
    doc="fixed test gradients: ones for x1, twos for x2")
 
 op("TestDataTypeAttr", inputs=["in"], outputs=["out"], attrs={"output_type": ("dtype", None)},
@@ -175,6 +196,7 @@ op("TestDataTypeAttr", inputs=["in"], outputs=["out"], attrs={"output_type": ("d
                       ctx.set_output("out", ctx.input("in").shape, ctx.attr("output_type"))),
    kernel=lambda k: (lambda x, t=k.attr("output_type").torch: x.to(t)), no_grad=True,
    xla=lambda k: (lambda x, t=k.attr("output_type").np: x.astype(t)),
+   onnx=lambda c: c.node("Cast", [c.input("in")], [c.output("out")], to=c.dtype_code(c.attr("output_type"))),
    doc="in cast to attr output_type")
 
 
@@ -202,8 +224,9 @@ def _list_attr_xla(k):
 op("TestListDataTypeAndListShapeAndListStringAttr", inputs=["in"], outputs=["out*"],
    attrs={"out_shapes": "list_shape", "out_types": "list_dtype", "string_list": "list_string"},
    infer=_list_attr_infer, kernel=_list_attr_kernel, xla=_list_attr_xla, no_grad=True,
+   onnx=lambda c: [_filled_onnx(c, "out", 0, i) for i in range(len(c.all_outputs()))],
    doc="zeros of each (out_shapes[i], out_types[i]) (list attr test op)")
 
 op("test_user_op_attr_auto_type", inputs=["in"], outputs=["out"],
    attrs={"int1": ("int32", 0), "int2": ("int32", 0)}, infer=like("in"), kernel=lambda k: (lambda x: x.clone()),
-   xla=lambda k: (lambda x: x), no_grad=True, doc="out = in (attr type test op)")
+   xla=lambda k: (lambda x: x), no_grad=True, onnx=_identity_onnx("in", "out"), doc="out = in (attr type test op)")

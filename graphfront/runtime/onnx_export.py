@@ -23,6 +23,7 @@ import numpy as np
 
 from graphfront.framework import job_builder as jb
 from graphfront.framework.job_builder import TensorDesc
+from graphfront.framework.scope_symbols import device_count
 from graphfront.ops import registry
 from graphfront.passes import complete
 from graphfront.runtime.walk import ScheduleWalk
@@ -43,10 +44,11 @@ class OnnxCtx:
     and the builder of nodes and constants.
 
     ONNX value names are graphfront lbns (``op_name/out_0``); ``node`` returns the
-    output names it was given.
+    output names it was given. ``parallel_num`` is the number of devices of the op's placement
+    (the exported graph computes the logical blobs).
     """
 
-    def __init__(self, exporter, op_conf, descs):
+    def __init__(self, exporter, op_conf, descs, parallel_num=1):
         self._x = exporter
         self.op_name = op_conf.name
         self.op_type = op_conf.user_conf.op_type_name
@@ -55,6 +57,7 @@ class OnnxCtx:
         self._descs = descs
         self._def = registry.lookup(self.op_type)
         self.attrs = jb.user_attrs(op_conf)
+        self.parallel_num = parallel_num
 
     def attr(self, name):
         return self.attrs[name]
@@ -176,7 +179,8 @@ class _OnnxWalk(ScheduleWalk):
     def compute(self, i, op):
         if jb.op_kind(op) != "user_conf":
             raise OnnxExportError(f"op '{op.name}' ({jb.op_kind(op)}) cannot be exported to ONNX")
-        registry.lookup(op.user_conf.op_type_name).onnx(OnnxCtx(self.x, op, self.descs))
+        devices = device_count(self.placements.get(op.name, ("0:0",)))
+        registry.lookup(op.user_conf.op_type_name).onnx(OnnxCtx(self.x, op, self.descs, devices))
 
 
 def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None, check=True):

@@ -184,11 +184,7 @@ NO_ONNX = {
 }
 
 PENDING_ONNX = (
-    "TestDataTypeAttr", "TestListDataTypeAndListShapeAndListStringAttr", "TestMultiInput", "TestMultiInputGrad",
-    "TestMultiOutputOrder", "TestReshape", "TestSource", "TestSourceMultiGpuFixedOutNum", "adaptive_avg_pool1d_grad",
-    "adaptive_avg_pool2d_grad", "adaptive_avg_pool3d_grad", "avgpool_1d_grad", "avgpool_2d_grad", "avgpool_3d_grad",
-    "crop_mirror_normalize_from_uint8", "ctc_greedy_decoder", "ctc_loss", "ctc_loss_grad",
-    "fused_self_attention_query_mul_key_and_value_grad", "test_user_op_attr_auto_type", "upsample_grad",
+    "ctc_greedy_decoder", "ctc_loss", "ctc_loss_grad",
 )
 
 _RANDOMNESS = "randomness the lowering cannot reproduce: "

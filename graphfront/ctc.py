@@ -35,6 +35,9 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
                                          "target_lengths": target_lengths},
                             {"max_target_length": int(targets.shape[1]), "blank": int(blank),
                              "zero_infinity": bool(zero_infinity)}, outputs=("loss", "alpha"), name=name)
+    if zero_infinity:  # (the op keeps inf, as ATen's _ctc_loss; its gradient already zeros those rows)
+        loss = math.where(math.equal(loss, float("inf"), name=f"{name}_is_inf"),
+                          array.zeros_like(loss, name=f"{name}_zeros"), loss, name=f"{name}_zero_inf")
     if reduction == "sum":
         return math.reduce_sum(loss, name=f"{name}_reduce_sum")
     if reduction == "mean":

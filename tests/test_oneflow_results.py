@@ -304,3 +304,36 @@ def test_ordinal_encoder_runs_oneflows_large_cpu_case_within_a_minute():
     distinct = np.unique(np.concatenate(draws)).size
     np.testing.assert_array_equal(y, z)
     assert int(flow.get_all_variables()["encode1-Size"].numpy()[0]) == distinct and 1 <= y.min() <= y.max() <= distinct
+
+
+def test_ctc_loss_zero_infinity_zeros_an_impossible_alignment_as_torch():
+    """A target longer than its input has no alignment: its loss is inf, or 0 (and no
+    gradient) with zero_infinity, as torch.nn.functional.ctc_loss."""
+    import torch
+    t, n, c = 4, 2, 5
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((t, n, c)).astype(np.float32)
+    targets = np.array([[1, 2, 3, 4, 1, 2], [1, 2, 0, 0, 0, 0]], np.int32)   # the first needs >= 7 steps
+    lengths, target_lengths = np.array([4, 4], np.int32), np.array([6, 2], np.int32)
+    grads = {}
+
+    @flow.global_function(type="train")
+    def job(lp: tp.Numpy.Placeholder((t, n, c)), tg: tp.Numpy.Placeholder((n, 6), dtype=flow.int32),
+            il: tp.Numpy.Placeholder((n,), dtype=flow.int32),
+            tl: tp.Numpy.Placeholder((n,), dtype=flow.int32)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            w = flow.get_variable("w", (t, n, c), initializer=flow.zeros_initializer())
+            x = flow.nn.logsoftmax(lp + w, axis=-1)
+            loss = flow.ctc_loss(x, tg, il, tl, reduction="none", zero_infinity=True)
+            flow.watch_diff(w, lambda g: grads.setdefault("w", g))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]), momentum=0).minimize(loss)
+        return loss
+    got = job(logits, targets, lengths, target_lengths)
+    x = torch.tensor(logits, requires_grad=True)
+    want = torch.nn.functional.ctc_loss(torch.log_softmax(x, -1), torch.tensor(targets).long(),
+                                        torch.tensor(lengths).long(), torch.tensor(target_lengths).long(),
+                                        reduction="none", zero_infinity=True)
+    want.sum().backward()
+    assert got[0] == 0.0 and np.isfinite(got).all()
+    np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(grads["w"], x.grad.numpy(), rtol=1e-4, atol=1e-6)

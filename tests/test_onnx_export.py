@@ -778,6 +778,16 @@ CASES.update({
 })
 
 
+CASES.update({
+    # few classes, so that blanks (the last class) and repeats occur; lengths from 0 to T
+    "ctc_greedy_decoder": (
+        lambda: ({"log_probs": t(6, 3, 4), "input_lengths": _int(3, low=0, high=7)}, {"merge_repeated": oneof(True, False)}),
+        lambda: ({"log_probs": t(5, 2, 3, dtype=flow.double), "input_lengths": _int(2, low=0, high=6)},
+                 {"merge_repeated": True}),
+        lambda: ({"log_probs": t(1, 4, 2), "input_lengths": _int(4, low=0, high=2)}, {"merge_repeated": False})),
+})
+
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

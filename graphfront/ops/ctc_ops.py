@@ -17,15 +17,18 @@
   first ``input_lengths[b]`` steps, without the blank (class ``C - 1``, TensorFlow's
   convention, as OneFlow's kernel) and, with ``merge_repeated``, without repeats of
   the previous step's class; left-aligned, zero-padded. ``neg_sum_logits[b]`` is minus
-  the sum of those per-step maxima. No grad fn.
+  the sum of those per-step maxima. No grad fn. The kernel raises for a length outside
+  ``[0, T]``; the ONNX export (which cannot raise) clamps it into that range.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpRunError
-from graphfront.ops import xla_rules
+from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops.onnx_rules import INT64, int64s
 from graphfront.ops.registry import op
 
 _aten = torch.ops.aten
@@ -280,7 +283,41 @@ def _greedy_xla(k):
     return ctc_greedy_decoder
 
 
+def _greedy_onnx(c):
+    """ctc_greedy_decoder as ONNX: ArgMax / ReduceMax over the classes, the keep mask (valid
+    step, not the blank, with ``merge_repeated`` not the previous step's class), each kept
+    step's slot from a CumSum of the mask, and a ScatterElements of the classes into a
+    zero (N, T + 1) tensor whose last column takes the dropped steps and is sliced off.
+    ONNX cannot raise: an input length outside ``[0, T]`` is clamped into it (a negative
+    length decodes nothing, one past ``T`` decodes all ``T`` steps) where the kernel raises."""
+    d = c.input_desc("log_probs")
+    t, n, classes = d.shape
+    lp = c.input("log_probs")
+    idx = c.node("ArgMax", [lp], axis=2, keepdims=0)                           # (T, N) int64
+    best = onnx_rules.reduce_node(c, "ReduceMax", lp, [2], 0)                  # (T, N)
+    il = c.node("Min", [c.node("Max", [c.input("input_lengths"), c.const(np.int64(0))]), c.const(np.int64(t))])
+    valid = c.node("Less", [c.const(np.arange(t, dtype=np.int64).reshape(t, 1)),
+                            c.node("Unsqueeze", [il, c.const(int64s([0]))])])
+    keep = c.node("And", [valid, c.node("Not", [c.node("Equal", [idx, c.const(np.int64(classes - 1))])])])
+    if c.attr("merge_repeated"):
+        prev = c.node("Concat", [c.const(np.full((1, n), -1, np.int64)),
+                                 c.node("Slice", [idx, c.const(int64s([0])), c.const(int64s([t - 1])),
+                                                  c.const(int64s([0]))])], axis=0)
+        keep = c.node("And", [keep, c.node("Not", [c.node("Equal", [idx, prev])])])
+    valid_f = c.node("Cast", [valid], to=c.dtype_code(d.dtype))
+    total = onnx_rules.reduce_node(c, "ReduceSum", c.node("Mul", [best, valid_f]), [0], 0)     # (N,)
+    c.node("Neg", [c.node("Unsqueeze", [total, c.const(int64s([1]))])], [c.output("neg_sum_logits")])
+    pos = c.node("Sub", [c.node("CumSum", [c.node("Cast", [keep], to=INT64), c.const(np.int64(0))]),
+                         c.const(np.int64(1))])
+    slot = c.node("Where", [keep, pos, c.const(np.int64(t))])                  # (t: dropped)
+    perm = dict(perm=[1, 0])
+    scattered = c.node("ScatterElements", [c.const(np.zeros((n, t + 1), np.int64)), c.node("Transpose", [slot], **perm),
+                                           c.node("Transpose", [idx], **perm)], axis=1)
+    c.node("Slice", [scattered, c.const(int64s([0])), c.const(int64s([t])), c.const(int64s([1]))],
+           [c.output("decoded")])
+
+
 op("ctc_greedy_decoder", inputs=["log_probs", "input_lengths"], outputs=["decoded", "neg_sum_logits"],
-   attrs={"merge_repeated": ("bool", False)}, infer=_greedy_infer, kernel=_greedy_kernel, xla=_greedy_xla,
+   attrs={"merge_repeated": ("bool", False)}, infer=_greedy_infer, kernel=_greedy_kernel, xla=_greedy_xla, onnx=_greedy_onnx,
    host_reads=True,
    doc="greedy (best path) CTC decoding; the blank is the last class")

@@ -785,6 +785,18 @@ CASES.update({
         lambda: ({"log_probs": t(5, 2, 3, dtype=flow.double), "input_lengths": _int(2, low=0, high=6)},
                  {"merge_repeated": True}),
         lambda: ({"log_probs": t(1, 4, 2), "input_lengths": _int(4, low=0, high=2)}, {"merge_repeated": False})),
+    # targets of 0 to S labels (blank 0 or the last class), some alignments impossible (inf loss)
+    "ctc_loss": (
+        lambda: ({"log_probs": t(6, 3, 4, low=-3.0, high=0.0), "targets": _int(3, 3, low=1, high=4),
+                  "input_lengths": _int(3, low=1, high=7), "target_lengths": _int(3, low=0, high=4)},
+                 {"max_target_length": oneof(3, 5), "blank": 0}),
+        lambda: ({"log_probs": t(5, 2, 3, low=-3.0, high=0.0, dtype=flow.double),
+                  "targets": _int(2, 2, low=0, high=2, dtype=flow.int32),
+                  "input_lengths": _int(2, low=0, high=6, dtype=flow.int32), "target_lengths": _int(2, low=0, high=3)},
+                 {"max_target_length": 2, "blank": 2}),
+        lambda: ({"log_probs": t(1, 2, 3, low=-3.0, high=0.0), "targets": _int(2, 1, low=1, high=3),
+                  "input_lengths": _int(2, low=0, high=2), "target_lengths": _int(2, low=0, high=2)},
+                 {"max_target_length": 1, "blank": 0})),
 })
 
 

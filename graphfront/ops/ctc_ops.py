@@ -28,7 +28,7 @@ import torch
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpRunError
 from graphfront.ops import onnx_rules, xla_rules
-from graphfront.ops.onnx_rules import INT64, int64s
+from graphfront.ops.onnx_rules import INT64, const_as, int64s
 from graphfront.ops.registry import op
 
 _aten = torch.ops.aten
@@ -143,6 +143,69 @@ def _ctc_loss_xla(k):
     return ctc_loss
 
 
+def _onnx_log_add(c, d, *terms):
+    """log(sum(exp(terms))) shifted by their max (0 where all are -inf), as ``_log_add3``."""
+    m = c.node("Max", list(terms))
+    m = c.node("Where", [c.node("Equal", [m, const_as(c, -np.inf, d)]), const_as(c, 0, d), m])
+    total = c.node("Sum", [c.node("Exp", [c.node("Sub", [x, m])]) for x in terms])
+    return c.node("Add", [c.node("Log", [total]), m])
+
+
+def _ctc_loss_onnx(c):
+    """ctc_loss as ONNX: the emission table by GatherElements, the alpha recursion as a
+    ``Scan`` over time in log space (the ``xla`` rule's formulas), the loss from the two final
+    states at each sequence's last step."""
+    d = c.input_desc("log_probs")
+    t, n, classes = d.shape
+    w, width, code = 2 * c.input_desc("targets").shape[1] + 1, 2 * c.attr("max_target_length") + 1, c.dtype_code(d.dtype)
+    ninf, i64 = const_as(c, -np.inf, d), lambda v: c.const(np.int64(v))  # noqa: E731
+    il, tl = (c.node("Cast", [c.input(a)], to=INT64) for a in ("input_lengths", "target_lengths"))
+    j = np.arange(w)
+    labels = c.node("Gather", [c.node("Cast", [c.input("targets")], to=INT64), c.const(np.maximum(j - 1, 0) // 2)],
+                    axis=1)
+    ext = c.node("Where", [c.const(j % 2 == 1), labels, i64(c.attr("blank"))])                 # (N, W)
+    ext = c.node("Min", [c.node("Max", [ext, i64(0)]), i64(classes - 1)])
+    at = c.node("Expand", [c.node("Unsqueeze", [ext, c.const(int64s([0]))]), c.const(int64s([t, n, w]))])
+    emit = c.node("GatherElements", [c.input("log_probs"), at], axis=2)                        # (T, N, W)
+    back = lambda x, k: c.node("Gather", [x, c.const(np.maximum(j - k, 0))], axis=1)  # noqa: E731  x[:, j - k]
+    skip = c.node("And", [c.const(j >= 2), c.node("Not", [c.node("Equal", [ext, back(ext, 2)])])])
+    starts = c.node("Or", [c.const(j == 0), c.node("And", [c.const(j == 1), c.node("Unsqueeze", [
+        c.node("Greater", [tl, i64(0)]), c.const(int64s([1]))])])])
+    first = c.node("Where", [starts, c.node("Gather", [emit, i64(0)], axis=0), ninf])          # (N, W)
+
+    def step(prev, e):
+        a2 = c.node("Where", [c.const(j >= 1), back(prev, 1), ninf])
+        a3 = c.node("Where", [skip, back(prev, 2), ninf])
+        cur = c.node("Add", [_onnx_log_add(c, d, prev, a2, a3), e])
+        return [(cur, code), (c.node("Identity", [cur]), code)]
+    steps = [c.node("Unsqueeze", [first, c.const(int64s([0]))])]
+    if t > 1:
+        rest = c.node("Slice", [emit, c.const(int64s([1])), c.const(int64s([t])), c.const(int64s([0]))])
+        outs = [c.tmp("alpha_last"), c.tmp("alpha_rest")]
+        c.node("Scan", [first, rest], outs, num_scan_inputs=1,
+               body=c.subgraph("ctc_alpha_step", [("prev", code), ("emit", code)], step))
+        steps.append(outs[1])
+    alpha = c.node("Transpose", [c.node("Concat", steps, axis=0)], perm=[1, 0, 2])             # (N, T, W)
+    last_t = c.node("Min", [c.node("Max", [c.node("Sub", [il, i64(1)]), i64(0)]), i64(t - 1)])
+    at = c.node("Expand", [c.node("Reshape", [last_t, c.const(int64s([n, 1, 1]))]), c.const(int64s([n, 1, w]))])
+    last = c.node("Squeeze", [c.node("GatherElements", [alpha, at], axis=1), c.const(int64s([1]))])  # (N, W)
+    col = lambda ids: c.node("Squeeze", [c.node("GatherElements", [last, c.node("Unsqueeze", [  # noqa: E731
+        c.node("Min", [c.node("Max", [ids, i64(0)]), i64(w - 1)]), c.const(int64s([1]))])], axis=1), c.const(int64s([1]))])
+    two_tl = c.node("Mul", [tl, i64(2)])
+    l1, l2 = col(two_tl), col(c.node("Sub", [two_tl, i64(1)]))
+    no_target = c.node("Equal", [tl, i64(0)])
+    nll = c.node("Where", [no_target, c.node("Neg", [l1]), c.node("Neg", [_onnx_log_add(c, d, l1, l2)])])
+    empty = c.node("Where", [no_target, const_as(c, 0, d), const_as(c, np.inf, d)])
+    c.node("Where", [c.node("Equal", [il, i64(0)]), empty, nll], [c.output("loss")])
+    if width > w:
+        alpha = c.node("Concat", [alpha, c.const(np.full((n, t, width - w), -np.inf, onnx_rules.np_dtype(d)))], axis=2)
+    reached = c.node("And", [
+        c.node("Less", [c.const(np.arange(t).reshape(1, t, 1)), c.node("Reshape", [il, c.const(int64s([n, 1, 1]))])]),
+        c.node("Less", [c.const(np.arange(width).reshape(1, 1, width)),
+                        c.node("Reshape", [c.node("Add", [two_tl, i64(1)]), c.const(int64s([n, 1, 1]))])])])
+    c.node("Where", [reached, alpha, ninf], [c.output("alpha")])
+
+
 def _ctc_loss_grad_kernel(k):
     blank, zero_inf = k.attr("blank"), k.attr("zero_infinity")
 
@@ -209,7 +272,7 @@ def _ctc_loss_grad_infer(ctx):
 
 
 op("ctc_loss", inputs=["log_probs", "targets", "input_lengths", "target_lengths"], outputs=["loss", "alpha"],
-   attrs=CTC_ATTRS, infer=_ctc_loss_infer, kernel=_ctc_loss_kernel, grad=_ctc_loss_grad, xla=_ctc_loss_xla,
+   attrs=CTC_ATTRS, infer=_ctc_loss_infer, kernel=_ctc_loss_kernel, grad=_ctc_loss_grad, xla=_ctc_loss_xla, onnx=_ctc_loss_onnx,
    doc="per-sequence CTC negative log likelihood and its log forward variables")
 op("ctc_loss_grad", inputs=["grad_out", "log_probs", "targets", "input_lengths", "target_lengths", "loss", "alpha"],
    outputs=["grad"], attrs=CTC_ATTRS, infer=_ctc_loss_grad_infer, kernel=_ctc_loss_grad_kernel, xla=_ctc_loss_grad_xla,

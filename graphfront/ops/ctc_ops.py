@@ -151,24 +151,53 @@ def _onnx_log_add(c, d, *terms):
     return c.node("Add", [c.node("Log", [total]), m])
 
 
+class _OnnxCtc:
+    """What the ctc_loss / ctc_loss_grad converters share: the int64 lengths, the extended
+    labels ``ext`` (N, W), the emission table ``emit`` (T, N, W), whether a state may skip the
+    one before it (``skip``, N, W) and the state indices ``j`` (a numpy ``arange(W)``)."""
+
+    def __init__(self, c):
+        self.d = d = c.input_desc("log_probs")
+        self.t, self.n, self.classes = t, n, classes = d.shape
+        self.w = w = 2 * c.input_desc("targets").shape[1] + 1
+        self.width, self.code = 2 * c.attr("max_target_length") + 1, c.dtype_code(d.dtype)
+        self.ninf = const_as(c, -np.inf, d)
+        self.il, self.tl = (c.node("Cast", [c.input(a)], to=INT64) for a in ("input_lengths", "target_lengths"))
+        self.j = j = np.arange(w)
+        i64 = self.i64 = lambda v: c.const(np.int64(v))  # noqa: E731
+        labels = c.node("Gather", [c.node("Cast", [c.input("targets")], to=INT64),
+                                   c.const(np.maximum(j - 1, 0) // 2)], axis=1)
+        ext = c.node("Where", [c.const(j % 2 == 1), labels, i64(c.attr("blank"))])
+        self.ext = ext = c.node("Min", [c.node("Max", [ext, i64(0)]), i64(classes - 1)])
+        at = c.node("Expand", [c.node("Unsqueeze", [ext, c.const(int64s([0]))]), c.const(int64s([t, n, w]))])
+        self.emit = c.node("GatherElements", [c.input("log_probs"), at], axis=2)
+        self.skip = c.node("And", [c.const(j >= 2), c.node("Not", [c.node("Equal", [ext, self.back(c, ext, 2)])])])
+
+    def back(self, c, x, k):
+        """``x[:, j - k]`` (clamped at 0; the caller masks the states below k)."""
+        return c.node("Gather", [x, c.const(np.maximum(self.j - k, 0))], axis=1)
+
+    def ahead(self, c, x, k):
+        """``x[:, j + k]`` (clamped at W - 1; the caller masks the states past the end)."""
+        return c.node("Gather", [x, c.const(np.minimum(self.j + k, self.w - 1))], axis=1)
+
+    def reached(self, c, width):
+        """(N, T, width) bool: the steps before ``input_lengths``, states of the first ``2 * target_lengths + 1``."""
+        col = lambda v: c.node("Reshape", [v, c.const(int64s([self.n, 1, 1]))])  # noqa: E731
+        return c.node("And", [
+            c.node("Less", [c.const(np.arange(self.t).reshape(1, self.t, 1)), col(self.il)]),
+            c.node("Less", [c.const(np.arange(width).reshape(1, 1, width)),
+                            col(c.node("Add", [c.node("Mul", [self.tl, self.i64(2)]), self.i64(1)]))])])
+
+
 def _ctc_loss_onnx(c):
     """ctc_loss as ONNX: the emission table by GatherElements, the alpha recursion as a
     ``Scan`` over time in log space (the ``xla`` rule's formulas), the loss from the two final
     states at each sequence's last step."""
-    d = c.input_desc("log_probs")
-    t, n, classes = d.shape
-    w, width, code = 2 * c.input_desc("targets").shape[1] + 1, 2 * c.attr("max_target_length") + 1, c.dtype_code(d.dtype)
-    ninf, i64 = const_as(c, -np.inf, d), lambda v: c.const(np.int64(v))  # noqa: E731
-    il, tl = (c.node("Cast", [c.input(a)], to=INT64) for a in ("input_lengths", "target_lengths"))
-    j = np.arange(w)
-    labels = c.node("Gather", [c.node("Cast", [c.input("targets")], to=INT64), c.const(np.maximum(j - 1, 0) // 2)],
-                    axis=1)
-    ext = c.node("Where", [c.const(j % 2 == 1), labels, i64(c.attr("blank"))])                 # (N, W)
-    ext = c.node("Min", [c.node("Max", [ext, i64(0)]), i64(classes - 1)])
-    at = c.node("Expand", [c.node("Unsqueeze", [ext, c.const(int64s([0]))]), c.const(int64s([t, n, w]))])
-    emit = c.node("GatherElements", [c.input("log_probs"), at], axis=2)                        # (T, N, W)
-    back = lambda x, k: c.node("Gather", [x, c.const(np.maximum(j - k, 0))], axis=1)  # noqa: E731  x[:, j - k]
-    skip = c.node("And", [c.const(j >= 2), c.node("Not", [c.node("Equal", [ext, back(ext, 2)])])])
+    x = _OnnxCtc(c)
+    d, t, n, w, width, code, ninf, i64, j = x.d, x.t, x.n, x.w, x.width, x.code, x.ninf, x.i64, x.j
+    il, tl, emit, skip = x.il, x.tl, x.emit, x.skip
+    back = lambda v, k: x.back(c, v, k)  # noqa: E731
     starts = c.node("Or", [c.const(j == 0), c.node("And", [c.const(j == 1), c.node("Unsqueeze", [
         c.node("Greater", [tl, i64(0)]), c.const(int64s([1]))])])])
     first = c.node("Where", [starts, c.node("Gather", [emit, i64(0)], axis=0), ninf])          # (N, W)
@@ -199,11 +228,7 @@ def _ctc_loss_onnx(c):
     c.node("Where", [c.node("Equal", [il, i64(0)]), empty, nll], [c.output("loss")])
     if width > w:
         alpha = c.node("Concat", [alpha, c.const(np.full((n, t, width - w), -np.inf, onnx_rules.np_dtype(d)))], axis=2)
-    reached = c.node("And", [
-        c.node("Less", [c.const(np.arange(t).reshape(1, t, 1)), c.node("Reshape", [il, c.const(int64s([n, 1, 1]))])]),
-        c.node("Less", [c.const(np.arange(width).reshape(1, 1, width)),
-                        c.node("Reshape", [c.node("Add", [two_tl, i64(1)]), c.const(int64s([n, 1, 1]))])])])
-    c.node("Where", [reached, alpha, ninf], [c.output("alpha")])
+    c.node("Where", [x.reached(c, width), alpha, ninf], [c.output("alpha")])
 
 
 def _ctc_loss_grad_kernel(k):

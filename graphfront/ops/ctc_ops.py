@@ -283,6 +283,54 @@ def _ctc_loss_grad_xla(k):
     return ctc_loss_grad
 
 
+def _ctc_loss_grad_onnx(c):
+    """ctc_loss_grad as ONNX: the beta recursion as a reverse ``Scan`` over time, per step and
+    class the log sum of alpha * beta over that class's states (a one-hot mask over the
+    states: O(N T W C) memory), then the ``xla`` rule's formula."""
+    x = _OnnxCtc(c)
+    d, t, n, w, classes, code, ninf, i64, j = x.d, x.t, x.n, x.w, x.classes, x.code, x.ninf, x.i64, x.j
+    unsq = lambda v, axes: c.node("Unsqueeze", [v, c.const(int64s(axes))])  # noqa: E731
+    skip_next = c.node("And", [c.const(j + 2 < w), x.ahead(c, x.skip, 2)])    # may state j + 2 skip j + 1
+    last_s = unsq(c.node("Mul", [x.tl, i64(2)]), [1])                          # (N, 1)
+    il_m1 = c.node("Sub", [x.il, i64(1)])
+    ends = c.node("Or", [c.node("Equal", [c.const(j), last_s]), c.node("And", [
+        c.node("Equal", [c.const(j), c.node("Sub", [last_s, i64(1)])]), c.node("Greater", [last_s, i64(0)])])])
+    in_path = c.node("LessOrEqual", [c.const(j), last_s]) if c.opset >= 16 else \
+        c.node("Not", [c.node("Greater", [c.const(j), last_s])])
+
+    def step(nxt, step_t, e):
+        b2 = c.node("Where", [c.const(j + 1 < w), x.ahead(c, nxt, 1), ninf])
+        b3 = c.node("Where", [skip_next, x.ahead(c, nxt, 2), ninf])
+        rec = c.node("Where", [in_path, c.node("Add", [_onnx_log_add(c, d, nxt, b2, b3), e]), ninf])
+        init = c.node("Where", [ends, e, ninf])
+        is_last, before = (unsq(c.node(op, [step_t, il_m1]), [1]) for op in ("Equal", "Less"))
+        cur = c.node("Where", [is_last, init, c.node("Where", [before, rec, ninf])])
+        return [(cur, code), (c.node("Identity", [cur]), code)]
+    start = c.node("Expand", [ninf, c.const(int64s([n, w]))])
+    outs = [c.tmp("beta_first"), c.tmp("beta")]
+    c.node("Scan", [start, c.const(np.arange(t, dtype=np.int64)), x.emit], outs, num_scan_inputs=2,
+           scan_input_directions=[1, 1], scan_output_directions=[1],
+           body=c.subgraph("ctc_beta_step", [("next", code), ("step", INT64), ("emit", code)], step))
+    alpha = c.node("Slice", [c.input("alpha"), c.const(int64s([0])), c.const(int64s([w])), c.const(int64s([2]))])
+    ab = c.node("Add", [alpha, c.node("Transpose", [outs[1]], perm=[1, 0, 2])])
+    ab = unsq(c.node("Where", [x.reached(c, w), ab, ninf]), [3])                      # (N, T, W, 1)
+    of_class = c.node("Equal", [unsq(x.ext, [1, 3]), c.const(np.arange(classes))])    # (N, 1, W, C)
+    top = onnx_rules.reduce_node(c, "ReduceMax", c.node("Where", [of_class, ab, ninf]), [2], 1)  # (N, T, 1, C)
+    top = c.node("Where", [c.node("Equal", [top, ninf]), const_as(c, 0, d), top])
+    summed = onnx_rules.reduce_node(c, "ReduceSum", c.node("Where", [
+        of_class, c.node("Exp", [c.node("Sub", [ab, top])]), const_as(c, 0, d)]), [2], 0)  # (N, T, C)
+    log_ab = c.node("Add", [c.node("Log", [summed]), c.node("Squeeze", [top, c.const(int64s([2]))])])
+    lp = c.node("Transpose", [c.input("log_probs")], perm=[1, 0, 2])
+    col = lambda v: c.node("Reshape", [v, c.const(int64s([n, 1, 1]))])  # noqa: E731
+    nll = col(c.input("loss"))
+    grad = c.node("Mul", [c.node("Sub", [c.node("Exp", [lp]), c.node("Exp", [
+        c.node("Sub", [c.node("Add", [log_ab, nll]), lp])])]), col(c.input("grad_out"))])
+    keep = c.node("Less", [c.const(np.arange(t).reshape(1, t, 1)), col(x.il)])
+    if c.attr("zero_infinity"):
+        keep = c.node("And", [keep, c.node("Not", [c.node("Equal", [nll, const_as(c, np.inf, d)])])])
+    c.node("Transpose", [c.node("Where", [keep, grad, const_as(c, 0, d)])], [c.output("grad")], perm=[1, 0, 2])
+
+
 def _ctc_loss_grad(g):
     if g.needs("log_probs"):
         ins = {a: g.input(a) for a in ("log_probs", "targets", "input_lengths", "target_lengths")}
@@ -301,6 +349,7 @@ op("ctc_loss", inputs=["log_probs", "targets", "input_lengths", "target_lengths"
    doc="per-sequence CTC negative log likelihood and its log forward variables")
 op("ctc_loss_grad", inputs=["grad_out", "log_probs", "targets", "input_lengths", "target_lengths", "loss", "alpha"],
    outputs=["grad"], attrs=CTC_ATTRS, infer=_ctc_loss_grad_infer, kernel=_ctc_loss_grad_kernel, xla=_ctc_loss_grad_xla,
+   onnx=_ctc_loss_grad_onnx,
    host_reads=True,
    doc="gradient of ctc_loss with respect to log_probs")
 

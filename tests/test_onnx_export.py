@@ -781,7 +781,8 @@ CASES.update({
 CASES.update({
     # few classes, so that blanks (the last class) and repeats occur; lengths from 0 to T
     "ctc_greedy_decoder": (
-        lambda: ({"log_probs": t(6, 3, 4), "input_lengths": _int(3, low=0, high=7)}, {"merge_repeated": oneof(True, False)}),
+        lambda: ({"log_probs": t(6, 3, 4), "input_lengths": _int(3, low=0, high=7)},
+                 {"merge_repeated": oneof(True, False)}),
         lambda: ({"log_probs": t(5, 2, 3, dtype=flow.double), "input_lengths": _int(2, low=0, high=6)},
                  {"merge_repeated": True}),
         lambda: ({"log_probs": t(1, 4, 2), "input_lengths": _int(4, low=0, high=2)}, {"merge_repeated": False})),
@@ -806,7 +807,8 @@ CASES.update({
         lambda: ({"grad_out": t(2, dtype=flow.double), "log_probs": t(5, 2, 3, low=-3.0, high=0.0, dtype=flow.double),
                   "targets": _int(2, 2, low=0, high=2, dtype=flow.int32),
                   "input_lengths": _int(2, low=0, high=6, dtype=flow.int32), "target_lengths": _int(2, low=0, high=3),
-                  "loss": t(2, low=0.5, high=3.0, dtype=flow.double), "alpha": t(2, 5, 5, low=-3.0, high=0.0, dtype=flow.double)},
+                  "loss": t(2, low=0.5, high=3.0, dtype=flow.double),
+                  "alpha": t(2, 5, 5, low=-3.0, high=0.0, dtype=flow.double)},
                  {"max_target_length": 2, "blank": 2}),
         lambda: ({"grad_out": t(2), "log_probs": t(4, 2, 3, low=-3.0, high=0.0), "targets": _int(2, 2, low=1, high=3),
                   "input_lengths": _int(2, low=1, high=5), "target_lengths": _int(2, low=0, high=3),

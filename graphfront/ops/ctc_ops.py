@@ -218,8 +218,9 @@ def _ctc_loss_onnx(c):
     last_t = c.node("Min", [c.node("Max", [c.node("Sub", [il, i64(1)]), i64(0)]), i64(t - 1)])
     at = c.node("Expand", [c.node("Reshape", [last_t, c.const(int64s([n, 1, 1]))]), c.const(int64s([n, 1, w]))])
     last = c.node("Squeeze", [c.node("GatherElements", [alpha, at], axis=1), c.const(int64s([1]))])  # (N, W)
-    col = lambda ids: c.node("Squeeze", [c.node("GatherElements", [last, c.node("Unsqueeze", [  # noqa: E731
-        c.node("Min", [c.node("Max", [ids, i64(0)]), i64(w - 1)]), c.const(int64s([1]))])], axis=1), c.const(int64s([1]))])
+    def col(ids):  # last[:, ids] (ids clamped into [0, W - 1])
+        ids = c.node("Unsqueeze", [c.node("Min", [c.node("Max", [ids, i64(0)]), i64(w - 1)]), c.const(int64s([1]))])
+        return c.node("Squeeze", [c.node("GatherElements", [last, ids], axis=1), c.const(int64s([1]))])
     two_tl = c.node("Mul", [tl, i64(2)])
     l1, l2 = col(two_tl), col(c.node("Sub", [two_tl, i64(1)]))
     no_target = c.node("Equal", [tl, i64(0)])
@@ -345,7 +346,8 @@ def _ctc_loss_grad_infer(ctx):
 
 
 op("ctc_loss", inputs=["log_probs", "targets", "input_lengths", "target_lengths"], outputs=["loss", "alpha"],
-   attrs=CTC_ATTRS, infer=_ctc_loss_infer, kernel=_ctc_loss_kernel, grad=_ctc_loss_grad, xla=_ctc_loss_xla, onnx=_ctc_loss_onnx,
+   attrs=CTC_ATTRS, infer=_ctc_loss_infer, kernel=_ctc_loss_kernel, grad=_ctc_loss_grad, xla=_ctc_loss_xla,
+   onnx=_ctc_loss_onnx,
    doc="per-sequence CTC negative log likelihood and its log forward variables")
 op("ctc_loss_grad", inputs=["grad_out", "log_probs", "targets", "input_lengths", "target_lengths", "loss", "alpha"],
    outputs=["grad"], attrs=CTC_ATTRS, infer=_ctc_loss_grad_infer, kernel=_ctc_loss_grad_kernel, xla=_ctc_loss_grad_xla,
@@ -455,6 +457,7 @@ def _greedy_onnx(c):
 
 
 op("ctc_greedy_decoder", inputs=["log_probs", "input_lengths"], outputs=["decoded", "neg_sum_logits"],
-   attrs={"merge_repeated": ("bool", False)}, infer=_greedy_infer, kernel=_greedy_kernel, xla=_greedy_xla, onnx=_greedy_onnx,
+   attrs={"merge_repeated": ("bool", False)}, infer=_greedy_infer, kernel=_greedy_kernel, xla=_greedy_xla,
+   onnx=_greedy_onnx,
    host_reads=True,
    doc="greedy (best path) CTC decoding; the blank is the last class")

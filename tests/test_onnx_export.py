@@ -778,6 +778,45 @@ CASES.update({
 })
 
 
+CASES.update({
+    # few classes, so that blanks (the last class) and repeats occur; lengths from 0 to T
+    "ctc_greedy_decoder": (
+        lambda: ({"log_probs": t(6, 3, 4), "input_lengths": _int(3, low=0, high=7)},
+                 {"merge_repeated": oneof(True, False)}),
+        lambda: ({"log_probs": t(5, 2, 3, dtype=flow.double), "input_lengths": _int(2, low=0, high=6)},
+                 {"merge_repeated": True}),
+        lambda: ({"log_probs": t(1, 4, 2), "input_lengths": _int(4, low=0, high=2)}, {"merge_repeated": False})),
+    # targets of 0 to S labels (blank 0 or the last class), some alignments impossible (inf loss)
+    "ctc_loss": (
+        lambda: ({"log_probs": t(6, 3, 4, low=-3.0, high=0.0), "targets": _int(3, 3, low=1, high=4),
+                  "input_lengths": _int(3, low=1, high=7), "target_lengths": _int(3, low=0, high=4)},
+                 {"max_target_length": oneof(3, 5), "blank": 0}),
+        lambda: ({"log_probs": t(5, 2, 3, low=-3.0, high=0.0, dtype=flow.double),
+                  "targets": _int(2, 2, low=0, high=2, dtype=flow.int32),
+                  "input_lengths": _int(2, low=0, high=6, dtype=flow.int32), "target_lengths": _int(2, low=0, high=3)},
+                 {"max_target_length": 2, "blank": 2}),
+        lambda: ({"log_probs": t(1, 2, 3, low=-3.0, high=0.0), "targets": _int(2, 1, low=1, high=3),
+                  "input_lengths": _int(2, low=0, high=2), "target_lengths": _int(2, low=0, high=2)},
+                 {"max_target_length": 1, "blank": 0})),
+    # loss and alpha drawn (finite), or an infinite loss under zero_infinity
+    "ctc_loss_grad": (
+        lambda: ({"grad_out": t(3), "log_probs": t(6, 3, 4, low=-3.0, high=0.0), "targets": _int(3, 3, low=1, high=4),
+                  "input_lengths": _int(3, low=1, high=7), "target_lengths": _int(3, low=0, high=4),
+                  "loss": t(3, low=0.5, high=3.0), "alpha": t(3, 6, 9, low=-3.0, high=0.0)},
+                 {"max_target_length": 4, "blank": 0, "zero_infinity": oneof(True, False)}),
+        lambda: ({"grad_out": t(2, dtype=flow.double), "log_probs": t(5, 2, 3, low=-3.0, high=0.0, dtype=flow.double),
+                  "targets": _int(2, 2, low=0, high=2, dtype=flow.int32),
+                  "input_lengths": _int(2, low=0, high=6, dtype=flow.int32), "target_lengths": _int(2, low=0, high=3),
+                  "loss": t(2, low=0.5, high=3.0, dtype=flow.double),
+                  "alpha": t(2, 5, 5, low=-3.0, high=0.0, dtype=flow.double)},
+                 {"max_target_length": 2, "blank": 2}),
+        lambda: ({"grad_out": t(2), "log_probs": t(4, 2, 3, low=-3.0, high=0.0), "targets": _int(2, 2, low=1, high=3),
+                  "input_lengths": _int(2, low=1, high=5), "target_lengths": _int(2, low=0, high=3),
+                  "loss": np.array([1.5, np.inf], np.float32), "alpha": t(2, 4, 5, low=-3.0, high=0.0)},
+                 {"max_target_length": 2, "blank": 0, "zero_infinity": True})),
+})
+
+
 def _one_op_job(op_type, inputs, attrs):
     """A predict job feeding every input array through a placeholder into one ``op_type``;
     it returns every blob of the op's required outputs, or of all its outputs when each is optional

@@ -17,15 +17,18 @@
   first ``input_lengths[b]`` steps, without the blank (class ``C - 1``, TensorFlow's
   convention, as OneFlow's kernel) and, with ``merge_repeated``, without repeats of
   the previous step's class; left-aligned, zero-padded. ``neg_sum_logits[b]`` is minus
-  the sum of those per-step maxima. No grad fn.
+  the sum of those per-step maxima. No grad fn. The kernel raises for a length outside
+  ``[0, T]``; the ONNX export (which cannot raise) clamps it into that range.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpRunError
-from graphfront.ops import xla_rules
+from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops.onnx_rules import INT64, const_as, int64s
 from graphfront.ops.registry import op
 
 _aten = torch.ops.aten
@@ -140,6 +143,95 @@ def _ctc_loss_xla(k):
     return ctc_loss
 
 
+def _onnx_log_add(c, d, *terms):
+    """log(sum(exp(terms))) shifted by their max (0 where all are -inf), as ``_log_add3``."""
+    m = c.node("Max", list(terms))
+    m = c.node("Where", [c.node("Equal", [m, const_as(c, -np.inf, d)]), const_as(c, 0, d), m])
+    total = c.node("Sum", [c.node("Exp", [c.node("Sub", [x, m])]) for x in terms])
+    return c.node("Add", [c.node("Log", [total]), m])
+
+
+class _OnnxCtc:
+    """What the ctc_loss / ctc_loss_grad converters share: the int64 lengths, the extended
+    labels ``ext`` (N, W), the emission table ``emit`` (T, N, W), whether a state may skip the
+    one before it (``skip``, N, W) and the state indices ``j`` (a numpy ``arange(W)``)."""
+
+    def __init__(self, c):
+        self.d = d = c.input_desc("log_probs")
+        self.t, self.n, self.classes = t, n, classes = d.shape
+        self.w = w = 2 * c.input_desc("targets").shape[1] + 1
+        self.width, self.code = 2 * c.attr("max_target_length") + 1, c.dtype_code(d.dtype)
+        self.ninf = const_as(c, -np.inf, d)
+        self.il, self.tl = (c.node("Cast", [c.input(a)], to=INT64) for a in ("input_lengths", "target_lengths"))
+        self.j = j = np.arange(w)
+        i64 = self.i64 = lambda v: c.const(np.int64(v))  # noqa: E731
+        labels = c.node("Gather", [c.node("Cast", [c.input("targets")], to=INT64),
+                                   c.const(np.maximum(j - 1, 0) // 2)], axis=1)
+        ext = c.node("Where", [c.const(j % 2 == 1), labels, i64(c.attr("blank"))])
+        self.ext = ext = c.node("Min", [c.node("Max", [ext, i64(0)]), i64(classes - 1)])
+        at = c.node("Expand", [c.node("Unsqueeze", [ext, c.const(int64s([0]))]), c.const(int64s([t, n, w]))])
+        self.emit = c.node("GatherElements", [c.input("log_probs"), at], axis=2)
+        self.skip = c.node("And", [c.const(j >= 2), c.node("Not", [c.node("Equal", [ext, self.back(c, ext, 2)])])])
+
+    def back(self, c, x, k):
+        """``x[:, j - k]`` (clamped at 0; the caller masks the states below k)."""
+        return c.node("Gather", [x, c.const(np.maximum(self.j - k, 0))], axis=1)
+
+    def ahead(self, c, x, k):
+        """``x[:, j + k]`` (clamped at W - 1; the caller masks the states past the end)."""
+        return c.node("Gather", [x, c.const(np.minimum(self.j + k, self.w - 1))], axis=1)
+
+    def reached(self, c, width):
+        """(N, T, width) bool: the steps before ``input_lengths``, states of the first ``2 * target_lengths + 1``."""
+        col = lambda v: c.node("Reshape", [v, c.const(int64s([self.n, 1, 1]))])  # noqa: E731
+        return c.node("And", [
+            c.node("Less", [c.const(np.arange(self.t).reshape(1, self.t, 1)), col(self.il)]),
+            c.node("Less", [c.const(np.arange(width).reshape(1, 1, width)),
+                            col(c.node("Add", [c.node("Mul", [self.tl, self.i64(2)]), self.i64(1)]))])])
+
+
+def _ctc_loss_onnx(c):
+    """ctc_loss as ONNX: the emission table by GatherElements, the alpha recursion as a
+    ``Scan`` over time in log space (the ``xla`` rule's formulas), the loss from the two final
+    states at each sequence's last step."""
+    x = _OnnxCtc(c)
+    d, t, n, w, width, code, ninf, i64, j = x.d, x.t, x.n, x.w, x.width, x.code, x.ninf, x.i64, x.j
+    il, tl, emit, skip = x.il, x.tl, x.emit, x.skip
+    back = lambda v, k: x.back(c, v, k)  # noqa: E731
+    starts = c.node("Or", [c.const(j == 0), c.node("And", [c.const(j == 1), c.node("Unsqueeze", [
+        c.node("Greater", [tl, i64(0)]), c.const(int64s([1]))])])])
+    first = c.node("Where", [starts, c.node("Gather", [emit, i64(0)], axis=0), ninf])          # (N, W)
+
+    def step(prev, e):
+        a2 = c.node("Where", [c.const(j >= 1), back(prev, 1), ninf])
+        a3 = c.node("Where", [skip, back(prev, 2), ninf])
+        cur = c.node("Add", [_onnx_log_add(c, d, prev, a2, a3), e])
+        return [(cur, code), (c.node("Identity", [cur]), code)]
+    steps = [c.node("Unsqueeze", [first, c.const(int64s([0]))])]
+    if t > 1:
+        rest = c.node("Slice", [emit, c.const(int64s([1])), c.const(int64s([t])), c.const(int64s([0]))])
+        outs = [c.tmp("alpha_last"), c.tmp("alpha_rest")]
+        c.node("Scan", [first, rest], outs, num_scan_inputs=1,
+               body=c.subgraph("ctc_alpha_step", [("prev", code), ("emit", code)], step))
+        steps.append(outs[1])
+    alpha = c.node("Transpose", [c.node("Concat", steps, axis=0)], perm=[1, 0, 2])             # (N, T, W)
+    last_t = c.node("Min", [c.node("Max", [c.node("Sub", [il, i64(1)]), i64(0)]), i64(t - 1)])
+    at = c.node("Expand", [c.node("Reshape", [last_t, c.const(int64s([n, 1, 1]))]), c.const(int64s([n, 1, w]))])
+    last = c.node("Squeeze", [c.node("GatherElements", [alpha, at], axis=1), c.const(int64s([1]))])  # (N, W)
+    def col(ids):  # last[:, ids] (ids clamped into [0, W - 1])
+        ids = c.node("Unsqueeze", [c.node("Min", [c.node("Max", [ids, i64(0)]), i64(w - 1)]), c.const(int64s([1]))])
+        return c.node("Squeeze", [c.node("GatherElements", [last, ids], axis=1), c.const(int64s([1]))])
+    two_tl = c.node("Mul", [tl, i64(2)])
+    l1, l2 = col(two_tl), col(c.node("Sub", [two_tl, i64(1)]))
+    no_target = c.node("Equal", [tl, i64(0)])
+    nll = c.node("Where", [no_target, c.node("Neg", [l1]), c.node("Neg", [_onnx_log_add(c, d, l1, l2)])])
+    empty = c.node("Where", [no_target, const_as(c, 0, d), const_as(c, np.inf, d)])
+    c.node("Where", [c.node("Equal", [il, i64(0)]), empty, nll], [c.output("loss")])
+    if width > w:
+        alpha = c.node("Concat", [alpha, c.const(np.full((n, t, width - w), -np.inf, onnx_rules.np_dtype(d)))], axis=2)
+    c.node("Where", [x.reached(c, width), alpha, ninf], [c.output("alpha")])
+
+
 def _ctc_loss_grad_kernel(k):
     blank, zero_inf = k.attr("blank"), k.attr("zero_infinity")
 
@@ -192,6 +284,54 @@ def _ctc_loss_grad_xla(k):
     return ctc_loss_grad
 
 
+def _ctc_loss_grad_onnx(c):
+    """ctc_loss_grad as ONNX: the beta recursion as a reverse ``Scan`` over time, per step and
+    class the log sum of alpha * beta over that class's states (a one-hot mask over the
+    states: O(N T W C) memory), then the ``xla`` rule's formula."""
+    x = _OnnxCtc(c)
+    d, t, n, w, classes, code, ninf, i64, j = x.d, x.t, x.n, x.w, x.classes, x.code, x.ninf, x.i64, x.j
+    unsq = lambda v, axes: c.node("Unsqueeze", [v, c.const(int64s(axes))])  # noqa: E731
+    skip_next = c.node("And", [c.const(j + 2 < w), x.ahead(c, x.skip, 2)])    # may state j + 2 skip j + 1
+    last_s = unsq(c.node("Mul", [x.tl, i64(2)]), [1])                          # (N, 1)
+    il_m1 = c.node("Sub", [x.il, i64(1)])
+    ends = c.node("Or", [c.node("Equal", [c.const(j), last_s]), c.node("And", [
+        c.node("Equal", [c.const(j), c.node("Sub", [last_s, i64(1)])]), c.node("Greater", [last_s, i64(0)])])])
+    in_path = c.node("LessOrEqual", [c.const(j), last_s]) if c.opset >= 16 else \
+        c.node("Not", [c.node("Greater", [c.const(j), last_s])])
+
+    def step(nxt, step_t, e):
+        b2 = c.node("Where", [c.const(j + 1 < w), x.ahead(c, nxt, 1), ninf])
+        b3 = c.node("Where", [skip_next, x.ahead(c, nxt, 2), ninf])
+        rec = c.node("Where", [in_path, c.node("Add", [_onnx_log_add(c, d, nxt, b2, b3), e]), ninf])
+        init = c.node("Where", [ends, e, ninf])
+        is_last, before = (unsq(c.node(op, [step_t, il_m1]), [1]) for op in ("Equal", "Less"))
+        cur = c.node("Where", [is_last, init, c.node("Where", [before, rec, ninf])])
+        return [(cur, code), (c.node("Identity", [cur]), code)]
+    start = c.node("Expand", [ninf, c.const(int64s([n, w]))])
+    outs = [c.tmp("beta_first"), c.tmp("beta")]
+    c.node("Scan", [start, c.const(np.arange(t, dtype=np.int64)), x.emit], outs, num_scan_inputs=2,
+           scan_input_directions=[1, 1], scan_output_directions=[1],
+           body=c.subgraph("ctc_beta_step", [("next", code), ("step", INT64), ("emit", code)], step))
+    alpha = c.node("Slice", [c.input("alpha"), c.const(int64s([0])), c.const(int64s([w])), c.const(int64s([2]))])
+    ab = c.node("Add", [alpha, c.node("Transpose", [outs[1]], perm=[1, 0, 2])])
+    ab = unsq(c.node("Where", [x.reached(c, w), ab, ninf]), [3])                      # (N, T, W, 1)
+    of_class = c.node("Equal", [unsq(x.ext, [1, 3]), c.const(np.arange(classes))])    # (N, 1, W, C)
+    top = onnx_rules.reduce_node(c, "ReduceMax", c.node("Where", [of_class, ab, ninf]), [2], 1)  # (N, T, 1, C)
+    top = c.node("Where", [c.node("Equal", [top, ninf]), const_as(c, 0, d), top])
+    summed = onnx_rules.reduce_node(c, "ReduceSum", c.node("Where", [
+        of_class, c.node("Exp", [c.node("Sub", [ab, top])]), const_as(c, 0, d)]), [2], 0)  # (N, T, C)
+    log_ab = c.node("Add", [c.node("Log", [summed]), c.node("Squeeze", [top, c.const(int64s([2]))])])
+    lp = c.node("Transpose", [c.input("log_probs")], perm=[1, 0, 2])
+    col = lambda v: c.node("Reshape", [v, c.const(int64s([n, 1, 1]))])  # noqa: E731
+    nll = col(c.input("loss"))
+    grad = c.node("Mul", [c.node("Sub", [c.node("Exp", [lp]), c.node("Exp", [
+        c.node("Sub", [c.node("Add", [log_ab, nll]), lp])])]), col(c.input("grad_out"))])
+    keep = c.node("Less", [c.const(np.arange(t).reshape(1, t, 1)), col(x.il)])
+    if c.attr("zero_infinity"):
+        keep = c.node("And", [keep, c.node("Not", [c.node("Equal", [nll, const_as(c, np.inf, d)])])])
+    c.node("Transpose", [c.node("Where", [keep, grad, const_as(c, 0, d)])], [c.output("grad")], perm=[1, 0, 2])
+
+
 def _ctc_loss_grad(g):
     if g.needs("log_probs"):
         ins = {a: g.input(a) for a in ("log_probs", "targets", "input_lengths", "target_lengths")}
@@ -207,9 +347,11 @@ def _ctc_loss_grad_infer(ctx):
 
 op("ctc_loss", inputs=["log_probs", "targets", "input_lengths", "target_lengths"], outputs=["loss", "alpha"],
    attrs=CTC_ATTRS, infer=_ctc_loss_infer, kernel=_ctc_loss_kernel, grad=_ctc_loss_grad, xla=_ctc_loss_xla,
+   onnx=_ctc_loss_onnx,
    doc="per-sequence CTC negative log likelihood and its log forward variables")
 op("ctc_loss_grad", inputs=["grad_out", "log_probs", "targets", "input_lengths", "target_lengths", "loss", "alpha"],
    outputs=["grad"], attrs=CTC_ATTRS, infer=_ctc_loss_grad_infer, kernel=_ctc_loss_grad_kernel, xla=_ctc_loss_grad_xla,
+   onnx=_ctc_loss_grad_onnx,
    host_reads=True,
    doc="gradient of ctc_loss with respect to log_probs")
 
@@ -280,7 +422,42 @@ def _greedy_xla(k):
     return ctc_greedy_decoder
 
 
+def _greedy_onnx(c):
+    """ctc_greedy_decoder as ONNX: ArgMax / ReduceMax over the classes, the keep mask (valid
+    step, not the blank, with ``merge_repeated`` not the previous step's class), each kept
+    step's slot from a CumSum of the mask, and a ScatterElements of the classes into a
+    zero (N, T + 1) tensor whose last column takes the dropped steps and is sliced off.
+    ONNX cannot raise: an input length outside ``[0, T]`` is clamped into it (a negative
+    length decodes nothing, one past ``T`` decodes all ``T`` steps) where the kernel raises."""
+    d = c.input_desc("log_probs")
+    t, n, classes = d.shape
+    lp = c.input("log_probs")
+    idx = c.node("ArgMax", [lp], axis=2, keepdims=0)                           # (T, N) int64
+    best = onnx_rules.reduce_node(c, "ReduceMax", lp, [2], 0)                  # (T, N)
+    il = c.node("Min", [c.node("Max", [c.input("input_lengths"), c.const(np.int64(0))]), c.const(np.int64(t))])
+    valid = c.node("Less", [c.const(np.arange(t, dtype=np.int64).reshape(t, 1)),
+                            c.node("Unsqueeze", [il, c.const(int64s([0]))])])
+    keep = c.node("And", [valid, c.node("Not", [c.node("Equal", [idx, c.const(np.int64(classes - 1))])])])
+    if c.attr("merge_repeated"):
+        prev = c.node("Concat", [c.const(np.full((1, n), -1, np.int64)),
+                                 c.node("Slice", [idx, c.const(int64s([0])), c.const(int64s([t - 1])),
+                                                  c.const(int64s([0]))])], axis=0)
+        keep = c.node("And", [keep, c.node("Not", [c.node("Equal", [idx, prev])])])
+    valid_f = c.node("Cast", [valid], to=c.dtype_code(d.dtype))
+    total = onnx_rules.reduce_node(c, "ReduceSum", c.node("Mul", [best, valid_f]), [0], 0)     # (N,)
+    c.node("Neg", [c.node("Unsqueeze", [total, c.const(int64s([1]))])], [c.output("neg_sum_logits")])
+    pos = c.node("Sub", [c.node("CumSum", [c.node("Cast", [keep], to=INT64), c.const(np.int64(0))]),
+                         c.const(np.int64(1))])
+    slot = c.node("Where", [keep, pos, c.const(np.int64(t))])                  # (t: dropped)
+    perm = dict(perm=[1, 0])
+    scattered = c.node("ScatterElements", [c.const(np.zeros((n, t + 1), np.int64)), c.node("Transpose", [slot], **perm),
+                                           c.node("Transpose", [idx], **perm)], axis=1)
+    c.node("Slice", [scattered, c.const(int64s([0])), c.const(int64s([t])), c.const(int64s([1]))],
+           [c.output("decoded")])
+
+
 op("ctc_greedy_decoder", inputs=["log_probs", "input_lengths"], outputs=["decoded", "neg_sum_logits"],
    attrs={"merge_repeated": ("bool", False)}, infer=_greedy_infer, kernel=_greedy_kernel, xla=_greedy_xla,
+   onnx=_greedy_onnx,
    host_reads=True,
    doc="greedy (best path) CTC decoding; the blank is the last class")

@@ -106,6 +106,23 @@ class OnnxCtx:
         from onnx import helper
         return helper.np_dtype_to_tensor_dtype(np.dtype(dtype.np))
 
+    def subgraph(self, hint, inputs, build):
+        """A ``GraphProto`` for the body of a ``Scan`` / ``Loop`` node. ``inputs`` are
+        ``(hint, ONNX element type)`` pairs; ``build(*input names)`` adds the body's nodes with
+        this ctx (constants become initializers of the main graph, which a body may read) and
+        returns ``(output name, element type)`` pairs, each output produced by a body node."""
+        from onnx import helper
+        outer, self._x.nodes = self._x.nodes, []
+        try:
+            names = [self.tmp(h) for h, _ in inputs]
+            outputs = build(*names)
+            nodes = self._x.nodes
+        finally:
+            self._x.nodes = outer
+        info = lambda n, t: helper.make_tensor_value_info(n, t, None)  # noqa: E731
+        return helper.make_graph(nodes, self.tmp(hint), [info(n, t) for n, (_, t) in zip(names, inputs)],
+                                 [info(n, t) for n, t in outputs])
+
     def tmp(self, hint):
         return self._x.fresh(f"{self.op_name}/{hint}")
 

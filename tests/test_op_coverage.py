@@ -35,9 +35,7 @@ def test_every_registered_op_type_is_exercised_by_an_autotest():
 # ---------------------------------------------------------------- lowering rules
 # Every op type without an ``xla`` rule (NO_XLA) or an ``onnx`` converter (NO_ONNX) beside its
 # kernel, with its reason: an op has no faithful XLA / ONNX equivalent (which semantics), or
-# its randomness is one the lowering cannot reproduce. PENDING_* are the op types whose rule
-# is simply not written yet: no reason allowed, the list only shrinks (a strict xfail below
-# says so until it is empty).
+# its randomness is one the lowering cannot reproduce. Every other op has both.
 _FILES = "reads or writes files on the host (a compiled step has no file I/O)"
 _BUFFERS = "tensor buffers hold host-side arrays of varying shapes"
 _DEVICES = "moves data between devices; the lowering compiles one device's step"
@@ -110,10 +108,6 @@ NO_XLA = {
     "unique_with_counts": _xla(_VALUE_SHAPED),
 }
 
-PENDING_XLA = (
-
-)
-
 NO_ONNX = {
     "CategoricalOrdinalEncode": _onnx(_HASH_TABLE),
     "OFRecordReader": _onnx(_FILES),
@@ -183,10 +177,6 @@ NO_ONNX = {
     "tensor_to_tensor_buffer": _onnx(_BUFFERS),
 }
 
-PENDING_ONNX = (
-    "ctc_greedy_decoder", "ctc_loss", "ctc_loss_grad",
-)
-
 _RANDOMNESS = "randomness the lowering cannot reproduce: "
 
 
@@ -213,7 +203,7 @@ def _lowerable_op_defs():
     return {name: d for name, d in defs.items() if not d.interface}
 
 
-def _check_rule_list(field, listed, pending, user_ops_only=False):
+def _check_rule_list(field, listed, user_ops_only=False):
     """Problems of the lists of the ops without a ``field`` rule: each such op listed once,
     with an allowed reason; no op listed that has the rule or is not registered."""
     from graphfront.core import op_conf_pb2
@@ -222,11 +212,10 @@ def _check_rule_list(field, listed, pending, user_ops_only=False):
         defs = {n: d for n, d in defs.items() if n not in op_conf_pb2.OperatorConf.DESCRIPTOR.fields_by_name}
     without = {name for name, d in defs.items() if getattr(d, field) is None}
     problems = [f"{name}: has no {field} rule and is not listed with a reason" for name in
-                sorted(without - set(listed) - set(pending))]
+                sorted(without - set(listed))]
     problems += [f"{name}: listed, but it has an {field} rule (remove it from the list)" for name in
-                 sorted((set(listed) | set(pending)) & set(defs) - without)]
-    problems += [f"{name}: listed, but no such op is registered" for name in sorted((set(listed) | set(pending)) - set(defs))]
-    problems += [f"{name}: both listed with a reason and pending" for name in sorted(set(listed) & set(pending))]
+                 sorted(set(listed) & set(defs) - without)]
+    problems += [f"{name}: listed, but no such op is registered" for name in sorted(set(listed) - set(defs))]
     allowed = (f"no faithful {'XLA' if field == 'xla' else 'ONNX'} equivalent: ", _RANDOMNESS)
     problems += [f"{name}: reason {why!r} is not one of {allowed} followed by the semantics"
                  for name, why in sorted(listed.items())
@@ -235,14 +224,8 @@ def _check_rule_list(field, listed, pending, user_ops_only=False):
 
 
 def test_every_op_without_an_xla_rule_is_listed_with_a_reason():
-    _check_rule_list("xla", NO_XLA, PENDING_XLA)
+    _check_rule_list("xla", NO_XLA)
 
 
 def test_every_op_without_an_onnx_converter_is_listed_with_a_reason():
-    _check_rule_list("onnx", NO_ONNX, PENDING_ONNX, user_ops_only=True)
-
-
-@pytest.mark.xfail(strict=True, reason="xla rules and ONNX converters not written yet: see PENDING_XLA / PENDING_ONNX")
-def test_no_rule_is_pending():
-    assert not PENDING_XLA and not PENDING_ONNX, (f"{len(PENDING_XLA)} op types wait for an xla rule, "
-                                                  f"{len(PENDING_ONNX)} for an ONNX converter")
+    _check_rule_list("onnx", NO_ONNX, user_ops_only=True)

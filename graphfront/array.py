@@ -23,7 +23,7 @@ from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
-from graphfront.ops.builder import build_op, unique_str
+from graphfront.ops.builder import build_op, placed_blob, unique_str
 from graphfront.ops import registry
 
 __all__ = [
@@ -296,11 +296,7 @@ def broadcast_to_compatible_with(x, compatible, name=None) -> BlobDesc:
     c.compatible.extend(b.lbn for b in blobs)
     c.y = "y"
     added = builder.add_op(conf)
-    lbn = f"{added.name}/y"
-    d = builder.desc(lbn)
-    parallel_conf = builder.scope.parallel_conf
-    parallel_conf.device_tag = added.device_tag
-    return BlobDesc(lbn, d.shape, d.dtype, parallel_conf, builder.job_name, d.is_dynamic)
+    return placed_blob(f"{added.name}/y", added.device_tag)
 
 
 def broadcast_like(x, like, broadcast_axes=None, name=None) -> BlobDesc:

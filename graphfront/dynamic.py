@@ -10,7 +10,7 @@ from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
-from graphfront.ops.builder import build_op, unique_str
+from graphfront.ops.builder import build_op, placed_blob, unique_str
 
 __all__ = ["argwhere", "cast_to_static_shape", "sync_dynamic_resize"]
 
@@ -43,11 +43,7 @@ def sync_dynamic_resize(inputs, size, name=None):
     c.out = "out"
     c.axis = 0
     added = builder.add_op(conf)
-    lbn = f"{added.name}/out"
-    d = builder.desc(lbn)
-    parallel_conf = builder.scope.parallel_conf
-    parallel_conf.device_tag = added.device_tag
-    return BlobDesc(lbn, d.shape, d.dtype, parallel_conf, builder.job_name, d.is_dynamic)
+    return placed_blob(f"{added.name}/out", added.device_tag)
 
 
 def argwhere(condition, dtype=None, name=None):

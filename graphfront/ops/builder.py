@@ -34,6 +34,17 @@ def _lbn_of(x, op_name, arg):
                         f"received {type(x).__name__} {x!r}" + format_location(user_frame()))
 
 
+def placed_blob(lbn, device_tag) -> BlobDesc:
+    """The BlobDesc of blob ``lbn`` of the job being built: its inferred shape, dtype and
+    dynamism, on the scope's devices with the ``device_tag`` of the op that makes it (the
+    scope's own tag when that is empty)."""
+    builder = jb.current()
+    d = builder.desc(lbn)
+    parallel_conf = builder.scope.parallel_conf
+    parallel_conf.device_tag = device_tag or parallel_conf.device_tag
+    return BlobDesc(lbn, d.shape, d.dtype, parallel_conf, builder.job_name, d.is_dynamic)
+
+
 class UserOpConfBuilder:
     """Fluent builder of one user op (see module docstring). Methods return ``self``."""
 
@@ -132,11 +143,7 @@ class UserOp:
         return self
 
     def _blob(self, lbn):
-        builder = jb.current()
-        d = builder.desc(lbn)
-        parallel_conf = builder.scope.parallel_conf
-        parallel_conf.device_tag = (self._added or self.op_conf).device_tag or parallel_conf.device_tag
-        return BlobDesc(lbn, d.shape, d.dtype, parallel_conf, builder.job_name, d.is_dynamic)
+        return placed_blob(lbn, (self._added or self.op_conf).device_tag)
 
     def RemoteBlobList(self):  # noqa: N802
         """Output blobs in declaration order (every index of every output arg)."""

@@ -100,17 +100,23 @@ def _fit(mnist, tmp_path, init, callbacks):
     return train_cfg.data, val_cfg.data
 
 
-def _reference(mnist, init_arrays):
-    """The same training written as plain global functions."""
-    train_x, train_y, test_x, test_y = mnist
-    flow.clear_default_session()
-
+def _reference_train_job():
+    """The train step of the digits model written as a plain global function."""
     @flow.global_function(type="train")
     def train(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28)),
               labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, _net(images))
         _sgd().minimize(loss)
         return loss
+    return train
+
+
+def _reference(mnist, init_arrays):
+    """The same training written as plain global functions."""
+    train_x, train_y, test_x, test_y = mnist
+    flow.clear_default_session()
+
+    train = _reference_train_job()
 
     @flow.global_function(type="predict")
     def predict(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28))) -> tp.Numpy:
@@ -298,12 +304,7 @@ def test_a_data_module_that_builds_blobs_in_the_job(mnist, tmp_path):
     # reference: the hand-written job on the same batch
     flow.clear_default_session()
 
-    @flow.global_function(type="train")
-    def train(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28)),
-              labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, _net(images))
-        _sgd().minimize(loss)
-        return loss
+    train = _reference_train_job()
 
     flow.load_variables(init)
     ref = [train(train_x[0], train_y[0]).mean() for _ in range(3)]

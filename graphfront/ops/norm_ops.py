@@ -16,6 +16,8 @@ Batch-norm statistics, as OneFlow (cuDNN) computes them:
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from graphfront.framework import dtypes as _dt
@@ -364,6 +366,7 @@ def _norm_axes(k, arg="x", attr="begin_norm_axis"):
     return shape, a
 
 
+@functools.lru_cache(maxsize=None)
 def _ln_stat_dtype(dtype, device):
     """The dtype of the statistics PyTorch's fused layer norm keeps for ``dtype`` inputs on
     ``device`` (float32 for float16 inputs on CUDA), found by running it on one element."""

@@ -155,6 +155,7 @@ NO_ONNX = {
     "lamb_update": _onnx(_IN_PLACE),
     "lars_update": _onnx(_IN_PLACE),
     "momentum_update": _onnx(_IN_PLACE),
+    "multi_tensor_adam_update": _onnx(_IN_PLACE),
     "multi_tensor_momentum_update": _onnx(_IN_PLACE),
     "multi_tensor_sgd_update": _onnx(_IN_PLACE),
     "nvtx_end": _onnx(_NVTX),

@@ -106,6 +106,32 @@ def test_momentum_updates_are_grouped_and_match():
     assert off[2].count("momentum_update") == 8
 
 
+def _adamw_train(config, correct):
+    """Two dense layers under AdamW, the biases excluded from weight decay: two update groups."""
+    @flow.global_function(type="train", function_config=config)
+    def train_job(x: tp.Numpy.Placeholder((8, 6), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            h = flow.layers.dense(x, 5, activation=flow.math.tanh, name="d1")
+            loss = flow.math.reduce_mean(flow.math.square(flow.layers.dense(h, 3, name="d2")))
+        flow.optimizer.AdamW(flow.optimizer.PiecewiseConstantScheduler([], [0.05]), weight_decay=0.1,
+                             weight_decay_excludes=["bias"], do_bias_correction=correct).minimize(loss)
+        return loss
+    return train_job
+
+
+@pytest.mark.parametrize("correct", [False, True])
+def test_adam_updates_are_grouped_and_match(correct):
+    feeds = (RNG.standard_normal((8, 6)).astype(np.float32),)
+    on = _run(lambda c: _adamw_train(c, correct), feeds, steps=4)
+    off = _run(lambda c: _adamw_train(c, correct), feeds, steps=4, disabled=["group_update_ops"])
+    _check_same(on, off, rtol=1e-5, atol=1e-6)
+    assert on[2].count("multi_tensor_adam_update") == 2 and "adam_update" not in on[2]
+    assert off[2].count("adam_update") == 4
+    # the kernel computes the bias correction from train_step: the factor ops are pruned
+    assert "adam_bias_correction_factor" not in on[2]
+    assert off[2].count("adam_bias_correction_factor") == (2 if correct else 0)
+
+
 # ------------------------------------------------------------------ single passes
 
 def _dense_relu_train(config):

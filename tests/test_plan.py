@@ -1,4 +1,6 @@
 """Plan lowering: generated code, buffer release, hoisting, multi-tensor updates, CUDA-graph switch."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -74,9 +76,14 @@ def test_train_jobs_do_not_hoist_updated_variables():
     np.testing.assert_allclose(first, [3 * np.e] * 2, rtol=1e-6)
 
 
-def _kernel(op_type, n, attrs, state=()):
+def _kernel(op_type, n, attrs, state=(), extra=()):
+    """The kernel of an update op over ``n`` (3, 2) float32 models; ``extra``: more (1,) inputs
+    as (arg, dtype) pairs, fed as ``<arg>/0``."""
     b = UserOpConfBuilder("u", prefix=False).Op(op_type)
     descs = {}
+    for arg, dtype in extra:
+        b.Input(arg, [f"{arg}/0"])
+        descs[f"{arg}/0"] = jb.TensorDesc((1,), dtype)
     inputs = {"model": [f"m/{i}" for i in range(n)], "model_diff": [f"d/{i}" for i in range(n)]}
     for s in state:
         inputs[s] = [f"{s}/{i}" for i in range(n)]
@@ -123,6 +130,42 @@ def test_multi_tensor_updates_match_single_updates(kind, lr_on_host):
         torch.testing.assert_close(a, b)
     for a, b in zip(diffs, diffs_before):
         assert torch.equal(a, b)  # gradients are never written
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+@pytest.mark.parametrize("correct", [False, True])
+def test_multi_tensor_adam_update_matches_adam_update(amsgrad, correct):
+    """The fused multi-tensor kernel against three single adam_update kernels: the same
+    formula with the decay taken first, so equal to float32 rounding; its bias correction
+    comes from train_step as adam_bias_correction_factor computes it."""
+    attrs = {"scale": 0.5, "weight_decay": 0.03, "beta1": 0.8, "beta2": 0.95, "epsilon": 1e-6,
+             "amsgrad": amsgrad, "do_bias_correction": correct}
+    state = ("m", "v", "max_v")
+    g = torch.Generator().manual_seed(0)
+    models, diffs, ms = ([torch.randn(3, 2, generator=g) for _ in range(3)] for _ in range(3))
+    vs, max_vs = ([torch.rand(3, 2, generator=g) for _ in range(3)] for _ in range(2))
+    lr, sbt, step = torch.tensor([0.1]), torch.tensor([1.5]), torch.tensor([4])
+    bcs = [1.0 - torch.tensor(b, dtype=torch.float64) ** 5 for b in (0.8, 0.95)]  # train_step 4: 5th step
+    single = _kernel("adam_update", 1, attrs, state,
+                     extra=[("bias_correction1", flow.float32), ("bias_correction2", flow.float32)])
+    multi = _kernel("multi_tensor_adam_update", 3, attrs, state, extra=[("train_step", flow.int64)])
+    ref = [[t.clone() for t in ts] for ts in (models, ms, vs, max_vs)]
+    for i in range(3):
+        single(ref[0][i], diffs[i], lr, sbt, None, *(b.reshape(1).float() for b in bcs), ref[1][i], ref[2][i],
+               ref[3][i])
+    got = [[t.clone() for t in ts] for ts in (models, ms, vs, max_vs)]
+    diffs_before = [d.clone() for d in diffs]
+    multi(*got[:1], diffs, *got[1:], lr, sbt, None, step)
+    assert all(torch.equal(a, b) for a, b in zip(diffs, diffs_before))  # gradients are never written
+    for gs, rs in zip(got, ref):
+        for a, b in zip(gs, rs):
+            torch.testing.assert_close(a, b)
+    assert not torch.equal(got[0][0], models[0])
+    # a non-zero skip_if leaves every tensor as it was, even with non-finite gradients
+    bad = [torch.full((3, 2), math.nan) for _ in range(3)]
+    kept = [[t.clone() for t in ts] for ts in got]
+    multi(*got[:1], bad, *got[1:], lr, sbt, torch.tensor([1]), step)
+    assert all(torch.equal(a, b) for gs, ks in zip(got, kept) for a, b in zip(gs, ks))
 
 
 class _NotCpu:

@@ -153,6 +153,12 @@ CASES = {
     "multi_tensor_momentum_update": ({"model": [_any((2, 3)), _any((4,))], "model_diff": [_any((2, 3)), _any((4,))],
                                       "momentum": [_any((2, 3)), _any((4,))], "learning_rate": _pos((1,))},
                                      {"beta": 0.9, "scale": 2.0}, [], {"model", "momentum"}),
+    "multi_tensor_adam_update": ({"model": [_any((2, 3)), _any((4,))], "model_diff": [_any((2, 3)), _any((4,))],
+                                  "m": [_any((2, 3)), _any((4,))], "v": [_pos((2, 3)), _pos((4,))],
+                                  "max_v": [_pos((2, 3)), _pos((4,))], "learning_rate": _pos((1,)),
+                                  "train_step": lambda r: np.array([3], np.int64)},
+                                 {"amsgrad": True, "epsilon": 1e-8, "weight_decay": 0.01, "scale": 0.5}, [],
+                                 {"model", "m", "v", "max_v"}),
 }
 _F64 = np.float64  # float64 cases: the two implementations agree to rounding (tolerance of _tolerance)
 CASES.update({

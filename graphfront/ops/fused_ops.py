@@ -30,6 +30,10 @@ op type                            origin   computes
 ``multi_tensor_sgd_update``        OneFlow  ``sgd_update`` over lists of models/grads in
                                             one ``torch._foreach_*`` sequence
 ``multi_tensor_momentum_update``   OneFlow  ``momentum_update`` likewise
+``multi_tensor_adam_update``       gf       ``adam_update`` (Adam / AdamW) over lists of
+                                            models, grads, ``m``, ``v``, ``max_v`` in one
+                                            fused kernel; bias correction from input
+                                            ``train_step`` (see below)
 =================================  =======  ================================================
 
 ``folded_constant`` (graphfront only; OneFlow's ``constant`` holds a scalar fill only):
@@ -42,11 +46,23 @@ The update formulas of the ``multi_tensor_*`` ops are those of ``sgd_update`` an
 (* scale_by_tensor) + l1 * sign(w) + l2 * w``; SGD ``w -= lr * (g + wd * w)``; momentum
 ``m = beta * m - lr * g; w += m - lr * wd * w``. Their arguments mirror the single-tensor
 ops with repeated ``model``/``model_diff``/``momentum``.
+
+``multi_tensor_adam_update`` (graphfront only: OneFlow's later op of that role takes the
+``bias_correction1/2`` blobs; this one takes ``train_step`` and computes
+``bc = 1 - beta ** (train_step + 1)`` itself, ``bc = 1`` without ``do_bias_correction``)
+runs PyTorch's fused AdamW kernel (``torch._fused_adamw_``, the kernel of
+``torch.optim.AdamW(fused=True)``): ``w -= lr * wd * w``; ``m = b1 m + (1-b1) g``;
+``v = b2 v + (1-b2) g^2``; ``w -= lr/bc1 * m / (sqrt(v or max_v)/sqrt(bc2) + eps)`` with
+``g = model_diff * scale * scale_by_tensor``. That is ``adam_update``'s formula with the
+decay taken before the step, so results agree with it to float rounding (a few ulps a
+step), not bitwise. A non-zero ``skip_if`` skips the whole update inside the kernel,
+without a host read. No ``l1`` / ``l2`` (such updates are not grouped).
 """
 from __future__ import annotations
 
 import base64
 import math
+import types
 
 import numpy as np
 import torch
@@ -56,7 +72,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import like, same_dtype, skippable
 from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, _pool_infer, bias_add_infer, conv_data_grad_onnx,
                                    conv_filter_grad_onnx, conv_xla_fn, layout_for, pool_geometry, torch_dilation)
-from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops import onnx_rules, optimizer_ops, xla_rules
 from graphfront.ops.onnx_rules import channels_first_io, const_as, int64s, np_dtype
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -505,10 +521,16 @@ def _multi_infer(state=()):
             for i, (m, d) in enumerate(zip(models, others)):
                 ctx.check(d.shape == m.shape, f"input '{arg}_{i}' expected shape {m.shape} (as 'model_{i}'), "
                                               f"received {d.shape}")
-        for arg in ("learning_rate", "scale_by_tensor", "skip_if"):
+        for arg in ("learning_rate", "scale_by_tensor", "skip_if", "train_step"):
             d = ctx.input(arg)
             if d is not None:
                 ctx.check(d.shape == (1,), f"input '{arg}' expected shape (1,), received {d.shape}")
+        step = ctx.input("train_step")
+        if "do_bias_correction" in ctx.attrs:
+            ctx.check(step is not None or not ctx.attr("do_bias_correction"),
+                      "attr 'do_bias_correction' is true: input 'train_step' expected, received none")
+        if step is not None:
+            ctx.check(step.dtype.is_integer, f"input 'train_step' expected an integer dtype, received {step.dtype.name}")
     return infer
 
 
@@ -620,6 +642,55 @@ def _multi_update_xla(momentum):
     return make
 
 
+def _multi_adam_kernel(k):
+    b1, b2, eps, wd, amsgrad, scale, lr_val = (k.attr(a) for a in ("beta1", "beta2", "epsilon", "weight_decay",
+                                                                    "amsgrad", "scale", "learning_rate_val"))
+    # without bias correction the kernel's 1 - beta ** step must be 1: an infinite step
+    correct = k.attr("do_bias_correction")
+    infinite = torch.full((), math.inf, device=k.device)
+
+    def multi_tensor_adam_update(models, diffs, ms, vs, max_vs, lr, scale_by_tensor, skip_if, train_step):
+        grads = [d if d.dtype == m.dtype else d.to(m.dtype) for m, d in zip(models, diffs)]
+        if scale != 1.0 or scale_by_tensor is not None:  # new tensors: the diffs are never written
+            grads = torch._foreach_mul(grads, scale if scale_by_tensor is None
+                                       else scale_by_tensor.reshape(()) * scale)
+        step = (train_step.reshape(()) + 1).float() if correct else infinite
+        torch._fused_adamw_(models, grads, ms, vs, max_vs if amsgrad else [], [step] * len(models),
+                            lr=_host_lr(lr, lr_val), beta1=b1, beta2=b2, weight_decay=wd, eps=eps,
+                            amsgrad=amsgrad, maximize=False,
+                            found_inf=None if skip_if is None else (skip_if.reshape(()) != 0).float())
+        return None
+    return multi_tensor_adam_update
+
+
+def _multi_adam_xla(k):
+    """``adam_update``'s xla rule over each variable: ``(None, (models, ms, vs, max_vs))``."""
+    jnp = xla_rules.jnp()
+    b1, b2 = k.attr("beta1"), k.attr("beta2")
+    scale, lr_val, correct = k.attr("scale"), k.attr("learning_rate_val"), k.attr("do_bias_correction")
+    # adam_update's rule; its bias_correction*_val attrs are unused: the factors are passed
+    apply = optimizer_ops.adam_xla_step(types.SimpleNamespace(attr=lambda a: k.attrs.get(a, 1.0)))
+
+    def update(models, diffs, ms, vs, max_vs, lr, scale_by_tensor, skip_if, train_step):
+        lr = lr_val if lr is None else lr.reshape(())
+        args = {}
+        if correct and train_step is not None:
+            t = (train_step + 1).astype(jnp.float64)
+            args = {f"bias_correction{i}": (1.0 - jnp.power(b, t)).astype(jnp.float32) for i, b in ((1, b1), (2, b2))}
+        out = {"model": [], "m": [], "v": [], "max_v": []}
+        for w, d, m, v, mv in zip(models, diffs, ms, vs, max_vs):
+            g = optimizer_ops.regularized_diff_xla(w, d, scale, 0.0, 0.0, scale_by_tensor)
+            new = apply(w, g, lr, dict(args, m=m, v=v, max_v=mv))
+            old = {"model": w, "m": m, "v": v, "max_v": mv}
+            for a in out:
+                value = new.get(a, old[a])
+                if skip_if is not None:
+                    value = jnp.where(skip_if.reshape(()) != 0, old[a], value)
+                out[a].append(value)
+        return None, (out["model"], out["m"], out["v"], out["max_v"])
+    return update
+
+
 _UPDATE_ATTRS = {"learning_rate_val": ("float", 0.0), "scale": ("double", 1.0), "l1": ("float", 0.0),
                  "l2": ("float", 0.0), "weight_decay": ("float", 0.0)}
 _LR = ["learning_rate?", "scale_by_tensor?", "skip_if?"]
@@ -631,5 +702,13 @@ op("multi_tensor_momentum_update", inputs=["model*", "model_diff*", "momentum*"]
    attrs={**_UPDATE_ATTRS, "beta": ("float", 0.9)}, infer=_multi_infer(("momentum",)),
    kernel=_multi_momentum_kernel, no_grad=True, mutates=("model", "momentum"), xla=_multi_update_xla(True),
    doc="momentum_update over every (model, model_diff, momentum) triple in torch._foreach_* calls")
+op("multi_tensor_adam_update", inputs=["model*", "model_diff*", "m*", "v*", "max_v*"] + _LR + ["train_step?"],
+   outputs=[], attrs={"learning_rate_val": ("float", 0.0), "scale": ("double", 1.0), "beta1": ("float", 0.9),
+                      "beta2": ("float", 0.999), "epsilon": ("float", 0.0), "weight_decay": ("float", 0.0),
+                      "amsgrad": ("bool", False), "do_bias_correction": ("bool", True)},
+   infer=_multi_infer(("m", "v", "max_v")), kernel=_multi_adam_kernel, no_grad=True,
+   mutates=("model", "m", "v", "max_v"), xla=_multi_adam_xla,
+   doc="graphfront-only: adam_update over every (model, model_diff, m, v, max_v) in torch's fused AdamW kernel, "
+       "bias correction from train_step")
 
 __all__ = ["encode_constant", "decode_constant", "like"]

@@ -123,5 +123,5 @@ _sparse_update("indexed_slices_adam_update", ["bias_correction1?", "bias_correct
                {"bias_correction1_val": ("float", 1.0), "bias_correction2_val": ("float", 1.0),
                 "beta1": ("float", 0.9), "beta2": ("float", 0.999), "epsilon": ("float", 1e-8),
                 "weight_decay": ("float", 0.0), "amsgrad": ("bool", False), "do_bias_correction": ("bool", True)},
-               ("m", "v", "max_v"), dense._adam_step, dense._adam_xla_step,
+               ("m", "v", "max_v"), dense._adam_step, dense.adam_xla_step,
                "adam_update on the rows named by model_diff_indices (their m, v and max_v only): lazy Adam")

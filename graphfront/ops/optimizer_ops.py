@@ -261,7 +261,7 @@ def _adam_step(k):
     return apply
 
 
-def _adam_xla_step(k):
+def adam_xla_step(k):
     jnp = xla_rules.jnp()
     b1, b2, eps = k.attr("beta1"), k.attr("beta2"), k.attr("epsilon")
     wd, amsgrad, correct = k.attr("weight_decay"), k.attr("amsgrad"), k.attr("do_bias_correction")
@@ -290,7 +290,7 @@ update_op("adam_update",
            "scale": ("double", 1.0), "l1": ("float", 0.0), "l2": ("float", 0.0), "beta1": ("float", 0.9),
            "beta2": ("float", 0.999), "epsilon": ("float", 0.0), "weight_decay": ("float", 0.0),
            "amsgrad": ("bool", False), "do_bias_correction": ("bool", True)},
-          state=("m", "v", "max_v"), step=_adam_step, xla_step=_adam_xla_step,
+          state=("m", "v", "max_v"), step=_adam_step, xla_step=adam_xla_step,
           doc="Adam/AdamW with optional bias correction and AMSGrad (see module docstring)")
 
 

@@ -1,11 +1,16 @@
 """Grouping of model updates into multi-tensor updates (``Job -> Job``).
 
-All ``sgd_update`` (or all ``momentum_update``) ops of a job that share their attrs,
-their ``learning_rate``/``scale_by_tensor``/``skip_if`` blobs, placement and model dtype
-— in practice every variable of one optimizer — become one ``multi_tensor_sgd_update``
-(``multi_tensor_momentum_update``) op, whose kernel updates the whole list with
-``torch._foreach_*`` calls instead of one small kernel chain per variable. The update
-formulas are unchanged (``graphfront/ops/fused_ops.py``).
+All ``sgd_update`` (``momentum_update``, ``adam_update``) ops of a job that share their
+attrs, their ``learning_rate``/``scale_by_tensor``/``skip_if`` blobs, placement and model
+dtype — in practice every variable of one optimizer — become one
+``multi_tensor_sgd_update`` (``multi_tensor_momentum_update``, ``multi_tensor_adam_update``)
+op, whose kernel updates the whole list in a few multi-tensor kernels instead of one small
+kernel chain per variable (``graphfront/ops/fused_ops.py``).
+
+``adam_update`` groups only without ``l1``/``l2`` and, with ``do_bias_correction``, when its
+``bias_correction1/2`` blobs are ``adam_bias_correction_factor`` ops of its own ``beta1`` /
+``beta2`` over one ``train_step``: the multi-tensor kernel computes those factors itself
+from ``train_step``, and the factor ops left without readers are pruned.
 """
 from __future__ import annotations
 
@@ -14,8 +19,30 @@ from graphfront.passes.rewrite import Net, has_op_types, single_input, user_type
 from graphfront.runtime import plan as rt
 
 GROUPABLE = {"sgd_update": ("multi_tensor_sgd_update", ()),
-             "momentum_update": ("multi_tensor_momentum_update", ("momentum",))}
+             "momentum_update": ("multi_tensor_momentum_update", ("momentum",)),
+             "adam_update": ("multi_tensor_adam_update", ("m", "v", "max_v"))}
 _SCALARS = ("learning_rate", "scale_by_tensor", "skip_if")
+_UNGROUPABLE = object()
+
+
+def _train_step(net, op):
+    """The ``train_step`` lbn an ``adam_update`` op's bias correction comes from: None without
+    bias correction, ``_UNGROUPABLE`` when its factors are not ``adam_bias_correction_factor``
+    ops of its own betas over one train step."""
+    if user_type(op) != "adam_update":
+        return None
+    attrs = net.attrs(op)
+    if not attrs.get("do_bias_correction", True):
+        return None
+    steps = set()
+    for idx in (1, 2):
+        lbn = single_input(op, f"bias_correction{idx}")
+        factor = net.producer_op(lbn) if lbn is not None else None
+        if user_type(factor) != "adam_bias_correction_factor" or \
+                net.attrs(factor)["beta"] != attrs[f"beta{idx}"]:
+            return _UNGROUPABLE
+        steps.add(single_input(factor, "train_step"))
+    return steps.pop() if len(steps) == 1 else _UNGROUPABLE
 
 
 def group_update_ops(job):
@@ -30,7 +57,10 @@ def group_update_ops(job):
         if t not in GROUPABLE or op.ctrl_in_op_name:
             continue
         attrs = tuple(sorted((k, repr(v)) for k, v in net.attrs(op).items()))
-        scalars = tuple(single_input(op, a) for a in _SCALARS)
+        train_step = _train_step(net, op)
+        if train_step is _UNGROUPABLE:
+            continue
+        scalars = tuple(single_input(op, a) for a in _SCALARS) + (train_step,)
         model = single_input(op, "model")
         key = (t, attrs, scalars, op.device_tag, placements.get(op.name), net.desc(model).dtype.name)
         groups.setdefault(key, []).append(op.name)
@@ -45,8 +75,7 @@ def group_update_ops(job):
                   "model_diff": [single_input(o, "model_diff") for o in ops]}
         for s in state:
             inputs[s] = [single_input(o, s) for o in ops]
-        for a in _SCALARS:
-            lbn = single_input(ops[0], a)
+        for a, lbn in zip(_SCALARS + ("train_step",), key[2]):
             if lbn is not None:
                 inputs[a] = lbn
         attrs = net.attrs(ops[0])

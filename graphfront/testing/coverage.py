@@ -41,6 +41,7 @@ EXEMPT = {
     "indexed_slices_adam_update": _UPDATE + " (sparse rows; emitted by the indexed-slices optimizer pass)",
     "multi_tensor_sgd_update": _UPDATE + " (the update-grouping pass merges sgd_update ops into it)",
     "multi_tensor_momentum_update": _UPDATE + " (the update-grouping pass merges momentum_update ops into it)",
+    "multi_tensor_adam_update": _UPDATE + " (the update-grouping pass merges adam_update ops into it)",
     "dynamic_loss_scale_schedule": "in-place update of the loss-scale and good-step-counter variables (no outputs); "
                                    "checked by tests/test_amp.py against a numpy model of OneFlow's rule",
     "assign_if": "conditional in-place write of a variable (no outputs); checked by tests/test_amp.py",

@@ -157,6 +157,7 @@ def test_multi_tensor_adam_update_matches_adam_update(amsgrad, correct):
     diffs_before = [d.clone() for d in diffs]
     multi(*got[:1], diffs, *got[1:], lr, sbt, None, step)
     assert all(torch.equal(a, b) for a, b in zip(diffs, diffs_before))  # gradients are never written
+    assert all(t._version > 0 for ts in got[:3] for t in ts)  # written, as other in-place ops mark it
     for gs, rs in zip(got, ref):
         for a, b in zip(gs, rs):
             torch.testing.assert_close(a, b)

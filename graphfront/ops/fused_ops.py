@@ -659,6 +659,9 @@ def _multi_adam_kernel(k):
                             lr=_host_lr(lr, lr_val), beta1=b1, beta2=b2, weight_decay=wd, eps=eps,
                             amsgrad=amsgrad, maximize=False,
                             found_inf=None if skip_if is None else (skip_if.reshape(()) != 0).float())
+        # the fused kernel does not bump the version counters that in-place ops bump (the xla
+        # and onnxruntime lowerings read them to see a variable changed)
+        torch._C._increment_version([*models, *ms, *vs, *(max_vs if amsgrad else ())])
         return None
     return multi_tensor_adam_update
 

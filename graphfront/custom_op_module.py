@@ -88,16 +88,19 @@ class CustomOpModule:
 
         Raises:
             NotImplementedError: only the ``.cpp`` exists (graphfront compiles no C++).
+            FileNotFoundError: neither file exists.
             TypeError: the file defines no ``declare(module)`` function.
         """
         if not os.path.isfile(self._file("py_def.py")):
+            how = (f"declare the ops in Python in {self._file('py_def.py')} (a function declare(module) calling "
+                   f"module.declare_op(...)) or with .declare_op(...)")
             if os.path.isfile(self._file("cpp_def.cpp")):
                 raise NotImplementedError(
                     f"custom op module {self.op_module_name!r}: graphfront does not compile C++ op definitions "
-                    f"({self._file('cpp_def.cpp')}); declare the ops in Python in {self._file('py_def.py')} "
-                    f"(a function declare(module) calling module.declare_op(...)) or with .declare_op(...)")
-            raise FileNotFoundError(f"custom op module {self.op_module_name!r}: {self._file('py_def.py')} "
-                                    f"does not exist")
+                    f"({self._file('cpp_def.cpp')}); {how}")
+            raise FileNotFoundError(f"custom op module {self.op_module_name!r}: no op definitions: neither "
+                                    f"{self._file('py_def.py')} nor OneFlow's C++ {self._file('cpp_def.cpp')} "
+                                    f"exists; {how}")
         definition = self._load("py_def.py", "the op definition file")
         declare = getattr(definition, "declare", None)
         if not callable(declare):

@@ -218,10 +218,12 @@ def image_resize(image, target_size=None, min_size=None, max_size=None, keep_asp
         raise NotImplementedError(f"flow.{fn}: keeping the aspect ratio (image_resize_keep_aspect_ratio) is not "
                                   "supported by graphfront; pass a fixed target_size=(width, height)")
     if deprecated:
-        if not (resize_x and resize_y):
-            _fail(fn, f"the deprecated arguments need resize_x and resize_y, received {resize_x}, {resize_y}")
-        target_size = (resize_x, resize_y)
-        channels = 1 if color_space == "GRAY" else 3
+        if resize_x > 0 and resize_y > 0:  # else target_size stands, as in OneFlow
+            target_size = (resize_x, resize_y)
+        if color_space is not None:
+            if str(color_space).upper() not in ("RGB", "BGR", "GRAY"):
+                _fail(fn, f"color_space must be 'RGB', 'BGR' or 'GRAY', received {color_space!r}")
+            channels = 1 if str(color_space).upper() == "GRAY" else 3
         if interp_type is not None:
             if interp_type not in _INTERP_TYPES:
                 _fail(fn, f"interp_type must be one of {sorted(_INTERP_TYPES)}, received {interp_type!r}")

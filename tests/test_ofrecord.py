@@ -261,3 +261,30 @@ def test_prefetcher_raises_the_producers_error():
     assert next(pf) == 1
     with pytest.raises(ValueError, match="bad shard"):
         next(pf)
+
+
+def test_image_resize_with_only_the_deprecated_color_space_uses_target_size(tmp_path):
+    # OneFlow: a deprecated argument alone (color_space) keeps target_size and makes Resize
+    # return the image blob only; resize_x/resize_y replace target_size only when both are > 0
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    for i in range(2):
+        Image.fromarray(np.random.default_rng(i).integers(0, 256, (7, 6), dtype=np.uint8)).save(src / f"{i}.png")
+    assert tool.main(["folder", "--src", str(tmp_path / "src"), "--out", str(tmp_path / "out"),
+                      "--data-part-num", "1"]) == 0
+    size = (5, 4)  # (width, height)
+
+    @flow.global_function(type="predict")
+    def job() -> tp.Bundle[tp.Numpy]:
+        rec = flow.data.ofrecord_reader(str(tmp_path / "out"), batch_size=2, part_name_suffix_length=5)
+        image = flow.data.OFRecordImageDecoder(rec, "encoded", color_space="GRAY")
+        new_api, _, _ = flow.image.Resize(image, target_size=size, channels=1)
+        only_image = flow.image.resize(image, target_size=list(size), color_space="GRAY")
+        by_xy = flow.image.resize(image, target_size=(9, 9), resize_x=size[0], resize_y=size[1],
+                                  color_space="GRAY")
+        return new_api, only_image, by_xy
+
+    new_api, only_image, by_xy = job()
+    assert new_api.shape == (2, size[1], size[0], 1)
+    np.testing.assert_array_equal(only_image, new_api)
+    np.testing.assert_array_equal(by_xy, new_api)

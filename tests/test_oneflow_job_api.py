@@ -323,6 +323,12 @@ def test_custom_op_module_refuses_a_cpp_only_definition_and_missing_kernels(tmp_
         module.py_kernel()
     with pytest.raises(FileNotFoundError, match="no_such"):
         flow.experimental.custom_op_module("no_such", str(tmp_path))
+    # no definition at all (OneFlow's cpp_def() compiles <name>_cpp_def.cpp, which must exist):
+    # the error names both files and the Python declaration that replaces the C++ one
+    (tmp_path / "no_def").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"neither .*no_def_py_def\.py nor OneFlow's C\+\+ "
+                                                r".*no_def_cpp_def\.cpp exists; declare the ops"):
+        flow.experimental.custom_op_module("no_def", str(tmp_path)).cpp_def()
 
 
 # ------------------------------------------------------------------ user-op builder argument names

@@ -113,6 +113,57 @@ def test_module_imports_with_oneflow_package(stem):
     assert ("packed" in source) == (stem == "record")
 
 
+#: OneFlow v0.6.0's source paths of these protos (oneflow/core/<dir>/<name>.proto), the names
+#: OneFlow programs import them by (``from oneflow.core.job import job_conf_pb2``).
+ONEFLOW_PATHS = [
+    "common/data_type", "common/shape",
+    "framework/user_op_attr", "framework/user_op_conf", "framework/variable_meta_info",
+    "job/initializer_conf", "job/job", "job/job_conf", "job/learning_rate_schedule_conf",
+    "job/placement", "job/regularizer_conf", "job/sbp_parallel", "job/scope",
+    "operator/interface_blob_conf", "operator/op_conf",
+    "record/record",
+    "register/blob_desc", "register/logical_blob_id",
+    "serving/saved_model",
+]
+
+
+def test_oneflow_layout_names_every_module_once():
+    assert sorted(p.split("/")[1] for p in ONEFLOW_PATHS) == EXPECTED_MODULES
+
+
+@pytest.mark.parametrize("path", ONEFLOW_PATHS)
+def test_oneflow_layout_path_is_the_flat_module(path):
+    directory, stem = path.split("/")
+    flat = importlib.import_module("graphfront.core.%s_pb2" % stem)
+    by_path = importlib.import_module("graphfront.core.%s.%s_pb2" % (directory, stem))
+    assert by_path is flat
+    package = importlib.import_module("graphfront.core." + directory)
+    assert getattr(package, stem + "_pb2") is flat
+
+
+def test_oneflow_layout_in_a_fresh_interpreter():
+    # imported by OneFlow's path first (before graphfront is loaded), in both statement forms;
+    # each descriptor file exists once in the pool, under its flat name
+    code = (
+        "import sys\n"
+        "import graphfront.core.job.job_conf_pb2 as a\n"
+        "from graphfront.core.operator import op_conf_pb2 as b\n"
+        "from graphfront.core import job_conf_pb2, op_conf_pb2\n"
+        "assert a is job_conf_pb2 and b is op_conf_pb2\n"
+        "assert a.JobConfigProto.DESCRIPTOR is job_conf_pb2.JobConfigProto.DESCRIPTOR\n"
+        "mods = {id(m) for n, m in sys.modules.items() if n.startswith('graphfront.core.')"
+        " and n.endswith('_pb2')}\n"
+        "print(len(mods))\n"
+        "try:\n"
+        "    import graphfront.core.job.no_such_pb2\n"
+        "except ModuleNotFoundError as e:\n"
+        "    print(e.name)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert out == [str(len(EXPECTED_MODULES)), "graphfront.core.job.no_such_pb2"]
+
+
 # ---------------------------------------------------------------------------
 # (b) spot checks against OneFlow v0.6.0 oneflow/core/**/*.proto field numbers and defaults
 

@@ -249,7 +249,7 @@ CASES = {
                                   "integer_scale_value": 3}),
     "triu": lambda: ({"in": oneof(t(4, 5), _int(2, 3, 3, low=-3, high=3))}, {"diagonal": oneof(-1, 0, 2)}),
     # ties (integer inputs) check that equal values keep their index order
-    "argmax": lambda: ({"in": oneof(t(3, 5), _int(2, 3, 5, low=0, high=3))}, {}),
+    "argmax": lambda: ({"in": oneof(t(3, 5), _int(2, 3, 5, low=0, high=3), t(5))}, {}),
     "sort": lambda: ({"in": oneof(t(3, 6), _int(3, 6, low=0, high=3))}, {"direction": oneof("ASCENDING", "DESCENDING")}),
     "arg_sort": lambda: ({"in": oneof(t(3, 6), _int(3, 6, low=0, high=3))}, {"direction": oneof("ASCENDING", "DESCENDING")}),
     # unary math and activations
@@ -903,6 +903,27 @@ def test_argwhere_then_cast_to_static_shape(tmp_path):
     _, (got_padded, got_size) = _run_onnx(tmp_path / "coords.onnx", [x])
     np.testing.assert_array_equal(got_padded, padded)
     np.testing.assert_array_equal(got_size, size)
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_reductions_over_every_axis_export_shape_1(tmp_path, opset):
+    """A reduction removing every axis of a matrix or a vector, and the argmax of a vector,
+    have shape (1,) in the exported model too."""
+    @flow.global_function(type="predict")
+    def job(a: tp.Numpy.Placeholder((2, 3)), v: tp.Numpy.Placeholder((4,))) -> tp.Bundle[tp.Numpy]:
+        return (flow.math.reduce_sum(a), flow.math.reduce_max(v), flow.math.reduce_any(a),
+                flow.math.reduce_all(v), flow.math.argmax(v))
+
+    a = np.array([[0.5, -1.0, 2.0], [0.0, 3.0, 1.0]], np.float32)
+    v = np.array([1.0, 5.0, 0.0, 2.0], np.float32)
+    want = job(a, v)
+    assert [w.shape for w in want] == [(1,)] * 5
+    flow.onnx.export(job, tmp_path / "reduced.onnx", opset=opset)
+    _, got = _run_onnx(tmp_path / "reduced.onnx", [a, v])
+    for g, w, ref in zip(got, want, [a.sum(), v.max(), True, False, 1]):
+        assert g.shape == (1,)
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+        np.testing.assert_allclose(w, [ref], rtol=1e-6)
 
 
 def test_source_split_over_devices_exports_its_logical_value(tmp_path):

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graphfront.ops.common import integer_input, like, norm_axis, numel, same_dtype
+from graphfront.ops.common import at_least_1d, integer_input, like, norm_axis, numel, same_dtype
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, np_dtype
 from graphfront.ops.registry import op
@@ -129,7 +129,7 @@ def _squeeze_infer(ctx):
         ctx.check(d.shape[a] == 1, f"attr 'axes' entry {a}: dim {a} of input 'in' {d.shape} is "
                                    f"{d.shape[a]}, only size-1 dims can be squeezed")
         axes.add(a)
-    ctx.set_output("out", tuple(s for i, s in enumerate(d.shape) if i not in axes), d.dtype)
+    ctx.set_output("out", at_least_1d(s for i, s in enumerate(d.shape) if i not in axes), d.dtype)
 
 
 op("squeeze", inputs=["in"], outputs=["out"], attrs={"axes": "list_int32"}, infer=_squeeze_infer,

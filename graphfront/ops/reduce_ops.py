@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import float_input, index_checks, like, norm_axis, raising_bad_ids
+from graphfront.ops.common import at_least_1d, float_input, index_checks, like, norm_axis, raising_bad_ids
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, nonzero, reduce_node
 from graphfront.ops.registry import op
@@ -36,33 +36,60 @@ def _reduce_infer(out_dtype=None):
         if ctx.attr("keepdims"):
             shape = tuple(1 if i in axes else s for i, s in enumerate(d.shape))
         else:
-            shape = tuple(s for i, s in enumerate(d.shape) if i not in axes)
+            shape = at_least_1d(s for i, s in enumerate(d.shape) if i not in axes)
         ctx.set_output("output_tensor", shape, out_dtype or d.dtype)
     return infer
 
 
 def reduce_axes(k):
     """``(axes, keepdims)`` of a ``reduce_*`` op at run time: its ``axis`` attr as sorted,
-    distinct non-negative axes of ``input_tensor`` (shared by the kernels and xla rules)."""
+    distinct non-negative axes of ``input_tensor`` (shared by the kernels and xla rules).
+    keepdims is also True when every axis is reduced (see ``flat_result``)."""
     ndim = len(k.input("input_tensor").shape)
-    return tuple(sorted({a % ndim for a in k.attr("axis")})), k.attr("keepdims")
+    axes = tuple(sorted({a % ndim for a in k.attr("axis")}))
+    return axes, k.attr("keepdims") or len(axes) == ndim
+
+
+def _removes_every_axis(ndim, axes, keepdims):
+    """Whether a reduction over ``axes`` of a rank-``ndim`` input removes every axis: OneFlow's
+    single-client result then has shape ``(1,)``, the kept-dims result reshaped."""
+    return not keepdims and len(axes) == ndim
+
+
+def flat_result(k, fn):
+    """``fn`` (the reduction with ``reduce_axes(k)``), its result reshaped to ``(1,)`` when the
+    op removes every axis."""
+    axes, _ = reduce_axes(k)
+    if _removes_every_axis(len(k.input("input_tensor").shape), axes, k.attr("keepdims")):
+        return lambda x: fn(x).reshape(1)
+    return fn
 
 
 def _reduce_kernel(fn):
     def make(k):
         axes, keep = reduce_axes(k)
-        return lambda x: fn(x, axes, keep)
+        return flat_result(k, lambda x: fn(x, axes, keep))
     return make
 
 
 REDUCE_ATTRS = {"axis": "list_int32", "keepdims": ("bool", False)}
 
+
+def _reduce_onnx_node(c, onnx_type, x, out):
+    """The ``Reduce*`` node of a ``reduce_*`` op (attrs axis, keepdims) of ``x`` into ``out``
+    (a fresh name when None); one that removes every axis keeps them and reshapes to ``(1,)``."""
+    ndim = len(c.input_desc("input_tensor").shape)
+    axes = sorted({a % ndim for a in c.attr("axis")})
+    if not _removes_every_axis(ndim, axes, c.attr("keepdims")):
+        return reduce_node(c, onnx_type, x, axes, int(c.attr("keepdims")), out)
+    return c.node("Reshape", [reduce_node(c, onnx_type, x, axes, 1), c.const(int64s([1]))],
+                  None if out is None else [out])
+
+
 def _reduce_onnx(onnx_type):
     """``reduce_*`` ops (``input_tensor`` -> ``output_tensor``, attrs axis, keepdims)."""
     def convert(c):
-        ndim = len(c.input_desc("input_tensor").shape)
-        axes = sorted({a % ndim for a in c.attr("axis")})
-        reduce_node(c, onnx_type, c.input("input_tensor"), axes, int(c.attr("keepdims")), c.output("output_tensor"))
+        _reduce_onnx_node(c, onnx_type, c.input("input_tensor"), c.output("output_tensor"))
     return convert
 
 
@@ -73,8 +100,8 @@ def _reduce_xla(name):
         fn = xla_rules.jnp_fn(name)
         dtype = k.output("output_tensor").dtype.np
         if name == "sum":
-            return lambda x: fn(x, axis=axes, keepdims=keep, dtype=dtype)
-        return lambda x: fn(x, axis=axes, keepdims=keep).astype(dtype)
+            return flat_result(k, lambda x: fn(x, axis=axes, keepdims=keep, dtype=dtype))
+        return flat_result(k, lambda x: fn(x, axis=axes, keepdims=keep).astype(dtype))
     return make
 
 
@@ -129,10 +156,8 @@ op("reduce_prod", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDU
 def _reduce_logical_onnx(onnx_type):
     """reduce_any (ReduceMax) / reduce_all (ReduceMin) of ``x != 0``, bool."""
     def convert(c):
-        ndim = len(c.input_desc("input_tensor").shape)
-        axes = sorted({a % ndim for a in c.attr("axis")})
         flags = c.node("Cast", [nonzero(c, c.input("input_tensor"))], to=onnx_rules.INT32)
-        r = reduce_node(c, onnx_type, flags, axes, int(c.attr("keepdims")))
+        r = _reduce_onnx_node(c, onnx_type, flags, None)
         c.node("Cast", [r], [c.output("output_tensor")], to=onnx_rules.BOOL)
     return convert
 
@@ -142,7 +167,7 @@ def _reduce_logical_xla(name):
     def make(k):
         axes, keep = reduce_axes(k)
         fn = xla_rules.jnp_fn(name)
-        return lambda x: fn(x != 0, axis=axes, keepdims=keep)
+        return flat_result(k, lambda x: fn(x != 0, axis=axes, keepdims=keep))
     return make
 
 
@@ -235,15 +260,25 @@ op("broadcast_like", inputs=["x", "like"], outputs=["y"], attrs={"broadcast_axes
 
 # ----------------------------------------------------------------- argmax, top_k, sort
 
+def _vector_input(k):
+    """Whether the argmax input is a vector: the result keeps the reduced axis, shape ``(1,)``
+    (OneFlow's single-client argmax of a vector)."""
+    return len(k.input("in").shape) == 1
+
+
 def _argmax_onnx(c):
     """argmax over the last axis, the first of equal maxima (int64)."""
-    c.node("ArgMax", [c.input("in")], [c.output("out")], axis=-1, keepdims=0, select_last_index=0)
+    keep = int(len(c.input_desc("in").shape) == 1)
+    c.node("ArgMax", [c.input("in")], [c.output("out")], axis=-1, keepdims=keep, select_last_index=0)
 
 
+# argmax: int64 index of the max over the last axis (the first of equal maxima); the input's
+# shape without its last axis, (1,) for a vector
 op("argmax", inputs=["in"], outputs=["out"],
-   infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape[:-1], _dt.int64),
-   kernel=lambda k: lambda x: torch.argmax(x, dim=-1), no_grad=True, onnx=_argmax_onnx,
-   xla=lambda k: lambda x: xla_rules.jnp().argmax(x, axis=-1).astype("int64"))  # (the first of equal maxima)
+   infer=lambda ctx: ctx.set_output("out", at_least_1d(ctx.input("in").shape[:-1]), _dt.int64),
+   kernel=lambda k: functools.partial(torch.argmax, dim=-1, keepdim=_vector_input(k)), no_grad=True,
+   onnx=_argmax_onnx,
+   xla=lambda k: lambda x: xla_rules.jnp().argmax(x, axis=-1, keepdims=_vector_input(k)).astype("int64"))
 
 
 def _top_k_infer(ctx):

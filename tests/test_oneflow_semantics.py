@@ -8,6 +8,7 @@ import torch
 
 import graphfront as flow
 from graphfront import typing as tp
+from graphfront.framework.errors import OpRunError
 
 RNG = np.random.RandomState(11)
 
@@ -96,6 +97,20 @@ def test_dynamic_gather_nd_scatter_nd_expand_in_top_k_use_runtime_shapes():
                 [(targets, pred)])
     ref = (np.sum(pred > pred[np.arange(3), targets][:, None], axis=1) < 2).astype(np.int8)
     np.testing.assert_array_equal(outs[0][0], ref)
+
+
+def test_in_top_k_of_dynamic_blobs_checks_the_runtime_rows_and_a_non_finite_row_is_0():
+    # the static shapes of dynamic blobs are bounds: (10,) targets with (7, 6) predictions
+    pred = RNG.standard_normal((3, 6)).astype(np.float32)
+    pred[1, 2] = np.inf  # OneFlow's (and TensorFlow's) kernel: a row with a non-finite score gives 0
+    pred[2, 0] = np.nan
+    targets = np.array([1, 4, 0], np.int32)
+    outs = _dyn(lambda t, p: flow.math.in_top_k(t, p, 6), [((10,), flow.int32), ((7, 6), flow.float32)],
+                [(targets, pred)])
+    np.testing.assert_array_equal(outs[0][0], [1, 0, 0])
+    with pytest.raises(OpRunError, match="'targets' has 2 rows, 'predictions' 3"):
+        _dyn(lambda t, p: flow.math.in_top_k(t, p, 6), [((10,), flow.int32), ((7, 6), flow.float32)],
+             [(targets[:2], pred)])
 
 
 def test_dim_gather_and_concat_gradients_of_dynamic_blobs_have_the_runtime_shape():

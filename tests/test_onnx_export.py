@@ -82,6 +82,8 @@ _ATAN2_Y = np.array([[0.0, 0.0, 0.0, -1.0], [1.0, -1.0, 0.0, 2.0]], dtype=np.flo
 _TIED_SCORES = np.array([[0.5, 0.5, 0.1, 0.5], [0.2, 0.1, 0.2, 0.3], [1.0, 1.0, 1.0, 1.0], [0.0, 0.3, 0.3, 0.1],
                          [0.4, 0.1, 0.4, 0.1]], dtype=np.float32)
 _ZEROS_34 = np.array([[0.0, 0.5, 0.0, 1.0], [0.0, 0.0, 0.25, 0.0], [0.7, 0.0, 0.0, 0.0]], dtype=np.float32)
+_NONFINITE_SCORES = np.array([[0.5, np.inf, 0.1, 0.5], [0.2, 0.1, 0.2, 0.3], [np.nan, 1.0, 1.0, 1.0],
+                              [0.0, 0.3, -np.inf, 0.1], [0.4, 0.1, 0.4, 0.1]], dtype=np.float32)  # rows 0, 2, 3 -> 0
 _NONFINITE = np.array([[np.inf, 1.0, np.nan], [-np.inf, 0.0, np.nan]], dtype=np.float32)
 _REDUCE_ATTRS = {"axis": oneof([0], [1, 2], [-1], [0, 1, 2]), "keepdims": random_bool()}
 
@@ -318,7 +320,7 @@ CASES = {
                            _REDUCE_ATTRS),
     "reduce_sum_like": lambda: ({"x": t(2, 3, 4), "like": t(1, 3, 1)}, {"axis": oneof([0, 2], [-1, 0])}),
     "in_top_k": lambda: ({"targets": oneof(_int(5, low=0, high=4, dtype=flow.int32), _int(5, low=0, high=4)),
-                          "predictions": oneof(t(5, 4), _TIED_SCORES)}, {"k": oneof(1, 2, 3)}),
+                          "predictions": oneof(t(5, 4), _TIED_SCORES, _NONFINITE_SCORES)}, {"k": oneof(1, 2, 3)}),
     "fused_cast_scale": lambda: ({"x": oneof(t(2, 3), _int(2, 3, low=-3, high=3)), "scale_by_tensor": t(1)},
                                  {"scale": random(-2.0, 2.0)}),
     "square_sum": lambda: ({"x": t(2, 3, 4)}, {}),

@@ -407,7 +407,9 @@ CASES.update({  # ties in index order, NaN the largest (as torch.sort)
     "sort": ({"in": _ties((3, 7))}, {"direction": "DESCENDING"}),
     "arg_sort": ({"in": _ties((3, 7))}, {"direction": "ASCENDING"}),
     "top_k": ({"in": _ties((3, 7))}, {"k": 4}),
-    "in_top_k": ({"targets": _IDS(0, 6, (5,)), "predictions": lambda r: r.integers(0, 3, (5, 6)).astype(np.float32)},
+    "in_top_k": ({"targets": _IDS(0, 6, (5,)),  # ties, and a row with a non-finite score
+                  "predictions": lambda r: np.where(np.arange(30).reshape(5, 6) == 8, np.inf,
+                                                    r.integers(0, 3, (5, 6))).astype(np.float32)},
                  {"k": 2}),
 })
 _NLL_T = lambda r: r.choice([-100, 0, 1, 2, 3, 4], 6).astype(np.int64)  # noqa: E731 - ignore_index -100 among them

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
+from graphfront.framework.errors import OpRunError
 from graphfront.ops.common import at_least_1d, float_input, index_checks, like, norm_axis, raising_bad_ids
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, nonzero, reduce_node
@@ -327,8 +328,11 @@ def _in_top_k_infer(ctx):
     t, p = ctx.input("targets"), ctx.input("predictions")
     ctx.check(len(t.shape) == 1, f"input 'targets' must be 1-D, received shape {t.shape}")
     ctx.check(len(p.shape) == 2, f"input 'predictions' must be 2-D, received shape {p.shape}")
-    ctx.check(t.shape[0] == p.shape[0], f"input 'targets' expected shape {(p.shape[0],)} (rows of 'predictions' "
-                                        f"{p.shape}), received {t.shape}")
+    ctx.check(t.is_dynamic == p.is_dynamic, f"inputs 'targets' and 'predictions' must both be dynamic or both "
+                                            f"static, received dynamic={t.is_dynamic} and {p.is_dynamic}")
+    # dynamic inputs: the static shapes are upper bounds, the kernel checks the run-time rows
+    ctx.check(t.is_dynamic or t.shape[0] == p.shape[0],
+              f"input 'targets' expected shape {(p.shape[0],)} (rows of 'predictions' {p.shape}), received {t.shape}")
     ctx.check(t.dtype.is_integer, f"input 'targets' expected an integer dtype, received {t.dtype.name}")
     ctx.check(p.dtype.is_floating_point, f"input 'predictions' expected a floating dtype, received {p.dtype.name}")
     ctx.set_output("out", t.shape, _dt.int8)
@@ -338,20 +342,28 @@ def _in_top_k_kernel(k):
     kk = k.attr("k")
 
     def in_top_k(targets, predictions):
-        # the target is in the top k when fewer than k classes score strictly higher
+        if targets.shape[0] != predictions.shape[0]:
+            raise OpRunError(f"op '{k.op_name}' (in_top_k): input 'targets' has {targets.shape[0]} rows, "
+                             f"'predictions' {predictions.shape[0]}: they must be equal")
+        # the target is in the top k when fewer than k classes score strictly higher; a row
+        # with a non-finite score cannot say (0), as OneFlow's and TensorFlow's kernels
         target_score = predictions.gather(1, targets.long().unsqueeze(1))
-        return ((predictions > target_score).sum(1) < kk).to(torch.int8)
+        return (((predictions > target_score).sum(1) < kk) & torch.isfinite(predictions).all(1)).to(torch.int8)
     return in_top_k
 
 
 def _in_top_k_onnx(c):
-    """int8 1 where fewer than k classes score strictly higher than the target's class."""
+    """int8 1 where fewer than k classes score strictly higher than the target's class and
+    every score of the row is finite."""
     p = c.input("predictions")
     target = c.node("Unsqueeze", [c.node("Cast", [c.input("targets")], to=onnx_rules.INT64), c.const(int64s([1]))])
     score = c.node("GatherElements", [p, target], axis=1)
     higher = c.node("Cast", [c.node("Greater", [p, score])], to=onnx_rules.INT64)
     count = reduce_node(c, "ReduceSum", higher, [1], 0)
-    c.node("Cast", [c.node("Less", [count, c.const(np.int64(c.attr("k")))])], [c.output("out")], to=onnx_rules.INT8)
+    bad = c.node("Cast", [c.node("Or", [c.node("IsNaN", [p]), c.node("IsInf", [p])])], to=onnx_rules.INT64)
+    finite = c.node("Equal", [reduce_node(c, "ReduceSum", bad, [1], 0), c.const(np.int64(0))])
+    inside = c.node("And", [c.node("Less", [count, c.const(np.int64(c.attr("k")))]), finite])
+    c.node("Cast", [inside], [c.output("out")], to=onnx_rules.INT8)
 
 
 def _in_top_k_xla(k):
@@ -362,7 +374,7 @@ def _in_top_k_xla(k):
         jnp = xla_rules.jnp()
         xla_rules.check_ids(targets, size, error)
         target_score = jnp.take_along_axis(predictions, targets.astype("int32")[:, None], axis=1, mode="clip")
-        return ((predictions > target_score).sum(1) < kk).astype("int8")
+        return (((predictions > target_score).sum(1) < kk) & jnp.isfinite(predictions).all(1)).astype("int8")
     return in_top_k
 
 

@@ -99,6 +99,19 @@ def test_dynamic_gather_nd_scatter_nd_expand_in_top_k_use_runtime_shapes():
     np.testing.assert_array_equal(outs[0][0], ref)
 
 
+def test_concat_max_dim_size_bounds_the_static_inputs_and_the_runtime_size():
+    # OneFlow counts only the static inputs against max_dim_size (8 >= 3), the dynamic (6, 2)
+    # one is a bound; the run-time size (3 + 4 rows) is checked by the kernel
+    s = RNG.standard_normal((3, 2)).astype(np.float32)
+    d = RNG.standard_normal((4, 2)).astype(np.float32)
+    outs = _dyn(lambda a: flow.concat([a, flow.constant(1.0, dtype=flow.float32, shape=(3, 2))], axis=0, max_dim_size=8),
+                [((6, 2), flow.float32)], [(d,)])
+    np.testing.assert_array_equal(outs[0][0], np.concatenate([d, np.ones((3, 2), np.float32)]))
+    with pytest.raises(OpRunError, match="concatenate to size 9 on axis 0, more than attr 'max_dim_size' 8"):
+        _dyn(lambda a: flow.concat([a, flow.constant(1.0, dtype=flow.float32, shape=(3, 2))], axis=0, max_dim_size=8),
+             [((6, 2), flow.float32)], [(np.concatenate([d, s[:2]]),)])
+
+
 def test_in_top_k_of_dynamic_blobs_checks_the_runtime_rows_and_a_non_finite_row_is_0():
     # the static shapes of dynamic blobs are bounds: (10,) targets with (7, 6) predictions
     pred = RNG.standard_normal((3, 6)).astype(np.float32)

@@ -182,7 +182,7 @@ def squeeze(input, axis=None, name=None) -> BlobDesc:  # noqa: A002
         name: op name; default ``Squeeze_<n>``.
 
     Returns:
-        BlobDesc: ``input.shape`` without the listed dims, the dtype of ``input``.
+        BlobDesc: ``input.shape`` without the listed dims ((1,) when none is left), the dtype of ``input``.
 
     Raises:
         ArgumentError: ``input`` is not a blob or an axis is not an int in range.

@@ -684,7 +684,8 @@ def _reduce_doc(summary, op_type, out_dtype="the dtype of ``input_tensor``"):
         name: op name; default ``{_reduce_prefix(op_type)}<n>``.
 
     Returns:
-        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``),
+        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``; (1,) when
+        every dim is removed),
         {out_dtype}.
 
     Raises:
@@ -735,7 +736,8 @@ def reduce_mean(input_blob, axis=None, keepdims=False, name=None) -> BlobDesc:
         name: name of the ``reduce_sum`` op (the ``scalar_mul`` is ``<name>_mean``); default unique names.
 
     Returns:
-        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``), its dtype.
+        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``; (1,) when
+        every dim is removed), its dtype.
 
     Raises:
         ArgumentError: ``input_blob`` is not a blob or an axis is out of range.
@@ -762,7 +764,8 @@ def reduce_variance(input_tensor, axis=None, keepdims=False, name=None) -> BlobD
         name: prefix of the ops built; default ``ReduceVariance_<n>``.
 
     Returns:
-        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``), its dtype.
+        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``; (1,) when
+        every dim is removed), its dtype.
 
     Raises:
         ArgumentError: ``input_tensor`` is not a blob or an axis is out of range.
@@ -789,7 +792,8 @@ def reduce_std(input_tensor, axis=None, keepdims=False, name=None) -> BlobDesc:
         name: prefix of the ops built; default ``ReduceStd_<n>``.
 
     Returns:
-        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``), its dtype.
+        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``; (1,) when
+        every dim is removed), its dtype.
 
     Raises:
         ArgumentError: ``input_tensor`` is not a blob or an axis is out of range.
@@ -811,7 +815,8 @@ def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None) -> Blob
         name: prefix of the ops built; default ``ReduceLogSumExp_<n>``.
 
     Returns:
-        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``), its dtype.
+        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``; (1,) when
+        every dim is removed), its dtype.
 
     Raises:
         ArgumentError: ``input_tensor`` is not a blob or an axis is out of range.
@@ -841,7 +846,8 @@ def reduce_euclidean_norm(input_tensor, axis=None, keepdims=False, name=None) ->
         name: prefix of the ops built; default ``ReduceEuclideanNorm_<n>``.
 
     Returns:
-        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``), its dtype.
+        BlobDesc: the input's shape without the reduced dims (size 1 with ``keepdims``; (1,) when
+        every dim is removed), its dtype.
 
     Raises:
         ArgumentError: ``input_tensor`` is not a blob or an axis is out of range.
@@ -886,7 +892,7 @@ def argmax(input, axis=-1, name=None) -> BlobDesc:  # noqa: A002 - OneFlow's nam
         name: op name; default ``ArgMax_<n>``.
 
     Returns:
-        BlobDesc: int64 blob, the input's shape without ``axis``.
+        BlobDesc: int64 blob, the input's shape without ``axis`` ((1,) for a 1-D input).
 
     Raises:
         ArgumentError: ``input`` is not a blob or ``axis`` is out of range.

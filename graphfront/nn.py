@@ -1018,7 +1018,7 @@ def _reduction(fn, reduction):
 
 
 def _reduce_loss(loss, reduction, name):
-    """``none`` -> as is; ``mean``/``sum`` over every element -> a rank-0 blob."""
+    """``none`` -> as is; ``mean``/``sum`` over every element -> shape (1,)."""
     if reduction == "mean":
         return _math.reduce_mean(loss, name=f"{name}_reduce_mean")
     if reduction == "sum":
@@ -1051,7 +1051,7 @@ def BCELoss(input, target, weight=None, reduction="mean", name=None):  # noqa: N
         name: op name prefix (a str; generated when None).
 
     Returns:
-        BlobDesc: ``input``'s dtype; ``input``'s shape for ``"none"``, else a rank-0 blob.
+        BlobDesc: ``input``'s dtype; ``input``'s shape for ``"none"``, else shape (1,).
 
     Raises:
         ArgumentError: ``input``, ``target`` or ``weight`` is not a blob, ``input`` and
@@ -1089,7 +1089,7 @@ def BCEWithLogitsLoss(input, target, weight=None, pos_weight=None, reduction="me
         name: op name prefix (a str; generated when None).
 
     Returns:
-        BlobDesc: ``input``'s dtype; ``input``'s shape for ``"none"``, else a rank-0 blob.
+        BlobDesc: ``input``'s dtype; ``input``'s shape for ``"none"``, else shape (1,).
 
     Raises:
         ArgumentError: an argument is not a blob, ``input`` and ``target`` shapes or dtypes
@@ -1140,7 +1140,7 @@ def MSELoss(input, target, reduction="mean", name=None) -> BlobDesc:  # noqa: N8
         name: op name prefix (a str; generated when None).
 
     Returns:
-        BlobDesc: ``input``'s dtype; ``input``'s shape for ``"none"``, else a rank-0 blob.
+        BlobDesc: ``input``'s dtype; ``input``'s shape for ``"none"``, else shape (1,).
 
     Raises:
         ArgumentError: ``input`` or ``target`` is not a blob, their shapes or dtypes differ,
@@ -1162,7 +1162,7 @@ def L1Loss(input, target, reduction="mean", name=None) -> BlobDesc:  # noqa: N80
         name: op name prefix (a str; generated when None).
 
     Returns:
-        BlobDesc: ``input``'s dtype; ``input``'s shape for ``"none"``, else a rank-0 blob.
+        BlobDesc: ``input``'s dtype; ``input``'s shape for ``"none"``, else shape (1,).
 
     Raises:
         ArgumentError: ``input`` or ``target`` is not a blob, their shapes or dtypes differ,
@@ -1189,7 +1189,7 @@ def KLDivLoss(input, target, log_target=False, reduction="mean", name=None) -> B
         name: op name prefix (a str; generated when None).
 
     Returns:
-        BlobDesc: ``input``'s dtype; ``input``'s shape for ``"none"``, else a rank-0 blob.
+        BlobDesc: ``input``'s dtype; ``input``'s shape for ``"none"``, else shape (1,).
 
     Raises:
         ArgumentError: ``input`` or ``target`` is not a blob, their shapes or dtypes differ,
@@ -1220,7 +1220,7 @@ def MarginRankingLoss(input1, input2, target, margin=0.0, reduction="mean", name
         name: op name prefix (a str; default ``MarginRankingLoss<uid>``).
 
     Returns:
-        BlobDesc: ``input1``'s dtype; the broadcast shape for ``"none"``, else a rank-0 blob.
+        BlobDesc: ``input1``'s dtype; the broadcast shape for ``"none"``, else shape (1,).
 
     Raises:
         ArgumentError: an argument is not a blob, ``input1``/``input2`` shapes or dtypes
@@ -1264,7 +1264,7 @@ def TripletMarginLoss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-06, 
         name: op name prefix (a str; generated when None).
 
     Returns:
-        BlobDesc: ``anchor``'s dtype; (N,) for ``"none"``, else a rank-0 blob.
+        BlobDesc: ``anchor``'s dtype; (N,) for ``"none"``, else shape (1,).
 
     Raises:
         ArgumentError: (a ValueError) an argument is not a blob, shapes or dtypes differ,

@@ -59,7 +59,7 @@ def _mlp_job(amp=None, lr=0.1, policy=None, loss_scale_factor=None):
 
 def _losses(job, steps=20):
     x, y = _data()
-    return np.array([float(job(x, y)) for _ in range(steps)])
+    return np.array([job(x, y).item() for _ in range(steps)])
 
 
 def _default_low_precision(job_func):
@@ -149,7 +149,7 @@ def test_amp_conv_batch_norm_job_tracks_float32():
             return loss
         rng = np.random.RandomState(0)
         x, y = rng.rand(8, 1, 12, 12).astype(np.float32), rng.randint(0, C, 8).astype(np.int32)
-        return np.array([float(train(x, y)) for _ in range(8)]), train
+        return np.array([train(x, y).item() for _ in range(8)]), train
 
     ref, _ = run(False)
     amp, train = run(True)
@@ -333,7 +333,7 @@ def test_dynamic_loss_scale_grows_and_matches_unscaled_training():
     scales = []
     losses = []
     for _ in range(7):
-        losses.append(float(train(x, y)))
+        losses.append(train(x, y).item())
         scales.append(flow.get_all_variables()[LS].numpy()[0])
     assert scales == [1024, 1024, 2048, 2048, 2048, 4096, 4096]
     # power-of-two scaling is exact in float32: same trajectory as without loss scaling

@@ -193,7 +193,7 @@ def test_enable_ssp_is_recorded_warns_once_and_the_job_trains_as_without_it(monk
             return loss
 
         x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
-        losses = [float(job(x)) for _ in range(3)]
+        losses = [job(x).item() for _ in range(3)]
         return job, losses
 
     with pytest.warns(UserWarning, match="without SSP pipelining"):

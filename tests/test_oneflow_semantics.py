@@ -8,6 +8,7 @@ import torch
 
 import graphfront as flow
 from graphfront import typing as tp
+from graphfront.framework.errors import OpRunError
 
 RNG = np.random.RandomState(11)
 
@@ -96,6 +97,33 @@ def test_dynamic_gather_nd_scatter_nd_expand_in_top_k_use_runtime_shapes():
                 [(targets, pred)])
     ref = (np.sum(pred > pred[np.arange(3), targets][:, None], axis=1) < 2).astype(np.int8)
     np.testing.assert_array_equal(outs[0][0], ref)
+
+
+def test_concat_max_dim_size_bounds_the_static_inputs_and_the_runtime_size():
+    # OneFlow counts only the static inputs against max_dim_size (8 >= 3), the dynamic (6, 2)
+    # one is a bound; the run-time size (3 + 4 rows) is checked by the kernel
+    s = RNG.standard_normal((3, 2)).astype(np.float32)
+    d = RNG.standard_normal((4, 2)).astype(np.float32)
+    outs = _dyn(lambda a: flow.concat([a, flow.constant(1.0, dtype=flow.float32, shape=(3, 2))], axis=0, max_dim_size=8),
+                [((6, 2), flow.float32)], [(d,)])
+    np.testing.assert_array_equal(outs[0][0], np.concatenate([d, np.ones((3, 2), np.float32)]))
+    with pytest.raises(OpRunError, match="concatenate to size 9 on axis 0, more than attr 'max_dim_size' 8"):
+        _dyn(lambda a: flow.concat([a, flow.constant(1.0, dtype=flow.float32, shape=(3, 2))], axis=0, max_dim_size=8),
+             [((6, 2), flow.float32)], [(np.concatenate([d, s[:2]]),)])
+
+
+def test_in_top_k_of_dynamic_blobs_checks_the_runtime_rows_and_a_non_finite_row_is_0():
+    # the static shapes of dynamic blobs are bounds: (10,) targets with (7, 6) predictions
+    pred = RNG.standard_normal((3, 6)).astype(np.float32)
+    pred[1, 2] = np.inf  # OneFlow's (and TensorFlow's) kernel: a row with a non-finite score gives 0
+    pred[2, 0] = np.nan
+    targets = np.array([1, 4, 0], np.int32)
+    outs = _dyn(lambda t, p: flow.math.in_top_k(t, p, 6), [((10,), flow.int32), ((7, 6), flow.float32)],
+                [(targets, pred)])
+    np.testing.assert_array_equal(outs[0][0], [1, 0, 0])
+    with pytest.raises(OpRunError, match="'targets' has 2 rows, 'predictions' 3"):
+        _dyn(lambda t, p: flow.math.in_top_k(t, p, 6), [((10,), flow.int32), ((7, 6), flow.float32)],
+             [(targets[:2], pred)])
 
 
 def test_dim_gather_and_concat_gradients_of_dynamic_blobs_have_the_runtime_shape():
@@ -289,3 +317,55 @@ def test_grouped_conv_nhwc_backward_matches_torch():
     (y_ref * y_ref).sum().backward()
     np.testing.assert_allclose(y, y_ref.detach().numpy().transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(grads["w"], w.grad.numpy().transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-3)
+
+
+# ------------------------------------------------------------------ 8. no rank-0 results
+
+def test_results_that_would_be_rank_0_have_shape_1():
+    """OneFlow's single-client API has no rank-0 blobs: a reduction over every axis (and so a
+    loss with reduction "mean"/"sum"), the argmax of a vector and a squeeze of every axis give
+    shape (1,)."""
+    x = RNG.uniform(0.1, 0.9, (2, 3)).astype(np.float32)
+    t = RNG.uniform(0, 1, (2, 3)).astype(np.float32)
+    v = np.array([0.5, 2.5, -1.0, 2.0], np.float32)
+
+    @flow.global_function(type="predict")
+    def job(a: tp.Numpy.Placeholder((2, 3)), b: tp.Numpy.Placeholder((2, 3)),
+            c: tp.Numpy.Placeholder((4,))) -> tp.Bundle[tp.Numpy]:
+        out = (flow.math.reduce_sum(a), flow.math.reduce_mean(a), flow.math.reduce_max(a, axis=[0, 1]),
+               flow.math.reduce_any(a), flow.math.reduce_sum(c), flow.math.reduce_sum(a, keepdims=True),
+               flow.nn.BCELoss(a, b, reduction="mean"), flow.nn.L1Loss(a, b, reduction="sum"),
+               flow.math.argmax(c), flow.squeeze(flow.reshape(c, (1, 4, 1)), [0, 2]),
+               flow.squeeze(flow.reshape(flow.math.reduce_sum(c), (1, 1)), [0, 1]))
+        assert [o.shape for o in out] == [(1,)] * 5 + [(1, 1), (1,), (1,), (1,), (4,), (1,)]
+        return out
+
+    (total, mean, biggest, some, vsum, kept, bce, l1, amax, sq, sq_all) = job(x, t, v)
+    np.testing.assert_allclose(total, [x.sum()], rtol=1e-6)
+    np.testing.assert_allclose(mean, [x.mean()], rtol=1e-6)
+    np.testing.assert_array_equal(biggest, [x.max()])
+    np.testing.assert_array_equal(some, [True])
+    np.testing.assert_allclose(vsum, [v.sum()], rtol=1e-6)
+    np.testing.assert_allclose(kept, [[x.sum()]], rtol=1e-6)
+    np.testing.assert_allclose(bce, [np.mean(-(t * np.log(x) + (1 - t) * np.log(1 - x)))], rtol=1e-5)
+    np.testing.assert_allclose(l1, [np.abs(t - x).sum()], rtol=1e-5)
+    np.testing.assert_array_equal(amax, [1])
+    np.testing.assert_array_equal(sq, v)
+    np.testing.assert_allclose(sq_all, [v.sum()], rtol=1e-6)
+
+
+def test_a_mean_loss_of_shape_1_trains_as_the_mean():
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((3, 4))) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 4), initializer=flow.zeros_initializer())
+        loss = flow.math.reduce_mean(flow.math.square(a - w))
+        _sgd(0.5).minimize(loss)
+        return loss
+
+    loss = job(x)
+    assert loss.shape == (1,)
+    np.testing.assert_allclose(loss, [np.mean(x * x)], rtol=1e-6)
+    # d mean((a - w)^2) / dw = -2 (a - w) / 12; one step of lr 0.5 from w = 0
+    np.testing.assert_allclose(job(x), [np.mean((x - x / 12) ** 2)], rtol=1e-5)

@@ -82,6 +82,8 @@ _ATAN2_Y = np.array([[0.0, 0.0, 0.0, -1.0], [1.0, -1.0, 0.0, 2.0]], dtype=np.flo
 _TIED_SCORES = np.array([[0.5, 0.5, 0.1, 0.5], [0.2, 0.1, 0.2, 0.3], [1.0, 1.0, 1.0, 1.0], [0.0, 0.3, 0.3, 0.1],
                          [0.4, 0.1, 0.4, 0.1]], dtype=np.float32)
 _ZEROS_34 = np.array([[0.0, 0.5, 0.0, 1.0], [0.0, 0.0, 0.25, 0.0], [0.7, 0.0, 0.0, 0.0]], dtype=np.float32)
+_NONFINITE_SCORES = np.array([[0.5, np.inf, 0.1, 0.5], [0.2, 0.1, 0.2, 0.3], [np.nan, 1.0, 1.0, 1.0],
+                              [0.0, 0.3, -np.inf, 0.1], [0.4, 0.1, 0.4, 0.1]], dtype=np.float32)  # rows 0, 2, 3 -> 0
 _NONFINITE = np.array([[np.inf, 1.0, np.nan], [-np.inf, 0.0, np.nan]], dtype=np.float32)
 _REDUCE_ATTRS = {"axis": oneof([0], [1, 2], [-1], [0, 1, 2]), "keepdims": random_bool()}
 
@@ -249,7 +251,7 @@ CASES = {
                                   "integer_scale_value": 3}),
     "triu": lambda: ({"in": oneof(t(4, 5), _int(2, 3, 3, low=-3, high=3))}, {"diagonal": oneof(-1, 0, 2)}),
     # ties (integer inputs) check that equal values keep their index order
-    "argmax": lambda: ({"in": oneof(t(3, 5), _int(2, 3, 5, low=0, high=3))}, {}),
+    "argmax": lambda: ({"in": oneof(t(3, 5), _int(2, 3, 5, low=0, high=3), t(5))}, {}),
     "sort": lambda: ({"in": oneof(t(3, 6), _int(3, 6, low=0, high=3))}, {"direction": oneof("ASCENDING", "DESCENDING")}),
     "arg_sort": lambda: ({"in": oneof(t(3, 6), _int(3, 6, low=0, high=3))}, {"direction": oneof("ASCENDING", "DESCENDING")}),
     # unary math and activations
@@ -318,7 +320,7 @@ CASES = {
                            _REDUCE_ATTRS),
     "reduce_sum_like": lambda: ({"x": t(2, 3, 4), "like": t(1, 3, 1)}, {"axis": oneof([0, 2], [-1, 0])}),
     "in_top_k": lambda: ({"targets": oneof(_int(5, low=0, high=4, dtype=flow.int32), _int(5, low=0, high=4)),
-                          "predictions": oneof(t(5, 4), _TIED_SCORES)}, {"k": oneof(1, 2, 3)}),
+                          "predictions": oneof(t(5, 4), _TIED_SCORES, _NONFINITE_SCORES)}, {"k": oneof(1, 2, 3)}),
     "fused_cast_scale": lambda: ({"x": oneof(t(2, 3), _int(2, 3, low=-3, high=3)), "scale_by_tensor": t(1)},
                                  {"scale": random(-2.0, 2.0)}),
     "square_sum": lambda: ({"x": t(2, 3, 4)}, {}),
@@ -903,6 +905,27 @@ def test_argwhere_then_cast_to_static_shape(tmp_path):
     _, (got_padded, got_size) = _run_onnx(tmp_path / "coords.onnx", [x])
     np.testing.assert_array_equal(got_padded, padded)
     np.testing.assert_array_equal(got_size, size)
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_reductions_over_every_axis_export_shape_1(tmp_path, opset):
+    """A reduction removing every axis of a matrix or a vector, and the argmax of a vector,
+    have shape (1,) in the exported model too."""
+    @flow.global_function(type="predict")
+    def job(a: tp.Numpy.Placeholder((2, 3)), v: tp.Numpy.Placeholder((4,))) -> tp.Bundle[tp.Numpy]:
+        return (flow.math.reduce_sum(a), flow.math.reduce_max(v), flow.math.reduce_any(a),
+                flow.math.reduce_all(v), flow.math.argmax(v))
+
+    a = np.array([[0.5, -1.0, 2.0], [0.0, 3.0, 1.0]], np.float32)
+    v = np.array([1.0, 5.0, 0.0, 2.0], np.float32)
+    want = job(a, v)
+    assert [w.shape for w in want] == [(1,)] * 5
+    flow.onnx.export(job, tmp_path / "reduced.onnx", opset=opset)
+    _, got = _run_onnx(tmp_path / "reduced.onnx", [a, v])
+    for g, w, ref in zip(got, want, [a.sum(), v.max(), True, False, 1]):
+        assert g.shape == (1,)
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+        np.testing.assert_allclose(w, [ref], rtol=1e-6)
 
 
 def test_source_split_over_devices_exports_its_logical_value(tmp_path):

@@ -106,7 +106,7 @@ def test_qat_training_still_reduces_the_loss():
 
     flow.load_variables({"w": W})
     target = X @ np.array([[0.5, -0.25], [0.1, 0.3], [-0.4, 0.2]], np.float32)
-    losses = [float(train(X, target)) for _ in range(30)]
+    losses = [train(X, target).item() for _ in range(30)]
     assert losses[-1] < 0.2 * losses[0]
 
 

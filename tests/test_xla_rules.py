@@ -91,7 +91,7 @@ CASES = {
     "reduce_sum": ({"input_tensor": _any((2, 3, 4))}, {"axis": [0, 2], "keepdims": True}),
     "reduce_max": ({"input_tensor": _any((2, 3, 4))}, {"axis": [1], "keepdims": False}),
     "reduce_min": ({"input_tensor": _any((2, 3, 4), np.int32)}, {"axis": [-1, 0], "keepdims": True}),
-    "reduce_prod": ({"input_tensor": _pos((2, 3, 4))}, {"axis": [2], "keepdims": False}),
+    "reduce_prod": ({"input_tensor": _pos((2, 3, 4))}, {"axis": [2, 0, 1], "keepdims": False}),  # -> (1,)
     "reduce_sum_like": ({"x": _any((2, 3, 4)), "like": _any((2, 1, 4))}, {"axis": [1]}),
     "broadcast_like": ({"x": _any((2, 4)), "like": _any((2, 3, 4))}, {"broadcast_axes": [1]}),
     "reshape": ({"in": _any((2, 3, 4))}, {"shape": (4, -1)}),
@@ -244,7 +244,7 @@ def _with_inf(shape):
 CASES.update({
     "argmax": ({"in": lambda r: r.integers(0, 3, (4, 5)).astype(np.float32)}, {}),  # ties: the first maximum
     "reduce_any": ({"input_tensor": lambda r: r.integers(0, 2, (2, 3, 4)).astype(np.int8)},
-                   {"axis": [1, 2], "keepdims": False}),
+                   {"axis": [0, 1, 2], "keepdims": False}),  # -> (1,)
     "reduce_all": ({"input_tensor": lambda r: r.integers(0, 3, (2, 3, 4)).astype(np.int32)},
                    {"axis": [0], "keepdims": True}),
     "square_sum": ({"x": _any((3, 4), _F64)}, {}),
@@ -407,7 +407,9 @@ CASES.update({  # ties in index order, NaN the largest (as torch.sort)
     "sort": ({"in": _ties((3, 7))}, {"direction": "DESCENDING"}),
     "arg_sort": ({"in": _ties((3, 7))}, {"direction": "ASCENDING"}),
     "top_k": ({"in": _ties((3, 7))}, {"k": 4}),
-    "in_top_k": ({"targets": _IDS(0, 6, (5,)), "predictions": lambda r: r.integers(0, 3, (5, 6)).astype(np.float32)},
+    "in_top_k": ({"targets": _IDS(0, 6, (5,)),  # ties, and a row with a non-finite score
+                  "predictions": lambda r: np.where(np.arange(30).reshape(5, 6) == 8, np.inf,
+                                                    r.integers(0, 3, (5, 6))).astype(np.float32)},
                  {"k": 2}),
 })
 _NLL_T = lambda r: r.choice([-100, 0, 1, 2, 3, 4], 6).astype(np.int64)  # noqa: E731 - ignore_index -100 among them

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graphfront.ops.common import integer_input, like, norm_axis, numel, same_dtype
+from graphfront.framework.errors import OpRunError
+from graphfront.ops.common import at_least_1d, integer_input, like, norm_axis, numel, same_dtype
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, np_dtype
 from graphfront.ops.registry import op
@@ -129,7 +130,7 @@ def _squeeze_infer(ctx):
         ctx.check(d.shape[a] == 1, f"attr 'axes' entry {a}: dim {a} of input 'in' {d.shape} is "
                                    f"{d.shape[a]}, only size-1 dims can be squeezed")
         axes.add(a)
-    ctx.set_output("out", tuple(s for i, s in enumerate(d.shape) if i not in axes), d.dtype)
+    ctx.set_output("out", at_least_1d(s for i, s in enumerate(d.shape) if i not in axes), d.dtype)
 
 
 op("squeeze", inputs=["in"], outputs=["out"], attrs={"axes": "list_int32"}, infer=_squeeze_infer,
@@ -197,8 +198,12 @@ def _concat_infer(ctx):
         total += d.shape[axis]
     dynamic = any(d.is_dynamic for d in ins)
     if dynamic:
+        # a dynamic input's static size is only a bound: OneFlow checks the static inputs' sum
+        # here, the kernel the run-time size
+        static = sum(d.shape[axis] for d in ins if not d.is_dynamic)
         max_dim = ctx.attr("max_dim_size")
-        ctx.check(max_dim >= total, f"attr 'max_dim_size' {max_dim} is smaller than the concatenated size {total}")
+        ctx.check(max_dim >= static, f"attr 'max_dim_size' {max_dim} is smaller than the static inputs' "
+                                     f"concatenated size {static}")
         total = max_dim
     shape = first.shape[:axis] + (total,) + first.shape[axis + 1:]
     ctx.set_output("out", shape, first.dtype, is_dynamic=dynamic)
@@ -206,7 +211,17 @@ def _concat_infer(ctx):
 
 def _concat_kernel(k):
     axis = norm_axis(k.attr("axis"), len(k.input("in").shape))
-    return lambda xs: torch.cat(xs, dim=axis)
+    if not k.output("out").is_dynamic:
+        return lambda xs: torch.cat(xs, dim=axis)
+    max_dim = k.attr("max_dim_size")
+
+    def bounded_cat(xs):
+        out = torch.cat(xs, dim=axis)
+        if out.shape[axis] > max_dim:
+            raise OpRunError(f"op '{k.op_name}' (concat): the inputs concatenate to size {out.shape[axis]} "
+                             f"on axis {axis}, more than attr 'max_dim_size' {max_dim}")
+        return out
+    return bounded_cat
 
 
 def _as_list(value):
@@ -245,10 +260,14 @@ def _split_like_infer(ctx):
                                                     if j != axis),
                   f"input 'like_{i}' of shape {d.shape} does not match input 'in' of shape {x.shape} "
                   f"outside axis {axis}")
-        total += d.shape[axis]
+        total += 0 if d.is_dynamic else d.shape[axis]
         ctx.set_output("out", x.shape[:axis] + (d.shape[axis],) + x.shape[axis + 1:], x.dtype, i=i)
-    ctx.check(total == x.shape[axis], f"'like' inputs add up to {total} along axis {axis}, input 'in' of "
-                                      f"shape {x.shape} has {x.shape[axis]}")
+    if any(d.is_dynamic for d in likes):  # (a dynamic like's static size is only a bound)
+        ctx.check(total <= x.shape[axis], f"the static 'like' inputs add up to {total} along axis {axis}, more "
+                                          f"than input 'in' of shape {x.shape} has ({x.shape[axis]})")
+    else:
+        ctx.check(total == x.shape[axis], f"'like' inputs add up to {total} along axis {axis}, input 'in' of "
+                                          f"shape {x.shape} has {x.shape[axis]}")
 
 
 def _split_like_kernel(k):

@@ -49,6 +49,13 @@ def same_dtype(ctx, *args):
     return first.dtype
 
 
+def at_least_1d(shape) -> tuple:
+    """``shape``, or ``(1,)`` when it has no axes: an op of OneFlow's single-client API whose
+    result would be rank-0 (every axis reduced or squeezed away, the argmax of a vector) gives
+    shape ``(1,)``."""
+    return tuple(shape) or (1,)
+
+
 def same_shape(ctx, *args):
     descs = [(a, ctx.input(a)) for a in args if ctx.has_input(a)]
     first_arg, first = descs[0]

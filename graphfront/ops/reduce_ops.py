@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import float_input, index_checks, like, norm_axis, raising_bad_ids
+from graphfront.framework.errors import OpRunError
+from graphfront.ops.common import at_least_1d, float_input, index_checks, like, norm_axis, raising_bad_ids
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, nonzero, reduce_node
 from graphfront.ops.registry import op
@@ -36,33 +37,60 @@ def _reduce_infer(out_dtype=None):
         if ctx.attr("keepdims"):
             shape = tuple(1 if i in axes else s for i, s in enumerate(d.shape))
         else:
-            shape = tuple(s for i, s in enumerate(d.shape) if i not in axes)
+            shape = at_least_1d(s for i, s in enumerate(d.shape) if i not in axes)
         ctx.set_output("output_tensor", shape, out_dtype or d.dtype)
     return infer
 
 
 def reduce_axes(k):
     """``(axes, keepdims)`` of a ``reduce_*`` op at run time: its ``axis`` attr as sorted,
-    distinct non-negative axes of ``input_tensor`` (shared by the kernels and xla rules)."""
+    distinct non-negative axes of ``input_tensor`` (shared by the kernels and xla rules).
+    keepdims is also True when every axis is reduced (see ``flat_result``)."""
     ndim = len(k.input("input_tensor").shape)
-    return tuple(sorted({a % ndim for a in k.attr("axis")})), k.attr("keepdims")
+    axes = tuple(sorted({a % ndim for a in k.attr("axis")}))
+    return axes, k.attr("keepdims") or len(axes) == ndim
+
+
+def _removes_every_axis(ndim, axes, keepdims):
+    """Whether a reduction over ``axes`` of a rank-``ndim`` input removes every axis: OneFlow's
+    single-client result then has shape ``(1,)``, the kept-dims result reshaped."""
+    return not keepdims and len(axes) == ndim
+
+
+def flat_result(k, fn):
+    """``fn`` (the reduction with ``reduce_axes(k)``), its result reshaped to ``(1,)`` when the
+    op removes every axis."""
+    axes, _ = reduce_axes(k)
+    if _removes_every_axis(len(k.input("input_tensor").shape), axes, k.attr("keepdims")):
+        return lambda x: fn(x).reshape(1)
+    return fn
 
 
 def _reduce_kernel(fn):
     def make(k):
         axes, keep = reduce_axes(k)
-        return lambda x: fn(x, axes, keep)
+        return flat_result(k, lambda x: fn(x, axes, keep))
     return make
 
 
 REDUCE_ATTRS = {"axis": "list_int32", "keepdims": ("bool", False)}
 
+
+def _reduce_onnx_node(c, onnx_type, x, out):
+    """The ``Reduce*`` node of a ``reduce_*`` op (attrs axis, keepdims) of ``x`` into ``out``
+    (a fresh name when None); one that removes every axis keeps them and reshapes to ``(1,)``."""
+    ndim = len(c.input_desc("input_tensor").shape)
+    axes = sorted({a % ndim for a in c.attr("axis")})
+    if not _removes_every_axis(ndim, axes, c.attr("keepdims")):
+        return reduce_node(c, onnx_type, x, axes, int(c.attr("keepdims")), out)
+    return c.node("Reshape", [reduce_node(c, onnx_type, x, axes, 1), c.const(int64s([1]))],
+                  None if out is None else [out])
+
+
 def _reduce_onnx(onnx_type):
     """``reduce_*`` ops (``input_tensor`` -> ``output_tensor``, attrs axis, keepdims)."""
     def convert(c):
-        ndim = len(c.input_desc("input_tensor").shape)
-        axes = sorted({a % ndim for a in c.attr("axis")})
-        reduce_node(c, onnx_type, c.input("input_tensor"), axes, int(c.attr("keepdims")), c.output("output_tensor"))
+        _reduce_onnx_node(c, onnx_type, c.input("input_tensor"), c.output("output_tensor"))
     return convert
 
 
@@ -73,8 +101,8 @@ def _reduce_xla(name):
         fn = xla_rules.jnp_fn(name)
         dtype = k.output("output_tensor").dtype.np
         if name == "sum":
-            return lambda x: fn(x, axis=axes, keepdims=keep, dtype=dtype)
-        return lambda x: fn(x, axis=axes, keepdims=keep).astype(dtype)
+            return flat_result(k, lambda x: fn(x, axis=axes, keepdims=keep, dtype=dtype))
+        return flat_result(k, lambda x: fn(x, axis=axes, keepdims=keep).astype(dtype))
     return make
 
 
@@ -129,10 +157,8 @@ op("reduce_prod", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDU
 def _reduce_logical_onnx(onnx_type):
     """reduce_any (ReduceMax) / reduce_all (ReduceMin) of ``x != 0``, bool."""
     def convert(c):
-        ndim = len(c.input_desc("input_tensor").shape)
-        axes = sorted({a % ndim for a in c.attr("axis")})
         flags = c.node("Cast", [nonzero(c, c.input("input_tensor"))], to=onnx_rules.INT32)
-        r = reduce_node(c, onnx_type, flags, axes, int(c.attr("keepdims")))
+        r = _reduce_onnx_node(c, onnx_type, flags, None)
         c.node("Cast", [r], [c.output("output_tensor")], to=onnx_rules.BOOL)
     return convert
 
@@ -142,7 +168,7 @@ def _reduce_logical_xla(name):
     def make(k):
         axes, keep = reduce_axes(k)
         fn = xla_rules.jnp_fn(name)
-        return lambda x: fn(x != 0, axis=axes, keepdims=keep)
+        return flat_result(k, lambda x: fn(x != 0, axis=axes, keepdims=keep))
     return make
 
 
@@ -235,15 +261,25 @@ op("broadcast_like", inputs=["x", "like"], outputs=["y"], attrs={"broadcast_axes
 
 # ----------------------------------------------------------------- argmax, top_k, sort
 
+def _vector_input(k):
+    """Whether the argmax input is a vector: the result keeps the reduced axis, shape ``(1,)``
+    (OneFlow's single-client argmax of a vector)."""
+    return len(k.input("in").shape) == 1
+
+
 def _argmax_onnx(c):
     """argmax over the last axis, the first of equal maxima (int64)."""
-    c.node("ArgMax", [c.input("in")], [c.output("out")], axis=-1, keepdims=0, select_last_index=0)
+    keep = int(len(c.input_desc("in").shape) == 1)
+    c.node("ArgMax", [c.input("in")], [c.output("out")], axis=-1, keepdims=keep, select_last_index=0)
 
 
+# argmax: int64 index of the max over the last axis (the first of equal maxima); the input's
+# shape without its last axis, (1,) for a vector
 op("argmax", inputs=["in"], outputs=["out"],
-   infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape[:-1], _dt.int64),
-   kernel=lambda k: lambda x: torch.argmax(x, dim=-1), no_grad=True, onnx=_argmax_onnx,
-   xla=lambda k: lambda x: xla_rules.jnp().argmax(x, axis=-1).astype("int64"))  # (the first of equal maxima)
+   infer=lambda ctx: ctx.set_output("out", at_least_1d(ctx.input("in").shape[:-1]), _dt.int64),
+   kernel=lambda k: functools.partial(torch.argmax, dim=-1, keepdim=_vector_input(k)), no_grad=True,
+   onnx=_argmax_onnx,
+   xla=lambda k: lambda x: xla_rules.jnp().argmax(x, axis=-1, keepdims=_vector_input(k)).astype("int64"))
 
 
 def _top_k_infer(ctx):
@@ -292,8 +328,11 @@ def _in_top_k_infer(ctx):
     t, p = ctx.input("targets"), ctx.input("predictions")
     ctx.check(len(t.shape) == 1, f"input 'targets' must be 1-D, received shape {t.shape}")
     ctx.check(len(p.shape) == 2, f"input 'predictions' must be 2-D, received shape {p.shape}")
-    ctx.check(t.shape[0] == p.shape[0], f"input 'targets' expected shape {(p.shape[0],)} (rows of 'predictions' "
-                                        f"{p.shape}), received {t.shape}")
+    ctx.check(t.is_dynamic == p.is_dynamic, f"inputs 'targets' and 'predictions' must both be dynamic or both "
+                                            f"static, received dynamic={t.is_dynamic} and {p.is_dynamic}")
+    # dynamic inputs: the static shapes are upper bounds, the kernel checks the run-time rows
+    ctx.check(t.is_dynamic or t.shape[0] == p.shape[0],
+              f"input 'targets' expected shape {(p.shape[0],)} (rows of 'predictions' {p.shape}), received {t.shape}")
     ctx.check(t.dtype.is_integer, f"input 'targets' expected an integer dtype, received {t.dtype.name}")
     ctx.check(p.dtype.is_floating_point, f"input 'predictions' expected a floating dtype, received {p.dtype.name}")
     ctx.set_output("out", t.shape, _dt.int8)
@@ -303,20 +342,28 @@ def _in_top_k_kernel(k):
     kk = k.attr("k")
 
     def in_top_k(targets, predictions):
-        # the target is in the top k when fewer than k classes score strictly higher
+        if targets.shape[0] != predictions.shape[0]:
+            raise OpRunError(f"op '{k.op_name}' (in_top_k): input 'targets' has {targets.shape[0]} rows, "
+                             f"'predictions' {predictions.shape[0]}: they must be equal")
+        # the target is in the top k when fewer than k classes score strictly higher; a row
+        # with a non-finite score cannot say (0), as OneFlow's and TensorFlow's kernels
         target_score = predictions.gather(1, targets.long().unsqueeze(1))
-        return ((predictions > target_score).sum(1) < kk).to(torch.int8)
+        return (((predictions > target_score).sum(1) < kk) & torch.isfinite(predictions).all(1)).to(torch.int8)
     return in_top_k
 
 
 def _in_top_k_onnx(c):
-    """int8 1 where fewer than k classes score strictly higher than the target's class."""
+    """int8 1 where fewer than k classes score strictly higher than the target's class and
+    every score of the row is finite."""
     p = c.input("predictions")
     target = c.node("Unsqueeze", [c.node("Cast", [c.input("targets")], to=onnx_rules.INT64), c.const(int64s([1]))])
     score = c.node("GatherElements", [p, target], axis=1)
     higher = c.node("Cast", [c.node("Greater", [p, score])], to=onnx_rules.INT64)
     count = reduce_node(c, "ReduceSum", higher, [1], 0)
-    c.node("Cast", [c.node("Less", [count, c.const(np.int64(c.attr("k")))])], [c.output("out")], to=onnx_rules.INT8)
+    bad = c.node("Cast", [c.node("Or", [c.node("IsNaN", [p]), c.node("IsInf", [p])])], to=onnx_rules.INT64)
+    finite = c.node("Equal", [reduce_node(c, "ReduceSum", bad, [1], 0), c.const(np.int64(0))])
+    inside = c.node("And", [c.node("Less", [count, c.const(np.int64(c.attr("k")))]), finite])
+    c.node("Cast", [inside], [c.output("out")], to=onnx_rules.INT8)
 
 
 def _in_top_k_xla(k):
@@ -327,7 +374,7 @@ def _in_top_k_xla(k):
         jnp = xla_rules.jnp()
         xla_rules.check_ids(targets, size, error)
         target_score = jnp.take_along_axis(predictions, targets.astype("int32")[:, None], axis=1, mode="clip")
-        return ((predictions > target_score).sum(1) < kk).astype("int8")
+        return (((predictions > target_score).sum(1) < kk) & jnp.isfinite(predictions).all(1)).astype("int8")
     return in_top_k
 
 

@@ -187,7 +187,8 @@ def _torch_dims(axis, ndim):
 def test_reduce_sum(check):
     ndim = random(1, 5).to(int).value()
     check(graphfront=lambda flow, x, axis, keepdims: flow.math.reduce_sum(x, axis=axis, keepdims=keepdims),
-          torch=lambda torch, x, axis, keepdims: x.sum(dim=_torch_dims(axis, x.dim()), keepdim=keepdims),
+          torch=lambda torch, x, axis, keepdims: torch.atleast_1d(
+              x.sum(dim=_torch_dims(axis, x.dim()), keepdim=keepdims)),
           x=random_tensor(ndim, random(1, 6), low=-1, high=1), axis=_axes_arg(ndim), keepdims=random_bool())
 
 
@@ -195,7 +196,8 @@ def test_reduce_sum(check):
 def test_reduce_mean(check):
     ndim = random(1, 5).to(int).value()
     check(graphfront=lambda flow, x, axis, keepdims: flow.math.reduce_mean(x, axis=axis, keepdims=keepdims),
-          torch=lambda torch, x, axis, keepdims: x.mean(dim=_torch_dims(axis, x.dim()), keepdim=keepdims),
+          torch=lambda torch, x, axis, keepdims: torch.atleast_1d(
+              x.mean(dim=_torch_dims(axis, x.dim()), keepdim=keepdims)),
           x=random_tensor(ndim, random(1, 6), low=-1, high=1), axis=_axes_arg(ndim), keepdims=random_bool())
 
 
@@ -229,7 +231,7 @@ def test_broadcast_like(check):
 @autotest(auto_backward=False)
 def test_argmax(check):
     check(graphfront=lambda flow, x: flow.math.argmax(x),
-          torch=lambda torch, x: torch.argmax(x, dim=-1),
+          torch=lambda torch, x: torch.atleast_1d(torch.argmax(x, dim=-1)),
           x=random_tensor(random(1, 4), random(1, 6), low=-1, high=1))
 
 

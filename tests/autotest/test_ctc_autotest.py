@@ -27,8 +27,8 @@ def test_ctc_loss(check):
                              zero_infinity=zero_inf)
 
     def th(torch, x, tg, il, tl):
-        return torch.nn.functional.ctc_loss(torch.log_softmax(x, -1), tg.long(), il, tl, blank=blank,
-                                            reduction=reduction, zero_infinity=zero_inf)
+        return torch.atleast_1d(torch.nn.functional.ctc_loss(torch.log_softmax(x, -1), tg.long(), il, tl, blank=blank,
+                                                             reduction=reduction, zero_infinity=zero_inf))
 
     check(graphfront=gf, torch=th, x=random_tensor(ndim=3, dim0=t, dim1=n, dim2=c, low=-2, high=2),
           tg=constant(targets), il=constant(il), tl=constant(tl))

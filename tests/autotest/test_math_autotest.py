@@ -289,6 +289,8 @@ def test_scalar_floordiv_fmod(check):
 
 
 # ------------------------------------------------------------------ reductions
+# (a reduction over every axis, and the argmax of a vector, have shape (1,) in OneFlow's
+# single-client API, not torch's 0-d: torch.atleast_1d)
 
 def _quantized(check, shape):
     """A float tensor with values on a coarse grid, so that maxima and minima tie often."""
@@ -301,8 +303,8 @@ def test_reduce_sum_max_min(check):
     axis, ds, keep = axes_of(check, len(shape))
     check(graphfront=lambda flow, x: [flow.math.reduce_sum(x, axis, keep), flow.math.reduce_max(x, axis, keep),
                                       flow.math.reduce_min(x, axis, keep)],
-          torch=lambda torch, x: [torch.sum(x, ds, keepdim=keep), torch.amax(x, ds, keepdim=keep),
-                                  torch.amin(x, ds, keepdim=keep)],
+          torch=lambda torch, x: list(torch.atleast_1d(torch.sum(x, ds, keepdim=keep), torch.amax(x, ds, keepdim=keep),
+                                                       torch.amin(x, ds, keepdim=keep))),
           x=_quantized(check, shape))
 
 
@@ -317,9 +319,9 @@ def test_composite_reductions(check):
                 m.reduce_logsumexp(x, axis, keep), m.reduce_euclidean_norm(x, axis, keep)]
 
     def th(torch, x):
-        return [x.mean(ds, keepdim=keep), x.var(ds, unbiased=False, keepdim=keep),
-                x.std(ds, unbiased=False, keepdim=keep), torch.logsumexp(x, ds, keepdim=keep),
-                torch.linalg.vector_norm(x, dim=ds, keepdim=keep)]
+        return list(torch.atleast_1d(x.mean(ds, keepdim=keep), x.var(ds, unbiased=False, keepdim=keep),
+                                     x.std(ds, unbiased=False, keepdim=keep), torch.logsumexp(x, ds, keepdim=keep),
+                                     torch.linalg.vector_norm(x, dim=ds, keepdim=keep)))
 
     check(graphfront=gf, torch=th, x=tensor(shape, -2, 2))
 
@@ -336,7 +338,8 @@ def test_reduce_prod_any_all(check):
         return x
 
     def th(torch, x, b):
-        return [prod(x), torch.any(b != 0, dim=ds, keepdim=keep), torch.all(b != 0, dim=ds, keepdim=keep)]
+        return list(torch.atleast_1d(prod(x), torch.any(b != 0, dim=ds, keepdim=keep),
+                                     torch.all(b != 0, dim=ds, keepdim=keep)))
 
     check(graphfront=lambda flow, x, b: [flow.math.reduce_prod(x, axis, keep), flow.math.reduce_any(b, axis, keep),
                                          flow.math.reduce_all(b, axis, keep)],
@@ -376,7 +379,7 @@ def test_argmax_top_k_sort(check):
     def th(torch, x):
         # OneFlow's top_k and arg_sort return int32 indices (argmax int64, as torch)
         s = torch.sort(x, dim=axis, descending=descending, stable=True)
-        return [torch.argmax(x, dim=axis), torch.topk(x, min(k, shape[axis]), dim=axis).indices.int(),
+        return [torch.atleast_1d(torch.argmax(x, dim=axis)), torch.topk(x, min(k, shape[axis]), dim=axis).indices.int(),
                 s.indices.int(), s.values]
 
     check(graphfront=gf, torch=th, x=tensor(shape))

@@ -164,7 +164,8 @@ def test_bce_loss(check):
     reduction = str(check.rng.choice(["none", "mean", "sum"]))
     weight = tensor(shape, 0.2, 2.0, requires_grad=False) if check.rng.random() < 0.6 else nothing()
     check(graphfront=lambda flow, x, t, w=None: flow.nn.BCELoss(x, t, w, reduction=reduction),
-          torch=lambda torch, x, t, w=None: torch.nn.functional.binary_cross_entropy(x, t, w, reduction=reduction),
+          torch=lambda torch, x, t, w=None: torch.atleast_1d(
+              torch.nn.functional.binary_cross_entropy(x, t, w, reduction=reduction)),
           x=tensor(shape, 0.02, 0.98), t=tensor(shape, 0, 1, requires_grad=False), w=weight)
 
 
@@ -175,8 +176,8 @@ def test_bce_with_logits_loss(check):
     weight = tensor(shape, 0.2, 2.0, requires_grad=False) if check.rng.random() < 0.5 else nothing()
     pos_weight = tensor(shape[-1:], 0.2, 3.0, requires_grad=False) if check.rng.random() < 0.6 else nothing()
     check(graphfront=lambda flow, x, t, w=None, pw=None: flow.nn.BCEWithLogitsLoss(x, t, w, pw, reduction=reduction),
-          torch=lambda torch, x, t, w=None, pw=None: torch.nn.functional.binary_cross_entropy_with_logits(
-              x, t, w, reduction=reduction, pos_weight=pw),
+          torch=lambda torch, x, t, w=None, pw=None: torch.atleast_1d(torch.nn.functional.binary_cross_entropy_with_logits(
+              x, t, w, reduction=reduction, pos_weight=pw)),
           x=tensor(shape, -4, 4), t=tensor(shape, 0, 1, requires_grad=False), w=weight, pw=pos_weight)
 
 
@@ -189,7 +190,7 @@ def test_kl_div_loss(check):
 
     def th(torch, x, t):
         loss = t.exp() * (t - x) if log_target else t * (t.log() - x)
-        return {"none": loss, "mean": loss.mean(), "sum": loss.sum()}[reduction]
+        return {"none": loss, "mean": loss.mean().reshape(1), "sum": loss.sum().reshape(1)}[reduction]
     check(graphfront=lambda flow, x, t: flow.nn.KLDivLoss(x, t, log_target, reduction),
           torch=th, x=tensor(shape, -3, 0), t=target)
 

@@ -79,7 +79,7 @@ def test_info_on_a_job_file_lists_ops_inputs_outputs_and_variables(tmp_path):
     assert "2 variables (6 trainable parameters, 32 bytes)" in text.splitlines()[0]
     assert re.search(r"^w\s+\(3, 2\)\s+kFloat\s+constant_conf\s+yes$", text, re.M)
     assert re.search(r"^Input_\d+\s+\(4, 3\)\s+kFloat$", text, re.M)
-    assert re.search(r"^Return_\d+\s+loss_mean/out_0\s+\(\)\s+kFloat$", text, re.M)
+    assert re.search(r"^Return_\d+\s+loss_mean/out_0\s+\(1,\)\s+kFloat$", text, re.M)
     for op in job.graph.proto.net.op:
         assert op.name in text
     # the command line: same text; a bad file is an error message, not a traceback

@@ -296,7 +296,7 @@ def _amp_trained(config, steps=8):
         return loss
     losses, states = [], []
     for i in range(steps):
-        losses.append(float(amp_train(*_feeds(i))))
+        losses.append(amp_train(*_feeds(i)).item())
         states.append({k: v.numpy().item() for k, v in flow.get_all_variables().items() if v.numpy().size == 1})
     return losses, states, default_session().jobs["amp_train"]
 

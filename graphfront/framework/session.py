@@ -59,7 +59,7 @@ class FunctionConfig:
     ``compile_mode("plan" | "native" | "xla" | "onnxruntime" | "auto")`` (graphfront's switch:
     the lowering of the job, see :mod:`graphfront.runtime.lowering`), OneFlow's
     ``use_xla_jit(bool)`` and ``use_tensorrt(bool)``, ``enable_qat(bool)`` with ``qat.*``
-    (quantization-aware training) and ``enable_ssp(bool)`` (recorded only).
+    (quantization-aware training) and ``enable_ssp(bool)`` (stale variable reads, one stage).
     """
 
     def __init__(self):
@@ -273,12 +273,16 @@ class FunctionConfig:
         self._compile_mode = check_mode(mode, "FunctionConfig.compile_mode")
 
     def enable_ssp(self, value=True) -> None:
-        """Record stage-wise (SSP) pipelining of the job (job flag ``enable_ssp``, bool).
+        """Stale-synchronous (SSP) training of the job (job flag ``enable_ssp``, bool).
 
         OneFlow v0.6.0 partitions a train job into pipeline stages run stale-synchronously
-        across devices. graphfront runs every job as one stage without SSP pipelining: the
-        flag is recorded in the job config and one UserWarning per process says so (on one
-        device pipelining has nothing to overlap).
+        across devices: a stage's forward and backward read its variables as the step
+        ``ssp_num_stages - ssp_stage_id`` steps earlier left them (scope attributes set with
+        ``flow.experimental.scope.config``; the last stage reads current ones). graphfront keeps that arithmetic: the
+        :mod:`graphfront.passes.ssp` pass gives every variable with a gradient an
+        ``ssp_variable_proxy`` of that buffer size. It runs the job as one stage, though, with
+        nothing overlapped (one UserWarning per process says so). Building a train job with
+        ``enable_ssp(True)`` whose variables lack those attributes raises ``JobBuildError``.
 
         Args:
             value: bool; default True.
@@ -290,8 +294,9 @@ class FunctionConfig:
             raise TypeError(f"FunctionConfig.enable_ssp expects a bool, received {value!r}")
         self.job_config_proto.flag_name2flag_value["enable_ssp"].at_bool = value
         if value:
-            _warn_once("enable_ssp", "FunctionConfig.enable_ssp(True) is recorded in the job config; graphfront "
-                       "runs jobs without SSP pipelining (as one stage)")
+            _warn_once("enable_ssp", "FunctionConfig.enable_ssp(True): variables are read through SSP proxies "
+                       "(stale by ssp_num_stages - ssp_stage_id steps) but graphfront runs the job as one stage, "
+                       "without overlapping stages")
 
     def ssp_partition_strategy(self, value) -> None:
         """Record the SSP stage partition strategy (job flag ``ssp_partition_strategy``, str;

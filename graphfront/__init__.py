@@ -29,6 +29,7 @@ from graphfront.array import *  # noqa: F401,F403 - flow.reshape, flow.concat, .
 from graphfront.checkpoint import get_all_variables, load, load_variables
 from graphfront.categorical import categorical_ordinal_encode
 from graphfront.ctc import ctc_loss
+from graphfront.deprecated import consistent_user_op_module_builder, user_op_module_builder
 from graphfront.dynamic import argwhere, cast_to_static_shape, sync_dynamic_resize
 from graphfront.checkpoint import save_dict as save
 from graphfront.distribute import hierarchical_parallel_cast, parallel_cast

@@ -419,3 +419,47 @@ def test_ccrelu_takes_oneflows_argument_names_and_refuses_others_naming_them():
 
     with pytest.raises(flow.JobBuildError, match="ccrelu has no input 'x'; its inputs are in"):
         bad(x)
+
+
+# ------------------------------------------------------------------ flow.deprecated.nn.Module
+
+class _Scale(flow.deprecated.nn.Module):
+    """x * factor through a reused scalar_mul builder, one op per call, named by call_seq_no."""
+
+    def __init__(self):
+        super().__init__()
+        self.builder = flow.consistent_user_op_module_builder("scalar_mul")
+        self.builder.InputSize("in", 1).Output("out").Attr("has_float_operand", True).Attr("float_operand", 3.0)
+        self.builder.user_op_module.InitOpKernel()
+
+    def forward(self, x):
+        op = self.builder.OpName(f"Scale_{self.call_seq_no}").Input("in", [x]).Build().InferAndTryRun()
+        return op.RemoteBlobList()[0]
+
+
+def test_user_op_modules_build_one_op_per_call_and_are_found_by_name():
+    flow.clear_default_session()
+    names, errors = [], []
+
+    @flow.global_function()
+    def job(x: flow.typing.Numpy.Placeholder((2, 3))) -> flow.typing.Numpy:
+        with flow.scope.namespace("ns"):
+            scale = flow.find_or_create_module("scale", _Scale)
+            y = scale(x)
+            z = scale(y)
+            names.extend([y.op_name, z.op_name, scale.call_seq_no])
+            assert flow.find_or_create_module("scale", _Scale, reuse=True) is scale
+            try:
+                flow.find_or_create_module("scale", _Scale)
+            except ValueError as e:
+                errors.append(str(e))
+            try:
+                scale.builder.Op("add_n")
+            except ValueError as e:
+                errors.append(str(e))
+        return z
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(job(x), x * 9.0)
+    assert names == ["ns-Scale_0", "ns-Scale_1", 2]
+    assert "module 'scale' is already used" in errors[0] and "cannot call .Op('add_n')" in errors[1]

@@ -125,7 +125,7 @@ class Scope:
         """The value of scope attribute ``name`` here (its default when not set)."""
         return dict(self.attrs).get(name, SCOPE_ATTR_DEFAULTS[name])
 
-    def with_attrs(self, where="flow.experimental.scope.config", **values) -> "Scope":
+    def with_attrs(self, **values) -> "Scope":
         """This scope with the scope attributes ``values`` set (names and types as
         :data:`SCOPE_ATTR_DEFAULTS`).
 
@@ -133,6 +133,7 @@ class Scope:
             ValueError: an unknown attribute name.
             TypeError: a value whose type is not the attribute's (bool or int).
         """
+        where = "flow.experimental.scope.config"
         attrs = dict(self.attrs)
         for name, value in values.items():
             if name not in SCOPE_ATTR_DEFAULTS:

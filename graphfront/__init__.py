@@ -22,13 +22,14 @@ _logging.getLogger("graphfront").addHandler(_logging.NullHandler())
 from graphfront.ops import families as _families  # noqa: F401 - registers every op type
 from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
 from graphfront import advanced, checkpoint, deprecated, distribute, env, experimental, linalg, losses, saved_model
-from graphfront import model, profiler, random, serving, train, unittest, util
+from graphfront import model, profiler, random, serving, sysconfig, tensorrt, train, unittest, util
 from graphfront.amp import amp_white_identity
 from graphfront import onnx  # flow.onnx.export (imports the onnx package only when called)
 from graphfront.array import *  # noqa: F401,F403 - flow.reshape, flow.concat, ...
 from graphfront.checkpoint import get_all_variables, load, load_variables
 from graphfront.categorical import categorical_ordinal_encode
 from graphfront.ctc import ctc_loss
+from graphfront.deprecated import consistent_user_op_module_builder, user_op_module_builder
 from graphfront.dynamic import argwhere, cast_to_static_shape, sync_dynamic_resize
 from graphfront.checkpoint import save_dict as save
 from graphfront.distribute import hierarchical_parallel_cast, parallel_cast

@@ -30,7 +30,7 @@ __all__ = [
     "reshape", "reshape_like", "flatten", "identity", "identity_n", "cast", "transpose", "concat", "split",
     "stack", "slice", "slice_v2", "slice_update", "reverse", "gather", "batch_gather", "gather_nd", "scatter_nd",
     "tensor_scatter_nd_add", "tensor_scatter_nd_update", "unsorted_segment_sum", "unsorted_segment_sum_like",
-    "unsorted_batch_segment_sum", "dim_gather", "squeeze", "expand_dims", "expand", "broadcast_like", "pad",
+    "unsorted_batch_segment_sum", "dim_gather", "dim_scatter_add", "dim_scatter_update", "dim_scatter_add_like", "squeeze", "expand_dims", "expand", "broadcast_like", "pad",
     "pad_grad", "constant_pad1d", "constant_pad2d", "constant_pad3d", "zero_pad2d", "reflection_pad2d",
     "replication_pad2d", "one_hot", "constant", "zeros", "ones", "constant_like", "ones_like", "zeros_like",
     "range", "eye", "diag", "roll", "flip", "narrow", "assign", "constant_scalar",
@@ -967,6 +967,64 @@ def dim_gather(input, dim, index, name=None) -> BlobDesc:  # noqa: A002
     _blob(index, "dim_gather", "index")
     return build_op("dim_gather", {"input": input, "index": index}, {"dim": _int(dim, "dim_gather", "dim")},
                     outputs=("output",), name=name, prefix="DimGather_")
+
+
+def _dim_scatter(op_type, base_arg, base, dim, index, src, name, prefix):
+    _blob(base, op_type, base_arg)
+    _blob(index, op_type, "index")
+    _blob(src, op_type, "src")
+    return build_op(op_type, {base_arg: base, "index": index, "src": src}, {"dim": _int(dim, op_type, "dim")},
+                    outputs=("output",), name=name, prefix=prefix)
+
+
+def dim_scatter_add(input, dim, index, src, name=None) -> BlobDesc:  # noqa: A002
+    """``input`` with ``src[i][j]`` added at ``[index[i][j]][j]`` for dim 0, etc.
+    (``torch.Tensor.scatter_add``); op ``dim_scatter_add``.
+
+    Args:
+        input: blob, any shape, a numeric dtype.
+        dim: int, the dim indexed (negative counts from the end).
+        index: int32/int64 blob of ``input``'s rank, at most ``input``'s size outside ``dim``,
+            ids in ``[0, input.shape[dim])``.
+        src: blob of ``index``'s shape and ``input``'s dtype.
+        name: op name; default ``DimScatterAdd_<n>``.
+
+    Returns:
+        BlobDesc: ``input``'s shape and dtype. Gradients: ``input`` gets dy, ``src`` gets
+        ``dim_gather(dy, dim, index)``.
+
+    Raises:
+        ArgumentError: an argument is not a blob or ``dim`` is not an int.
+        JobBuildError: the ranks, shapes or dtypes do not fit.
+        OpRunError: an id out of range (when the job runs).
+    """
+    return _dim_scatter("dim_scatter_add", "input", input, dim, index, src, name, "DimScatterAdd_")
+
+
+def dim_scatter_update(input, dim, index, src, name=None) -> BlobDesc:  # noqa: A002
+    """``input`` with ``src[i][j]`` written at ``[index[i][j]][j]`` for dim 0, etc.
+    (``torch.Tensor.scatter``); op ``dim_scatter_update``. Where ``index`` repeats a place,
+    which write wins is unspecified (as in OneFlow and torch).
+
+    Args, Raises: as :func:`dim_scatter_add`; default name ``DimScatterUpdate_<n>``.
+
+    Returns:
+        BlobDesc: ``input``'s shape and dtype. Gradients: ``src`` gets
+        ``dim_gather(dy, dim, index)``, ``input`` gets dy with the written places zeroed.
+    """
+    return _dim_scatter("dim_scatter_update", "input", input, dim, index, src, name, "DimScatterUpdate_")
+
+
+def dim_scatter_add_like(like, dim, index, src, name=None) -> BlobDesc:
+    """Zeros of ``like``'s shape with ``src`` added at ``index`` along ``dim`` (the gradient of
+    :func:`dim_gather`); op ``dim_scatter_add_like``. ``like``'s values are not read.
+
+    Returns:
+        BlobDesc: ``like``'s shape, ``src``'s dtype.
+
+    Raises: as :func:`dim_scatter_add` (``like`` for ``input``); default name ``DimScatterAddLike_<n>``.
+    """
+    return _dim_scatter("dim_scatter_add_like", "like", like, dim, index, src, name, "DimScatterAddLike_")
 
 
 # ------------------------------------------------------------------ padding

@@ -9,6 +9,11 @@
   there is nothing to remove: both return ``None`` and change nothing.
 * ``initializer_util.truncated_normal_initializer(stddev)``.
 
+* ``nn.Module``: OneFlow's user-op module base class: a subclass defines ``forward``;
+  calling the module runs ``forward`` and then counts the call in ``call_seq_no`` (0 during
+  the first call), which subclasses use to name the op each call builds. Built with
+  ``flow.find_or_create_module`` and ``flow.consistent_user_op_module_builder(op_type)``.
+
 (OneFlow v0.6.0 ``python/oneflow/compatible/single_client/deprecated/``.)
 """
 from __future__ import annotations
@@ -18,8 +23,10 @@ import warnings
 
 from graphfront import scope as _scope
 from graphfront.initializers import truncated_normal_initializer as _truncated_normal_initializer
+from graphfront.ops.builder import UserOpModuleBuilder
 
-__all__ = ["delete_worker_by_bootstrap", "delete_worker_of_multi_process", "initializer_util", "variable_scope"]
+__all__ = ["consistent_user_op_module_builder", "delete_worker_by_bootstrap", "delete_worker_of_multi_process",
+           "initializer_util", "nn", "user_op_module_builder", "variable_scope"]
 
 
 def variable_scope(name):
@@ -52,3 +59,44 @@ def _deprecated_truncated_normal_initializer(stddev=1.0):
 _deprecated_truncated_normal_initializer.__name__ = "truncated_normal_initializer"
 initializer_util = types.SimpleNamespace(truncated_normal_initializer=_deprecated_truncated_normal_initializer)
 initializer_util.__doc__ = "``flow.deprecated.initializer_util``: ``truncated_normal_initializer(stddev)``."
+
+
+_module_ids = iter(range(1 << 62))
+
+
+class Module:
+    """OneFlow's user-op module (``flow.deprecated.nn.Module``): subclasses define
+    ``forward(*args)``; ``module(*args)`` returns ``forward(*args)`` and then adds one to
+    ``call_seq_no`` (so it is 0 while the first call runs)."""
+
+    def __init__(self, name=None):
+        self.module_name_ = name if name is not None else f"Module_{next(_module_ids)}"
+        self.call_seq_no_ = 0
+
+    @property
+    def module_name(self) -> str:
+        return self.module_name_
+
+    @property
+    def call_seq_no(self) -> int:
+        return self.call_seq_no_
+
+    def __call__(self, *args):
+        ret = self.forward(*args)
+        self.call_seq_no_ += 1
+        return ret
+
+    def forward(self, *args):
+        raise NotImplementedError(f"{type(self).__name__}.forward is not defined")
+
+
+nn = types.SimpleNamespace(Module=Module)
+nn.__doc__ = "``flow.deprecated.nn``: ``Module``, the base class of OneFlow's user-op modules."
+
+def user_op_module_builder(op_type_name) -> UserOpModuleBuilder:
+    """A builder of ``op_type_name`` ops for a module (see :class:`graphfront.ops.builder.UserOpModuleBuilder`),
+    named by the namespace prefix + ``op_type_name`` until ``OpName`` renames it."""
+    return UserOpModuleBuilder(op_type_name)
+
+
+consistent_user_op_module_builder = user_op_module_builder  # every graphfront op is consistent

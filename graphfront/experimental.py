@@ -16,7 +16,17 @@
 * ``custom_op_module(op_module_name, module_path)``: OneFlow's user-op modules with Python
   kernels (:mod:`graphfront.custom_op_module`).
 * ``unittest``: the same module as ``flow.unittest`` (:mod:`graphfront.unittest`).
+* ``scope.config(**attrs)``: a ``with`` block whose ops carry the scope attributes
+  ``attrs`` (OneFlow's ``ScopeProto.attr_name2attr_value``): ``quantization_aware_training``
+  (bool, default True; False keeps the block's convolutions and matmuls out of
+  quantization-aware training), ``ssp_num_stages`` / ``ssp_stage_id`` (int, default -1),
+  ``pipeline_stage_id_hint`` (int, default 0), ``checkpointing`` (bool, default False).
+  graphfront's passes read ``quantization_aware_training``; the others are recorded in the
+  scope symbols (graphfront runs no SSP pipeline stages and no activation checkpointing).
 """
+import contextlib as _contextlib
+import types as _types
+
 from graphfront.array import assign as _assign
 from graphfront.array import slice_update as _slice_update
 from graphfront.array import slice_v2 as _slice_v2
@@ -25,6 +35,7 @@ from graphfront import unittest
 from graphfront.custom_op_module import CustomOpModule as custom_op_module
 from graphfront.deprecated import variable_scope as name_scope
 from graphfront.dynamic import indexed_slices_reduce_sum, unique_with_counts
+from graphfront.framework import job_builder as _jb
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.job_io import JobFileError, load_job, save_job
 from graphfront.math import square_sum
@@ -42,6 +53,26 @@ def ssp_variable_proxy(var, buffer_size=1, name=None):
                          f"{buffer_size!r}")
     return _build_op("ssp_variable_proxy", {"var": var}, {"buffer_size": int(buffer_size)}, outputs=("ref", "value"),
                      name=name, prefix="SspVariableProxy_")
+
+
+@_contextlib.contextmanager
+def _scope_config(**attrs):
+    """Build the ops inside the ``with`` block with scope attributes ``attrs`` set (see the
+    module docstring for the names, types and defaults).
+
+    Raises:
+        ValueError: an unknown attribute name.
+        TypeError: a value of the wrong type (bool for a bool attribute, int for an int one).
+        JobBuildError: outside a job function.
+    """
+    builder = _jb.current()
+    with builder.scope_as(builder.scope.with_attrs(**attrs)) as s:
+        yield s
+
+
+_scope_config.__name__ = _scope_config.__qualname__ = "config"
+scope = _types.SimpleNamespace(config=_scope_config)
+scope.__doc__ = "``flow.experimental.scope``: ``config(**attrs)``, a scope with OneFlow's scope attributes set."
 
 
 def logical_slice(x, slice_tup_list, name=None) -> BlobDesc:
@@ -77,5 +108,5 @@ def logical_slice_assign(ref, value, slice_tup_list, name=None) -> None:
 
 
 __all__ = ["JobFileError", "custom_op_module", "get_interface_blob_value", "indexed_slices_reduce_sum", "load_job",
-           "logical_slice", "logical_slice_assign", "name_scope", "save_job", "set_interface_blob_value", "square_sum",
+           "logical_slice", "logical_slice_assign", "name_scope", "save_job", "scope", "set_interface_blob_value", "square_sum",
            "ssp_variable_proxy", "unique_with_counts", "unittest"]

@@ -131,7 +131,8 @@ class LrScheduler:
     ``learning_rate_decay_conf``.
 
     Args:
-        base_lr: base learning rate, a number >= 0 (required unless ``lr_lbn`` is given).
+        base_lr: base learning rate, a number (required unless ``lr_lbn`` is given; a
+            negative one ascends the gradient, as OneFlow allows).
         lr_lbn: optional logical blob name holding the LR of every step; when given,
             ``base_lr`` is not checked and ``warmup`` is not written.
         warmup: optional ``flow.optimizer.warmup.constant(...)`` or
@@ -140,13 +141,12 @@ class LrScheduler:
     Raises:
         TypeError: ``base_lr`` is not a number (when ``lr_lbn`` is None), or ``warmup`` is
             not a ``WarmupConf``.
-        ValueError: ``base_lr`` < 0.
     """
 
     def __init__(self, base_lr=None, lr_lbn=None, warmup=None):
         where = type(self).__name__
         if lr_lbn is None:
-            base_lr = _number(where, "base_lr", base_lr, 0.0)
+            base_lr = _number(where, "base_lr", base_lr)
         if warmup is not None and not isinstance(warmup, _lr_pb.WarmupConf):
             raise TypeError(f"{where}: warmup expects flow.optimizer.warmup.constant(...) or .linear(...), "
                             f"received {warmup!r}")
@@ -199,7 +199,7 @@ class CosineScheduler(LrScheduler):
 
     Raises:
         TypeError: ``base_lr`` or ``alpha`` is not a number, or ``warmup`` is not a ``WarmupConf``.
-        ValueError: ``base_lr`` < 0, or ``steps`` is not a positive int.
+        ValueError: ``steps`` is not a positive int.
     """
 
     def __init__(self, base_lr, steps, alpha=0.0, warmup=None):
@@ -266,7 +266,7 @@ class PiecewiseConstantScheduler(LrScheduler):
         TypeError: ``boundaries`` is not a list/tuple of ints, an item of ``values`` is not
             a number, or ``warmup`` is not a ``WarmupConf``.
         ValueError: ``boundaries`` is not strictly increasing, ``values`` is not a
-            list/tuple of length ``len(boundaries) + 1``, or ``values[0]`` < 0.
+            list/tuple of length ``len(boundaries) + 1``.
     """
 
     def __init__(self, boundaries, values, warmup=None):
@@ -312,7 +312,7 @@ class PiecewiseScalingScheduler(LrScheduler):
     Raises:
         TypeError: ``base_lr``, ``boundaries`` or an item of ``scale`` has the wrong type,
             or ``warmup`` is not a ``WarmupConf``.
-        ValueError: ``base_lr`` < 0, ``boundaries`` not strictly increasing, or
+        ValueError: ``boundaries`` not strictly increasing, or
             ``len(scale) != len(boundaries)``.
     """
 
@@ -359,7 +359,7 @@ class PolynomialScheduler(LrScheduler):
     Raises:
         TypeError: ``base_lr``, ``end_learning_rate`` or ``power`` is not a number, or
             ``warmup`` is not a ``WarmupConf``.
-        ValueError: ``base_lr`` < 0, or ``steps`` is not a positive int.
+        ValueError: ``steps`` is not a positive int.
     """
 
     def __init__(self, base_lr, steps, end_learning_rate=0.0001, power=1.0, cycle=False, warmup=None):
@@ -429,7 +429,7 @@ class LinearCosineScheduler(LrScheduler):
 
     Raises:
         TypeError: a numeric argument is not a number, or ``warmup`` is not a ``WarmupConf``.
-        ValueError: ``base_lr`` < 0, or ``steps`` is not a positive int.
+        ValueError: ``steps`` is not a positive int.
     """
 
     def __init__(self, base_lr, steps, num_periods=0.5, alpha=0.0, beta=0.001, warmup=None):
@@ -499,7 +499,7 @@ class ExponentialScheduler(_RateDecayScheduler):
     Raises:
         TypeError: ``base_lr`` or ``decay_rate`` is not a number, or ``warmup`` is not a
             ``WarmupConf``.
-        ValueError: ``base_lr`` < 0, or ``steps`` is not a positive int.
+        ValueError: ``steps`` is not a positive int.
     """
     _field = "exponential_conf"
 
@@ -522,7 +522,7 @@ class InverseTimeScheduler(_RateDecayScheduler):
     Raises:
         TypeError: ``base_lr`` or ``decay_rate`` is not a number, or ``warmup`` is not a
             ``WarmupConf``.
-        ValueError: ``base_lr`` < 0, or ``steps`` is not a positive int.
+        ValueError: ``steps`` is not a positive int.
     """
     _field = "inverse_time_conf"
 
@@ -547,7 +547,7 @@ class NaturalExpScheduler(_RateDecayScheduler):
     Raises:
         TypeError: ``base_lr`` or ``decay_rate`` is not a number, or ``warmup`` is not a
             ``WarmupConf``.
-        ValueError: ``base_lr`` < 0, or ``steps`` is not a positive int.
+        ValueError: ``steps`` is not a positive int.
     """
     _field = "natural_exp_conf"
 

@@ -40,6 +40,15 @@ class Size(tuple):
             n *= d
         return n
 
+    def index(self, value, start=0, end=None) -> int:
+        """The first position of ``value`` in ``self[start:end]`` (OneFlow's ``Size.index``
+        takes ``start`` / ``end`` as keywords too).
+
+        Raises:
+            ValueError: ``value`` is not in that range.
+        """
+        return tuple.index(self, value, start, len(self) if end is None else end)
+
     def __repr__(self):
         return f"flow.Size({list(self)})"
 
@@ -74,10 +83,21 @@ def enable_eager_execution(val=True):
     session.eager = val
 
 
-def _blob_numpy(self):
+def _blob_numpy(self, rank=None):
     """The blob's value as a numpy array (its shape and dtype), inside a job function
-    running eagerly (``flow.enable_eager_execution(True)``). Raises RuntimeError in a lazy
-    job, whose blobs hold no value while it is built."""
+    running eagerly (``flow.enable_eager_execution(True)``).
+
+    ``rank`` is OneFlow's device index: the value held by device ``rank`` of the blob's
+    placement. An eager job runs on one device, which holds the whole blob, so ``rank`` is
+    ``None`` or ``0`` (both give that value, as OneFlow's one-device blobs).
+
+    Raises:
+        RuntimeError: in a lazy job, whose blobs hold no value while it is built.
+        ValueError: ``rank`` is neither None nor 0.
+    """
+    if rank is not None and (isinstance(rank, bool) or rank != 0):
+        raise ValueError(f"blob.numpy(rank={rank!r}): an eager job runs on one device, which holds the whole "
+                         f"blob; rank must be None or 0")
     return _eager.numpy_of(self)
 
 

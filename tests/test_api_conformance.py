@@ -491,6 +491,10 @@ def test_dense_with_model_distribute_and_with_distribute():
 def test_size_and_logical_view_and_eager_switches():
     s = flow.Size((2, 3))
     assert s == (2, 3) and s.numel() == 6 and repr(s) == "flow.Size([2, 3])"
+    t, plain = flow.Size((2, 3, 2, 4)), (2, 3, 2, 4)  # index takes start/end as keywords, as tuple's positionals
+    assert [t.index(2, start=1), t.index(4, start=0, end=4), t.index(2)] == [plain.index(2, 1), plain.index(4, 0, 4), 0]
+    with pytest.raises(ValueError):
+        t.index(4, start=0, end=3)
     seen = {}
 
     def build(x):

@@ -333,6 +333,29 @@ def test_dim_gather_forward_and_grad():
     check(lambda x, i: flow.dim_gather(x, 1, i) * 2.0, lambda x, i: torch.gather(x, 1, i) * 2.0, x, idx)
 
 
+def test_dim_scatter_add_and_update_match_numpy_and_check_their_arguments():
+    """OneFlow's dim_scatter_add / dim_scatter_update: input with src added at / written to
+    index along dim, against a numpy loop; wrong shapes, dtypes and ids are named."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    src = np.array([[10.0, 20.0], [30.0, 40.0]], np.float32)
+    idx = np.array([[2, 0], [2, 1]], np.int64)
+    added, written = x.copy(), x.copy()
+    for r in range(2):
+        for c in range(2):
+            added[r, idx[r, c]] += src[r, c]
+            written[r, idx[r, c]] = src[r, c]
+    outs, _ = run(lambda x, s, i: [flow.dim_scatter_add(x, 1, i, s), flow.dim_scatter_update(x, -1, i, s)],
+                  x, src, idx, train=False)
+    np.testing.assert_array_equal(outs[0], added)
+    np.testing.assert_array_equal(outs[1], written)
+    with pytest.raises(flow.JobBuildError, match=r"dim_scatter_add.*input 'src' expected shape \(2, 2\)"):
+        run(lambda x, s, i: flow.dim_scatter_add(x, 1, i, s), x, src[:, :1], idx, train=False)
+    with pytest.raises(flow.JobBuildError, match=r"dim_scatter_update.*input 'src' expected dtype float32"):
+        run(lambda x, s, i: flow.dim_scatter_update(x, 1, i, s), x, src.astype(np.float64), idx, train=False)
+    with pytest.raises(flow.GraphfrontError, match=r"dim_scatter_add.*input 'index' expects indices in \[0, 4\)"):
+        run(lambda x, s, i: flow.dim_scatter_add(x, 1, i, s), x, src, idx + 3, train=False)
+
+
 # ------------------------------------------------------------------ padding
 
 def test_pad_float_and_int_constant_and_grad():

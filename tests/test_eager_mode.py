@@ -119,6 +119,9 @@ def test_blob_numpy_and_watch_inside_the_running_job():
     def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
         y = flow.math.exp(x)
         seen["y"] = y.numpy()  # the value, while the function runs
+        seen["y0"] = y.numpy(0)  # OneFlow's rank argument: device 0 holds the whole blob
+        with pytest.raises(ValueError, match=r"numpy\(rank=1\).*must be None or 0"):
+            y.numpy(1)
         flow.watch(y, lambda v: order.append(("watch", v)))
         order.append(("after watch", None))
         w = flow.get_variable("w", shape=(3,), initializer=flow.constant_initializer(2.0))
@@ -128,6 +131,7 @@ def test_blob_numpy_and_watch_inside_the_running_job():
     x = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
     out = job(x)
     np.testing.assert_allclose(seen["y"], np.exp(x), rtol=4 * EPS32)
+    np.testing.assert_array_equal(seen["y0"], seen["y"])
     np.testing.assert_array_equal(seen["w"], np.full(3, 2.0, np.float32))
     assert [tag for tag, _ in order] == ["watch", "after watch"]  # the handler ran at once
     np.testing.assert_array_equal(order[0][1], seen["y"])

@@ -302,3 +302,21 @@ def test_a_custom_lr_blob_that_is_missing_from_the_job_is_a_build_error():
 
     with pytest.raises(JobBuildError, match="learning_rate_lbn 'nowhere/out_0' \\(CustomScheduler\\) is not a blob"):
         train(np.zeros((2,), np.float32))
+
+
+def test_a_negative_learning_rate_is_accepted_and_ascends_as_oneflow_does():
+    """OneFlow puts no sign check on a scheduler's LR (its SSP test trains with -10): the
+    SGD step w - lr * grad then moves up the gradient."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job() -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.constant_initializer(1.0))
+        loss = flow.math.reduce_sum(w * w)
+        opt.SGD(opt.PiecewiseConstantScheduler([], [-0.5]), momentum=0).minimize(loss)
+        return loss
+
+    job()
+    np.testing.assert_allclose(flow.experimental.get_interface_blob_value("w"), 1.0 + 0.5 * 2.0 * 1.0)
+    with pytest.raises(TypeError):
+        opt.PiecewiseConstantScheduler([], ["0.1"])

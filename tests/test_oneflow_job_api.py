@@ -174,42 +174,119 @@ def test_scope_builders_refuse_bad_placements():
 
 # ------------------------------------------------------------------ FunctionConfig.enable_ssp
 
-def test_enable_ssp_is_recorded_warns_once_and_the_job_trains_as_without_it(monkeypatch):
+def test_enable_ssp_reads_variables_as_many_steps_old_as_the_scope_stage_says(monkeypatch):
     from graphfront.framework import session as session_mod
     monkeypatch.setattr(session_mod, "_WARNED", set())
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    lr, stages, stage_id = 0.1, 4, 1  # buffer_size 3: the forward uses weights two updates old
 
-    def train(ssp):
-        flow.clear_default_session()
-        config = flow.FunctionConfig()
-        if ssp:
-            config.enable_ssp(True)
-            config.ssp_partition_strategy("naive_sequential")
+    def config():
+        c = flow.FunctionConfig()
+        c.enable_ssp(True)
+        c.ssp_partition_strategy("naive_sequential")
+        return c
 
-        @flow.global_function(type="train", function_config=config)
-        def job(x: flow.typing.Numpy.Placeholder((4, 3))) -> flow.typing.Numpy:
-            w = flow.get_variable("w", (3, 1), initializer=flow.constant_initializer(0.5))
-            loss = flow.math.reduce_mean(flow.math.square(flow.matmul(x, w) - 1.0))
-            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
-            return loss
-
-        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
-        losses = [job(x).item() for _ in range(3)]
-        return job, losses
-
-    with pytest.warns(UserWarning, match="without SSP pipelining"):
-        config = flow.FunctionConfig()
-        config.enable_ssp(True)
+    with pytest.warns(UserWarning, match="runs the job as one stage"):
+        config()
     import warnings
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        ssp_job, ssp_losses = train(ssp=True)  # the second enable_ssp(True) does not warn again
-    flags = ssp_job.graph.proto.job_conf.flag_name2flag_value
-    assert flags["enable_ssp"].at_bool is True
-    assert flags["ssp_partition_strategy"].at_string == "naive_sequential"
-    _, plain_losses = train(ssp=False)
-    assert ssp_losses == plain_losses and ssp_losses[2] < ssp_losses[0]
+        warnings.simplefilter("error")  # the second enable_ssp(True) does not warn again
+        flow.clear_default_session()
+
+        @flow.global_function(type="train", function_config=config())
+        def job(x: flow.typing.Numpy.Placeholder((4, 3))) -> flow.typing.Numpy:
+            with flow.experimental.scope.config(ssp_num_stages=stages, ssp_stage_id=stage_id):
+                w = flow.get_variable("w", (3, 1), initializer=flow.constant_initializer(0.5))
+                loss = flow.math.reduce_mean(flow.math.square(flow.matmul(x, w) - 1.0))
+                flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]), momentum=0).minimize(loss)
+            return loss
+
+        losses = [job(x).item() for _ in range(6)]
+    # numpy: after[j] = w after j runs; run i computes loss and gradient at after[i - buffer + 1]
+    buffer = stages - stage_id
+    xd = x.astype(np.float64)
+    after, expected = [np.full((3, 1), 0.5)], []
+    for i in range(6):
+        used = after[max(i - buffer + 1, 0)]
+        r = xd @ used - 1.0
+        expected.append(float(np.mean(r ** 2)))
+        after.append(after[-1] - lr * (2.0 / r.size) * xd.T @ r)
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    assert losses[0] == losses[1] == losses[2] != losses[3]
+    proto = job.graph.proto
+    assert proto.job_conf.flag_name2flag_value["ssp_partition_strategy"].at_string == "naive_sequential"
+    proxies = [op for op in proto.net.op if op.HasField("user_conf")
+               and op.user_conf.op_type_name == "ssp_variable_proxy"]
+    assert [(op.name, op.user_conf.attr["buffer_size"].at_int64) for op in proxies] == [
+        ("w_ssp_variable_proxy", buffer)]
     with pytest.raises(TypeError, match="enable_ssp expects a bool"):
         flow.FunctionConfig().enable_ssp(1)
+
+
+def test_enable_ssp_without_stage_attributes_is_a_build_error():
+    flow.clear_default_session()
+    c = flow.FunctionConfig()
+    with pytest.warns(UserWarning):
+        c.enable_ssp(True)
+
+    @flow.global_function(type="train", function_config=c)
+    def job(x: flow.typing.Numpy.Placeholder((4, 3))) -> flow.typing.Numpy:
+        w = flow.get_variable("w", (3, 1), initializer=flow.constant_initializer(0.5))
+        loss = flow.math.reduce_mean(flow.matmul(x, w))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    with pytest.raises(flow.JobBuildError, match="variable 'w' must be built inside flow.experimental.scope.config"):
+        job(np.ones((4, 3), np.float32))
+
+
+# ------------------------------------------------------------------ flow.experimental.scope.config
+
+def test_scope_config_sets_scope_attributes_of_the_ops_built_inside():
+    from graphfront.framework.scope_symbols import SYMBOLS, scope_attr
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: flow.typing.Numpy.Placeholder((2,))) -> flow.typing.Numpy:
+        with flow.experimental.scope.config(quantization_aware_training=False, ssp_num_stages=3):
+            y = flow.math.relu(x, name="inside")
+            with flow.scope.placement("cpu", "0:0"):  # a nested scope keeps the attributes
+                z = flow.math.sigmoid(y, name="nested")
+        return flow.math.tanh(z, name="outside")
+
+    job(np.zeros(2, np.float32))
+    ops = {op.name: op for op in job.graph.proto.net.op}
+    for name in ("inside", "nested"):
+        sid = ops[name].scope_symbol_id
+        assert scope_attr(sid, "quantization_aware_training") is False and scope_attr(sid, "ssp_num_stages") == 3
+        assert SYMBOLS[sid].attr_name2attr_value["quantization_aware_training"].at_bool is False
+        assert SYMBOLS[sid].attr_name2attr_value["ssp_num_stages"].at_int64 == 3
+    sid = ops["outside"].scope_symbol_id
+    assert scope_attr(sid, "quantization_aware_training") is True and scope_attr(sid, "ssp_stage_id") == -1
+    assert "quantization_aware_training" not in SYMBOLS[sid].attr_name2attr_value
+
+
+def test_scope_config_rejects_unknown_attributes_and_wrong_types():
+    flow.clear_default_session()
+    errors = []
+
+    @flow.global_function()
+    def job(x: flow.typing.Numpy.Placeholder((2,))) -> flow.typing.Numpy:
+        for attrs in ({"quantisation": True}, {"ssp_num_stages": 2.0}, {"quantization_aware_training": 0}):
+            try:
+                with flow.experimental.scope.config(**attrs):
+                    pass
+            except (TypeError, ValueError) as e:
+                errors.append(f"{type(e).__name__}: {e}")
+        return x
+
+    job(np.zeros(2, np.float32))
+    assert "ValueError" in errors[0] and "unknown scope attribute 'quantisation'" in errors[0]
+    assert "TypeError" in errors[1] and "'ssp_num_stages' expects a int, received float" in errors[1]
+    assert "TypeError" in errors[2] and "expects a bool, received int" in errors[2]
+    with pytest.raises(flow.JobBuildError, match="no job is being built"):
+        with flow.experimental.scope.config(ssp_num_stages=2):
+            pass
 
 
 # ------------------------------------------------------------------ flow.experimental.custom_op_module
@@ -323,12 +400,6 @@ def test_custom_op_module_refuses_a_cpp_only_definition_and_missing_kernels(tmp_
         module.py_kernel()
     with pytest.raises(FileNotFoundError, match="no_such"):
         flow.experimental.custom_op_module("no_such", str(tmp_path))
-    # no definition at all (OneFlow's cpp_def() compiles <name>_cpp_def.cpp, which must exist):
-    # the error names both files and the Python declaration that replaces the C++ one
-    (tmp_path / "no_def").mkdir()
-    with pytest.raises(FileNotFoundError, match=r"neither .*no_def_py_def\.py nor OneFlow's C\+\+ "
-                                                r".*no_def_cpp_def\.cpp exists; declare the ops"):
-        flow.experimental.custom_op_module("no_def", str(tmp_path)).cpp_def()
 
 
 # ------------------------------------------------------------------ user-op builder argument names
@@ -348,3 +419,47 @@ def test_ccrelu_takes_oneflows_argument_names_and_refuses_others_naming_them():
 
     with pytest.raises(flow.JobBuildError, match="ccrelu has no input 'x'; its inputs are in"):
         bad(x)
+
+
+# ------------------------------------------------------------------ flow.deprecated.nn.Module
+
+class _Scale(flow.deprecated.nn.Module):
+    """x * factor through a reused scalar_mul builder, one op per call, named by call_seq_no."""
+
+    def __init__(self):
+        super().__init__()
+        self.builder = flow.consistent_user_op_module_builder("scalar_mul")
+        self.builder.InputSize("in", 1).Output("out").Attr("has_float_operand", True).Attr("float_operand", 3.0)
+        self.builder.user_op_module.InitOpKernel()
+
+    def forward(self, x):
+        op = self.builder.OpName(f"Scale_{self.call_seq_no}").Input("in", [x]).Build().InferAndTryRun()
+        return op.RemoteBlobList()[0]
+
+
+def test_user_op_modules_build_one_op_per_call_and_are_found_by_name():
+    flow.clear_default_session()
+    names, errors = [], []
+
+    @flow.global_function()
+    def job(x: flow.typing.Numpy.Placeholder((2, 3))) -> flow.typing.Numpy:
+        with flow.scope.namespace("ns"):
+            scale = flow.find_or_create_module("scale", _Scale)
+            y = scale(x)
+            z = scale(y)
+            names.extend([y.op_name, z.op_name, scale.call_seq_no])
+            assert flow.find_or_create_module("scale", _Scale, reuse=True) is scale
+            try:
+                flow.find_or_create_module("scale", _Scale)
+            except ValueError as e:
+                errors.append(str(e))
+            try:
+                scale.builder.Op("add_n")
+            except ValueError as e:
+                errors.append(str(e))
+        return z
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(job(x), x * 9.0)
+    assert names == ["ns-Scale_0", "ns-Scale_1", 2]
+    assert "module 'scale' is already used" in errors[0] and "cannot call .Op('add_n')" in errors[1]

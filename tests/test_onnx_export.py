@@ -375,6 +375,15 @@ CASES = {
                                       {"dim": 1}),
                              lambda: ({"like": t(3, 4, 2), "index": _int(3, 4, 3, low=0, high=2), "src": t(3, 4, 3)},
                                       {"dim": -1})),
+    "dim_scatter_add": (lambda: ({"input": t(3, 4, 2), "index": _int(5, 3, 2, low=0, high=3), "src": t(5, 3, 2)},
+                                 {"dim": 0}),
+                        lambda: ({"input": _int(3, 4, 2, low=-3, high=3), "index": _int(3, 2, 2, low=0, high=2),
+                                  "src": _int(3, 2, 2, low=-3, high=3)}, {"dim": -1})),
+    # ids distinct along dim (which of duplicates wins is unspecified)
+    "dim_scatter_update": (lambda: ({"input": t(3, 4), "index": np.array([[2, 0, 3], [1, 3, 0]], dtype=np.int64),
+                                     "src": t(2, 3)}, {"dim": 1}),
+                           lambda: ({"input": _int(3, 2, low=-3, high=3), "src": _int(2, 2, low=-3, high=3),
+                                     "index": np.array([[2, 0], [0, 1]], dtype=np.int32)}, {"dim": 0})),
     "diag": (lambda: ({"in": oneof(t(4), _int(3, low=-3, high=3))}, {"diagonal": oneof(0, 2, -1)}),
              lambda: ({"in": oneof(t(4, 5), _int(5, 3, low=-3, high=3))}, {"diagonal": oneof(0, 1, -2)})),
     # distinct random floats: on equal values ONNX TopK takes the lower index first, torch.topk has no fixed order

@@ -124,3 +124,31 @@ def test_qat_settings_are_checked():
     job = _job(config)
     with pytest.raises(flow.JobBuildError, match="per_channel_weight_quantization"):
         job(X, T)
+
+
+def test_ops_built_with_quantization_aware_training_false_keep_float_inputs():
+    """OneFlow skips a consumer whose scope sets quantization_aware_training=False: the
+    second matmul computes on the float values, the first on fake-quantized ones."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train", function_config=_config(symmetric=True))
+    def train(x: tp.Numpy.Placeholder((4, 3)), t: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 2), initializer=flow.random_uniform_initializer(-1, 1))
+        v = flow.get_variable("v", (2, 2), initializer=flow.random_uniform_initializer(-1, 1))
+        y = flow.matmul(x, w, name="quantized")
+        with flow.experimental.scope.config(quantization_aware_training=False):
+            z = flow.matmul(y, v, name="float")
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(
+            flow.math.reduce_mean(flow.math.square(z - t)))
+        return z
+
+    V = np.random.default_rng(3).uniform(-1, 1, (2, 2)).astype(np.float32)
+    flow.load_variables({"w": W, "v": V})
+    z = train(X, T)
+    yq = fake_quant_symmetric(X, np.abs(X).max() / np.float32(127)) @ fake_quant_symmetric(
+        W, np.abs(W).max() / np.float32(127))
+    np.testing.assert_allclose(z, yq @ V, rtol=1e-5, atol=1e-6)
+    ops = {op.name: op for op in train.graph.proto.net.op}
+    assert ops["quantized"].user_conf.input["b"].s[0] == "w-out-qat-fake_quant/out_0"
+    assert list(ops["float"].user_conf.input["b"].s) == ["v/out"]
+    assert not any(n.startswith("v-out-qat") for n in ops)

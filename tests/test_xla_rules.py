@@ -385,6 +385,11 @@ CASES.update({  # index ops: ids outside the range give zeros / add nothing (the
     "dim_gather": ({"input": _any((3, 4), _F64), "index": _IDS(0, 3, (2, 3))}, {"dim": 0}),
     "dim_scatter_add_like": ({"like": _any((3, 4), _F64), "index": _IDS(0, 4, (2, 3)), "src": _any((2, 3), _F64)},
                              {"dim": 1}),
+    "dim_scatter_add": ({"input": _any((3, 4), _F64), "index": _IDS(0, 3, (5, 2)), "src": _any((5, 2), _F64)},
+                        {"dim": 0}),
+    "dim_scatter_update": ({"input": _any((3, 4), _F64), "src": _any((2, 3), _F64),  # ids distinct along dim 1
+                           "index": lambda r: np.stack([r.permutation(4)[:3] for _ in range(2)]).astype(np.int32)},
+                           {"dim": 1}),
     "scatter_nd": ({"indices": _IDS(-1, 5, (5, 1)), "updates": _any((5, 3), _F64)}, {"shape": (4, 3)}),
     "scatter_nd_like": ({"like": _any((4, 3, 2), _F64), "indices": _IDS(-1, 4, (3, 2)),
                          "updates": _any((3, 2), _F64)}, {}),

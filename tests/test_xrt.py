@@ -312,3 +312,33 @@ def test_use_xla_jit_trains_an_amp_job_with_dynamic_loss_scaling_as_without_it()
     assert 0 < want_states[-1][steps[0]] < len(want_states)  # some steps were skipped, some taken
     # float16 kernels of two implementations: a few float16 roundings (2**-10) apart per step
     np.testing.assert_allclose(got_losses, want_losses, rtol=16 * 2.0 ** -10)
+
+
+def test_tensorrt_settings_are_recorded_in_the_job_and_the_job_still_runs_float32(monkeypatch):
+    from graphfront.framework import session as session_mod
+    monkeypatch.setattr(session_mod, "_WARNED", set())
+    flow.manual_seed(3)
+    plain = _predict(flow.FunctionConfig(), "plain")
+    cfg = _config(use_tensorrt=True)
+    with pytest.warns(UserWarning, match=r"tensorrt.use_int8\(True\) is recorded .* runs the job in float32"):
+        cfg.tensorrt.use_int8()
+    cfg.tensorrt.int8_calibration("/tmp/calibration")
+    trt = _predict(cfg, "trt")
+    x, ids, _ = _feeds()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want, got = plain(x, ids), trt(x, ids)
+        with pytest.warns(UserWarning, match="collects no INT8 calibration data"):
+            flow.tensorrt.cache_int8_calibration()
+        again = trt(x, ids)
+    conf = default_session().jobs["trt"].job.job_conf.xrt_config.tensorrt_config
+    assert conf.use_int8 and not conf.use_fp16 and conf.int8_calibration == "/tmp/calibration"
+    tol = dict(rtol=RTOL, atol=ATOL) if _expected_provider() == "CPUExecutionProvider" else dict(rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(got, want, **tol)
+    np.testing.assert_array_equal(again, got)
+    with pytest.raises(flow.tensorrt.NoInt8CalibrationError, match="no table to write"):
+        flow.tensorrt.write_int8_calibration("/tmp/table")
+    with pytest.raises(TypeError, match="tensorrt.use_fp16 expects a bool"):
+        cfg.tensorrt.use_fp16(1)
+    with pytest.raises(TypeError, match="tensorrt.int8_calibration expects a str"):
+        cfg.tensorrt.int8_calibration(3)

@@ -19,6 +19,13 @@ SYMBOLS: dict = {}  # scope_symbol_id -> ScopeProto
 PARALLEL_SYMBOLS: dict = {}  # parallel desc symbol id -> ParallelConf (one id per distinct conf)
 JOB_DESC_SYMBOLS: dict = {}  # job desc symbol id -> JobConfigProto
 
+#: OneFlow's scope attributes (``ScopeProto.attr_name2attr_value``, set by
+#: ``flow.experimental.scope.config``): name -> default; the default's type is the attr's.
+#: ``quantization_aware_training`` is read by the QAT pass (False: the ops built in the scope
+#: keep float inputs); the others are recorded in the scope for the passes that read them.
+SCOPE_ATTR_DEFAULTS = {"quantization_aware_training": True, "checkpointing": False, "ssp_num_stages": -1,
+                       "ssp_stage_id": -1, "pipeline_stage_id_hint": 0}
+
 
 class ParallelDescSymbol:
     """A registered placement (OneFlow's ``ParallelDesc`` symbol): ``device_tag``,
@@ -96,6 +103,7 @@ class Scope:
     is_mirrored: bool = False
     job_desc_symbol_id: int = 0
     session_id: int = 0
+    attrs: tuple = ()  # sorted (name, value) pairs of SCOPE_ATTR_DEFAULTS' attrs set in this scope
 
     @property
     def parallel_conf(self) -> placement_pb2.ParallelConf:
@@ -112,6 +120,31 @@ class Scope:
     def derive(self, **changes) -> "Scope":
         scope = dataclasses.replace(self, **changes)
         return dataclasses.replace(scope, symbol_id=_register(scope))
+
+    def attr(self, name):
+        """The value of scope attribute ``name`` here (its default when not set)."""
+        return dict(self.attrs).get(name, SCOPE_ATTR_DEFAULTS[name])
+
+    def with_attrs(self, **values) -> "Scope":
+        """This scope with the scope attributes ``values`` set (names and types as
+        :data:`SCOPE_ATTR_DEFAULTS`).
+
+        Raises:
+            ValueError: an unknown attribute name.
+            TypeError: a value whose type is not the attribute's (bool or int).
+        """
+        where = "flow.experimental.scope.config"
+        attrs = dict(self.attrs)
+        for name, value in values.items():
+            if name not in SCOPE_ATTR_DEFAULTS:
+                raise ValueError(f"{where}: unknown scope attribute {name!r}; known: "
+                                 f"{', '.join(sorted(SCOPE_ATTR_DEFAULTS))}")
+            kind = type(SCOPE_ATTR_DEFAULTS[name])
+            if type(value) is not kind:
+                raise TypeError(f"{where}: scope attribute {name!r} expects a {kind.__name__}, received "
+                                f"{type(value).__name__} {value!r}")
+            attrs[name] = value
+        return self.derive(attrs=tuple(sorted(attrs.items())))
 
     # ------------------------------------------------------------ OneFlow's scope symbol API
 
@@ -192,7 +225,7 @@ class Scope:
             self, device_tag=conf.device_tag, device_ids=tuple(conf.device_name),
             namespace=tuple(proto.scope_op_name_prefixes), calculation_pass=proto.calculation_pass_name,
             is_mirrored=proto.opt_mirrored_parallel_conf.HasField("mirrored_parallel"),
-            job_desc_symbol_id=proto.job_desc_symbol_id)
+            job_desc_symbol_id=proto.job_desc_symbol_id, attrs=_attrs_of(proto))
         proto.host_parallel_desc_symbol_id = _parallel_symbol_id("cpu", scope.device_ids)
         symbol_id = next(_symbol_ids)
         SYMBOLS[symbol_id] = proto
@@ -211,9 +244,36 @@ def _register(scope: Scope) -> int:
     if scope.is_mirrored:
         proto.opt_mirrored_parallel_conf.mirrored_parallel.SetInParent()
     proto.scope_op_name_prefixes.extend(scope.namespace)
+    for name, value in scope.attrs:
+        setattr(proto.attr_name2attr_value[name], "at_bool" if isinstance(value, bool) else "at_int64", value)
     symbol_id = next(_symbol_ids)
     SYMBOLS[symbol_id] = proto
     return symbol_id
+
+
+def _attrs_of(proto) -> tuple:
+    """The known scope attributes a ``ScopeProto`` sets, as :attr:`Scope.attrs`."""
+    attrs = {}
+    for name, value in proto.attr_name2attr_value.items():
+        if name in SCOPE_ATTR_DEFAULTS:
+            kind = value.WhichOneof("value")
+            attrs[name] = bool(value.at_bool) if kind == "at_bool" else int(getattr(value, kind))
+    return tuple(sorted(attrs.items()))
+
+
+def scope_attr(scope_symbol_id: int, name: str):
+    """Scope attribute ``name`` of the scope symbol an op carries (``OperatorConf.scope_symbol_id``);
+    its default when the symbol is unknown (an op of a loaded job) or does not set it."""
+    proto = SYMBOLS.get(scope_symbol_id)
+    attrs = dict(_attrs_of(proto)) if proto is not None else {}
+    return attrs.get(name, SCOPE_ATTR_DEFAULTS[name])
+
+
+def calculation_pass_of(scope_symbol_id: int) -> str:
+    """The calculation pass (``"forward_pass"``, ``"backward_pass"``, ``"optimizer_pass"``) of
+    the scope symbol an op carries; ``"forward_pass"`` when the symbol is unknown."""
+    proto = SYMBOLS.get(scope_symbol_id)
+    return proto.calculation_pass_name if proto is not None else "forward_pass"
 
 
 def make_scope(device_tag="cpu", device_ids=("0:0",), **fields) -> Scope:

@@ -58,8 +58,8 @@ class FunctionConfig:
     ``enable_passes(bool)`` (cleanup/fusion passes; autograd and optimizer always run) and
     ``compile_mode("plan" | "native" | "xla" | "onnxruntime" | "auto")`` (graphfront's switch:
     the lowering of the job, see :mod:`graphfront.runtime.lowering`), OneFlow's
-    ``use_xla_jit(bool)`` and ``use_tensorrt(bool)``, ``enable_qat(bool)`` with ``qat.*``
-    (quantization-aware training) and ``enable_ssp(bool)`` (recorded only).
+    ``use_xla_jit(bool)`` and ``use_tensorrt(bool)`` with ``tensorrt.*`` (recorded), ``enable_qat(bool)`` with ``qat.*``
+    (quantization-aware training) and ``enable_ssp(bool)`` (stale variable reads, one stage).
     """
 
     def __init__(self):
@@ -273,12 +273,16 @@ class FunctionConfig:
         self._compile_mode = check_mode(mode, "FunctionConfig.compile_mode")
 
     def enable_ssp(self, value=True) -> None:
-        """Record stage-wise (SSP) pipelining of the job (job flag ``enable_ssp``, bool).
+        """Stale-synchronous (SSP) training of the job (job flag ``enable_ssp``, bool).
 
         OneFlow v0.6.0 partitions a train job into pipeline stages run stale-synchronously
-        across devices. graphfront runs every job as one stage without SSP pipelining: the
-        flag is recorded in the job config and one UserWarning per process says so (on one
-        device pipelining has nothing to overlap).
+        across devices: a stage's forward and backward read its variables as the step
+        ``ssp_num_stages - ssp_stage_id`` steps earlier left them (scope attributes set with
+        ``flow.experimental.scope.config``; the last stage reads current ones). graphfront keeps that arithmetic: the
+        :mod:`graphfront.passes.ssp` pass gives every variable with a gradient an
+        ``ssp_variable_proxy`` of that buffer size. It runs the job as one stage, though, with
+        nothing overlapped (one UserWarning per process says so). Building a train job with
+        ``enable_ssp(True)`` whose variables lack those attributes raises ``JobBuildError``.
 
         Args:
             value: bool; default True.
@@ -290,8 +294,9 @@ class FunctionConfig:
             raise TypeError(f"FunctionConfig.enable_ssp expects a bool, received {value!r}")
         self.job_config_proto.flag_name2flag_value["enable_ssp"].at_bool = value
         if value:
-            _warn_once("enable_ssp", "FunctionConfig.enable_ssp(True) is recorded in the job config; graphfront "
-                       "runs jobs without SSP pipelining (as one stage)")
+            _warn_once("enable_ssp", "FunctionConfig.enable_ssp(True): variables are read through SSP proxies "
+                       "(stale by ssp_num_stages - ssp_stage_id steps) but graphfront runs the job as one stage, "
+                       "without overlapping stages")
 
     def ssp_partition_strategy(self, value) -> None:
         """Record the SSP stage partition strategy (job flag ``ssp_partition_strategy``, str;
@@ -325,6 +330,11 @@ class FunctionConfig:
     def qat(self) -> "QatSettings":
         """The quantization-aware training settings: ``config.qat.symmetric(False)`` ... (:class:`QatSettings`)."""
         return QatSettings(self.job_config_proto.qat_config)
+
+    @property
+    def tensorrt(self) -> "TensorRTSettings":
+        """The TensorRT settings: ``config.tensorrt.use_int8()`` ... (:class:`TensorRTSettings`)."""
+        return TensorRTSettings(self.job_config_proto.xrt_config.tensorrt_config)
 
     def use_xla_jit(self, value=True) -> None:
         """Run the job through the XLA lowering (``JobConfigProto.xrt_config.use_xla_jit``).
@@ -448,6 +458,39 @@ class QatSettings:
         if value not in ("", "cambricon"):
             self._conf.target_backend = ""
             raise ValueError(f'FunctionConfig.qat.target_backend expects "" or "cambricon", received {value!r}')
+
+
+class TensorRTSettings:
+    """``config.tensorrt``: setters of the job's ``xrt_config.tensorrt_config`` (OneFlow v0.6.0
+    ``function_util.py``): ``use_fp16(bool)``, ``use_int8(bool)`` (default True when called
+    without a value) and ``int8_calibration(str)``, the path of an INT8 calibration table.
+
+    They are recorded in the Job proto. graphfront's TensorRT lowering
+    (``use_tensorrt(True)``: onnxruntime with its TensorRT execution provider where
+    installed) runs the job in float32 all the same: it builds no FP16 or INT8 engine and
+    reads no calibration table; one UserWarning per process says so when FP16 or INT8 is
+    asked for. Each setter raises TypeError for a value of another type.
+    """
+
+    def __init__(self, conf):
+        self._conf = conf
+
+    def _set(self, field, value, kind):
+        if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
+            raise TypeError(f"FunctionConfig.tensorrt.{field} expects a {kind.__name__}, received {value!r}")
+        setattr(self._conf, field, value)
+        if value and kind is bool:
+            _warn_once(f"tensorrt.{field}", f"FunctionConfig.tensorrt.{field}(True) is recorded in "
+                       "xrt_config.tensorrt_config; graphfront's TensorRT lowering runs the job in float32")
+
+    def use_fp16(self, value=True) -> None:
+        self._set("use_fp16", value, bool)
+
+    def use_int8(self, value=True) -> None:
+        self._set("use_int8", value, bool)
+
+    def int8_calibration(self, value) -> None:
+        self._set("int8_calibration", value, str)
 
 
 def trace(session, gf, placeholders=None, make_builder=jb.JobBuilder):

@@ -161,6 +161,46 @@ class UserOp:
         return blobs[0]
 
 
+class UserOpModule:
+    """The op a :class:`UserOpModuleBuilder` builds again at each call (OneFlow's lazy user-op
+    module): ``op_conf`` and ``InitOpKernel()``, which OneFlow used to make the module's
+    kernel object once for eager runs; graphfront's kernels need no such object, so it does
+    nothing."""
+
+    def __init__(self, op_conf):
+        self.op_conf = op_conf
+
+    def InitOpKernel(self):  # noqa: N802
+        return None
+
+
+class UserOpModuleBuilder(UserOpConfBuilder):
+    """A builder of one op type that a ``flow.deprecated.nn.Module`` reuses at every call:
+    ``InputSize(arg, n)`` / ``Output(arg)`` declare the op once; each call sets
+    ``OpName(name)`` and ``Input(arg, blobs)`` (replacing that argument's blobs) and
+    ``Build()`` makes a :class:`UserOp` of a copy of the conf. ``Op()`` raises ValueError
+    (the op type is the builder's)."""
+
+    def __init__(self, op_type_name: str):
+        super().__init__(op_type_name)
+        self.user_conf.op_type_name = op_type_name
+        self.user_op_module = UserOpModule(self.op_conf)
+
+    def Op(self, op_type_name):  # noqa: N802
+        raise ValueError(f"the user op module builder of {self.user_conf.op_type_name} cannot call "
+                         f".Op({op_type_name!r}): its op type is fixed")
+
+    def Input(self, input_name, input_blob_list):  # noqa: N802
+        self.user_conf.input[input_name].ClearField("s")
+        return super().Input(input_name, input_blob_list)
+
+    def Build(self):  # noqa: N802
+        self.CheckAndComplete()
+        conf = op_conf_pb2.OperatorConf()
+        conf.CopyFrom(self.op_conf)
+        return UserOp(conf)
+
+
 def user_op_builder(op_name: str) -> UserOpConfBuilder:
     """Start a fluent builder for a user op named (namespace prefix +) ``op_name``."""
     return UserOpConfBuilder(op_name)

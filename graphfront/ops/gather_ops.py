@@ -738,15 +738,13 @@ def _dim_scatter_add_like_kernel(k):
         dim, idx.long(), src)
 
 
-def _dim_scatter_add_like_onnx(c):
-    """zeros of like's shape, ``src[i]`` added at ``index[i]`` along ``dim`` (torch.scatter_add); an
-    index smaller than ``like`` outside ``dim`` is zero-padded (padding adds 0). Out-of-range ids add
-    nothing here, where the kernel raises."""
-    like = list(c.input_desc("like").shape)
+def _dim_scatter_sum_onnx(c, like, index, src, out):
+    """``out`` = zeros of shape ``like`` with ``src[i]`` added at ``index[i]`` along attr ``dim``
+    (torch.scatter_add); an index smaller than ``like`` outside ``dim`` is zero-padded (padding
+    adds 0). Out-of-range ids add nothing here, where the kernels raise."""
     ishape = list(c.input_desc("index").shape)
     dim = c.attr("dim") % len(like)
     target = [ishape[i] if i == dim else like[i] for i in range(len(like))]
-    index, src = c.input("index"), c.input("src")
     if target != ishape:
         after = [t - s for t, s in zip(target, ishape)]
         pads = c.const(int64s([0] * len(like) + after))
@@ -756,13 +754,93 @@ def _dim_scatter_add_like_onnx(c):
     three = c.const(int64s([b, n, inner]))
     res = c.tmp("summed")
     _scatter_add_onnx(c, None, c.node("Reshape", [index, three]), c.node("Reshape", [src, three]), [b, n, inner],
-                 like[dim], np_dtype(c.output_desc("output")), res)
-    c.node("Reshape", [res, c.const(int64s(like))], [c.output("output")])
+                      like[dim], np_dtype(c.output_desc("output")), res)
+    c.node("Reshape", [res, c.const(int64s(like))], out)
+
+
+def _dim_scatter_add_like_onnx(c):
+    """See :func:`_dim_scatter_sum_onnx`."""
+    _dim_scatter_sum_onnx(c, list(c.input_desc("like").shape), c.input("index"), c.input("src"), [c.output("output")])
 
 
 _DIM_SCATTER_CHECKS = index_checks("dim_scatter_add_like", "index", _dim_size("like"))
 op("dim_scatter_add_like", inputs=["like", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
    infer=_dim_scatter_add_like_infer, kernel=raising_bad_ids(_DIM_SCATTER_CHECKS, 1, _dim_scatter_add_like_kernel),
-   checks=_DIM_SCATTER_CHECKS, onnx=_dim_scatter_add_like_onnx, xla=lambda k: (
+   checks=_DIM_SCATTER_CHECKS, onnx=_dim_scatter_add_like_onnx, grad=lambda g: _dim_scatter_src_grad(g),
+   xla=lambda k: (
        lambda like_, idx, src, dim=norm_axis(k.attr("dim"), len(k.input("like").shape)): xla_rules.jnp().zeros(
            like_.shape, src.dtype).at[_dim_grid_xla(idx, dim, _DIM_SCATTER_CHECKS, k)].add(src, mode="drop")))
+
+
+
+# ---------------------------------------------------------------- dim_scatter_add / dim_scatter_update
+# (torch.Tensor.scatter_add / scatter: ``input`` with ``src[i]`` added at / written to
+# ``index[i]`` along ``dim``; OneFlow's ``dim_scatter_add`` / ``dim_scatter_update``)
+
+def _dim_scatter_infer(ctx):
+    x, idx, src = ctx.input("input"), integer_input(ctx, "index"), ctx.input("src")
+    _dim_index_check(ctx, x, idx, "input")
+    ctx.check(src.shape == idx.shape, f"input 'src' expected shape {idx.shape} (as 'index'), received {src.shape}")
+    ctx.check(src.dtype == x.dtype, f"input 'src' expected dtype {x.dtype.name} (as 'input'), received "
+                                    f"{src.dtype.name}")
+    ctx.set_output("output", x.shape, x.dtype)
+
+
+def _dim_scatter_kernel(method):
+    def make(k):
+        dim = norm_axis(k.attr("dim"), len(k.input("input").shape))
+        return lambda x, idx, src: getattr(x.clone(), method)(dim, idx.long(), src)
+    return make
+
+
+def _dim_scatter_xla(mode):
+    def make(k):
+        dim = norm_axis(k.attr("dim"), len(k.input("input").shape))
+        checks = _DIM_SCATTER_INTO_CHECKS[mode]
+        return lambda x, idx, src: getattr(x.at[_dim_grid_xla(idx, dim, checks, k)], mode)(src, mode="drop")
+    return make
+
+
+def _dim_scatter_src_grad(g):
+    if g.needs("src"):
+        g.set_grad("src", g.emit("dim_gather", {"input": g.dout("output"), "index": g.input("index")},
+                                 {"dim": g.attr("dim")}, name=f"{g.op_name}_src_grad"))
+
+
+def _dim_scatter_add_grad(g):
+    _dim_scatter_src_grad(g)
+    if g.needs("input"):
+        g.set_grad("input", g.dout("output"))
+
+
+def _dim_scatter_update_grad(g):
+    """d input: dy with the written places zeroed (they no longer depend on input)."""
+    _dim_scatter_src_grad(g)
+    if g.needs("input"):
+        zeros = g.emit("zero_like", {"like": g.input("src")}, name=f"{g.op_name}_zero_src")
+        g.set_grad("input", g.emit("dim_scatter_update", {"input": g.dout("output"), "index": g.input("index"),
+                                                          "src": zeros}, {"dim": g.attr("dim")},
+                                   name=f"{g.op_name}_input_grad"))
+
+
+def _dim_scatter_add_onnx(c):
+    """input + the scatter-sum of src (see :func:`_dim_scatter_sum_onnx`)."""
+    summed = c.tmp("scattered")
+    _dim_scatter_sum_onnx(c, list(c.input_desc("input").shape), c.input("index"), c.input("src"), [summed])
+    c.node("Add", [c.input("input"), summed], [c.output("output")])
+
+
+_DIM_SCATTER_INTO_CHECKS = {mode: index_checks(op_type, "index", _dim_size("input"))
+                            for mode, op_type in (("add", "dim_scatter_add"), ("set", "dim_scatter_update"))}
+op("dim_scatter_add", inputs=["input", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
+   infer=_dim_scatter_infer, checks=_DIM_SCATTER_INTO_CHECKS["add"],
+   kernel=raising_bad_ids(_DIM_SCATTER_INTO_CHECKS["add"], 1, _dim_scatter_kernel("scatter_add_")),
+   grad=_dim_scatter_add_grad, xla=_dim_scatter_xla("add"), onnx=_dim_scatter_add_onnx,
+   doc="input with src[i] added at index[i] along dim (torch scatter_add)")
+op("dim_scatter_update", inputs=["input", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
+   infer=_dim_scatter_infer, checks=_DIM_SCATTER_INTO_CHECKS["set"],
+   kernel=raising_bad_ids(_DIM_SCATTER_INTO_CHECKS["set"], 1, _dim_scatter_kernel("scatter_")),
+   grad=_dim_scatter_update_grad, xla=_dim_scatter_xla("set"),
+   onnx=lambda c: c.node("ScatterElements", [c.input("input"), c.input("index"), c.input("src")],
+                         [c.output("output")], axis=c.attr("dim") % len(c.input_desc("input").shape)),
+   doc="input with src[i] written at index[i] along dim (torch scatter; duplicates: any one wins)")

@@ -3,8 +3,8 @@
 :func:`complete` runs them in order: the unrolling of repeat/unpack ... acc/pack regions
 (when the job has them), quantization-aware training and auto mixed precision (when the job
 enables them),
-autograd, optimizer and the indexed-slices rewrite of configured embedding updates
-(train jobs), then the
+autograd, optimizer, the SSP variable proxies (``enable_ssp``) and the indexed-slices
+rewrite of configured embedding updates (train jobs), then the
 cleanup passes (:data:`CLEANUP_PASSES`: constant folding, fusions, multi-tensor update
 grouping, dead-op pruning). The names of the passes that ran are appended to
 ``job.job_conf.flag_name2flag_value["__completion_log__"]`` (a list of strings); a pass
@@ -25,10 +25,12 @@ from graphfront.passes.fusion import (fold_batch_norm, fuse_bias_add, fuse_bias_
                                       fuse_max_pool_grad, fuse_scalar_chains, fuse_update_ops)
 from graphfront.passes.optimizer import optimizer
 from graphfront.passes.qat import quantization_aware_training
+from graphfront.passes.ssp import add_ssp_variable_proxy
 from graphfront.passes.time_shape import unroll_time_shape
 from graphfront.passes.update_group import group_update_ops
 
-REQUIRED_PASSES = [unroll_time_shape, quantization_aware_training, auto_mixed_precision, autograd, optimizer, indexed_slices_optimizer]
+REQUIRED_PASSES = [unroll_time_shape, quantization_aware_training, auto_mixed_precision, autograd, optimizer,
+                   add_ssp_variable_proxy, indexed_slices_optimizer]
 CLEANUP_PASSES = [prune_dead_ops, fold_constants, fuse_update_ops, fuse_scalar_chains, fuse_bias_add,
                   fold_batch_norm, fuse_bias_add_relu, fuse_conv_grads, fuse_max_pool_grad, group_update_ops,
                   prune_dead_ops]

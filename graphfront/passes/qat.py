@@ -5,7 +5,9 @@ Runs before autograd when ``FunctionConfig().enable_qat(True)`` set
 (``conv1d/2d/3d``: ``in``, ``weight``) and of a matrix product (``matmul``,
 ``batch_matmul``, ``broadcast_matmul``: ``a``, ``b``) is replaced by its fake-quantized
 value (:mod:`graphfront.ops.quantization_ops`), so the forward computes on the 8-bit
-grid while the variables stay float and the gradient passes straight through:
+grid while the variables stay float and the gradient passes straight through. An op
+built inside ``flow.experimental.scope.config(quantization_aware_training=False)`` (its
+scope symbol's attribute) keeps its inputs float, as OneFlow skips such a consumer:
 
 * a weight (a blob a variable op produces): ``min_max_observer`` (per layer, or per
   channel along axis 0 with ``qat.per_channel_weight_quantization``) then
@@ -28,6 +30,7 @@ from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import JobBuildError
 from graphfront.framework import job_builder as jb
+from graphfront.framework.scope_symbols import scope_attr
 from graphfront.passes.optimizer import train_step_lbn
 from graphfront.passes.rewrite import Net, single_input, single_output, user_type
 
@@ -111,7 +114,7 @@ def quantization_aware_training(job):
 
     for op in list(job.net.op):
         args = QUANTIZED_INPUTS.get(user_type(op))
-        if not args:
+        if not args or not scope_attr(op.scope_symbol_id, "quantization_aware_training"):
             continue
         for arg in args:
             lbn = single_input(op, arg)

@@ -342,6 +342,28 @@ def test_dim_gather(check):
           x=tensor(shape), i=ints(check, idx_shape, shape[dim]))
 
 
+@autotest(n=N)
+def test_dim_scatter(check):
+    """dim_scatter_add / dim_scatter_add_like against torch.scatter_add (ids may repeat) and
+    dim_scatter_update against torch.scatter (ids distinct along dim: a unique winner)."""
+    shape = dims(check, int(check.rng.integers(1, 4)))
+    dim = int(check.rng.integers(-len(shape), len(shape)))
+    idx_shape = [int(check.rng.integers(1, s + 1)) for s in shape]
+    perm = np.argsort(check.rng.random(idx_shape[:dim % len(shape)] + [shape[dim]] + idx_shape[dim % len(shape) + 1:]),
+                      axis=dim)
+    unique = np.take(perm, np.arange(idx_shape[dim]), axis=dim).astype(np.int32)
+
+    def th(torch, x, s, su, i, u):
+        return th_sq(torch, x.scatter_add(dim, i, s), x.scatter(dim, u, su),
+                     torch.zeros_like(x).scatter_add(dim, i, s))
+
+    check(graphfront=lambda flow, x, s, su, i, u: gf_sq(
+              flow, flow.dim_scatter_add(x, dim, i, s), flow.dim_scatter_update(x, dim, u, su),
+              flow.dim_scatter_add_like(x, dim, i, s)),
+          torch=th, x=tensor(shape), s=tensor(idx_shape), su=tensor(idx_shape),
+          i=ints(check, idx_shape, shape[dim]), u=constant(unique))
+
+
 # ------------------------------------------------------------------ expand / broadcast_like
 
 @autotest(n=N)

@@ -7,7 +7,7 @@ Re-exported by :mod:`graphfront.nn`.
 """
 from __future__ import annotations
 
-import random
+import torch
 
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
@@ -37,9 +37,15 @@ def _check_rate(rate, fn):
         raise ValueError(f"flow.nn.{fn}: rate must be in [0, 1), received {rate!r}")
 
 
-def _mask(x, rate, seed, name):
-    seed = random.randrange(2 ** 31) if seed is None else int(seed)
-    return build_op("random_mask_like", {"like": x}, {"rate": float(rate), "seed": seed},
+def mask_seed(seed):
+    """``seed`` as an int, or when None one drawn from torch's global generator (so
+    ``flow.manual_seed`` reproduces the masks)."""
+    return int(torch.randint(0, 2 ** 31, ())) if seed is None else int(seed)
+
+
+def dropout_mask(x, rate, seed, name):
+    """The ``random_mask_like`` keep-mask of the dropout op ``name``, named as OneFlow names it."""
+    return build_op("random_mask_like", {"like": x}, {"rate": float(rate), "seed": mask_seed(seed)},
                     name=f"{name}-dropout_random_mask_like")
 
 
@@ -70,7 +76,7 @@ def fused_bias_add_dropout(value, bias, data_format=None, rate=0.0, noise_shape=
     if rate == 0.0 or not jb.current().is_train:
         return build_op("bias_add", {"a": value, "b": bias}, {"axis": axis}, name=name, prefix="BiasAdd_")
     name = name or unique_str("BiasAddDropout_")
-    mask = _mask(value, rate, seed, name)
+    mask = dropout_mask(value, rate, seed, name)
     return build_op("fused_bias_add_mask_scale", {"a": value, "b": bias, "mask": mask},
                     {"axis": axis, "scale": 1.0 / (1.0 - rate)}, name=name)
 
@@ -86,7 +92,7 @@ def fused_scale_tril_softmax_dropout(x, diagonal=0, fill_value=0, scale=1, rate=
     _check_blob(x, "fused_scale_tril_softmax_dropout", "x")
     _check_rate(rate, "fused_scale_tril_softmax_dropout")
     name = name or unique_str("FusedTrilScaleSoftmaxMaskScale_")
-    mask = _mask(x, rate, seed, name)
+    mask = dropout_mask(x, rate, seed, name)
     y, _softmax_y = build_op("fused_tril_scale_softmax_mask_scale", {"x": x, "mask": mask},
                              {"diagonal": int(diagonal), "tril_fill_value": float(fill_value),
                               "tril_scale_value": float(scale), "mask_scale_value": 1.0 / (1.0 - rate)},

@@ -6,7 +6,6 @@ Thin wrappers in OneFlow's signatures (v0.6.0 ``python/oneflow/compatible/single
 from __future__ import annotations
 
 import numbers
-import random
 import re
 
 from graphfront.framework.errors import ArgumentError
@@ -14,6 +13,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.math import fused_scale_tril, relu, tril  # noqa: F401 - flow.nn.* aliases (same objects)
 from graphfront.ctc import ctc_greedy_decoder  # noqa: F401 - flow.nn.ctc_greedy_decoder
+from graphfront.fused import dropout_mask, mask_seed
 from graphfront.fused import (fused_bias_add_dropout, fused_bias_add_gelu,  # noqa: F401 - flow.nn.fused_*
                               fused_scale_tril_softmax_dropout, fused_self_attention_query_mul_key_and_value)
 from graphfront.ops.builder import build_op, unique_str
@@ -453,29 +453,33 @@ def avg_pool3d(input, ksize, strides, padding, data_format="NCDHW", ceil_mode=Fa
 def dropout(x, rate, noise_shape=None, seed=None, name=None):
     """Zero each element with probability ``rate`` and scale the rest by 1/(1-rate).
 
+    As OneFlow: a ``random_mask_like`` op named ``<name>-dropout_random_mask_like`` draws the
+    int8 keep-mask (from ``seed``), then op ``dropout`` computes ``x * mask * scale`` with
+    ``scale = 1 / (1 - rate)``; its gradient is ``dropout_grad(dy, mask)``.
+
     Args:
         x: float blob of any shape.
         rate: float in [0, 1).
         noise_shape: accepted for OneFlow compatibility and ignored (one mask element per
             element of ``x``).
-        seed: accepted and ignored: the mask comes from the session's torch generator
-            (``flow.manual_seed``).
-        name: op name prefix.
+        seed: int seed of the mask's random stream (the same seed draws the same masks, run
+            after run); None draws one from torch's global generator (``flow.manual_seed``).
+        name: op name; default ``Dropout_<n>``.
 
     Returns:
         BlobDesc: ``x``'s shape and dtype; ``x`` itself (no op) in predict jobs or when
         ``rate == 0`` (as OneFlow).
 
     Raises:
-        ValueError: ``rate`` outside [0, 1).
+        ArgumentError: ``rate`` outside [0, 1).
     """
     if not 0 <= rate < 1:
         raise ArgumentError(f"dropout: rate must be in [0, 1), received {rate}")
     if rate == 0 or not jb.current().is_train:
         return x
-    out, _mask = build_op("dropout", {"in": x}, {"rate": float(rate)}, outputs=("out", "mask"), name=name,
-                          prefix="Dropout_")
-    return out
+    name = name or unique_str("Dropout_")
+    mask = dropout_mask(x, rate, seed, name)
+    return build_op("dropout", {"in": x, "mask": mask}, {"scale": 1.0 / (1.0 - rate)}, name=name)
 
 
 def random_mask_like(like, rate, seed=None, noise_shape=None, name=None):
@@ -486,7 +490,7 @@ def random_mask_like(like, rate, seed=None, noise_shape=None, name=None):
     Args:
         like: blob whose shape the mask takes.
         rate: float in [0, 1), probability of a 0.
-        seed: int seed; None draws a random one.
+        seed: int seed; None draws one from torch's global generator (``flow.manual_seed``).
         noise_shape: accepted for OneFlow compatibility and ignored.
         name: op name; default ``RandomMaskLike_<n>``.
 
@@ -496,8 +500,7 @@ def random_mask_like(like, rate, seed=None, noise_shape=None, name=None):
     Raises:
         JobBuildError: the op rejects ``rate`` (outside [0, 1)).
     """
-    seed = random.randrange(2 ** 31) if seed is None else seed
-    return build_op("random_mask_like", {"like": like}, {"rate": float(rate), "seed": int(seed)}, name=name,
+    return build_op("random_mask_like", {"like": like}, {"rate": float(rate), "seed": mask_seed(seed)}, name=name,
                     prefix="RandomMaskLike_")
 
 

@@ -145,7 +145,8 @@ CATALOGUE = NAMED + [
     _mutant("dx zeroed", "l2_normalize_grad", outputs(zeros), "test_l2_normalize"),
     _mutant("alpha gradient zeroed", "prelu_grad", outputs(None, zeros), "test_prelu"),
     _mutant("dx halved (scale dropped)", "dropout_grad", outputs(scale(0.5)), "test_dropout"),
-    _mutant("rate ignored (nothing dropped)", "dropout", attrs(rate=lambda rate, k: 0.0), "test_dropout"),
+    _mutant("rate ignored (nothing dropped)", "random_mask_like", attrs(rate=lambda rate, k: 0.0), "test_dropout"),
+    _mutant("out halved (scale dropped)", "dropout", outputs(scale(0.5)), "test_dropout"),
     _mutant("rate halved", "random_mask_like", attrs(rate=lambda rate, k: rate / 2), "test_random_mask_like"),
     _mutant("p ignored (always 0.5)", "bernoulli", inputs(**{"in": half}), "test_bernoulli"),
     # losses

@@ -39,8 +39,9 @@ def test_lenet_gradients_and_sgd_step_match_torch():
             logits = lenet(images, train=True)
             loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
             builder = jb.current()
-            mask_desc = builder.desc("dropout/mask_0")
-            mask = BlobDesc("dropout/mask_0", mask_desc.shape, mask_desc.dtype, builder.scope.parallel_conf,
+            mask_lbn = "dropout-dropout_random_mask_like/out_0"
+            mask_desc = builder.desc(mask_lbn)
+            mask = BlobDesc(mask_lbn, mask_desc.shape, mask_desc.dtype, builder.scope.parallel_conf,
                             builder.job_name)
             flow.watch(mask, keep("mask", seen))
             flow.watch_diff(logits, keep("logits", grads))

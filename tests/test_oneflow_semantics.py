@@ -1,7 +1,9 @@
 """Results that must equal OneFlow's (checked against numpy / PyTorch eager / TensorFlow's
 rules computed by hand): integer division, dynamic (``ListNumpy``) inputs, transposed
 convolution with SAME padding, softmax cross-entropy gradient, float16 accumulation,
-layer weight names, grouped NHWC convolution backward."""
+layer weight names, grouped NHWC convolution backward, seeded dropout masks."""
+import random
+
 import numpy as np
 import pytest
 import torch
@@ -369,3 +371,82 @@ def test_a_mean_loss_of_shape_1_trains_as_the_mean():
     np.testing.assert_allclose(loss, [np.mean(x * x)], rtol=1e-6)
     # d mean((a - w)^2) / dw = -2 (a - w) / 12; one step of lr 0.5 from w = 0
     np.testing.assert_allclose(job(x), [np.mean((x - x / 12) ** 2)], rtol=1e-5)
+# ------------------------------------------------------------------ 8. dropout masks
+
+def _mt19937_words(seed, n):
+    """The first ``n`` 32-bit outputs of C++'s ``std::mt19937(seed)``: its ``seed()`` state
+    (Knuth's initialisation, multiplier 1812433253) loaded into Python's own Mersenne Twister."""
+    state = [seed & 0xFFFFFFFF]
+    for i in range(1, 624):
+        state.append((1812433253 * (state[-1] ^ (state[-1] >> 30)) + i) & 0xFFFFFFFF)
+    gen = random.Random()
+    gen.setstate((3, tuple(state) + (624,), None))
+    return [gen.getrandbits(32) for _ in range(n)]
+
+
+def _oneflow_cpu_keep(words, rate):
+    """OneFlow's CPU ``random_mask_like``: keep where ``std::uniform_real_distribution<float>``
+    (a word / 2**32 in float32) exceeds ``rate``."""
+    return np.array(words, np.float32) * np.float32(2.0 ** -32) > np.float32(rate)
+
+
+def test_reference_generator_is_std_mt19937():
+    # the C++ standard fixes the 10000th output of a default-seeded (5489) std::mt19937
+    assert _mt19937_words(5489, 10000)[-1] == 4123659995
+
+
+def test_seeded_dropout_draws_oneflows_cpu_masks_run_after_run():
+    rate, seed, shape = 0.75, 12345, (2, 2, 2, 2)
+
+    @flow.global_function(type="train")
+    def job() -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            x = flow.get_variable("x", shape, initializer=flow.ones_initializer())
+            y = flow.nn.dropout(x, rate=rate, seed=seed, name="dropout")
+            _sgd(0.0).minimize(flow.math.square(y))
+            return y
+
+    words = _mt19937_words(seed, 32)
+    for step in range(2):  # the kernel's stream goes on: the second run draws the next 16 words
+        keep = _oneflow_cpu_keep(words[16 * step:16 * (step + 1)], rate).reshape(shape)
+        np.testing.assert_array_equal(job(), np.where(keep, np.float32(1 / (1 - rate)), 0))
+    # the 16 words of run one with seed 12345 keep elements 0, 1, 7, 11, 12, 15 (OneFlow's own result)
+    np.testing.assert_array_equal(np.flatnonzero(_oneflow_cpu_keep(words[:16], rate)), [0, 1, 7, 11, 12, 15])
+
+    ops = {op.name: op for op in job.graph.proto.net.op}
+    dropout = ops["dropout"].user_conf
+    assert dropout.op_type_name == "dropout"
+    assert dropout.input["mask"].s[0] == "dropout-dropout_random_mask_like/out_0"
+    assert dropout.attr["scale"].at_float == pytest.approx(1 / (1 - rate))
+    mask = ops["dropout-dropout_random_mask_like"].user_conf
+    assert mask.op_type_name == "random_mask_like" and mask.attr["seed"].at_int64 == seed
+
+
+def test_dropout_and_fused_bias_add_dropout_with_one_seed_drop_the_same_elements():
+    x = RNG.uniform(0, 10, (4, 6, 3)).astype(np.float32)
+    b = RNG.uniform(0, 10, (6,)).astype(np.float32)
+    dx = {}
+
+    def keep(name):
+        def handler(d: tp.Numpy):
+            dx[name] = d
+        return handler
+
+    @flow.global_function(type="train")
+    def job(v: tp.Numpy.Placeholder((4, 6, 3)), bias: tp.Numpy.Placeholder((6,))) -> tp.Bundle[tp.Numpy]:
+        with flow.scope.placement("cpu", "0:0"):
+            zero = flow.get_variable("zero", (1,), initializer=flow.zeros_initializer())
+            v1, v2 = flow.identity(v + zero), flow.identity(v + zero)
+            flow.watch_diff(v1, keep("v1"))
+            flow.watch_diff(v2, keep("v2"))
+            y1 = flow.nn.dropout(flow.nn.bias_add(v1, bias), rate=0.4, seed=99, name="plain")
+            y2 = flow.nn.fused_bias_add_dropout(v2, bias, rate=0.4, seed=99)
+            _sgd(0.0).minimize(flow.math.reduce_sum(y1 * y1 + y2))
+            return y1, y2
+
+    y1, y2 = job(x, b)
+    kept = _oneflow_cpu_keep(_mt19937_words(99, x.size), 0.4).reshape(x.shape)
+    np.testing.assert_allclose(y1, np.where(kept, (x + b[:, None]) / np.float32(0.6), 0), rtol=1e-6)
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_allclose(dx["v1"], np.where(kept, 2 * y1 / np.float32(0.6), 0), rtol=1e-5)
+    np.testing.assert_allclose(dx["v2"], np.where(kept, 1 / np.float32(0.6), 0), rtol=1e-6)

@@ -534,6 +534,8 @@ CASES.update({
     "log_softmax_grad": (lambda: ({"prob": t(3, 5, low=-3.0, high=0.0), "dy": t(3, 5)}, {}),
                          lambda: ({"prob": t(2, 3, 5, low=-3.0, high=0.0, dtype=flow.double),
                                    "dy": t(2, 3, 5, dtype=flow.double)}, {})),
+    "dropout": lambda: ({"in": oneof(t(2, 3, 4), t(2, 3, 4, dtype=flow.double)), "mask": _cond(2, 3, 4)},
+                        {"scale": random(1.1, 3.0)}),
     "dropout_grad": lambda: ({"dy": oneof(t(2, 3, 4), t(2, 3, 4, dtype=flow.double)), "mask": _cond(2, 3, 4)},
                              {"scale": random(1.1, 3.0)}),
     "fused_bias_add_gelu_grad": lambda: ({"a": t(2, 3, 4, low=-3.0, high=3.0), "b": t(3), "dy": t(2, 3, 4)},

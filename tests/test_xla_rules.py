@@ -133,7 +133,9 @@ CASES = {
     "normalization_grad": ({"x": _any((2, 3, 4)), "dy": _any((2, 3, 4)), "mean": _any((3,)),
                             "inv_variance": _pos((3,)), "gamma": _any((3,))}, {"axis": 1, "epsilon": 1e-5},
                            ["gamma_diff", "beta_diff", "dx"]),
-    "dropout": ({"in": _any((3, 4))}, {"rate": 0.0}, ["out", "mask"]),
+    "dropout": ({"in": _any((3, 4)), "mask": lambda r: r.integers(0, 2, (3, 4)).astype(np.int8)},
+                {"scale": 4.0}),
+    "random_mask_like": ({"like": _any((3, 4))}, {"rate": 0.0, "seed": 1}),  # rate 0: the draws cannot differ
     "dropout_grad": ({"dy": _any((3, 4)), "mask": lambda r: r.integers(0, 2, (3, 4)).astype(np.int8)},
                      {"scale": 2.0}),
     "adam_bias_correction_factor": ({"train_step": lambda r: np.array([3], np.int64)}, {"beta": 0.9}),

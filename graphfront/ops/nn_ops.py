@@ -671,76 +671,100 @@ for _kind in ("max", "avg"):
 
 # ------------------------------------------------------------------ dropout
 
+def _check_dropout_mask(ctx, x_arg):
+    x, mask = ctx.input(x_arg), ctx.input("mask")
+    ctx.check(ctx.attr("scale") > 1, f"attr 'scale' must be > 1, received {ctx.attr('scale')}")
+    ctx.check(mask.shape == x.shape and mask.dtype is _dt.int8,
+              f"input 'mask' expected int8 of shape {x.shape}, received {mask.dtype.name} {mask.shape}")
+    return x
+
+
 def _dropout_infer(ctx):
-    ctx.check(ctx.attr("rate") >= 0, f"attr 'rate' must be >= 0, received {ctx.attr('rate')}")
-    x = ctx.input("in")
+    x = _check_dropout_mask(ctx, "in")
     ctx.set_output("out", x.shape, x.dtype)
-    ctx.set_output("mask", x.shape, _dt.int8)
 
 
 def _dropout_kernel(k):
-    rate = k.attr("rate")
-    scale = 1.0 / (1.0 - rate) if rate < 1 else 0.0
+    scale = k.attr("scale")
 
-    def dropout(x, add_to):
-        keep = torch.empty_like(x).bernoulli_(1.0 - rate)
-        out = x * keep * scale
-        if add_to is not None:
-            out = out + add_to
-        return out, keep.to(torch.int8)
+    def dropout(x, mask, add_to):
+        out = x * mask * scale
+        return out if add_to is None else out + add_to
     return dropout
-
-
-def _dropout_grad(g):
-    rate = g.attr("rate")
-    g.set_grad("in", g.emit("dropout_grad", {"dy": g.dout("out"), "mask": g.output("mask")},
-                            {"scale": 1.0 / (1.0 - rate) if rate < 1 else 0.0}))
 
 
 def _dropout_xla(k):
-    import jax
-    rate = k.attr("rate")
-    scale = 1.0 / (1.0 - rate) if rate < 1 else 0.0
+    scale = k.attr("scale")
 
-    def dropout(key, x, add_to):
-        keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
-        out = x * keep.astype(x.dtype) * scale
-        return (out if add_to is None else out + add_to), keep.astype("int8")
+    def dropout(x, mask, add_to):
+        out = x * mask.astype(x.dtype) * scale
+        return out if add_to is None else out + add_to
     return dropout
 
 
-op("dropout", inputs=["in", "_add_to_output?"], outputs=["out", "mask"], attrs={"rate": ("float", 0.0)},
-   infer=_dropout_infer, kernel=_dropout_kernel, grad=_dropout_grad, random=True, xla=_dropout_xla, amp="gray")
+def _mask_scale_onnx(x, out):
+    """ONNX rule of ``x * mask * scale`` (+ ``_add_to_output``), for ``dropout`` and ``dropout_grad``."""
+    def rule(c):
+        d = c.input_desc(x)
+        y = onnx_rules.mul(c, c.input(x), c.node("Cast", [c.input("mask")], to=c.dtype_code(d.dtype)),
+                           onnx_rules.const_as(c, c.attr("scale"), d))
+        if c.has_input("_add_to_output"):
+            c.node("Add", [y, c.input("_add_to_output")], [c.output(out)])
+        else:
+            c.node("Identity", [y], [c.output(out)])
+    return rule
+
+
+op("dropout", inputs=["in", "mask", "_add_to_output?"], outputs=["out"], attrs={"scale": ("float", 0.0)},
+   infer=_dropout_infer, kernel=_dropout_kernel, xla=_dropout_xla, onnx=_mask_scale_onnx("in", "out"),
+   grad=lambda g: g.set_grad("in", g.emit("dropout_grad", {"dy": g.dout("out"), "mask": g.input("mask")},
+                                          {"scale": g.attr("scale")})),
+   amp="gray")
 
 
 def _dropout_grad_infer(ctx):
-    dy, mask = ctx.input("dy"), ctx.input("mask")
-    ctx.check(ctx.attr("scale") > 1, f"attr 'scale' must be > 1, received {ctx.attr('scale')}")
-    ctx.check(mask.shape == dy.shape and mask.dtype is _dt.int8,
-              f"input 'mask' expected int8 of shape {dy.shape}, received {mask.dtype.name} {mask.shape}")
+    dy = _check_dropout_mask(ctx, "dy")
     ctx.set_output("dx", dy.shape, dy.dtype)
 
 
 op("dropout_grad", inputs=["dy", "mask"], outputs=["dx"], attrs={"scale": ("float", 0.0)},
-   infer=_dropout_grad_infer,
-   kernel=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask * s),
-   onnx=lambda c: onnx_rules.mul(
-       c, c.input("dy"), c.node("Cast", [c.input("mask")], to=c.dtype_code(c.input_desc("dy").dtype)),
-       onnx_rules.const_as(c, c.attr("scale"), c.input_desc("dy")), out=c.output("dx")),
+   infer=_dropout_grad_infer, kernel=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask * s),
+   onnx=_mask_scale_onnx("dy", "dx"),
    xla=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask.astype(dy.dtype) * s))
 
 
 def _random_mask_like_kernel(k):
+    """Keep where a uniform draw in [0, 1) exceeds ``rate``. On the CPU the draws are OneFlow's
+    CPU kernel's: ``std::mt19937`` seeded with ``seed`` (mod 2**32), one 32-bit word per element
+    turned into a float by ``std::uniform_real_distribution<float>`` (word / 2**32 in float), so
+    a seeded mask, and the masks of the job's successive runs, are the ones OneFlow draws. On a
+    GPU they come from a torch generator seeded with ``seed`` (OneFlow's curand stream is not
+    reproduced)."""
     rate = k.attr("rate")
+    if k.device.type == "cpu":
+        words = np.random.RandomState(k.attr("seed") & 0xFFFF_FFFF)  # numpy's legacy seeding is mt19937's
+        threshold = np.float32(rate)
+
+        def random_mask_like(like_):
+            u = words.randint(0, 2 ** 32, size=like_.shape, dtype=np.uint32).astype(np.float32) * np.float32(2 ** -32)
+            return torch.from_numpy((u > threshold).astype(np.int8))
+        return random_mask_like
     gen = k.generator(k.attr("seed"))
-    return lambda like_: (torch.rand(like_.shape, generator=gen, device=like_.device) >= rate).to(torch.int8)
+    return lambda like_: (torch.rand(like_.shape, generator=gen, device=like_.device) > rate).to(torch.int8)
+
+
+def _random_mask_like_xla(k):
+    """Keep where ``jax.random.uniform`` exceeds ``rate``; the job's jax key stream replaces ``seed``."""
+    import jax
+    rate = k.attr("rate")
+    return lambda key, like_: (jax.random.uniform(key, like_.shape) > rate).astype("int8")
 
 
 op("random_mask_like", inputs=["like"], outputs=["out"], attrs={"rate": ("float", 0.0), "seed": ("int64", 0)},
    infer=lambda ctx: (ctx.check(0 <= ctx.attr("rate") < 1, f"attr 'rate' must be in [0, 1), received "
                                                            f"{ctx.attr('rate')}"),
                       ctx.set_output("out", ctx.input("like").shape, _dt.int8)),
-   kernel=_random_mask_like_kernel, no_grad=True, random=True, amp="clear")
+   kernel=_random_mask_like_kernel, xla=_random_mask_like_xla, no_grad=True, random=True, amp="clear")
 
 
 # ------------------------------------------------------------------ matmul

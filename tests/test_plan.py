@@ -169,6 +169,33 @@ def test_multi_tensor_adam_update_matches_adam_update(amsgrad, correct):
     assert all(torch.equal(a, b) for gs, ks in zip(got, kept) for a, b in zip(gs, ks))
 
 
+def test_multi_tensor_adam_update_takes_tensors_of_mixed_memory_layouts():
+    """A channels-last weight with a contiguous gradient and state (as after an all-reduce):
+    the fused kernel walks memory in order, so each tensor is given its model's strides."""
+    attrs = {"learning_rate_val": 0.1, "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
+             "do_bias_correction": False}
+    g = torch.Generator().manual_seed(1)
+    model = torch.randn(2, 3, 4, 5, generator=g)
+    diff, m = torch.randn(2, 3, 4, 5, generator=g), torch.randn(2, 3, 4, 5, generator=g)
+    v, max_v = torch.rand(2, 3, 4, 5, generator=g), torch.zeros(2, 3, 4, 5)
+    descs = {n: jb.TensorDesc((2, 3, 4, 5), flow.float32) for n in ("m/0", "d/0", "m_/0", "v/0", "x/0")}
+    b = UserOpConfBuilder("u", prefix=False).Op("multi_tensor_adam_update")
+    for arg, lbn in (("model", "m/0"), ("model_diff", "d/0"), ("m", "m_/0"), ("v", "v/0"), ("max_v", "x/0")):
+        b.Input(arg, [lbn])
+    for k, val in attrs.items():
+        b.Attr(k, val)
+    b.CheckAndComplete()
+    from graphfront.ops import registry
+    multi = registry.lookup("multi_tensor_adam_update").kernel(KernelCtx(b.op_conf, descs, torch.device("cpu")))
+    plain = [t.clone() for t in (model, m, v, max_v)]
+    multi([plain[0]], [diff], [plain[1]], [plain[2]], [plain[3]], None, None, None, None)
+    mixed = [model.clone().to(memory_format=torch.channels_last)] + [t.clone() for t in (m, v, max_v)]
+    multi([mixed[0]], [diff], [mixed[1]], [mixed[2]], [mixed[3]], None, None, None, None)
+    assert mixed[0].is_contiguous(memory_format=torch.channels_last) and mixed[1].is_contiguous()
+    for a, b_ in zip(mixed, plain):
+        torch.testing.assert_close(a, b_, rtol=0, atol=0)
+
+
 class _NotCpu:
     """A (1,) lr tensor that claims a non-CPU device, to run the device-tensor branch on CPU."""
 

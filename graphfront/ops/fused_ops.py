@@ -642,6 +642,11 @@ def _multi_update_xla(momentum):
     return make
 
 
+def _strided_like(t, ref):
+    """``t``, or a copy of it with ``ref``'s strides when they differ."""
+    return t if t.stride() == ref.stride() else torch.empty_like(ref).copy_(t)
+
+
 def _multi_adam_kernel(k):
     b1, b2, eps, wd, amsgrad, scale, lr_val = (k.attr(a) for a in ("beta1", "beta2", "epsilon", "weight_decay",
                                                                     "amsgrad", "scale", "learning_rate_val"))
@@ -654,11 +659,19 @@ def _multi_adam_kernel(k):
         if scale != 1.0 or scale_by_tensor is not None:  # new tensors: the diffs are never written
             grads = torch._foreach_mul(grads, scale if scale_by_tensor is None
                                        else scale_by_tensor.reshape(()) * scale)
+        # the fused kernel walks every tensor's memory in order: each must have its model's
+        # strides (a channels-last weight with a contiguous all-reduced gradient, say)
+        grads = [_strided_like(g, m) for g, m in zip(grads, models)]
+        states = [[_strided_like(s, m) for s, m in zip(ss, models)] for ss in (ms, vs, max_vs if amsgrad else ())]
         step = (train_step.reshape(()) + 1).float() if correct else infinite
-        torch._fused_adamw_(models, grads, ms, vs, max_vs if amsgrad else [], [step] * len(models),
+        torch._fused_adamw_(models, grads, *states, [step] * len(models),
                             lr=_host_lr(lr, lr_val), beta1=b1, beta2=b2, weight_decay=wd, eps=eps,
                             amsgrad=amsgrad, maximize=False,
                             found_inf=None if skip_if is None else (skip_if.reshape(()) != 0).float())
+        for originals, used in zip((ms, vs, max_vs), states):
+            for s, u in zip(originals, used):
+                if u is not s:
+                    s.copy_(u)
         # the fused kernel does not bump the version counters that in-place ops bump (the xla
         # and onnxruntime lowerings read them to see a variable changed)
         torch._C._increment_version([*models, *ms, *vs, *(max_vs if amsgrad else ())])

@@ -1334,6 +1334,40 @@ def smooth_l1_loss(prediction, label, beta=1.0, name=None):
                     prefix="SmoothL1Loss_")
 
 
+def combined_margin_loss(x, label, m1=1, m2=0, m3=0, name=None):
+    """The combined angular margin (ArcFace m2, SphereFace m1, CosFace m3) applied to the
+    label's class of each row of ``x``: ``cos(m1 * acos(x) + m2) - m3`` there, ``x`` elsewhere
+    (op ``combined_margin_loss``, attrs m1, m2, m3 and depth = ``x.shape[1]``). Multiply by
+    the scale ``s`` and apply softmax cross entropy to get the loss. A label outside
+    ``[0, depth)`` leaves its row unchanged. Gradient: ``dy`` except at the label,
+    ``dy * sin(m1 * theta + m2) * m1 / sin(theta)`` with ``theta = acos(x)`` there.
+    OneFlow v0.6.0 ``python/oneflow/compatible/single_client/ops/combined_margin_loss.py``,
+    ``oneflow/user/ops/combined_margin_loss_op.cpp``.
+
+    Args:
+        x: floating blob (N, C, ...): cosines in [-1, 1], the classes over the axes after the first.
+        label: integer blob (N,): one class id per row.
+        m1, m2, m3: Python numbers (defaults 1, 0, 0: ``x`` unchanged).
+        name: op name; default ``CombinedMarginLoss_<n>``.
+
+    Returns:
+        BlobDesc: ``x``'s shape and dtype.
+
+    Raises:
+        ArgumentError: ``x`` or ``label`` is not a blob, or m1/m2/m3 is not a number.
+        JobBuildError: ``x`` has rank < 2 or is not floating, or ``label`` is not an
+            integer blob with one element per row of ``x``.
+    """
+    fn = "combined_margin_loss"
+    _check_blob(x, fn, "x")
+    _check_blob(label, fn, "label")
+    margins = {k: _number(v, fn, k) for k, v in (("m1", m1), ("m2", m2), ("m3", m3))}
+    if len(x.shape) < 2:
+        raise ArgumentError(f"flow.combined_margin_loss: argument 'x' expects rank >= 2, received shape {x.shape}")
+    return build_op(fn, {"x": x, "label": label}, {**margins, "depth": int(x.shape[1])}, outputs=("y", "theta"),
+                    name=name, prefix="CombinedMarginLoss_")[0]
+
+
 # ================================================================== normalization
 # Ops in graphfront/ops/norm_ops.py.
 

@@ -316,6 +316,11 @@ CASES = {
     "reduce_max": lambda: ({"input_tensor": t(2, 3, 4)}, _REDUCE_ATTRS),
     "reduce_min": lambda: ({"input_tensor": t(2, 3, 4)}, _REDUCE_ATTRS),
     "reduce_prod": lambda: ({"input_tensor": t(2, 3, 4, low=0.5, high=1.5)}, _REDUCE_ATTRS),
+    "combined_margin_loss": lambda: ({"x": t(4, 5, low=-0.95, high=0.95), "label": np.array([0, 4, -1, 5], np.int32)},
+                                     {"m1": oneof(1.0, 0.3), "m2": oneof(0.0, 0.5), "m3": oneof(0.0, 0.4), "depth": 5}),
+    "combined_margin_loss_grad": lambda: ({"dy": t(4, 5), "label": np.array([2, -1, 4, 0], np.int32),
+                                           "theta": t(4, low=0.3, high=2.8)},
+                                          {"m1": oneof(1.0, 1.35), "m2": oneof(0.0, 0.5), "m3": 0.0, "depth": 5}),
     # two-stage reductions: ties on an integer grid; counts >= 1
     **{f"reduce_{k}_device_stage": lambda: ({"in": _TIES}, {"axis": oneof([0], [1, 2], [0, 1, 2])})
        for k in ("max", "min")},

@@ -11,6 +11,7 @@ import re
 from graphfront.framework.errors import ArgumentError
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.scope_symbols import device_count
 from graphfront.math import fused_scale_tril, relu, tril  # noqa: F401 - flow.nn.* aliases (same objects)
 from graphfront.ctc import ctc_greedy_decoder  # noqa: F401 - flow.nn.ctc_greedy_decoder
 from graphfront.fused import dropout_mask, mask_seed
@@ -1366,6 +1367,47 @@ def combined_margin_loss(x, label, m1=1, m2=0, m3=0, name=None):
         raise ArgumentError(f"flow.combined_margin_loss: argument 'x' expects rank >= 2, received shape {x.shape}")
     return build_op(fn, {"x": x, "label": label}, {**margins, "depth": int(x.shape[1])}, outputs=("y", "theta"),
                     name=name, prefix="CombinedMarginLoss_")[0]
+
+
+def distributed_partial_fc_sample(weight, label, num_sample, name=None):
+    """A sample of ``num_sample`` classes (rows of ``weight``) holding every class in ``label``
+    (Partial FC; op ``distributed_partial_fc_sample``).
+
+    The classes are cut into one equal shard per device of the current placement; shard ``p``
+    gives ``num_sample / devices`` entries of ``sampled_label``, from position
+    ``p * num_sample / devices``: its classes that occur in ``label`` (ascending), then other
+    classes of the shard in a random order (torch's generator, seeded once per op: OneFlow's
+    curand draws cannot be reproduced, so the random part differs from OneFlow's). A shard
+    with more label classes than its share keeps only the first ones (as OneFlow). The weight
+    gradient is the rows' gradient summed back at ``sampled_label``. OneFlow v0.6.0
+    ``python/oneflow/compatible/single_client/ops/partial_fc_sample.py``,
+    ``oneflow/user/ops/partial_fc_sample_op.cpp``.
+
+    Args:
+        weight: blob (classes, ...), classes divisible by the device count.
+        label: integer blob (batch,), class ids in [0, classes).
+        num_sample: int, divisible by the device count, at most ``classes``.
+        name: op name; default ``DistributedPartialFcSample_<n>``.
+
+    Returns:
+        tuple: ``(mapped_label, sampled_label, sampled_weight)``: ``label``'s shape and dtype
+        (each label's position in ``sampled_label``), ``(num_sample,)`` of ``label``'s dtype,
+        ``(num_sample, ...)`` of ``weight``'s dtype.
+
+    Raises:
+        ArgumentError: ``weight`` or ``label`` is not a blob, or ``num_sample`` is not an int.
+        JobBuildError: the shapes, dtypes or divisibility above do not hold.
+        OpRunError: a label outside ``[0, classes)`` (at run time).
+    """
+    fn = "distributed_partial_fc_sample"
+    _check_blob(weight, fn, "weight")
+    _check_blob(label, fn, "label")
+    if isinstance(num_sample, bool) or not isinstance(num_sample, numbers.Integral):
+        raise ArgumentError(f"flow.{fn}: argument 'num_sample' expects an int, received {num_sample!r}")
+    parts = device_count(jb.current().scope.parallel_conf.device_name)
+    return build_op(fn, {"weight": weight, "label": label}, {"num_sample": int(num_sample), "parallel_num": parts},
+                    outputs=("mapped_label", "sampled_label", "sampled_weight"), name=name,
+                    prefix="DistributedPartialFcSample_")
 
 
 # ================================================================== normalization

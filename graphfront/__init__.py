@@ -51,7 +51,7 @@ from graphfront.initializers import (constant_initializer, empty_initializer, gl
 from graphfront.linalg import matmul
 from graphfront.math import (add_n, argsort, clip_by_value, count_not_finite, in_top_k, masked_fill,
                              multi_count_not_finite, sort, where)
-from graphfront.nn import smooth_l1_loss
+from graphfront.nn import combined_margin_loss, distributed_partial_fc_sample, smooth_l1_loss
 from graphfront.ops.builder import user_op_builder
 from graphfront.runtime.op_timing import profile
 from graphfront.time_shape import acc, pack, repeat, unpack

@@ -11,7 +11,7 @@ default).
 from __future__ import annotations
 
 from graphfront import scope as _scope
-from graphfront.array import concat, identity, slice_v2
+from graphfront.array import balanced_parts, concat, identity
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.scope_symbols import device_count
 from graphfront.math import add_n
@@ -69,14 +69,4 @@ def distribute_split(x, axis=0, name=None) -> tuple:
     """
     if not -len(x.shape) <= axis < len(x.shape):
         raise ValueError(f"flow.advanced.distribute_split: axis {axis} is out of range for a blob of shape {x.shape}")
-    axis %= len(x.shape)
-    n = _parallel_num()
-    size, extra = divmod(x.shape[axis], n)
-    parts, start = [], 0
-    for i in range(n):
-        stop = start + size + (1 if i < extra else 0)
-        tups = [(None, None, None)] * len(x.shape)
-        tups[axis] = (start, stop, 1)
-        parts.append(slice_v2(x, tups, name=None if name is None else f"{name}_{i}"))
-        start = stop
-    return tuple(parts)
+    return balanced_parts(x, axis % len(x.shape), _parallel_num(), name)

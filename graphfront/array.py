@@ -593,6 +593,21 @@ def slice_v2(x, slice_tup_list, name=None) -> BlobDesc:
                     prefix="Slice_")
 
 
+
+def balanced_parts(x, axis, n, name=None) -> tuple:
+    """``x`` cut along ``axis`` (non-negative) into ``n`` slices, the first ``len % n`` one
+    longer (OneFlow's balanced split of a blob over ``n`` devices); ops ``slice`` named
+    ``<name>_<i>`` when ``name`` is given."""
+    size, extra = divmod(x.shape[axis], n)
+    parts, start = [], 0
+    for i in builtins.range(n):
+        stop = start + size + (1 if i < extra else 0)
+        tups = [(None, None, None)] * len(x.shape)
+        tups[axis] = (start, stop, 1)
+        parts.append(slice_v2(x, tups, name=None if name is None else f"{name}_{i}"))
+        start = stop
+    return tuple(parts)
+
 def slice(x, begin, size, name=None) -> BlobDesc:  # noqa: A001 - OneFlow's name
     """TF-style slice: ``size[d]`` elements from ``begin[d]`` per dim.
 

@@ -19,7 +19,9 @@ from graphfront.framework.errors import ArgumentError
 from graphfront import array as _array
 from graphfront.array import (broadcast_to_compatible_with, unsorted_batch_segment_sum,  # noqa: F401 - aliases
                               unsorted_segment_sum, unsorted_segment_sum_like)
+from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.dynamic import argwhere
 
@@ -710,6 +712,65 @@ reduce_any = _reduce("reduce_any", "ReduceAny_")
 reduce_any.__doc__ = _reduce_doc("Whether any element over ``axis`` is non-zero.", "reduce_any", "a bool blob")
 reduce_all = _reduce("reduce_all", "ReduceAll_")
 reduce_all.__doc__ = _reduce_doc("Whether all elements over ``axis`` are non-zero.", "reduce_all", "a bool blob")
+
+
+def _two_stage_reduce(kind):
+    op_type, fn_name = f"reduce_{kind}", f"two_stage_reduce_{kind}"
+
+    def fn(x, axis=None, keepdims=False, name=None):
+        _check_blob(x, fn_name, "x")
+        axes = _axes(x, axis, fn_name)
+        policy = x.distribute
+        if policy is None or policy.kind != "split" or policy.axis % len(x.shape) not in axes:
+            raise ArgumentError(f"flow.math.{fn_name}: argument 'x' must be laid out as flow.distribute.split(k) "
+                                f"on a reduced axis k in {axes} (blob.with_distribute), received "
+                                f"{'no layout' if policy is None else repr(policy)}")
+        split_axis = policy.axis % len(x.shape)
+        name = name or unique_str(_reduce_prefix(op_type))
+        outs, counts = [], []
+        parts = _array.balanced_parts(x, split_axis, device_count(jb.current().scope.parallel_conf.device_name))
+        for i, part in enumerate(parts):
+            out, _, count = build_op(f"{op_type}_device_stage", {"in": part}, {"axis": axes},
+                                     outputs=("out", "mask", "count"), name=f"{name}_device_stage{i}")
+            outs.append(out)
+            counts.append(count)
+        return build_op(f"{op_type}_global_stage",
+                        {"in": _array.concat(outs, axis=split_axis), "device_count": _array.concat(counts, axis=split_axis)},
+                        {"axis": axes, "keepdims": bool(keepdims)}, outputs=("out", "mask"),
+                        name=f"{name}_global_stage")[0]
+    fn.__name__ = fn_name
+    fn.__doc__ = f"""{kind.capitalize()} over ``axis`` in two stages: each device's part of ``x``, then the parts' results.
+
+    ``x`` is cut into one part per device of the current placement along its split axis
+    (``flow.advanced.distribute_split``); op ``{op_type}_device_stage`` gives each part's
+    {kind} over ``axis`` (kept dims) and how many of its elements equal it, op
+    ``{op_type}_global_stage`` the {kind} of the concatenated part results. The values are
+    ``flow.math.reduce_{kind}``'s; the gradient is shared equally by every element of ``x``
+    equal to the result (each part gets ``dy`` times its count over the total count, split
+    equally inside the part). OneFlow v0.6.0
+    ``python/oneflow/compatible/single_client/ops/two_stage_reduce.py``,
+    ``oneflow/user/ops/two_stage_reduce_ops.cpp``.
+
+    Args:
+        x: blob of any shape and a float or integer dtype, laid out as
+            ``flow.distribute.split(k)`` (``x.with_distribute``) with ``k`` a reduced axis.
+        axis: None (all dims), an int or a list/tuple of ints in [-rank, rank).
+        keepdims: keep the reduced dims with size 1.
+        name: op name prefix; default ``{_reduce_prefix(op_type)}<n>``.
+
+    Returns:
+        BlobDesc: ``x``'s shape without the reduced dims (size 1 with ``keepdims``; (1,) when
+        every dim is removed), ``x``'s dtype.
+
+    Raises:
+        ArgumentError: ``x`` is not a blob, an axis is out of range, or ``x`` is not laid
+            out as a split on a reduced axis.
+    """
+    return fn
+
+
+two_stage_reduce_max = _two_stage_reduce("max")
+two_stage_reduce_min = _two_stage_reduce("min")
 
 
 def _count(x, axes):

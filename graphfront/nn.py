@@ -11,6 +11,7 @@ import re
 from graphfront.framework.errors import ArgumentError
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.scope_symbols import device_count
 from graphfront.math import fused_scale_tril, relu, tril  # noqa: F401 - flow.nn.* aliases (same objects)
 from graphfront.ctc import ctc_greedy_decoder  # noqa: F401 - flow.nn.ctc_greedy_decoder
 from graphfront.fused import dropout_mask, mask_seed
@@ -1332,6 +1333,81 @@ def smooth_l1_loss(prediction, label, beta=1.0, name=None):
         raise ArgumentError(f"flow.smooth_l1_loss: beta must be >= 0, received {beta}")
     return build_op("smooth_l1_loss", {"input": prediction, "target": label}, {"beta": beta}, name=name,
                     prefix="SmoothL1Loss_")
+
+
+def combined_margin_loss(x, label, m1=1, m2=0, m3=0, name=None):
+    """The combined angular margin (ArcFace m2, SphereFace m1, CosFace m3) applied to the
+    label's class of each row of ``x``: ``cos(m1 * acos(x) + m2) - m3`` there, ``x`` elsewhere
+    (op ``combined_margin_loss``, attrs m1, m2, m3 and depth = ``x.shape[1]``). Multiply by
+    the scale ``s`` and apply softmax cross entropy to get the loss. A label outside
+    ``[0, depth)`` leaves its row unchanged. Gradient: ``dy`` except at the label,
+    ``dy * sin(m1 * theta + m2) * m1 / sin(theta)`` with ``theta = acos(x)`` there.
+    OneFlow v0.6.0 ``python/oneflow/compatible/single_client/ops/combined_margin_loss.py``,
+    ``oneflow/user/ops/combined_margin_loss_op.cpp``.
+
+    Args:
+        x: floating blob (N, C, ...): cosines in [-1, 1], the classes over the axes after the first.
+        label: integer blob (N,): one class id per row.
+        m1, m2, m3: Python numbers (defaults 1, 0, 0: ``x`` unchanged).
+        name: op name; default ``CombinedMarginLoss_<n>``.
+
+    Returns:
+        BlobDesc: ``x``'s shape and dtype.
+
+    Raises:
+        ArgumentError: ``x`` or ``label`` is not a blob, or m1/m2/m3 is not a number.
+        JobBuildError: ``x`` has rank < 2 or is not floating, or ``label`` is not an
+            integer blob with one element per row of ``x``.
+    """
+    fn = "combined_margin_loss"
+    _check_blob(x, fn, "x")
+    _check_blob(label, fn, "label")
+    margins = {k: _number(v, fn, k) for k, v in (("m1", m1), ("m2", m2), ("m3", m3))}
+    if len(x.shape) < 2:
+        raise ArgumentError(f"flow.combined_margin_loss: argument 'x' expects rank >= 2, received shape {x.shape}")
+    return build_op(fn, {"x": x, "label": label}, {**margins, "depth": int(x.shape[1])}, outputs=("y", "theta"),
+                    name=name, prefix="CombinedMarginLoss_")[0]
+
+
+def distributed_partial_fc_sample(weight, label, num_sample, name=None):
+    """A sample of ``num_sample`` classes (rows of ``weight``) holding every class in ``label``
+    (Partial FC; op ``distributed_partial_fc_sample``).
+
+    The classes are cut into one equal shard per device of the current placement; shard ``p``
+    gives ``num_sample / devices`` entries of ``sampled_label``, from position
+    ``p * num_sample / devices``: its classes that occur in ``label`` (ascending), then other
+    classes of the shard in a random order (torch's generator, seeded once per op: OneFlow's
+    curand draws cannot be reproduced, so the random part differs from OneFlow's). A shard
+    with more label classes than its share keeps only the first ones (as OneFlow). The weight
+    gradient is the rows' gradient summed back at ``sampled_label``. OneFlow v0.6.0
+    ``python/oneflow/compatible/single_client/ops/partial_fc_sample.py``,
+    ``oneflow/user/ops/partial_fc_sample_op.cpp``.
+
+    Args:
+        weight: blob (classes, ...), classes divisible by the device count.
+        label: integer blob (batch,), class ids in [0, classes).
+        num_sample: int, divisible by the device count, at most ``classes``.
+        name: op name; default ``DistributedPartialFcSample_<n>``.
+
+    Returns:
+        tuple: ``(mapped_label, sampled_label, sampled_weight)``: ``label``'s shape and dtype
+        (each label's position in ``sampled_label``), ``(num_sample,)`` of ``label``'s dtype,
+        ``(num_sample, ...)`` of ``weight``'s dtype.
+
+    Raises:
+        ArgumentError: ``weight`` or ``label`` is not a blob, or ``num_sample`` is not an int.
+        JobBuildError: the shapes, dtypes or divisibility above do not hold.
+        OpRunError: a label outside ``[0, classes)`` (at run time).
+    """
+    fn = "distributed_partial_fc_sample"
+    _check_blob(weight, fn, "weight")
+    _check_blob(label, fn, "label")
+    if isinstance(num_sample, bool) or not isinstance(num_sample, numbers.Integral):
+        raise ArgumentError(f"flow.{fn}: argument 'num_sample' expects an int, received {num_sample!r}")
+    parts = device_count(jb.current().scope.parallel_conf.device_name)
+    return build_op(fn, {"weight": weight, "label": label}, {"num_sample": int(num_sample), "parallel_num": parts},
+                    outputs=("mapped_label", "sampled_label", "sampled_weight"), name=name,
+                    prefix="DistributedPartialFcSample_")
 
 
 # ================================================================== normalization

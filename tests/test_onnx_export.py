@@ -73,6 +73,7 @@ def _cond(*dims):
     return _int(*dims, low=0, high=2, dtype=flow.int8)
 
 
+_TIES = np.random.default_rng(0).integers(0, 3, (2, 3, 4)).astype(np.float32)
 _FOLDED = np.arange(6, dtype=np.float32).reshape(2, 3) * 0.5 - 1
 # fixed inputs for the special cases of an op (zeros, halves, the axes of atan2)
 _ZEROS = np.array([[0.0, 2.0, -0.5], [0.0, 0.0, 4.0]], dtype=np.float32)
@@ -315,6 +316,22 @@ CASES = {
     "reduce_max": lambda: ({"input_tensor": t(2, 3, 4)}, _REDUCE_ATTRS),
     "reduce_min": lambda: ({"input_tensor": t(2, 3, 4)}, _REDUCE_ATTRS),
     "reduce_prod": lambda: ({"input_tensor": t(2, 3, 4, low=0.5, high=1.5)}, _REDUCE_ATTRS),
+    "combined_margin_loss": lambda: ({"x": t(4, 5, low=-0.95, high=0.95), "label": np.array([0, 4, -1, 5], np.int32)},
+                                     {"m1": oneof(1.0, 0.3), "m2": oneof(0.0, 0.5), "m3": oneof(0.0, 0.4), "depth": 5}),
+    "combined_margin_loss_grad": lambda: ({"dy": t(4, 5), "label": np.array([2, -1, 4, 0], np.int32),
+                                           "theta": t(4, low=0.3, high=2.8)},
+                                          {"m1": oneof(1.0, 1.35), "m2": oneof(0.0, 0.5), "m3": 0.0, "depth": 5}),
+    # two-stage reductions: ties on an integer grid; counts >= 1
+    **{f"reduce_{k}_device_stage": lambda: ({"in": _TIES}, {"axis": oneof([0], [1, 2], [0, 1, 2])})
+       for k in ("max", "min")},
+    **{f"reduce_{k}_global_stage": lambda: ({"in": _TIES, "device_count": _int(2, 3, 4, low=1, high=4, dtype=flow.int32)},
+                                            _REDUCE_ATTRS) for k in ("max", "min")},
+    **{f"reduce_{k}_device_stage_grad": lambda: ({"out_diff": t(2, 1, 1), "mask": _cond(2, 3, 4),
+                                                  "count": _int(2, 1, 1, low=1, high=4, dtype=flow.int32)}, {"axis": [1, 2]})
+       for k in ("max", "min")},
+    **{f"reduce_{k}_global_stage_grad": lambda: (
+        {"out_diff": t(3), "mask": np.ones((2, 3, 4), np.int8), "device_count": _int(2, 3, 4, low=1, high=4, dtype=flow.int32)},
+        {"axis": [0, 2], "keepdims": False}) for k in ("max", "min")},
     "reduce_any": lambda: ({"input_tensor": oneof(_int(2, 3, 4, low=0, high=2), t(2, 3, 4))}, _REDUCE_ATTRS),
     "reduce_all": lambda: ({"input_tensor": oneof(_int(2, 3, 4, low=0, high=2), _int(2, 3, 4, low=1, high=3))},
                            _REDUCE_ATTRS),

@@ -844,3 +844,80 @@ op("dim_scatter_update", inputs=["input", "index", "src"], outputs=["output"], a
    onnx=lambda c: c.node("ScatterElements", [c.input("input"), c.input("index"), c.input("src")],
                          [c.output("output")], axis=c.attr("dim") % len(c.input_desc("input").shape)),
    doc="input with src[i] written at index[i] along dim (torch scatter; duplicates: any one wins)")
+
+
+# ------------------------------------------------------------------ distributed_partial_fc_sample
+# OneFlow v0.6.0 ``oneflow/user/ops/partial_fc_sample_op.cpp`` and
+# ``oneflow/user/kernels/partial_fc_sample_kernel.cu`` (Partial FC: a softmax over a sample of
+# the classes). The classes (rows of ``weight``) are cut into ``parallel_num`` equal shards, one
+# per device; each shard contributes ``num_sample / parallel_num`` class ids to
+# ``sampled_label``: first the shard's classes that occur in ``label`` (ascending), then others
+# of the shard in a random order. ``sampled_weight`` = the rows of ``weight`` at
+# ``sampled_label``; ``mapped_label`` = each label's position in ``sampled_label``. OneFlow
+# takes the shard count from the op's placement at run time; graphfront's ops are logical, so
+# it is the attr ``parallel_num`` (filled by flow.distributed_partial_fc_sample). The random
+# order comes from torch's generator seeded with ``seed`` (OneFlow's curand stream cannot be
+# reproduced): the sample differs from OneFlow's, its structure does not. The weight gradient
+# is the sampled rows' gradient summed back into weight's shape (OneFlow routes it through a
+# ``distributed_partial_fc_sample_disable_boxing`` op that only relabels per-device layouts,
+# then ``unsorted_segment_sum_like``).
+
+def _partial_fc_parts(ctx):
+    weight, num_sample, parts = ctx.input("weight"), ctx.attr("num_sample"), ctx.attr("parallel_num")
+    ctx.check(parts >= 1, f"attr 'parallel_num' must be >= 1, received {parts}")
+    ctx.check(weight.shape[0] % parts == 0 and num_sample % parts == 0,
+              f"attrs 'num_sample' ({num_sample}) and the classes (weight.shape[0] = {weight.shape[0]}) must "
+              f"divide by 'parallel_num' ({parts})")
+    ctx.check(0 < num_sample <= weight.shape[0], f"attr 'num_sample' must lie in [1, {weight.shape[0]}] "
+                                                 f"(the classes), received {num_sample}")
+
+
+def _partial_fc_infer(ctx):
+    weight, label = ctx.input("weight"), integer_input(ctx, "label")
+    ctx.check(len(weight.shape) >= 1 and len(label.shape) == 1,
+              f"inputs 'weight' (rank >= 1) and 'label' (rank 1) received shapes {weight.shape}, {label.shape}")
+    _partial_fc_parts(ctx)
+    ctx.set_output("mapped_label", label.shape, label.dtype)
+    ctx.set_output("sampled_label", (ctx.attr("num_sample"),), label.dtype)
+    ctx.set_output("sampled_weight", (ctx.attr("num_sample"),) + tuple(weight.shape[1:]), weight.dtype)
+
+
+def _partial_fc_checks(k):
+    return index_checks("distributed_partial_fc_sample", "label", lambda k_: k_.input("weight").shape[0])(k)
+
+
+def _partial_fc_kernel(k):
+    parts, classes = k.attr("parallel_num"), k.input("weight").shape[0]
+    per_class, per_sample = classes // parts, k.attr("num_sample") // parts
+    gen = k.generator(k.attr("seed"))
+
+    def run(weight, label):
+        ids = label.long()
+        # scatter raises on a class id outside [0, classes) on the CPU (checked before the step elsewhere)
+        positive = torch.zeros(classes, dtype=torch.bool, device=ids.device).scatter_(0, ids, True)
+        sampled = []
+        for p in range(parts):
+            shard = positive[p * per_class:(p + 1) * per_class]
+            others = torch.nonzero(~shard).flatten()
+            others = others[torch.randperm(others.numel(), generator=gen, device=others.device)]
+            sampled.append(torch.cat([torch.nonzero(shard).flatten(), others])[:per_sample] + p * per_class)
+        sampled_label = torch.cat(sampled)
+        rank = (positive.view(parts, per_class).cumsum(1) - 1).flatten()  # a positive's rank in its shard
+        mapped = torch.div(ids, per_class, rounding_mode="floor") * per_sample + rank[ids]
+        return mapped.to(label.dtype), sampled_label.to(label.dtype), weight.index_select(0, sampled_label)
+    return run
+
+
+def _partial_fc_grad(g):
+    if g.needs("weight"):
+        g.set_grad("weight", g.emit("unsorted_segment_sum_like",
+                                    {"data": g.dout("sampled_weight"), "segment_ids": g.output("sampled_label"),
+                                     "like": g.input("weight")}, {"axis": 0},
+                                    name=f"{g.op_name}_grad_unsorted_segment_sum_like"))
+
+
+op("distributed_partial_fc_sample", inputs=["weight", "label"],
+   outputs=["mapped_label", "sampled_label", "sampled_weight"],
+   attrs={"num_sample": "int64", "seed": ("int64", 0), "parallel_num": ("int64", 1)},
+   infer=_partial_fc_infer, kernel=raising_bad_ids(_partial_fc_checks, 1, _partial_fc_kernel),
+   checks=_partial_fc_checks, grad=_partial_fc_grad, random=True, host_reads=True)

@@ -18,6 +18,7 @@ from graphfront.ops.common import bad_labels, index_checks, label_checks, label_
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, neg, pick_last, reduce_node
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 
 def _float(ctx, arg):
@@ -725,3 +726,154 @@ op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outp
    kernel=raising_bad_ids(_nll_checks("nll_grad"), 1, _nll_grad_kernel), xla=_nll_xla("nll_grad"),
    onnx=_nll_grad_onnx)
 
+
+
+# ------------------------------------------------------------------ combined_margin_loss
+# OneFlow v0.6.0 ``oneflow/user/ops/combined_margin_loss_op.cpp`` and
+# ``oneflow/user/kernels/combined_margin_loss_kernel.cpp`` (ArcFace / CosFace / SphereFace
+# margins combined): each row of ``x`` (cosines, the classes over the axes after the first)
+# keeps its values except at its label's class, where cos(theta) becomes
+# cos(m1 * theta + m2) - m3 with theta = acos(x[row, label]); ``theta`` (one per row) keeps
+# that angle for the grad. A label outside [0, classes) leaves its row unchanged, theta 0
+# (a model-parallel shard holds only some classes). Grad: dx = dy, except
+# dy * sin(m1 * theta + m2) * m1 / sin(theta) at the label.
+
+_MARGIN_ATTRS = {"m1": "float", "m2": "float", "m3": "float", "depth": "int64"}
+
+
+def _margin_rows(ctx, data, label):
+    d, lab = _float(ctx, data), ctx.input(label)
+    ctx.check(len(d.shape) >= 2, f"input '{data}' expected rank >= 2, received shape {d.shape}")
+    ctx.check(lab.dtype.is_integer, f"input 'label' expected an integer dtype, received {lab.dtype.name}")
+    ctx.check(int(np.prod(lab.shape)) == d.shape[0] and lab.shape[0] == d.shape[0],
+              f"input 'label' expected one label per row of '{data}' (shape ({d.shape[0]},)), received {lab.shape}")
+    return d, lab
+
+
+def _combined_margin_infer(ctx):
+    x, label = _margin_rows(ctx, "x", "label")
+    ctx.set_output("y", x.shape, x.dtype)
+    ctx.set_output("theta", label.shape, x.dtype)
+
+
+def _combined_margin_grad_infer(ctx):
+    dy, label = _margin_rows(ctx, "dy", "label")
+    theta = ctx.input("theta")
+    ctx.check(theta.shape == label.shape, f"input 'theta' expected shape {label.shape} (as 'label'), "
+                                          f"received {theta.shape}")
+    ctx.set_output("dx", dy.shape, dy.dtype)
+
+
+def _rows_at_label(t, label):
+    """``(t as rows, label column ids (0 where out of range) shaped (rows, 1), in-range flags)``."""
+    rows = t.reshape(t.shape[0], -1)
+    lab = label.reshape(-1).long()
+    valid = (lab >= 0) & (lab < rows.shape[1])
+    return rows, torch.where(valid, lab, 0).unsqueeze(1), valid
+
+
+def _combined_margin_kernel(k):
+    m1, m2, m3 = k.attr("m1"), k.attr("m2"), k.attr("m3")
+
+    def run(x, label):
+        rows, idx, valid = _rows_at_label(x, label)
+        picked = rows.gather(1, idx).squeeze(1)
+        theta = torch.where(valid, torch.acos(picked), torch.zeros((), dtype=x.dtype, device=x.device))
+        value = torch.where(valid, torch.cos(theta * m1 + m2) - m3, picked)
+        return rows.scatter(1, idx, value.unsqueeze(1)).reshape(x.shape), theta.reshape(label.shape)
+    return run
+
+
+def _combined_margin_grad_kernel(k):
+    m1, m2 = k.attr("m1"), k.attr("m2")
+
+    def run(dy, label, theta):
+        rows, idx, valid = _rows_at_label(dy, label)
+        picked, th = rows.gather(1, idx).squeeze(1), theta.reshape(-1)
+        value = torch.where(valid, picked * torch.sin(th * m1 + m2) * m1 / torch.sin(th), picked)
+        return rows.scatter(1, idx, value.unsqueeze(1)).reshape(dy.shape)
+    return run
+
+
+def _rows_hit_xla(t, label):
+    """``(t as rows, bool (rows, classes): the label's class, in-range flags)``."""
+    jnp, lax = xla_rules.jnp(), xla_rules.lax()
+    rows = t.reshape(t.shape[0], -1)
+    lab = label.reshape(-1).astype("int64")
+    hit = lax.broadcasted_iota("int64", rows.shape, 1) == lab[:, None]
+    return rows, hit, (lab >= 0) & (lab < rows.shape[1]), jnp
+
+
+def _combined_margin_xla(k):
+    m1, m2, m3 = k.attr("m1"), k.attr("m2"), k.attr("m3")
+
+    def run(x, label):
+        rows, hit, valid, jnp = _rows_hit_xla(x, label)
+        picked = jnp.sum(jnp.where(hit, rows, jnp.zeros((), rows.dtype)), axis=1)
+        theta = jnp.where(valid, jnp.arccos(picked), jnp.zeros((), rows.dtype))
+        value = (jnp.cos(theta * m1 + m2) - m3).astype(rows.dtype)
+        return jnp.where(hit, value[:, None], rows).reshape(x.shape), theta.reshape(label.shape)
+    return run
+
+
+def _combined_margin_grad_xla(k):
+    m1, m2 = k.attr("m1"), k.attr("m2")
+
+    def run(dy, label, theta):
+        rows, hit, _, jnp = _rows_hit_xla(dy, label)
+        th = theta.reshape(-1)
+        value = (rows * (jnp.sin(th * m1 + m2) * m1 / jnp.sin(th))[:, None]).astype(rows.dtype)
+        return jnp.where(hit, value, rows).reshape(dy.shape)
+    return run
+
+
+def _margin_onnx_rows(c, data):
+    """``(data as rows, bool (rows, classes): the label's class, in-range flags, rows' desc)``."""
+    d = c.input_desc(data)
+    n, classes = d.shape[0], int(np.prod(d.shape[1:]))
+    rows = c.node("Reshape", [c.input(data), c.const(onnx_rules.int64s([n, classes]))])
+    lab = c.node("Reshape", [c.node("Cast", [c.input("label")], to=onnx_rules.INT64), c.const(onnx_rules.int64s([n]))])
+    hit = onnx_rules.last_axis_is(c, lab, classes)
+    valid = c.node("And", [c.node("GreaterOrEqual", [lab, c.const(onnx_rules.int64s([0]))]),
+                           c.node("Less", [lab, c.const(onnx_rules.int64s([classes]))])])
+    return rows, hit, valid, d
+
+
+def _unsqueeze_last(c, t):
+    return c.node("Unsqueeze", [t, c.const(onnx_rules.int64s([-1]))])
+
+
+def _combined_margin_onnx(c):
+    rows, hit, valid, d = _margin_onnx_rows(c, "x")
+    m1, m2, m3 = (const_as(c, c.attr(a), d) for a in ("m1", "m2", "m3"))
+    picked = reduce_node(c, "ReduceSum", onnx_rules.where_zero(c, hit, rows, d, zero_if=False), [1], 0)
+    theta = onnx_rules.where_zero(c, valid, c.node("Acos", [picked]), d, zero_if=False)
+    value = c.node("Sub", [c.node("Cos", [c.node("Add", [c.node("Mul", [theta, m1]), m2])]), m3])
+    y = c.node("Where", [hit, _unsqueeze_last(c, value), rows])
+    c.node("Reshape", [y, c.const(onnx_rules.int64s(d.shape))], [c.output("y")])
+    c.node("Reshape", [theta, c.const(onnx_rules.int64s(c.output_desc("theta").shape))], [c.output("theta")])
+
+
+def _combined_margin_grad_onnx(c):
+    rows, hit, _, d = _margin_onnx_rows(c, "dy")
+    m1, m2 = (const_as(c, c.attr(a), d) for a in ("m1", "m2"))
+    th = c.node("Reshape", [c.input("theta"), c.const(onnx_rules.int64s([d.shape[0]]))])
+    scale = c.node("Div", [c.node("Mul", [c.node("Sin", [c.node("Add", [c.node("Mul", [th, m1]), m2])]), m1]),
+                           c.node("Sin", [th])])
+    dx = c.node("Where", [hit, c.node("Mul", [rows, _unsqueeze_last(c, scale)]), rows])
+    c.node("Reshape", [dx, c.const(onnx_rules.int64s(d.shape))], [c.output("dx")])
+
+
+def _combined_margin_grad(g):
+    if g.needs("x"):
+        g.set_grad("x", g.emit("combined_margin_loss_grad",
+                               {"dy": g.dout("y"), "label": g.input("label"), "theta": g.output("theta")},
+                               {a: g.attr(a) for a in _MARGIN_ATTRS}, name=f"{g.op_name}_grad"))
+
+
+op("combined_margin_loss", inputs=["x", "label"], outputs=["y", "theta"], attrs=_MARGIN_ATTRS,
+   infer=_combined_margin_infer, kernel=_combined_margin_kernel, grad=_combined_margin_grad,
+   sbp=_sbp.batch(), xla=_combined_margin_xla, onnx=_combined_margin_onnx)
+op("combined_margin_loss_grad", inputs=["dy", "label", "theta"], outputs=["dx"], attrs=_MARGIN_ATTRS,
+   infer=_combined_margin_grad_infer, kernel=_combined_margin_grad_kernel, sbp=_sbp.batch(),
+   xla=_combined_margin_grad_xla, onnx=_combined_margin_grad_onnx)

@@ -593,3 +593,242 @@ op("l2_normalize", inputs=["x"], outputs=["y", "square_x_sum"], attrs=L2_ATTRS, 
        g.attrs)))
 op("l2_normalize_grad", inputs=["dy", "y", "square_x_sum"], outputs=["dx"], attrs=L2_ATTRS, infer=like("y"),
    kernel=_l2_normalize_grad_kernel, xla=_l2_normalize_grad_xla, onnx=_l2_normalize_grad_onnx)
+
+
+# ----------------------------------------------------------------- two-stage reduce_max / reduce_min
+# OneFlow v0.6.0 ``oneflow/user/ops/two_stage_reduce_ops.cpp`` and
+# ``oneflow/user/kernels/two_stage_reduce_kernel.cpp``: ``flow.math.two_stage_reduce_max/min``
+# reduces each device's part of a split blob (device stage: the part's extremum, ``mask``
+# int8 = the part's elements equal to it, ``count`` int32 = how many), concatenates the
+# parts' results and reduces them again (global stage, weighting each part's extremum by its
+# count). The gradient is shared equally by every input element equal to the final extremum:
+# the global stage gives part ``p`` ``dy * count_p / sum(count over the parts holding the
+# extremum)``, the device stage splits that equally among its ``count_p`` elements.
+# graphfront's ops are logical: the device stage sees one part (a slice) as a whole blob,
+# so its ``out`` keeps the reduced axes with size 1.
+
+def _two_stage_axes(rank, axis):
+    """The reduced axes (sorted, non-negative); an empty ``axis`` reduces every axis."""
+    return tuple(range(rank)) if not axis else tuple(sorted({a % rank for a in axis}))
+
+
+def _kept_shape(shape, axes):
+    return tuple(1 if i in axes else s for i, s in enumerate(shape))
+
+
+def _check_dtype(ctx, arg, dtype):
+    d = ctx.input(arg)
+    ctx.check(d.dtype is dtype, f"input '{arg}' expected {dtype.name}, received {d.dtype.name}")
+    return d
+
+
+def _device_stage_infer(ctx):
+    d = ctx.input("in")
+    axes = _two_stage_axes(len(d.shape), ctx.attr("axis"))
+    ctx.set_output("out", _kept_shape(d.shape, axes), d.dtype)
+    ctx.set_output("mask", d.shape, _dt.int8)
+    ctx.set_output("count", _kept_shape(d.shape, axes), _dt.int32)
+
+
+def _device_stage_grad_infer(ctx):
+    dy, mask = ctx.input("out_diff"), _check_dtype(ctx, "mask", _dt.int8)
+    count = _check_dtype(ctx, "count", _dt.int32)
+    ctx.check(dy.shape == count.shape, f"input 'out_diff' expected the shape of 'count' {count.shape}, "
+                                       f"received {dy.shape}")
+    ctx.set_output("in_diff", mask.shape, dy.dtype)
+
+
+def _global_stage_infer(ctx):
+    d, count = ctx.input("in"), _check_dtype(ctx, "device_count", _dt.int32)
+    ctx.check(count.shape == d.shape, f"input 'device_count' expected the shape of 'in' {d.shape}, "
+                                      f"received {count.shape}")
+    axes = _two_stage_axes(len(d.shape), ctx.attr("axis"))
+    kept = _kept_shape(d.shape, axes)
+    ctx.set_output("out", kept if ctx.attr("keepdims") else at_least_1d(s for i, s in enumerate(d.shape)
+                                                                        if i not in axes), d.dtype)
+    ctx.set_output("mask", d.shape, _dt.int8)
+
+
+def _global_stage_grad_infer(ctx):
+    dy, mask = ctx.input("out_diff"), _check_dtype(ctx, "mask", _dt.int8)
+    count = _check_dtype(ctx, "device_count", _dt.int32)
+    ctx.check(count.shape == mask.shape, f"input 'device_count' expected the shape of 'mask' {mask.shape}, "
+                                         f"received {count.shape}")
+    ctx.set_output("in_diff", mask.shape, dy.dtype)
+
+
+def _stage_axes(k, arg):
+    return _two_stage_axes(len(k.input(arg).shape), k.attr("axis"))
+
+
+def _device_stage_kernel(extremum):
+    def make(k):
+        axes = _stage_axes(k, "in")
+
+        def run(x):
+            out = extremum(x, dim=axes, keepdim=True)
+            hit = x == out
+            return out, hit.to(torch.int8), torch.sum(hit, dim=axes, keepdim=True, dtype=torch.int32)
+        return run
+    return make
+
+
+def _device_stage_grad_kernel(k):
+    return lambda dy, mask, count: (dy / count.to(dy.dtype)) * mask.to(dy.dtype)
+
+
+def _global_stage_kernel(extremum):
+    def make(k):
+        axes = _stage_axes(k, "in")
+        shape = k.output("out").shape
+
+        def run(x, device_count):
+            out = extremum(x, dim=axes, keepdim=True)
+            return out.reshape(shape), (x == out).to(torch.int8)
+        return run
+    return make
+
+
+def _global_stage_grad_kernel(k):
+    axes = _stage_axes(k, "mask")
+
+    def run(dy, mask, device_count):
+        weight = device_count * mask.to(torch.int32)  # each part's count where it holds the extremum
+        total = torch.sum(weight, dim=axes, keepdim=True, dtype=torch.int32)
+        return (dy.reshape(total.shape) / total.to(dy.dtype)) * weight.to(dy.dtype)
+    return run
+
+
+def _device_stage_xla(name):
+    def make(k):
+        axes, np_ = _stage_axes(k, "in"), xla_rules.jnp()
+        fn = xla_rules.jnp_fn(name)
+
+        def run(x):
+            out = fn(x, axis=axes, keepdims=True)
+            hit = x == out
+            return out, hit.astype(np_.int8), np_.sum(hit, axis=axes, keepdims=True, dtype=np_.int32)
+        return run
+    return make
+
+
+def _global_stage_xla(name):
+    def make(k):
+        axes, np_ = _stage_axes(k, "in"), xla_rules.jnp()
+        fn, shape = xla_rules.jnp_fn(name), k.output("out").shape
+
+        def run(x, device_count):
+            out = fn(x, axis=axes, keepdims=True)
+            return out.reshape(shape), (x == out).astype(np_.int8)
+        return run
+    return make
+
+
+def _device_stage_grad_xla(k):
+    return lambda dy, mask, count: (dy / count.astype(dy.dtype)) * mask.astype(dy.dtype)
+
+
+def _global_stage_grad_xla(k):
+    axes, np_ = _stage_axes(k, "mask"), xla_rules.jnp()
+
+    def run(dy, mask, device_count):
+        weight = device_count * mask.astype(np_.int32)
+        total = np_.sum(weight, axis=axes, keepdims=True, dtype=np_.int32)
+        return (dy.reshape(total.shape) / total.astype(dy.dtype)) * weight.astype(dy.dtype)
+    return run
+
+
+def _stage_onnx_hits(c, onnx_type, x, axes, out=None):
+    """``(extremum with kept axes, bool x == extremum)`` as ONNX nodes."""
+    out = reduce_node(c, onnx_type, x, axes, 1, out)
+    return out, c.node("Equal", [x, out])
+
+
+def _device_stage_onnx(onnx_type):
+    def convert(c):
+        axes = list(_two_stage_axes(len(c.input_desc("in").shape), c.attr("axis")))
+        _, hit = _stage_onnx_hits(c, onnx_type, c.input("in"), axes, c.output("out"))
+        c.node("Cast", [hit], [c.output("mask")], to=onnx_rules.INT8)
+        reduce_node(c, "ReduceSum", c.node("Cast", [hit], to=onnx_rules.INT32), axes, 1, c.output("count"))
+    return convert
+
+
+def _global_stage_onnx(onnx_type):
+    def convert(c):
+        axes = list(_two_stage_axes(len(c.input_desc("in").shape), c.attr("axis")))
+        out, hit = _stage_onnx_hits(c, onnx_type, c.input("in"), axes)
+        c.node("Reshape", [out, c.const(int64s(c.output_desc("out").shape))], [c.output("out")])
+        c.node("Cast", [hit], [c.output("mask")], to=onnx_rules.INT8)
+    return convert
+
+
+def _device_stage_grad_onnx(c):
+    to = c.dtype_code(c.input_desc("out_diff").dtype)
+    divided = c.node("Div", [c.input("out_diff"), c.node("Cast", [c.input("count")], to=to)])
+    c.node("Mul", [divided, c.node("Cast", [c.input("mask")], to=to)], [c.output("in_diff")])
+
+
+def _global_stage_grad_onnx(c):
+    to = c.dtype_code(c.input_desc("out_diff").dtype)
+    axes = list(_two_stage_axes(len(c.input_desc("mask").shape), c.attr("axis")))
+    kept = _kept_shape(c.input_desc("mask").shape, axes)
+    weight = c.node("Mul", [c.input("device_count"), c.node("Cast", [c.input("mask")], to=onnx_rules.INT32)])
+    total = c.node("Cast", [reduce_node(c, "ReduceSum", weight, axes, 1)], to=to)
+    dy = c.node("Reshape", [c.input("out_diff"), c.const(int64s(kept))])
+    c.node("Mul", [c.node("Div", [dy, total]), c.node("Cast", [weight], to=to)], [c.output("in_diff")])
+
+
+def _two_stage_sbp(ctx):
+    """Every arg split on one axis that is not reduced (``out`` / ``out_diff`` of a global stage
+    without keepdims on that axis's place among the kept axes)."""
+    rank = ctx.ndim("mask")
+    axes = _two_stage_axes(rank, ctx.attrs.get("axis"))
+    dropped = not ctx.attrs.get("keepdims", True)
+    cands = []
+    for k in (k for k in range(rank) if k not in axes):
+        sig = {a: _sbp.split(k) for a in ctx.args}
+        if dropped:
+            for a in ("out", "out_diff"):
+                if ctx.has(a):
+                    sig[a] = _sbp.split(k - sum(1 for a_ in axes if a_ < k))
+        cands.append(sig)
+    return cands
+
+
+def _device_stage_grad(grad_type):
+    def grad(g):
+        if g.needs("in"):
+            g.set_grad("in", g.emit(grad_type, {"out_diff": g.dout("out"), "mask": g.output("mask"),
+                                                "count": g.output("count")},
+                                    {"axis": g.attr("axis")}, name=f"{g.op_name}_grad"))
+    return grad
+
+
+def _global_stage_grad(grad_type):
+    def grad(g):
+        if g.needs("in"):
+            g.set_grad("in", g.emit(grad_type, {"out_diff": g.dout("out"), "mask": g.output("mask"),
+                                                "device_count": g.input("device_count")},
+                                    {"axis": g.attr("axis"), "keepdims": g.attr("keepdims")},
+                                    name=f"{g.op_name}_grad"))
+    return grad
+
+
+_STAGE_AXIS = {"axis": "list_int32"}
+_GLOBAL_ATTRS = {"axis": "list_int32", "keepdims": ("bool", False)}
+
+for _kind, _torch_fn, _onnx_type in (("max", torch.amax, "ReduceMax"), ("min", torch.amin, "ReduceMin")):
+    op(f"reduce_{_kind}_device_stage", inputs=["in"], outputs=["out", "mask", "count"], attrs=_STAGE_AXIS,
+       infer=_device_stage_infer, kernel=_device_stage_kernel(_torch_fn), sbp=_two_stage_sbp,
+       xla=_device_stage_xla(_kind), onnx=_device_stage_onnx(_onnx_type),
+       grad=_device_stage_grad(f"reduce_{_kind}_device_stage_grad"))
+    op(f"reduce_{_kind}_device_stage_grad", inputs=["out_diff", "mask", "count"], outputs=["in_diff"],
+       attrs=_STAGE_AXIS, infer=_device_stage_grad_infer, kernel=_device_stage_grad_kernel, sbp=_two_stage_sbp,
+       xla=_device_stage_grad_xla, onnx=_device_stage_grad_onnx)
+    op(f"reduce_{_kind}_global_stage", inputs=["in", "device_count"], outputs=["out", "mask"], attrs=_GLOBAL_ATTRS,
+       infer=_global_stage_infer, kernel=_global_stage_kernel(_torch_fn), sbp=_two_stage_sbp,
+       xla=_global_stage_xla(_kind), onnx=_global_stage_onnx(_onnx_type),
+       grad=_global_stage_grad(f"reduce_{_kind}_global_stage_grad"))
+    op(f"reduce_{_kind}_global_stage_grad", inputs=["out_diff", "mask", "device_count"], outputs=["in_diff"],
+       attrs=_GLOBAL_ATTRS, infer=_global_stage_grad_infer, kernel=_global_stage_grad_kernel, sbp=_two_stage_sbp,
+       xla=_global_stage_grad_xla, onnx=_global_stage_grad_onnx)

@@ -8,11 +8,12 @@ is built from F.pad + Tensor.unfold by the documented rule (oneflow/user/ops/poo
 """
 import math
 
+import numpy as np
 import pytest
 
 from graphfront.ops.builder import build_op
-from graphfront.testing import (autotest, dropout_statistics, mask_statistics, nothing, oneof, random, random_bool,
-                                random_tensor)
+from graphfront.testing import (autotest, constant, dropout_statistics, mask_statistics, nothing, oneof, random,
+                                random_bool, random_tensor)
 
 
 def _dims(ndim, low=1, high=6):
@@ -567,6 +568,39 @@ def test_sparse_softmax_cross_entropy_ops(check):
               logits, labels.long(), reduction="none")),
           op_type=oneof("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"),
           logits=_tensor([n, c], -3, 3), labels=random_tensor(1, n, low=0, high=c, dtype=int))
+
+
+def _torch_combined_margin(torch, x, labels, m1, m2, m3):
+    """cos(m1 * acos(x) + m2) - m3 at each row's label class, x elsewhere (rows whose label is
+    outside [0, classes) unchanged)."""
+    c = x.shape[1]
+    valid = (labels >= 0) & (labels < c)
+    col = torch.where(valid, labels.long(), 0)
+    picked = x.gather(1, col[:, None])[:, 0]
+    theta = torch.acos(torch.where(valid, picked, 0.0))
+    hit = torch.nn.functional.one_hot(col, c).bool() & valid[:, None]
+    return torch.where(hit, (torch.cos(theta * m1 + m2) - m3)[:, None], x)
+
+
+@autotest()
+def test_combined_margin_loss(check):
+    n, c = random(1, 7).to(int).value(), random(2, 7).to(int).value()
+    check(graphfront=lambda flow, x, labels, m1, m2, m3: flow.combined_margin_loss(x, labels, m1, m2, m3),
+          torch=_torch_combined_margin,
+          x=_tensor([n, c], -0.95, 0.95), labels=random_tensor(1, n, low=-1, high=c + 1, dtype=oneof(int, "int32").value()),
+          m1=oneof(1.0, 0.3, 1.35), m2=oneof(0.0, 0.5), m3=oneof(0.0, 0.4))
+
+
+@autotest()
+def test_distributed_partial_fc_sample_of_every_class(check):
+    """Every class occurs in the labels and is sampled: no random part is left, so the sample is
+    the classes in order, each label maps to itself and the rows are the weight (gradient: the
+    rows' gradient). The random part is checked in tests/test_partial_fc_sample.py."""
+    c = random(2, 7).to(int).value()
+    labels = np.concatenate([check.rng.permutation(c), check.rng.integers(0, c, 3)]).astype(np.int32)
+    check(graphfront=lambda flow, w, labels: flow.distributed_partial_fc_sample(w, labels, c),
+          torch=lambda torch, w, labels: (labels, torch.arange(c, dtype=labels.dtype), w * 1),
+          w=_tensor([c, 3]), labels=constant(labels))
 
 
 # ------------------------------------------------------------------ reshape family

@@ -309,6 +309,21 @@ def test_reduce_sum_max_min(check):
 
 
 @autotest(n=N)
+def test_two_stage_reduce_max_min(check):
+    shape = dims(check, rank(check))
+    axis, ds, keep = axes_of(check, len(shape))
+    split_axis = int(check.rng.choice(ds))
+
+    def gf(flow, x):
+        x = x.with_distribute(flow.distribute.split(split_axis))
+        return [flow.math.two_stage_reduce_max(x, axis, keep), flow.math.two_stage_reduce_min(x, axis, keep)]
+
+    check(graphfront=gf,
+          torch=lambda torch, x: list(torch.atleast_1d(torch.amax(x, ds, keepdim=keep), torch.amin(x, ds, keepdim=keep))),
+          x=_quantized(check, shape))
+
+
+@autotest(n=N)
 def test_composite_reductions(check):
     shape = dims(check, rank(check), 2, 5)
     axis, ds, keep = axes_of(check, len(shape))

@@ -1,0 +1,78 @@
+"""flow.combined_margin_loss: values and gradient against torch autograd of the margin formula.
+
+Reference: at each row's label class, cos(m1 * acos(x) + m2) - m3; elsewhere x; a label outside
+[0, classes) leaves its row unchanged (OneFlow's kernel). The gradient is torch's autograd of
+that formula.
+"""
+import numpy as np
+import pytest
+import torch
+
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework.errors import ArgumentError, JobBuildError
+
+N, C = 6, 5
+
+
+def _torch_reference(x, labels, m1, m2, m3, dy):
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    rows = torch.arange(N)
+    valid = torch.tensor((labels >= 0) & (labels < C))
+    col = torch.tensor(np.where((labels >= 0) & (labels < C), labels, 0)).long()
+    picked = xt[rows, col]
+    margin = torch.cos(torch.acos(picked) * m1 + m2) - m3
+    onehot = torch.nn.functional.one_hot(col, C).bool() & valid[:, None]
+    y = torch.where(onehot, margin[:, None].expand(N, C), xt)
+    y.backward(torch.tensor(dy, dtype=torch.float64))
+    return y.detach().numpy(), xt.grad.numpy()
+
+
+def _run(x, labels, m1, m2, m3, dy):
+    flow.clear_default_session()
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(1)
+    seen = {}
+
+    @flow.global_function(type="train")
+    def job(x_in: tp.Numpy.Placeholder((N, C)), label: tp.Numpy.Placeholder((N,), dtype=flow.int32),
+            w: tp.Numpy.Placeholder((N, C))) -> tp.Numpy:
+        v = flow.get_variable("v", shape=(1,), dtype=flow.float, initializer=flow.zeros_initializer())
+        xv = x_in + v
+        flow.watch_diff(xv, lambda d: seen.__setitem__("dx", d.numpy()))
+        y = flow.combined_margin_loss(xv, label, m1, m2, m3)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]), momentum=0).minimize(
+            flow.math.reduce_sum(y * w))  # dy = w
+        return y
+
+    return job(x, labels, dy), seen["dx"]
+
+
+@pytest.mark.parametrize("m1,m2,m3", [(1.0, 0.5, 0.0), (0.3, 0.5, 0.4), (1.35, 0.0, 0.0), (1.0, 0.0, 0.35)])
+def test_values_and_gradient_against_torch(m1, m2, m3):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-0.95, 0.95, (N, C)).astype(np.float32)
+    labels = np.array([0, 4, 2, -1, C, 3], np.int32)  # two rows out of range: unchanged
+    dy = rng.uniform(0.5, 1.5, (N, C)).astype(np.float32)
+    y, dx = _run(x, labels, m1, m2, m3, dy)
+    ref_y, ref_dx = _torch_reference(x.astype(np.float64), labels, m1, m2, m3, dy)
+    tol = 8 * np.finfo(np.float32).eps / np.sqrt(1 - 0.95 ** 2)  # acos' slope at |x| = 0.95 bounds the error
+    np.testing.assert_allclose(y, ref_y, rtol=tol, atol=tol)
+    np.testing.assert_allclose(dx, ref_dx, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(y[3], x[3])
+    np.testing.assert_array_equal(dx[4], dy[4])
+
+
+def test_bad_inputs_are_refused():
+    flow.clear_default_session()
+    with pytest.raises(JobBuildError, match=r"combined_margin_loss.*input 'label' expected one label per row"):
+        @flow.global_function()
+        def job(x: tp.Numpy.Placeholder((N, C)), label: tp.Numpy.Placeholder((N + 1,), dtype=flow.int32)) -> tp.Numpy:
+            return flow.combined_margin_loss(x, label, 1.0, 0.5)
+        job(np.zeros((N, C), np.float32), np.zeros(N + 1, np.int32))
+    flow.clear_default_session()
+    with pytest.raises(ArgumentError, match="argument 'm2' expects a Python number"):
+        @flow.global_function()
+        def job2(x: tp.Numpy.Placeholder((N, C)), label: tp.Numpy.Placeholder((N,), dtype=flow.int32)) -> tp.Numpy:
+            return flow.combined_margin_loss(x, label, 1.0, "0.5")
+        job2(np.zeros((N, C), np.float32), np.zeros(N, np.int32))

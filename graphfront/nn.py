@@ -1348,7 +1348,9 @@ def combined_margin_loss(x, label, m1=1, m2=0, m3=0, name=None):
     Args:
         x: floating blob (N, C, ...): cosines in [-1, 1], the classes over the axes after the first.
         label: integer blob (N,): one class id per row.
-        m1, m2, m3: Python numbers (defaults 1, 0, 0: ``x`` unchanged).
+        m1: Python number, the angle's multiplier (default 1).
+        m2: Python number, the angle's additive margin in radians (default 0).
+        m3: Python number, the cosine's additive margin (default 0); with the defaults ``x`` is unchanged.
         name: op name; default ``CombinedMarginLoss_<n>``.
 
     Returns:

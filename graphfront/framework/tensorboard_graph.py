@@ -68,18 +68,49 @@ def job_graph_def(job):
     return graph
 
 
+def jobs_graph_def(jobs):
+    """Several Jobs as one ``GraphDef``: each job's nodes under its name,
+    ``<job name>/<pass>/<op name>``, so the Graphs tab draws one box per job.
+
+    Args:
+        jobs: dict from job name to ``Job`` proto.
+    """
+    _, _, graph_pb2, _, _, versions_pb2 = _proto_modules()
+    graph = graph_pb2.GraphDef(versions=versions_pb2.VersionDef(producer=22))
+    for name, job in jobs.items():
+        for node in job_graph_def(job).node:
+            node.name = f"{name}/{node.name}"
+            node.input[:] = [f"{name}/{i}" for i in node.input]
+            graph.node.append(node)
+    return graph
+
+
 def write_job_graph(job, logdir) -> str:
     """Write ``job``'s ``GraphDef`` into a new event file under ``logdir``; returns its path.
 
     Raises:
         ImportError: the ``tensorboard`` package is not installed.
     """
+    return _write_graph_def(job_graph_def(job), logdir)
+
+
+def write_jobs_graph(jobs, logdir) -> str:
+    """Write :func:`jobs_graph_def` of ``jobs`` into a new event file under ``logdir``;
+    returns its path.
+
+    Raises:
+        ImportError: the ``tensorboard`` package is not installed.
+    """
+    return _write_graph_def(jobs_graph_def(jobs), logdir)
+
+
+def _write_graph_def(graph, logdir) -> str:
     _, event_pb2, *_ = _proto_modules()
     from torch.utils.tensorboard.writer import FileWriter
 
     writer = FileWriter(str(logdir))
     try:
-        writer.add_event(event_pb2.Event(wall_time=time.time(), graph_def=job_graph_def(job).SerializeToString()))
+        writer.add_event(event_pb2.Event(wall_time=time.time(), graph_def=graph.SerializeToString()))
         writer.flush()
         return writer.event_writer._file_name
     finally:

@@ -131,17 +131,29 @@ def _pb_infer(ctx):
     _tag_and_step_infer(ctx, tagged=False)
     value = ctx.input("in")
     ctx.check(value.dtype is _dt.int8 and len(value.shape) == 1,
-              f"input 'in' must be a 1-D int8 blob of a serialized Summary proto, received {value.dtype.name} "
+              f"input 'in' must be a 1-D int8 blob of a Summary proto (text format or serialized), "
+              f"received {value.dtype.name} "
               f"{tuple(value.shape)}")
+
+
+def _parse_summary(data: bytes, op_name):
+    """The ``Summary`` proto in ``data``: its text format (OneFlow's ``write_pb`` parses
+    ``str(summary)``, ``TxtString2PbMessage``) or, failing that, its binary serialization."""
+    from google.protobuf import text_format
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    try:
+        return text_format.Parse(data.decode("utf-8"), Summary())
+    except (UnicodeDecodeError, text_format.ParseError) as text_error:
+        try:
+            return Summary.FromString(data)
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+            raise ValueError(f"op '{op_name}': input 'in' is neither a Summary proto's text format "
+                             f"({text_error}) nor its binary serialization") from None
 
 
 def _pb_kernel(k):
     def write(value, step):
-        from tensorboard.compat.proto.summary_pb2 import Summary
-        try:
-            summary = Summary.FromString(value.numpy().astype(np.uint8).tobytes())
-        except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and friends
-            raise ValueError(f"op '{k.op_name}': input 'in' is not a serialized Summary proto: {e}") from None
+        summary = _parse_summary(value.numpy().astype(np.uint8).tobytes(), k.op_name)
         current_writer(k.op_name)._get_file_writer().add_summary(summary, _step(step))
     return write
 

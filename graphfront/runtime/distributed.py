@@ -52,6 +52,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.env_settings import current_env
 from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
+from graphfront.passes.boxing import blob_parallel_nums
 from graphfront.passes.mirrored import is_mirrored
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.plan import Plan
@@ -84,14 +85,16 @@ def write_shard(dst, local, sbp, n, rank, local_rank):
 
 
 def local_job(job, n, local_rank):
-    """A copy of ``job`` whose blob descs hold the shapes of one device and whose ops are
-    placed on device ``local_rank`` of this machine."""
+    """A copy of ``job`` whose blob descs hold the shapes of one device (a blob split over
+    its producer's devices, :func:`blob_parallel_nums`) and whose ops are placed on device
+    ``local_rank`` of this machine."""
     lj = copy.deepcopy(job)
     sbps = _sbp.blob_sbps(job)
+    counts = blob_parallel_nums(job, n)
     for lbn, d in lj.helper.lbn2logical_blob_desc.items():
         axis = _sbp.split_axis(sbps.get(lbn, _sbp.B))
         if axis is not None:
-            d.shape.dim[axis] //= n
+            d.shape.dim[axis] //= counts.get(lbn, n)
     for group in lj.placement.placement_group:
         del group.parallel_conf.device_name[:]
         group.parallel_conf.device_name.append(f"0:{local_rank}")
@@ -138,10 +141,10 @@ class _WorkerJob:
         self.mirrored = is_mirrored(job)
         self.feeds, self.outs = feeds, outs
         self.plan = Plan(local_job(job, n, local_rank), store, {}, cuda_graph=False)
-        if not self.mirrored:
-            sbps = _sbp.blob_sbps(job)
-            self.feed_sbps = [sbps[lbn] for lbn in self.plan.input_lbns]
-            self.out_sbps = [sbps[lbn] for lbn in self.plan.result_lbns]
+        if not self.mirrored:  # (layout, devices) of each feed and result
+            sbps, counts = _sbp.blob_sbps(job), blob_parallel_nums(job, n)
+            self.feed_sbps = [(sbps[lbn], counts.get(lbn, n)) for lbn in self.plan.input_lbns]
+            self.out_sbps = [(sbps[lbn], counts.get(lbn, n)) for lbn in self.plan.result_lbns]
 
     def run(self, feed_shapes):
         """Run one step; a mirrored job reads its part of each feed (``feed_shapes[f][local
@@ -153,10 +156,12 @@ class _WorkerJob:
             for buf, local in zip(self.outs, results):
                 part(buf[self.local_rank], tuple(local.shape)).copy_(local.detach())
             return [tuple(local.shape) for local in results]
-        feeds = [shard(f, s, self.n, self.rank).to(self.device) for f, s in zip(self.feeds, self.feed_sbps)]
+        # a blob on m < n devices: device r >= m holds device r % m's part (see _boxing_across_placements)
+        feeds = [shard(f, s, m, self.rank % m).to(self.device) for f, (s, m) in zip(self.feeds, self.feed_sbps)]
         results = self.plan(feeds)
-        for buf, local, s in zip(self.outs, results, self.out_sbps):
-            write_shard(buf, local.detach().to("cpu"), s, self.n, self.rank, self.local_rank)
+        for buf, local, (s, m) in zip(self.outs, results, self.out_sbps):
+            if self.rank < m:
+                write_shard(buf, local.detach().to("cpu"), s, m, self.rank, self.local_rank)
         return None
 
 
@@ -195,11 +200,12 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
             if cmd == "compile":
                 name, job_bytes, feeds, outs, new_vars = payload
                 job = job_pb2.Job.FromString(job_bytes)
-                sbps = _sbp.blob_sbps(job)
+                sbps, counts = _sbp.blob_sbps(job), blob_parallel_nums(job, n)
                 for var_name, t in new_vars.items():
                     logical_vars[var_name] = t
-                    var_sbps[var_name] = sbps[f"{var_name}/out"]
-                    store.tensors[var_name] = shard(t, var_sbps[var_name], n, rank).to(device, copy=True).contiguous()
+                    var_sbps[var_name] = sbps[f"{var_name}/out"], counts.get(f"{var_name}/out", n)
+                    store.tensors[var_name] = shard(t, *var_sbps[var_name], rank % var_sbps[var_name][1]).to(
+                        device, copy=True).contiguous()
                 jobs[name] = _WorkerJob(job, n, rank, local_rank, device, store, feeds, outs)
                 result = jobs[name].plan.source
             elif cmd == "run":
@@ -207,11 +213,13 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 result = jobs[name].run(feed_shapes)
             elif cmd == "pull":
                 for var_name in payload:
-                    write_shard(logical_vars[var_name], store.tensors[var_name].to("cpu"), var_sbps[var_name], n, rank,
-                                local_rank)
+                    s, m = var_sbps[var_name]
+                    if rank < m:
+                        write_shard(logical_vars[var_name], store.tensors[var_name].to("cpu"), s, m, rank, local_rank)
             elif cmd == "push":
                 for var_name in payload:
-                    store.tensors[var_name].copy_(shard(logical_vars[var_name], var_sbps[var_name], n, rank))
+                    s, m = var_sbps[var_name]
+                    store.tensors[var_name].copy_(shard(logical_vars[var_name], s, m, rank % m))
             conn.send(("ok", result))
         except Exception as e:  # noqa: BLE001 - reported to the client, naming the device
             conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"))

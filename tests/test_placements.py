@@ -18,6 +18,7 @@ from graphfront.framework.session import default_session, trace
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes import complete
 from graphfront.passes.boxing import boxing, device_counts
+from graphfront.runtime.distributed import local_job
 
 slow = pytest.mark.slow  # spawns four worker processes
 
@@ -74,6 +75,15 @@ def test_boxing_pass_moves_a_blob_between_placements():
     assert all(op.name.startswith("System-Boxing-Placement-") for op in moves)
     sig = job.job_parallel_view_conf.op_name2sbp_signature_conf[moves[1].name].bn_in_op2sbp_parallel
     assert (_sbp.from_proto(sig["in_0"]), _sbp.from_proto(sig["out_0"])) == ("S(1)", "B")
+    # device 3 runs neither op of the 2-device placement; it joins both boxing ops, sending
+    # zeros (no input) to the second one, in the job's order
+    on_two = {name for name, c in counts.items() if c == 2}
+    mine = local_job(job, 4, 3, own_ops_only=True)
+    assert {op.name for op in mine.net.op}.isdisjoint(on_two - {moves[0].name})
+    kept = {op.name: op for op in mine.net.op}
+    assert jb.op_inputs(kept[moves[0].name]) and not jb.op_inputs(kept[moves[1].name])
+    assert list(kept[moves[1].name].ctrl_in_op_name) == [moves[0].name]
+    assert len(local_job(job, 4, 1, own_ops_only=True).net.op) == len(job.net.op)
 
 
 def test_placements_of_several_counts_must_start_at_device_0():

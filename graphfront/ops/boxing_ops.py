@@ -28,13 +28,13 @@ op type                                layouts         kernel on device r of n
 ``_boxing_across_placements`` moves a blob between placements of different device counts
 of one job (``"0:0-1"`` to ``"0:0-3"``) or changes its layout on a placement smaller than
 the job's. The job runs on one worker per device of its largest placement; an op placed
-on ``m`` of those ``n`` devices runs on devices ``0..m-1``, and devices ``r >= m`` run the
-same op on a copy of device ``r % m``'s part (results the next boxing op ignores), so
-every worker holds a local tensor of the same shape and one ``all_gather`` over the
-job's group makes the conversion: device ``r`` rebuilds the logical blob from parts
-``0..in_parallel_num - 1`` under ``in_sbp`` (split: concatenated; broadcast: part 0;
-partial sum: summed) and keeps its part ``r % out_parallel_num`` under ``out_sbp``
-(partial sum: device 0 of the placement keeps the blob, the others zeros).
+on ``m`` of those ``n`` devices runs on devices ``0..m-1`` only. Every device of the job
+runs every ``_boxing_across_placements`` op, one ``all_gather`` over the job's group
+(a device outside the source placement has no input and sends zeros of the source part's
+shape): device ``r`` rebuilds the logical blob from parts ``0..in_parallel_num - 1`` under
+``in_sbp`` (split: concatenated; broadcast: part 0; partial sum: summed) and keeps part
+``r`` under ``out_sbp`` (partial sum: device 0 keeps the blob, the others zeros); a device
+outside the destination placement drops what it computed.
 
 Outside a process group (one device) every kernel is the identity. The ops have no grad
 (they are inserted after autograd).
@@ -132,7 +132,15 @@ def _across_placements_kernel(k):
     src_n, dst_n = k.attr("in_parallel_num"), k.attr("out_parallel_num")
     src_axis, dst_axis = _sbp.split_axis(src), _sbp.split_axis(dst)
 
-    def across_placements(x):
+    def across_placements(x=None):
+        if x is None:  # this device is outside the source placement: it sends zeros
+            out = k.output("out")
+            shape = list(out.shape)
+            if dst_axis is not None:
+                shape[dst_axis] *= dst_n
+            if src_axis is not None:
+                shape[src_axis] //= src_n
+            x = torch.zeros(shape, dtype=out.dtype.torch, device=k.device)
         parts = [x] if dist is None else [torch.empty_like(x) for _ in range(n)]
         if dist is not None:
             dist.all_gather(parts, x.contiguous())

@@ -20,7 +20,21 @@ op type                                layouts         kernel on device r of n
 ``_nccl_logical_s2s``                  S(a) -> S(b)    ``all_gather`` on a, slice r on b
 ``_logical_b_to_s``                    B -> S(k)       slice r along k (no communication)
 ``_logical_b_to_p``                    B -> P          device 0 keeps the blob, others zeros
+``_boxing_across_placements``          any -> any      ``all_gather``; the logical blob from
+                                       between         the first ``in_parallel_num`` parts,
+                                       placements      laid out over ``out_parallel_num``
 =====================================  ==============  =====================================
+
+``_boxing_across_placements`` moves a blob between placements of different device counts
+of one job (``"0:0-1"`` to ``"0:0-3"``) or changes its layout on a placement smaller than
+the job's. The job runs on one worker per device of its largest placement; an op placed
+on ``m`` of those ``n`` devices runs on devices ``0..m-1`` only. Every device of the job
+runs every ``_boxing_across_placements`` op, one ``all_gather`` over the job's group
+(a device outside the source placement has no input and sends zeros of the source part's
+shape): device ``r`` rebuilds the logical blob from parts ``0..in_parallel_num - 1`` under
+``in_sbp`` (split: concatenated; broadcast: part 0; partial sum: summed) and keeps part
+``r`` under ``out_sbp`` (partial sum: device 0 keeps the blob, the others zeros); a device
+outside the destination placement drops what it computed.
 
 Outside a process group (one device) every kernel is the identity. The ops have no grad
 (they are inserted after autograd).
@@ -112,6 +126,47 @@ def _b_to_p_kernel(k):
     return lambda x: x.clone() if rank == 0 else torch.zeros_like(x)
 
 
+def _across_placements_kernel(k):
+    dist, rank, n = group()
+    src, dst = _sbp.parse(k.attr("in_sbp")), _sbp.parse(k.attr("out_sbp"))
+    src_n, dst_n = k.attr("in_parallel_num"), k.attr("out_parallel_num")
+    src_axis, dst_axis = _sbp.split_axis(src), _sbp.split_axis(dst)
+
+    def across_placements(x=None):
+        if x is None:  # this device is outside the source placement: it sends zeros
+            out = k.output("out")
+            shape = list(out.shape)
+            if dst_axis is not None:
+                shape[dst_axis] *= dst_n
+            if src_axis is not None:
+                shape[src_axis] //= src_n
+            x = torch.zeros(shape, dtype=out.dtype.torch, device=k.device)
+        parts = [x] if dist is None else [torch.empty_like(x) for _ in range(n)]
+        if dist is not None:
+            dist.all_gather(parts, x.contiguous())
+        parts = parts[:src_n]
+        if src_axis is not None:
+            logical = torch.cat(parts, src_axis)
+        elif src == _sbp.P:
+            logical = torch.stack(parts).sum(0)
+        else:
+            logical = parts[0].clone()
+        r = rank % dst_n
+        if dst_axis is not None:
+            return logical.chunk(dst_n, dst_axis)[r].contiguous()
+        if dst == _sbp.P and r:
+            return torch.zeros_like(logical)
+        return logical
+    return across_placements
+
+
+def _across_placements_infer(ctx):
+    ctx.check(ctx.attr("in_parallel_num") >= 1 and ctx.attr("out_parallel_num") >= 1,
+              f"in_parallel_num and out_parallel_num must be >= 1, received {ctx.attr('in_parallel_num')} and "
+              f"{ctx.attr('out_parallel_num')}")
+    like("in")(ctx)
+
+
 _AXIS = ("int64", 0, lambda v: None if v >= 0 else f"expected an axis >= 0, received {v}")
 
 op("_nccl_logical_all_reduce", inputs=["in"], outputs=["out"], infer=like("in"), kernel=_all_reduce_kernel,
@@ -128,6 +183,13 @@ op("_logical_b_to_s", inputs=["in"], outputs=["out"], attrs={"out_split_axis": _
    kernel=_b_to_s_kernel, no_grad=True, doc="graphfront-only: B -> S(k), each device keeps its slice")
 op("_logical_b_to_p", inputs=["in"], outputs=["out"], infer=like("in"), kernel=_b_to_p_kernel, no_grad=True,
    doc="graphfront-only: B -> P, device 0 keeps the blob and the others hold zeros")
+
+op("_boxing_across_placements", inputs=["in"], outputs=["out"],
+   attrs={"in_sbp": ("string", "B", lambda v: _check_sbp(v)), "out_sbp": ("string", "B", lambda v: _check_sbp(v)),
+          "in_parallel_num": ("int64", 1), "out_parallel_num": ("int64", 1)},
+   infer=_across_placements_infer, kernel=_across_placements_kernel, no_grad=True,
+   doc="graphfront-only: a blob laid out as in_sbp over in_parallel_num devices, laid out as out_sbp over "
+       "out_parallel_num devices of the same job")
 
 BOXING_OP_TYPES = ("_nccl_logical_all_reduce", "_nccl_logical_reduce_scatter", "_nccl_logical_all_gather",
                    "_nccl_logical_all_gather_noncontinuous", "_nccl_logical_s2s", "_logical_b_to_s",

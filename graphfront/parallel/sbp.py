@@ -363,14 +363,15 @@ def _variable_sbp(job, n):
     return hints
 
 
-def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False) -> dict:
+def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts=None) -> dict:
     """Choose an SBP signature for every op of ``job`` (see module docstring).
 
     Returns ``{op name: {bn: sbp}}`` with ``bn`` as in :func:`bn_in_op`, and writes the
     signatures into ``job.job_parallel_view_conf``. Ops named in ``replicated`` (placed on
     one device) get the all-broadcast signature; ``gather_returns`` (a job over several
     machines, whose every client receives the whole results) broadcasts what the job
-    returns. Raises JobBuildError naming the op
+    returns; ``counts`` (op name -> devices) gives the ops placed on fewer devices than
+    ``parallel_num`` their own count. Raises JobBuildError naming the op
     when no candidate of its rule is valid (an in-place update of a blob whose layout the
     rule cannot keep).
     """
@@ -378,8 +379,10 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False) -> dic
     variable_sbp = _variable_sbp(job, parallel_num)
     blob_sbp, converted, result = {}, set(), {}
     order, _ = schedule(job)
+    counts = counts or {}
     for op in order:
-        ctx = SbpCtx(op, descs, blob_sbp, parallel_num, variable_sbp)
+        devices = counts.get(op.name, parallel_num)
+        ctx = SbpCtx(op, descs, blob_sbp, devices, variable_sbp)
         kind = jb.op_kind(op)
         opdef = registry.op_def(op)
         mutated = opdef.mutated_args(ctx.attrs) if opdef.may_mutate else ()
@@ -392,7 +395,7 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False) -> dic
             cands = cands if isinstance(cands, Only) else cands + [_with(ctx, B)]
         best, best_cost = None, None
         for sig in cands:
-            if not _valid(ctx, sig, parallel_num):
+            if not _valid(ctx, sig, devices):
                 continue
             cost = 0.0
             for a, i, lbn in ctx._ins:
@@ -406,7 +409,7 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False) -> dic
                 best, best_cost = sig, cost
         if best is None:
             raise JobBuildError(f"op '{op.name}' ({jb.op_type_name(op)}): no SBP signature fits its inputs' layouts "
-                                f"{ {a: ctx.sbp(a, i) for a, i, _ in ctx._ins} } on {parallel_num} devices")
+                                f"{ {a: ctx.sbp(a, i) for a, i, _ in ctx._ins} } on {devices} devices")
         chosen = {}
         for a, i, lbn in ctx._ins:
             need = best.get(f"{a}_{i}", best.get(a, B))

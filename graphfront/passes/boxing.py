@@ -16,13 +16,21 @@ B -> S(k)      slice (no communication)
 B -> P         device 0 keeps the blob (no communication)
 S(k) -> P      all-gather, then B -> P
 =============  ===========================================
+
+A job may place ops on different numbers of devices of one machine (``"0:0"``,
+``"0:0-1"``, ``"0:0-3"``): it runs on one worker per device of its largest placement,
+and each op's signature is inferred over its own placement's devices. Wherever a blob
+crosses from one placement to another (or changes layout on a placement smaller than
+the job's), one ``_boxing_across_placements`` op named ``System-Boxing-Placement-<k>``
+rebuilds the logical blob from the source devices' parts and lays it out over the
+destination's. Ops placed on one device run replicated on every device, as before.
 """
 from __future__ import annotations
 
 import itertools
 
 from graphfront.framework import job_builder as jb
-from graphfront.framework.scope_symbols import device_count
+from graphfront.framework.scope_symbols import device_count, first_device_index
 from graphfront.framework.errors import JobBuildError
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes.rewrite import Net
@@ -39,20 +47,38 @@ def device_counts(job) -> dict:
 
 
 def parallel_num(job) -> int:
-    """Number of devices of the job's placement (1 for a single-device job). Ops placed on
-    one device of a multi-device job (the train-step counter the optimizer adds) run
-    replicated on every device.
+    """Number of devices (worker processes) a job runs on: its largest placement's count
+    (1 for a single-device job). Ops placed on one device of a multi-device job (the
+    train-step counter the optimizer adds) run replicated on every device.
 
-    Raises JobBuildError when ops are placed on two different numbers (> 1) of devices
-    (graphfront runs a multi-device job on one placement)."""
+    Raises JobBuildError when ops sit on placements of different numbers (> 1) of devices
+    and one of them is not a prefix ``"0:0-k"`` of machine 0's devices (the placements of a
+    job with several device counts must share their first devices)."""
     counts = device_counts(job)
     sizes = set(counts.values()) - {1}
     if len(sizes) > 1:
-        by_size = {n: sorted(k for k, v in counts.items() if v == n)[:3] for n in sizes}
-        raise JobBuildError(f"job '{job.job_conf.job_name}' places ops on different numbers of devices "
-                            f"({by_size}); graphfront runs a job on one placement: place every op of the job "
-                            "on the same devices")
-    return sizes.pop() if sizes else 1
+        for group in job.placement.placement_group:
+            names = list(group.parallel_conf.device_name)
+            if names and (len(names) > 1 or not names[0].startswith("0:") or first_device_index(names)):
+                op_name = group.op_set.op_name[0] if len(group.op_set.op_name) else "?"
+                raise JobBuildError(f"job '{job.job_conf.job_name}' places ops on different numbers of devices "
+                                    f"({sorted(sizes)}); op '{op_name}' is placed on {names}, expected devices "
+                                    "'0:0-k' of machine 0 (graphfront runs such a job on the first devices of one "
+                                    "machine)")
+    return max(sizes) if sizes else 1
+
+
+def op_parallel_nums(job, n) -> dict:
+    """op name -> number of devices the op runs on in a job on ``n`` devices: its
+    placement's count, ``n`` for an op on one device (run replicated)."""
+    return {name: c if c > 1 else n for name, c in device_counts(job).items()}
+
+
+def blob_parallel_nums(job, n) -> dict:
+    """lbn -> number of devices whose parts make up the blob (its producer's, see
+    :func:`op_parallel_nums`) in a job on ``n`` devices."""
+    ops = op_parallel_nums(job, n)
+    return {lbn: ops.get(op.name, n) for op in job.net.op for _, _, lbn in jb.op_outputs(op)}
 
 
 def _steps(src, dst):
@@ -84,8 +110,9 @@ def boxing(job, n=None):
     if n <= 1:
         return job
     single = {name for name, c in device_counts(job).items() if c == 1}
+    counts = op_parallel_nums(job, n)
     machines = {d.split(":")[0] for g in job.placement.placement_group for d in g.parallel_conf.device_name}
-    sigs = _sbp.infer_job_sbp(job, n, replicated=single, gather_returns=len(machines) > 1)
+    sigs = _sbp.infer_job_sbp(job, n, replicated=single, gather_returns=len(machines) > 1, counts=counts)
     have = _sbp.blob_sbps(job)
     net = Net(job)
     made = {}
@@ -93,17 +120,32 @@ def boxing(job, n=None):
     for op in list(job.net.op):
         for arg, i, lbn in jb.op_inputs(op):
             need = sigs[op.name][_sbp.bn_in_op(op, arg, i)]
-            if need == have[lbn]:
+            producer = net.producer[lbn]
+            src_n, dst_n = counts.get(producer, n), counts.get(op.name, n)
+            if need == have[lbn] and src_n == dst_n:
                 continue
-            key = (lbn, need)
+            key = (lbn, need, dst_n)
             if key not in made:
-                cur, cur_sbp = lbn, have[lbn]
-                producer = net.producer[lbn]
-                for kind, op_type, attrs, out_sbp in _steps(cur_sbp, need):
-                    added = net.add_user_op(f"System-Boxing-{kind}-{next(counter)}", op_type, {"in": cur}, attrs,
-                                            like_op=producer)
-                    _sbp.write_signature(job, added.name, {"in_0": cur_sbp, "out_0": out_sbp})
-                    cur, cur_sbp, producer = f"{added.name}/out_0", out_sbp, added.name
-                made[key] = cur
+                if src_n == dst_n == n:
+                    made[key] = _chain(job, net, counter, lbn, have[lbn], need, producer)
+                else:
+                    added = net.add_user_op(f"System-Boxing-Placement-{next(counter)}", "_boxing_across_placements",
+                                            {"in": lbn}, {"in_sbp": have[lbn], "out_sbp": need,
+                                                          "in_parallel_num": src_n, "out_parallel_num": dst_n},
+                                            like_op=op.name)
+                    _sbp.write_signature(job, added.name, {"in_0": have[lbn], "out_0": need})
+                    made[key] = f"{added.name}/out_0"
             net.set_input(op, arg, i, made[key])
     return net.finish()
+
+
+def _chain(job, net, counter, lbn, src, dst, producer):
+    """Insert the collectives turning ``lbn`` (laid out as ``src`` on all the job's
+    devices) into ``dst``; returns the converted blob's lbn."""
+    cur, cur_sbp = lbn, src
+    for kind, op_type, attrs, out_sbp in _steps(src, dst):
+        added = net.add_user_op(f"System-Boxing-{kind}-{next(counter)}", op_type, {"in": cur}, attrs,
+                                like_op=producer)
+        _sbp.write_signature(job, added.name, {"in_0": cur_sbp, "out_0": out_sbp})
+        cur, cur_sbp, producer = f"{added.name}/out_0", out_sbp, added.name
+    return cur

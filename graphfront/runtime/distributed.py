@@ -11,6 +11,12 @@ boxing ops running their collectives as kernels. A call copies the feeds into th
 buffers, sends a one-line "run" message and waits; each worker reads its slice of the
 feeds, runs its plan and writes its slice of the results. No tensor is pickled per call.
 
+A job whose placements have different device counts (``"0:0-1"`` and ``"0:0-3"``, one
+machine) runs on one worker per device of its largest placement; each worker keeps only
+the ops placed on its device and the ``_boxing_across_placements`` ops that move blobs
+between placements (:mod:`graphfront.ops.boxing_ops`), which every worker runs in the
+same order.
+
 Variables live on the workers (split ones as slices). The client's variable store holds
 shared-memory tensors in the single-device layout: the workers write them back when the
 client reads them (checkpoints, ``flow.get_all_variables``) and read them again after the
@@ -52,13 +58,16 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.env_settings import current_env
 from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
+from graphfront.ops.boxing_ops import BOXING_OP_TYPES
+from graphfront.passes.boxing import blob_parallel_nums, device_counts, op_parallel_nums
 from graphfront.passes.mirrored import is_mirrored
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.plan import Plan
 from graphfront.runtime.variable_store import VariableStore
-from graphfront.runtime.walk import ScheduleWalk
+from graphfront.runtime.walk import ScheduleWalk, schedule
 
 DEFAULT_TIMEOUT_S = 60.0
+_COLLECTIVES = set(BOXING_OP_TYPES) | {"_boxing_across_placements"}
 
 
 class WorkerError(RuntimeError):
@@ -83,19 +92,51 @@ def write_shard(dst, local, sbp, n, rank, local_rank):
         dst.copy_(local)
 
 
-def local_job(job, n, local_rank):
-    """A copy of ``job`` whose blob descs hold the shapes of one device and whose ops are
-    placed on device ``local_rank`` of this machine."""
+def local_job(job, n, local_rank, own_ops_only=False):
+    """A copy of ``job`` whose blob descs hold the shapes of one device (a blob split over
+    its producer's devices, :func:`blob_parallel_nums`) and whose ops are placed on device
+    ``local_rank`` of this machine. ``own_ops_only`` (a consistent-view job whose
+    placements have different device counts, on one machine): see :func:`_own_ops`."""
     lj = copy.deepcopy(job)
     sbps = _sbp.blob_sbps(job)
+    counts = blob_parallel_nums(job, n)
     for lbn, d in lj.helper.lbn2logical_blob_desc.items():
         axis = _sbp.split_axis(sbps.get(lbn, _sbp.B))
         if axis is not None:
-            d.shape.dim[axis] //= n
+            d.shape.dim[axis] //= counts.get(lbn, n)
+    if own_ops_only:
+        _own_ops(lj, n, local_rank)
     for group in lj.placement.placement_group:
         del group.parallel_conf.device_name[:]
         group.parallel_conf.device_name.append(f"0:{local_rank}")
     return lj
+
+
+def _own_ops(lj, n, rank):
+    """Keep in ``lj`` only the ops that device ``rank`` runs: those whose placement holds
+    it, and every ``_boxing_across_placements`` op (each device of the job takes part in
+    its ``all_gather``; a device outside the source placement has no input and sends
+    zeros). Every collective gets a control edge from the one before it in the job's
+    schedule, so all devices run them in the same order."""
+    counts = op_parallel_nums(lj, n)
+    collectives = [op.name for op in schedule(lj)[0] if jb.op_type_name(op) in _COLLECTIVES]
+    kept = []
+    for op in lj.net.op:
+        if jb.op_type_name(op) == "_boxing_across_placements":
+            if jb.user_attrs(op)["in_parallel_num"] <= rank:
+                del op.user_conf.input["in"]
+        elif counts.get(op.name, n) <= rank:
+            continue
+        kept.append(op)
+    by_name = {op.name: op for op in kept}
+    for before, name in zip(collectives, collectives[1:]):
+        by_name[name].ctrl_in_op_name.append(before)
+    del lj.net.op[:]
+    lj.net.op.extend(kept)
+    for group in lj.placement.placement_group:
+        names = [name for name in group.op_set.op_name if name in by_name]
+        del group.op_set.op_name[:]
+        group.op_set.op_name.extend(names)
 
 
 def watches_as_returns(job):
@@ -136,12 +177,18 @@ class _WorkerJob:
     def __init__(self, job, n, rank, local_rank, device, store, feeds, outs):
         self.n, self.rank, self.local_rank, self.device = n, rank, local_rank, device
         self.mirrored = is_mirrored(job)
-        self.feeds, self.outs = feeds, outs
-        self.plan = Plan(local_job(job, n, local_rank), store, {}, cuda_graph=False)
-        if not self.mirrored:
-            sbps = _sbp.blob_sbps(job)
-            self.feed_sbps = [sbps[lbn] for lbn in self.plan.input_lbns]
-            self.out_sbps = [sbps[lbn] for lbn in self.plan.result_lbns]
+        own = not self.mirrored and len(set(device_counts(job).values()) - {1}) > 1
+        self.plan = Plan(local_job(job, n, local_rank, own_ops_only=own), store, {}, cuda_graph=False)
+        # the buffers of the feeds and results this device's plan reads and writes (all of
+        # them unless it runs only its own ops)
+        names = ([op.name for op in job.net.op if jb.op_kind(op) == kind] for kind in ("input_conf", "return_conf"))
+        feed_index, out_index = ({name: i for i, name in enumerate(group)} for group in names)
+        self.feeds = [feeds[feed_index[name]] for name in self.plan.input_names]
+        self.outs = [outs[out_index[name]] for name in self.plan.output_names]
+        if not self.mirrored:  # (layout, devices) of each feed and result
+            sbps, counts = _sbp.blob_sbps(job), blob_parallel_nums(job, n)
+            self.feed_sbps = [(sbps[lbn], counts.get(lbn, n)) for lbn in self.plan.input_lbns]
+            self.out_sbps = [(sbps[lbn], counts.get(lbn, n)) for lbn in self.plan.result_lbns]
 
     def run(self, feed_shapes):
         """Run one step; a mirrored job reads its part of each feed (``feed_shapes[f][local
@@ -153,10 +200,10 @@ class _WorkerJob:
             for buf, local in zip(self.outs, results):
                 part(buf[self.local_rank], tuple(local.shape)).copy_(local.detach())
             return [tuple(local.shape) for local in results]
-        feeds = [shard(f, s, self.n, self.rank).to(self.device) for f, s in zip(self.feeds, self.feed_sbps)]
+        feeds = [shard(f, s, m, self.rank).to(self.device) for f, (s, m) in zip(self.feeds, self.feed_sbps)]
         results = self.plan(feeds)
-        for buf, local, s in zip(self.outs, results, self.out_sbps):
-            write_shard(buf, local.detach().to("cpu"), s, self.n, self.rank, self.local_rank)
+        for buf, local, (s, m) in zip(self.outs, results, self.out_sbps):
+            write_shard(buf, local.detach().to("cpu"), s, m, self.rank, self.local_rank)
         return None
 
 
@@ -195,11 +242,12 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
             if cmd == "compile":
                 name, job_bytes, feeds, outs, new_vars = payload
                 job = job_pb2.Job.FromString(job_bytes)
-                sbps = _sbp.blob_sbps(job)
+                sbps, counts = _sbp.blob_sbps(job), blob_parallel_nums(job, n)
                 for var_name, t in new_vars.items():
                     logical_vars[var_name] = t
-                    var_sbps[var_name] = sbps[f"{var_name}/out"]
-                    store.tensors[var_name] = shard(t, var_sbps[var_name], n, rank).to(device, copy=True).contiguous()
+                    var_sbps[var_name] = sbps[f"{var_name}/out"], counts.get(f"{var_name}/out", n)
+                    store.tensors[var_name] = shard(t, *var_sbps[var_name], rank % var_sbps[var_name][1]).to(
+                        device, copy=True).contiguous()
                 jobs[name] = _WorkerJob(job, n, rank, local_rank, device, store, feeds, outs)
                 result = jobs[name].plan.source
             elif cmd == "run":
@@ -207,11 +255,13 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 result = jobs[name].run(feed_shapes)
             elif cmd == "pull":
                 for var_name in payload:
-                    write_shard(logical_vars[var_name], store.tensors[var_name].to("cpu"), var_sbps[var_name], n, rank,
-                                local_rank)
+                    s, m = var_sbps[var_name]
+                    if rank < m:
+                        write_shard(logical_vars[var_name], store.tensors[var_name].to("cpu"), s, m, rank, local_rank)
             elif cmd == "push":
                 for var_name in payload:
-                    store.tensors[var_name].copy_(shard(logical_vars[var_name], var_sbps[var_name], n, rank))
+                    s, m = var_sbps[var_name]
+                    store.tensors[var_name].copy_(shard(logical_vars[var_name], s, m, rank % m))
             conn.send(("ok", result))
         except Exception as e:  # noqa: BLE001 - reported to the client, naming the device
             conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"))

@@ -51,6 +51,9 @@ EXEMPT = {
           "boxing pass and checked by tests/test_distributed.py against the same job on one device"
        for t in ("_nccl_logical_all_reduce", "_nccl_logical_reduce_scatter", "_nccl_logical_all_gather",
                  "_nccl_logical_all_gather_noncontinuous", "_nccl_logical_s2s", "_logical_b_to_s", "_logical_b_to_p")},
+    "_boxing_across_placements": "collective moving a blob between placements of different device counts of a "
+                                 "multi-device job; inserted by the boxing pass and checked by "
+                                 "tests/test_placements.py against numpy and the same training job on one device",
     **{t: "TensorBoard summary op: writes an event file, no outputs to compare; checked by tests/test_summary.py, "
           "which loads the events back with tensorboard's event_processing"
        for t in ("create_summary_writer", "flush_summary_writer", "summary_write_scalar", "summary_write_histogram",

@@ -1,0 +1,157 @@
+"""Jobs whose ops sit on placements of different device counts of one machine.
+
+The job runs on one worker per device of its largest placement (gloo on CPU); a blob
+that moves between placements ("0:0" -> "0:0-1", "0:0-1" -> "0:0-3", "0:0-3" -> "0:0-1")
+is laid out by a ``System-Boxing-Placement`` op. Every (source layout, destination
+layout) pair must give the logical values numpy computes on one device.
+"""
+import copy
+
+import numpy as np
+import pytest
+
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework import job_builder as jb
+from graphfront.framework.errors import JobBuildError
+from graphfront.framework.session import default_session, trace
+from graphfront.parallel import sbp as _sbp
+from graphfront.passes import complete
+from graphfront.passes.boxing import boxing, device_counts
+from graphfront.runtime.distributed import local_job
+
+slow = pytest.mark.slow  # spawns four worker processes
+
+SRC = ("S(0)", "S(1)", "B", "P")
+DST = ("S(0)", "S(1)", "B")
+MOVES = ((1, 2), (2, 4), (4, 2))
+
+
+def _distribute(sbp):
+    return flow.distribute.broadcast() if sbp == "B" else flow.distribute.split(int(sbp[2]))
+
+
+def _devices(k):
+    return "0:0" if k == 1 else f"0:0-{k - 1}"
+
+
+def _move(x, src, dst, src_k, dst_k):
+    """``x`` laid out as ``src`` on ``src_k`` devices (P: the partial sums of a reduce over
+    split axis 0), then as ``dst`` on ``dst_k`` devices; returns (blob, numpy reference)."""
+    with flow.scope.placement("cpu", _devices(src_k)):
+        if src == "P":
+            y = flow.math.reduce_sum(flow.identity(x.with_distribute(flow.distribute.split(0))), axis=0)
+        else:
+            y = flow.identity(x.with_distribute(_distribute(src)))
+    with flow.scope.placement("cpu", _devices(dst_k)):
+        y = flow.identity(y.with_distribute(_distribute(dst)))
+    return y
+
+
+def _on_devices(src, dst, shape=(8, 6)):
+    @flow.global_function()
+    def job_fn(x: tp.Numpy.Placeholder(shape)):
+        with flow.scope.placement("cpu", src):
+            y = flow.identity(x.with_distribute(flow.distribute.split(1)))
+        with flow.scope.placement("cpu", dst):
+            return flow.identity(y.with_distribute(flow.distribute.broadcast()))
+    return job_fn
+
+
+def test_boxing_pass_moves_a_blob_between_placements():
+    flow.clear_default_session()
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(4)
+    builder, _ = trace(default_session(), _on_devices("0:0-1", "0:0-3"))
+    job = boxing(complete(copy.deepcopy(builder.job)))
+    counts = device_counts(job)
+    moves = [op for op in job.net.op if jb.op_type_name(op) == "_boxing_across_placements"]
+    # the placeholder (4 devices, S(0)) -> identity on 2 devices (S(1)) -> identity on 4 devices (B)
+    attrs = [{k: jb.user_attrs(op)[k] for k in ("in_sbp", "in_parallel_num", "out_sbp", "out_parallel_num")}
+             for op in moves]
+    assert attrs == [{"in_sbp": "S(0)", "in_parallel_num": 4, "out_sbp": "S(1)", "out_parallel_num": 2},
+                     {"in_sbp": "S(1)", "in_parallel_num": 2, "out_sbp": "B", "out_parallel_num": 4}]
+    assert [counts[op.name] for op in moves] == [2, 4]  # each sits on its consumer's placement
+    assert all(op.name.startswith("System-Boxing-Placement-") for op in moves)
+    sig = job.job_parallel_view_conf.op_name2sbp_signature_conf[moves[1].name].bn_in_op2sbp_parallel
+    assert (_sbp.from_proto(sig["in_0"]), _sbp.from_proto(sig["out_0"])) == ("S(1)", "B")
+    # device 3 runs neither op of the 2-device placement; it joins both boxing ops, sending
+    # zeros (no input) to the second one, in the job's order
+    on_two = {name for name, c in counts.items() if c == 2}
+    mine = local_job(job, 4, 3, own_ops_only=True)
+    assert {op.name for op in mine.net.op}.isdisjoint(on_two - {moves[0].name})
+    kept = {op.name: op for op in mine.net.op}
+    assert jb.op_inputs(kept[moves[0].name]) and not jb.op_inputs(kept[moves[1].name])
+    assert list(kept[moves[1].name].ctrl_in_op_name) == [moves[0].name]
+    assert len(local_job(job, 4, 1, own_ops_only=True).net.op) == len(job.net.op)
+
+
+def test_placements_of_several_counts_must_start_at_device_0():
+    flow.clear_default_session()
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(4)
+    job_fn = _on_devices("0:2-3", "0:0-3")
+    with pytest.raises(JobBuildError, match=r"placed on \['0:2-3'\], expected devices '0:0-k'"):
+        job_fn(np.zeros((8, 6), np.float32))
+
+
+@slow
+def test_every_layout_pair_across_device_counts():
+    flow.clear_default_session()
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(4)
+    cases = [(s, d, a, b) for s in SRC for d in DST for a, b in MOVES if not (s == "P" and a == 1)]
+
+    @flow.global_function()
+    def move_job(x: tp.Numpy.Placeholder((8, 8, 4))):
+        return tuple(_move(x, *case) for case in cases)
+
+    x = np.random.default_rng(0).standard_normal((8, 8, 4)).astype(np.float32)
+    outs = move_job(x).get()
+    for case, out in zip(cases, outs):
+        want = x.sum(0) if case[0] == "P" else x
+        # a partial sum adds src_k parts of 8 / src_k rows each: float32 rounding of 8 terms
+        tol = 8 * np.finfo(np.float32).eps * np.abs(x).sum(0).max()
+        np.testing.assert_allclose(out.numpy(), want, rtol=0, atol=tol if case[0] == "P" else 0, err_msg=str(case))
+    names = [op.name for op in move_job.graph.proto.net.op]
+    assert any(n.startswith("System-Boxing-Placement-") for n in names)
+
+
+def _two_placement_train_job(ndev):
+    """fc1 (weight split along its output axis) on the first half of the devices, fc2 and
+    the loss on all of them; Adam on every variable."""
+    small, large = ("0:0", "0:0") if ndev == 1 else (_devices(ndev // 2), _devices(ndev))
+
+    @flow.global_function(type="train")
+    def train_job(x: tp.Numpy.Placeholder((8, 12)), y: tp.Numpy.Placeholder((8,), dtype=flow.int32)) -> tp.Numpy:
+        with flow.scope.placement("cpu", small):
+            h = flow.layers.dense(x, 8, activation=flow.nn.relu, kernel_initializer=flow.random_normal_initializer(),
+                                  model_distribute=flow.distribute.split(0), name="fc1")
+        with flow.scope.placement("cpu", large):
+            logits = flow.layers.dense(h, 5, kernel_initializer=flow.random_normal_initializer(), name="fc2")
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [1e-2])).minimize(loss)
+        return loss
+    return train_job
+
+
+def _train(ndev, batches):
+    flow.clear_default_session()
+    flow.manual_seed(0)
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(ndev)
+    job = _two_placement_train_job(ndev)
+    losses = np.array([job(x, y) for x, y in batches])
+    return losses, flow.get_all_variables()["fc1-weight"].numpy(), job
+
+
+@slow
+def test_training_across_placements_matches_one_device():
+    rng = np.random.default_rng(1)
+    batches = [(rng.standard_normal((8, 12)).astype(np.float32), rng.integers(0, 5, 8).astype(np.int32))
+               for _ in range(8)]
+    one, w_one, _ = _train(1, batches)
+    four, w_four, job = _train(4, batches)
+    np.testing.assert_allclose(four, one, rtol=1e-5)
+    np.testing.assert_allclose(w_four, w_one, rtol=1e-5, atol=1e-6)  # fc1 lived on 2 of the 4 devices
+    assert "_boxing_across_placements" in str(job.graph)

@@ -117,7 +117,11 @@ def test_resnet50_trains_from_imagenet_style_ofrecord_shards(tmp_path):
                          "--image_size", "32", "--block_counts", "1,1,1,1", "--width", "0.125", "--num_classes", "3",
                          "--steps", "12", "--learning_rate", "0.05", "--loss_print_every_n_iter", "4",
                          "--model_save_dir", str(tmp_path / "ckpt")])
-    assert np.mean(losses[-3:]) < np.mean(losses[:3])
+    # Twelve momentum steps on batches of 8 through batch norm are noisy: a single late loss can
+    # spike past the first ones, and float rounding (thread count, kernel order) moves the spikes.
+    # Every trajectory measured (1 and 2 threads) reached under a third of its first loss within
+    # the second half, so the check asks for half: a model that does not learn never gets there.
+    assert min(losses[6:]) < 0.5 * losses[0]
     assert (tmp_path / "ckpt" / "res4_0_branch2b_bn-moving_variance" / "out").exists()
 
 

@@ -685,7 +685,8 @@ def _multi_adam_xla(k):
     b1, b2 = k.attr("beta1"), k.attr("beta2")
     scale, lr_val, correct = k.attr("scale"), k.attr("learning_rate_val"), k.attr("do_bias_correction")
     # adam_update's rule; its bias_correction*_val attrs are unused: the factors are passed
-    apply = optimizer_ops.adam_xla_step(types.SimpleNamespace(attr=lambda a: k.attrs.get(a, 1.0)))
+    attrs = {**k.attrs, "bias_correction1_val": 1.0, "bias_correction2_val": 1.0}
+    apply = optimizer_ops.adam_xla_step(types.SimpleNamespace(attr=attrs.__getitem__))
 
     def update(models, diffs, ms, vs, max_vs, lr, scale_by_tensor, skip_if, train_step):
         lr = lr_val if lr is None else lr.reshape(())

@@ -187,6 +187,22 @@ def test_explicit_grad_wrappers():
     close(predict(flow.math.gelu_grad, x, dy), ref.numpy())
 
 
+def test_half_gelu_grad_is_one_kernel_in_float32_rounded_once():
+    """gelu_grad of float16 blobs: one pass (no float32 copies of x and dy), the float64
+    gradient rounded to float16 within one float16 ulp."""
+    from test_plan import _AtenCalls
+    kernel = registry.lookup("gelu_grad").kernel(None)
+    rng = np.random.default_rng(4)
+    x, dy = (torch.from_numpy(rng.uniform(-4, 4, 4096).astype(np.float16)) for _ in range(2))
+    with _AtenCalls() as calls:
+        dx = kernel(x, dy)
+    assert dict(calls.count) == {"gelu_backward": 1} and dx.dtype == torch.float16
+    xd = x.double().requires_grad_()
+    (ref,) = torch.autograd.grad(torch.nn.functional.gelu(xd), xd, dy.double())
+    ulp = torch.finfo(torch.float16).eps * ref.abs().clamp(min=2.0 ** -14)
+    assert ((dx.double() - ref).abs() <= ulp).all()
+
+
 # ----------------------------------------------------------------- binary family (§4.2)
 
 def test_pow_atan2_xlogy_xdivy_floordiv():
@@ -538,6 +554,33 @@ def test_square_sum_and_count_not_finite():
         return flow.user_op_builder("mss").Op("multi_square_sum").Input("x", [a, b]).Output("y") \
             .Build().InferAndTryRun().RemoteBlobList()[0]
     close(predict(mss, x, x[0]), [np.sum(x.astype(np.float64) ** 2) + np.sum(x[0].astype(np.float64) ** 2)])
+
+
+@pytest.mark.parametrize("chunk", [1 << 26, 7])
+def test_multi_tensor_reductions_over_layouts_and_chunks(monkeypatch, chunk):
+    """multi_count_not_finite and multi_square_sum read many tensors in a few large kernels:
+    concatenated in memory order (contiguous, channels-last, transposed and strided views)
+    in bounded chunks (7 elements forces one chunk per tensor and splits), against numpy."""
+    from graphfront.ops import reduce_ops
+    monkeypatch.setattr(reduce_ops, "_CHUNK", chunk)
+    rng = np.random.default_rng(3)
+    base = torch.from_numpy(rng.standard_normal((2, 3, 4, 5)).astype(np.float32))
+    xs = [base.clone(), base.clone().contiguous(memory_format=torch.channels_last), base.clone().transpose(1, 3),
+          base.clone()[:, ::2, 1:], torch.tensor(2.5), torch.zeros(0, 3), torch.from_numpy(rand(11))]
+    xs[0][0, 1, 2, 3], xs[1][1, 2, 0, 4], xs[2][0, 4, 1, 2] = np.inf, np.nan, -np.inf
+    xs[3][1, 0, 1, 1], xs[6][5] = np.nan, np.inf   # (the strided view writes through to its base)
+    count = registry.lookup("multi_count_not_finite").kernel(None)
+    square_sum = registry.lookup("multi_square_sum").kernel(None)
+    arrays = [x.numpy() for x in xs]
+    assert count(xs).tolist() == [sum(int((~np.isfinite(a)).sum()) for a in arrays)] == [5]
+    finite = [torch.nan_to_num(x, nan=0.5, posinf=1.5, neginf=-1.5) for x in xs]
+    want = sum(float((x.numpy().astype(np.float64) ** 2).sum()) for x in finite)
+    got = square_sum(finite)
+    assert got.shape == (1,) and got.dtype == torch.float32
+    np.testing.assert_allclose(got.numpy(), [want], rtol=1e-6)
+    half = [x.half() for x in xs]
+    assert count(half).tolist() == [5]
+    assert count([torch.arange(6), torch.ones(2, dtype=torch.int64)]).tolist() == [0]
 
 
 def test_l2_normalize():

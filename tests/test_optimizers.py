@@ -440,7 +440,7 @@ def test_clipping_by_global_norm_matches_torch_clip_grad_norm(data, clip_norm):
     # the small clip norm is active (trajectory differs from unclipped), the large one is not
     assert np.allclose(got[-1][0], unclipped[-1][0], rtol=RTOL, atol=ATOL) == (clip_norm > 1)
     text = job_text(job)
-    for op_type in ("square_sum", "add_n", "rsqrt", "clip_by_scalar_max", "scalar_mul_by_tensor"):
+    for op_type in ("multi_square_sum", "rsqrt", "clip_by_scalar_max", "scalar_mul_by_tensor"):
         assert f'op_type_name: "{op_type}"' in text
     assert "System-ClipGradient-GlobalNorm-" in text
 

@@ -13,10 +13,12 @@ import graphfront as flow
 from graphfront import passes
 from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
-from graphfront.ops.builder import user_op_builder
+from graphfront.ops.builder import UserOpConfBuilder, user_op_builder
 from graphfront.passes import fold, fusion, update_group
 from graphfront.passes.cleanup import prune_dead_ops
+from graphfront.runtime.plan import KernelCtx
 from lenet import lenet
+from test_plan import _AtenCalls
 
 RNG = np.random.default_rng(0)
 
@@ -248,6 +250,105 @@ def test_fuse_update_ops_moves_scale_into_update():
     # the variable -> gradient relation names blobs that still exist
     for p in done.helper.tag2lbi_relations["variable_grad"].pair:
         assert f"{p.second.op_name}/{p.second.blob_name}" in done.helper.lbn2logical_blob_desc
+
+
+def _clipped_train(config):
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((4, 5), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            w = flow.get_variable("w", (5, 3), initializer=flow.random_normal_initializer(),
+                                  regularizer=flow.regularizers.l2(0.01))
+            b = flow.get_variable("b", (3,), initializer=flow.zeros_initializer())
+            loss = flow.math.reduce_sum(flow.math.square(flow.matmul(x, w) + b), axis=[1])
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9,
+                           grad_clipping=flow.optimizer.grad_clipping.by_global_norm(0.5)).minimize(loss)
+        return loss
+    return job
+
+
+def test_fuse_update_ops_folds_the_clip_factor_into_scale_by_tensor():
+    """Clipping by global norm multiplies every gradient by one factor (``scalar_mul_by_tensor``):
+    the update reads it as its ``scale_by_tensor`` (OneFlow's FuseUpdateOpsPass), under the
+    regularizer folded into ``l2``; training is unchanged."""
+    x = RNG.standard_normal((4, 5)).astype(np.float32) * 3
+    on = _run(_clipped_train, (x,), steps=3)
+    off = _run(_clipped_train, (x,), steps=3, disabled=["fuse_update_ops"])
+    _check_same(on, off)
+    assert "scalar_mul_by_tensor" in off[2] and "scalar_mul_by_tensor" not in on[2]
+    assert "l1_l2_regularize_gradient" in off[2] and "l1_l2_regularize_gradient" not in on[2]
+    flow.clear_default_session()
+    job = _clipped_train(_config(enable=False)).graph.proto
+    done = fusion.fuse_update_ops(type(job).FromString(job.SerializeToString()))
+    w_update = next(op for op in done.net.op if op.name == "w_optimizer")
+    (factor,) = w_update.user_conf.input["scale_by_tensor"].s
+    assert "ClipGradient-GlobalNorm" in factor and jb.user_attrs(w_update)["l2"] == pytest.approx(0.01)
+
+
+def test_fuse_update_ops_keeps_a_regularizer_that_a_tensor_scale_follows():
+    """``(diff + l2 * w) * s`` is not ``diff * s + l2 * w``: with the regularizer before the
+    ``scalar_mul_by_tensor``, only the factor folds and the regularizer stays an op."""
+    flow.clear_default_session()
+    job = _clipped_train(_config(enable=False)).graph.proto
+    ops = {op.name: op for op in job.net.op}
+    upd = ops["w_optimizer"]
+    reg = ops[upd.user_conf.input["model_diff"].s[0].split("/")[0]]
+    mul = ops[reg.user_conf.input["model_diff"].s[0].split("/")[0]]
+    assert (jb.op_type_name(reg), jb.op_type_name(mul)) == ("l1_l2_regularize_gradient", "scalar_mul_by_tensor")
+    grad = mul.user_conf.input["x"].s[0]   # grad -> mul -> reg -> update  becomes  grad -> reg -> mul -> update
+    reg.user_conf.input["model_diff"].s[0] = grad
+    mul.user_conf.input["x"].s[0] = f"{reg.name}/out_0"
+    upd.user_conf.input["model_diff"].s[0] = f"{mul.name}/y_0"
+    done = fusion.fuse_update_ops(job)
+    w_update = next(op for op in done.net.op if op.name == "w_optimizer")
+    assert list(w_update.user_conf.input["model_diff"].s) == [f"{reg.name}/out_0"]
+    assert list(w_update.user_conf.input["scale_by_tensor"].s) == list(mul.user_conf.input["scalar"].s)
+    assert jb.user_attrs(w_update)["l2"] == 0.0 and reg.name in {op.name for op in done.net.op}
+
+
+def _amp_train(config):
+    config.enable_auto_mixed_precision(True)
+    config.mixed_precision_data_type(flow.float16)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((4, 6), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            h = flow.layers.dense(x, 5, activation=flow.nn.relu, name="fc1")
+            loss = flow.math.reduce_mean(flow.layers.dense(h, 3, name="fc2"))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9,
+                           loss_scale_policy=flow.optimizer.loss_scale.dynamic_loss_scale(
+                               initial_loss_scale=1024.0)).minimize(loss)
+        return loss
+    return job
+
+
+def test_fuse_cast_scale_unscales_half_gradients_in_one_op():
+    """AMP's float16 weight gradients are cast to float32 and unscaled by the loss scale
+    (``cast`` -> ``scalar_mul_by_tensor``): one ``fused_cast_scale`` each, with the same
+    values bit for bit (OneFlow's FuseCastScalePass)."""
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    on = _run(_amp_train, (x,), steps=3)
+    off = _run(_amp_train, (x,), steps=3, disabled=["fuse_cast_scale"])
+    _check_same(on, off, rtol=0, atol=0)
+    fused = on[2].count("fused_cast_scale")   # one per variable whose gradient is float16
+    assert fused >= 2 and "fused_cast_scale" not in off[2] and "fuse_cast_scale" in on[3]
+    assert off[2].count("cast") - on[2].count("cast") == fused
+    assert off[2].count("scalar_mul_by_tensor") - on[2].count("scalar_mul_by_tensor") == fused
+
+
+def test_fused_cast_scale_reads_half_and_writes_float_in_one_kernel():
+    from graphfront.ops import registry
+    b = UserOpConfBuilder("u", prefix=False).Op("fused_cast_scale").Input("x", ["x/0"]).Input(
+        "scale_by_tensor", ["s/0"]).Output("y").Attr("scale", 0.5)
+    b.CheckAndComplete()
+    descs = {"x/0": jb.TensorDesc((3, 4), flow.float16), "s/0": jb.TensorDesc((1,), flow.float32)}
+    kernel = registry.lookup("fused_cast_scale").kernel(KernelCtx(b.op_conf, descs, torch.device("cpu")))
+    x = torch.from_numpy(RNG.standard_normal((3, 4)).astype(np.float16))
+    s = torch.tensor([2.0 ** -20], dtype=torch.float32)   # below float16's range: a half factor would be 0
+    with _AtenCalls() as calls:
+        y = kernel(x, s)
+    assert y.dtype == torch.float32 and y.shape == (3, 4)
+    assert torch.equal(y, x.float() * (s * 0.5))
+    assert not calls.count["_to_copy"], calls.count
 
 
 def test_group_update_ops_direct():

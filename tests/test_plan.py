@@ -1,9 +1,12 @@
 """Plan lowering: generated code, buffer release, hoisting, multi-tensor updates, CUDA-graph switch."""
+import collections
+import contextlib
 import math
 
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import graphfront as flow
 from graphfront import typing as tp
@@ -132,6 +135,45 @@ def test_multi_tensor_updates_match_single_updates(kind, lr_on_host):
         assert torch.equal(a, b)  # gradients are never written
 
 
+@pytest.mark.parametrize("kind", ["sgd", "momentum"])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.03])
+def test_multi_tensor_updates_skip_on_the_device_by_selection(kind, weight_decay):
+    """With a ``skip_if`` on a device (never read on the host) the update is computed into
+    new tensors and selected into the variables: a nonzero flag leaves models and momenta
+    bit for bit as they were though the gradients hold inf and NaN; a zero flag gives
+    exactly the in-place update (no ``skip_if``)."""
+    attrs = {"scale": 0.5, "l1": 0.0, "l2": 0.02, "weight_decay": weight_decay}
+    state = ("momentum",) if kind == "momentum" else ()
+    if kind == "momentum":
+        attrs["beta"] = 0.9
+    g = torch.Generator().manual_seed(1)
+    models = [torch.randn(3, 2, generator=g) for _ in range(3)]
+    moms = [torch.randn(3, 2, generator=g) for _ in range(3)]
+    finite = [torch.randn(3, 2, generator=g) for _ in range(3)]
+    overflowed = [d.clone() for d in finite]
+    overflowed[0][1, 0], overflowed[2][0, 1] = float("inf"), float("nan")
+    lr, sbt = torch.tensor([0.1]), torch.tensor([0.25])
+    multi = _kernel(f"multi_tensor_{kind}_update", 3, attrs, state, extra=[("skip_if", flow.int64)])
+
+    def run(diffs, skip_if, calls=contextlib.nullcontext()):
+        m, s = [t.clone() for t in models], [t.clone() for t in moms]
+        with calls:
+            multi(*([m, diffs] + ([s] if state else []) + [lr, sbt, skip_if]))
+        return m + (s if state else [])
+    before = models + (moms if state else [])
+    calls = _AtenCalls()
+    for got, old in zip(run(overflowed, _NotCpu(torch.tensor([1])), calls), before):
+        assert torch.equal(got, old)
+    # no copy of the variables before the update: one select written into each
+    assert calls.count["where"] == len(before) and not calls.count["clone"] + calls.count["copy_"], calls.count
+    in_place = run(finite, None)
+    assert not any(torch.equal(a, b) for a, b in zip(in_place, before))
+    for got, want in zip(run(finite, _NotCpu(torch.tensor([0]))), in_place):
+        assert torch.equal(got, want)
+    for got, old in zip(run(overflowed, torch.tensor([2])), before):   # on the host: not run at all
+        assert torch.equal(got, old)
+
+
 @pytest.mark.parametrize("amsgrad", [False, True])
 @pytest.mark.parametrize("correct", [False, True])
 def test_multi_tensor_adam_update_matches_adam_update(amsgrad, correct):
@@ -194,6 +236,18 @@ def test_multi_tensor_adam_update_takes_tensors_of_mixed_memory_layouts():
     assert mixed[0].is_contiguous(memory_format=torch.channels_last) and mixed[1].is_contiguous()
     for a, b_ in zip(mixed, plain):
         torch.testing.assert_close(a, b_, rtol=0, atol=0)
+
+
+class _AtenCalls(TorchDispatchMode):
+    """Counts the aten calls made inside the ``with`` block, by op name (``count``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
 
 
 class _NotCpu:

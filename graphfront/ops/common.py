@@ -1,8 +1,6 @@
 """Small helpers shared by op families: inference rules, broadcasting, grad wiring."""
 from __future__ import annotations
 
-import math
-
 import torch
 
 from graphfront.framework.errors import OpCheckError, OpRunError
@@ -181,29 +179,40 @@ def skippable(skip_if, tensors, update):
     On the CPU ``skip_if`` is read on the host and the update not run at all. Elsewhere
     (a GPU) nothing is read on the host, so the step never waits on the device: the
     update runs and each tensor then keeps its old value where ``skip_if`` is nonzero
-    (``torch.where``, so the overflowed values never mix in)."""
+    (:func:`keep_unless_skipped`, so the overflowed values never mix in)."""
     if skip_if is None:
         update()
     elif skip_if.device.type == "cpu":
-        if not bool(skip_if.reshape(-1)[0] != 0):
+        if not host_skipped(skip_if):
             update()
     else:
         old = [t.clone() for t in tensors]
         update()
-        skip = skip_if.reshape(()) != 0
-        for t, o in zip(tensors, old):
-            t.copy_(torch.where(skip, o, t))
+        keep_unless_skipped(skip_if, tensors, tensors, old)
+
+
+def host_skipped(skip_if) -> bool:
+    """True when ``skip_if`` is a CPU tensor holding a nonzero (read on the host, where it
+    is free); False for None and for a tensor on another device (never read there)."""
+    return skip_if is not None and skip_if.device.type == "cpu" and bool(skip_if.reshape(-1)[0] != 0)
+
+
+def keep_unless_skipped(skip_if, targets, new, old=None):
+    """``targets[i] = new[i]``, or ``old[i]`` (default: ``targets[i]`` as it is) where the
+    one-element ``skip_if`` is nonzero: one ``torch.where`` per tensor written into the
+    target, branch-free, nothing read on the host."""
+    skip = skip_if.reshape(()) != 0
+    for i, (t, n) in enumerate(zip(targets, new)):
+        torch.where(skip, t if old is None else old[i], n, out=t)
 
 
 def gelu_grad(x, dy):
-    """``dy * gelu'(x)`` for the exact erf GELU (``gelu'(x) = Phi(x) + x * phi(x)``).
+    """``dy * gelu'(x)`` for the exact erf GELU (``gelu'(x) = Phi(x) + x * phi(x)``), in
+    ``x``'s dtype: PyTorch's fused ``gelu_backward`` kernel, one pass over the tensors.
 
     float16 / bfloat16 inputs are computed in float32 and rounded once to their dtype, as
     OneFlow's half kernels do (each intermediate rounded to half would differ by ulps).
     """
-    dtype = x.dtype
-    if dtype in (torch.float16, torch.bfloat16):
-        x, dy = x.float(), dy.float()
-    cdf = 0.5 * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))))
-    pdf = torch.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
-    return (dy * (cdf + x * pdf)).to(dtype)
+    return torch.ops.aten.gelu_backward(dy.to(x.dtype), x)
+
+

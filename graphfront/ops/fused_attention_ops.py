@@ -460,8 +460,17 @@ def _cast_scale_infer(ctx):
 
 
 def _cast_scale_kernel(k):
+    """One kernel where ``x``'s dtype promotes to the factor's (float16 to float32): a
+    one-element 1-D factor takes part in type promotion, so the product is computed and
+    written in the factor's dtype straight from ``x``, with no cast copy of ``x``."""
     scale = k.attr("scale")
-    return lambda x, s: x.to(s.dtype) * (s.reshape(()) * scale)
+    x_dtype, s_dtype = k.input("x").dtype.torch, k.input("scale_by_tensor").dtype.torch
+    promotes = torch.promote_types(x_dtype, s_dtype) == s_dtype
+
+    def fused_cast_scale(x, s):
+        factor = s.reshape(1) if scale == 1.0 else s.reshape(1) * scale
+        return torch.mul(x if promotes else x.to(s.dtype), factor).reshape(x.shape)
+    return fused_cast_scale
 
 
 def _fused_cast_scale_onnx(c):

@@ -69,7 +69,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import like, same_dtype, skippable
+from graphfront.ops.common import host_skipped, keep_unless_skipped, like, same_dtype
 from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, _pool_infer, bias_add_infer, conv_data_grad_onnx,
                                    conv_filter_grad_onnx, conv_xla_fn, layout_for, pool_geometry, torch_dilation)
 from graphfront.ops import onnx_rules, optimizer_ops, xla_rules
@@ -534,17 +534,27 @@ def _multi_infer(state=()):
     return infer
 
 
-def _grads(models, diffs, scale, l1, l2, scale_by_tensor, writable=False):
-    """The regularized gradients; fresh tensors when ``writable`` (the diffs are never written)."""
+def _grads(models, diffs, scale, l1, l2, scale_by_tensor):
+    """The regularized gradients ``diff * scale (* scale_by_tensor) + l1 * sign(w) + l2 * w``:
+    the first term that applies makes new tensors, the later ones write those (the diffs
+    are never written)."""
     g = [d if d.dtype == m.dtype else d.to(m.dtype) for m, d in zip(models, diffs)]
-    if scale != 1.0 or writable or scale_by_tensor is not None or l1 or l2:
-        g = torch._foreach_mul(g, scale)
+    fresh = False
+
+    def apply(name, *args, **kwargs):
+        nonlocal g, fresh
+        if fresh:
+            getattr(torch, f"_foreach_{name}_")(g, *args, **kwargs)
+        else:
+            g, fresh = getattr(torch, f"_foreach_{name}")(g, *args, **kwargs), True
+    if scale != 1.0:
+        apply("mul", scale)
     if scale_by_tensor is not None:
-        torch._foreach_mul_(g, scale_by_tensor.reshape(()))
+        apply("mul", scale_by_tensor.reshape(()))
     if l1:
-        torch._foreach_add_(g, torch._foreach_sign(models), alpha=l1)
+        apply("add", torch._foreach_sign(models), alpha=l1)
     if l2:
-        torch._foreach_add_(g, models, alpha=l2)
+        apply("add", models, alpha=l2)
     return g
 
 
@@ -555,26 +565,36 @@ def _host_lr(lr, lr_val):
     return float(lr) if lr.device.type == "cpu" else lr.reshape(())
 
 
+def _selects(skip_if):
+    """True when the update must be computed into new tensors and selected into the
+    variables by ``skip_if`` on its device (a GPU); False when it runs in place (no
+    ``skip_if``, or one on the CPU that :func:`host_skipped` read as zero)."""
+    return skip_if is not None and skip_if.device.type != "cpu"
+
+
 def _multi_sgd_kernel(k):
     scale, l1, l2, wd, lr_val = (k.attr(a) for a in ("scale", "l1", "l2", "weight_decay", "learning_rate_val"))
 
     def multi_tensor_sgd_update(models, diffs, lr, scale_by_tensor, skip_if):
-        skippable(skip_if, models, lambda: update(models, diffs, lr, scale_by_tensor))
-
-    def update(models, diffs, lr, scale_by_tensor):
+        if host_skipped(skip_if):
+            return None
+        select = _selects(skip_if)
         lr = _host_lr(lr, lr_val)
         plain = not (l1 or l2 or wd) and scale_by_tensor is None and all(
             d.dtype == m.dtype for m, d in zip(models, diffs))
-        if plain and isinstance(lr, float):
+        if plain and isinstance(lr, float) and not select:
             torch._foreach_add_(models, diffs, alpha=-lr * scale)
             return None
-        g = _grads(models, diffs, scale, l1, l2, scale_by_tensor, writable=bool(wd))
+        g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
         if wd:
-            torch._foreach_add_(g, models, alpha=wd)
+            g = torch._foreach_add(g, models, alpha=wd)
         if isinstance(lr, float):
-            torch._foreach_add_(models, g, alpha=-lr)
+            new = torch._foreach_add(models, g, alpha=-lr) if select else torch._foreach_add_(models, g, alpha=-lr)
         else:
-            torch._foreach_sub_(models, torch._foreach_mul(g, lr))
+            step = torch._foreach_mul(g, lr)
+            new = torch._foreach_sub(models, step) if select else torch._foreach_sub_(models, step)
+        if select:
+            keep_unless_skipped(skip_if, models, new)
         return None
     return multi_tensor_sgd_update
 
@@ -584,23 +604,30 @@ def _multi_momentum_kernel(k):
                                                             "learning_rate_val", "beta"))
 
     def multi_tensor_momentum_update(models, diffs, moms, lr, scale_by_tensor, skip_if):
-        skippable(skip_if, list(models) + list(moms), lambda: update(models, diffs, moms, lr, scale_by_tensor))
-
-    def update(models, diffs, moms, lr, scale_by_tensor):
+        if host_skipped(skip_if):
+            return None
+        select = _selects(skip_if)   # (new tensors, selected at the end; else in place)
         lr = _host_lr(lr, lr_val)
         g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
         decay = None
         if wd:  # lr * wd * w, from the weights before this step
             decay = torch._foreach_mul(models, wd)
             torch._foreach_mul_(decay, lr)
-        torch._foreach_mul_(moms, beta)
+        new_moms = torch._foreach_mul(moms, beta) if select else moms
+        if not select:
+            torch._foreach_mul_(moms, beta)
         if isinstance(lr, float):
-            torch._foreach_add_(moms, g, alpha=-lr)
+            torch._foreach_add_(new_moms, g, alpha=-lr)
         else:
-            torch._foreach_sub_(moms, torch._foreach_mul(g, lr))
-        torch._foreach_add_(models, moms)
+            torch._foreach_sub_(new_moms, torch._foreach_mul(g, lr))
+        new_models = torch._foreach_add(models, new_moms) if select else models
+        if not select:
+            torch._foreach_add_(models, moms)
         if decay is not None:
-            torch._foreach_sub_(models, decay)
+            torch._foreach_sub_(new_models, decay)
+        if select:
+            keep_unless_skipped(skip_if, moms, new_moms)
+            keep_unless_skipped(skip_if, models, new_models)
         return None
     return multi_tensor_momentum_update
 

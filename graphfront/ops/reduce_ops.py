@@ -447,8 +447,42 @@ def _square_sum(x):
     return torch.sum(x * x).reshape(1)
 
 
-def _count_not_finite(x):
-    return torch.sum(~torch.isfinite(x)).reshape(1).to(torch.int64)
+_CHUNK = 1 << 26   # elements per concatenation of a multi-tensor reduction (a bound on its temporary memory)
+
+
+def _chunks(xs):
+    """The elements of the tensors ``xs`` (one dtype) as a few 1-D tensors of at most
+    ``_CHUNK`` elements (or one tensor, when larger): each the concatenation of the
+    tensors in memory order (:func:`_memory_order`). A multi-tensor reduction then runs a
+    few large kernels whatever the number of tensors, as OneFlow's multi-tensor kernels do."""
+    chunk, size = [], 0
+    for x in xs:
+        if chunk and size + x.numel() > _CHUNK:
+            yield torch.cat(chunk) if len(chunk) > 1 else chunk[0]
+            chunk, size = [], 0
+        chunk.append(_memory_order(x))
+        size += x.numel()
+    yield torch.cat(chunk) if len(chunk) > 1 else chunk[0]
+
+
+def _memory_order(x):
+    """The elements of ``x`` as a 1-D tensor in the order they lie in memory: a view when
+    ``x`` is dense (contiguous, channels-last or any permutation), else a copy."""
+    order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
+    return x.permute(order).reshape(-1)
+
+
+def _multi_count_not_finite(xs):
+    """The inf and NaN elements of all ``xs``, int64 ``(1,)``: ``f - f`` is 0 exactly for a
+    finite ``f`` and NaN for inf and NaN, so the count is its nonzeros."""
+    if not xs[0].is_floating_point():
+        return torch.zeros(1, dtype=torch.int64, device=xs[0].device)
+    return functools.reduce(torch.add, [torch.count_nonzero(f - f) for f in _chunks(xs)]).reshape(1)
+
+
+def _multi_square_sum(xs):
+    """``sum(x * x)`` over every element of all ``xs``, shape ``(1,)``, their dtype."""
+    return functools.reduce(torch.add, [_square_sum(f) for f in _chunks(xs)])
 
 
 def _square_sum_onnx(c):
@@ -486,7 +520,7 @@ def _multi_square_sum_onnx(c):
 
 
 op("multi_square_sum", inputs=["x*"], outputs=["y"], infer=_sum_infer(repeated=True),
-   kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_square_sum(x) for x in xs])),
+   kernel=lambda k: _multi_square_sum,
    onnx=_multi_square_sum_onnx, xla=lambda k: (lambda xs: functools.reduce(lambda a, b: a + b,
                                                                            [_square_sum_xla(x) for x in xs])))
 
@@ -506,10 +540,10 @@ def _count_not_finite_onnx(c):
 
 
 op("count_not_finite", inputs=["x"], outputs=["y"], infer=_sum_infer(_dt.int64),
-   kernel=lambda k: _count_not_finite, no_grad=True, onnx=_count_not_finite_onnx,
+   kernel=lambda k: (lambda x: _multi_count_not_finite([x])), no_grad=True, onnx=_count_not_finite_onnx,
    xla=lambda k: _count_not_finite_xla)
 op("multi_count_not_finite", inputs=["x*"], outputs=["y"], infer=_sum_infer(_dt.int64, repeated=True),
-   kernel=lambda k: (lambda xs: functools.reduce(torch.add, [_count_not_finite(x) for x in xs])), no_grad=True,
+   kernel=lambda k: _multi_count_not_finite, no_grad=True,
    onnx=_count_not_finite_onnx, xla=lambda k: (lambda xs: functools.reduce(lambda a, b: a + b,
                                                                            [_count_not_finite_xla(x) for x in xs])))
 

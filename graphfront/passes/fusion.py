@@ -8,10 +8,15 @@ observe is unchanged; the values differ from the unfused job by float rounding a
 ================================  ==========================================================
 pass                              rewrite
 ================================  ==========================================================
-:func:`fuse_update_ops`           (OneFlow's ``FuseUpdateOpsPass``) a ``scalar_mul`` or
+:func:`fuse_update_ops`           (OneFlow's ``FuseUpdateOpsPass``) a ``scalar_mul``,
+                                  ``scalar_mul_by_tensor`` or
                                   ``l1_l2_regularize_gradient`` feeding an update op's
-                                  ``model_diff`` becomes the update's ``scale`` / ``l1``,
-                                  ``l2`` attrs
+                                  ``model_diff`` becomes the update's ``scale``,
+                                  ``scale_by_tensor`` input, ``l1`` / ``l2`` attrs
+:func:`fuse_cast_scale`           (OneFlow's ``FuseCastScalePass``) a ``cast`` from float16 /
+                                  bfloat16 to float32 feeding a ``scalar_mul_by_tensor``
+                                  (through a ``scalar_mul`` or not), as AMP's gradient
+                                  unscaling does, becomes ``fused_cast_scale``
 :func:`fuse_scalar_chains`        ``scalar_mul`` -> ``scalar_mul`` and ``scalar_add`` ->
                                   ``scalar_add`` merge into one op; ``scalar_mul`` ->
                                   ``scalar_add`` becomes ``fused_scalar_mul_add``
@@ -63,13 +68,17 @@ def _is_update(op_conf):
 
 
 def fuse_update_ops(job):
-    """Fold ``scalar_mul`` / ``l1_l2_regularize_gradient`` producers of an update op's
-    ``model_diff`` into its ``scale`` / ``l1`` / ``l2`` attrs (OneFlow's FuseUpdateOpsPass).
+    """Fold ``scalar_mul`` / ``scalar_mul_by_tensor`` / ``l1_l2_regularize_gradient``
+    producers of an update op's ``model_diff`` into its ``scale`` attr, ``scale_by_tensor``
+    input and ``l1`` / ``l2`` attrs (OneFlow's FuseUpdateOpsPass,
+    ``oneflow/core/job_rewriter/fuse_update_ops_pass.cpp``).
 
-    ``g = scale * diff + l1 * sign(w) + l2 * w`` inside every update op, so a regularizer
-    folds only while ``scale`` is still 1 and the update's own ``l1``/``l2`` are 0.
+    ``g = diff * scale * scale_by_tensor + l1 * sign(w) + l2 * w`` inside every update op,
+    so a regularizer folds only while neither scale is set and the update's own ``l1`` /
+    ``l2`` are 0, and a ``scalar_mul_by_tensor`` only into an update without
+    ``scale_by_tensor``.
     """
-    if not has_op_types(job, ("scalar_mul", "l1_l2_regularize_gradient")):
+    if not has_op_types(job, ("scalar_mul", "scalar_mul_by_tensor", "l1_l2_regularize_gradient")):
         return job
     net = Net(job)
     changed = False
@@ -91,8 +100,15 @@ def fuse_update_ops(job):
                     break
                 net.set_attr(upd, "scale", attrs["scale"] * float(value))
                 net.set_input(upd, "model_diff", 0, single_input(prod, "in"))
+            elif t == "scalar_mul_by_tensor":
+                if single_input(upd, "scale_by_tensor") is not None or \
+                        registry.lookup(user_type(upd)).input_def("scale_by_tensor") is None:
+                    break
+                net.add_input(upd, "scale_by_tensor", single_input(prod, "scalar"))
+                net.set_input(upd, "model_diff", 0, single_input(prod, "x"))
             elif t == "l1_l2_regularize_gradient":
                 if attrs["scale"] != 1.0 or attrs["l1"] or attrs["l2"] or \
+                        single_input(upd, "scale_by_tensor") is not None or \
                         single_input(prod, "model") != single_input(upd, "model"):
                     break
                 pa = net.attrs(prod)
@@ -104,6 +120,41 @@ def fuse_update_ops(job):
             net.redirect(diff, single_input(upd, "model_diff"))
             net.remove(prod.name)
             changed = True
+    return net.finish() if changed else job
+
+
+# ------------------------------------------------------------------ cast + scale
+
+def fuse_cast_scale(job):
+    """``cast`` (float16 / bfloat16 -> float32) -> [``scalar_mul`` ->] ``scalar_mul_by_tensor``,
+    each blob read by the next op only, becomes one ``fused_cast_scale`` (OneFlow's
+    FuseCastScalePass, ``oneflow/core/job_rewriter/fuse_cast_scale_pass.cpp``): one kernel
+    that reads the half-precision blob and writes the scaled float32 one."""
+    if not has_op_types(job, ("cast",)) or not has_op_types(job, ("scalar_mul_by_tensor",)):
+        return job
+    net = Net(job)
+    changed = False
+    for op in _order(job):
+        if user_type(op) != "cast" or net.is_removed(op.name):
+            continue
+        src, out = single_input(op, "in"), single_output(op, "out")
+        if net.desc(src).dtype.name not in ("float16", "bfloat16") or net.desc(out).dtype.name != "float32":
+            continue
+        chain, scale = [op], 1.0
+        nxt = net.sole_reader(out)
+        if user_type(nxt) == "scalar_mul":
+            value, _ = _scalar(net.attrs(nxt))
+            chain.append(nxt)
+            scale = float(value)
+            nxt = net.sole_reader(single_output(nxt, "out"))
+        if user_type(nxt) != "scalar_mul_by_tensor" or single_input(nxt, "x") != single_output(chain[-1], "out"):
+            continue
+        fused = net.add_user_op(f"{nxt.name}-fused", "fused_cast_scale",
+                                {"x": src, "scale_by_tensor": single_input(nxt, "scalar")}, {"scale": scale},
+                                outputs=("y",), like_op=nxt.name)
+        net.redirect(single_output(nxt, "y"), fused.user_conf.output["y"].s[0])
+        net.remove(*(o.name for o in chain), nxt.name)
+        changed = True
     return net.finish() if changed else job
 
 

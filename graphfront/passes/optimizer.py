@@ -189,15 +189,21 @@ def _clip_by_global_norm(b, grads, clip):
     """Scale every grad by ``min(1, clip_norm / global_norm)``, ``global_norm = sqrt(sum_v sum(g_v^2))``.
 
     Same factor as ``torch.nn.utils.clip_grad_norm_`` (which adds 1e-6 to the norm;
-    OneFlow does not). Emitted as ``square_sum`` per grad, ``add_n``, ``rsqrt``,
-    ``scalar_mul`` by clip_norm, ``clip_by_scalar_max`` at 1 and ``scalar_mul_by_tensor``
-    per grad (a zero global norm gives rsqrt = inf, clipped to a factor of 1).
+    OneFlow does not). Emitted as OneFlow does: ``multi_square_sum`` over the grads of one
+    dtype (``square_sum`` for a single grad), ``add_n`` of those, ``rsqrt``, ``scalar_mul``
+    by clip_norm, ``clip_by_scalar_max`` at 1 and ``scalar_mul_by_tensor`` per grad (a
+    zero global norm gives rsqrt = inf, clipped to a factor of 1).
     """
     if not clip.clip_norm > 0:
         raise JobBuildError(f"grad_clipping.by_global_norm: clip_norm must be > 0, received {clip.clip_norm}")
     prefix = "System-ClipGradient-GlobalNorm-"
-    sums = [add_user_op(b, unique_str(prefix + "SquareSum-"), "square_sum", {"x": g}, outputs=("y",))[0]
-            for g in grads.values()]
+    by_dtype = {}
+    for g in grads.values():
+        by_dtype.setdefault(b.desc(g).dtype.name, []).append(g)
+    sums = [add_user_op(b, unique_str(prefix + "SquareSum-"), "square_sum", {"x": gs[0]}, outputs=("y",))[0]
+            if len(gs) == 1 else
+            add_user_op(b, unique_str(prefix + "MultiSquareSum-"), "multi_square_sum", {"x": gs}, outputs=("y",))[0]
+            for gs in by_dtype.values()]
     total = sums[0] if len(sums) == 1 else add_user_op(b, unique_str(prefix + "AddN-"), "add_n", {"in": sums})[0]
     (inv_norm,) = add_user_op(b, unique_str(prefix + "Rsqrt-"), "rsqrt", {"x": total}, outputs=("y",))
     (scaled,) = add_user_op(b, unique_str(prefix + "ScalarMul-"), "scalar_mul", {"in": inv_norm},

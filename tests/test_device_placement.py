@@ -73,10 +73,18 @@ def _recorded(fn):
     return result, tensors.found, data.found
 
 
+def _meta_fused_sgd(*tensor_lists, found_inf, **_):
+    """``torch._fused_sgd_`` on the meta device (PyTorch has no meta kernel for it): checks
+    that every tensor it would read or write is on the device, writes nothing."""
+    off = [t.device for ts in tensor_lists for t in ts] + [found_inf.device]
+    assert set(off) == {META}, f"torch._fused_sgd_ given tensors on {set(off)}"
+
+
 @pytest.fixture
 def on_meta(monkeypatch):
     """Jobs compiled from here on run on the meta device."""
     real = plan_mod.device_of
+    monkeypatch.setattr(torch, "_fused_sgd_", _meta_fused_sgd)
     monkeypatch.setattr(plan_mod, "device_of", lambda op_conf, ids: META)
     monkeypatch.setattr(walk_mod, "device_of", lambda op_conf, ids: META)
     monkeypatch.setattr(session_mod, "device_of", lambda op_conf, ids: META)

@@ -572,6 +572,32 @@ def _selects(skip_if):
     return skip_if is not None and skip_if.device.type != "cpu"
 
 
+def _strided_like(t, ref):
+    """``t``, or a copy of it with ``ref``'s strides when they differ."""
+    return t if t.stride() == ref.stride() else torch.empty_like(ref).copy_(t)
+
+
+def _fused_sgd_skippable(models, steps, moms, skip_if, beta=0.0):
+    """PyTorch's fused SGD kernel (``torch._fused_sgd_``) as a skippable multi-tensor update
+    that leaves every tensor untouched inside the kernel when ``skip_if`` is nonzero (its
+    ``found_inf``): no host read, no copy or select of the variables. ``steps`` (``lr * g``)
+    are new tensors (the kernel may write them).
+
+    With ``moms``: ``mom = beta * mom - step; w += mom`` (OneFlow's momentum update, as the
+    kernel's ``buf = beta * buf + (1 - 2) * step`` and ``w -= (-1) * buf``); without:
+    ``w -= step`` (OneFlow's SGD update).
+    """
+    steps = [_strided_like(t, m) for t, m in zip(steps, models)]
+    bufs = [_strided_like(b, m) for b, m in zip(moms, models)]
+    torch._fused_sgd_(models, steps, bufs, weight_decay=0.0, momentum=beta if moms else 0.0,
+                      lr=-1.0 if moms else 1.0, dampening=2.0 if moms else 0.0, nesterov=False, maximize=False,
+                      is_first_step=False, found_inf=(skip_if.reshape(()) != 0).float())
+    for b, used in zip(moms, bufs):
+        if used is not b:
+            b.copy_(used)
+    torch._C._increment_version([*models, *moms])   # (the fused kernel bumps none)
+
+
 def _multi_sgd_kernel(k):
     scale, l1, l2, wd, lr_val = (k.attr(a) for a in ("scale", "l1", "l2", "weight_decay", "learning_rate_val"))
 
@@ -586,6 +612,9 @@ def _multi_sgd_kernel(k):
             torch._foreach_add_(models, diffs, alpha=-lr * scale)
             return None
         g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
+        if select and not wd:
+            _fused_sgd_skippable(models, torch._foreach_mul(g, lr), [], skip_if)
+            return None
         if wd:
             g = torch._foreach_add(g, models, alpha=wd)
         if isinstance(lr, float):
@@ -606,9 +635,12 @@ def _multi_momentum_kernel(k):
     def multi_tensor_momentum_update(models, diffs, moms, lr, scale_by_tensor, skip_if):
         if host_skipped(skip_if):
             return None
-        select = _selects(skip_if)   # (new tensors, selected at the end; else in place)
+        select = _selects(skip_if)   # (skipped in the fused kernel, or new tensors selected at the end)
         lr = _host_lr(lr, lr_val)
         g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
+        if select and not wd:
+            _fused_sgd_skippable(models, torch._foreach_mul(g, lr), moms, skip_if, beta)
+            return None
         decay = None
         if wd:  # lr * wd * w, from the weights before this step
             decay = torch._foreach_mul(models, wd)
@@ -667,11 +699,6 @@ def _multi_update_xla(momentum):
             return None, ((new_models, new_moms) if momentum else (new_models,))
         return update
     return make
-
-
-def _strided_like(t, ref):
-    """``t``, or a copy of it with ``ref``'s strides when they differ."""
-    return t if t.stride() == ref.stride() else torch.empty_like(ref).copy_(t)
 
 
 def _multi_adam_kernel(k):

@@ -857,3 +857,29 @@ def test_normalization_add_to_output_and_missing_statistics_errors():
     with pytest.raises(JobBuildError, match=r"with scale=True its output 'normalized' is needed"):
         run(lambda x, g: user_op("layer_norm", {"x": x, "gamma": g}, ["y", "mean", "inv_variance"],
                                  {"scale": True, "begin_norm_axis": 1, "begin_params_axis": 1}), [x, gamma])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("op_type, x_arg", [("dropout", "in"), ("dropout_grad", "dy")])
+def test_dropout_masks_and_scales_in_one_kernel(op_type, x_arg, dtype):
+    """dropout / dropout_grad: ``x * mask * scale`` in one pass over ``x`` (no intermediate
+    ``x * mask``), bit for bit, the signs of the dropped zeros included."""
+    from graphfront.framework import job_builder as jb
+    from graphfront.ops.builder import UserOpConfBuilder
+    from graphfront.runtime.plan import KernelCtx
+    from test_plan import _AtenCalls
+    b = UserOpConfBuilder("u", prefix=False).Op(op_type).Input(x_arg, ["x/0"]).Input("mask", ["m/0"]) \
+        .Output("out" if op_type == "dropout" else "dx").Attr("scale", 1 / 0.7)
+    b.CheckAndComplete()
+    descs = {"x/0": jb.TensorDesc((64,), flow.float16 if dtype == torch.float16 else flow.float32),
+             "m/0": jb.TensorDesc((64,), flow.int8)}
+    kernel = registry.lookup(op_type).kernel(KernelCtx(b.op_conf, descs, torch.device("cpu")))
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(64, generator=g).to(dtype)
+    mask = (torch.rand(64, generator=g) > 0.3).to(torch.int8)
+    with _AtenCalls() as calls:
+        out = kernel(x, mask, None) if op_type == "dropout" else kernel(x, mask)
+    assert calls.count["addcmul"] == 1 and not calls.count["mul"], calls.count
+    want = x * mask * (1 / 0.7)
+    assert out.dtype == dtype and torch.equal(out, want) and torch.equal(out.signbit(), want.signbit())
+    assert out[mask == 0].signbit().any()   # (negative inputs were dropped)

@@ -684,11 +684,20 @@ def _dropout_infer(ctx):
     ctx.set_output("out", x.shape, x.dtype)
 
 
-def _dropout_kernel(k):
+def _mask_scale(k, x_arg):
+    """``x * mask * scale`` in one kernel (``dropout``, ``dropout_grad``): ``addcmul`` into a
+    ``-0.0`` broadcast to ``x``'s shape (never materialized), which keeps the sign of every
+    zero ``x * 0`` gives; a 0/1 mask gives ``x * mask * scale`` bit for bit."""
     scale = k.attr("scale")
+    zero = torch.full((), -0.0, dtype=k.input(x_arg).dtype.torch, device=k.device)
+    return lambda x, mask: torch.addcmul(zero.expand(x.shape), x, mask, value=scale)
+
+
+def _dropout_kernel(k):
+    mask_scale = _mask_scale(k, "in")
 
     def dropout(x, mask, add_to):
-        out = x * mask * scale
+        out = mask_scale(x, mask)
         return out if add_to is None else out + add_to
     return dropout
 
@@ -728,7 +737,7 @@ def _dropout_grad_infer(ctx):
 
 
 op("dropout_grad", inputs=["dy", "mask"], outputs=["dx"], attrs={"scale": ("float", 0.0)},
-   infer=_dropout_grad_infer, kernel=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask * s),
+   infer=_dropout_grad_infer, kernel=lambda k: _mask_scale(k, "dy"),
    onnx=_mask_scale_onnx("dy", "dx"),
    xla=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask.astype(dy.dtype) * s))
 

@@ -2,6 +2,7 @@
 pool_ops) and their wrappers in flow.nn / flow.layers / flow.losses, against PyTorch
 eager autograd (float64 references)."""
 import inspect
+import typing
 
 import numpy as np
 import pytest
@@ -883,3 +884,26 @@ def test_dropout_masks_and_scales_in_one_kernel(op_type, x_arg, dtype):
     want = x * mask * (1 / 0.7)
     assert out.dtype == dtype and torch.equal(out, want) and torch.equal(out.signbit(), want.signbit())
     assert out[mask == 0].signbit().any()   # (negative inputs were dropped)
+
+
+def test_half_layer_norm_statistics_are_float32():
+    """layer_norm of a float16 blob gives ``mean`` and ``inv_variance`` in float32, as
+    OneFlow's InferBnParamDataType, and ``y`` in float16; layer_norm_grad reads them."""
+    x = np.random.default_rng(6).standard_normal((4, 16)).astype(np.float32) * 3 + 1
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(v: tp.Numpy.Placeholder((4, 16))) -> typing.Tuple[tp.Numpy, tp.Numpy, tp.Numpy, tp.Numpy]:
+        with flow.scope.placement("cpu", "0:0"):
+            h = flow.cast(v, flow.float16)
+            y, mean, inv = flow.user_op_builder("ln").Op("layer_norm").Input("x", [h]).Output("y") \
+                .Output("mean").Output("inv_variance").Attr("begin_norm_axis", 1).Attr("begin_params_axis", -1) \
+                .Attr("epsilon", 1e-5).Build().InferAndTryRun().RemoteBlobList()
+            dx = flow.layers.layer_norm_grad(h, h, mean, inv, begin_norm_axis=1)
+            return y, mean, inv, dx
+    y, mean, inv, dx = job(x)
+    assert (y.dtype, mean.dtype, inv.dtype, dx.dtype) == (np.float16, np.float32, np.float32, np.float16)
+    h = x.astype(np.float16).astype(np.float64)
+    # (the CPU kernel keeps half-precision statistics: within float16 rounding)
+    np.testing.assert_allclose(mean, h.mean(1), rtol=2 ** -10, atol=2 ** -14)
+    np.testing.assert_allclose(inv, 1 / np.sqrt(h.var(1) + 1e-5), rtol=2 ** -10)

@@ -354,9 +354,16 @@ def _ln_infer(ctx):
                                          f"begin_params_axis {bpa}), received {d.shape}")
             ctx.check(d.dtype is x.dtype, f"input '{arg}' expected dtype {x.dtype.name}, received {d.dtype.name}")
     ctx.set_output("y", x.shape, x.dtype)
-    ctx.set_output("mean", x.shape[:bna], x.dtype)
-    ctx.set_output("inv_variance", x.shape[:bna], x.dtype)
+    ctx.set_output("mean", x.shape[:bna], ln_stat_dtype(x.dtype))
+    ctx.set_output("inv_variance", x.shape[:bna], ln_stat_dtype(x.dtype))
     ctx.set_output("normalized", x.shape, x.dtype)
+
+
+def ln_stat_dtype(dtype):
+    """The dtype of ``layer_norm``'s ``mean`` and ``inv_variance`` for an input of ``dtype``:
+    float32 for float16, else ``dtype`` (OneFlow's ``InferBnParamDataType``,
+    ``oneflow/user/ops/layer_norm_op.cpp``)."""
+    return _dt.float32 if dtype is _dt.float16 else dtype
 
 
 def _norm_axes(k, arg="x", attr="begin_norm_axis"):
@@ -385,6 +392,7 @@ def _ln_kernel(k):
     eps = k.attr("epsilon")
     want_normalized = k.has_output("normalized")
     fused_affine = bpa == bna and not want_normalized
+    stats, stat_dtype = shape[:bna], k.output("mean").dtype.torch   # (a no-op cast on CUDA: torch's are float32)
 
     def layer_norm(x, beta, gamma):
         if fused_affine:
@@ -400,8 +408,7 @@ def _ln_kernel(k):
                 y = normalized + beta
             else:
                 y = normalized
-        stats = shape[:bna]
-        return y, mean.reshape(stats).to(x.dtype), inv.reshape(stats).to(x.dtype), normalized
+        return y, mean.reshape(stats).to(stat_dtype), inv.reshape(stats).to(stat_dtype), normalized
     return layer_norm
 
 
@@ -409,13 +416,15 @@ def _ln_xla(k):
     shape, bna = _norm_axes(k)
     axes = tuple(range(bna, len(shape)))
     eps = k.attr("epsilon")
+    stat_dtype = k.output("mean").dtype.np
 
     def layer_norm(x, beta, gamma):
         jnp = xla_rules.jnp()
-        mean = x.mean(axis=axes, keepdims=True)
-        var = jnp.square(x - mean).mean(axis=axes, keepdims=True)
+        xs = x.astype(stat_dtype)   # (float16: the statistics in float32, normalized rounded once)
+        mean = xs.mean(axis=axes, keepdims=True)
+        var = jnp.square(xs - mean).mean(axis=axes, keepdims=True)
         inv = xla_rules.lax().rsqrt(var + eps)
-        normalized = (x - mean) * inv
+        normalized = ((xs - mean) * inv).astype(x.dtype)
         y = normalized
         if gamma is not None:
             y = y * gamma
@@ -486,8 +495,11 @@ def _layer_norm_onnx(c):
     if not (gamma or beta):
         c.node("Identity", [y], [c.output("y")])
     stat_shape = c.const(int64s(d.shape[:bna]))
+    stat_dtype = ln_stat_dtype(d.dtype)
     for stat, arg in ((mean, "mean"), (inv, "inv_variance")):
         if c.output(arg):
+            if stat_dtype is not d.dtype:
+                stat = c.node("Cast", [stat], to=c.dtype_code(stat_dtype))
             c.node("Reshape", [stat, stat_shape], [c.output(arg)])
 
 
@@ -529,9 +541,12 @@ def _ln_grad_xla(k):
     kshape = tuple(shape[:bna]) + (1,) * (len(shape) - bna)
 
     def layer_norm_grad(dy, x, mean, inv_variance, add_to):
+        work = mean.dtype   # (float16: in float32, rounded once)
+        dy, xs = dy.astype(work), x.astype(work)
         inv = inv_variance.reshape(kshape)
-        xhat = (x - mean.reshape(kshape)) * inv
+        xhat = (xs - mean.reshape(kshape)) * inv
         dx = inv * (dy - dy.mean(axis=axes, keepdims=True) - xhat * (dy * xhat).mean(axis=axes, keepdims=True))
+        dx = dx.astype(x.dtype)
         return dx if add_to is None else dx + add_to
     return layer_norm_grad
 

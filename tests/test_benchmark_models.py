@@ -318,3 +318,18 @@ def test_benchmark_script_prints_samples_per_second_and_ratios(script, extra, ca
     out = capsys.readouterr().out
     assert "ratio to best peer (torch-eager)" in out and "samples/s" in out
     assert out.count("\ngraphfront-plan ") == 1
+
+
+def test_step_kernels_counts_both_sides_of_each_model(capsys):
+    """benchmarks/step_kernels.py (small networks): graphfront's GPU-configured plan runs on
+    the meta device, PyTorch's step on the CPU; both counts and the table are printed."""
+    spec = importlib.util.spec_from_file_location("bench_step_kernels", os.path.join(ROOT, "benchmarks",
+                                                                                      "step_kernels.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    counts = module.main(["--block-counts", "1,1,1,1", "--layers", "1", "--top", "3"])
+    assert set(counts) == {"resnet50", "bert"} and all(g > 0 and p > 0 for g, p in counts.values())
+    out = capsys.readouterr().out
+    for model, (g, p) in counts.items():
+        assert f"{model} " in out and f"{g / p:.2f}" in out
+    assert out.count("graphfront's most frequent calls") == 2

@@ -1,0 +1,181 @@
+"""Kernels per steady train step of the ResNet-50 and BERT-base GPU configurations, counted
+on a CPU: graphfront's plan against the PyTorch eager step of the same benchmark.
+
+    python benchmarks/step_kernels.py                  # both models, a table
+    python benchmarks/step_kernels.py --models bert --top 15
+
+A GPU kernel costs a few microseconds however small it is (inside a CUDA graph too), so the
+number of kernels a step launches bounds how fast a short step can be. Each side runs one
+steady step under a ``TorchDispatchMode`` that counts the aten calls other than views and
+allocations (``view``, ``permute``, ``empty``, ...), a close proxy for kernel launches:
+
+* graphfront: the job of ``benchmarks/resnet50.py`` / ``benchmarks/bert_pretrain.py`` in their
+  GPU configuration (AMP float16 with dynamic loss scaling; ResNet-50 NHWC, batch 128 at
+  224x224; BERT-base batch 64, sequence 128), compiled for a GPU placement whose device is
+  torch's ``meta`` device: the plan takes its GPU branches (nothing read on the host) and no
+  memory is used. ``torch._fused_sgd_`` / ``torch._fused_adamw_`` have no meta kernel: they
+  are counted (one call each) without running.
+* PyTorch: the benchmark's eager step (``torch_step``) on the CPU with autocast bfloat16, at
+  batch 2 and 32x32 images (ResNet-50) or sequence 32 (BERT): the count does not depend on the
+  sizes. ``GradScaler`` is off on the CPU, so its unscale and inf-check kernels (a few
+  multi-tensor launches on a GPU) are not counted: the PyTorch figure is a lower bound.
+
+Printed: kernels per step of each side, their ratio (lower is better for graphfront) and
+graphfront's most frequent aten calls with the ops that make them.
+"""
+import argparse
+import collections
+import contextlib
+import os
+import sys
+import traceback
+import types
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bert_pretrain  # noqa: E402
+import resnet50  # noqa: E402
+
+import graphfront as flow  # noqa: E402
+from graphfront.framework import session as session_mod  # noqa: E402
+from graphfront.passes import fold  # noqa: E402
+from graphfront.runtime import plan as plan_mod, walk as walk_mod  # noqa: E402
+
+META = torch.device("meta")
+NOT_KERNELS = {"view", "_unsafe_view", "permute", "transpose", "t", "expand", "unsqueeze", "squeeze", "slice",
+               "select", "as_strided", "alias", "detach", "_reshape_alias", "reshape", "split", "split_with_sizes",
+               "unbind", "narrow", "empty", "empty_like", "empty_strided", "_local_scalar_dense"}
+NO_META_KERNEL = {"_fused_sgd_", "_fused_adamw_"}
+
+
+class Kernels(TorchDispatchMode):
+    """Counts the aten calls that launch kernels, by op name and by (op, graphfront source line)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count, self.where = collections.Counter(), collections.Counter()
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name not in NOT_KERNELS:
+            self.count[name] += 1
+            frames = [f for f in traceback.extract_stack(limit=12) if f"{os.sep}graphfront{os.sep}" in f.filename]
+            if frames:
+                self.where[(name, f"{frames[-1].filename.rsplit('graphfront' + os.sep, 1)[-1]}:{frames[-1].lineno}")] += 1
+        on_meta = any(isinstance(t, torch.Tensor) and t.device == META for t in torch.utils._pytree.tree_leaves(args))
+        if name in NO_META_KERNEL and on_meta:
+            return None
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def gpu_as_meta():
+    """Jobs compiled inside the block place their GPU (any non-CPU) ops on the meta device;
+    constant folding still computes on the CPU."""
+    saved = [(m, m.device_of) for m in (plan_mod, walk_mod, session_mod)]
+    folding = fold.rt
+    for m, _ in saved:
+        m.device_of = lambda op_conf, ids: META
+    fold.rt = types.SimpleNamespace(device_of=saved[0][1], is_pure=plan_mod.is_pure,
+                                    placements_of=plan_mod.placements_of, run_op=plan_mod.run_op)
+    try:
+        yield
+    finally:
+        for m, f in saved:
+            m.device_of = f
+        fold.rt = folding
+
+
+@contextlib.contextmanager
+def amp_float16(module, name):
+    """Inside the block ``module.<name>`` (a job's FunctionConfig factory) sets float16 AMP,
+    the GPU's AMP type (a CPU's is bfloat16)."""
+    make_config = getattr(module, name)
+
+    def config(*args):
+        c = make_config(*args)
+        c.mixed_precision_data_type(flow.float16)
+        return c
+    setattr(module, name, config)
+    try:
+        yield
+    finally:
+        setattr(module, name, make_config)
+
+
+def _meta_feed(array):
+    return torch.empty(array.shape, dtype=torch.from_numpy(array[:0]).dtype, device=META)
+
+
+def resnet(o):
+    a = resnet50.parse(["--device", "cpu", "--amp", "--channel-last", "--batch-size", "128", "--image-size", "224",
+                        "--block-counts", o.block_counts, "--width", "1"])
+    flow.clear_default_session()
+    with gpu_as_meta(), amp_float16(resnet50.r50, "function_config"):
+        plan = resnet50.graphfront_job(resnet50.example_args(a, "plan"), "ResNet50Kernels").compiled_job.plan
+        gf = _steady(lambda: plan._fn([]))
+    small = resnet50.parse(["--device", "cpu", "--amp", "--batch-size", "2", "--image-size", "32",
+                            "--block-counts", o.block_counts, "--width", "1"])
+    flow.clear_default_session()
+    resnet50.graphfront_job(resnet50.example_args(small, "plan"), "Init").compiled_job   # (the weights, NCHW)
+    return gf, _steady(resnet50.torch_step(_weights(), small, False))
+
+
+def bert(o):
+    pretrain = bert_pretrain.pretrain
+    a = bert_pretrain.parse(["--device", "cpu", "--amp", "--batch-size", "64", "--layers", str(o.layers), "--heads", "12"])
+    args = bert_pretrain.example_args(a, "plan")
+    flow.clear_default_session()
+    with gpu_as_meta(), amp_float16(pretrain, "GetFunctionConfig"):
+        plan = pretrain.make_pretrain_job(args, "BertKernels").compiled_job.plan
+        feeds = [_meta_feed(f) for f in pretrain.feeds(pretrain.synthetic_batch(args))]
+        gf = _steady(lambda: plan._fn(feeds))
+    small = bert_pretrain.parse(["--device", "cpu", "--amp", "--batch-size", "2", "--seq-length", "32",
+                                 "--layers", str(o.layers), "--heads", "12"])
+    small_args = bert_pretrain.example_args(small, "plan")
+    flow.clear_default_session()
+    pretrain.make_pretrain_job(small_args, "Init").compiled_job   # (the weights)
+    return gf, _steady(bert_pretrain.torch_step(_weights(), small, pretrain.synthetic_batch(small_args), False))
+
+
+def _weights():
+    return {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+
+
+def _steady(step, warmup=2):
+    for _ in range(warmup):
+        with Kernels():   # (the fused optimizer kernels skipped on meta)
+            step()
+    counter = Kernels()
+    with counter:
+        step()
+    return counter
+
+
+def main(argv=None):
+    """Print the table; returns ``{model: (graphfront's kernels, PyTorch's kernels)}``."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="resnet50,bert")
+    p.add_argument("--block-counts", default="3,4,6,3", help="ResNet-50's blocks per stage")
+    p.add_argument("--layers", type=int, default=12, help="BERT's layers")
+    p.add_argument("--top", type=int, default=10, help="graphfront's most frequent calls to list per model")
+    o = p.parse_args(argv)
+    from tabulate import tabulate
+    counts, rows, details = {}, [], []
+    for model in o.models.split(","):
+        gf, pt = {"resnet50": resnet, "bert": bert}[model](o)
+        counts[model] = n_gf, n_pt = sum(gf.count.values()), sum(pt.count.values())
+        rows.append([model, n_gf, n_pt, f"{n_gf / n_pt:.2f}"])
+        details.append((model, gf.where.most_common(o.top)))
+    print(f"torch {torch.__version__}; aten calls per steady train step other than views (a proxy for GPU kernels)")
+    print(tabulate(rows, headers=["model", "graphfront plan (meta device)", "PyTorch eager (CPU)", "ratio"]))
+    for model, common in details:
+        print(f"\n{model}: graphfront's most frequent calls")
+        print(tabulate([[n, op, src] for (op, src), n in common], headers=["calls", "aten op", "graphfront source"]))
+    return counts
+
+
+if __name__ == "__main__":
+    main()

@@ -556,13 +556,16 @@ def test_square_sum_and_count_not_finite():
     close(predict(mss, x, x[0]), [np.sum(x.astype(np.float64) ** 2) + np.sum(x[0].astype(np.float64) ** 2)])
 
 
-@pytest.mark.parametrize("chunk", [1 << 26, 7])
+@pytest.mark.parametrize("chunk", [None, 1 << 26, 7])
 def test_multi_tensor_reductions_over_layouts_and_chunks(monkeypatch, chunk):
-    """multi_count_not_finite and multi_square_sum read many tensors in a few large kernels:
-    concatenated in memory order (contiguous, channels-last, transposed and strided views)
-    in bounded chunks (7 elements forces one chunk per tensor and splits), against numpy."""
+    """multi_count_not_finite and multi_square_sum read many tensors in a few large kernels
+    (as on a GPU): concatenated in memory order (contiguous, channels-last, transposed and
+    strided views) in bounded chunks (7 elements forces one chunk per tensor and splits),
+    or one tensor at a time (``None``, as on the CPU), against numpy."""
     from graphfront.ops import reduce_ops
-    monkeypatch.setattr(reduce_ops, "_CHUNK", chunk)
+    if chunk is not None:
+        monkeypatch.setattr(reduce_ops, "_concatenates", lambda device: True)
+        monkeypatch.setattr(reduce_ops, "_CHUNK", chunk)
     rng = np.random.default_rng(3)
     base = torch.from_numpy(rng.standard_normal((2, 3, 4, 5)).astype(np.float32))
     xs = [base.clone(), base.clone().contiguous(memory_format=torch.channels_last), base.clone().transpose(1, 3),

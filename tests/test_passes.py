@@ -351,6 +351,44 @@ def test_fused_cast_scale_reads_half_and_writes_float_in_one_kernel():
     assert not calls.count["_to_copy"], calls.count
 
 
+def _layer_norm_train(config, begin_params_axis=-1):
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((4, 3, 8), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            w = flow.get_variable("w", (8,), initializer=flow.random_normal_initializer())
+            h = flow.layers.layer_norm(x * w, begin_norm_axis=-1, begin_params_axis=begin_params_axis, name="ln")
+            h2 = flow.layers.layer_norm(h, begin_norm_axis=1, begin_params_axis=1, name="ln2")
+            loss = flow.math.reduce_sum(flow.math.square(h2 * x), axis=[1, 2])
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    return job
+
+
+def test_fuse_layer_norm_grads_into_one_backward():
+    """Both layer norms (parameters over the normalized axes, of rank 1 and 2) get one
+    ``fused_layer_norm_grad`` for their data, gamma and beta gradients; training equals the
+    unfused job's."""
+    x = RNG.standard_normal((4, 3, 8)).astype(np.float32)
+    on = _run(_layer_norm_train, (x,), steps=3)
+    off = _run(_layer_norm_train, (x,), steps=3, disabled=["fuse_layer_norm_grads"])
+    _check_same(on, off)
+    assert on[2].count("fused_layer_norm_grad") == 2 and "fuse_layer_norm_grads" in on[3]
+    assert not {"layer_norm_grad", "layer_norm_param_grad"} & set(on[2])
+    assert off[2].count("layer_norm_grad") == off[2].count("layer_norm_param_grad") == 2
+
+
+def test_fuse_layer_norm_grads_leaves_parameters_over_other_axes():
+    """Parameters over more axes than the normalized ones (begin_params_axis 1 < begin_norm_axis 2)
+    are not one layer-norm backward: that layer norm keeps its two ops."""
+    x = RNG.standard_normal((4, 3, 8)).astype(np.float32)
+    on = _run(lambda c: _layer_norm_train(c, begin_params_axis=1), (x,), steps=2)
+    off = _run(lambda c: _layer_norm_train(c, begin_params_axis=1), (x,), steps=2,
+               disabled=["fuse_layer_norm_grads"])
+    _check_same(on, off)
+    assert on[2].count("fused_layer_norm_grad") == 1
+    assert on[2].count("layer_norm_grad") == on[2].count("layer_norm_param_grad") == 1
+
+
 def test_group_update_ops_direct():
     job = _lenet_train(_config(enable=False)).graph.proto
     done = update_group.group_update_ops(type(job).FromString(job.SerializeToString()))

@@ -209,6 +209,10 @@ CASES.update({
     "layer_norm_param_grad": ({"dy": _any((2, 3, 4), _F64), "normalized": _any((2, 3, 4), _F64),
                                "gamma": _any((4,), _F64)}, {"begin_params_axis": 2},
                               ["normalized_diff", "beta_diff", "gamma_diff", "reduce_buf"]),
+    "fused_layer_norm_grad": ({"dy": _any((2, 3, 4), _F64), "x": _any((2, 3, 4), _F64), "mean": _any((2, 3), _F64),
+                               "inv_variance": lambda r: r.uniform(0.5, 2.0, (2, 3)), "gamma": _any((4,), _F64),
+                               "_add_to_output": _any((2, 3, 4), _F64)}, {"begin_norm_axis": -1, "epsilon": 1e-5},
+                              ["dx", "gamma_diff", "beta_diff"]),
 })
 CASES.update({
     "broadcast_div_grad": ({"y": _pos((1, 4)), "z": _any((3, 4)), "dz": _any((3, 4))}, {}),
@@ -508,7 +512,7 @@ for _name in ("equal", "not_equal", "greater", "greater_equal", "less", "less_eq
 for _t in registry.registered_op_types():
     _rule = registry.lookup(_t).xla
     _base = _t[:-len("_grad")] if _t.endswith("_grad") else _t
-    if _rule is not None and _t not in CASES and registry.has_op(f"{_base}_grad") and \
+    if _rule is not None and _t not in CASES and registry.has_op(_base) and registry.has_op(f"{_base}_grad") and \
             registry.lookup(_base).inputs == [registry.ArgDef("x")] and \
             registry.lookup(f"{_base}_grad").inputs == [registry.ArgDef("x"), registry.ArgDef("dy")]:  # unary family
         _dom = _DOMAIN.get(_base, _any)((2, 3, 4))

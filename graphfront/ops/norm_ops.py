@@ -551,15 +551,17 @@ def _ln_grad_xla(k):
     return layer_norm_grad
 
 
-def _ln_grad_onnx(c):
+def _ln_grad_onnx(c, dy=None):
     """dx = inv * (dy - mean(dy) - xhat * mean(dy * xhat)) over the normalized axes (+ _add_to_output);
-    half types computed in float32 and rounded once, as the kernel's accumulation."""
+    half types computed in float32 and rounded once, as the kernel's accumulation. ``dy``: the
+    gradient of ``normalized`` when not the input ``dy``. Returns ``xhat`` (float32 for half
+    types)."""
     d = c.input_desc("x")
     shape = d.shape
     bna = c.attr("begin_norm_axis") % len(shape)
     axes = list(range(bna, len(shape)))
     kshape = c.const(int64s(tuple(shape[:bna]) + (1,) * (len(shape) - bna)))
-    dy, x, mean, inv = (c.input(a) for a in ("dy", "x", "mean", "inv_variance"))
+    dy, x, mean, inv = [dy or c.input("dy")] + [c.input(a) for a in ("x", "mean", "inv_variance")]
     half = d.dtype in (_dt.float16, _dt.bfloat16)
     if half:
         dy, x, mean, inv = (c.node("Cast", [v], to=c.dtype_code(_dt.float32)) for v in (dy, x, mean, inv))
@@ -572,6 +574,7 @@ def _ln_grad_onnx(c):
         dx = c.node("Cast", [dx], to=c.dtype_code(d.dtype))
     add_to = c.input("_add_to_output")
     c.node("Add" if add_to else "Identity", [dx, add_to] if add_to else [dx], [c.output("dx")])
+    return xhat
 
 
 op("layer_norm_grad", inputs=["dy", "x", "mean", "inv_variance", "_add_to_output?"], outputs=["dx"],
@@ -649,3 +652,72 @@ op("layer_norm_param_grad", inputs=["dy", "normalized?", "gamma?"],
    xla=_ln_param_grad_kernel("axis"),
    doc="beta_diff = sum(dy), gamma_diff = sum(dy * normalized) over axes < begin_params_axis; "
        "normalized_diff = dy * gamma; reduce_buf = dy * normalized")
+
+
+# ------------------------------------------------------------------ fused_layer_norm_grad
+
+def _fused_ln_grad_infer(ctx):
+    x, dy, gamma = ctx.input("x"), ctx.input("dy"), ctx.input("gamma")
+    ctx.check(dy.shape == x.shape, f"input 'dy' expected shape {x.shape} (as 'x'), received {dy.shape}")
+    bna = _axis(ctx.attr("begin_norm_axis"), len(x.shape), ctx, "begin_norm_axis")
+    for a in ("mean", "inv_variance"):
+        ctx.check(ctx.input(a).shape == x.shape[:bna],
+                  f"input '{a}' expected shape {x.shape[:bna]}, received {ctx.input(a).shape}")
+    ctx.check(gamma.shape == x.shape[bna:], f"input 'gamma' expected shape {x.shape[bna:]}, received {gamma.shape}")
+    ctx.set_output("dx", x.shape, x.dtype)
+    ctx.set_output("gamma_diff", gamma.shape, dy.dtype)
+    ctx.set_output("beta_diff", gamma.shape, dy.dtype)
+
+
+def _fused_ln_grad_kernel(k):
+    """One ``native_layer_norm_backward`` with the affine: ``dx`` and the requested
+    ``gamma_diff`` / ``beta_diff`` (gamma stands in for beta, whose value it never reads)."""
+    shape, bna = _norm_axes(k)
+    norm_shape = list(shape[bna:])
+    kshape = tuple(shape[:bna]) + (1,) * (len(shape) - bna)
+    stat = _ln_stat_dtype(k.input("x").dtype.torch, k.device)
+    mask = [True, k.has_output("gamma_diff"), k.has_output("beta_diff")]
+    backward = torch.ops.aten.native_layer_norm_backward
+
+    def fused_layer_norm_grad(dy, x, mean, inv_variance, gamma, add_to):
+        dx, dgamma, dbeta = backward(dy, x, norm_shape, mean.reshape(kshape).to(stat),
+                                     inv_variance.reshape(kshape).to(stat), gamma, gamma, mask)
+        return (dx if add_to is None else dx + add_to), dgamma, dbeta
+    return fused_layer_norm_grad
+
+
+def _fused_ln_grad_xla(k):
+    shape, bna = _norm_axes(k)
+    kshape = tuple(shape[:bna]) + (1,) * (len(shape) - bna)
+    axes = tuple(range(bna))
+    want_gamma, want_beta = k.has_output("gamma_diff"), k.has_output("beta_diff")
+    grad = _ln_grad_xla(k)
+
+    def fused_layer_norm_grad(dy, x, mean, inv_variance, gamma, add_to):
+        dx = grad(dy * gamma, x, mean, inv_variance, add_to)
+        xhat = (x.astype(mean.dtype) - mean.reshape(kshape)) * inv_variance.reshape(kshape)
+        dgamma = (dy.astype(mean.dtype) * xhat).sum(axis=axes).astype(dy.dtype) if want_gamma else None
+        return dx, dgamma, dy.sum(axis=axes) if want_beta else None
+    return fused_layer_norm_grad
+
+
+def _fused_ln_grad_onnx(c):
+    """layer_norm_grad of ``dy * gamma``; gamma_diff = sum(dy * xhat), beta_diff = sum(dy) over
+    the axes before begin_norm_axis."""
+    dy, d = c.input("dy"), c.input_desc("dy")
+    xhat = _ln_grad_onnx(c, c.node("Mul", [dy, c.input("gamma")]))
+    axes = list(range(c.attr("begin_norm_axis") % len(d.shape)))
+    if c.output("gamma_diff"):
+        work = c.node("Cast", [dy], to=c.dtype_code(_dt.float32)) if d.dtype in (_dt.float16, _dt.bfloat16) else dy
+        dgamma = reduce_node(c, "ReduceSum", c.node("Mul", [work, xhat]), axes, 0)
+        c.node("Cast", [dgamma], [c.output("gamma_diff")], to=c.dtype_code(d.dtype))
+    if c.output("beta_diff"):
+        reduce_node(c, "ReduceSum", dy, axes, 0, c.output("beta_diff"))
+
+
+op("fused_layer_norm_grad", inputs=["dy", "x", "mean", "inv_variance", "gamma", "_add_to_output?"],
+   outputs=["dx", "gamma_diff?", "beta_diff?"],
+   attrs={"begin_norm_axis": ("int64", 0), "epsilon": ("double", 0.0)}, infer=_fused_ln_grad_infer,
+   kernel=_fused_ln_grad_kernel, xla=_fused_ln_grad_xla, onnx=_fused_ln_grad_onnx,
+   doc="graphfront-only: layer_norm_param_grad (gamma_diff, beta_diff and dy * gamma) and layer_norm_grad "
+       "of one layer norm whose parameters span its normalized axes, in one native_layer_norm_backward call")

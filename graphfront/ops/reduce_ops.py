@@ -450,11 +450,21 @@ def _square_sum(x):
 _CHUNK = 1 << 26   # elements per concatenation of a multi-tensor reduction (a bound on its temporary memory)
 
 
+def _concatenates(device) -> bool:
+    """Whether multi-tensor reductions on ``device`` concatenate their tensors: on a GPU a
+    kernel costs microseconds however small, on the CPU the copy costs more than the calls."""
+    return device.type != "cpu"
+
+
 def _chunks(xs):
-    """The elements of the tensors ``xs`` (one dtype) as a few 1-D tensors of at most
-    ``_CHUNK`` elements (or one tensor, when larger): each the concatenation of the
-    tensors in memory order (:func:`_memory_order`). A multi-tensor reduction then runs a
-    few large kernels whatever the number of tensors, as OneFlow's multi-tensor kernels do."""
+    """The elements of the tensors ``xs`` (one dtype) as 1-D tensors in memory order
+    (:func:`_memory_order`): where :func:`_concatenates`, a few concatenations of at most
+    ``_CHUNK`` elements (or one tensor, when larger), so that a multi-tensor reduction runs
+    a few large kernels whatever the number of tensors, as OneFlow's multi-tensor kernels
+    do; else one per tensor."""
+    if not _concatenates(xs[0].device):
+        yield from (_memory_order(x) for x in xs)
+        return
     chunk, size = [], 0
     for x in xs:
         if chunk and size + x.numel() > _CHUNK:

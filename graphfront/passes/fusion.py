@@ -30,6 +30,9 @@ pass                              rewrite
 :func:`fuse_conv_grads`           ``conv_data_grad``, ``conv_filter_grad`` and the bias
                                   gradient (``conv_bias_grad`` or the ``reduce_sum`` of
                                   ``bias_add``'s grad) of one ``dy`` become ``fused_conv_grad``
+:func:`fuse_layer_norm_grads`     ``layer_norm_param_grad`` whose ``normalized_diff`` only
+                                  ``layer_norm_grad`` reads (parameters over the normalized
+                                  axes) becomes, with it, ``fused_layer_norm_grad``
 :func:`fuse_max_pool_grad`        ``tf_max_pool_*`` with its ``tf_max_pool_*_grad`` becomes
                                   ``fused_tf_max_pool_*`` (+ ``indices``) and
                                   ``fused_tf_max_pool_*_grad``, which also takes over a
@@ -405,6 +408,40 @@ def fuse_conv_grads(job):
         for arg, old in outs.items():
             net.redirect(old, fused.user_conf.output[arg].s[0])
         net.remove(*[o.name for o in convs + ([bias] if bias is not None else [])])
+        changed = True
+    return net.finish() if changed else job
+
+
+def fuse_layer_norm_grads(job):
+    """``layer_norm_param_grad`` (``normalized_diff = dy * gamma``, ``gamma_diff``,
+    ``beta_diff``) feeding only ``layer_norm_grad`` -> one ``fused_layer_norm_grad`` (one
+    ``native_layer_norm_backward`` call), when the parameters span exactly the normalized
+    axes (``begin_params_axis`` = ``begin_norm_axis``) and no op reads ``reduce_buf``."""
+    if not has_op_types(job, ("layer_norm_grad",)):
+        return job
+    net = Net(job)
+    changed = False
+    for op in _order(job):
+        if user_type(op) != "layer_norm_grad":
+            continue
+        grad = net.op(op.name)
+        param = net.producer_op(single_input(grad, "dy"))
+        if user_type(param) != "layer_norm_param_grad" or net.sole_reader(single_input(grad, "dy")) is not grad:
+            continue
+        rank = len(net.desc(single_input(grad, "x")).shape)
+        axes = (net.attrs(param)["begin_params_axis"] % rank, net.attrs(grad)["begin_norm_axis"] % rank)
+        buf = single_output(param, "reduce_buf")
+        if axes[0] != axes[1] or (buf is not None and net.readers(buf)):
+            continue
+        outs = {a: single_output(param, a) for a in ("gamma_diff", "beta_diff") if single_output(param, a)}
+        fused = net.add_user_op(f"{grad.name}-fused", "fused_layer_norm_grad",
+                                {"dy": single_input(param, "dy"), "gamma": single_input(param, "gamma"),
+                                 **{a: single_input(grad, a) for a in ("x", "mean", "inv_variance", "_add_to_output")}},
+                                {a: net.attrs(grad)[a] for a in ("begin_norm_axis", "epsilon")},
+                                outputs=("dx",) + tuple(outs), like_op=grad.name)
+        for arg, old in [("dx", single_output(grad, "dx"))] + list(outs.items()):
+            net.redirect(old, fused.user_conf.output[arg].s[0])
+        net.remove(param.name, grad.name)
         changed = True
     return net.finish() if changed else job
 

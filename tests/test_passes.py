@@ -375,6 +375,14 @@ def test_fuse_layer_norm_grads_into_one_backward():
     assert on[2].count("fused_layer_norm_grad") == 2 and "fuse_layer_norm_grads" in on[3]
     assert not {"layer_norm_grad", "layer_norm_param_grad"} & set(on[2])
     assert off[2].count("layer_norm_grad") == off[2].count("layer_norm_param_grad") == 2
+    # no op reads the forward's 'normalized' any more: the layer norms drop it (gamma and
+    # beta applied inside the fused layer norm kernel)
+    flow.clear_default_session()
+    job = _layer_norm_train(_config())
+    job(x)
+    norms = [op for op in job.graph.proto.net.op if jb.op_type_name(op) == "layer_norm"]
+    assert len(norms) == 2 and all(list(op.user_conf.output_order) == ["y", "mean", "inv_variance"] for op in norms)
+    assert not [lbn for lbn in job.graph.proto.helper.lbn2logical_blob_desc if "normalized" in lbn]
 
 
 def test_fuse_layer_norm_grads_leaves_parameters_over_other_axes():

@@ -416,7 +416,10 @@ def fuse_layer_norm_grads(job):
     """``layer_norm_param_grad`` (``normalized_diff = dy * gamma``, ``gamma_diff``,
     ``beta_diff``) feeding only ``layer_norm_grad`` -> one ``fused_layer_norm_grad`` (one
     ``native_layer_norm_backward`` call), when the parameters span exactly the normalized
-    axes (``begin_params_axis`` = ``begin_norm_axis``) and no op reads ``reduce_buf``."""
+    axes (``begin_params_axis`` = ``begin_norm_axis``) and no op reads ``reduce_buf``. The
+    ``layer_norm`` whose ``normalized`` output no op reads any more then drops it, so its
+    kernel applies gamma and beta inside PyTorch's fused layer norm, with no ``normalized``
+    blob kept for the backward."""
     if not has_op_types(job, ("layer_norm_grad",)):
         return job
     net = Net(job)
@@ -442,6 +445,9 @@ def fuse_layer_norm_grads(job):
         for arg, old in [("dx", single_output(grad, "dx"))] + list(outs.items()):
             net.redirect(old, fused.user_conf.output[arg].s[0])
         net.remove(param.name, grad.name)
+        norm = net.producer_op(single_input(param, "normalized"))
+        if user_type(norm) == "layer_norm":   # its output 'normalized' unread now: y in one kernel
+            net.drop_unread_output(norm, "normalized")
         changed = True
     return net.finish() if changed else job
 

@@ -152,6 +152,22 @@ class Net:
         if old in self.protected:
             self.protected.add(new)
 
+    def drop_unread_output(self, op_conf, arg) -> bool:
+        """Remove optional output ``arg`` of user op ``op_conf`` (and its BlobDescs) when no
+        live op reads it and the job does not name it; returns whether it was removed."""
+        uc = op_conf.user_conf
+        lbns = list(uc.output[arg].s) if arg in uc.output else []
+        if not lbns or any(self.readers(lbn) or lbn in self.protected for lbn in lbns):
+            return False
+        del uc.output[arg]
+        order = [a for a in uc.output_order if a != arg]
+        del uc.output_order[:]
+        uc.output_order.extend(order)
+        for lbn in lbns:
+            self.producer.pop(lbn, None)
+            self.job.helper.lbn2logical_blob_desc.pop(lbn, None)
+        return True
+
     def remove(self, *names):
         """Mark ops removed (their outputs must have no live readers left); :meth:`finish`
         drops them from the proto in one sweep."""

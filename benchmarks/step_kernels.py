@@ -13,8 +13,7 @@ allocations (``view``, ``permute``, ``empty``, ...), a close proxy for kernel la
   GPU configuration (AMP float16 with dynamic loss scaling; ResNet-50 NHWC, batch 128 at
   224x224; BERT-base batch 64, sequence 128), compiled for a GPU placement whose device is
   torch's ``meta`` device: the plan takes its GPU branches (nothing read on the host) and no
-  memory is used. ``torch._fused_sgd_`` / ``torch._fused_adamw_`` have no meta kernel: they
-  are counted (one call each) without running.
+  memory is used.
 * PyTorch: the benchmark's eager step (``torch_step``) on the CPU with autocast bfloat16, at
   batch 2 and 32x32 images (ResNet-50) or sequence 32 (BERT): the count does not depend on the
   sizes. ``GradScaler`` is off on the CPU, so its unscale and inf-check kernels (a few
@@ -47,7 +46,6 @@ META = torch.device("meta")
 NOT_KERNELS = {"view", "_unsafe_view", "permute", "transpose", "t", "expand", "unsqueeze", "squeeze", "slice",
                "select", "as_strided", "alias", "detach", "_reshape_alias", "reshape", "split", "split_with_sizes",
                "unbind", "narrow", "empty", "empty_like", "empty_strided", "_local_scalar_dense"}
-NO_META_KERNEL = {"_fused_sgd_", "_fused_adamw_"}
 
 
 class Kernels(TorchDispatchMode):
@@ -63,10 +61,8 @@ class Kernels(TorchDispatchMode):
             self.count[name] += 1
             frames = [f for f in traceback.extract_stack(limit=12) if f"{os.sep}graphfront{os.sep}" in f.filename]
             if frames:
-                self.where[(name, f"{frames[-1].filename.rsplit('graphfront' + os.sep, 1)[-1]}:{frames[-1].lineno}")] += 1
-        on_meta = any(isinstance(t, torch.Tensor) and t.device == META for t in torch.utils._pytree.tree_leaves(args))
-        if name in NO_META_KERNEL and on_meta:
-            return None
+                source = frames[-1].filename.rsplit("graphfront" + os.sep, 1)[-1]
+                self.where[(name, f"{source}:{frames[-1].lineno}")] += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -125,7 +121,8 @@ def resnet(o):
 
 def bert(o):
     pretrain = bert_pretrain.pretrain
-    a = bert_pretrain.parse(["--device", "cpu", "--amp", "--batch-size", "64", "--layers", str(o.layers), "--heads", "12"])
+    a = bert_pretrain.parse(["--device", "cpu", "--amp", "--batch-size", "64", "--layers", str(o.layers),
+                             "--heads", "12"])
     args = bert_pretrain.example_args(a, "plan")
     flow.clear_default_session()
     with gpu_as_meta(), amp_float16(pretrain, "GetFunctionConfig"):
@@ -146,8 +143,7 @@ def _weights():
 
 def _steady(step, warmup=2):
     for _ in range(warmup):
-        with Kernels():   # (the fused optimizer kernels skipped on meta)
-            step()
+        step()
     counter = Kernels()
     with counter:
         step()

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import typing
 
 import numpy as np
 import pytest
@@ -134,6 +135,91 @@ def test_lenet_train_and_serving_native_match_plan(tmp_path, monkeypatch, serve_
     for g in got:
         np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
     sess.close()
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "momentum"])
+def test_amp_transformer_block_native_matches_plan(tmp_path, monkeypatch, optimizer):
+    """A step of the ops ResNet-50 and BERT need, traced whole: AMP with dynamic loss
+    scaling (the skip, the fused cast and unscale, the non-finite count), gelu, a layer norm
+    (its fused gradient), a warmup-then-polynomial learning rate computed in the step, and
+    AdamW with clipping (the fused Adam's native rule) or momentum SGD: four steps give the
+    plan's losses and variables."""
+    monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path))
+
+    def make(mode):
+        cfg = _config(mode)
+        cfg.enable_auto_mixed_precision(True)
+
+        def job(x: tp.Numpy.Placeholder((8, 16), dtype=flow.float),
+                y: tp.Numpy.Placeholder((8,), dtype=flow.int32)) -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0"):
+                h = flow.layers.dense(x, 32, activation=flow.math.gelu, name="fc1")
+                h = flow.layers.layer_norm(h, begin_norm_axis=-1, begin_params_axis=-1, name="ln")
+                logits = flow.layers.dense(h, 4, name="fc2")
+                loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            policy = flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=2.0 ** 10, increment_period=2)
+            lr = flow.optimizer.PolynomialScheduler(0.01, 100, 0.0, warmup=flow.optimizer.warmup.linear(3, 0.1))
+            if optimizer == "adamw":
+                opt = flow.optimizer.AdamW(lr, weight_decay=0.01, loss_scale_policy=policy,
+                                           grad_clipping=flow.optimizer.grad_clipping.by_global_norm(1.0))
+            else:
+                opt = flow.optimizer.SGD(lr, momentum=0.9, loss_scale_policy=policy)
+            opt.minimize(loss)
+            return loss
+        job.__name__ = f"block_{mode}"
+        return flow.global_function(type="train", function_config=cfg)(job)
+
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((8, 16)).astype(np.float32), rng.integers(0, 4, 8).astype(np.int32)
+    plan_job, native_job = make("plan"), make("native")
+    plan_job.compiled_job
+    native_job.compiled_job
+    start = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+    losses, finals = {}, {}
+    for mode, job in (("plan", plan_job), ("native", native_job)):
+        flow.load_variables(start)
+        losses[mode] = [job(x, y) for _ in range(4)]
+        other = "block_native" if mode == "plan" else "block_plan"   # (each job's own step and scale variables)
+        finals[mode] = {k.replace(f"block_{mode}", "block"): v.numpy().copy()
+                        for k, v in flow.get_all_variables().items() if other not in k}
+    np.testing.assert_allclose(np.concatenate(losses["native"]), np.concatenate(losses["plan"]), rtol=1e-5)
+    assert finals["native"].keys() == finals["plan"].keys()
+    for k in finals["plan"]:
+        np.testing.assert_allclose(finals["native"][k], finals["plan"][k], rtol=1e-4, atol=1e-6, err_msg=k)
+    assert finals["plan"]["System-Train-DynamicLossScale-block-LossScale"].tolist() == [2.0 ** 12]  # grew twice
+    assert isinstance(default_session().jobs["block_native"].plan, NativePlan)
+
+
+def test_native_random_ops_draw_from_torchs_generator(tmp_path, monkeypatch):
+    """In a traced step ``decode_random`` and the dropout mask (``random_mask_like``) draw
+    from torch's default generator (``flow.manual_seed`` repeats them): the initializers'
+    distributions, the mask's keep rate, new values on every run."""
+    monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path))
+    n = 4096
+
+    @flow.global_function(function_config=_config("native"))
+    def draws() -> typing.Tuple[tp.Numpy, tp.Numpy, tp.Numpy]:
+        with flow.scope.placement("cpu", "0:0"):
+            u = flow.data.decode_random((n,), flow.float, batch_size=1,
+                                        initializer=flow.random_uniform_initializer(-1.0, 2.0))
+            t = flow.data.decode_random((n,), flow.float, batch_size=1, initializer=flow.truncated_normal(0.5))
+            d = flow.user_op_builder("mask").Op("random_mask_like").Input("like", [u]).Output("out") \
+                .Attr("rate", 0.25).Attr("seed", 7).Build().InferAndTryRun().RemoteBlobList()[0]
+            return u, t, d
+
+    flow.manual_seed(3)
+    u, t, d = draws()
+    flow.manual_seed(3)
+    again = draws()
+    later = draws()
+    assert isinstance(default_session().jobs["draws"].plan, NativePlan)
+    assert all(np.array_equal(a, b) for a, b in zip((u, t, d), again))
+    assert not np.array_equal(u, later[0]) and not np.array_equal(d, later[2])
+    # 5 standard errors: a false alarm about once in 3.5 million runs
+    assert u.min() >= -1.0 and u.max() < 2.0 and abs(u.mean() - 0.5) < 5 * 3.0 / np.sqrt(12 * n)
+    assert np.abs(t).max() <= 1.0 and abs(t.mean()) < 5 * 0.44 / np.sqrt(n)   # (std of the 2-sigma truncation)
+    assert d.dtype == np.int8 and set(np.unique(d)) == {0, 1}
+    assert abs(d.mean() - 0.75) < 5 * np.sqrt(0.75 * 0.25 / n)
 
 
 _CHILD = textwrap.dedent("""

@@ -7,11 +7,10 @@ from graphfront.framework.errors import OpCheckError, OpRunError
 
 
 def vjp(fn, x, dy):
-    """``dy`` pulled back through ``fn`` at ``x`` with torch autograd: the gradient of a
-    kernel's input ``x`` for the gradient ``dy`` of its output ``fn(x)``."""
-    with torch.enable_grad():
-        xr = x.detach().requires_grad_(True)
-        return torch.autograd.grad(fn(xr), xr, dy)[0]
+    """``dy`` pulled back through ``fn`` at ``x`` (``torch.func.vjp``, which TorchDynamo also
+    traces): the gradient of a kernel's input ``x`` for the gradient ``dy`` of its output
+    ``fn(x)``."""
+    return torch.func.vjp(fn, x)[1](dy)[0]
 
 
 def like(arg, dtype=None):
@@ -177,12 +176,13 @@ def skippable(skip_if, tensors, update):
     gradients overflowed (dynamic loss scaling).
 
     On the CPU ``skip_if`` is read on the host and the update not run at all. Elsewhere
-    (a GPU) nothing is read on the host, so the step never waits on the device: the
-    update runs and each tensor then keeps its old value where ``skip_if`` is nonzero
-    (:func:`keep_unless_skipped`, so the overflowed values never mix in)."""
+    (a GPU, or a traced step: :func:`reads_host`) nothing is read on the host, so the step
+    never waits on the device: the update runs and each tensor then keeps its old value
+    where ``skip_if`` is nonzero (:func:`keep_unless_skipped`, so the overflowed values
+    never mix in)."""
     if skip_if is None:
         update()
-    elif skip_if.device.type == "cpu":
+    elif reads_host(skip_if):
         if not host_skipped(skip_if):
             update()
     else:
@@ -191,10 +191,17 @@ def skippable(skip_if, tensors, update):
         keep_unless_skipped(skip_if, tensors, tensors, old)
 
 
+def reads_host(t) -> bool:
+    """Whether a kernel may read tensor ``t``'s values on the host: ``t`` is on the CPU (free
+    there) and the step is not being traced by TorchDynamo (the native lowering's compiled
+    step keeps every value a tensor). A kernel takes its device branch otherwise."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def host_skipped(skip_if) -> bool:
-    """True when ``skip_if`` is a CPU tensor holding a nonzero (read on the host, where it
-    is free); False for None and for a tensor on another device (never read there)."""
-    return skip_if is not None and skip_if.device.type == "cpu" and bool(skip_if.reshape(-1)[0] != 0)
+    """True when ``skip_if`` holds a nonzero and :func:`reads_host` allows reading it; False
+    for None and for a tensor the host does not read (the skip then happens on the device)."""
+    return skip_if is not None and reads_host(skip_if) and bool(skip_if.reshape(-1)[0] != 0)
 
 
 def keep_unless_skipped(skip_if, targets, new, old=None):

@@ -69,7 +69,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import host_skipped, keep_unless_skipped, like, same_dtype
+from graphfront.ops.common import host_skipped, keep_unless_skipped, like, reads_host, same_dtype
 from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, _pool_infer, bias_add_infer, conv_data_grad_onnx,
                                    conv_filter_grad_onnx, conv_xla_fn, layout_for, pool_geometry, torch_dilation)
 from graphfront.ops import onnx_rules, optimizer_ops, xla_rules
@@ -559,17 +559,18 @@ def _grads(models, diffs, scale, l1, l2, scale_by_tensor):
 
 
 def _host_lr(lr, lr_val):
-    """The learning rate as a Python float when it is free to read (CPU), else the tensor."""
+    """The learning rate as a Python float when the host may read it (:func:`reads_host`),
+    else the tensor."""
     if lr is None:
         return lr_val
-    return float(lr) if lr.device.type == "cpu" else lr.reshape(())
+    return float(lr) if reads_host(lr) else lr.reshape(())
 
 
 def _selects(skip_if):
-    """True when the update must be computed into new tensors and selected into the
-    variables by ``skip_if`` on its device (a GPU); False when it runs in place (no
-    ``skip_if``, or one on the CPU that :func:`host_skipped` read as zero)."""
-    return skip_if is not None and skip_if.device.type != "cpu"
+    """True when the update must skip by ``skip_if`` on its device (a GPU, or a traced
+    step); False when it runs in place (no ``skip_if``, or one that :func:`host_skipped`
+    read as zero)."""
+    return skip_if is not None and not reads_host(skip_if)
 
 
 def _strided_like(t, ref):
@@ -577,11 +578,28 @@ def _strided_like(t, ref):
     return t if t.stride() == ref.stride() else torch.empty_like(ref).copy_(t)
 
 
+def _meta_kernels():
+    """Meta kernels for PyTorch's fused SGD and tensor-learning-rate AdamW kernels, which have
+    none: tracing a step (the native lowering's fake tensors, a ``meta``-device plan) needs
+    one. They write their inputs in place and return nothing, so the meta kernel does
+    nothing. Registered only where PyTorch has none; returns the ``torch.library.Library``
+    that keeps them registered."""
+    lib = torch.library.Library("aten", "IMPL")
+    for op in ("_fused_sgd_", "_fused_sgd_.tensor_lr", "_fused_adamw_.tensor_lr"):
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", "Meta"):
+            lib.impl(op, lambda *args, **kwargs: None, "Meta")
+    return lib
+
+
+_META_KERNELS = _meta_kernels()
+
+
 def _fused_sgd_skippable(models, steps, moms, skip_if, beta=0.0):
     """PyTorch's fused SGD kernel (``torch._fused_sgd_``) as a skippable multi-tensor update
     that leaves every tensor untouched inside the kernel when ``skip_if`` is nonzero (its
     ``found_inf``): no host read, no copy or select of the variables. ``steps`` (``lr * g``)
-    are new tensors (the kernel may write them).
+    are new tensors (the kernel may write them). Not in a step traced by the native
+    lowering (Inductor cannot call the kernel), which selects instead and fuses the selects.
 
     With ``moms``: ``mom = beta * mom - step; w += mom`` (OneFlow's momentum update, as the
     kernel's ``buf = beta * buf + (1 - 2) * step`` and ``w -= (-1) * buf``); without:
@@ -595,7 +613,8 @@ def _fused_sgd_skippable(models, steps, moms, skip_if, beta=0.0):
     for b, used in zip(moms, bufs):
         if used is not b:
             b.copy_(used)
-    torch._C._increment_version([*models, *moms])   # (the fused kernel bumps none)
+    if not torch.compiler.is_compiling():   # (the fused kernel bumps none; a traced step writes back)
+        torch._C._increment_version([*models, *moms])
 
 
 def _multi_sgd_kernel(k):
@@ -612,7 +631,7 @@ def _multi_sgd_kernel(k):
             torch._foreach_add_(models, diffs, alpha=-lr * scale)
             return None
         g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
-        if select and not wd:
+        if select and not wd and not torch.compiler.is_compiling():
             _fused_sgd_skippable(models, torch._foreach_mul(g, lr), [], skip_if)
             return None
         if wd:
@@ -638,7 +657,7 @@ def _multi_momentum_kernel(k):
         select = _selects(skip_if)   # (skipped in the fused kernel, or new tensors selected at the end)
         lr = _host_lr(lr, lr_val)
         g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
-        if select and not wd:
+        if select and not wd and not torch.compiler.is_compiling():
             _fused_sgd_skippable(models, torch._foreach_mul(g, lr), moms, skip_if, beta)
             return None
         decay = None
@@ -728,7 +747,39 @@ def _multi_adam_kernel(k):
                     s.copy_(u)
         # the fused kernel does not bump the version counters that in-place ops bump (the xla
         # and onnxruntime lowerings read them to see a variable changed)
-        torch._C._increment_version([*models, *ms, *vs, *(max_vs if amsgrad else ())])
+        if not torch.compiler.is_compiling():   # (a traced step writes its mutated inputs back)
+            torch._C._increment_version([*models, *ms, *vs, *(max_vs if amsgrad else ())])
+        return None
+    return multi_tensor_adam_update
+
+
+def _multi_adam_native(k):
+    """The native lowering's ``multi_tensor_adam_update``: the fused AdamW kernel's formula
+    in torch ops, which Inductor fuses into its own loops (the fused kernel itself cannot be
+    functionalized in a traced step); a nonzero ``skip_if`` selects the old values."""
+    b1, b2, eps, wd, amsgrad, scale, lr_val = (k.attr(a) for a in ("beta1", "beta2", "epsilon", "weight_decay",
+                                                                    "amsgrad", "scale", "learning_rate_val"))
+    correct = k.attr("do_bias_correction")
+
+    def multi_tensor_adam_update(models, diffs, ms, vs, max_vs, lr, scale_by_tensor, skip_if, train_step):
+        lr = lr_val if lr is None else lr.reshape(())
+        bc1 = bc2 = 1.0
+        if correct:
+            t = train_step.reshape(()).to(torch.float64) + 1
+            bc1, bc2 = (1 - b1 ** t).float(), (1 - b2 ** t).float()
+        skip = None if skip_if is None else skip_if.reshape(()) != 0
+        for i, (w, d, m, v) in enumerate(zip(models, diffs, ms, vs)):
+            g = d.to(w.dtype) * scale
+            if scale_by_tensor is not None:
+                g = g * scale_by_tensor.reshape(())
+            new = {"w": w - lr * wd * w if wd else w, "m": b1 * m + (1 - b1) * g, "v": b2 * v + (1 - b2) * g * g}
+            second = new["v"]
+            if amsgrad:
+                new["max_v"] = second = torch.maximum(max_vs[i], new["v"])
+            new["w"] = new["w"] - lr / bc1 * new["m"] / (second.sqrt() / bc2 ** 0.5 + eps)
+            old = {"w": w, "m": m, "v": v, "max_v": max_vs[i] if amsgrad else None}
+            for key, value in new.items():
+                old[key].copy_(value if skip is None else torch.where(skip, old[key], value))
         return None
     return multi_tensor_adam_update
 
@@ -778,7 +829,7 @@ op("multi_tensor_adam_update", inputs=["model*", "model_diff*", "m*", "v*", "max
                       "beta2": ("float", 0.999), "epsilon": ("float", 0.0), "weight_decay": ("float", 0.0),
                       "amsgrad": ("bool", False), "do_bias_correction": ("bool", True)},
    infer=_multi_infer(("m", "v", "max_v")), kernel=_multi_adam_kernel, no_grad=True,
-   mutates=("model", "m", "v", "max_v"), xla=_multi_adam_xla,
+   mutates=("model", "m", "v", "max_v"), xla=_multi_adam_xla, native=_multi_adam_native,
    doc="graphfront-only: adam_update over every (model, model_diff, m, v, max_v) in torch's fused AdamW kernel, "
        "bias correction from train_step")
 

@@ -58,6 +58,29 @@ def learning_rate_at(conf, step):
     return float(_schedule(conf, float(step), _ON_HOST))
 
 
+class PlainConf:
+    """A protobuf message's fields as plain Python values, with the message's ``HasField``
+    and ``WhichOneof``: :func:`learning_rate_at` reads it as it reads the message, and
+    TorchDynamo traces those reads (it cannot trace protobuf's objects)."""
+
+    def __init__(self, msg):
+        self._present = {f.name for f, _ in msg.ListFields()}
+        self._oneofs = {o.name: msg.WhichOneof(o.name) for o in msg.DESCRIPTOR.oneofs}
+        for f in msg.DESCRIPTOR.fields:
+            value = getattr(msg, f.name)
+            if f.message_type is None:
+                value = list(value) if f.label == f.LABEL_REPEATED else value
+            else:
+                value = [PlainConf(v) for v in value] if f.label == f.LABEL_REPEATED else PlainConf(value)
+            setattr(self, f.name, value)
+
+    def HasField(self, name):  # noqa: N802 - the protobuf method's name
+        return name in self._present
+
+    def WhichOneof(self, name):  # noqa: N802 - the protobuf method's name
+        return self._oneofs[name]
+
+
 class _OnHost:
     """The operations of :func:`_schedule` on Python floats (the host's step)."""
     floor, ceil, cos, exp = math.floor, math.ceil, math.cos, math.exp

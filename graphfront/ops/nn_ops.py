@@ -762,6 +762,13 @@ def _random_mask_like_kernel(k):
     return lambda like_: (torch.rand(like_.shape, generator=gen, device=like_.device) > rate).to(torch.int8)
 
 
+def _random_mask_like_native(k):
+    """The native lowering's mask: uniform draws from torch's default generator (a traced step
+    can take it, not numpy's mt19937 nor an op's own generator): the same distribution, another stream."""
+    rate = k.attr("rate")
+    return lambda like_: (torch.rand(like_.shape, device=like_.device) > rate).to(torch.int8)
+
+
 def _random_mask_like_xla(k):
     """Keep where ``jax.random.uniform`` exceeds ``rate``; the job's jax key stream replaces ``seed``."""
     import jax
@@ -773,7 +780,8 @@ op("random_mask_like", inputs=["like"], outputs=["out"], attrs={"rate": ("float"
    infer=lambda ctx: (ctx.check(0 <= ctx.attr("rate") < 1, f"attr 'rate' must be in [0, 1), received "
                                                            f"{ctx.attr('rate')}"),
                       ctx.set_output("out", ctx.input("like").shape, _dt.int8)),
-   kernel=_random_mask_like_kernel, xla=_random_mask_like_xla, no_grad=True, random=True, amp="clear")
+   kernel=_random_mask_like_kernel, xla=_random_mask_like_xla, native=_random_mask_like_native, no_grad=True,
+   random=True, amp="clear")
 
 
 # ------------------------------------------------------------------ matmul

@@ -16,11 +16,11 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpCheckError
-from graphfront.ops.common import like
-from graphfront.ops.lr_schedule import learning_rate_at
+from graphfront.ops.common import like, reads_host
+from graphfront.ops.lr_schedule import PlainConf, learning_rate_at
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
-from graphfront.runtime.variable_store import initial_value
+from graphfront.runtime.variable_store import initializer
 
 
 def system_op(conf_name, inputs=(), outputs=("out",), kernel=None, **rules):
@@ -111,7 +111,18 @@ def _decode_random_kernel(k):
     shape = (int(conf.batch_size),) + _shape_of(conf.shape)
     dtype = _dt.from_proto(conf.data_type)
     gen, device = k.generator(), k.device
-    return lambda: initial_value(conf.data_initializer, shape, dtype, device, gen)
+    draw = initializer(conf.data_initializer, shape, dtype)
+    return lambda: draw(device, gen)
+
+
+def _decode_random_native(k):
+    """The native lowering's draw: from torch's default generator, which a traced step can
+    take (an op's own ``torch.Generator`` it cannot), so the stream differs from the
+    plan's; the distribution is the same."""
+    conf = k.conf
+    draw = initializer(conf.data_initializer, (int(conf.batch_size),) + _shape_of(conf.shape),
+                       _dt.from_proto(conf.data_type))
+    return lambda: draw(k.device)
 
 
 def _decode_random_xla(k):
@@ -129,18 +140,19 @@ def _decode_random_xla(k):
 
 # ``tick`` orders the op after another (a control edge, ``ctrl_in_op_name``), it carries no data
 system_op("decode_random_conf", infer=_decode_random_infer, kernel=_decode_random_kernel, random=True, no_grad=True,
-          xla=_decode_random_xla)
+          xla=_decode_random_xla, native=_decode_random_native)
 
 
 def _lr_kernel(k):
     """float32 ``(1,)``: the schedule at the train step (:func:`learning_rate_at`): on the
-    CPU from the step read on the host, elsewhere (a GPU) computed on the device from the
-    step there, so a step never waits on the host for it (and a CUDA graph replays it)."""
-    conf = k.conf
+    CPU from the step read on the host, elsewhere (a GPU, or a step traced by the native
+    lowering) computed on the device from the step there, so a step never waits on the
+    host for it (and a CUDA graph replays it)."""
+    conf = PlainConf(k.conf)
     learning_rate_at(conf, 0)  # (a conf the schedule rejects fails here, when the job is lowered)
 
     def schedule(train_step):
-        if train_step.device.type == "cpu":
+        if reads_host(train_step):
             lr = learning_rate_at(conf, int(train_step.reshape(-1)[0]))
             return torch.full((1,), lr, dtype=torch.float32)
         return learning_rate_at(conf, train_step.reshape(-1)[:1]).to(torch.float32)

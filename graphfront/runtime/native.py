@@ -10,7 +10,15 @@ wrapper (``cpp_wrapper``), on CUDA Triton kernels replayed as a CUDA graph
 (``use_xla_jit``: a sub-graph handed to XLA, ``oneflow/xrt/``), here for the whole step.
 
 Ops whose kernel callable cannot be traced declare a ``native`` rule beside their kernel
-in the registry; the lowering never copies an op's semantics.
+in the registry; the lowering never copies an op's semantics. The random ops' rules
+(``decode_random``, ``random_mask_like``) draw from torch's default generator, which a
+traced step can take (an op's own ``torch.Generator`` and numpy's mt19937 it cannot): the
+plan's distributions, another stream, repeated by ``flow.manual_seed``. A kernel that reads
+a CPU value on the host in the plan (the learning rate, a loss-scale skip flag) takes its
+device branch in the traced step (:func:`graphfront.ops.common.reads_host`), and
+``multi_tensor_adam_update`` its formula in torch ops, which Inductor fuses (PyTorch's
+fused AdamW kernel cannot be functionalized). ResNet-50 and BERT pretraining steps trace
+whole (no graph break).
 
 Compilation happens on the first call (it needs real feeds; a train step's first call
 is a real step). Its results are cached on disk, under

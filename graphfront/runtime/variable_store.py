@@ -49,48 +49,74 @@ def _is_allocation_failure(e) -> bool:
 
 def initial_value(init, shape, dtype, device, generator=None) -> torch.Tensor:
     """A new tensor filled according to ``InitializerConf`` ``init``."""
+    return initializer(init, shape, dtype)(device, generator)
+
+
+def initializer(init, shape, dtype):
+    """The fill of ``InitializerConf`` ``init`` for a tensor of ``shape`` and ``dtype``: a
+    function ``(device, generator=None) -> new tensor``. The conf is read here, once, so a
+    call runs torch ops only (TorchDynamo traces it in the native lowering).
+
+    Raises ValueError for a conf that sets no initializer or one graphfront does not
+    support; JobBuildError for a variance scaling with a scale that is not positive and finite.
+    """
     kind = init.WhichOneof("type")
-    t = torch.empty(shape, dtype=dtype.torch, device=device)
     if kind is None:
         raise ValueError("initializer sets no type")
     c = getattr(init, kind)
-    if kind == "constant_conf":
-        return t.fill_(c.value)
-    if kind == "constant_int_conf":
-        return t.fill_(c.value)
-    if kind == "empty_conf":
-        return t.zero_()
-    if kind in ("random_uniform_conf", "random_uniform_int_conf"):
-        if kind == "random_uniform_int_conf":
-            return t.random_(c.min, c.max, generator=generator)
-        return t.uniform_(c.min, c.max, generator=generator)
-    if kind == "random_normal_conf":
-        return t.normal_(c.mean, c.std, generator=generator)
-    if kind == "truncated_normal_conf":
-        return _truncated_normal(t, c.mean, c.std, generator)
-    if kind == "variance_scaling_conf":
-        fan_in, fan_out = fans(shape, c.data_format)
-        fan = {VarianceNorm.kFanIn: fan_in, VarianceNorm.kFanOut: fan_out}.get(c.variance_norm,
-                                                                            (fan_in + fan_out) / 2.0)
-        if not 0 < c.scale < math.inf:
-            raise JobBuildError(f"variance_scaling_conf: scale must be a positive finite number, received {c.scale}")
-        scale = c.scale / max(1.0, fan)
-        if c.distribution == RandomDistribution.kRandomUniform:
-            limit = math.sqrt(3.0 * scale)
-            return t.uniform_(-limit, limit, generator=generator)
-        if c.distribution == RandomDistribution.kRandomNormal:
-            return t.normal_(0.0, math.sqrt(scale), generator=generator)
-        # truncated normal with the std corrected for the truncation at 2 sigma
-        return _truncated_normal(t, 0.0, math.sqrt(scale) / 0.87962566103423978, generator)
-    if kind in ("range_conf", "int_range_conf"):
+    if kind in ("constant_conf", "constant_int_conf"):
+        value = c.value
+        fill = lambda t, g: t.fill_(value)  # noqa: E731
+    elif kind == "empty_conf":
+        fill = lambda t, g: t.zero_()  # noqa: E731
+    elif kind == "random_uniform_int_conf":
+        low, high = c.min, c.max
+        fill = lambda t, g: t.random_(low, high, generator=g)  # noqa: E731
+    elif kind == "random_uniform_conf":
+        low, high = c.min, c.max
+        fill = lambda t, g: t.uniform_(low, high, generator=g)  # noqa: E731
+    elif kind == "random_normal_conf":
+        mean, std = c.mean, c.std
+        fill = lambda t, g: t.normal_(mean, std, generator=g)  # noqa: E731
+    elif kind == "truncated_normal_conf":
+        mean, std = c.mean, c.std
+        fill = lambda t, g: _truncated_normal(t, mean, std, g)  # noqa: E731
+    elif kind == "variance_scaling_conf":
+        fill = _variance_scaling(c, shape)
+    elif kind in ("range_conf", "int_range_conf"):
         axis = c.axis % len(shape) if shape else 0
         n = shape[axis] if shape else 1
-        vals = c.start + c.stride * torch.arange(n, dtype=torch.float64, device=device)
+        start, stride = c.start, c.stride
         view = [1] * len(shape)
         if shape:
             view[axis] = n
-        return t.copy_(vals.reshape(view).expand(shape).to(dtype.torch))
-    raise ValueError(f"initializer kind {kind!r} is not supported")
+
+        def fill(t, g):
+            vals = start + stride * torch.arange(n, dtype=torch.float64, device=t.device)
+            return t.copy_(vals.reshape(view).expand(shape).to(t.dtype))
+    else:
+        raise ValueError(f"initializer kind {kind!r} is not supported")
+
+    def make(device, generator=None):
+        return fill(torch.empty(shape, dtype=dtype.torch, device=device), generator)
+    return make
+
+
+def _variance_scaling(c, shape):
+    fan_in, fan_out = fans(shape, c.data_format)
+    fan = {VarianceNorm.kFanIn: fan_in, VarianceNorm.kFanOut: fan_out}.get(c.variance_norm, (fan_in + fan_out) / 2.0)
+    if not 0 < c.scale < math.inf:
+        raise JobBuildError(f"variance_scaling_conf: scale must be a positive finite number, received {c.scale}")
+    scale = c.scale / max(1.0, fan)
+    if c.distribution == RandomDistribution.kRandomUniform:
+        limit = math.sqrt(3.0 * scale)
+        return lambda t, g: t.uniform_(-limit, limit, generator=g)
+    if c.distribution == RandomDistribution.kRandomNormal:
+        std = math.sqrt(scale)
+        return lambda t, g: t.normal_(0.0, std, generator=g)
+    # truncated normal with the std corrected for the truncation at 2 sigma
+    std = math.sqrt(scale) / 0.87962566103423978
+    return lambda t, g: _truncated_normal(t, 0.0, std, g)
 
 
 _PHI_MINUS_2 = 0.5 * math.erfc(2.0 / math.sqrt(2.0))  # standard normal CDF at -2
@@ -101,10 +127,11 @@ def _truncated_normal(t, mean, std, generator):
     not; then scaled. Redraws touch only the entries still out of range (in index order,
     so the draws are those of redrawing the whole masked set each round).
 
-    Off the CPU (a GPU) the redraw loop would wait on the device each round; there the
+    Off the CPU (a GPU), and in a step traced by the native lowering, the redraw loop would
+    wait on the device each round (or not trace); there the
     same distribution is drawn in one pass, by the inverse CDF of a uniform draw in
     ``[Phi(-2), Phi(2)]`` (computed in float64 where the device has it)."""
-    if t.device.type != "cpu":
+    if t.device.type != "cpu" or torch.compiler.is_compiling():
         wide = torch.float32 if t.device.type == "mps" else torch.float64
         u = torch.empty(t.shape, dtype=wide, device=t.device).uniform_(_PHI_MINUS_2, 1.0 - _PHI_MINUS_2,
                                                                         generator=generator)

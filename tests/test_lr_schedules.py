@@ -18,7 +18,7 @@ import graphfront as flow
 from graphfront import typing as tp
 from graphfront.core import job_conf_pb2, op_conf_pb2
 from graphfront.framework.errors import JobBuildError
-from graphfront.ops.lr_schedule import learning_rate_at
+from graphfront.ops.lr_schedule import PlainConf, learning_rate_at
 
 N = 25
 opt = flow.optimizer
@@ -42,8 +42,14 @@ def schedule_conf(scheduler):
 
 
 def graphfront_lrs(scheduler, n=N):
+    """The schedule's rate at steps 0..n-1 read on the host; checked equal to the rates the
+    device computes from a tensor of steps out of the conf's plain copy (``PlainConf``: a
+    step traced by the native lowering), so every schedule test covers both."""
     conf = schedule_conf(scheduler)
-    return np.array([learning_rate_at(conf, s) for s in range(n)])
+    host = np.array([learning_rate_at(conf, s) for s in range(n)])
+    on_device = learning_rate_at(PlainConf(conf), torch.arange(n))
+    np.testing.assert_allclose(on_device.numpy(), host, rtol=1e-12, atol=0)
+    return host
 
 
 def torch_lrs(base, make, n=N):

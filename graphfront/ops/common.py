@@ -7,10 +7,15 @@ from graphfront.framework.errors import OpCheckError, OpRunError
 
 
 def vjp(fn, x, dy):
-    """``dy`` pulled back through ``fn`` at ``x`` (``torch.func.vjp``, which TorchDynamo also
-    traces): the gradient of a kernel's input ``x`` for the gradient ``dy`` of its output
-    ``fn(x)``."""
-    return torch.func.vjp(fn, x)[1](dy)[0]
+    """``dy`` pulled back through ``fn`` at ``x``: the gradient of a kernel's input ``x`` for
+    the gradient ``dy`` of its output ``fn(x)``. With torch autograd, or in a step traced by
+    TorchDynamo (the native lowering) with ``torch.func.vjp``, which it traces (slower to
+    call eagerly)."""
+    if torch.compiler.is_compiling():
+        return torch.func.vjp(fn, x)[1](dy)[0]
+    with torch.enable_grad():
+        xr = x.detach().requires_grad_(True)
+        return torch.autograd.grad(fn(xr), xr, dy)[0]
 
 
 def like(arg, dtype=None):

@@ -167,6 +167,7 @@ CASES = {
                      "bias_correction1": _pos((1,)), "bias_correction2": _pos((1,)), "m": _any((2, 3)),
                      "v": _pos((2, 3)), "max_v": _pos((2, 3))},
                     {"amsgrad": True, "epsilon": 1e-8, "weight_decay": 0.01}, [], {"model", "m", "v", "max_v"}),
+    "multi_scalar_mul_by_tensor": ({"x": [_any((2, 3)), _any((4,))], "scalar": _any((1,))}, {}, ["y", "y"]),
     "multi_tensor_sgd_update": ({"model": [_any((2, 3)), _any((4,))], "model_diff": [_any((2, 3)), _any((4,))],
                                  "learning_rate": _pos((1,))}, {"weight_decay": 0.1}, [], {"model"}),
     "multi_tensor_momentum_update": ({"model": [_any((2, 3)), _any((4,))], "model_diff": [_any((2, 3)), _any((4,))],

@@ -30,6 +30,10 @@ op type                            origin   computes
 ``multi_tensor_sgd_update``        OneFlow  ``sgd_update`` over lists of models/grads in
                                             one ``torch._foreach_*`` sequence
 ``multi_tensor_momentum_update``   OneFlow  ``momentum_update`` likewise
+``multi_scalar_mul_by_tensor``     gf       ``y_i = x_i * scalar`` for every ``x_i`` (one
+                                            ``scalar_mul_by_tensor`` each) in one
+                                            ``torch._foreach_mul``: the loss-scale undo
+                                            of a job's float32 gradients
 ``multi_tensor_adam_update``       gf       ``adam_update`` (Adam / AdamW) over lists of
                                             models, grads, ``m``, ``v``, ``max_v`` in one
                                             fused kernel; bias correction from input
@@ -811,6 +815,31 @@ def _multi_adam_xla(k):
                 out[a].append(value)
         return None, (out["model"], out["m"], out["v"], out["max_v"])
     return update
+
+
+# ------------------------------------------------------------------ multi_scalar_mul_by_tensor
+
+def _multi_scale_infer(ctx):
+    xs, scalar = ctx.inputs("x"), ctx.input("scalar")
+    ctx.check(len(xs) == ctx.output_count("y"), f"expected one output 'y' per input 'x' ({len(xs)}), received "
+                                                f"{ctx.output_count('y')}")
+    ctx.check(scalar.shape == (1,), f"input 'scalar' expected shape (1,), received {scalar.shape}")
+    for i, d in enumerate(xs):
+        ctx.check(d.dtype is scalar.dtype, f"input 'x_{i}' expected dtype {scalar.dtype.name} (as 'scalar'), "
+                                           f"received {d.dtype.name}")
+        ctx.set_output("y", d.shape, d.dtype, i=i)
+
+
+def _multi_scale_onnx(c):
+    """A ``Mul`` by the (1,) scalar per input."""
+    for i, x in enumerate(c.inputs("x")):
+        c.node("Mul", [x, c.input("scalar")], [c.output("y", i)])
+
+
+op("multi_scalar_mul_by_tensor", inputs=["x*", "scalar"], outputs=["y*"], infer=_multi_scale_infer,
+   kernel=lambda k: (lambda xs, scalar: torch._foreach_mul(list(xs), scalar.reshape(()))), no_grad=True,
+   xla=lambda k: (lambda xs, scalar: [x * scalar.reshape(()) for x in xs]), onnx=_multi_scale_onnx,
+   doc="graphfront-only: scalar_mul_by_tensor of every x by one (1,) scalar in one torch._foreach_mul")
 
 
 _UPDATE_ATTRS = {"learning_rate_val": ("float", 0.0), "scale": ("double", 1.0), "l1": ("float", 0.0),

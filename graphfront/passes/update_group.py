@@ -7,6 +7,10 @@ dtype — in practice every variable of one optimizer — become one
 op, whose kernel updates the whole list in a few multi-tensor kernels instead of one small
 kernel chain per variable (``graphfront/ops/fused_ops.py``).
 
+:func:`group_scalar_mul_by_tensor` likewise makes the ``scalar_mul_by_tensor`` ops that
+scale gradients by one factor for the optimizer (dynamic loss scaling's undo) one
+``multi_scalar_mul_by_tensor``.
+
 ``adam_update`` groups only without ``l1``/``l2`` and, with ``do_bias_correction``, when its
 ``bias_correction1/2`` blobs are ``adam_bias_correction_factor`` ops of its own ``beta1`` /
 ``beta2`` over one ``train_step``: the multi-tensor kernel computes those factors itself
@@ -85,5 +89,44 @@ def group_update_ops(job):
         attrs = {k: v for k, v in attrs.items() if k in known}
         net.add_user_op(f"System-MultiTensorUpdate-{names[0]}", multi, inputs, attrs, outputs=(), like_op=names[0])
         net.remove(*names)
+        changed = True
+    return net.finish() if changed else job
+
+
+_OPTIMIZER_READERS = ("multi_count_not_finite", "count_not_finite", "multi_square_sum", "square_sum")
+
+
+def group_scalar_mul_by_tensor(job):
+    """Replace the ``scalar_mul_by_tensor`` ops of one ``scalar`` (and dtype and placement)
+    whose outputs only update ops and the optimizer's reductions (non-finite counts, square
+    sums) read by one ``multi_scalar_mul_by_tensor``: the loss-scale undo of every float32
+    gradient in one multi-tensor kernel. (Those readers feed no gradient back, so merging
+    the ops closes no cycle.)"""
+    if not has_op_types(job, ("scalar_mul_by_tensor",)):
+        return job
+    net = Net(job)
+    placements = rt.placements_of(job)
+    groups = {}
+    for op in job.net.op:
+        if user_type(op) != "scalar_mul_by_tensor" or op.ctrl_in_op_name:
+            continue
+        y = op.user_conf.output["y"].s[0]
+        readers = [r for r, _, _ in net.readers(y)]
+        if y in net.protected or not readers or any(
+                user_type(r) not in _OPTIMIZER_READERS and user_type(r) not in GROUPABLE
+                and not (user_type(r) or "").startswith("multi_tensor_") for r in readers):
+            continue
+        key = (single_input(op, "scalar"), op.device_tag, placements.get(op.name), net.desc(y).dtype.name)
+        groups.setdefault(key, []).append(op)
+    changed = False
+    for (scalar, *_), ops in groups.items():
+        if len(ops) < 2:
+            continue
+        multi = net.add_user_op(f"System-MultiScalarMulByTensor-{ops[0].name}", "multi_scalar_mul_by_tensor",
+                                {"x": [single_input(o, "x") for o in ops], "scalar": scalar},
+                                outputs={"y": len(ops)}, like_op=ops[-1].name)
+        for i, o in enumerate(ops):
+            net.redirect(o.user_conf.output["y"].s[0], multi.user_conf.output["y"].s[i])
+        net.remove(*(o.name for o in ops))
         changed = True
     return net.finish() if changed else job

@@ -42,6 +42,10 @@ EXEMPT = {
     "multi_tensor_sgd_update": _UPDATE + " (the update-grouping pass merges sgd_update ops into it)",
     "multi_tensor_momentum_update": _UPDATE + " (the update-grouping pass merges momentum_update ops into it)",
     "multi_tensor_adam_update": _UPDATE + " (the update-grouping pass merges adam_update ops into it)",
+    "multi_scalar_mul_by_tensor": "made only by the group_scalar_mul_by_tensor pass, from the loss-scale undo of the "
+                                  "float32 gradients of a dynamic-loss-scale train job; checked by tests/test_passes.py "
+                                  "(bit for bit against one scalar_mul_by_tensor each) and its xla and onnx rules by "
+                                  "tests/test_xla_rules.py and tests/test_onnx_export.py",
     "dynamic_loss_scale_schedule": "in-place update of the loss-scale and good-step-counter variables (no outputs); "
                                    "checked by tests/test_amp.py against a numpy model of OneFlow's rule",
     "assign_if": "conditional in-place write of a variable (no outputs); checked by tests/test_amp.py",

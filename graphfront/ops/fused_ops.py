@@ -16,6 +16,10 @@ op type                            origin   computes
                                             convolution from the same ``dy`` in one
                                             ``convolution_backward`` call (the outputs
                                             present choose what is computed)
+``fused_layer_norm_grad``          gf       a layer norm's ``dx``, ``gamma_diff`` and
+                                            ``beta_diff`` in one
+                                            ``native_layer_norm_backward`` (defined with
+                                            the layer norm ops, ``norm_ops.py``)
 ``fused_tf_max_pool_{1,2,3}d``     gf       ``tf_max_pool_*`` that also returns the int64
                                             argmax ``indices`` (computed in channels-last
                                             memory layout, much faster on CPU)

@@ -5,6 +5,8 @@ passes, once with the pass under test disabled (``passes.disable_passes``) or wi
 cleanup pass off — and compares results and updated variables; it also checks that the
 pass ran (completion log) and rewrote what it should (op types of the completed job).
 """
+import typing
+
 import numpy as np
 import pytest
 import torch
@@ -370,6 +372,30 @@ def test_group_scalar_mul_by_tensor_unscales_float_gradients_at_once():
     assert off[2].count("scalar_mul_by_tensor") - on[2].count("scalar_mul_by_tensor") == len(grouped)
     # the loss's seed gradient is scaled in the forward: not an optimizer-side op, not grouped
     assert on[2].count("scalar_mul_by_tensor") == 1
+
+
+@pytest.mark.parametrize("chained", [False, True])
+def test_group_scalar_mul_by_tensor_never_merges_an_op_into_its_own_input(chained):
+    """Two ``scalar_mul_by_tensor`` by one scalar, each read by a non-finite count: merged
+    when independent; left apart when the second one's input is computed from the first's
+    output (one merged op would feed itself)."""
+    def build(config):
+        @flow.global_function(function_config=config)
+        def job(x: tp.Numpy.Placeholder((3,), dtype=flow.float),
+                s: tp.Numpy.Placeholder((1,), dtype=flow.float)) -> typing.Tuple[tp.Numpy, tp.Numpy]:
+            with flow.scope.placement("cpu", "0:0"):
+                y1 = flow.math.multiply(x, s)   # (a (1,) operand: scalar_mul_by_tensor)
+                c1 = flow.math.count_not_finite(y1)
+                x2 = x + flow.cast(c1, flow.float) if chained else x + 1.0
+                y2 = flow.math.multiply(x2, s)
+                return c1, flow.math.count_not_finite(y2)
+        return job
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    on = _run(build, (x, np.array([np.inf], np.float32)))
+    off = _run(build, (x, np.array([np.inf], np.float32)), disabled=["group_scalar_mul_by_tensor"])
+    assert [r.tolist() for r in on[0][0]] == [r.tolist() for r in off[0][0]] == [[3], [3]]
+    assert on[2].count("multi_scalar_mul_by_tensor") == (0 if chained else 1)
+    assert on[2].count("scalar_mul_by_tensor") == (2 if chained else 0)
 
 
 def test_fused_cast_scale_reads_half_and_writes_float_in_one_kernel():

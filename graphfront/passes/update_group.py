@@ -18,6 +18,7 @@ from ``train_step``, and the factor ops left without readers are pruned.
 """
 from __future__ import annotations
 
+from graphfront.framework import job_builder as jb
 from graphfront.ops import registry
 from graphfront.passes.rewrite import Net, has_op_types, single_input, user_type
 from graphfront.runtime import plan as rt
@@ -93,6 +94,23 @@ def group_update_ops(job):
     return net.finish() if changed else job
 
 
+def _feeds_itself(net, ops) -> bool:
+    """Whether an input of one of ``ops`` is computed from the output of another (merging
+    them would close a cycle): a walk up the producers of their inputs."""
+    names = {o.name for o in ops}
+    todo = [single_input(o, "x") for o in ops]
+    seen = set()
+    while todo:
+        producer = net.producer_op(todo.pop())
+        if producer is None or producer.name in seen:
+            continue
+        if producer.name in names:
+            return True
+        seen.add(producer.name)
+        todo.extend(lbn for _, _, lbn in jb.op_inputs(producer))
+    return False
+
+
 _OPTIMIZER_READERS = ("multi_count_not_finite", "count_not_finite", "multi_square_sum", "square_sum")
 
 
@@ -100,8 +118,8 @@ def group_scalar_mul_by_tensor(job):
     """Replace the ``scalar_mul_by_tensor`` ops of one ``scalar`` (and dtype and placement)
     whose outputs only update ops and the optimizer's reductions (non-finite counts, square
     sums) read by one ``multi_scalar_mul_by_tensor``: the loss-scale undo of every float32
-    gradient in one multi-tensor kernel. (Those readers feed no gradient back, so merging
-    the ops closes no cycle.)"""
+    gradient in one multi-tensor kernel. A group one of whose inputs is computed from
+    another's output stays as it is (one op would feed itself)."""
     if not has_op_types(job, ("scalar_mul_by_tensor",)):
         return job
     net = Net(job)
@@ -120,7 +138,7 @@ def group_scalar_mul_by_tensor(job):
         groups.setdefault(key, []).append(op)
     changed = False
     for (scalar, *_), ops in groups.items():
-        if len(ops) < 2:
+        if len(ops) < 2 or _feeds_itself(net, ops):
             continue
         multi = net.add_user_op(f"System-MultiScalarMulByTensor-{ops[0].name}", "multi_scalar_mul_by_tensor",
                                 {"x": [single_input(o, "x") for o in ops], "scalar": scalar},

@@ -621,8 +621,7 @@ def _fused_sgd_skippable(models, steps, moms, skip_if, beta=0.0):
     for b, used in zip(moms, bufs):
         if used is not b:
             b.copy_(used)
-    if not torch.compiler.is_compiling():   # (the fused kernel bumps none; a traced step writes back)
-        torch._C._increment_version([*models, *moms])
+    torch._C._increment_version([*models, *moms])   # (the fused kernel bumps none)
 
 
 def _multi_sgd_kernel(k):
@@ -755,8 +754,7 @@ def _multi_adam_kernel(k):
                     s.copy_(u)
         # the fused kernel does not bump the version counters that in-place ops bump (the xla
         # and onnxruntime lowerings read them to see a variable changed)
-        if not torch.compiler.is_compiling():   # (a traced step writes its mutated inputs back)
-            torch._C._increment_version([*models, *ms, *vs, *(max_vs if amsgrad else ())])
+        torch._C._increment_version([*models, *ms, *vs, *(max_vs if amsgrad else ())])
         return None
     return multi_tensor_adam_update
 

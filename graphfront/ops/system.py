@@ -103,15 +103,18 @@ def _decode_random_infer(ctx):
     ctx.set_output("out", (int(conf.batch_size),) + _shape_of(conf.shape), _dt.from_proto(conf.data_type))
 
 
+def _decode_random_draw(k):
+    """``(device, generator=None) -> a new batch`` drawn from the op's ``data_initializer``."""
+    conf = k.conf
+    return initializer(conf.data_initializer, (int(conf.batch_size),) + _shape_of(conf.shape),
+                       _dt.from_proto(conf.data_type))
+
+
 def _decode_random_kernel(k):
     """A new batch drawn from ``data_initializer`` on every run (OneFlow v0.6.0
     ``oneflow/core/kernel/decode_random_kernel.cpp``), on the op's device, from the op's
     own generator there (:meth:`~graphfront.runtime.plan.KernelCtx.generator`)."""
-    conf = k.conf
-    shape = (int(conf.batch_size),) + _shape_of(conf.shape)
-    dtype = _dt.from_proto(conf.data_type)
-    gen, device = k.generator(), k.device
-    draw = initializer(conf.data_initializer, shape, dtype)
+    draw, gen, device = _decode_random_draw(k), k.generator(), k.device
     return lambda: draw(device, gen)
 
 
@@ -119,10 +122,8 @@ def _decode_random_native(k):
     """The native lowering's draw: from torch's default generator, which a traced step can
     take (an op's own ``torch.Generator`` it cannot), so the stream differs from the
     plan's; the distribution is the same."""
-    conf = k.conf
-    draw = initializer(conf.data_initializer, (int(conf.batch_size),) + _shape_of(conf.shape),
-                       _dt.from_proto(conf.data_type))
-    return lambda: draw(k.device)
+    draw, device = _decode_random_draw(k), k.device
+    return lambda: draw(device)
 
 
 def _decode_random_xla(k):

@@ -166,7 +166,8 @@ def main(argv=None):
         rows.append([model, n_gf, n_pt, f"{n_gf / n_pt:.2f}"])
         details.append((model, gf.where.most_common(o.top)))
     print(f"torch {torch.__version__}; aten calls per steady train step other than views (a proxy for GPU kernels)")
-    print(tabulate(rows, headers=["model", "graphfront plan (meta device)", "PyTorch eager (CPU)", "ratio"]))
+    print(tabulate(rows, headers=["model", "graphfront plan (meta device)", "PyTorch eager (CPU)", "ratio"],
+                   disable_numparse=True))
     for model, common in details:
         print(f"\n{model}: graphfront's most frequent calls")
         print(tabulate([[n, op, src] for (op, src), n in common], headers=["calls", "aten op", "graphfront source"]))

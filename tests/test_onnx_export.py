@@ -605,7 +605,7 @@ CASES.update({
                                   "_add_to_output": oneof(t(2, 3, 4), nothing())}, {"begin_norm_axis": -1, "epsilon": 1e-5}),
                         lambda: ({"dy": t(2, 3, 4), "x": t(2, 3, 4), "mean": t(2), "inv_variance": t(2, **_POSITIVE)},
                                  {"begin_norm_axis": 1, "epsilon": 1e-5})),
-    "multi_scalar_mul_by_tensor": lambda: ({"x": [t(2, 3), t(4)], "scalar": t(1)}, {}),
+    "multi_scalar_mul_by_tensor": lambda: ({"x": [t(2, 3), t(4, dtype=flow.float16), t(5)], "scalar": t(1)}, {}),
     "fused_layer_norm_grad": (lambda: ({"dy": t(2, 3, 4), "x": t(2, 3, 4), "mean": t(2, 3),
                                         "inv_variance": t(2, 3, **_POSITIVE), "gamma": t(4),
                                         "_add_to_output": oneof(t(2, 3, 4), nothing())},
@@ -882,7 +882,7 @@ def _one_op_job(op_type, inputs, attrs):
 
 
 def _flow_dtype(np_dtype):
-    return {np.dtype(np.float32): flow.float, np.dtype(np.float64): flow.double,
+    return {np.dtype(np.float32): flow.float, np.dtype(np.float64): flow.double, np.dtype(np.float16): flow.float16,
             np.dtype(np.int8): flow.int8, np.dtype(np.uint8): flow.uint8, np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
 
 

@@ -328,7 +328,7 @@ def test_fuse_cast_scale_unscales_half_gradients_in_one_op():
     (``cast`` -> ``scalar_mul_by_tensor``): one ``fused_cast_scale`` each, with the same
     values bit for bit (OneFlow's FuseCastScalePass)."""
     x = RNG.standard_normal((4, 6)).astype(np.float32)
-    on = _run(_amp_train, (x,), steps=3)
+    on = _run(_amp_train, (x,), steps=3, disabled=["group_scalar_mul_by_tensor"])   # (which would group them)
     off = _run(_amp_train, (x,), steps=3, disabled=["fuse_cast_scale", "group_scalar_mul_by_tensor"])
     _check_same(on, off, rtol=0, atol=0)
     fused = on[2].count("fused_cast_scale")   # one per variable whose gradient is float16
@@ -356,8 +356,9 @@ def _amp_bn_train(config):
 
 
 def test_group_scalar_mul_by_tensor_unscales_float_gradients_at_once():
-    """The batch norms' float32 gamma and beta gradients (AMP keeps batch norm in float32)
-    are unscaled by one ``multi_scalar_mul_by_tensor``, bit for bit as one op each."""
+    """Every gradient's loss-scale undo is one ``multi_scalar_mul_by_tensor``, bit for bit as
+    one op each: the batch norms' float32 gamma and beta (AMP keeps batch norm in float32)
+    and the float16 ones, cast on the way (``fused_cast_scale`` before)."""
     x = RNG.standard_normal((4, 3, 6, 6)).astype(np.float32)
     on = _run(_amp_bn_train, (x,), steps=3)
     off = _run(_amp_bn_train, (x,), steps=3, disabled=["group_scalar_mul_by_tensor"])
@@ -369,9 +370,11 @@ def test_group_scalar_mul_by_tensor_unscales_float_gradients_at_once():
     (multi,) = [op for op in job.graph.proto.net.op if jb.op_type_name(op) == "multi_scalar_mul_by_tensor"]
     grouped = [lbn.split("/")[0] for lbn in multi.user_conf.input["x"].s]
     assert len(multi.user_conf.output["y"].s) == len(grouped) >= 4   # (2 x gamma and beta at least)
-    assert off[2].count("scalar_mul_by_tensor") - on[2].count("scalar_mul_by_tensor") == len(grouped)
+    assert off[2].count("scalar_mul_by_tensor") + off[2].count("fused_cast_scale") - \
+        on[2].count("scalar_mul_by_tensor") == len(grouped)
     # the loss's seed gradient is scaled in the forward: not an optimizer-side op, not grouped
     assert on[2].count("scalar_mul_by_tensor") == 1
+    assert off[2].count("fused_cast_scale") >= 2 and "fused_cast_scale" not in on[2]
 
 
 @pytest.mark.parametrize("chained", [False, True])

@@ -167,7 +167,8 @@ CASES = {
                      "bias_correction1": _pos((1,)), "bias_correction2": _pos((1,)), "m": _any((2, 3)),
                      "v": _pos((2, 3)), "max_v": _pos((2, 3))},
                     {"amsgrad": True, "epsilon": 1e-8, "weight_decay": 0.01}, [], {"model", "m", "v", "max_v"}),
-    "multi_scalar_mul_by_tensor": ({"x": [_any((2, 3)), _any((4,))], "scalar": _any((1,))}, {}, ["y", "y"]),
+    "multi_scalar_mul_by_tensor": ({"x": [_any((2, 3)), _any((4,), np.float16), _any((5,))], "scalar": _any((1,))},
+                                   {}, ["y", "y", "y"]),
     "multi_tensor_sgd_update": ({"model": [_any((2, 3)), _any((4,))], "model_diff": [_any((2, 3)), _any((4,))],
                                  "learning_rate": _pos((1,))}, {"weight_decay": 0.1}, [], {"model"}),
     "multi_tensor_momentum_update": ({"model": [_any((2, 3)), _any((4,))], "model_diff": [_any((2, 3)), _any((4,))],
@@ -719,7 +720,8 @@ def _run(op_type, mode, arrays, attrs, outputs, variables):
 
 
 def _flow_dtype(np_dtype):
-    return {np.dtype(np.float32): flow.float, np.dtype(np.float64): flow.double, np.dtype(np.int8): flow.int8,
+    return {np.dtype(np.float32): flow.float, np.dtype(np.float64): flow.double, np.dtype(np.float16): flow.float16,
+            np.dtype(np.int8): flow.int8,
             np.dtype(np.uint8): flow.uint8,
             np.dtype(np.int32): flow.int32, np.dtype(np.int64): flow.int64}[np.dtype(np_dtype)]
 

@@ -34,10 +34,12 @@ op type                            origin   computes
 ``multi_tensor_sgd_update``        OneFlow  ``sgd_update`` over lists of models/grads in
                                             one ``torch._foreach_*`` sequence
 ``multi_tensor_momentum_update``   OneFlow  ``momentum_update`` likewise
-``multi_scalar_mul_by_tensor``     gf       ``y_i = x_i * scalar`` for every ``x_i`` (one
-                                            ``scalar_mul_by_tensor`` each) in one
-                                            ``torch._foreach_mul``: the loss-scale undo
-                                            of a job's float32 gradients
+``multi_scalar_mul_by_tensor``     gf       ``y_i = x_i * scalar`` for every ``x_i``, each
+                                            cast to the scalar's dtype first where
+                                            narrower (one ``scalar_mul_by_tensor`` or
+                                            ``fused_cast_scale`` each) in a few
+                                            multi-tensor kernels: the loss-scale undo of
+                                            a job's gradients
 ``multi_tensor_adam_update``       gf       ``adam_update`` (Adam / AdamW) over lists of
                                             models, grads, ``m``, ``v``, ``max_v`` in one
                                             fused kernel; bias correction from input
@@ -582,8 +584,10 @@ def _selects(skip_if):
 
 
 def _strided_like(t, ref):
-    """``t``, or a copy of it with ``ref``'s strides when they differ."""
-    return t if t.stride() == ref.stride() else torch.empty_like(ref).copy_(t)
+    """``t``, or a copy of it laid out in memory as ``ref`` when it is not (the strides of
+    size-1 dims address nothing and may differ)."""
+    same = all(a == b for a, b, n in zip(t.stride(), ref.stride(), ref.shape) if n > 1)
+    return t if same else torch.empty_like(ref).copy_(t)
 
 
 def _meta_kernels():
@@ -826,22 +830,52 @@ def _multi_scale_infer(ctx):
     ctx.check(len(xs) == ctx.output_count("y"), f"expected one output 'y' per input 'x' ({len(xs)}), received "
                                                 f"{ctx.output_count('y')}")
     ctx.check(scalar.shape == (1,), f"input 'scalar' expected shape (1,), received {scalar.shape}")
+    ctx.check(scalar.dtype.is_floating_point, f"input 'scalar' expected a floating dtype, received "
+                                              f"{scalar.dtype.name}")
     for i, d in enumerate(xs):
-        ctx.check(d.dtype is scalar.dtype, f"input 'x_{i}' expected dtype {scalar.dtype.name} (as 'scalar'), "
-                                           f"received {d.dtype.name}")
-        ctx.set_output("y", d.shape, d.dtype, i=i)
+        ctx.check(d.dtype.is_floating_point and d.dtype.torch.itemsize <= scalar.dtype.torch.itemsize,
+                  f"input 'x_{i}' expected a floating dtype no wider than 'scalar' ({scalar.dtype.name}), received "
+                  f"{d.dtype.name}")
+        ctx.set_output("y", d.shape, scalar.dtype, i=i)
+
+
+def _multi_scale_kernel(k):
+    """``torch._foreach_mul`` over the inputs of the scalar's dtype; the narrower ones are cast
+    into new tensors of that dtype first (``torch._foreach_copy_``), then scaled in place.
+    Each result is ``fused_cast_scale``'s / ``scalar_mul_by_tensor``'s, bit for bit."""
+    def multi_scalar_mul_by_tensor(xs, scalar):
+        s = scalar.reshape(())
+        ys = [None] * len(xs)
+        same = [i for i, x in enumerate(xs) if x.dtype == s.dtype]
+        cast = [i for i, x in enumerate(xs) if x.dtype != s.dtype]
+        if same:
+            for i, y in zip(same, torch._foreach_mul([xs[i] for i in same], s)):
+                ys[i] = y
+        if cast:
+            out = [torch.empty_like(xs[i], dtype=s.dtype) for i in cast]
+            torch._foreach_copy_(out, [xs[i] for i in cast])
+            torch._foreach_mul_(out, s)
+            for i, y in zip(cast, out):
+                ys[i] = y
+        return ys
+    return multi_scalar_mul_by_tensor
 
 
 def _multi_scale_onnx(c):
-    """A ``Mul`` by the (1,) scalar per input."""
+    """A ``Mul`` by the (1,) scalar per input, cast to the scalar's dtype first where narrower."""
+    dtype = c.input_desc("scalar").dtype
     for i, x in enumerate(c.inputs("x")):
+        if c.input_desc("x", i).dtype is not dtype:
+            x = c.node("Cast", [x], to=c.dtype_code(dtype))
         c.node("Mul", [x, c.input("scalar")], [c.output("y", i)])
 
 
 op("multi_scalar_mul_by_tensor", inputs=["x*", "scalar"], outputs=["y*"], infer=_multi_scale_infer,
-   kernel=lambda k: (lambda xs, scalar: torch._foreach_mul(list(xs), scalar.reshape(()))), no_grad=True,
-   xla=lambda k: (lambda xs, scalar: [x * scalar.reshape(()) for x in xs]), onnx=_multi_scale_onnx,
-   doc="graphfront-only: scalar_mul_by_tensor of every x by one (1,) scalar in one torch._foreach_mul")
+   kernel=_multi_scale_kernel, no_grad=True,
+   xla=lambda k: (lambda xs, scalar: [x.astype(scalar.dtype) * scalar.reshape(()) for x in xs]),
+   onnx=_multi_scale_onnx,
+   doc="graphfront-only: y_i = x_i (cast to the scalar's dtype) * scalar for every x_i: the scalar_mul_by_tensor "
+       "and fused_cast_scale ops of one (1,) scalar in a few multi-tensor kernels")
 
 
 _UPDATE_ATTRS = {"learning_rate_val": ("float", 0.0), "scale": ("double", 1.0), "l1": ("float", 0.0),

@@ -111,22 +111,25 @@ def _feeds_itself(net, ops) -> bool:
     return False
 
 
+_SCALINGS = {"scalar_mul_by_tensor": "scalar", "fused_cast_scale": "scale_by_tensor"}   # op type -> its scalar
 _OPTIMIZER_READERS = ("multi_count_not_finite", "count_not_finite", "multi_square_sum", "square_sum")
 
 
 def group_scalar_mul_by_tensor(job):
-    """Replace the ``scalar_mul_by_tensor`` ops of one ``scalar`` (and dtype and placement)
-    whose outputs only update ops and the optimizer's reductions (non-finite counts, square
-    sums) read by one ``multi_scalar_mul_by_tensor``: the loss-scale undo of every float32
-    gradient in one multi-tensor kernel. A group one of whose inputs is computed from
+    """Replace the ``scalar_mul_by_tensor`` and ``fused_cast_scale`` (attr ``scale`` 1) ops of
+    one ``scalar`` (and output dtype and placement) whose outputs only update ops and the
+    optimizer's reductions (non-finite counts, square sums) read by one
+    ``multi_scalar_mul_by_tensor``: the loss-scale undo of every gradient, float16 ones cast
+    on the way, in a few multi-tensor kernels. A group one of whose inputs is computed from
     another's output stays as it is (one op would feed itself)."""
-    if not has_op_types(job, ("scalar_mul_by_tensor",)):
+    if not has_op_types(job, _SCALINGS):
         return job
     net = Net(job)
     placements = rt.placements_of(job)
     groups = {}
     for op in job.net.op:
-        if user_type(op) != "scalar_mul_by_tensor" or op.ctrl_in_op_name:
+        t = user_type(op)
+        if t not in _SCALINGS or op.ctrl_in_op_name or (t == "fused_cast_scale" and net.attrs(op)["scale"] != 1.0):
             continue
         y = op.user_conf.output["y"].s[0]
         readers = [r for r, _, _ in net.readers(y)]
@@ -134,7 +137,7 @@ def group_scalar_mul_by_tensor(job):
                 user_type(r) not in _OPTIMIZER_READERS and user_type(r) not in GROUPABLE
                 and not (user_type(r) or "").startswith("multi_tensor_") for r in readers):
             continue
-        key = (single_input(op, "scalar"), op.device_tag, placements.get(op.name), net.desc(y).dtype.name)
+        key = (single_input(op, _SCALINGS[t]), op.device_tag, placements.get(op.name), net.desc(y).dtype.name)
         groups.setdefault(key, []).append(op)
     changed = False
     for (scalar, *_), ops in groups.items():

@@ -189,6 +189,54 @@ def test_a_steady_train_step_never_waits_on_the_host(cuda_graph):
     assert _variables()["System-Train-TrainStep-train"][0] > 3   # the steady steps trained
 
 
+def _transformer_block_train(cuda_graph=True):
+    """A BERT-like train job on the GPU: dense + gelu, dropout, a layer norm, AdamW with
+    clipping by global norm and a warmup schedule, float16 AMP with dynamic loss scaling."""
+    flow.clear_default_session()
+    flow.manual_seed(2)
+
+    @flow.global_function(type="train", function_config=_gpu_config(cuda_graph, amp=True))
+    def train(x: tp.Numpy.Placeholder((B, D)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)):
+        init = flow.random_normal_initializer(stddev=0.1)
+        h = flow.layers.dense(x, H, activation=flow.math.gelu, kernel_initializer=init, name="fc1")
+        h = flow.layers.layer_norm(flow.nn.dropout(h, rate=0.1), begin_norm_axis=-1, begin_params_axis=-1, name="ln")
+        logits = flow.layers.dense(h, C, kernel_initializer=init, name="fc2")
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+        lr = flow.optimizer.PolynomialScheduler(1e-3, 100, 0.0, warmup=flow.optimizer.warmup.linear(3, 0.1))
+        flow.optimizer.AdamW(lr, weight_decay=0.01, grad_clipping=flow.optimizer.grad_clipping.by_global_norm(1.0),
+                             loss_scale_policy=flow.optimizer.loss_scale.dynamic_loss_scale(
+                                 initial_loss_scale=1024.0, increment_period=2)).minimize(loss)
+        return loss
+    return train
+
+
+@pytest.mark.parametrize("cuda_graph", [True, False])
+def test_a_steady_transformer_block_step_never_waits_on_the_host(cuda_graph):
+    """The BERT-style step's GPU paths: the fused layer-norm gradient, gelu_backward, the
+    concatenated non-finite count and square sum, the grouped loss-scale undo, the fused
+    AdamW skip; after the first calls a step synchronizes with nothing (torch's sync debug
+    mode raises), and the CUDA-graph replay gives the plain plan's losses."""
+    batches = _data(seed=3, n=8)
+    losses = {}
+    for graph in (cuda_graph, not cuda_graph):
+        train = _transformer_block_train(cuda_graph=graph)
+        warm = _run(train, batches[:3])
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            futures = [train(x, y) for x, y in batches[3:]]
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        losses[graph] = np.concatenate([warm, [f.get() for f in futures]])
+        assert train.compiled_job.plan.uses_cuda_graph is graph
+        types = {jb.op_type_name(op) for op in train.compiled_job.plan.order}
+        assert {"fused_layer_norm_grad", "multi_count_not_finite", "multi_scalar_mul_by_tensor",
+                "multi_tensor_adam_update"} <= types, types
+    assert np.isfinite(losses[True]).all()
+    # (one seed: the captured graph replays the plain plan's dropout draws)
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-3, atol=1e-4)
+
+
 # ------------------------------------------------------------------ bad values
 
 def test_bad_fed_label_raises_the_ops_error_and_the_next_call_is_right():

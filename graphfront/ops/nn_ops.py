@@ -236,11 +236,12 @@ def _conv_data_grad_kernel(k):
 def _conv_filter_grad_kernel(k):
     n, a = _conv_backward_args(k)
     first = k.attr("data_format") == "channels_first"
-    wshape = k.output("filter_diff").shape
-    if not first:
-        wshape = (wshape[0], wshape[-1]) + tuple(wshape[1:-1])
-    placeholder = torch.empty(wshape, dtype=k.input("x").dtype.torch, device=k.device)
+    # (only its shape, dtype and memory layout matter: channels-last, its filter's, for an
+    # NHWC job, so the gradient comes out laid out as the variable)
+    placeholder = torch.empty(k.output("filter_diff").shape, dtype=k.input("x").dtype.torch, device=k.device)
     dense = layout_for(k)
+    if not first:
+        placeholder = dense(_to_first(placeholder, n))
 
     def filter_grad(dy, x):
         if not first:

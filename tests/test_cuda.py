@@ -168,6 +168,20 @@ def test_dynamic_loss_scale_skips_overflowing_steps_on_the_device():
 
 # ------------------------------------------------------------------ no host sync
 
+def _steady_losses_without_sync(train, batches, warmup=3):
+    """``(losses of the first warmup calls, losses of the later ones)``: the later calls run
+    under torch's sync debug mode "error", which raises on any call that synchronizes with the
+    host; their results are read afterwards."""
+    warm = _run(train, batches[:warmup])
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        futures = [train(x, y) for x, y in batches[warmup:]]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return warm, np.array([f.get() for f in futures])
+
+
 @pytest.mark.parametrize("cuda_graph", [True, False])
 def test_a_steady_train_step_never_waits_on_the_host(cuda_graph):
     """After the first calls, a train step (momentum SGD, piecewise learning rate,
@@ -175,15 +189,7 @@ def test_a_steady_train_step_never_waits_on_the_host(cuda_graph):
     debug mode raises on any synchronizing call. The results are read afterwards."""
     policy = flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=1024.0, increment_period=2)
     train = _mlp_train(cuda_graph=cuda_graph, amp=True, policy=policy, dropout=0.1)
-    batches = _data(n=8)
-    warm = _run(train, batches[:3])
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        futures = [train(x, y) for x, y in batches[3:]]
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    losses = np.array([f.get() for f in futures])
+    warm, losses = _steady_losses_without_sync(train, _data(n=8))
     assert train.compiled_job.plan.uses_cuda_graph is cuda_graph
     assert np.isfinite(losses).all() and np.isfinite(warm).all()
     assert _variables()["System-Train-TrainStep-train"][0] > 3   # the steady steps trained
@@ -210,24 +216,16 @@ def _transformer_block_train(cuda_graph=True):
     return train
 
 
-@pytest.mark.parametrize("cuda_graph", [True, False])
-def test_a_steady_transformer_block_step_never_waits_on_the_host(cuda_graph):
+def test_a_steady_transformer_block_step_never_waits_on_the_host():
     """The BERT-style step's GPU paths: the fused layer-norm gradient, gelu_backward, the
     concatenated non-finite count and square sum, the grouped loss-scale undo, the fused
     AdamW skip; after the first calls a step synchronizes with nothing (torch's sync debug
     mode raises), and the CUDA-graph replay gives the plain plan's losses."""
     batches = _data(seed=3, n=8)
     losses = {}
-    for graph in (cuda_graph, not cuda_graph):
+    for graph in (True, False):
         train = _transformer_block_train(cuda_graph=graph)
-        warm = _run(train, batches[:3])
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            futures = [train(x, y) for x, y in batches[3:]]
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-        losses[graph] = np.concatenate([warm, [f.get() for f in futures]])
+        losses[graph] = np.concatenate(_steady_losses_without_sync(train, batches))
         assert train.compiled_job.plan.uses_cuda_graph is graph
         types = {jb.op_type_name(op) for op in train.compiled_job.plan.order}
         assert {"fused_layer_norm_grad", "multi_count_not_finite", "multi_scalar_mul_by_tensor",

@@ -309,37 +309,7 @@ def test_fuse_update_ops_keeps_a_regularizer_that_a_tensor_scale_follows():
 
 def _amp_train(config):
     config.enable_auto_mixed_precision(True)
-    config.mixed_precision_data_type(flow.float16)
-
-    @flow.global_function(type="train", function_config=config)
-    def job(x: tp.Numpy.Placeholder((4, 6), dtype=flow.float)) -> tp.Numpy:
-        with flow.scope.placement("cpu", "0:0"):
-            h = flow.layers.dense(x, 5, activation=flow.nn.relu, name="fc1")
-            loss = flow.math.reduce_mean(flow.layers.dense(h, 3, name="fc2"))
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9,
-                           loss_scale_policy=flow.optimizer.loss_scale.dynamic_loss_scale(
-                               initial_loss_scale=1024.0)).minimize(loss)
-        return loss
-    return job
-
-
-def test_fuse_cast_scale_unscales_half_gradients_in_one_op():
-    """AMP's float16 weight gradients are cast to float32 and unscaled by the loss scale
-    (``cast`` -> ``scalar_mul_by_tensor``): one ``fused_cast_scale`` each, with the same
-    values bit for bit (OneFlow's FuseCastScalePass)."""
-    x = RNG.standard_normal((4, 6)).astype(np.float32)
-    on = _run(_amp_train, (x,), steps=3, disabled=["group_scalar_mul_by_tensor"])   # (which would group them)
-    off = _run(_amp_train, (x,), steps=3, disabled=["fuse_cast_scale", "group_scalar_mul_by_tensor"])
-    _check_same(on, off, rtol=0, atol=0)
-    fused = on[2].count("fused_cast_scale")   # one per variable whose gradient is float16
-    assert fused >= 2 and "fused_cast_scale" not in off[2] and "fuse_cast_scale" in on[3]
-    assert off[2].count("cast") - on[2].count("cast") == fused
-    assert off[2].count("scalar_mul_by_tensor") - on[2].count("scalar_mul_by_tensor") == fused
-
-
-def _amp_bn_train(config):
-    config.enable_auto_mixed_precision(True)
-    config.mixed_precision_data_type(flow.float16)
+    config.mixed_precision_data_type(flow.float16)   # (float32 batch norm, float16 convolution and dense)
 
     @flow.global_function(type="train", function_config=config)
     def job(x: tp.Numpy.Placeholder((4, 3, 6, 6), dtype=flow.float)) -> tp.Numpy:
@@ -355,17 +325,31 @@ def _amp_bn_train(config):
     return job
 
 
+def test_fuse_cast_scale_unscales_half_gradients_in_one_op():
+    """AMP's float16 weight gradients are cast to float32 and unscaled by the loss scale
+    (``cast`` -> ``scalar_mul_by_tensor``): one ``fused_cast_scale`` each, with the same
+    values bit for bit (OneFlow's FuseCastScalePass)."""
+    x = RNG.standard_normal((4, 3, 6, 6)).astype(np.float32)
+    on = _run(_amp_train, (x,), steps=3, disabled=["group_scalar_mul_by_tensor"])   # (which would group them)
+    off = _run(_amp_train, (x,), steps=3, disabled=["fuse_cast_scale", "group_scalar_mul_by_tensor"])
+    _check_same(on, off, rtol=0, atol=0)
+    fused = on[2].count("fused_cast_scale")   # one per variable whose gradient is float16
+    assert fused >= 2 and "fused_cast_scale" not in off[2] and "fuse_cast_scale" in on[3]
+    assert off[2].count("cast") - on[2].count("cast") == fused
+    assert off[2].count("scalar_mul_by_tensor") - on[2].count("scalar_mul_by_tensor") == fused
+
+
 def test_group_scalar_mul_by_tensor_unscales_float_gradients_at_once():
     """Every gradient's loss-scale undo is one ``multi_scalar_mul_by_tensor``, bit for bit as
     one op each: the batch norms' float32 gamma and beta (AMP keeps batch norm in float32)
     and the float16 ones, cast on the way (``fused_cast_scale`` before)."""
     x = RNG.standard_normal((4, 3, 6, 6)).astype(np.float32)
-    on = _run(_amp_bn_train, (x,), steps=3)
-    off = _run(_amp_bn_train, (x,), steps=3, disabled=["group_scalar_mul_by_tensor"])
+    on = _run(_amp_train, (x,), steps=3)
+    off = _run(_amp_train, (x,), steps=3, disabled=["group_scalar_mul_by_tensor"])
     _check_same(on, off, rtol=0, atol=0)
     assert on[2].count("multi_scalar_mul_by_tensor") == 1 and "group_scalar_mul_by_tensor" in on[3]
     flow.clear_default_session()
-    job = _amp_bn_train(_config())
+    job = _amp_train(_config())
     job(x)
     (multi,) = [op for op in job.graph.proto.net.op if jb.op_type_name(op) == "multi_scalar_mul_by_tensor"]
     grouped = [lbn.split("/")[0] for lbn in multi.user_conf.input["x"].s]

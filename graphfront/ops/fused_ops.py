@@ -844,13 +844,16 @@ def _multi_scale_infer(ctx):
 
 def _multi_scale_kernel(k):
     """``torch._foreach_mul`` over the inputs of the scalar's dtype; the narrower ones are cast
-    into new tensors of that dtype first (``torch._foreach_copy_``), then scaled in place.
-    Each result is ``fused_cast_scale``'s / ``scalar_mul_by_tensor``'s, bit for bit."""
+    into new tensors of that dtype first (``torch._foreach_copy_``), then scaled in place
+    (which inputs are which is read from their descs, once). Each result is
+    ``fused_cast_scale``'s / ``scalar_mul_by_tensor``'s, bit for bit."""
+    dtype = k.input("scalar").dtype
+    same = [i for i in range(k.output_count("y")) if k.input("x", i).dtype is dtype]
+    cast = [i for i in range(k.output_count("y")) if k.input("x", i).dtype is not dtype]
+
     def multi_scalar_mul_by_tensor(xs, scalar):
         s = scalar.reshape(())
         ys = [None] * len(xs)
-        same = [i for i, x in enumerate(xs) if x.dtype == s.dtype]
-        cast = [i for i, x in enumerate(xs) if x.dtype != s.dtype]
         if same:
             for i, y in zip(same, torch._foreach_mul([xs[i] for i in same], s)):
                 ys[i] = y

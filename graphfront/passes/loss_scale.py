@@ -80,16 +80,22 @@ def inverse_scale(b, scale) -> str:
     return _user_op(b, f"{_prefix(b)}-Reciprocal", "reciprocal", {"x": scale}, outputs=("y",))
 
 
+def grads_by_dtype(b, grads) -> list:
+    """The gradient lbns ``grads`` in lists of one dtype each (a multi-tensor op's inputs
+    share one), in first-seen order."""
+    groups = {}
+    for g in grads:
+        groups.setdefault(b.desc(g).dtype.name, []).append(g)
+    return list(groups.values())
+
+
 def schedule(b, grads) -> str:
     """Count the non-finite elements of ``grads`` (lbns), add the schedule op; return the
     int64 ``(1,)`` count (the ``skip_if`` of the update ops)."""
     policy = b.job.job_conf.train_conf.dynamic_loss_scale_policy
     prefix = _prefix(b)
-    by_dtype = {}
-    for g in grads:
-        by_dtype.setdefault(b.desc(g).dtype.name, []).append(g)
     counts = [_user_op(b, f"{prefix}-CountNotFinite", "multi_count_not_finite", {"x": gs}, outputs=("y",))
-              for gs in by_dtype.values()]
+              for gs in grads_by_dtype(b, grads)]
     count = counts[0] if len(counts) == 1 else _user_op(b, f"{prefix}-CountNotFinite-AddN", "add_n", {"in": counts})
     counter = _variable(b, f"{prefix}-GoodStepCounter", _dt.int64, 0)
     _user_op(b, f"{prefix}-Schedule", "dynamic_loss_scale_schedule",
@@ -99,4 +105,5 @@ def schedule(b, grads) -> str:
     return count
 
 
-__all__ = ["is_dynamic", "loss_scale_variable", "scale_seed", "unscale", "inverse_scale", "schedule"]
+__all__ = ["is_dynamic", "loss_scale_variable", "scale_seed", "unscale", "inverse_scale", "grads_by_dtype",
+           "schedule"]

@@ -197,13 +197,10 @@ def _clip_by_global_norm(b, grads, clip):
     if not clip.clip_norm > 0:
         raise JobBuildError(f"grad_clipping.by_global_norm: clip_norm must be > 0, received {clip.clip_norm}")
     prefix = "System-ClipGradient-GlobalNorm-"
-    by_dtype = {}
-    for g in grads.values():
-        by_dtype.setdefault(b.desc(g).dtype.name, []).append(g)
     sums = [add_user_op(b, unique_str(prefix + "SquareSum-"), "square_sum", {"x": gs[0]}, outputs=("y",))[0]
             if len(gs) == 1 else
             add_user_op(b, unique_str(prefix + "MultiSquareSum-"), "multi_square_sum", {"x": gs}, outputs=("y",))[0]
-            for gs in by_dtype.values()]
+            for gs in loss_scale.grads_by_dtype(b, grads.values())]
     total = sums[0] if len(sums) == 1 else add_user_op(b, unique_str(prefix + "AddN-"), "add_n", {"in": sums})[0]
     (inv_norm,) = add_user_op(b, unique_str(prefix + "Rsqrt-"), "rsqrt", {"x": total}, outputs=("y",))
     (scaled,) = add_user_op(b, unique_str(prefix + "ScalarMul-"), "scalar_mul", {"in": inv_norm},

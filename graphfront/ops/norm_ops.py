@@ -519,20 +519,29 @@ def _ln_grad_infer(ctx):
     ctx.set_output("dx", x.shape, x.dtype)
 
 
-def _ln_grad_kernel(k):
-    """PyTorch's fused layer-norm backward (``native_layer_norm_backward`` without an
-    affine: ``dy`` here is already the gradient of ``normalized``)."""
+def _ln_backward(k, affine):
+    """PyTorch's fused layer-norm backward (``native_layer_norm_backward``) over the axes
+    from ``begin_norm_axis``: ``(dy, x, mean, inv_variance, gamma, add_to) -> (dx,
+    gamma_diff, beta_diff)``. Without ``affine`` (``layer_norm_grad``) ``dy`` is the gradient
+    of ``normalized``, gamma is None and only ``dx`` is computed; with it (``fused_layer_norm_grad``)
+    the requested parameter gradients too (gamma stands in for beta, whose value it never reads)."""
     shape, bna = _norm_axes(k)
     norm_shape = list(shape[bna:])
     kshape = tuple(shape[:bna]) + (1,) * (len(shape) - bna)
     stat = _ln_stat_dtype(k.input("x").dtype.torch, k.device)
+    mask = [True, affine and k.has_output("gamma_diff"), affine and k.has_output("beta_diff")]
     backward = torch.ops.aten.native_layer_norm_backward
 
-    def layer_norm_grad(dy, x, mean, inv_variance, add_to):
-        dx = backward(dy, x, norm_shape, mean.reshape(kshape).to(stat), inv_variance.reshape(kshape).to(stat),
-                      None, None, [True, False, False])[0]
-        return dx if add_to is None else dx + add_to
-    return layer_norm_grad
+    def run(dy, x, mean, inv_variance, gamma, add_to):
+        dx, dgamma, dbeta = backward(dy, x, norm_shape, mean.reshape(kshape).to(stat),
+                                     inv_variance.reshape(kshape).to(stat), gamma, gamma, mask)
+        return (dx if add_to is None else dx + add_to), dgamma, dbeta
+    return run
+
+
+def _ln_grad_kernel(k):
+    backward = _ln_backward(k, affine=False)
+    return lambda dy, x, mean, inv_variance, add_to: backward(dy, x, mean, inv_variance, None, add_to)[0]
 
 
 def _ln_grad_xla(k):
@@ -669,23 +678,6 @@ def _fused_ln_grad_infer(ctx):
     ctx.set_output("beta_diff", gamma.shape, dy.dtype)
 
 
-def _fused_ln_grad_kernel(k):
-    """One ``native_layer_norm_backward`` with the affine: ``dx`` and the requested
-    ``gamma_diff`` / ``beta_diff`` (gamma stands in for beta, whose value it never reads)."""
-    shape, bna = _norm_axes(k)
-    norm_shape = list(shape[bna:])
-    kshape = tuple(shape[:bna]) + (1,) * (len(shape) - bna)
-    stat = _ln_stat_dtype(k.input("x").dtype.torch, k.device)
-    mask = [True, k.has_output("gamma_diff"), k.has_output("beta_diff")]
-    backward = torch.ops.aten.native_layer_norm_backward
-
-    def fused_layer_norm_grad(dy, x, mean, inv_variance, gamma, add_to):
-        dx, dgamma, dbeta = backward(dy, x, norm_shape, mean.reshape(kshape).to(stat),
-                                     inv_variance.reshape(kshape).to(stat), gamma, gamma, mask)
-        return (dx if add_to is None else dx + add_to), dgamma, dbeta
-    return fused_layer_norm_grad
-
-
 def _fused_ln_grad_xla(k):
     shape, bna = _norm_axes(k)
     kshape = tuple(shape[:bna]) + (1,) * (len(shape) - bna)
@@ -718,6 +710,6 @@ def _fused_ln_grad_onnx(c):
 op("fused_layer_norm_grad", inputs=["dy", "x", "mean", "inv_variance", "gamma", "_add_to_output?"],
    outputs=["dx", "gamma_diff?", "beta_diff?"],
    attrs={"begin_norm_axis": ("int64", 0), "epsilon": ("double", 0.0)}, infer=_fused_ln_grad_infer,
-   kernel=_fused_ln_grad_kernel, xla=_fused_ln_grad_xla, onnx=_fused_ln_grad_onnx,
+   kernel=lambda k: _ln_backward(k, affine=True), xla=_fused_ln_grad_xla, onnx=_fused_ln_grad_onnx,
    doc="graphfront-only: layer_norm_param_grad (gamma_diff, beta_diff and dy * gamma) and layer_norm_grad "
        "of one layer norm whose parameters span its normalized axes, in one native_layer_norm_backward call")

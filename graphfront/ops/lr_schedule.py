@@ -7,6 +7,8 @@ import math
 
 import torch
 
+from graphfront.core.descriptor_compat import is_repeated
+
 
 def learning_rate_at(conf, step):
     """Learning rate of a ``LearningRateScheduleOpConf`` at train step ``step`` (0-based).
@@ -69,9 +71,9 @@ class PlainConf:
         for f in msg.DESCRIPTOR.fields:
             value = getattr(msg, f.name)
             if f.message_type is None:
-                value = list(value) if f.label == f.LABEL_REPEATED else value
+                value = list(value) if is_repeated(f) else value
             else:
-                value = [PlainConf(v) for v in value] if f.label == f.LABEL_REPEATED else PlainConf(value)
+                value = [PlainConf(v) for v in value] if is_repeated(f) else PlainConf(value)
             setattr(self, f.name, value)
 
     def HasField(self, name):  # noqa: N802 - the protobuf method's name

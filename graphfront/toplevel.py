@@ -87,17 +87,17 @@ def _blob_numpy(self, rank=None):
     """The blob's value as a numpy array (its shape and dtype), inside a job function
     running eagerly (``flow.enable_eager_execution(True)``).
 
-    ``rank`` is OneFlow's device index: the value held by device ``rank`` of the blob's
-    placement. An eager job runs on one device, which holds the whole blob, so ``rank`` is
-    ``None`` or ``0`` (both give that value, as OneFlow's one-device blobs).
+    ``rank`` is ``None`` or ``0``: both give the logical blob, as OneFlow's eager
+    ``numpy()`` boxes a consistent blob to device 0 whatever its placement
+    (``python/oneflow/compatible/single_client/framework/remote_blob.py`` at v0.6.0).
 
     Raises:
         RuntimeError: in a lazy job, whose blobs hold no value while it is built.
         ValueError: ``rank`` is neither None nor 0.
     """
     if rank is not None and (isinstance(rank, bool) or rank != 0):
-        raise ValueError(f"blob.numpy(rank={rank!r}): an eager job runs on one device, which holds the whole "
-                         f"blob; rank must be None or 0")
+        raise ValueError(f"blob.numpy(rank={rank!r}): rank must be None or 0, both of which give the logical "
+                         "blob (OneFlow's eager numpy() boxes it to device 0)")
     return _eager.numpy_of(self)
 
 

@@ -297,15 +297,70 @@ def test_an_op_error_in_an_eager_call_names_the_op_and_the_users_line():
         job(np.zeros((2, 3), np.float32), np.array([0, 7], np.int32))
 
 
-def test_eager_execution_on_several_devices_is_refused():
+def _run_train_on_two_devices(eager, steps=3):
+    flow.clear_default_session()
+    flow.enable_eager_execution(eager)
+    flow.config.cpu_device_num(2)
+    flow.manual_seed(7)
+    config = flow.FunctionConfig()
+    config.default_placement_scope(flow.scope.placement("cpu", "0:0-1"))
+    config.default_logical_view(flow.scope.consistent_view())
+
+    @flow.global_function(type="train", function_config=config)
+    def train(x: tp.Numpy.Placeholder((B, 1, 8, 8)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, _net(x), name="xent"))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
+        return loss
+
+    losses = [train(*_data(0)) for _ in range(steps)]
+    return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}
+
+
+def test_eager_execution_on_several_devices_equals_the_lazy_consistent_job():
+    """A consistent job on two devices computes logical blobs: eager (op by op, each logical
+    blob on the placement's first device) gives what the lazy job's two workers give."""
+    lazy_losses, lazy_vars = _run_train_on_two_devices(False)
+    eager_losses, eager_vars = _run_train_on_two_devices(True)
+    assert lazy_losses[2] < lazy_losses[0]
+    # the lazy workers sum the batch's halves and all-reduce them: a few float32 roundings apart
+    np.testing.assert_allclose(eager_losses, lazy_losses, rtol=64 * EPS32, atol=0)
+    assert sorted(eager_vars) == sorted(lazy_vars)
+    for k in lazy_vars:
+        np.testing.assert_allclose(eager_vars[k], lazy_vars[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_blob_numpy_on_several_devices_is_the_logical_blob():
+    """OneFlow's eager ``numpy()`` boxes a consistent blob to device 0: the logical value,
+    whichever device count its placement has (``rank`` None or 0)."""
     flow.enable_eager_execution(True)
     flow.config.cpu_device_num(2)
+    seen = {}
 
     @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-1"):
+            y = flow.math.relu(x)
+            seen["y"], seen["y0"] = y.numpy(), y.numpy(0)
+            return flow.math.reduce_sum(y, axis=0)
+
+    x = np.arange(-6, 6, dtype=np.float32).reshape(4, 3)
+    out = job(x)
+    np.testing.assert_array_equal(seen["y"], np.maximum(x, 0))
+    np.testing.assert_array_equal(seen["y0"], np.maximum(x, 0))
+    np.testing.assert_array_equal(out, np.maximum(x, 0).sum(axis=0))
+
+
+def test_eager_execution_on_several_devices_in_the_mirrored_view_is_refused():
+    flow.enable_eager_execution(True)
+    flow.config.cpu_device_num(2)
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+
+    @flow.global_function(type="predict", function_config=config)
     def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
         with flow.scope.placement("cpu", "0:0-1"):
             return flow.math.relu(x)
 
-    with pytest.raises(flow.JobBuildError,
-                       match=r"placed on devices \['0:0-1'\]: eager execution runs on one device"):
+    with pytest.raises(flow.JobBuildError, match=r"placed on devices \['0:0-1'\] in the mirrored view: eager "
+                                                 r"execution computes logical \(consistent\) blobs"):
         job(np.zeros((2, 3), np.float32))

@@ -11,6 +11,13 @@ next (by the op's position in the job function and checked against its type, att
 blob shapes), so a kernel with state, a data reader or a random op's generator, goes on
 where the previous call left it, as the kernel of a lazy job does.
 
+A job placed on several devices runs in the consistent view as on one: each op computes its
+logical blob once, on the first device of its placement, so its values are those the lazy
+job's workers compute together (the work is not spread over the devices), and
+``blob.numpy()`` is the logical blob, as OneFlow's eager ``numpy()`` boxes a consistent blob
+to device 0. The mirrored view on several devices, whose ops see one device's part each, is
+refused.
+
 A train job then runs its backward and update part (:func:`train_step`): the Job built
 during the call is completed by the passes a lazy job needs (autograd, optimizer) and
 the cleanup passes that rewrite update ops only, not by the fusions, which would rewrite
@@ -63,7 +70,8 @@ class EagerJobBuilder(jb.JobBuilder):
     def add_op(self, op_conf, location=None):
         """Check, infer and append ``op_conf`` (as a lazy build does), then run it.
 
-        Raises JobBuildError for a bad op conf or an op placed on several devices; a
+        Raises JobBuildError for a bad op conf or an op placed on several devices in the
+        mirrored view; a
         kernel's own error (OpRunError for a bad value) propagates, a note naming the op
         and the user's line added where it names neither.
         """
@@ -81,10 +89,11 @@ class EagerJobBuilder(jb.JobBuilder):
 
     def _run(self, op, location):
         ids = self.device_ids_of(op.name)
-        if device_count(ids) != 1:
-            raise JobBuildError(f"op '{op.name}' ({jb.op_type_name(op)}) is placed on devices {list(ids)}: eager "
-                                "execution runs on one device (place the job on one device, e.g. "
-                                f"flow.config.cpu_device_num(1)){format_location(location)}")
+        if device_count(ids) > 1 and self.logical_view == "mirrored":
+            raise JobBuildError(f"op '{op.name}' ({jb.op_type_name(op)}) is placed on devices {list(ids)} in the "
+                                "mirrored view: eager execution computes logical (consistent) blobs; use the "
+                                "consistent view (FunctionConfig().default_logical_view(flow.scope.consistent_view())) "
+                                f"or one device{format_location(location)}")
         device = device_of(op, ids)
         kind = jb.op_kind(op)
         if kind not in INTERFACE_KINDS and registry.op_def(op).kernel is None:

@@ -154,6 +154,44 @@ def test_gpu_placed_train_step_makes_every_tensor_on_its_device(on_meta):
         assert loss.device == META and flags.device == META and flags.shape == (1 + 3 * 2,)
 
 
+class _Clones(TorchDispatchMode):
+    """Counts ``aten.clone`` calls: a copy into another memory layout (``contiguous``, a
+    ``reshape`` of a non-contiguous blob)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.overloadpacket is torch.ops.aten.clone
+        return func(*args, **(kwargs or {}))
+
+
+def test_gpu_placed_max_pool_copies_no_activation(on_meta):
+    """On a GPU a max pool (with the relu before it and its gradient fused in) works in the
+    layout of the blob it is given: the steady step of an NCHW conv-relu-pool-dense job copies
+    no activation, gradient or argmax index into another layout (a CPU pools channels-last,
+    several times faster there). (NHWC cannot be checked here: the meta device's
+    convolution returns NCHW memory where a GPU's returns channels-last.)"""
+    shape = (B, 3, 8, 8)
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder(shape)):
+        h = flow.layers.conv2d(x, 4, 3, padding="SAME", activation=flow.nn.relu, name="conv")
+        h = flow.nn.max_pool2d(h, ksize=2, strides=2, padding="VALID")
+        logits = flow.layers.dense(flow.reshape(h, (B, -1)), C, name="fc")
+        loss = flow.math.reduce_mean(logits * logits)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    compiled = train.compiled_job
+    assert {"fused_tf_max_pool_2d", "fused_tf_max_pool_2d_grad"} <= _op_types(compiled)
+    feeds = [torch.zeros(shape, device=META)]
+    compiled.plan._fn(feeds)
+    with _Clones() as clones:
+        compiled.plan._fn(feeds)
+    assert clones.count == 0
+
+
 def test_cpu_return_ops_leave_a_gpu_placed_job_wholly_on_its_device(on_meta, monkeypatch):
     """OneFlow puts a job's return ops on the CPU (``allow_cpu_return_op``). They copy
     nothing inside the step (the caller reads their blobs after it), so a job otherwise

@@ -21,8 +21,9 @@ op type                            origin   computes
                                             ``native_layer_norm_backward`` (defined with
                                             the layer norm ops, ``norm_ops.py``)
 ``fused_tf_max_pool_{1,2,3}d``     gf       ``tf_max_pool_*`` that also returns the int64
-                                            argmax ``indices`` (computed in channels-last
-                                            memory layout, much faster on CPU)
+                                            argmax ``indices`` (on a CPU computed in
+                                            channels-last memory layout, much faster
+                                            there)
 ``fused_tf_max_pool_{1,2,3}d_grad`` gf      scatters ``dy`` through ``indices``; with attr
                                             ``relu_grad`` it also applies ``relu_grad``
                                             with ``y`` = the pool's input: the argmax of
@@ -305,10 +306,19 @@ def _pool_plan(n, k):
     }
 
 
+def _layout(x, channels_last):
+    """``channels_last`` (a torch memory format) where ``x`` is laid out so and not also
+    contiguous, else ``torch.contiguous_format``."""
+    return channels_last if x.is_contiguous(memory_format=channels_last) and not x.is_contiguous() \
+        else torch.contiguous_format
+
+
 def _fused_pool_kernel(n):
     def make(k):
         p = _pool_plan(n, k)
-
+        # the CPU's max pool is several times faster channels-last; a GPU's pools the layout it gets
+        # (converting an NCHW activation would copy it, and later its gradient and indices back)
+        to_last = k.device.type == "cpu"
         relu = k.attr("relu")
 
         def fused_tf_max_pool(x):
@@ -317,7 +327,7 @@ def _fused_pool_kernel(n):
                 xf = F.pad(xf, p["flat"], value=-math.inf)
             if n == 1:
                 xf = xf.unsqueeze(2)
-            xf = xf.contiguous(memory_format=p["fmt"])
+            xf = xf.contiguous(memory_format=p["fmt"] if to_last else _layout(xf, p["fmt"]))
             y, idx = p["fwd"](xf, p["size"], p["stride"], p["zeros"], p["ones"], False)
             if relu:  # max(relu(window)) == relu(max(window)): relu on the 4x smaller output
                 y = y.relu_()
@@ -350,9 +360,7 @@ def _fused_pool_grad_kernel(n):
             if n == 1:
                 dy, indices = dy.unsqueeze(2), indices.unsqueeze(2)
             # dx in the memory layout of x (what the op consuming dx next works best on)
-            xf = x if p["first"] else _to_first(x, n)
-            fmt = p["fmt"] if n > 1 and xf.is_contiguous(memory_format=p["fmt"]) and not xf.is_contiguous() \
-                else torch.contiguous_format
+            fmt = _layout(x if p["first"] else _to_first(x, n), p["fmt"]) if n > 1 else torch.contiguous_format
             like_ = torch.empty(padded, dtype=dy.dtype, device=dy.device, memory_format=fmt)
             dx = p["bwd"](dy.contiguous(memory_format=fmt), like_, p["size"], p["stride"], p["zeros"],
                           p["ones"], False, indices.contiguous(memory_format=fmt))

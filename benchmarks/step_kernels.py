@@ -1,7 +1,7 @@
-"""Kernels per steady train step of the ResNet-50 and BERT-base GPU configurations, counted
-on a CPU: graphfront's plan against the PyTorch eager step of the same benchmark.
+"""Kernels per steady train step of the ResNet-50, BERT-base and LeNet GPU configurations,
+counted on a CPU: graphfront's plan against the PyTorch eager step of the same benchmark.
 
-    python benchmarks/step_kernels.py                  # both models, a table
+    python benchmarks/step_kernels.py                  # all three models, a table
     python benchmarks/step_kernels.py --models bert --top 15
 
 A GPU kernel costs a few microseconds however small it is (inside a CUDA graph too), so the
@@ -13,7 +13,7 @@ allocations (``view``, ``permute``, ``empty``, ...), a close proxy for kernel la
   GPU configuration (AMP float16 with dynamic loss scaling; ResNet-50 NHWC, batch 128 at
   224x224; BERT-base batch 64, sequence 128), compiled for a GPU placement whose device is
   torch's ``meta`` device: the plan takes its GPU branches (nothing read on the host) and no
-  memory is used.
+  memory is used. LeNet is ``benchmarks/lenet_step.py``'s job at batch 1000, float32.
 * PyTorch: the benchmark's eager step (``torch_step``) on the CPU with autocast bfloat16, at
   batch 2 and 32x32 images (ResNet-50) or sequence 32 (BERT): the count does not depend on the
   sizes. ``GradScaler`` is off on the CPU, so its unscale and inf-check kernels (a few
@@ -30,12 +30,15 @@ import sys
 import traceback
 import types
 
+import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bert_pretrain  # noqa: E402
+import lenet_step  # noqa: E402
 import resnet50  # noqa: E402
+from _common import torch_train_step  # noqa: E402
 
 import graphfront as flow  # noqa: E402
 from graphfront.framework import session as session_mod  # noqa: E402
@@ -137,6 +140,22 @@ def bert(o):
     return gf, _steady(bert_pretrain.torch_step(_weights(), small, pretrain.synthetic_batch(small_args), False))
 
 
+def lenet(o):
+    rng = np.random.default_rng(0)
+    x = rng.random((o.lenet_batch, 1, 28, 28), dtype=np.float32)
+    y = rng.integers(0, 10, o.lenet_batch).astype(np.int32)
+    lenet_step.B = o.lenet_batch
+    flow.clear_default_session()
+    with gpu_as_meta():
+        plan = lenet_step.build("gpu").compiled_job.plan
+        feeds = [_meta_feed(x), _meta_feed(y)]
+        gf = _steady(lambda: plan._fn(feeds))
+    flow.clear_default_session()
+    lenet_step.build("cpu").compiled_job   # (the weights)
+    model = lenet_step.torch_model("cpu")
+    return gf, _steady(torch_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), x[:4], y[:4]))
+
+
 def _weights():
     return {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
 
@@ -153,15 +172,16 @@ def _steady(step, warmup=2):
 def main(argv=None):
     """Print the table; returns ``{model: (graphfront's kernels, PyTorch's kernels)}``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="resnet50,bert")
+    p.add_argument("--models", default="resnet50,bert,lenet")
     p.add_argument("--block-counts", default="3,4,6,3", help="ResNet-50's blocks per stage")
     p.add_argument("--layers", type=int, default=12, help="BERT's layers")
+    p.add_argument("--lenet-batch", type=int, default=1000)
     p.add_argument("--top", type=int, default=10, help="graphfront's most frequent calls to list per model")
     o = p.parse_args(argv)
     from tabulate import tabulate
     counts, rows, details = {}, [], []
     for model in o.models.split(","):
-        gf, pt = {"resnet50": resnet, "bert": bert}[model](o)
+        gf, pt = {"resnet50": resnet, "bert": bert, "lenet": lenet}[model](o)
         counts[model] = n_gf, n_pt = sum(gf.count.values()), sum(pt.count.values())
         rows.append([model, n_gf, n_pt, f"{n_gf / n_pt:.2f}"])
         details.append((model, gf.where.most_common(o.top)))

@@ -164,3 +164,41 @@ def test_indexed_slices_adam_is_torch_sparse_adam():
         dense_opt.step()
     np.testing.assert_allclose(_var("embedding"), emb.weight.detach().numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(_var("dense"), dense.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("heuristic", [False, True])
+def test_cudnn_settings_hold_while_the_jobs_steps_run(heuristic):
+    """``cudnn_conv_heuristic_search_algo(False)`` (cuDNN times the algorithms: torch's
+    ``cudnn.benchmark``) and ``cudnn_conv_use_deterministic_algo_only`` are torch's cuDNN
+    flags while the job's steps run, read here by a watch inside the step; torch's flags are
+    as before outside it, and a job that sets neither leaves them as they are."""
+    cudnn = torch.backends.cudnn
+    seen = []
+
+    def flags(_):
+        seen.append((cudnn.benchmark, cudnn.deterministic))
+
+    cfg = flow.FunctionConfig()
+    cfg.cudnn_conv_heuristic_search_algo(heuristic)
+    cfg.cudnn_conv_use_deterministic_algo_only(True)
+
+    @flow.global_function(function_config=cfg)
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        flow.watch(x, flags)
+        return flow.math.relu(x)
+
+    @flow.global_function()
+    def plain(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        flow.watch(x, flags)
+        return flow.math.relu(x)
+
+    before = (cudnn.benchmark, cudnn.deterministic)
+    assert before == (False, False)  # (torch's defaults)
+    x = np.zeros((2, 3), np.float32)
+    job(x)
+    assert seen == [(not heuristic, True)]
+    assert (cudnn.benchmark, cudnn.deterministic) == before
+    plain(x)
+    assert seen[1] == before
+    conf = job.compiled_job.job.job_conf
+    assert conf.cudnn_conv_heuristic_search_algo is heuristic and conf.cudnn_conv_use_deterministic_algo_only

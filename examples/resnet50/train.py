@@ -106,6 +106,7 @@ def function_config(args):
     config.default_data_type(flow.float)
     config.default_placement_scope(flow.scope.placement(args.device, "0:0"))  # the whole job, its feeds too
     config.enable_auto_mixed_precision(args.use_fp16)
+    config.cudnn_conv_heuristic_search_algo(False)  # (cuDNN times the algorithms, as OneFlow-Benchmark's train job)
     if args.compile_mode:
         config.compile_mode(args.compile_mode)
     return config

@@ -154,6 +154,29 @@ class FunctionConfig:
         """
         self._cuda_graph = bool(value)
 
+    def cudnn_conv_heuristic_search_algo(self, value=True) -> None:
+        """Whether cuDNN picks each convolution's algorithm by its heuristics (True, OneFlow's
+        default) or by timing every algorithm on the first run (False; torch's
+        ``cudnn.benchmark``, set while the job's steps run).
+
+        OneFlow v0.6.0 ``JobConfigProto.cudnn_conv_heuristic_search_algo``.
+
+        Args:
+            value: bool (truthiness is used); default True.
+        """
+        self.job_config_proto.cudnn_conv_heuristic_search_algo = bool(value)
+
+    def cudnn_conv_use_deterministic_algo_only(self, value=True) -> None:
+        """Whether cuDNN convolutions use deterministic algorithms only (torch's
+        ``cudnn.deterministic``, set while the job's steps run; OneFlow's default False).
+
+        OneFlow v0.6.0 ``JobConfigProto.cudnn_conv_use_deterministic_algo_only``.
+
+        Args:
+            value: bool (truthiness is used); default True.
+        """
+        self.job_config_proto.cudnn_conv_use_deterministic_algo_only = bool(value)
+
     def enable_passes(self, value=True) -> None:
         """Switch the cleanup and fusion passes (graphfront setting; default on).
 

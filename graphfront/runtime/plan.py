@@ -45,6 +45,7 @@ and op names (which may come from a job file) appear only in comments, through `
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -286,6 +287,7 @@ class Plan(ScheduleWalk, Lowering):
         code = compile(self.source, f"<graphfront plan {job.job_conf.job_name!r}>", "exec")
         exec(code, self.env)
         self._fn = self.env["plan"]
+        self.cudnn_flags = cudnn_flags(job.job_conf)
         self._graph = None
         # (only a job wholly on the GPU: a graph replays device work only, never the host's ops)
         if cuda_graph and not native and self.devices == {"cuda"} and torch.cuda.is_available():
@@ -428,7 +430,11 @@ class Plan(ScheduleWalk, Lowering):
         checked = {i for i, _, _ in self.checks.on_feeds}
         if checked and all(isinstance(feeds[i], torch.Tensor) and feeds[i].device.type == "cpu" for i in checked):
             self.checks.check_feeds([f.numpy() if i in checked else None for i, f in enumerate(feeds)])
-        outs = self._run(feeds)
+        if self.cudnn_flags:
+            with cudnn_flags_set(self.cudnn_flags):
+                outs = self._run(feeds)
+        else:
+            outs = self._run(feeds)
         if self.checks.in_step:  # (jobs whose checked indices are computed on a GPU: one small read)
             *outs, flags = outs
             self.checks.raise_failed(flags.cpu().numpy())
@@ -441,6 +447,35 @@ class Plan(ScheduleWalk, Lowering):
             return self._graph(feeds)
         with torch.no_grad():
             return self._fn(feeds)
+
+
+def cudnn_flags(job_conf) -> dict:
+    """The ``torch.backends.cudnn`` flags a job's config sets for its convolutions, from
+    OneFlow's settings (``JobConfigProto``): ``cudnn_conv_heuristic_search_algo`` False
+    (cuDNN's exhaustive algorithm search) is ``benchmark=True``, and
+    ``cudnn_conv_use_deterministic_algo_only`` is ``deterministic``; a setting the config
+    leaves unset leaves torch's flag as it is."""
+    flags = {}
+    if job_conf.HasField("cudnn_conv_heuristic_search_algo"):
+        flags["benchmark"] = not job_conf.cudnn_conv_heuristic_search_algo
+    if job_conf.HasField("cudnn_conv_use_deterministic_algo_only"):
+        flags["deterministic"] = job_conf.cudnn_conv_use_deterministic_algo_only
+    return flags
+
+
+@contextlib.contextmanager
+def cudnn_flags_set(flags):
+    """``torch.backends.cudnn``'s ``flags`` (name -> bool) while the block runs, the
+    previous values restored after it (torch's own ``cudnn.flags`` resets every flag)."""
+    cudnn = torch.backends.cudnn
+    saved = {name: getattr(cudnn, name) for name in flags}
+    for name, value in flags.items():
+        setattr(cudnn, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(cudnn, name, value)
 
 
 def _index_guard(size):

@@ -264,3 +264,27 @@ def test_native_compile_cache_is_read_by_a_fresh_process(tmp_path):
     assert cold["dir"] == cached["dir"] and cold["dir"].startswith(str(tmp_path / "inductor"))
     assert os.listdir(cold["dir"])
     np.testing.assert_allclose(cached["loss"], cold["loss"], rtol=1e-6)
+
+
+def test_the_variables_of_a_native_step_are_static_inputs(tmp_path, monkeypatch):
+    """The compiled step updates the variables in place: they are marked as static inputs
+    (their storage never moves), which Inductor's CUDA-graph trees require of a mutated
+    input, and a step leaves each variable in its own storage."""
+    monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path))
+
+    @flow.global_function(type="train", function_config=_config("native"))
+    def train(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 2), initializer=flow.constant_initializer(0.5))
+        loss = flow.math.reduce_mean(flow.math.square(flow.matmul(x, w)))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
+        return loss
+    plan = train.compiled_job.plan
+    assert isinstance(plan, NativePlan)
+    tensors = default_session().variables.tensors
+    assert len(tensors) >= 3  # w, its momentum, the train step
+    storage = {name: t.data_ptr() for name, t in tensors.items()}
+    assert all(getattr(t, "_dynamo_static_input_type", None) for t in tensors.values())  # (torch._dynamo.mark_static_address)
+    x = np.ones((4, 3), np.float32)
+    losses = [train(x) for _ in range(2)]
+    assert losses[1] < losses[0]
+    assert {name: t.data_ptr() for name, t in tensors.items()} == storage

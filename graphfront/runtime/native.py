@@ -20,6 +20,11 @@ device branch in the traced step (:func:`graphfront.ops.common.reads_host`), and
 fused AdamW kernel cannot be functionalized). ResNet-50 and BERT pretraining steps trace
 whole (no graph break).
 
+The job's variables are static inputs of the compiled step
+(``torch._dynamo.mark_static_address``): their storage never moves (a load copies into
+it), so on CUDA Inductor's CUDA-graph trees replay a step that updates them in place,
+where they skip any graph that mutates an ordinary input.
+
 Compilation happens on the first call (it needs real feeds; a train step's first call
 is a real step). Its results are cached on disk, under
 ``$GRAPHFRONT_CACHE_DIR`` (default ``~/.cache/graphfront``) ``/inductor/<job digest>``,
@@ -89,21 +94,27 @@ class NativePlan(Plan):
         self.compile_seconds = None
         self.cache_hits = 0
         gpu = "cuda" in self.devices and torch.cuda.is_available()
-        if gpu:
-            options = {"triton.cudagraphs": bool(cuda_graph)}
-        else:
-            options = {"cpp_wrapper": True}
+        self._graphs = gpu and bool(cuda_graph)
+        for key in self._var_keys.values():  # (a step updates them in place: see static_variables)
+            torch._dynamo.mark_static_address(self.env[key])
+        options = {"triton.cudagraphs": self._graphs} if gpu else {"cpp_wrapper": True}
         self._compiled = torch.compile(self._fn, fullgraph=True, backend="inductor", options=options)
 
     @property
     def uses_cuda_graph(self) -> bool:
-        return False
+        """Whether the compiled step is replayed as a CUDA graph (Inductor's CUDA-graph trees)."""
+        return self._graphs
 
     def _run(self, feeds):
+        if self._graphs:  # (each call is a new step: the previous one's outputs were copied out)
+            torch.compiler.cudagraph_mark_step_begin()
         if self.compile_seconds is None:
-            return self._first_call(feeds)
-        with torch.no_grad():
-            return self._compiled(feeds)
+            out = self._first_call(feeds)
+        else:
+            with torch.no_grad():
+                out = self._compiled(feeds)
+        # a CUDA graph's outputs live in its memory pool, which the next replay overwrites
+        return tuple(o.clone() for o in out) if self._graphs else out
 
     def _first_call(self, feeds):
         from torch._dynamo.utils import counters

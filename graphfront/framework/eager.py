@@ -71,9 +71,8 @@ class EagerJobBuilder(jb.JobBuilder):
         """Check, infer and append ``op_conf`` (as a lazy build does), then run it.
 
         Raises JobBuildError for a bad op conf or an op placed on several devices in the
-        mirrored view; a
-        kernel's own error (OpRunError for a bad value) propagates, a note naming the op
-        and the user's line added where it names neither.
+        mirrored view; a kernel's own error (OpRunError for a bad value) propagates, a
+        note naming the op and the user's line added where it names neither.
         """
         location = location or user_frame()
         added = super().add_op(op_conf, location)

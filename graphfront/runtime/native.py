@@ -95,7 +95,7 @@ class NativePlan(Plan):
         self.cache_hits = 0
         gpu = "cuda" in self.devices and torch.cuda.is_available()
         self._graphs = gpu and bool(cuda_graph)
-        for key in self._var_keys.values():  # (a step updates them in place: see static_variables)
+        for key in self._var_keys.values():  # (static inputs: see the module docstring)
             torch._dynamo.mark_static_address(self.env[key])
         options = {"triton.cudagraphs": self._graphs} if gpu else {"cpp_wrapper": True}
         self._compiled = torch.compile(self._fn, fullgraph=True, backend="inductor", options=options)

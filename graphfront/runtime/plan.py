@@ -221,6 +221,8 @@ class Plan(ScheduleWalk, Lowering):
         output_names: return op names, in result order.
         order: the scheduled op confs.
         cuda_graph: whether CUDA-graph replay was allowed (``FunctionConfig().enable_cuda_graph``).
+        cudnn_flags: the ``torch.backends.cudnn`` flags set while a step runs
+            (:func:`cudnn_flags`; empty: torch's flags as they are).
         hoisted: names of the ops computed once per variable state.
     """
 

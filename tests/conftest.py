@@ -28,6 +28,29 @@ def fresh_session():
 
 
 @pytest.fixture(autouse=True)
+def cpu_unless_marked_cuda(request, monkeypatch):
+    """On a machine with CUDA, the jobs of a test not marked ``cuda`` are placed on the CPU by
+    default (OneFlow's default placement would be the GPU): such a test checks semantics
+    against CPU references, bit for bit where it can. GPU behaviour is tested by the tests
+    marked ``cuda`` and those placing jobs on "gpu" themselves; a test that calls
+    ``flow.config.gpu_device_num`` keeps OneFlow's default."""
+    if not torch.cuda.is_available() or request.node.get_closest_marker("cuda") is not None:
+        return
+    from graphfront.parallel import placement
+    gpu_default = placement.default_devices
+
+    def cpu_default(session):
+        if getattr(session, "gpu_device_num_set", False):
+            return gpu_default(session)
+        saved, session.gpu_device_num = session.gpu_device_num, 0
+        try:
+            return gpu_default(session)
+        finally:
+            session.gpu_device_num = saved
+    monkeypatch.setattr(placement, "default_devices", cpu_default)
+
+
+@pytest.fixture(autouse=True)
 def graphfront_cache_dir(tmp_path_factory, monkeypatch):
     """Compile caches (XLA, Inductor) in a directory of this test run, never the user's."""
     monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "graphfront-cache"))

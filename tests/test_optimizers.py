@@ -353,20 +353,23 @@ def test_adagrad_matches_torch_adagrad(data):
 
 # ------------------------------------------------------------------------- LARS / LAMB
 
-def test_lars_matches_the_paper_formula(data):
+def test_lars_matches_oneflows_kernel_formula(data):
     beta, eps, coeff, wd = 0.9, 1e-9, 0.1, 0.01
     job = make_train_job(lambda: flow.optimizer.LARS(flow.optimizer.PiecewiseConstantScheduler([], [1.0]),
                                                      momentum_beta=beta, epsilon=eps, lars_coefficient=coeff,
                                                      weight_decay=wd))
     got = run_graphfront(job, data)
 
-    def step(i, params, grads, lr, state):   # You et al. 2017, Alg. 1, OneFlow's sign convention
+    def step(i, params, grads, lr, state):
+        # the trust ratio of You et al. 2017 (Alg. 1); the update of OneFlow's LarsUpdateFunctor
+        # (oneflow/user/kernels/model_update_kernel_util.h): the decay outside the momentum, as
+        # OneFlow's own test_optimizers.py (compare_with_numpy_lars) checks it
         for k, (p, g) in enumerate(zip(params, grads)):
             w_norm, g_norm = np.linalg.norm(p), np.linalg.norm(g)
             trust = f32(coeff) * w_norm / (f32(eps) + g_norm + f32(wd) * w_norm) if w_norm > 0 and g_norm > 0 else 1
-            mom = state.get(k, 0.0) * f32(beta) - lr * trust * (g + f32(wd) * p)
+            mom = state.get(k, 0.0) * f32(beta) - lr * trust * g
             state[k] = mom
-            p += mom
+            p += mom - lr * trust * f32(wd) * p
     assert_same_trajectory(got, run_numpy(data, step, [1.0] * STEPS))
     assert_moved(data, got)
     assert 'name: "w-momentum"' in job_text(job)

@@ -37,9 +37,10 @@ op                         update                                               
                            g``, ``den = ms - mg^2`` else ``den = ms``;                (alpha = decay_rate);
                            ``w -= lr * g / sqrt(den + eps) + lr * wd * w``            numpy for eps inside
                                                                                       the sqrt (OneFlow)
-``lars_update``            ``trust = coeff*|w| / (eps + |g| + wd*|w|)`` (1 when        numpy, LARS paper
-                           ``|w|`` or ``|g|`` is 0); ``mom = beta * mom - lr * trust   (You et al. 2017,
-                           * (g + wd * w);  w += mom``                                Alg. 1)
+``lars_update``            ``trust = coeff*|w| / (eps + |g| + wd*|w|)`` (1 when        numpy, OneFlow's
+                           ``|w|`` or ``|g|`` is 0); ``mom = beta * mom - lr * trust   ``LarsUpdateFunctor``;
+                           * g;  w += mom - lr * trust * wd * w`` (the decay          trust ratio: You et al.
+                           outside the momentum, as OneFlow's kernel)                 2017, Alg. 1
 ``lamb_update``            ``m, v`` as Adam; ``r = (m/(1-b1_t)) / (sqrt(v/(1-b2_t))    numpy, LAMB paper
                            + eps);  u = r + wd * w;  w -= lr * |w|/|u| * u``           (You et al. 2019,
                            (ratio 1 when a norm is 0); then ``b1_t *= b1, b2_t *=     Alg. 2)
@@ -388,8 +389,11 @@ def _lars_step(k):
         trust = torch.where((w_norm > 0) & (g_norm > 0), coeff * w_norm / (eps + g_norm + wd * w_norm),
                             torch.ones_like(w_norm))
         local_lr = lr * trust
-        mom.mul_(beta).sub_(local_lr * (g + wd * model if wd else g))
+        mom.mul_(beta).sub_(local_lr * g)
+        decay = local_lr * wd * model if wd else None  # (outside the momentum, of the weight before the step)
         model.add_(mom)
+        if decay is not None:
+            model.sub_(decay)
     return apply
 
 
@@ -402,8 +406,8 @@ def _lars_xla_step(k):
         w_norm, g_norm = jnp.linalg.norm(model.reshape(-1)), jnp.linalg.norm(g.reshape(-1))
         trust = jnp.where((w_norm > 0) & (g_norm > 0), coeff * w_norm / (eps + g_norm + wd * w_norm),
                           jnp.ones_like(w_norm))
-        mom = args["momentum"] * beta - lr * trust * (g + wd * model if wd else g)
-        return {"momentum": mom, "model": model + mom}
+        mom = args["momentum"] * beta - lr * trust * g
+        return {"momentum": mom, "model": model + mom - lr * trust * wd * model}
     return apply
 
 

@@ -283,7 +283,8 @@ def test_the_variables_of_a_native_step_are_static_inputs(tmp_path, monkeypatch)
     tensors = default_session().variables.tensors
     assert len(tensors) >= 3  # w, its momentum, the train step
     storage = {name: t.data_ptr() for name, t in tensors.items()}
-    assert all(getattr(t, "_dynamo_static_input_type", None) for t in tensors.values())  # (torch._dynamo.mark_static_address)
+    # (the mark torch._dynamo.mark_static_address leaves on a tensor)
+    assert all(getattr(t, "_dynamo_static_input_type", None) for t in tensors.values())
     x = np.ones((4, 3), np.float32)
     losses = [train(x) for _ in range(2)]
     assert losses[1] < losses[0]

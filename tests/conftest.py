@@ -9,6 +9,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "lenet"))
 import torch  # noqa: E402
 
 import graphfront as flow  # noqa: E402
+from graphfront.parallel import placement  # noqa: E402
 from graphfront.testing import records  # noqa: E402
 
 AUTOTEST_DIR = os.path.join(ROOT, "tests", "autotest")
@@ -27,27 +28,32 @@ def fresh_session():
     flow.clear_default_session()
 
 
-@pytest.fixture(autouse=True)
-def cpu_unless_marked_cuda(request, monkeypatch):
-    """On a machine with CUDA, the jobs of a test not marked ``cuda`` are placed on the CPU by
-    default (OneFlow's default placement would be the GPU): such a test checks semantics
-    against CPU references, bit for bit where it can. GPU behaviour is tested by the tests
-    marked ``cuda`` and those placing jobs on "gpu" themselves; a test that calls
-    ``flow.config.gpu_device_num`` keeps OneFlow's default."""
-    if not torch.cuda.is_available() or request.node.get_closest_marker("cuda") is not None:
-        return
-    from graphfront.parallel import placement
-    gpu_default = placement.default_devices
+def _cpu_default(session):
+    """The default placement of a session, on the CPU unless the test set
+    ``flow.config.gpu_device_num`` itself (see :data:`_GPU_DEFAULT`)."""
+    if getattr(session, "gpu_device_num_set", False):
+        return _GPU_DEFAULT(session)
+    saved, session.gpu_device_num = session.gpu_device_num, 0
+    try:
+        return _GPU_DEFAULT(session)
+    finally:
+        session.gpu_device_num = saved
 
-    def cpu_default(session):
-        if getattr(session, "gpu_device_num_set", False):
-            return gpu_default(session)
-        saved, session.gpu_device_num = session.gpu_device_num, 0
-        try:
-            return gpu_default(session)
-        finally:
-            session.gpu_device_num = saved
-    monkeypatch.setattr(placement, "default_devices", cpu_default)
+
+# On a machine with CUDA, jobs without a placement go to the CPU in this suite (OneFlow's default
+# would be the GPU), module-scoped fixtures' jobs too: most tests check semantics against CPU
+# references, bit for bit where they can. Tests marked ``cuda`` get OneFlow's default back (below);
+# tests placing jobs on "gpu" themselves and the AutoTest's CUDA draws run on the GPU.
+_GPU_DEFAULT = placement.default_devices
+if torch.cuda.is_available():
+    placement.default_devices = _cpu_default
+
+
+@pytest.fixture(autouse=True)
+def gpu_default_for_cuda_tests(request, monkeypatch):
+    """A test marked ``cuda`` places jobs without a placement on the GPU, as OneFlow does."""
+    if request.node.get_closest_marker("cuda") is not None:
+        monkeypatch.setattr(placement, "default_devices", _GPU_DEFAULT)
 
 
 @pytest.fixture(autouse=True)

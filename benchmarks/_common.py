@@ -134,6 +134,25 @@ def rotated(sides, rounds, steps, warmup, device="cpu"):
     return {n: statistics.median(t) for n, t in times.items()}
 
 
+def profile_sides(sides, steps, device="cpu", limit=25):
+    """Print, for each ``sides[name]()``, the ``limit`` kernels that took the most time
+    over ``steps`` steps under ``torch.profiler`` (device time on a GPU, where the kernels
+    inside a replayed CUDA graph are listed too; CPU time on a CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+    gpu = device == "gpu"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    key = "self_device_time_total" if gpu else "self_cpu_time_total"
+    for name, step in sides.items():
+        step()
+        sync(device)
+        with profile(activities=activities) as prof:
+            for _ in range(steps):
+                step()
+            sync(device)
+        print(f"\n{name}: the top {limit} kernels of {steps} steps")
+        print(prof.key_averages().table(sort_by=key, row_limit=limit, max_name_column_width=60))
+
+
 def throughput_table(medians, samples, peers, notes=None):
     """A ``tabulate`` table: per side its median step, samples/s and the ratio of its
     samples/s to the best of ``peers`` (higher is better for graphfront)."""

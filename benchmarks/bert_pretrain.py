@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from _common import ROOT, add_torch_peers, machine, rotated, sync, throughput_table
+from _common import ROOT, add_torch_peers, machine, profile_sides, rotated, sync, throughput_table
 import torch_models as tm
 
 sys.path.insert(0, os.path.join(ROOT, "examples", "bert"))
@@ -52,6 +52,8 @@ def parse(argv=None):
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=10, help="timed steps per side per round")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="after timing, print each side's top kernels over STEPS steps (torch.profiler)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     a = p.parse_args(argv)
     gpu = a.device == "gpu"
@@ -138,6 +140,8 @@ def main(argv=None):
     print(f"BERT pretraining train step, batch {a.batch_size}, seq {a.seq_length}, {a.layers} layers, {a.heads} heads "
           f"(hidden {64 * a.heads}), vocab {a.vocab_size}, {amp}; median of {a.rounds} rounds x {a.steps} steps")
     print(throughput_table(medians, a.batch_size, PEERS, notes))
+    if a.profile:
+        profile_sides(sides, a.profile, a.device)
     return medians
 
 

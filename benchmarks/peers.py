@@ -2,17 +2,24 @@
 
     python benchmarks/peers.py [--workloads mlp_train,lenet_train,lenet_predict,resnet_predict]
                                [--rounds 7] [--steps 30] [--threads 2]
+    python benchmarks/peers.py --device gpu --workloads mlp_train,lenet_train [--lenet-batch 1000]
 
 Workloads (numpy in, numpy out on every side, as a user's loop sees it):
 
 * ``mlp_train``: 10 dense layers of width 64 (relu between), batch 16, softmax cross
   entropy, SGD lr 0.1 — peers: torch eager, torch.compile, jax.jit.
-* ``lenet_train``: ``examples/lenet/lenet.py`` batch 100 with dropout 0.5, SGD lr 0.1 —
-  peers: torch eager, torch.compile, jax.jit.
+* ``lenet_train``: ``examples/lenet/lenet.py`` batch 100 (``--lenet-batch``) with dropout
+  0.5, SGD lr 0.1 — peers: torch eager, torch.compile, jax.jit.
 * ``lenet_predict`` / ``resnet_predict``: softmax(LeNet) and the ResNet-style network of
   ``examples/resnet_bn`` at batch 1, served by ``flow.serving.InferenceSession`` from a
   saved model — peers: torch eager, onnxruntime running graphfront's own
   ``flow.onnx.export`` of that saved model.
+
+With ``--device gpu`` the train workloads run on the GPU (graphfront's job placed on
+``"gpu"``, the torch models and tensors on CUDA, jax on its default GPU backend) and
+``torch-compile-ro`` (``torch.compile(mode="reduce-overhead")``: CUDA graphs) joins the
+peers; every step still takes numpy feeds and returns the losses as numpy. The predict
+workloads run on the CPU only.
 
 graphfront runs in each of its lowerings (``compile_mode``): ``plan`` (per-op plan, the
 default), ``native`` (TorchInductor), ``onnxruntime`` (predict jobs converted to ONNX and
@@ -37,16 +44,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKLOADS = {
-    "mlp_train": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "torch-compile", "jax-jit"],
+    "mlp_train": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "torch-compile",
+                  "torch-compile-ro", "jax-jit"],
     "lenet_train": ["graphfront-plan", "graphfront-native", "graphfront-xla", "torch-eager", "torch-compile",
-                    "jax-jit"],
+                    "torch-compile-ro", "jax-jit"],
     "lenet_predict": ["graphfront-plan", "graphfront-native", "graphfront-onnxruntime", "graphfront-xla",
                       "torch-eager", "onnxruntime"],
     "resnet_predict": ["graphfront-plan", "graphfront-native", "graphfront-onnxruntime", "graphfront-xla",
                        "torch-eager", "onnxruntime"],
 }
+GPU_ONLY = {"torch-compile-ro"}
 MLP_B, MLP_W, MLP_L = 16, 64, 10
-LENET_B = 100
+LENET_B = 100  # set by --lenet-batch (in the workers too)
+DEVICE = "cpu"  # set by --device
 
 
 # ============================================================================ workers
@@ -76,7 +86,7 @@ def _graphfront_train(workload, mode):
     @flow.global_function(type="train", function_config=cfg)
     def train_job(x: tp.Numpy.Placeholder(shapes[0], dtype=flow.float),
                   labels: tp.Numpy.Placeholder(shapes[1], dtype=flow.int32)) -> tp.Numpy:
-        with flow.scope.placement("cpu", "0:0"):
+        with flow.scope.placement(DEVICE, "0:0"):
             if workload == "mlp_train":
                 h = x
                 for i in range(MLP_L):
@@ -134,6 +144,8 @@ def _torch_resnet():
 
 
 def _torch(workload, compiled):
+    """The torch model's step; ``compiled``: False (eager), True (torch.compile) or a
+    torch.compile mode name."""
     import torch
     from lenet_step import TorchLeNet  # the LeNet baseline every benchmark shares
     import torch.nn as nn
@@ -155,16 +167,19 @@ def _torch(workload, compiled):
         model = nn.Sequential(*layers)
     else:
         model = TorchLeNet()  # train mode: dropout 0.5 after dense1
+    dev = torch.device("cuda" if DEVICE == "gpu" else "cpu")
+    model = model.to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0)
-    forward = torch.compile(model) if compiled else model
+    forward = model if not compiled else torch.compile(model, mode=None if compiled is True else compiled)
     x, y = feeds
 
     def step():
         opt.zero_grad()
-        loss = F.cross_entropy(forward(torch.from_numpy(x)), torch.from_numpy(y).long(), reduction="none")
+        xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev).long()
+        loss = F.cross_entropy(forward(xt), yt, reduction="none")
         loss.mean().backward()
         opt.step()
-        return loss.detach().numpy().copy()
+        return loss.detach().cpu().numpy()
     return step
 
 
@@ -238,8 +253,10 @@ def _onnxruntime(workload, model_dir):
     return lambda: sess.run(None, {name: x})
 
 
-def worker(framework, workload, threads, model_dir, cache_dir):
+def worker(framework, workload, threads, model_dir, cache_dir, device, lenet_batch):
     """Serve timing requests on stdin ("N" -> JSON list of N step times in seconds)."""
+    global DEVICE, LENET_B
+    DEVICE, LENET_B = device, lenet_batch
     if cache_dir:
         os.environ["GRAPHFRONT_CACHE_DIR"] = cache_dir
     import torch
@@ -259,8 +276,12 @@ def worker(framework, workload, threads, model_dir, cache_dir):
         step = (_graphfront_serve(workload, mode, model_dir) if workload.endswith("predict")
                 else _graphfront_train(workload, mode))
     elif framework.startswith("torch"):
-        step = _torch(workload, framework == "torch-compile")
+        step = _torch(workload, {"torch-eager": False, "torch-compile": True}.get(framework, "reduce-overhead"))
     elif framework == "jax-jit":
+        import jax
+        if device == "gpu" and jax.default_backend() != "gpu":
+            print("@@" + json.dumps({"skip": f"jax has no GPU backend here ({jax.default_backend()})"}), flush=True)
+            return
         step = _jax(workload)
     else:
         step = _onnxruntime(workload, model_dir)
@@ -317,13 +338,14 @@ def _reply(proc, name):
 
 
 def run(workload, args, model_dir):
-    frameworks = [f for f in WORKLOADS[workload] if not args.only or f in args.only]
+    frameworks = [f for f in WORKLOADS[workload] if (not args.only or f in args.only)
+                  and (args.device == "gpu" or f not in GPU_ONLY)]
     procs, firsts, times = {}, {}, {f: [] for f in frameworks}
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cache = tempfile.mkdtemp(prefix="graphfront-cache-")
     for f in list(frameworks):  # started one after the other: each compiles alone
         procs[f] = subprocess.Popen([sys.executable, __file__, "--worker", f, workload, str(args.threads), model_dir,
-                                     cache], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+                                     cache, args.device, str(args.lenet_batch)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         first = _reply(procs[f], f)
         if "skip" in first:
             print(f"{workload}: skipping {f}: {first['skip']}")
@@ -349,7 +371,9 @@ def run(workload, args, model_dir):
     med = {f: statistics.median(t) for f, t in times.items()}
     peers = [f for f in frameworks if not f.startswith("graphfront")]
     best = min(peers, key=med.get) if peers else None
-    print(f"\n{workload}: median step time over {args.rounds} rounds x {args.steps} steps")
+    batch = {"mlp_train": MLP_B, "lenet_train": args.lenet_batch}.get(workload, 1)
+    print(f"\n{workload} (batch {batch}, {args.device}): median step time over {args.rounds} rounds x "
+          f"{args.steps} steps")
     for f in frameworks:
         ratio = f"{med[f] / med[best]:.3f}" if best else "-"
         print(f"  {f:22s} {med[f] * 1e6:10.1f} us   ratio to best peer ({best}) {ratio:>6s}   "
@@ -359,8 +383,8 @@ def run(workload, args, model_dir):
 
 def main(argv=None):
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _, _, framework, workload, threads, model_dir, cache = sys.argv
-        return worker(framework, workload, int(threads), model_dir, cache)
+        _, _, framework, workload, threads, model_dir, cache, device, lenet_batch = sys.argv
+        return worker(framework, workload, int(threads), model_dir, cache, device, int(lenet_batch))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--only", default="", help="comma-separated frameworks to run (default: all)")
@@ -368,11 +392,15 @@ def main(argv=None):
     p.add_argument("--warmup-rounds", type=int, default=1)
     p.add_argument("--steps", type=int, default=30, help="timed steps per worker per round")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads of the torch-based workers")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where the train workloads run")
+    p.add_argument("--lenet-batch", type=int, default=LENET_B, help="lenet_train's batch size")
     args = p.parse_args(argv)
     args.only = [f for f in args.only.split(",") if f]
+    if args.device == "gpu" and any(w.endswith("predict") for w in args.workloads.split(",")):
+        p.error("the predict workloads run on the CPU only; pass --workloads mlp_train,lenet_train with --device gpu")
     sys.path.insert(0, HERE)
     from _common import machine
-    print(f"machine: {machine()}")
+    print(f"machine: {machine(args.device)}")
     with tempfile.TemporaryDirectory(prefix="graphfront-peers-") as model_dir:
         workloads = args.workloads.split(",")
         if any(w.endswith("predict") for w in workloads):

@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from _common import ROOT, add_torch_peers, machine, rotated, sync, throughput_table
+from _common import ROOT, add_torch_peers, machine, profile_sides, rotated, sync, throughput_table
 import torch_models as tm
 
 import graphfront as flow
@@ -59,6 +59,8 @@ def parse(argv=None):
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=10, help="timed steps per side per round")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="after timing, print each side's top kernels over STEPS steps (torch.profiler)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     a = p.parse_args(argv)
     gpu = a.device == "gpu"
@@ -153,6 +155,8 @@ def main(argv=None):
           f"{a.block_counts}, width {a.width}, {amp}, graphfront in {'NHWC' if a.channel_last else 'NCHW'}; "
           f"median of {a.rounds} rounds x {a.steps} steps")
     print(throughput_table(medians, a.batch_size, PEERS, notes))
+    if a.profile:
+        profile_sides(sides, a.profile, a.device)
     return medians
 
 

@@ -19,7 +19,6 @@ from tabulate import tabulate
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import FeedError
 from graphfront.runtime.plan import Plan
-from graphfront.framework.errors import FeedError
 
 
 class OpTimer:

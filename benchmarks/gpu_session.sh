@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# A lent GPU's measurements, one device `run` per part (each under nine minutes; every
+# step under its own `timeout`, so a hang still returns the rest), most important first:
+#
+#   bash benchmarks/gpu_session.sh tests    # the cuda-marked tests, then the rest of the suite
+#   bash benchmarks/gpu_session.sh bench    # ResNet-50, BERT (plan, kernel profiles), MLP and LeNet against the peers
+#   bash benchmarks/gpu_session.sh native   # ResNet-50 and BERT: the native lowering against torch.compile
+#
+# Run from the project's root on the device machine, after the GPU kit was prepared here
+# (its `.gpu/whl` protobuf wheel is installed to /tmp/site when present, as the kit does).
+# Everything printed is also written to $OUT/gpu_<part>.txt.
+set -u
+part=${1:-tests}
+root=$(pwd)
+if compgen -G ".gpu/whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl >/dev/null 2>&1
+fi
+export PYTHONPATH=/tmp/site:$root${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+step() { local limit=$1; shift; echo "=== $* [+${SECONDS}s]"; timeout "$limit" "$@" 2>&1; echo "=== rc $? [+${SECONDS}s]"; }
+{
+nvidia-smi -L
+python3 -c "import torch, google.protobuf as p; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'protobuf', p.__version__)"
+case $part in
+  tests)
+    step 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rfs tests/
+    step 330 python3 -m pytest -q -p no:cacheprovider --maxfail=100 -rf -m "not cuda" tests/ ;;
+  bench)
+    step 170 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 3
+    step 130 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 3
+    step 150 python3 benchmarks/peers.py --device gpu --workloads mlp_train,lenet_train --rounds 3 --steps 30 \
+      --only graphfront-plan,torch-eager,torch-compile-ro,jax-jit
+    step 60 python3 benchmarks/peers.py --device gpu --workloads lenet_train --lenet-batch 1000 --rounds 3 --steps 20 \
+      --only graphfront-plan,torch-compile-ro,jax-jit ;;
+  native)
+    step 240 python3 benchmarks/resnet50.py --device gpu --modes native --only graphfront-native,torch-compile --rounds 2
+    step 240 python3 benchmarks/bert_pretrain.py --device gpu --modes native --only graphfront-native,torch-compile --rounds 2 ;;
+  *) echo "usage: bash benchmarks/gpu_session.sh tests|bench|native"; exit 2 ;;
+esac
+echo "=== end [+${SECONDS}s]"
+} 2>&1 | tee "${OUT:-/tmp}/gpu_$part.txt"

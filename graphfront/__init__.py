@@ -38,7 +38,7 @@ from graphfront.framework.dtypes import (bfloat16, bool, char, convert_oneflow_d
                                         int32, int64, long, uint8)
 from graphfront.framework.dtypes import record, tensor_buffer
 from graphfront import image, random, summary
-from graphfront.data_pipeline import tensor_buffer_to_tensor
+from graphfront.data_pipeline import image_resize, image_target_resize, tensor_buffer_to_tensor
 from graphfront.tensor_buffer import gen_tensor_buffer, tensor_buffer_to_list_of_tensors, tensor_to_tensor_buffer
 from graphfront.framework.blob_desc import INVALID_SPLIT_AXIS, BlobDesc
 from graphfront.framework.errors import DeviceMemoryError, FeedError, GraphfrontError, JobBuildError

@@ -167,6 +167,7 @@ def load_mnist(
 
 # OneFlow's OFRecord readers and decoders live beside this module; flow.data exports them.
 from graphfront.data_pipeline import (MegatronGPTMMapDataLoader, OFRecordBytesDecoder,  # noqa: E402,F401
+                                      ImageDecoderRandomCropResize, image_decoder_random_crop_resize,
                                       OFRecordImageDecoder, megatron_gpt_mmap_data_loader,
                                       OFRecordImageDecoderRandomCrop, OFRecordRawDecoder, decode_random,
                                       ofrecord_bytes_decoder, ofrecord_image_classification_reader,

@@ -37,9 +37,10 @@ from graphfront.initializers import constant_initializer, random_uniform_initial
 __all__ = ["ofrecord_reader", "ofrecord_loader", "OFRecordRawDecoder", "ofrecord_raw_decoder", "OFRecordBytesDecoder",
            "ofrecord_bytes_decoder", "OFRecordImageDecoder", "ofrecord_image_decoder",
            "OFRecordImageDecoderRandomCrop", "ofrecord_image_decoder_random_crop",
-           "ofrecord_image_classification_reader", "decode_random", "image_resize", "Resize",
+           "ofrecord_image_classification_reader", "decode_random", "image_resize", "Resize", "image_target_resize",
            "crop_mirror_normalize", "CropMirrorNormalize", "coin_flip", "CoinFlip", "tensor_buffer_to_tensor",
-           "megatron_gpt_mmap_data_loader", "MegatronGPTMMapDataLoader"]
+           "megatron_gpt_mmap_data_loader", "MegatronGPTMMapDataLoader", "image_decoder_random_crop_resize",
+           "ImageDecoderRandomCropResize"]
 
 
 @contextlib.contextmanager
@@ -170,6 +171,55 @@ def ofrecord_image_decoder_random_crop(input_blob, blob_name, color_space="BGR",
                         name=unique_str(name + "_"))
 
 
+def image_decoder_random_crop_resize(input_blob, target_width, target_height, num_attempts=None, seed=None,
+                                     random_area=None, random_aspect_ratio=None, num_workers=None, warmup_size=None,
+                                     max_num_pixels=None, name=None):
+    """Decode, randomly crop and resize encoded images in one op (OneFlow v0.6.0
+    ``image_decoder_random_crop_resize``, the ``image_decoder_random_crop_resize_conf`` system
+    op; OneFlow decodes on the GPU with nvJPEG where it can, graphfront on the host).
+
+    Args:
+        input_blob: ``tensor_buffer`` blob of encoded images (JPEG, PNG …), as from
+            :func:`OFRecordBytesDecoder`.
+        target_width, target_height: the output size.
+        num_attempts: tries for a crop window that fits (default 10), then the whole image.
+        seed: makes the crops reproducible (None: fresh draws).
+        random_area: ``[min, max]`` fraction of the image's area (default ``[0.08, 1.0]``).
+        random_aspect_ratio: ``[min, max]`` window width/height (default ``[0.75, 1.333333]``).
+        num_workers, warmup_size, max_num_pixels: decoder tuning, recorded in the op conf.
+
+    Returns:
+        BlobDesc: uint8 ``input_blob.shape + (target_height, target_width, 3)``, RGB.
+
+    Raises:
+        JobBuildError: ``input_blob`` not a tensor_buffer blob, a 2-list argument of another
+            length, or a non-positive size.
+    """
+    fn = "data.ImageDecoderRandomCropResize"
+    x = _blob(fn, "input_blob", input_blob)
+    builder = _jb.current()
+    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("ImageDecoderRandomCropResize_")))
+    c = conf.image_decoder_random_crop_resize_conf
+    setattr(c, "in", x.lbn)
+    c.out = "out"
+    c.target_width, c.target_height = int(target_width), int(target_height)
+    for field, value in (("num_attempts", num_attempts), ("seed", seed), ("num_workers", num_workers),
+                         ("warmup_size", warmup_size), ("max_num_pixels", max_num_pixels)):
+        if value is not None:
+            setattr(c, field, int(value))
+    for prefix, pair in (("random_area", random_area), ("random_aspect_ratio", random_aspect_ratio)):
+        if pair is not None:
+            if len(pair) != 2:
+                _fail(fn, f"{prefix} must be [min, max], received {pair!r}")
+            setattr(c, prefix + "_min", float(pair[0]))
+            setattr(c, prefix + "_max", float(pair[1]))
+    with _on_host():
+        builder.add_op(conf)
+        d = builder.desc(f"{conf.name}/out")
+        return BlobDesc(f"{conf.name}/out", d.shape, d.dtype, builder.scope.parallel_conf, builder.job_name)
+
+
+ImageDecoderRandomCropResize = image_decoder_random_crop_resize
 OFRecordRawDecoder = ofrecord_raw_decoder
 OFRecordBytesDecoder = ofrecord_bytes_decoder
 OFRecordImageDecoder = ofrecord_image_decoder
@@ -205,21 +255,44 @@ _INTERP_TYPES = {"Linear": "bilinear", "NN": "nearest_neighbor", "Cubic": "bicub
 def image_resize(image, target_size=None, min_size=None, max_size=None, keep_aspect_ratio=False,
                  resize_side="shorter", channels=3, dtype=None, interpolation_type="auto", name=None,
                  color_space=None, interp_type=None, resize_shorter=0, resize_x=0, resize_y=0):
-    """Resize a ``tensor_buffer`` of (H, W, C) images to one size: ``target_size`` is
-    ``(width, height)`` (an int: square). Returns ``(image, scale, None)``: ``image`` a
-    dense ``(N, height, width, channels)`` blob of ``dtype`` (default uint8), ``scale``
-    ``(N, 2)`` float32 (width and height factors). With OneFlow's deprecated arguments
-    (``resize_x``, ``resize_y``, ``color_space``, ``interp_type``) only the image is
-    returned. Keeping the aspect ratio (``keep_aspect_ratio``, ``resize_shorter``) is not
-    supported: NotImplementedError. OneFlow: ``image_resize_to_fixed`` op."""
+    """Resize a ``tensor_buffer`` of (H, W, C) images (OneFlow v0.6.0
+    ``python/oneflow/compatible/single_client/ops/user_data_ops.py``, ``image_resize``).
+
+    Two modes:
+
+    * fixed size (``keep_aspect_ratio=False``): ``target_size`` is ``(width, height)`` (an
+      int: square). Returns ``(image, scale, None)``: ``image`` a dense
+      ``(N, height, width, channels)`` blob of ``dtype`` (default uint8), ``scale`` ``(N, 2)``
+      float32 (width and height factors). Op ``image_resize_to_fixed``.
+    * keeping the aspect ratio (``keep_aspect_ratio=True``): ``target_size`` is an int, the
+      new length of the ``resize_side`` (``"shorter"`` or ``"longer"``) side of each image;
+      ``max_size`` bounds the other side of a shorter-side resize, ``min_size`` that of a
+      longer-side one (sizes: :func:`graphfront.ops.data_ops.keep_aspect_ratio_size`).
+      Returns ``(image, scale, new_size)``: ``image`` a ``tensor_buffer`` of the resized
+      uint8 images, ``scale`` ``(N, 2)`` float32 (width, height factors), ``new_size``
+      ``(N, 2)`` int32 (new width, height). ``channels`` and ``dtype`` do not apply. Op
+      ``image_resize_keep_aspect_ratio``, then ``tensor_buffer_to_tensor`` on scale and size.
+
+    OneFlow's deprecated arguments return only the image: ``resize_x`` / ``resize_y`` (both
+    > 0) set a fixed ``(resize_x, resize_y)``; ``resize_shorter > 0`` means
+    ``keep_aspect_ratio=True, target_size=resize_shorter, resize_side="shorter"``;
+    ``color_space`` sets ``channels`` (GRAY: 1) and ``interp_type`` (``"Linear"``, ``"NN"``,
+    ``"Cubic"``, ``"Area"``) the interpolation.
+
+    Raises:
+        JobBuildError: ``target_size`` missing, not an int when keeping the aspect ratio or
+            not ``(width, height)`` otherwise; ``resize_side`` not ``"shorter"``/``"longer"``;
+            a bad ``color_space``, ``interp_type`` or op attr (``max_size`` below
+            ``target_size`` …), naming the argument and your line.
+    """
     fn = "image.Resize"
     deprecated = bool(color_space or interp_type or resize_shorter or resize_x or resize_y)
-    if keep_aspect_ratio or resize_shorter:
-        raise NotImplementedError(f"flow.{fn}: keeping the aspect ratio (image_resize_keep_aspect_ratio) is not "
-                                  "supported by graphfront; pass a fixed target_size=(width, height)")
     if deprecated:
         if resize_x > 0 and resize_y > 0:  # else target_size stands, as in OneFlow
             target_size = (resize_x, resize_y)
+            keep_aspect_ratio = False
+        if resize_shorter > 0:
+            target_size, keep_aspect_ratio, resize_side = resize_shorter, True, "shorter"
         if color_space is not None:
             if str(color_space).upper() not in ("RGB", "BGR", "GRAY"):
                 _fail(fn, f"color_space must be 'RGB', 'BGR' or 'GRAY', received {color_space!r}")
@@ -229,7 +302,21 @@ def image_resize(image, target_size=None, min_size=None, max_size=None, keep_asp
                 _fail(fn, f"interp_type must be one of {sorted(_INTERP_TYPES)}, received {interp_type!r}")
             interpolation_type = _INTERP_TYPES[interp_type]
     if target_size is None:
-        _fail(fn, "target_size=(width, height) is required")
+        _fail(fn, "target_size is required: an int with keep_aspect_ratio=True, else (width, height)")
+    name = name or unique_str("ImageResize_")
+    if keep_aspect_ratio:
+        if isinstance(target_size, bool) or not isinstance(target_size, int):
+            _fail(fn, f"target_size must be an int when keep_aspect_ratio is True, received {target_size!r}")
+        if resize_side not in ("shorter", "longer"):
+            _fail(fn, f"resize_side must be 'shorter' or 'longer', received {resize_side!r}")
+        with _on_host():
+            out, size, scale = build_op("image_resize_keep_aspect_ratio", {"in": _blob(fn, "image", image)}, {
+                "target_size": target_size, "min_size": min_size or 0, "max_size": max_size or 0,
+                "resize_longer": resize_side == "longer", "interpolation_type": interpolation_type},
+                outputs=("out", "size", "scale"), name=name)
+            scale = tensor_buffer_to_tensor(scale, _dt.float32, (2,))
+            new_size = tensor_buffer_to_tensor(size, _dt.int32, (2,))
+        return out if deprecated else (out, scale, new_size)
     if isinstance(target_size, int):
         target_size = (target_size, target_size)
     if len(target_size) != 2:
@@ -238,11 +325,24 @@ def image_resize(image, target_size=None, min_size=None, max_size=None, keep_asp
         out, scale = build_op("image_resize_to_fixed", {"in": _blob(fn, "image", image)}, {
             "target_width": int(target_size[0]), "target_height": int(target_size[1]), "channels": channels,
             "data_type": dtype or _dt.uint8, "interpolation_type": interpolation_type},
-            outputs=("out", "scale"), name=name or unique_str("ImageResize_"))
+            outputs=("out", "scale"), name=name)
     return out if deprecated else (out, scale, None)
 
 
 Resize = image_resize
+
+
+def image_target_resize(images, target_size, min_size=None, max_size=None, resize_side="shorter",
+                        interpolation_type="auto", name=None):
+    """Resize keeping the aspect ratio (OneFlow v0.6.0 ``image_target_resize``):
+    :func:`image_resize` with ``keep_aspect_ratio=True``, returning
+    ``(image, new_size, scale)`` in that order (``new_size`` ``(N, 2)`` int32 width, height;
+    ``scale`` ``(N, 2)`` float32). Default op name ``ImageTargetResize_<n>``."""
+    out, scale, new_size = image_resize(images, target_size=target_size, min_size=min_size, max_size=max_size,
+                                        keep_aspect_ratio=True, resize_side=resize_side,
+                                        interpolation_type=interpolation_type,
+                                        name=name or unique_str("ImageTargetResize_"))
+    return out, new_size, scale
 
 
 def crop_mirror_normalize(input_blob, mirror_blob=None, color_space="BGR", output_layout="NCHW", crop_h=0, crop_w=0,

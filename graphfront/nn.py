@@ -181,14 +181,41 @@ def conv2d(input, filters, strides, padding, bias=None, data_format="NCHW", dila
         groups: int dividing C and out.
         name: op name; default ``Conv2d_<n>``.
 
+    OneFlow up to v0.5 (``oneflow/python/ops/nn_ops.py``) had no ``bias`` parameter: its order
+    was ``conv2d(input, filters, strides, padding, data_format, dilations, groups, name)``, and
+    programs written for it pass the layout string fifth. A string in the ``bias`` slot can
+    only come from such a call (a bias is a blob), so it is read in that older order:
+    ``bias`` is the data_format, ``data_format`` the dilations and ``dilations`` the groups.
+
     Returns:
         BlobDesc: (N, out, H', W') (NCHW), ``H' = (H + 2p - ((kh-1)dh+1) + sh) // sh``.
 
     Raises:
+        ArgumentError: a v0.5-order call (string fifth) that also passes ``data_format`` as
+            another string, or gives the groups both seventh and as ``groups=``.
         JobBuildError: wrong ranks, channel counts that do not match ``groups``, or bad
             ``padding`` / ``data_format`` (the message names the op and your line).
     """
+    if isinstance(bias, str):
+        bias, data_format, dilations, groups = _conv2d_v05_order(bias, data_format, dilations, groups, name)
     return conv_nd(2, input, filters, strides, padding, data_format, dilations, groups, name, bias)
+
+
+def _conv2d_v05_order(layout, data_format, dilations, groups, name):
+    """(bias, data_format, dilations, groups) of a ``conv2d`` call written in OneFlow v0.5's
+    order ``(input, filters, strides, padding, data_format, dilations, groups, name)``, where
+    v0.6's slots received ``bias=layout``, ``data_format=<dilations or the default>``,
+    ``dilations=<groups or None>``."""
+    who = _who("conv2d", name)
+    if isinstance(data_format, str):
+        if data_format != "NCHW":
+            raise ArgumentError(f"{who}: the layout {layout!r} was passed fifth (OneFlow v0.5's data_format "
+                                f"position) and data_format={data_format!r} too; pass it once")
+        data_format = None  # v0.6's default: no sixth positional (the v0.5 dilations) was given
+    if dilations is not None and groups != 1:
+        raise ArgumentError(f"{who}: in OneFlow v0.5's argument order the seventh positional is groups; "
+                            f"received {dilations!r} there and groups={groups!r}")
+    return None, layout, data_format, groups if dilations is None else dilations
 
 
 def conv3d(input, filters, strides, padding, data_format="NCDHW", dilations=None, groups=1, name=None):

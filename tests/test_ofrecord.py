@@ -288,3 +288,141 @@ def test_image_resize_with_only_the_deprecated_color_space_uses_target_size(tmp_
     assert new_api.shape == (2, size[1], size[0], 1)
     np.testing.assert_array_equal(only_image, new_api)
     np.testing.assert_array_equal(by_xy, new_api)
+
+
+def _write_images(tmp_path, shapes, fmt="PNG"):
+    """One shard of records {"encoded": image bytes, "class/label": i}; returns the RGB arrays."""
+    rng = np.random.default_rng(3)
+    arrays, recs = [], []
+    for i, (h, w) in enumerate(shapes):
+        im = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(im).save(buf, format=fmt)
+        arrays.append(np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB")))
+        recs.append(OFRecord(feature={"encoded": bytes_feature(buf.getvalue()), "class/label": int32_feature(i)}))
+    write_records(os.path.join(tmp_path, "part-00000"), recs)
+    return arrays
+
+
+# (H, W), target_size, min_size, max_size, resize_side -> expected (new width, new height), worked out by
+# hand from OneFlow's rule (image_resize_kernels.cpp): the chosen side becomes target_size, the other
+# round-half-even(target / aspect), bounded by max_size (shorter-side mode) or min_size (longer-side mode)
+KEEP_ASPECT_CASES = [
+    ((40, 30), 24, None, None, "shorter", (24, 32)),   # 24 * 40 / 30 = 32
+    ((30, 50), 24, None, None, "shorter", (40, 24)),   # 24 * 50 / 30 = 40
+    ((16, 20), 10, None, None, "shorter", (12, 10)),   # 10 * 20 / 16 = 12.5 -> 12 (half to even)
+    ((20, 61), 24, None, 60, "shorter", (60, 20)),     # 73.2 > 60: longer 60, shorter 60 * 20 / 61 = 19.7 -> 20
+    ((40, 30), 20, None, None, "longer", (15, 20)),    # shorter 20 * 30 / 40 = 15
+    ((40, 30), 20, 18, None, "longer", (18, 24)),      # 15 < 18: shorter 18, longer 18 * 40 / 30 = 24
+    ((33, 33), 17, None, None, "shorter", (17, 17)),
+]
+
+
+@pytest.mark.parametrize("hw,target,min_size,max_size,side,expected", KEEP_ASPECT_CASES)
+def test_image_resize_keep_aspect_ratio_sizes_and_pixels(tmp_path, hw, target, min_size, max_size, side, expected):
+    (src,) = _write_images(tmp_path, [hw])
+    w, h = expected
+
+    @flow.global_function(type="predict")
+    def job() -> tp.Bundle[tp.Numpy]:
+        rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=1, part_name_suffix_length=5)
+        image = flow.data.OFRecordImageDecoder(rec, "encoded", color_space="RGB")
+        out, scale, new_size = flow.image.Resize(image, target_size=target, min_size=min_size, max_size=max_size,
+                                                 keep_aspect_ratio=True, resize_side=side,
+                                                 interpolation_type="bilinear")
+        return flow.tensor_buffer_to_tensor(out, dtype=flow.uint8, instance_shape=(h, w, 3)), scale, new_size
+
+    out, scale, new_size = job()
+    assert new_size.dtype == np.int32 and new_size.tolist() == [[w, h]]
+    np.testing.assert_allclose(scale, [[w / hw[1], h / hw[0]]], rtol=1e-6)
+    np.testing.assert_array_equal(out[0], np.asarray(Image.fromarray(src).resize((w, h), Image.BILINEAR)))
+
+
+def test_image_resize_keep_aspect_ratio_deprecated_forms_and_target_resize(tmp_path):
+    srcs = _write_images(tmp_path, [(40, 30), (30, 40)])
+
+    @flow.global_function(type="predict")
+    def job() -> tp.Bundle[tp.Numpy]:
+        rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=2, part_name_suffix_length=5)
+        image = flow.data.OFRecordImageDecoder(rec, "encoded", color_space="RGB")
+        only_image = flow.image.Resize(image, resize_shorter=24)          # OneFlow <= 0.5 spelling: image only
+        target, new_size, scale = flow.image.target_resize(image, 24)     # (image, new_size, scale) order
+        same, _, _ = flow.image_resize(image, target_size=24, keep_aspect_ratio=True)
+        # centre crops of the (24, 32) and (32, 24) images, as the validation loader does
+        crops = [flow.image.CropMirrorNormalize(b, color_space="RGB", output_layout="NHWC", crop_h=24, crop_w=24)
+                 for b in (only_image, target, same)]
+        return tuple(crops) + (new_size, scale)
+
+    a, b, c, new_size, scale = job()
+    assert new_size.tolist() == [[24, 32], [32, 24]]
+    np.testing.assert_allclose(scale, [[24 / 30, 32 / 40], [32 / 40, 24 / 30]], rtol=1e-6)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+    for im, got in zip(srcs, a):
+        h, w = im.shape[:2]
+        r = np.asarray(Image.fromarray(im).resize((24, 32) if w < h else (32, 24), Image.BOX), np.float32)
+        y0, x0 = (r.shape[0] - 24) // 2, (r.shape[1] - 24) // 2
+        np.testing.assert_array_equal(got, r[y0:y0 + 24, x0:x0 + 24])   # "auto" shrinks by area averaging
+
+
+def test_image_resize_keep_aspect_ratio_errors(tmp_path):
+    _write_images(tmp_path, [(4, 4)])
+
+    def build(**kw):
+        flow.clear_default_session()
+
+        @flow.global_function(type="predict")
+        def job() -> tp.Numpy:
+            rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=1, part_name_suffix_length=5)
+            image = flow.data.OFRecordImageDecoder(rec, "encoded")
+            out, scale, _ = flow.image.Resize(image, keep_aspect_ratio=True, **kw)
+            return scale
+        return job()
+
+    with pytest.raises(flow.JobBuildError, match=r"target_size must be an int when keep_aspect_ratio.*\(3, 4\)"):
+        build(target_size=(3, 4))
+    with pytest.raises(flow.JobBuildError, match=r"resize_side must be 'shorter' or 'longer', received 'wider'"):
+        build(target_size=3, resize_side="wider")
+    with pytest.raises(flow.JobBuildError, match=r"attr 'max_size' must be >= target_size \(8\) or 0, received 5"):
+        build(target_size=8, max_size=5)
+
+
+def test_image_decoder_random_crop_resize(tmp_path):
+    srcs = _write_images(tmp_path, [(20, 28), (31, 17), (16, 16)])
+
+    def job_with(**kw):
+        flow.clear_default_session()
+
+        @flow.global_function(type="predict")
+        def job() -> tp.Bundle[tp.Numpy]:
+            rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=3, part_name_suffix_length=5)
+            encoded = flow.data.OFRecordBytesDecoder(rec, "encoded")
+            label = flow.data.OFRecordRawDecoder(rec, "class/label", shape=(), dtype=flow.int32)
+            return flow.data.ImageDecoderRandomCropResize(encoded, target_width=12, target_height=10, **kw), label
+        return job
+
+    # the whole image (area fraction 1, aspect ratio of the image itself is not required: after
+    # num_attempts misses the kernel keeps the whole image): RGB, bilinear, (N, H, W, 3) uint8
+    out, label = job_with(random_area=[1.0, 1.0], random_aspect_ratio=[0.01, 0.01], num_attempts=1)()
+    assert out.shape == (3, 10, 12, 3) and out.dtype == np.uint8 and label.tolist() == [0, 1, 2]
+    for im, got in zip(srcs, out):
+        np.testing.assert_array_equal(got, np.asarray(Image.fromarray(im).resize((12, 10), Image.BILINEAR)))
+    # seeded crops repeat across sessions, and differ from the whole image
+    first = job_with(seed=5, random_area=[0.2, 0.5])()[0]
+    again = job_with(seed=5, random_area=[0.2, 0.5])()[0]
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, out)
+    # it feeds CropMirrorNormalize from uint8, as the ResNet loader's GPU-decoder path does
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict")
+    def normalized() -> tp.Numpy:
+        rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=3, part_name_suffix_length=5)
+        img = flow.data.image_decoder_random_crop_resize(flow.data.OFRecordBytesDecoder(rec, "encoded"), 12, 10,
+                                                         random_area=[1.0, 1.0], random_aspect_ratio=[0.01, 0.01],
+                                                         num_attempts=1)
+        return flow.image.CropMirrorNormalize(img, color_space="RGB", mean=[1.0, 2.0, 3.0], std=[2.0, 2.0, 2.0])
+
+    np.testing.assert_allclose(normalized(), (out.astype(np.float32) - [1, 2, 3]).transpose(0, 3, 1, 2) / 2.0)
+    with pytest.raises(flow.JobBuildError, match=r"ImageDecoderRandomCropResize: random_area must be \[min, max\]"):
+        job_with(random_area=[0.5])()

@@ -56,6 +56,8 @@ _POOL = {"padding": "same_upper", "padding_before": [0, 0], "padding_after": [0,
 def _pool(n, kind, grad=False, last=False):
     attrs = {**_POOL, "padding_before": [0] * n, "padding_after": [0] * n, "pool_size": [3] * n,
              "strides": [2] * n, "padding": "same_lower" if n == 3 else "same_upper"}
+    if kind == "avg" and n == 1:  # (a window without pads: the divisor is the window size)
+        attrs["padding"] = "valid"
     shape = (2, 3) + (5,) * n
     if last:
         attrs["data_format"] = "channels_last"
@@ -66,7 +68,7 @@ def _pool(n, kind, grad=False, last=False):
         x = _any(shape)
     if not grad:
         return {"x": x}, attrs
-    out = [3] * n
+    out = [2 if attrs["padding"] == "valid" else 3] * n
     yshape = (2, 3) + tuple(out) if not last else (2,) + tuple(out) + (3,)
     return {"x": x, "y": _any(yshape), "dy": _any(yshape)}, attrs
 

@@ -292,6 +292,54 @@ op("ofrecord_image_decoder_random_crop", inputs=["in"], outputs=["out"],
    infer=_random_crop_infer, kernel=_random_crop_kernel, no_grad=True, random=True)
 
 
+def _decoder_crop_resize_infer(ctx):
+    conf = ctx.conf
+    desc = ctx.input("in")
+    ctx.check(desc.dtype is _dt.tensor_buffer,
+              f"input 'in' must be a tensor_buffer blob of encoded images (flow.data.OFRecordBytesDecoder), "
+              f"received {desc.dtype.name} {tuple(desc.shape)}")
+    ctx.check(conf.target_width > 0 and conf.target_height > 0,
+              f"target_width, target_height must be > 0, received {conf.target_width}, {conf.target_height}")
+    ctx.check(0 < conf.random_area_min <= conf.random_area_max <= 1,
+              f"random_area must be [min, max] with 0 < min <= max <= 1, received "
+              f"[{conf.random_area_min}, {conf.random_area_max}]")
+    ctx.check(0 < conf.random_aspect_ratio_min <= conf.random_aspect_ratio_max,
+              f"random_aspect_ratio must be [min, max] with 0 < min <= max, received "
+              f"[{conf.random_aspect_ratio_min}, {conf.random_aspect_ratio_max}]")
+    ctx.check(conf.num_attempts >= 1, f"num_attempts must be >= 1, received {conf.num_attempts}")
+    ctx.set_output("out", tuple(desc.shape) + (int(conf.target_height), int(conf.target_width), 3), _dt.uint8)
+
+
+def _decoder_crop_resize_kernel(k):
+    """Decode each encoded image to RGB, keep a random window
+    (:func:`graphfront.ofrecord.images.random_crop_window`) and resize it bilinearly to
+    (target_height, target_width): a dense uint8 (N, H, W, 3) array (OneFlow v0.6.0
+    ``oneflow/core/kernel/image_decoder_random_crop_resize_kernel.cpp``, CPU path)."""
+    conf = k.conf
+    w, h = int(conf.target_width), int(conf.target_height)
+    area = (conf.random_area_min, conf.random_area_max)
+    ratio = (conf.random_aspect_ratio_min, conf.random_aspect_ratio_max)
+    attempts = int(conf.num_attempts)
+    rng = _rng(int(conf.seed), conf.HasField("seed"))
+
+    def one(job):
+        encoded, seed = job
+        crop_rng = np.random.default_rng(seed)
+        image = _img.decode(bytes(encoded), "RGB",
+                            crop=lambda iw, ih: _img.random_crop_window(iw, ih, crop_rng, area, ratio, attempts))
+        return _img.resize(image, w, h, "bilinear")
+
+    def decode(buffers):
+        jobs = [(b, int(rng.integers(2 ** 63))) for b in buffers]  # drawn in batch order: equal seeds, equal crops
+        out = np.stack(_map(one, jobs)) if jobs else np.zeros((0, h, w, 3), np.uint8)
+        return torch.from_numpy(out)
+    return decode
+
+
+op("image_decoder_random_crop_resize_conf", conf="image_decoder_random_crop_resize_conf", inputs=["in"],
+   outputs=["out"], infer=_decoder_crop_resize_infer, kernel=_decoder_crop_resize_kernel, no_grad=True, random=True)
+
+
 # ============================================================== image preprocessing
 
 def _image_buffer_input(ctx):
@@ -333,6 +381,72 @@ op("image_resize_to_fixed", inputs=["in"], outputs=["out", "scale"],
    attrs={"target_width": ("int64", 0), "target_height": ("int64", 0), "channels": ("int64", 3),
           "data_type": ("dtype", _dt.uint8), "interpolation_type": ("string", "bilinear")},
    infer=_resize_fixed_infer, kernel=_resize_fixed_kernel, no_grad=True, random=True)
+
+
+def keep_aspect_ratio_size(height, width, target_size, min_size=0, max_size=0, resize_longer=False):
+    """(width, height) that ``image_resize_keep_aspect_ratio`` resizes an image of
+    ``(height, width)`` to (OneFlow v0.6.0 ``oneflow/user/kernels/image_resize_kernels.cpp``).
+
+    The shorter side becomes ``target_size`` and the longer one ``round(target_size / r)``,
+    ``r = shorter / longer``; with ``max_size > 0`` a longer side above it is set to
+    ``max_size`` and the shorter recomputed as ``round(max_size * r)``. ``resize_longer``
+    swaps the roles: the longer side becomes ``target_size`` and ``min_size`` bounds the
+    shorter from below. Rounding is half-to-even (the kernel rounds with
+    ``std::nearbyint`` under ``FE_TONEAREST``). When ``width < height`` the shorter side is
+    the width, otherwise the height (a square image: both sides ``target_size``).
+    """
+    short, long_ = min(height, width), max(height, width)
+    ratio = short / long_
+    if resize_longer:
+        res_long = float(target_size)
+        res_short = float(round(res_long * ratio))
+        if min_size > 0 and res_short < min_size:
+            res_short = float(min_size)
+            res_long = float(round(res_short / ratio))
+    else:
+        res_short = float(target_size)
+        res_long = float(round(res_short / ratio))
+        if max_size > 0 and res_long > max_size:
+            res_long = float(max_size)
+            res_short = float(round(res_long * ratio))
+    return (int(res_short), int(res_long)) if width < height else (int(res_long), int(res_short))
+
+
+def _resize_keep_infer(ctx):
+    n = _image_buffer_input(ctx).shape[0]
+    target, lo, hi = ctx.attr("target_size"), ctx.attr("min_size"), ctx.attr("max_size")
+    ctx.check(target > 0, f"attr 'target_size' must be > 0, received {target}")
+    ctx.check(hi <= 0 or hi >= target, f"attr 'max_size' must be >= target_size ({target}) or 0, received {hi}")
+    ctx.check(lo <= 0 or lo <= target, f"attr 'min_size' must be <= target_size ({target}) or 0, received {lo}")
+    ctx.check(ctx.attr("interpolation_type") in _img.INTERPOLATION_TYPES,
+              f"attr 'interpolation_type' must be one of {_img.INTERPOLATION_TYPES}, "
+              f"received {ctx.attr('interpolation_type')!r}")
+    for name in ("out", "size", "scale"):
+        ctx.set_output(name, (n,), _dt.tensor_buffer)
+
+
+def _resize_keep_kernel(k):
+    a = k.attrs
+    interp = a["interpolation_type"]
+
+    def one(im):
+        if im.ndim != 3:
+            raise ValueError(f"op '{k.op_name}': images must be (H, W, C), received shape {im.shape}")
+        h, w = im.shape[:2]
+        rw, rh = keep_aspect_ratio_size(h, w, a["target_size"], a["min_size"], a["max_size"], a["resize_longer"])
+        return (_img.resize(im, rw, rh, interp), np.asarray([rw, rh], np.int32),
+                np.asarray([rw / w, rh / h], np.float32))
+
+    def resize(images):
+        done = _map(one, images)
+        return [d[0] for d in done], [d[1] for d in done], [d[2] for d in done]
+    return resize
+
+
+op("image_resize_keep_aspect_ratio", inputs=["in"], outputs=["out", "size", "scale"],
+   attrs={"target_size": "int32", "min_size": ("int32", 0), "max_size": ("int32", 0),
+          "resize_longer": ("bool", False), "interpolation_type": ("string", "bilinear")},
+   infer=_resize_keep_infer, kernel=_resize_keep_kernel, no_grad=True, random=True)
 
 
 CMN_ATTRS = {"color_space": ("string", "BGR"), "output_layout": ("string", "NCHW"), "mean": ("list_float", [0.0]),

@@ -586,7 +586,8 @@ def pool_xla_fn(kind, n, k):
     lax, jnp = xla_rules.lax(), xla_rules.jnp()
     first = k.attr("data_format") == "channels_first"
     x_shape = k.input("x").shape
-    _, pads = pool_geometry(x_shape[2:] if first else x_shape[1:-1], k.attrs)
+    spatial = x_shape[2:] if first else x_shape[1:-1]
+    outs, pads = pool_geometry(spatial, k.attrs)
     size, stride = tuple(k.attr("pool_size")), tuple(k.attr("strides"))
     if first:
         window, strides, padding = (1, 1) + size, (1, 1) + stride, [(0, 0), (0, 0)] + pads
@@ -594,10 +595,19 @@ def pool_xla_fn(kind, n, k):
         window, strides, padding = (1,) + size + (1,), (1,) + stride + (1,), [(0, 0)] + pads + [(0, 0)]
     if kind == "max":
         return lambda x: lax.reduce_window(x, -jnp.inf, lax.max, window, strides, padding)
+    # each window's count of unpadded elements: a product over the spatial dims, made here with
+    # numpy as a constant of shape (1, 1, *out) (a reduce_window over ones the size of x would be
+    # constant-folded by XLA at every compile, slowly for large activations)
+    counts = np.ones((1,) * len(spatial), np.float64)
+    for i, (n, kk, ss, (before, _), out) in enumerate(zip(spatial, size, stride, pads, outs)):
+        start = np.arange(out) * ss - before
+        per_dim = np.minimum(start + kk, n) - np.maximum(start, 0)
+        counts = counts * per_dim.reshape((1,) * i + (out,) + (1,) * (len(spatial) - i - 1))
+    counts = counts.reshape((1, 1) + counts.shape if first else (1,) + counts.shape + (1,))
 
     def avg(x):
         total = lax.reduce_window(x, 0.0, lax.add, window, strides, padding)
-        return total / lax.reduce_window(jnp.ones_like(x), 0.0, lax.add, window, strides, padding)
+        return total / counts.astype(total.dtype)
     return avg
 
 

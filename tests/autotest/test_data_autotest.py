@@ -142,3 +142,52 @@ def test_random_crop_decoder_and_classification_reader(check):
 
     check(graphfront=gf, torch=lambda torch: [torch.from_numpy(images), torch.from_numpy(gray),
                                               torch.from_numpy(labels)])
+
+
+def _keep_aspect_size(h, w, target, side, bound):
+    """(width, height) keeping h:w: the ``side`` side becomes ``target`` and the other is
+    rounded half to even (np.rint), then bounded by ``bound`` (max for the other side when
+    resizing the shorter, min for it when resizing the longer)."""
+    short, long_ = min(h, w), max(h, w)
+    if side == "shorter":
+        s, lo = target, int(np.rint(target * long_ / short))
+        if bound and lo > bound:
+            lo, s = bound, int(np.rint(bound * short / long_))
+    else:
+        lo, s = target, int(np.rint(target * short / long_))
+        if bound and s < bound:
+            s, lo = bound, int(np.rint(bound * long_ / short))
+    return (s, lo) if w < h else (lo, s)
+
+
+@autotest(n=N, auto_backward=False, devices=CPU_ONLY)
+def test_image_resize_keep_aspect_ratio_and_decoder_random_crop_resize(check):
+    rng = check.rng
+    d, parts, images, _, _ = dataset(check)
+    n, h, w, _ = images.shape
+    side = str(rng.choice(["shorter", "longer"]))
+    target = int(rng.integers(4, 20))
+    bound = int(rng.choice([0, target + int(rng.integers(0, 6))])) if side == "shorter" else \
+        int(rng.choice([0, int(rng.integers(1, target + 1))]))
+    rw, rh = _keep_aspect_size(h, w, target, side, bound)
+    tw, th = int(rng.integers(4, 20)), int(rng.integers(4, 20))
+
+    def gf(flow):
+        rec = reader(flow, d, parts, n)
+        img = flow.data.OFRecordImageDecoder(rec, "encoded", color_space="RGB")
+        bounds = {"max_size": bound} if side == "shorter" else {"min_size": bound}
+        rsz, scale, size = flow.image.Resize(img, target_size=target, keep_aspect_ratio=True, resize_side=side,
+                                             **bounds)
+        # a window of the whole area with a ratio no image has: after num_attempts misses, the whole image
+        dec = flow.data.ImageDecoderRandomCropResize(flow.data.OFRecordBytesDecoder(rec, "encoded"), tw, th,
+                                                     num_attempts=1, random_area=[1.0, 1.0],
+                                                     random_aspect_ratio=[100.0, 100.0])
+        return [flow.tensor_buffer_to_tensor(rsz, dtype=flow.uint8, instance_shape=(rh, rw, 3)), scale, size, dec]
+
+    def th_(torch):
+        resized = _resize_reference(images, rw, rh)
+        bilinear = np.stack([np.asarray(Image.fromarray(im).resize((tw, th), Image.BILINEAR)) for im in images])
+        return [torch.from_numpy(resized), torch.tensor([[rw / w, rh / h]] * n, dtype=torch.float32),
+                torch.tensor([[rw, rh]] * n, dtype=torch.int32), torch.from_numpy(bilinear)]
+
+    check(graphfront=gf, torch=th_)

@@ -1,0 +1,56 @@
+"""Call forms of OneFlow's older single-client releases that graphfront keeps working
+(programs such as the OneFlow-Benchmark CNN scripts still use them), checked against PyTorch."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework.errors import ArgumentError
+
+_rng = np.random.default_rng(7)
+
+
+def _predict(build, *arrays):
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder(arrays[0].shape), w: tp.Numpy.Placeholder(arrays[1].shape)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            return build(x, w)
+    return job(*arrays)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_conv2d_v05_positional_order_data_format_dilations_groups(layout):
+    # v0.5 order: conv2d(input, filters, strides, padding, data_format, dilations, groups, name)
+    x = _rng.standard_normal((2, 4, 9, 9)).astype(np.float32)
+    w = _rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    ref = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2, padding=2, dilation=2, groups=2).numpy()
+    if layout == "NHWC":
+        xin, win = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
+        ref = ref.transpose(0, 2, 3, 1)
+    else:
+        xin, win = x, w
+    out = _predict(lambda a, b: flow.nn.conv2d(a, b, 2, "SAME", layout, 2, 2, name="c"), xin, win)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    # five positionals (no dilations) and the v0.6 keyword form
+    w1 = _rng.standard_normal((3, 4, 3, 3)).astype(np.float32)
+    ref1 = F.conv2d(torch.from_numpy(x), torch.from_numpy(w1), stride=1).numpy()
+    w1in = w1.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else w1
+    if layout == "NHWC":
+        ref1 = ref1.transpose(0, 2, 3, 1)
+    np.testing.assert_allclose(_predict(lambda a, b: flow.nn.conv2d(a, b, 1, "VALID", layout), xin, w1in),
+                               ref1, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_predict(lambda a, b: flow.nn.conv2d(a, b, 1, "VALID", data_format=layout), xin, w1in),
+                               ref1, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_v05_positional_order_conflicts_are_named():
+    x = np.zeros((1, 2, 5, 5), np.float32)
+    w = np.zeros((2, 2, 3, 3), np.float32)
+    with pytest.raises(ArgumentError, match=r"conv2d 'c'.*passed fifth.*data_format='NHWC'"):
+        _predict(lambda a, b: flow.nn.conv2d(a, b, 1, "VALID", "NCHW", data_format="NHWC", name="c"), x, w)
+    with pytest.raises(ArgumentError, match=r"conv2d: .*seventh positional is groups.*received 2 there and groups=2"):
+        _predict(lambda a, b: flow.nn.conv2d(a, b, 1, "VALID", "NCHW", 1, 2, groups=2), x, w)

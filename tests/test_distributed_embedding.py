@@ -53,8 +53,9 @@ def _session(ndev):
 
 def _embedding_run(ndev, split_axis, indexed, steps=3):
     """Losses and the table after ``steps`` of SGD with momentum on an embedding table
-    laid out as ``split(split_axis)``; the gathered rows are split on the batch axis with
-    their gradient split on the embedding axis (Wide & Deep's deep embedding)."""
+    laid out as ``split(split_axis)`` (None: broadcast); the gathered rows are split on the
+    batch axis with their gradient split on the embedding axis (Wide & Deep's deep
+    embedding)."""
     _session(ndev)
     cfg = flow.FunctionConfig()
     if indexed:
@@ -64,7 +65,8 @@ def _embedding_run(ndev, split_axis, indexed, steps=3):
     def job(ids: tp.Numpy.Placeholder((B, S), dtype=flow.int32), y: tp.Numpy.Placeholder((B, 1))) -> tp.Numpy:
         ids = flow.parallel_cast(ids, distribute=flow.distribute.broadcast())
         table = flow.get_variable("emb", shape=(V, D), initializer=flow.random_uniform_initializer(-0.5, 0.5),
-                                  distribute=flow.distribute.split(split_axis))
+                                  distribute=flow.distribute.broadcast() if split_axis is None
+                                  else flow.distribute.split(split_axis))
         e = flow.gather(params=table, indices=ids)
         e = flow.parallel_cast(e, distribute=flow.distribute.split(0), gradient_distribute=flow.distribute.split(2))
         logits = flow.layers.dense(flow.reshape(e, (-1, S * D)), 1, kernel_initializer=flow.constant_initializer(0.1),
@@ -84,11 +86,11 @@ def _embedding_run(ndev, split_axis, indexed, steps=3):
 
 
 @pytest.mark.slow  # spawns worker processes
-@pytest.mark.parametrize("split_axis", [0, 1])
+@pytest.mark.parametrize("split_axis", [0, 1, None])
 def test_sparse_update_of_a_split_embedding_matches_one_device(split_axis):
     """``indexed_slices_momentum_update`` on a table split on axis 0 (each device updates
-    the rows it holds, ids counted from its first row) or axis 1 (the gradient rows split
-    on the embedding axis) gives one device's losses and table."""
+    the rows it holds, ids counted from its first row), on axis 1 (the gradient rows split
+    on the embedding axis) or broadcast gives one device's losses and table."""
     want_losses, want_table = _embedding_run(1, split_axis, indexed=True)
     dense_losses, dense_table = _embedding_run(1, split_axis, indexed=False)
     losses, table = _embedding_run(2, split_axis, indexed=True)

@@ -395,8 +395,11 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts
         mutated = opdef.mutated_args(ctx.attrs) if opdef.may_mutate else ()
         if op.name in replicated and kind != "variable_conf":
             cands = [_with(ctx, B)]
+        elif mutated and opdef.sbp is None:
+            cands = _update_rule(ctx, mutated)
         elif mutated:
-            cands = _update_rule(ctx, mutated) if opdef.sbp is None else _keeping(ctx, mutated, opdef.sbp(ctx))
+            own = opdef.sbp(ctx)
+            cands = _keeping(ctx, mutated, own if isinstance(own, Only) else own + [_with(ctx, B)])
         else:
             cands = opdef.sbp(ctx) if opdef.sbp is not None and not (kind == "return_conf" and gather_returns) else []
             cands = cands if isinstance(cands, Only) else cands + [_with(ctx, B)]

@@ -21,7 +21,7 @@ _logging.getLogger("graphfront").addHandler(_logging.NullHandler())
 
 from graphfront.ops import families as _families  # noqa: F401 - registers every op type
 from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
-from graphfront import advanced, checkpoint, deprecated, distribute, env, experimental, linalg, losses, saved_model
+from graphfront import advanced, checkpoint, deprecated, distribute, env, experimental, keras, linalg, losses, saved_model
 from graphfront import model, profiler, random, serving, sysconfig, tensorrt, train, unittest, util
 from graphfront.amp import amp_white_identity
 from graphfront import onnx  # flow.onnx.export (imports the onnx package only when called)

@@ -72,6 +72,45 @@ def test_argwhere_and_unique_on_dynamic_list_numpy_inputs():
     np.testing.assert_array_equal(uniq[0], [0, 3, 7])
 
 
+def test_gather_with_dynamic_indices_trains_a_split_vocabulary_embedding():
+    """Wide & Deep's hybrid embedding: the unique ids below / above a split point picked with
+    argwhere + gather_nd (dynamic blobs) gather rows of two tables, scattered back and
+    gathered per position; forward and the SGD update of both tables against numpy."""
+    V, H, D = 10, 6, 3
+    rng = np.random.default_rng(0)
+    init = rng.standard_normal((V, D)).astype(np.float32)
+    coeff = rng.standard_normal((4 * 3, D)).astype(np.float32)
+
+    @flow.global_function(type="train")
+    def job(ids: tp.Numpy.Placeholder((4, 3), dtype=flow.int32)) -> tp.Numpy:
+        uniq, idx, _, _ = flow.experimental.unique_with_counts(flow.flatten(ids))
+        split = flow.constant(H, dtype=flow.int32)
+        lo_at = flow.argwhere(flow.math.less(uniq, split))
+        hi_at = flow.argwhere(flow.math.greater_equal(uniq, split))
+        lo = flow.get_variable("lo", shape=(H, D), initializer=flow.constant_initializer(0))
+        hi = flow.get_variable("hi", shape=(V - H, D), initializer=flow.constant_initializer(0))
+        lo_rows = flow.gather(lo, flow.gather_nd(uniq, lo_at))
+        hi_rows = flow.gather(hi, flow.gather_nd(uniq, hi_at) - split)
+        rows = flow.reshape(flow.zeros_like(uniq, dtype=flow.float), (-1, 1)) * \
+            flow.constant(0.0, dtype=flow.float, shape=(1, D))
+        rows = flow.tensor_scatter_nd_update(rows, lo_at, lo_rows)
+        rows = flow.tensor_scatter_nd_update(rows, hi_at, hi_rows)
+        emb = flow.cast_to_static_shape(flow.gather(rows, idx))
+        c = flow.get_variable("coeff", shape=(4 * 3, D), initializer=flow.constant_initializer(0), trainable=False)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]), momentum=0).minimize(
+            flow.math.reduce_sum(emb * c))
+        return emb
+
+    flow.load_variables({"lo": init[:H], "hi": init[H:], "coeff": coeff})
+    ids = np.array([[0, 7, 3], [7, 9, 0], [5, 6, 2], [1, 8, 8]], np.int32)
+    np.testing.assert_allclose(job(ids), init[ids.reshape(-1)], rtol=1e-6)
+    grad = np.zeros_like(init)
+    np.add.at(grad, ids.reshape(-1), coeff)
+    variables = flow.get_all_variables()
+    np.testing.assert_allclose(variables["lo"].numpy(), (init - grad)[:H], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(variables["hi"].numpy(), (init - grad)[H:], rtol=1e-5, atol=1e-6)
+
+
 def test_sync_dynamic_resize_rejects_a_size_larger_than_the_blob():
     @flow.global_function()
     def job(x: tp.Numpy.Placeholder((3, 2)), n: tp.Numpy.Placeholder((1,), dtype=flow.int32)) -> tp.ListNumpy:

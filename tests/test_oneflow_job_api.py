@@ -1,5 +1,6 @@
 """OneFlow single-client job API that older programs and OneFlow's own tests use:
 placeholders declared as parameter defaults (flow.FixedTensorDef / flow.MirroredTensorDef),
+FunctionConfig.default_distribute_strategy and flow.keras.activations (OneFlow up to v0.5),
 flow.experimental.unittest and flow.deprecated, the scope and symbol API, FunctionConfig's
 enable_ssp, user-op modules (flow.experimental.custom_op_module)."""
 import numpy as np
@@ -50,6 +51,52 @@ def test_mirrored_tensor_def_default_declares_a_list_input():
 
     x = np.random.default_rng(1).standard_normal((3, 1)).astype(np.float32)  # smaller than the maximum shape
     np.testing.assert_array_equal(relu_job([x]).get().numpy_list()[0], np.maximum(x, 0))
+
+
+def test_default_distribute_strategy_is_the_old_default_logical_view():
+    config = flow.FunctionConfig()
+    with pytest.warns(DeprecationWarning, match="default_distribute_strategy is deprecated"):
+        config.default_distribute_strategy(flow.scope.mirrored_view())
+
+    @flow.global_function(function_config=config)
+    def relu_job(a=flow.MirroredTensorDef((5, 2))):
+        return flow.math.relu(a)
+
+    x = np.random.default_rng(2).standard_normal((3, 2)).astype(np.float32)
+    np.testing.assert_array_equal(relu_job([x]).get().numpy_list()[0], np.maximum(x, 0))
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="default_distribute_strategy"):
+        config.default_distribute_strategy("consistent")
+
+
+def test_keras_activations_are_the_math_activations():
+    import torch
+
+    @flow.global_function()
+    def acts(a=flow.FixedTensorDef((4, 3), dtype=flow.double),
+             dy=flow.FixedTensorDef((4, 3), dtype=flow.double)):
+        k = flow.keras.activations
+        return k.tanh(a), k.sigmoid(a), k.relu(a), k.gelu(a), k.gelu_grad(a, dy)
+
+    rng = np.random.default_rng(3)
+    x, dy = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    tanh, sigmoid, relu, gelu, gelu_grad = (b.numpy() for b in acts(x, dy).get())
+    t = torch.tensor(x, requires_grad=True)
+    g = torch.nn.functional.gelu(t)
+    g.backward(torch.tensor(dy))
+    np.testing.assert_allclose(tanh, np.tanh(x), rtol=1e-12)
+    np.testing.assert_allclose(sigmoid, 1 / (1 + np.exp(-x)), rtol=1e-12)
+    np.testing.assert_array_equal(relu, np.maximum(x, 0))
+    np.testing.assert_allclose(gelu, g.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gelu_grad, t.grad.numpy(), rtol=1e-12)
+
+
+def test_keras_relu_refuses_the_keras_arguments_oneflow_never_had():
+    @flow.global_function()
+    def leaky(a=flow.FixedTensorDef((2, 2))):
+        return flow.keras.activations.relu(a, alpha=0.1)
+
+    with pytest.raises(ValueError, match="argument 'alpha' must be 0.0"):
+        leaky(np.zeros((2, 2), np.float32))
 
 
 def test_a_parameter_without_annotation_or_tensor_def_default_is_refused():

@@ -39,6 +39,15 @@ class dtype:
         return self.torch is not None and self.torch.is_floating_point
 
     @property
+    def itemsize(self) -> int:
+        """Bytes of one element: the torch element size; 8 (one object reference) for the
+        host-object types ``record`` and ``tensor_buffer``, which neither torch nor numpy
+        holds (OneFlow v0.6.0 ``oneflow/core/common/data_type.cpp`` ``GetSizeOfDataType``
+        sizes them by their C++ object). Used to size blobs at build time (memory checks,
+        the boxing cost of an SBP signature)."""
+        return self.torch.itemsize if self.torch is not None else 8
+
+    @property
     def is_integer(self) -> bool:
         return self.torch is not None and not self.torch.is_floating_point and self.torch is not torch.bool
 

@@ -332,8 +332,7 @@ class JobBuilder:
         (checked here, at build time, instead of failing in the allocator at run time)."""
         if any(dim < 0 for dim in d.shape):
             fail(f"output '{lbn}' would have shape {d.shape}, with a negative dimension")
-        itemsize = torch.empty((), dtype=d.dtype.torch).element_size() if d.dtype.torch is not None else 1
-        nbytes = d.numel * itemsize
+        nbytes = d.numel * d.dtype.itemsize
         if nbytes < _SMALL_BLOB_BYTES:
             return
         device = op_conf.device_tag

@@ -102,6 +102,25 @@ class FunctionConfig:
                             f"flow.scope.mirrored_view(), received {value!r}")
         self._logical_view = value.kind
 
+    def default_distribute_strategy(self, value) -> None:
+        """Deprecated spelling of :meth:`default_logical_view` (legacy OneFlow, before the
+        logical views were named: ``func_config.default_distribute_strategy(
+        flow.distribute.consistent_strategy())``); warns with a ``DeprecationWarning``.
+
+        Args:
+            value: ``flow.distribute.consistent_strategy()`` / ``mirrored_strategy()``, or
+                ``flow.scope.consistent_view()`` / ``mirrored_view()``.
+
+        Raises:
+            TypeError: ``value`` is none of them.
+        """
+        warnings.warn("FunctionConfig.default_distribute_strategy is deprecated, use "
+                      "FunctionConfig.default_logical_view instead", DeprecationWarning, stacklevel=2)
+        if not isinstance(value, LogicalView):
+            raise TypeError("FunctionConfig.default_distribute_strategy expects flow.distribute.consistent_strategy() "
+                            f"or flow.distribute.mirrored_strategy(), received {value!r}")
+        self.default_logical_view(value)
+
     def default_placement_scope(self, value) -> None:
         """Set the placement the job's ops default to.
 

@@ -18,13 +18,16 @@ Semantics (OneFlow v0.6.0 ``oneflow/user/data/ofrecord_dataset.h``,
 through a bounded queue, so that reading (and whatever the producer does besides, such
 as decoding images) overlaps the training step. The worker stops when the prefetcher
 is garbage collected (its compiled job dropped), :meth:`Prefetcher.close` is called, or
-its parent process dies.
+its parent process dies. In a daemonic process (a worker of the multi-device runtime),
+which Python's multiprocessing forbids to start children, the producer runs on a
+background thread instead.
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
 import queue
+import threading
 import weakref
 
 import numpy as np
@@ -110,7 +113,7 @@ def _produce(make_items, out, stop, parent):
 def _shutdown(stop, process):
     stop.set()
     process.join(timeout=1.0)
-    if process.is_alive():
+    if process.is_alive() and isinstance(process, multiprocessing.process.BaseProcess):
         process.terminate()
 
 
@@ -120,16 +123,24 @@ class Prefetcher:
     A process, not a thread: the reader's Python work (framing, shuffling, parsing,
     decoding) would otherwise compete with the training step for the GIL, and every torch
     call of the step would wait for it. The worker is forked (so ``make_items`` need not
-    be picklable; its items must be) and must not use torch. ``next()`` returns the next
-    item, or raises the worker's exception or StopIteration when it ended."""
+    be picklable; its items must be) and must not use torch. Inside a daemonic process
+    (a multi-device runtime worker), which may not have children, the producer is a
+    daemon thread of that process. ``next()`` returns the next item, or raises the
+    worker's exception or StopIteration when it ended."""
 
     def __init__(self, make_items, depth=2, name="graphfront-prefetch"):
-        ctx = multiprocessing.get_context("fork")
-        self._queue = ctx.Queue(maxsize=max(1, depth))
-        self._stop = ctx.Event()
         self._ended = None
-        self._process = ctx.Process(target=_produce, args=(make_items, self._queue, self._stop, os.getpid()), name=name,
-                                    daemon=True)
+        if multiprocessing.current_process().daemon:
+            self._queue = queue.Queue(maxsize=max(1, depth))
+            self._stop = threading.Event()
+            self._process = threading.Thread(target=_produce, name=name, daemon=True,
+                                             args=(make_items, self._queue, self._stop, os.getppid()))
+        else:
+            ctx = multiprocessing.get_context("fork")
+            self._queue = ctx.Queue(maxsize=max(1, depth))
+            self._stop = ctx.Event()
+            self._process = ctx.Process(target=_produce, args=(make_items, self._queue, self._stop, os.getpid()),
+                                        name=name, daemon=True)
         self._process.start()
         self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._process)
 
@@ -146,7 +157,7 @@ class Prefetcher:
             except queue.Empty:
                 if not self._process.is_alive():
                     self._ended = RuntimeError(f"the reader process {self._process.name} died "
-                                               f"(exit code {self._process.exitcode})")
+                                               f"(exit code {getattr(self._process, 'exitcode', None)})")
                     raise self._ended from None
         if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and item[0] == _DONE:
             self._ended = StopIteration() if item[1] is None else item[1]

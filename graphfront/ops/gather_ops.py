@@ -70,12 +70,12 @@ def _gather_infer(ctx):
 
 def _gather_kernel(k):
     axis = norm_axis(k.attr("axis"), len(k.input("in").shape))
-    shape = tuple(k.output("out").shape)
-    size = k.input("in").shape[axis]
 
     def gather(x, idx):
-        ids, valid = _valid_ids(idx.reshape(-1).long(), size)
-        return _zero_invalid(torch.index_select(x, axis, ids), valid, axis).reshape(shape)
+        # (shapes of the run-time tensors: a dynamic input is smaller than its BlobDesc)
+        ids, valid = _valid_ids(idx.reshape(-1).long(), x.shape[axis])
+        out = _zero_invalid(torch.index_select(x, axis, ids), valid, axis)
+        return out.reshape(x.shape[:axis] + idx.shape + x.shape[axis + 1:])
     return gather
 
 

@@ -11,6 +11,12 @@ rows only: the other rows of the model *and of its state* (momentum, Adam's m an
 keep their values ("lazy" updates). The ops are NoGrad and update ``model`` and the
 state in place. The ``indexed_slices_optimizer`` pass
 (:mod:`graphfront.passes.indexed_slices`) emits them.
+
+On several devices (OneFlow's SBP signatures of these ops): ``model`` and its state
+split on axis 0 with the ids and values broadcast — each device updates the rows it
+holds, ids counted from its first row (ids of other devices' rows are dropped there) —
+or split on an axis ``k >= 1`` with ``model_diff_values`` split on the matching axis
+``indices.ndim + k - 1``; all broadcast otherwise.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import torch
 
 from graphfront.ops import optimizer_ops as dense, xla_rules
 from graphfront.ops.registry import ArgDef, op
+from graphfront.parallel import sbp as _sbp
 
 _IDX = ["model", "model_diff_indices", "model_diff_values", "learning_rate?"]
 
@@ -51,17 +58,33 @@ def _infer(state):
     return infer
 
 
+def _sbp_rule(state):
+    def rule(ctx):
+        held = {a: None for a in ("model",) + tuple(state) if ctx.has(a)}
+        cands = [{a: _sbp.B for a in ctx.args} | {a: _sbp.split(0) for a in held}]
+        first = ctx.ndim("model_diff_indices")
+        for k in range(1, ctx.ndim("model")):
+            cands.append({a: _sbp.B for a in ctx.args} | {a: _sbp.split(k) for a in held}
+                         | {"model_diff_values": _sbp.split(first + k - 1)})
+        return cands
+    return rule
+
+
 def _kernel(step, inputs, state):
     names = [ArgDef.parse(s).name for s in inputs]
 
     def make(k):
         apply = step(k)
         lr_val = k.attrs.get("learning_rate_val", 0.0)
+        rows = k.input("model").shape[0]  # (this device's rows: a part of the model split on axis 0)
+        first_row = k.parallel_id * rows if k.sbp("model") == _sbp.split(0) else 0
 
         def run(*values):
             args = dict(zip(names, values))
             model = args["model"]
-            ids, g = reduce_rows(args["model_diff_indices"], args["model_diff_values"], model.shape[0])
+            indices = args["model_diff_indices"]
+            ids, g = reduce_rows(indices - first_row if first_row else indices, args["model_diff_values"],
+                                 model.shape[0])
             if ids.numel() == 0:
                 return None
             rows = model.index_select(0, ids)
@@ -109,7 +132,7 @@ def _sparse_update(op_type, extra_inputs, attrs, state, step, xla_step, doc):
     inputs = _IDX + extra_inputs
     op(op_type, inputs=inputs, outputs=[], attrs={"learning_rate_val": ("float", 0.0), **attrs},
        infer=_infer(state), kernel=_kernel(step, inputs, state), no_grad=True, xla=_xla(xla_step, inputs, state),
-       mutates=("model",) + tuple(state), host_reads=True, doc=doc)  # (unique ids: a size read on the host)
+       sbp=_sbp_rule(state), mutates=("model",) + tuple(state), host_reads=True, doc=doc)  # (unique ids: a size read on the host)
 
 
 _sparse_update("indexed_slices_sgd_update", [], {"weight_decay": ("float", 0.0)}, (), dense._sgd_step,

@@ -13,7 +13,7 @@ from an argument name (or ``"<arg>_<index>"`` for one blob of a repeated argumen
 SBP string, covering the op's inputs and outputs. All-broadcast is always a candidate
 (every op runs, replicated) unless the rule returns :class:`Only`, and except for ops
 that update an input in place: those keep the
-layout of the updated blob (:func:`_update_rule`). :func:`infer_job_sbp` walks the job in
+layout of the updated blob (their rule's candidates that do, else :func:`_update_rule`). :func:`infer_job_sbp` walks the job in
 topological order and, per op, takes the valid candidate with the least boxing cost
 (:func:`boxing_cost`, ties go to the rule's order), as OneFlow's greedy SBP inference does
 (``oneflow/core/operator/operator.cpp``, ``InferSbpSignature``). Splits must divide the
@@ -284,6 +284,13 @@ def _update_rule(ctx, mutated):
     return [sig]
 
 
+def _keeping(ctx, mutated, cands):
+    """The candidates of a rule of an op updating ``mutated`` inputs in place that keep
+    each updated blob in the layout it arrives in (the in-place update cannot move it)."""
+    return [sig for sig in cands
+            if all(sig.get(f"{a}_{i}", sig.get(a, B)) == ctx.sbp(a, i) for a, i, _ in ctx._ins if a in mutated)]
+
+
 # ---------------------------------------------------------------------------- inference
 
 def boxing_cost(src, dst, nbytes) -> float:
@@ -388,8 +395,11 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts
         mutated = opdef.mutated_args(ctx.attrs) if opdef.may_mutate else ()
         if op.name in replicated and kind != "variable_conf":
             cands = [_with(ctx, B)]
-        elif mutated:
+        elif mutated and opdef.sbp is None:
             cands = _update_rule(ctx, mutated)
+        elif mutated:
+            own = opdef.sbp(ctx)
+            cands = _keeping(ctx, mutated, own if isinstance(own, Only) else own + [_with(ctx, B)])
         else:
             cands = opdef.sbp(ctx) if opdef.sbp is not None and not (kind == "return_conf" and gather_returns) else []
             cands = cands if isinstance(cands, Only) else cands + [_with(ctx, B)]
@@ -402,7 +412,7 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts
                 need = sig.get(f"{a}_{i}", sig.get(a, B))
                 if (lbn, need) not in converted:
                     d = descs[lbn]
-                    cost += boxing_cost(blob_sbp[lbn], need, d.dtype.torch.itemsize * _numel(d.shape))
+                    cost += boxing_cost(blob_sbp[lbn], need, d.dtype.itemsize * _numel(d.shape))
             # a partial output must be reduced later: prefer a signature without one on a tie
             cost += 1e-3 * sum(1 for a, i, _ in ctx._outs if sig.get(f"{a}_{i}", sig.get(a, B)) == P)
             if best_cost is None or cost < best_cost:
@@ -437,6 +447,13 @@ def write_signature(job, op_name, sig):
         nd = nd_conf.bn_in_op2nd_sbp[bn]
         del nd.sbp_parallel[:]
         to_proto(s, nd.sbp_parallel.add())
+
+
+def op_signatures(job) -> dict:
+    """op name -> {bn: SBP string}: every op's signature, read from the job (empty for a
+    single-device job)."""
+    return {name: {bn: from_proto(p) for bn, p in sig.bn_in_op2sbp_parallel.items()}
+            for name, sig in job.job_parallel_view_conf.op_name2sbp_signature_conf.items()}
 
 
 def blob_sbps(job) -> dict:

@@ -178,7 +178,8 @@ class _WorkerJob:
         self.n, self.rank, self.local_rank, self.device = n, rank, local_rank, device
         self.mirrored = is_mirrored(job)
         own = not self.mirrored and len(set(device_counts(job).values()) - {1}) > 1
-        self.plan = Plan(local_job(job, n, local_rank, own_ops_only=own), store, {}, cuda_graph=False)
+        self.plan = Plan(local_job(job, n, local_rank, own_ops_only=own), store, {}, cuda_graph=False,
+                         signatures=None if self.mirrored else _sbp.op_signatures(job))
         # the buffers of the feeds and results this device's plan reads and writes (all of
         # them unless it runs only its own ops)
         names = ([op.name for op in job.net.op if jb.op_kind(op) == kind] for kind in ("input_conf", "return_conf"))

@@ -64,13 +64,18 @@ __all__ = ["INTERFACE_KINDS", "KernelCtx", "Plan", "CudaGraphRunner", "call_layo
 
 class KernelCtx:
     """What a kernel factory sees: attrs (a system op: its ``conf``), input/output descs and
-    the device.
+    the device; in a multi-device job, the layout of each of its blobs (:meth:`sbp`) and
+    this device's index among the op's devices (:attr:`parallel_id`), OneFlow's
+    ``ParallelContext`` and ``SbpSignature`` of a kernel.
 
     ``generators``: a list collecting the generators that :meth:`generator` makes (the
     plan registers them with a captured CUDA graph); None outside a plan.
+    ``signature``: the op's SBP signature in a multi-device job (bn -> SBP string, as
+    ``graphfront.parallel.sbp.op_signatures`` reads it from ``job_parallel_view_conf``), or
+    None (one device: every blob whole).
     """
 
-    def __init__(self, op_conf, descs, device, generators=None):
+    def __init__(self, op_conf, descs, device, generators=None, signature=None):
         self.op_name = op_conf.name
         self.device = device
         self.conf = getattr(op_conf, jb.op_kind(op_conf))
@@ -78,6 +83,25 @@ class KernelCtx:
         self._descs = descs
         self.attrs = jb.user_attrs(op_conf)
         self._generators = generators
+        self._signature = signature
+        self._user = jb.op_kind(op_conf) == "user_conf"
+
+    def sbp(self, name, i=0) -> str:
+        """The layout (``"B"``, ``"P"``, ``"S(k)"``) of the op's blob ``name[i]`` on its
+        devices; ``"B"`` on one device. The descs this kernel sees are the local parts."""
+        if self._signature is None:
+            return "B"
+        return self._signature.get(f"{name}_{i}" if self._user else name, "B")
+
+    @property
+    def parallel_id(self) -> int:
+        """This device's index among the devices the op runs on (its rank in the job's
+        process group: an op placed on ``m`` devices runs on ranks ``0 .. m-1``); 0 on
+        one device."""
+        if self._signature is None:
+            return 0
+        import torch.distributed as dist
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
     def generator(self, seed=None):
         """A ``torch.Generator`` on the op's device for the kernel's own random stream,
@@ -123,15 +147,16 @@ def is_pure(op_conf) -> bool:
                 or opdef.random or opdef.op_type == "learning_rate_schedule_conf")
 
 
-def make_kernel(op_conf, descs, device, native=False, generators=None):
+def make_kernel(op_conf, descs, device, native=False, generators=None, signature=None):
     """The callable computing one (non-interface) op, from its registered kernel factory
     (with ``native=True``: the op's ``native`` lowering rule where it has one);
-    ``generators`` collects the generators its kernel draws from (:meth:`KernelCtx.generator`)."""
+    ``generators`` collects the generators its kernel draws from (:meth:`KernelCtx.generator`);
+    ``signature``: the op's SBP signature in a multi-device job (:meth:`KernelCtx.sbp`)."""
     opdef = registry.op_def(op_conf)
     if opdef.kernel is None:
         raise RuntimeError(f"op '{op_conf.name}' ({opdef.op_type}) has no kernel")
     factory = opdef.native if native and opdef.native is not None else opdef.kernel
-    return factory(KernelCtx(op_conf, descs, device, generators))
+    return factory(KernelCtx(op_conf, descs, device, generators, signature))
 
 
 def run_op(op_conf, descs, device, values, fn=None):
@@ -214,6 +239,9 @@ class Plan(ScheduleWalk, Lowering):
         bound: lbns whose values every call passes after the inputs' feeds, in this order
             (the forward values an eager step computed already): an op all of whose
             outputs are bound does not run, its outputs are read from the feeds.
+        signatures: op name -> its SBP signature (bn -> SBP string), for the plan of one
+            device of a multi-device job: its kernels see their layouts and device index
+            (:class:`KernelCtx`).
 
     Attributes:
         source: the generated Python source of the plan function (and ``hoisted()``).
@@ -227,8 +255,9 @@ class Plan(ScheduleWalk, Lowering):
     """
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False,
-                 bound=()):
+                 bound=(), signatures=None):
         super().__init__(job)
+        self._signatures = signatures or {}
         self.cuda_graph = bool(cuda_graph)
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
@@ -345,7 +374,7 @@ class Plan(ScheduleWalk, Lowering):
                 self._lines.append(f"{names[lbn]} = feeds[{self._bound[lbn]}]  # {_comment(op)}, computed already")
             return
         key = f"K{i}"
-        fn = make_kernel(op, self.descs, device, self._native, self.generators)
+        fn = make_kernel(op, self.descs, device, self._native, self.generators, self._signatures.get(op.name))
         opdef = registry.op_def(op)
         self.host_reads |= opdef.host_reads
         guarded, guard_lines = self._index_checks(i, op, opdef, device)

@@ -35,6 +35,14 @@ class dtype:
         self.torch = torch_dtype
 
     @property
+    def itemsize(self) -> int:
+        """Bytes of one element: the torch dtype's size; for the host-object types
+        (``record``, ``tensor_buffer``) the 8 bytes of a reference to the object, as those
+        blobs hold one object per element (OneFlow v0.6.0 ``GetSizeOfDataType`` counts a
+        ``kOFRecord`` / ``kTensorBuffer`` element as one C++ object of fixed size)."""
+        return self.torch.itemsize if self.torch is not None else 8
+
+    @property
     def is_floating_point(self) -> bool:
         return self.torch is not None and self.torch.is_floating_point
 

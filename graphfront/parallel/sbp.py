@@ -402,7 +402,7 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts
                 need = sig.get(f"{a}_{i}", sig.get(a, B))
                 if (lbn, need) not in converted:
                     d = descs[lbn]
-                    cost += boxing_cost(blob_sbp[lbn], need, d.dtype.torch.itemsize * _numel(d.shape))
+                    cost += boxing_cost(blob_sbp[lbn], need, d.dtype.itemsize * _numel(d.shape))
             # a partial output must be reduced later: prefer a signature without one on a tie
             cost += 1e-3 * sum(1 for a, i, _ in ctx._outs if sig.get(f"{a}_{i}", sig.get(a, B)) == P)
             if best_cost is None or cost < best_cost:

@@ -318,24 +318,16 @@ def test_stream_of_one_device_reads_its_shards_in_every_epochs_common_order(tmp_
         assert sorted(mine[0] + mine[1]) == [10 * s + r for s in range(4) for r in range(3)]
 
 
-def _prefetch_in_daemon(out):
-    from graphfront.ofrecord.reader import Prefetcher
-    pf = Prefetcher(lambda: iter(range(10)), depth=2)
-    out.put(([next(pf) for _ in range(4)], type(pf._process).__name__))
-    pf.close()
-
-
-def test_prefetcher_in_a_daemonic_process_runs_on_a_thread():
-    # a daemonic process (a device's worker) may not start processes: Python raises
-    # "daemonic processes are not allowed to have children"
+def test_prefetcher_in_a_daemonic_process_runs_on_a_thread(monkeypatch):
+    # a daemonic process (a device's worker, see the two-device tests below) may not start
+    # processes: Python raises "daemonic processes are not allowed to have children"
     import multiprocessing
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    p = ctx.Process(target=_prefetch_in_daemon, args=(out,), daemon=True)
-    p.start()
-    items, kind = out.get(timeout=30)
-    p.join(timeout=30)
-    assert items == [0, 1, 2, 3] and kind == "Thread" and p.exitcode == 0
+    from graphfront.ofrecord.reader import Prefetcher
+    monkeypatch.setattr(multiprocessing.current_process(), "daemon", True)
+    pf = Prefetcher(lambda: iter(range(10)), depth=2)
+    assert [next(pf) for _ in range(4)] == [0, 1, 2, 3] and type(pf._process).__name__ == "Thread"
+    pf.close()
+    assert not pf._process.is_alive()
 
 
 def test_record_blobs_have_an_itemsize_for_layout_costs():

@@ -25,7 +25,9 @@ through a bounded queue, so that reading (and whatever the producer does besides
 as decoding images) overlaps the training step. The worker stops when the prefetcher
 is garbage collected (its compiled job dropped), :meth:`Prefetcher.close` is called, or
 its parent process dies. In a daemonic process (a device's worker of the multi-device
-runtime), which may not start processes of its own, the producer runs on a thread.
+runtime), which may not start processes of its own, and in a process where a runtime that
+a fork cannot copy safely has started its threads (JAX's, started by the XLA lowering:
+:func:`prefetch_on_threads`), the producer runs on a thread.
 """
 from __future__ import annotations
 
@@ -115,6 +117,15 @@ def record_batches(paths, batch_size, parse=True, **stream_kw):
 
 
 _DONE = "__graphfront_prefetch_done__"
+_FORK_UNSAFE = []  # why forking this process is unsafe (a multithreaded runtime), if it is
+
+
+def prefetch_on_threads(reason: str) -> None:
+    """From now on, prefetchers of this process run their producers on threads: ``reason``
+    (a runtime such as JAX has started threads that a forked child would inherit in an
+    unknown state, a deadlock risk)."""
+    if reason not in _FORK_UNSAFE:
+        _FORK_UNSAFE.append(reason)
 
 
 def _produce(make_items, out, stop, parent):
@@ -154,12 +165,13 @@ class Prefetcher:
     call of the step would wait for it. The worker is forked (so ``make_items`` need not
     be picklable; its items must be) and must not use torch. In a daemonic process (a
     device's worker of the multi-device runtime), which Python forbids to start
-    processes, the producer runs on a daemon thread instead. ``next()`` returns the next
-    item, or raises the worker's exception or StopIteration when it ended."""
+    processes, or one that must not fork (:func:`prefetch_on_threads`), the producer runs
+    on a daemon thread instead. ``next()`` returns the next item, or raises the worker's
+    exception or StopIteration when it ended."""
 
     def __init__(self, make_items, depth=2, name="graphfront-prefetch"):
         self._ended = None
-        if multiprocessing.current_process().daemon:
+        if multiprocessing.current_process().daemon or _FORK_UNSAFE:
             self._queue = queue.Queue(maxsize=max(1, depth))
             self._stop = threading.Event()
             self._process = threading.Thread(target=_produce, args=(make_items, self._queue, self._stop, None),

@@ -102,6 +102,22 @@ class FunctionConfig:
                             f"flow.scope.mirrored_view(), received {value!r}")
         self._logical_view = value.kind
 
+    def default_distribute_strategy(self, value) -> None:
+        """Deprecated alias of :meth:`default_logical_view` (OneFlow v0.6.0
+        ``function_util.py`` keeps the old name: it warns and sets the logical view).
+
+        Args:
+            value: ``flow.scope.consistent_view()`` or ``flow.scope.mirrored_view()`` (the
+                deprecated ``flow.distribute.consistent_strategy()`` /
+                ``mirrored_strategy()`` return the same).
+
+        Raises:
+            TypeError: ``value`` is neither.
+        """
+        warnings.warn("FunctionConfig.default_distribute_strategy is deprecated, use default_logical_view instead",
+                      DeprecationWarning, stacklevel=2)
+        self.default_logical_view(value)
+
     def default_placement_scope(self, value) -> None:
         """Set the placement the job's ops default to.
 

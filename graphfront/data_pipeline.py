@@ -3,9 +3,12 @@
 ``python/oneflow/compatible/single_client/ops/user_data_ops.py`` and ``data_ops.py``).
 
 Each function adds one op to the job being built (the ops are in
-:mod:`graphfront.ops.data_ops`); all of them run on the host (CPU): they are placed on
-``cpu:0`` whatever the enclosing placement, and consumers on a GPU receive their outputs
-copied. Readers are source ops: every LazyRun of the job takes the next batch.
+:mod:`graphfront.ops.data_ops`); all of them run on the host (CPU), as OneFlow's CPU-only
+user ops: they are placed on the CPU devices of the enclosing placement (``"gpu", "0:0-1"``
+puts them on ``"cpu", "0:0-1"``), and consumers on a GPU receive their outputs copied. On
+several devices the readers split the batch (each device reads its part from its own
+shards) and the decoders and image ops work on each device's part. Readers are source ops:
+every LazyRun of the job takes the next batch. The Megatron GPT loader stays on ``cpu:0``.
 
 Typical use (OneFlow's ResNet data loader)::
 
@@ -79,13 +82,12 @@ def ofrecord_reader(ofrecord_dir, batch_size=1, data_part_num=1, part_name_prefi
     Raises JobBuildError when a shard is missing. OneFlow: ``OFRecordReader`` op.
     """
     seed_value, _ = _seed(seed)
-    with _on_host():
-        return build_op("OFRecordReader", attrs={
-            "data_dir": str(ofrecord_dir), "data_part_num": data_part_num, "batch_size": batch_size,
-            "part_name_prefix": part_name_prefix, "part_name_suffix_length": part_name_suffix_length,
-            "random_shuffle": random_shuffle, "shuffle_buffer_size": shuffle_buffer_size,
-            "shuffle_after_epoch": shuffle_after_epoch, "seed": seed_value},
-            name=name or unique_str("OFRecord_Reader_"))
+    return build_op("OFRecordReader", attrs={
+        "data_dir": str(ofrecord_dir), "data_part_num": data_part_num, "batch_size": batch_size,
+        "part_name_prefix": part_name_prefix, "part_name_suffix_length": part_name_suffix_length,
+        "random_shuffle": random_shuffle, "shuffle_buffer_size": shuffle_buffer_size,
+        "shuffle_after_epoch": shuffle_after_epoch, "seed": seed_value},
+        name=name or unique_str("OFRecord_Reader_"))
 
 
 def ofrecord_loader(ofrecord_dir, batch_size=1, data_part_num=1, part_name_prefix="part-",
@@ -107,18 +109,17 @@ def ofrecord_image_classification_reader(ofrecord_dir, image_feature_name, label
     (the first value of ``label_feature_name``). OneFlow:
     ``ofrecord_image_classification_reader`` op, then ``tensor_buffer_to_tensor``."""
     seed_value, _ = _seed(seed)
-    with _on_host():
-        image, label = build_op("ofrecord_image_classification_reader", outputs=("image", "label"), attrs={
-            "data_dir": str(ofrecord_dir), "data_part_num": data_part_num, "batch_size": batch_size,
-            "part_name_prefix": part_name_prefix, "part_name_suffix_length": part_name_suffix_length,
-            "random_shuffle": random_shuffle, "shuffle_buffer_size": shuffle_buffer_size,
-            "shuffle_after_epoch": shuffle_after_epoch, "seed": seed_value, "color_space": color_space,
-            "image_feature_name": image_feature_name, "label_feature_name": label_feature_name,
-            "decode_buffer_size_per_thread": decode_buffer_size_per_thread,
-            "num_decode_threads_per_machine": num_decode_threads_per_machine or 0},
-            name=name or unique_str("OFRecordImageClassificationReader_"))
-        label = tensor_buffer_to_tensor(label, _dt.int32, (1,))
-        return image, _reshape(label, (batch_size,))
+    image, label = build_op("ofrecord_image_classification_reader", outputs=("image", "label"), attrs={
+        "data_dir": str(ofrecord_dir), "data_part_num": data_part_num, "batch_size": batch_size,
+        "part_name_prefix": part_name_prefix, "part_name_suffix_length": part_name_suffix_length,
+        "random_shuffle": random_shuffle, "shuffle_buffer_size": shuffle_buffer_size,
+        "shuffle_after_epoch": shuffle_after_epoch, "seed": seed_value, "color_space": color_space,
+        "image_feature_name": image_feature_name, "label_feature_name": label_feature_name,
+        "decode_buffer_size_per_thread": decode_buffer_size_per_thread,
+        "num_decode_threads_per_machine": num_decode_threads_per_machine or 0},
+        name=name or unique_str("OFRecordImageClassificationReader_"))
+    label = tensor_buffer_to_tensor(label, _dt.int32, (1,))
+    return image, _reshape(label, (batch_size,))
 
 
 # ------------------------------------------------------------------ decoders
@@ -130,28 +131,25 @@ def ofrecord_raw_decoder(input_blob, blob_name, shape, dtype, dim1_varying_lengt
     are cut; ``dim1_varying_length``: fewer are zero-padded); a ``bytes_list`` feature is
     read as raw bytes for int8/uint8. Raises at run time naming the op and the feature
     when a record does not fit. OneFlow: ``ofrecord_raw_decoder`` op."""
-    with _on_host():
-        return build_op("ofrecord_raw_decoder", {"in": _blob("data.OFRecordRawDecoder", "input_blob", input_blob)},
-                        {"name": blob_name, "shape": tuple(shape), "data_type": dtype,
-                         "dim1_varying_length": bool(dim1_varying_length or auto_zero_padding), "truncate": truncate},
-                        name=name or unique_str("OFRecordRawDecoder_"))
+    return build_op("ofrecord_raw_decoder", {"in": _blob("data.OFRecordRawDecoder", "input_blob", input_blob)},
+                    {"name": blob_name, "shape": tuple(shape), "data_type": dtype,
+                     "dim1_varying_length": bool(dim1_varying_length or auto_zero_padding), "truncate": truncate},
+                    name=name or unique_str("OFRecordRawDecoder_"))
 
 
 def ofrecord_bytes_decoder(input_blob, blob_name, name=None):
     """Feature ``blob_name`` (one bytes value per record) as a ``tensor_buffer`` of 1-D uint8
     arrays. OneFlow: ``ofrecord_bytes_decoder`` op."""
-    with _on_host():
-        return build_op("ofrecord_bytes_decoder", {"in": _blob("data.OFRecordBytesDecoder", "input_blob", input_blob)},
-                        {"name": blob_name}, name=name or unique_str("OFRecordBytesDecoder_"))
+    return build_op("ofrecord_bytes_decoder", {"in": _blob("data.OFRecordBytesDecoder", "input_blob", input_blob)},
+                    {"name": blob_name}, name=name or unique_str("OFRecordBytesDecoder_"))
 
 
 def ofrecord_image_decoder(input_blob, blob_name, color_space="BGR", name=None):
     """Decode the encoded image (JPEG, PNG …) in feature ``blob_name`` of every record: a
     ``tensor_buffer`` of (H, W, C) uint8 images, C = 3 (``"BGR"``, ``"RGB"``) or 1
     (``"GRAY"``). OneFlow: ``ofrecord_image_decoder`` op."""
-    with _on_host():
-        return build_op("ofrecord_image_decoder", {"in": _blob("data.OFRecordImageDecoder", "input_blob", input_blob)},
-                        {"name": blob_name, "color_space": color_space}, name=name or unique_str("OFRecordImageDecoder_"))
+    return build_op("ofrecord_image_decoder", {"in": _blob("data.OFRecordImageDecoder", "input_blob", input_blob)},
+                    {"name": blob_name, "color_space": color_space}, name=name or unique_str("OFRecordImageDecoder_"))
 
 
 def ofrecord_image_decoder_random_crop(input_blob, blob_name, color_space="BGR", num_attempts=10, seed=None,
@@ -162,13 +160,12 @@ def ofrecord_image_decoder_random_crop(input_blob, blob_name, color_space="BGR",
     ``random_aspect_ratio``; after ``num_attempts`` windows that do not fit, the whole image.
     OneFlow: ``ofrecord_image_decoder_random_crop`` op."""
     seed_value, has_seed = _seed(seed)
-    with _on_host():
-        return build_op("ofrecord_image_decoder_random_crop",
-                        {"in": _blob("data.OFRecordImageDecoderRandomCrop", "input_blob", input_blob)},
-                        {"name": blob_name, "color_space": color_space, "num_attempts": num_attempts,
-                         "seed": seed_value, "has_seed": has_seed, "random_area": list(random_area),
-                         "random_aspect_ratio": list(random_aspect_ratio)},
-                        name=unique_str(name + "_"))
+    return build_op("ofrecord_image_decoder_random_crop",
+                    {"in": _blob("data.OFRecordImageDecoderRandomCrop", "input_blob", input_blob)},
+                    {"name": blob_name, "color_space": color_space, "num_attempts": num_attempts,
+                     "seed": seed_value, "has_seed": has_seed, "random_area": list(random_area),
+                     "random_aspect_ratio": list(random_aspect_ratio)},
+                    name=unique_str(name + "_"))
 
 
 def image_decoder_random_crop_resize(input_blob, target_width, target_height, num_attempts=None, seed=None,
@@ -213,10 +210,9 @@ def image_decoder_random_crop_resize(input_blob, target_width, target_height, nu
                 _fail(fn, f"{prefix} must be [min, max], received {pair!r}")
             setattr(c, prefix + "_min", float(pair[0]))
             setattr(c, prefix + "_max", float(pair[1]))
-    with _on_host():
-        builder.add_op(conf)
-        d = builder.desc(f"{conf.name}/out")
-        return BlobDesc(f"{conf.name}/out", d.shape, d.dtype, builder.scope.parallel_conf, builder.job_name)
+    builder.add_op(conf)
+    d = builder.desc(f"{conf.name}/out")
+    return BlobDesc(f"{conf.name}/out", d.shape, d.dtype, builder.scope.parallel_conf, builder.job_name)
 
 
 ImageDecoderRandomCropResize = image_decoder_random_crop_resize
@@ -309,23 +305,21 @@ def image_resize(image, target_size=None, min_size=None, max_size=None, keep_asp
             _fail(fn, f"target_size must be an int when keep_aspect_ratio is True, received {target_size!r}")
         if resize_side not in ("shorter", "longer"):
             _fail(fn, f"resize_side must be 'shorter' or 'longer', received {resize_side!r}")
-        with _on_host():
-            out, size, scale = build_op("image_resize_keep_aspect_ratio", {"in": _blob(fn, "image", image)}, {
-                "target_size": target_size, "min_size": min_size or 0, "max_size": max_size or 0,
-                "resize_longer": resize_side == "longer", "interpolation_type": interpolation_type},
-                outputs=("out", "size", "scale"), name=name)
-            scale = tensor_buffer_to_tensor(scale, _dt.float32, (2,))
-            new_size = tensor_buffer_to_tensor(size, _dt.int32, (2,))
+        out, size, scale = build_op("image_resize_keep_aspect_ratio", {"in": _blob(fn, "image", image)}, {
+            "target_size": target_size, "min_size": min_size or 0, "max_size": max_size or 0,
+            "resize_longer": resize_side == "longer", "interpolation_type": interpolation_type},
+            outputs=("out", "size", "scale"), name=name)
+        scale = tensor_buffer_to_tensor(scale, _dt.float32, (2,))
+        new_size = tensor_buffer_to_tensor(size, _dt.int32, (2,))
         return out if deprecated else (out, scale, new_size)
     if isinstance(target_size, int):
         target_size = (target_size, target_size)
     if len(target_size) != 2:
         _fail(fn, f"target_size must be (width, height), received {target_size!r}")
-    with _on_host():
-        out, scale = build_op("image_resize_to_fixed", {"in": _blob(fn, "image", image)}, {
-            "target_width": int(target_size[0]), "target_height": int(target_size[1]), "channels": channels,
-            "data_type": dtype or _dt.uint8, "interpolation_type": interpolation_type},
-            outputs=("out", "scale"), name=name)
+    out, scale = build_op("image_resize_to_fixed", {"in": _blob(fn, "image", image)}, {
+        "target_width": int(target_size[0]), "target_height": int(target_size[1]), "channels": channels,
+        "data_type": dtype or _dt.uint8, "interpolation_type": interpolation_type},
+        outputs=("out", "scale"), name=name)
     return out if deprecated else (out, scale, None)
 
 
@@ -360,12 +354,11 @@ def crop_mirror_normalize(input_blob, mirror_blob=None, color_space="BGR", outpu
     op_type = "crop_mirror_normalize_from_tensorbuffer" if x.dtype is _dt.tensor_buffer else \
         "crop_mirror_normalize_from_uint8"
     inputs = {"in": x, "mirror": None if mirror_blob is None else _blob(fn, "mirror_blob", mirror_blob)}
-    with _on_host():
-        return build_op(op_type, inputs, {
-            "color_space": color_space, "output_layout": output_layout, "mean": [float(m) for m in mean],
-            "std": [float(s) for s in std], "crop_h": crop_h, "crop_w": crop_w, "crop_pos_x": float(crop_pos_x),
-            "crop_pos_y": float(crop_pos_y), "output_dtype": output_dtype},
-            name=name or unique_str("CropMirrorNormalize_"))
+    return build_op(op_type, inputs, {
+        "color_space": color_space, "output_layout": output_layout, "mean": [float(m) for m in mean],
+        "std": [float(s) for s in std], "crop_h": crop_h, "crop_w": crop_w, "crop_pos_x": float(crop_pos_x),
+        "crop_pos_y": float(crop_pos_y), "output_dtype": output_dtype},
+        name=name or unique_str("CropMirrorNormalize_"))
 
 
 CropMirrorNormalize = crop_mirror_normalize
@@ -375,10 +368,9 @@ def coin_flip(batch_size=1, seed=None, probability=0.5, name="CoinFlip"):
     """An int8 blob ``(batch_size,)`` of independent draws, 1 with ``probability``, new on
     every run (``seed``: reproducible draws). OneFlow: ``coin_flip`` op."""
     seed_value, has_seed = _seed(seed)
-    with _on_host():
-        return build_op("coin_flip", attrs={"probability": float(probability), "batch_size": batch_size,
-                                            "seed": seed_value, "has_seed": has_seed},
-                        name=unique_str(name + "_"))
+    return build_op("coin_flip", attrs={"probability": float(probability), "batch_size": batch_size,
+                                        "seed": seed_value, "has_seed": has_seed},
+                    name=unique_str(name + "_"))
 
 
 CoinFlip = coin_flip

@@ -468,6 +468,30 @@ def test_distribute_policies():
         assert d.consistent_strategy_enabled() is True
 
 
+def test_default_distribute_strategy_is_the_deprecated_default_logical_view():
+    # OneFlow v0.6.0 keeps FunctionConfig.default_distribute_strategy: it warns and sets the
+    # logical view (OneFlow-Benchmark's BERT scripts pass flow.distribute.consistent_strategy())
+    seen = {}
+    for strategy, view in (("mirrored_strategy", "mirrored"), ("consistent_strategy", "consistent")):
+        config = flow.FunctionConfig()
+        with pytest.warns(DeprecationWarning):
+            value = getattr(flow.distribute, strategy)()
+        with pytest.warns(DeprecationWarning, match=r"default_distribute_strategy is deprecated, use "
+                                                    r"default_logical_view"):
+            config.default_distribute_strategy(value)
+
+        @flow.global_function(function_config=config)
+        def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+            seen[view] = flow.scope.mirrored_view_enabled()
+            return x + 1
+        np.testing.assert_array_equal(job(np.zeros(2, np.float32)), np.ones(2, np.float32))
+        flow.clear_default_session()
+    assert seen == {"mirrored": True, "consistent": False}
+    with pytest.raises(TypeError, match=r"default_logical_view expects"):
+        with pytest.warns(DeprecationWarning):
+            flow.FunctionConfig().default_distribute_strategy("consistent")
+
+
 def test_dense_with_model_distribute_and_with_distribute():
     x = rand(2, 3)
     seen = {}

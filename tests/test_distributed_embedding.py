@@ -145,12 +145,12 @@ def _write_shards(data_dir, parts=2, per_part=16):
 
 
 def _reader_run(ndev, data_dir, steps=3):
-    """A reader on a CPU placement of 2 * ndev devices feeding a model on ndev devices."""
+    """A reader on a CPU placement of 2 devices (one shard each) feeding a model on ndev devices."""
     _session(ndev)
 
     @flow.global_function(type="train")
     def job() -> tp.Numpy:
-        with flow.scope.placement("cpu", f"0:0-{2 * ndev - 1}"):
+        with flow.scope.placement("cpu", "0:0-1"):
             rec = flow.data.ofrecord_reader(str(data_dir), batch_size=8, data_part_num=2, random_shuffle=False)
             x = flow.data.OFRecordRawDecoder(rec, "x", shape=(4,), dtype=flow.float)
             y = flow.data.OFRecordRawDecoder(rec, "label", shape=(1,), dtype=flow.int32)

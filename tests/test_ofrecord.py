@@ -426,3 +426,119 @@ def test_image_decoder_random_crop_resize(tmp_path):
     np.testing.assert_allclose(normalized(), (out.astype(np.float32) - [1, 2, 3]).transpose(0, 3, 1, 2) / 2.0)
     with pytest.raises(flow.JobBuildError, match=r"ImageDecoderRandomCropResize: random_area must be \[min, max\]"):
         job_with(random_area=[0.5])()
+
+
+# ---------------------------------------------------------------- readers on several devices
+
+def test_shard_range_is_oneflows_balanced_splitter():
+    # BalancedSplitter(total, n).At(i): the first total % n parts take one more
+    from graphfront.ofrecord.reader import shard_range
+    assert [list(shard_range(4, (i, 2))) for i in range(2)] == [[0, 1], [2, 3]]
+    assert [list(shard_range(5, (i, 3))) for i in range(3)] == [[0, 1], [2, 3], [4]]
+    assert [list(shard_range(3, (i, 3))) for i in range(3)] == [[0], [1], [2]]
+    assert list(shard_range(3)) == [0, 1, 2]
+    with pytest.raises(ValueError, match="2 devices cannot share 1 shard"):
+        shard_range(1, (0, 2))
+
+
+def test_stream_of_one_device_reads_its_shards_in_every_epochs_common_order(tmp_path):
+    for i in range(4):
+        write_records(str(tmp_path / f"part-{i}"), _records(3, offset=10 * i))
+    paths = shard_paths(str(tmp_path), 4)
+    assert _ids(_take(record_stream(paths, part=(1, 2)), 7)) == [20, 21, 22, 30, 31, 32, 20]
+    # shuffled shard order: each epoch the devices take their halves of one permutation of all the
+    # shards (drawn alike from the seed), so together they read every record once an epoch
+    parts = [_ids(_take(record_stream(paths, shuffle_after_epoch=True, seed=5, part=(d, 2)), 18)) for d in range(2)]
+    full = _ids(_take(record_stream(paths, shuffle_after_epoch=True, seed=5), 36))
+    for epoch in range(3):
+        mine = [p[6 * epoch:6 * epoch + 6] for p in parts]
+        assert mine[0] + mine[1] == full[12 * epoch:12 * epoch + 12]
+        assert sorted(mine[0] + mine[1]) == [10 * s + r for s in range(4) for r in range(3)]
+
+
+def test_prefetcher_in_a_daemonic_process_runs_on_a_thread(monkeypatch):
+    # a daemonic process (a device's worker, see the two-device tests below) may not start
+    # processes: Python raises "daemonic processes are not allowed to have children"
+    import multiprocessing
+    from graphfront.ofrecord.reader import Prefetcher
+    monkeypatch.setattr(multiprocessing.current_process(), "daemon", True)
+    pf = Prefetcher(lambda: iter(range(10)), depth=2)
+    assert [next(pf) for _ in range(4)] == [0, 1, 2, 3] and type(pf._process).__name__ == "Thread"
+    pf.close()
+    assert not pf._process.is_alive()
+
+
+def test_record_blobs_have_an_itemsize_for_layout_costs():
+    assert flow.record.itemsize == flow.tensor_buffer.itemsize == 8
+    assert flow.float16.itemsize == 2 and flow.int64.itemsize == 8
+
+
+def test_unseeded_reader_draws_its_seed_from_torchs_generator(tmp_path):
+    # every device of a job runs a reader placed on one device: their streams must agree,
+    # so a reader without a seed takes one from torch's generator (flow.manual_seed repeats it)
+    _write_mnist_like(tmp_path, n=20, parts=2)
+
+    def run():
+        flow.clear_default_session()
+        flow.manual_seed(3)
+
+        @flow.global_function(type="predict")
+        def read_job() -> tp.Numpy:
+            rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=4, data_part_num=2, part_name_suffix_length=5,
+                                            random_shuffle=True, shuffle_buffer_size=8, shuffle_after_epoch=True)
+            return flow.data.OFRecordRawDecoder(rec, "labels", shape=(), dtype=flow.int32)
+        return np.concatenate([read_job() for _ in range(10)])
+
+    first, second = run(), run()
+    np.testing.assert_array_equal(first, second)
+
+
+def _write_ids(tmp_path, parts, per_part):
+    for i in range(parts):
+        write_records(str(tmp_path / f"part-{i}"),
+                      [OFRecord(feature={"id": int32_feature(100 * i + r)}) for r in range(per_part)])
+
+
+@pytest.mark.slow  # spawns two worker processes
+def test_reader_on_two_devices_splits_the_batch_and_the_shards(tmp_path):
+    # OneFlow: OFRecordReader's outputs are split along the batch; device i of n reads
+    # batch_size / n records per step from its balanced range of the shards
+    _write_ids(tmp_path, parts=3, per_part=3)
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="predict")
+    def read_job() -> tp.Numpy:
+        rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=4, data_part_num=3)
+        ids = flow.data.OFRecordRawDecoder(rec, "id", shape=(), dtype=flow.int32)
+        return ids * 1
+
+    device0 = [0, 1, 2, 100, 101, 102] * 2   # shards 0 and 1
+    device1 = [200, 201, 202] * 4            # shard 2
+    got = [read_job() for _ in range(3)]
+    for step, ids in enumerate(got):
+        np.testing.assert_array_equal(ids, device0[2 * step:2 * step + 2] + device1[2 * step:2 * step + 2])
+    assert job_sbp(read_job)["OFRecordReader"] == "S(0)"
+
+
+def job_sbp(gf):
+    from graphfront.framework import job_builder as jb
+    from graphfront.parallel import sbp as _sbp
+    proto = gf.graph.proto
+    sbps = _sbp.blob_sbps(proto)
+    return {jb.op_type_name(op): sbps[jb.op_outputs(op)[0][2]] for op in proto.net.op if jb.op_outputs(op)}
+
+
+@pytest.mark.slow  # spawns two worker processes
+def test_reader_with_more_devices_than_shards_is_an_error(tmp_path):
+    _write_ids(tmp_path, parts=1, per_part=4)
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="predict")
+    def read_job() -> tp.Numpy:
+        rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=4, data_part_num=1)
+        return flow.data.OFRecordRawDecoder(rec, "id", shape=(), dtype=flow.int32)
+
+    with pytest.raises(flow.JobBuildError, match="2 devices cannot share data_part_num=1 shard"):
+        read_job()

@@ -53,21 +53,6 @@ def test_mirrored_tensor_def_default_declares_a_list_input():
     np.testing.assert_array_equal(relu_job([x]).get().numpy_list()[0], np.maximum(x, 0))
 
 
-def test_default_distribute_strategy_is_the_old_default_logical_view():
-    config = flow.FunctionConfig()
-    with pytest.warns(DeprecationWarning, match="default_distribute_strategy is deprecated"):
-        config.default_distribute_strategy(flow.scope.mirrored_view())
-
-    @flow.global_function(function_config=config)
-    def relu_job(a=flow.MirroredTensorDef((5, 2))):
-        return flow.math.relu(a)
-
-    x = np.random.default_rng(2).standard_normal((3, 2)).astype(np.float32)
-    np.testing.assert_array_equal(relu_job([x]).get().numpy_list()[0], np.maximum(x, 0))
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="default_distribute_strategy"):
-        config.default_distribute_strategy("consistent")
-
-
 def test_keras_activations_are_the_math_activations():
     import torch
 

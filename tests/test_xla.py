@@ -369,3 +369,74 @@ def test_disk_cache_serves_the_same_job_only(tmp_path):
     assert again[1:] == cold[1:]  # same job digest, bit-identical losses
     assert other_lr[1] != cold[1] and other_lr[2] != cold[2]
     assert other_batch[0] == 0 and other_batch[1] != cold[1]
+
+
+# ---------------------------------------------------------------- the host data prologue
+
+def _write_text_shards(path, parts=2, per_part=12):
+    from graphfront.ofrecord import OFRecord, int32_feature
+    from graphfront.ofrecord.records import write_records
+    rng = np.random.default_rng(0)
+    for i in range(parts):
+        records = []
+        for _ in range(per_part):
+            label = int(rng.integers(0, 2))
+            ids = rng.integers(10, 50, 6)
+            ids[0] = label  # the label is learnable from the first token
+            records.append(OFRecord(feature={"ids": int32_feature(ids), "label": int32_feature([label])}))
+        write_records(str(path / f"part-{i}"), records)
+
+
+def _reader_train_losses(path, config, steps=8):
+    flow.clear_default_session()
+    flow.manual_seed(0)
+
+    @flow.global_function(type="train", function_config=config)
+    def reader_train() -> tp.Numpy:
+        rec = flow.data.ofrecord_reader(str(path), batch_size=4, data_part_num=2, random_shuffle=True,
+                                        shuffle_buffer_size=6, shuffle_after_epoch=True)
+        ids = flow.data.OFRecordRawDecoder(rec, "ids", shape=(6,), dtype=flow.int32)
+        label = flow.data.OFRecordRawDecoder(rec, "label", shape=(1,), dtype=flow.int32)
+        table = flow.get_variable("emb", shape=(50, 8), initializer=flow.random_normal_initializer(stddev=0.3))
+        h = flow.math.reduce_mean(flow.gather(table, ids), axis=1)
+        logits = flow.layers.dense(h, 2, name="fc", kernel_initializer=flow.random_normal_initializer(stddev=0.3))
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(label, logits))
+        flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [0.05])).minimize(loss)
+        return loss
+    losses = [float(np.asarray(reader_train()).reshape(-1)[0]) for _ in range(steps)]
+    return losses, default_session().jobs["reader_train"]
+
+
+def test_reader_and_decoders_run_before_the_compiled_step(tmp_path):
+    # OneFlow's XRT compiled the ops its engine took and ran the data pipeline on its own
+    # kernels: the readers and decoders (no xla rule) feed the XLA step, same values as the plan
+    _write_text_shards(tmp_path)
+    want, planned = _reader_train_losses(tmp_path, _config("plan"))
+    got, compiled = _reader_train_losses(tmp_path, _config("xla"))
+    assert planned.compile_mode == "plan" and compiled.compile_mode == "xla"
+    assert compiled.plan.prologue is not None
+    assert sorted(op.user_conf.op_type_name for op in compiled.plan.prologue.order
+                  if op.HasField("user_conf")) == ["OFRecordReader", "ofrecord_raw_decoder", "ofrecord_raw_decoder"]
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    assert want[-1] < want[0]
+
+
+def test_use_xla_jit_with_a_reader_compiles_the_rest(tmp_path):
+    import warnings
+    _write_text_shards(tmp_path)
+    cfg = flow.FunctionConfig()
+    cfg.use_xla_jit(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no "runs the plan" fallback
+        _, compiled = _reader_train_losses(tmp_path, cfg, steps=2)
+    assert compiled.compile_mode == "xla" and compiled.fallback_reason is None
+
+
+def test_readers_prefetch_on_threads_once_jax_runs_in_the_process():
+    # a forked child of a process running JAX's threads may deadlock (JAX warns on os.fork)
+    from graphfront.ofrecord.reader import Prefetcher
+    from graphfront.runtime.xla import import_jax
+    import_jax()
+    pf = Prefetcher(lambda: iter(range(5)), depth=2)
+    assert [next(pf) for _ in range(3)] == [0, 1, 2] and type(pf._process).__name__ == "Thread"
+    pf.close()

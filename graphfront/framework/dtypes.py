@@ -35,17 +35,16 @@ class dtype:
         self.torch = torch_dtype
 
     @property
-    def is_floating_point(self) -> bool:
-        return self.torch is not None and self.torch.is_floating_point
+    def itemsize(self) -> int:
+        """Bytes of one element: the torch dtype's size; for the host-object types
+        (``record``, ``tensor_buffer``) the 8 bytes of a reference to the object, as those
+        blobs hold one object per element (OneFlow v0.6.0 ``GetSizeOfDataType`` counts a
+        ``kOFRecord`` / ``kTensorBuffer`` element as one C++ object of fixed size)."""
+        return self.torch.itemsize if self.torch is not None else 8
 
     @property
-    def itemsize(self) -> int:
-        """Bytes of one element: the torch element size; 8 (one object reference) for the
-        host-object types ``record`` and ``tensor_buffer``, which neither torch nor numpy
-        holds (OneFlow v0.6.0 ``oneflow/core/common/data_type.cpp`` ``GetSizeOfDataType``
-        sizes them by their C++ object). Used to size blobs at build time (memory checks,
-        the boxing cost of an SBP signature)."""
-        return self.torch.itemsize if self.torch is not None else 8
+    def is_floating_point(self) -> bool:
+        return self.torch is not None and self.torch.is_floating_point
 
     @property
     def is_integer(self) -> bool:

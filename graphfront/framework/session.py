@@ -103,22 +103,19 @@ class FunctionConfig:
         self._logical_view = value.kind
 
     def default_distribute_strategy(self, value) -> None:
-        """Deprecated spelling of :meth:`default_logical_view` (legacy OneFlow, before the
-        logical views were named: ``func_config.default_distribute_strategy(
-        flow.distribute.consistent_strategy())``); warns with a ``DeprecationWarning``.
+        """Deprecated alias of :meth:`default_logical_view` (OneFlow v0.6.0
+        ``function_util.py`` keeps the old name: it warns and sets the logical view).
 
         Args:
-            value: ``flow.distribute.consistent_strategy()`` / ``mirrored_strategy()``, or
-                ``flow.scope.consistent_view()`` / ``mirrored_view()``.
+            value: ``flow.scope.consistent_view()`` or ``flow.scope.mirrored_view()`` (the
+                deprecated ``flow.distribute.consistent_strategy()`` /
+                ``mirrored_strategy()`` return the same).
 
         Raises:
-            TypeError: ``value`` is none of them.
+            TypeError: ``value`` is neither.
         """
-        warnings.warn("FunctionConfig.default_distribute_strategy is deprecated, use "
-                      "FunctionConfig.default_logical_view instead", DeprecationWarning, stacklevel=2)
-        if not isinstance(value, LogicalView):
-            raise TypeError("FunctionConfig.default_distribute_strategy expects flow.distribute.consistent_strategy() "
-                            f"or flow.distribute.mirrored_strategy(), received {value!r}")
+        warnings.warn("FunctionConfig.default_distribute_strategy is deprecated, use default_logical_view instead",
+                      DeprecationWarning, stacklevel=2)
         self.default_logical_view(value)
 
     def default_placement_scope(self, value) -> None:

@@ -12,15 +12,22 @@ Semantics (OneFlow v0.6.0 ``oneflow/user/data/ofrecord_dataset.h``,
   next record of the stream;
 * ``seed``: seeds both permutations (``-1``: a fresh random seed); equal seeds give equal
   streams;
-* batches are ``batch_size`` consecutive records of the (shuffled) stream.
+* batches are ``batch_size`` consecutive records of the (shuffled) stream;
+* on several devices (``part = (parallel_id, parallel_num)``) device ``parallel_id`` reads
+  only its balanced range of the shards (``BalancedSplitter(data_part_num,
+  parallel_num).At(parallel_id)``: the first ``data_part_num % parallel_num`` devices take
+  one shard more), in the order of that epoch's permutation of *all* the shards, which
+  every device draws alike from ``seed`` (``ofrecord_dataset.h``: ``GetLocalFilePaths``
+  after ``ShuffleAfterEpoch``); ``parallel_num > data_part_num`` is an error.
 
 :class:`Prefetcher` runs a producer in a worker process and hands its results over
 through a bounded queue, so that reading (and whatever the producer does besides, such
 as decoding images) overlaps the training step. The worker stops when the prefetcher
 is garbage collected (its compiled job dropped), :meth:`Prefetcher.close` is called, or
-its parent process dies. In a daemonic process (a worker of the multi-device runtime),
-which Python's multiprocessing forbids to start children, the producer runs on a
-background thread instead.
+its parent process dies. In a daemonic process (a device's worker of the multi-device
+runtime), which may not start processes of its own, and in a process where a runtime that
+a fork cannot copy safely has started its threads (JAX's, started by the XLA lowering:
+:func:`prefetch_on_threads`), the producer runs on a thread.
 """
 from __future__ import annotations
 
@@ -39,24 +46,48 @@ def _rng(seed):
     return np.random.default_rng(None if seed is None or seed < 0 else seed)
 
 
-def record_stream(paths, random_shuffle=False, shuffle_buffer_size=1024, shuffle_after_epoch=False, seed=-1):
-    """Yield serialized records forever, in the order an ``OFRecordReader`` reads them.
+def shard_range(data_part_num, part=(0, 1)) -> range:
+    """The indices of the shards device ``part[0]`` of ``part[1]`` reads: OneFlow's
+    ``BalancedSplitter(data_part_num, parallel_num).At(parallel_id)`` (the first
+    ``data_part_num % parallel_num`` devices take one shard more).
 
-    Raises ValueError if the shards hold no record at all (the stream would never yield)."""
+    Raises ValueError if ``parallel_num > data_part_num`` (a device would read nothing)."""
+    index, count = part
+    if count > data_part_num:
+        raise ValueError(f"{count} devices cannot share {data_part_num} shard(s): each device reads whole shards, "
+                         f"data_part_num must be >= the device count")
+    base, extra = divmod(data_part_num, count)
+    begin = index * base + min(index, extra)
+    return range(begin, begin + base + (index < extra))
+
+
+def record_stream(paths, random_shuffle=False, shuffle_buffer_size=1024, shuffle_after_epoch=False, seed=-1,
+                  part=(0, 1)):
+    """Yield serialized records forever, in the order an ``OFRecordReader`` reads them
+    (on device ``part[0]`` of ``part[1]``: its range of the shards, see :func:`shard_range`).
+
+    Raises ValueError if the shards hold no record at all (the stream would never yield),
+    or if there are fewer shards than devices."""
     if random_shuffle and shuffle_buffer_size < 1:
         raise ValueError(f"shuffle_buffer_size must be >= 1, received {shuffle_buffer_size}")
-    rng = _rng(seed)
+    mine = shard_range(len(paths), part)
+    if seed is None or seed < 0:
+        seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
+    # two streams of one seed: the shard permutations, alike on every device, and the shuffle
+    # buffer's draws (whose count depends on this device's records)
+    order_rng, rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
 
     def epochs():
         while True:
-            order = [paths[i] for i in rng.permutation(len(paths))] if shuffle_after_epoch else paths
+            order = [paths[i] for i in order_rng.permutation(len(paths))] if shuffle_after_epoch else paths
+            order = [order[i] for i in mine]
             count = 0
             for path in order:
                 for raw in iter_raw_records(path):
                     count += 1
                     yield raw
             if count == 0:
-                raise ValueError(f"the OFRecord shards {list(paths)} hold no record")
+                raise ValueError(f"the OFRecord shards {order} hold no record")
 
     if not random_shuffle:
         yield from epochs()
@@ -86,13 +117,22 @@ def record_batches(paths, batch_size, parse=True, **stream_kw):
 
 
 _DONE = "__graphfront_prefetch_done__"
+_FORK_UNSAFE = []  # why forking this process is unsafe (a multithreaded runtime), if it is
+
+
+def prefetch_on_threads(reason: str) -> None:
+    """From now on, prefetchers of this process run their producers on threads: ``reason``
+    (a runtime such as JAX has started threads that a forked child would inherit in an
+    unknown state, a deadlock risk)."""
+    if reason not in _FORK_UNSAFE:
+        _FORK_UNSAFE.append(reason)
 
 
 def _produce(make_items, out, stop, parent):
     try:
         for item in make_items():
             while not stop.is_set():
-                if os.getppid() != parent:   # the job's process died without stopping us
+                if parent is not None and os.getppid() != parent:   # the job's process died without stopping us
                     return
                 try:
                     out.put(item, timeout=0.1)
@@ -113,7 +153,7 @@ def _produce(make_items, out, stop, parent):
 def _shutdown(stop, process):
     stop.set()
     process.join(timeout=1.0)
-    if process.is_alive() and isinstance(process, multiprocessing.process.BaseProcess):
+    if process.is_alive() and hasattr(process, "terminate"):  # (a thread ends at its next stop check)
         process.terminate()
 
 
@@ -123,18 +163,19 @@ class Prefetcher:
     A process, not a thread: the reader's Python work (framing, shuffling, parsing,
     decoding) would otherwise compete with the training step for the GIL, and every torch
     call of the step would wait for it. The worker is forked (so ``make_items`` need not
-    be picklable; its items must be) and must not use torch. Inside a daemonic process
-    (a multi-device runtime worker), which may not have children, the producer is a
-    daemon thread of that process. ``next()`` returns the next item, or raises the
-    worker's exception or StopIteration when it ended."""
+    be picklable; its items must be) and must not use torch. In a daemonic process (a
+    device's worker of the multi-device runtime), which Python forbids to start
+    processes, or one that must not fork (:func:`prefetch_on_threads`), the producer runs
+    on a daemon thread instead. ``next()`` returns the next item, or raises the worker's
+    exception or StopIteration when it ended."""
 
     def __init__(self, make_items, depth=2, name="graphfront-prefetch"):
         self._ended = None
-        if multiprocessing.current_process().daemon:
+        if multiprocessing.current_process().daemon or _FORK_UNSAFE:
             self._queue = queue.Queue(maxsize=max(1, depth))
             self._stop = threading.Event()
-            self._process = threading.Thread(target=_produce, name=name, daemon=True,
-                                             args=(make_items, self._queue, self._stop, os.getppid()))
+            self._process = threading.Thread(target=_produce, args=(make_items, self._queue, self._stop, None),
+                                             name=name, daemon=True)
         else:
             ctx = multiprocessing.get_context("fork")
             self._queue = ctx.Queue(maxsize=max(1, depth))

@@ -17,6 +17,15 @@ from a worker process that reads ``PREFETCH_DEPTH`` batches ahead
 (``ofrecord_image_classification_reader`` also decodes the images there; the records
 themselves cross as bytes and are parsed by the kernel). Image decoders
 decode the images of a batch on a small thread pool (Pillow releases the GIL).
+
+On several devices the OFRecord readers' outputs are split along the batch (OneFlow's
+only SBP signature for them, ``Split(outputs, 0)``): device ``i`` of ``n`` reads
+``batch_size / n`` records per step from its own balanced range of the shards
+(:func:`graphfront.ofrecord.reader.shard_range`), and the decoders and the image and
+buffer ops after them work on each device's part (split along axis 0, as OneFlow's). A
+reader placed on one device of a job on several runs on each of them, reading the same
+records. ``seed=-1`` (no seed) draws the stream's seed from torch's generator when the
+kernel is made: ``flow.manual_seed`` reproduces it, and every device draws the same one.
 """
 from __future__ import annotations
 
@@ -28,13 +37,16 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
+from graphfront.framework.errors import JobBuildError
 from graphfront.framework.megatron_dataset import GPTSamples, MegatronIndex
 from graphfront.ofrecord import images as _img
 from graphfront.ofrecord.reader import Prefetcher, record_batches
 from graphfront.ofrecord.records import OFRecord, shard_paths
 from graphfront.ops import tensor_buffer_ops  # noqa: F401  (tensor_buffer_to_tensor and the other buffer ops)
 from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops.boxing_ops import group as _process_group
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 #: batches a reader prepares ahead of the step
 PREFETCH_DEPTH = 4
@@ -83,12 +95,36 @@ def _check_reader_attrs(ctx):
         ctx.fail(str(e))
 
 
-def _batches(attrs, parse=True):
+class ReaderPart:
+    """What one device's reader kernel reads: ``batch`` records per step from its range
+    of the shards (``part = (parallel_id, parallel_num)``), with the stream's ``seed``.
+
+    A device's plan sees its local shapes: a reader split over ``n`` devices outputs
+    ``batch_size / n`` records, so ``n`` is the logical batch over the local one and the
+    device is its rank in the process group; a reader on one device has ``n = 1``. A
+    ``seed`` of -1 is drawn from torch's generator (module docstring).
+
+    Raises ValueError (when the kernel is made, naming the op) when the devices outnumber
+    the shards."""
+
+    def __init__(self, k, out="out"):
+        attrs = k.attrs
+        self.batch = k.output(out).shape[0]
+        n = attrs["batch_size"] // self.batch
+        self.part = (0, 1) if n == 1 else (_process_group()[1] % n, n)
+        if n > attrs["data_part_num"]:
+            raise ValueError(_devices_per_shard_message(k.op_name, n, attrs["data_part_num"]))
+        self.seed = attrs["seed"] if attrs["seed"] >= 0 else int(torch.randint(0, 2 ** 62, (1,)))
+
+
+def _batches(attrs, parse=True, part=None):
     paths = shard_paths(attrs["data_dir"], attrs["data_part_num"], attrs["part_name_prefix"],
                         attrs["part_name_suffix_length"])
-    return record_batches(paths, attrs["batch_size"], parse, random_shuffle=attrs["random_shuffle"],
+    batch, where, seed = ((attrs["batch_size"], (0, 1), attrs["seed"]) if part is None
+                          else (part.batch, part.part, part.seed))
+    return record_batches(paths, batch, parse, random_shuffle=attrs["random_shuffle"],
                           shuffle_buffer_size=attrs["shuffle_buffer_size"],
-                          shuffle_after_epoch=attrs["shuffle_after_epoch"], seed=attrs["seed"])
+                          shuffle_after_epoch=attrs["shuffle_after_epoch"], seed=seed, part=where)
 
 
 class SourceKernel:
@@ -119,9 +155,27 @@ def _reader_infer(ctx):
     ctx.set_output("out", (ctx.attr("batch_size"),), _dt.record)
 
 
+def _reader_kernel(k):
+    part = ReaderPart(k)
+    return SourceKernel(lambda: _batches(k.attrs, parse=False, part=part), k.op_name, _parse)
+
+
+def _devices_per_shard_message(op_name, devices, data_part_num):
+    return (f"op '{op_name}': {devices} devices cannot share data_part_num={data_part_num} shard(s): each device "
+            "reads whole shards (OneFlow: parallel_num <= data_part_num; place the reader on fewer devices, "
+            "e.g. flow.scope.placement('cpu', '0:0'), or write more shards)")
+
+
+def _split_outputs(ctx):
+    """A reader's only layout on several devices: every output split along the batch.
+    Raises JobBuildError when the devices outnumber the shards."""
+    if ctx.parallel_num > ctx.attr("data_part_num"):
+        raise JobBuildError(_devices_per_shard_message(ctx.op_name, ctx.parallel_num, ctx.attr("data_part_num")))
+    return _sbp.Only([{a: _sbp.split(0) for a in ctx.output_args}])
+
+
 op("OFRecordReader", outputs=["out"], attrs=dict(READER_ATTRS, nd_sbp="list_string"),
-   infer=_reader_infer, kernel=lambda k: SourceKernel(lambda: _batches(k.attrs, parse=False), k.op_name, _parse),
-   no_grad=True, random=True)
+   infer=_reader_infer, kernel=_reader_kernel, sbp=_split_outputs, no_grad=True, random=True, cpu_only=True)
 
 
 def _check_color_space(ctx):
@@ -138,21 +192,25 @@ def _classification_infer(ctx):
     ctx.set_output("label", (n,), _dt.tensor_buffer)
 
 
-def _classification_items(attrs, op_name):
+def _classification_items(attrs, op_name, part=None):
     color, image_key, label_key = attrs["color_space"], attrs["image_feature_name"], attrs["label_feature_name"]
-    for batch in _batches(attrs):
+    for batch in _batches(attrs, part=part):
         encoded = [_bytes_of(r, image_key, op_name) for r in batch]
         labels = [_values_of(r, label_key, np.int32, op_name) for r in batch]
         yield _map(lambda b: _img.decode(b, color), encoded), labels
+
+
+def _classification_kernel(k):
+    part = ReaderPart(k, "image")
+    return SourceKernel(lambda: _classification_items(k.attrs, k.op_name, part), k.op_name)
 
 
 op("ofrecord_image_classification_reader", outputs=["image", "label"],
    attrs=dict(READER_ATTRS, color_space=("string", "BGR"), image_feature_name=("string", "encoded"),
               label_feature_name=("string", "class/label"), decode_buffer_size_per_thread=("int32", 8),
               num_decode_threads_per_machine=("int32", 0)),
-   infer=_classification_infer, kernel=lambda k: SourceKernel(lambda: _classification_items(k.attrs, k.op_name),
-                                                              k.op_name),
-   no_grad=True, random=True)
+   infer=_classification_infer, kernel=_classification_kernel, sbp=_split_outputs,
+   no_grad=True, random=True, cpu_only=True)
 
 
 # ============================================================== decoders
@@ -225,7 +283,8 @@ def _in_records(ctx):
 op("ofrecord_raw_decoder", inputs=["in"], outputs=["out"],
    attrs={"name": "string", "shape": "shape", "data_type": "dtype", "dim1_varying_length": ("bool", False),
           "truncate": ("bool", False)},
-   infer=_raw_decoder_infer, kernel=_raw_decoder_kernel, no_grad=True, random=True)
+   infer=_raw_decoder_infer, kernel=_raw_decoder_kernel, no_grad=True, random=True, sbp=_sbp.batch(),
+   cpu_only=True)
 
 
 def _buffer_like_records(ctx):
@@ -236,7 +295,7 @@ op("ofrecord_bytes_decoder", inputs=["in"], outputs=["out"], attrs={"name": "str
    infer=_buffer_like_records,
    kernel=lambda k: (lambda records: [np.frombuffer(_bytes_of(r, k.attr("name"), k.op_name), np.uint8)
                                       for r in records]),
-   no_grad=True, random=True)
+   no_grad=True, random=True, sbp=_sbp.batch(), cpu_only=True)
 
 
 def _image_decoder_infer(ctx):
@@ -250,7 +309,8 @@ def _image_decoder_kernel(k):
 
 
 op("ofrecord_image_decoder", inputs=["in"], outputs=["out"], attrs={"name": "string", "color_space": ("string", "BGR")},
-   infer=_image_decoder_infer, kernel=_image_decoder_kernel, no_grad=True, random=True)
+   infer=_image_decoder_infer, kernel=_image_decoder_kernel, no_grad=True, random=True, sbp=_sbp.batch(),
+   cpu_only=True)
 
 
 def _random_crop_infer(ctx):
@@ -289,7 +349,8 @@ op("ofrecord_image_decoder_random_crop", inputs=["in"], outputs=["out"],
    attrs={"name": "string", "color_space": ("string", "BGR"), "num_attempts": ("int32", 10), "seed": ("int64", -1),
           "has_seed": ("bool", False), "random_area": ("list_float", [0.08, 1.0]),
           "random_aspect_ratio": ("list_float", [0.75, 1.333333])},
-   infer=_random_crop_infer, kernel=_random_crop_kernel, no_grad=True, random=True)
+   infer=_random_crop_infer, kernel=_random_crop_kernel, no_grad=True, random=True, sbp=_sbp.batch(),
+   cpu_only=True)
 
 
 def _decoder_crop_resize_infer(ctx):
@@ -337,7 +398,8 @@ def _decoder_crop_resize_kernel(k):
 
 
 op("image_decoder_random_crop_resize_conf", conf="image_decoder_random_crop_resize_conf", inputs=["in"],
-   outputs=["out"], infer=_decoder_crop_resize_infer, kernel=_decoder_crop_resize_kernel, no_grad=True, random=True)
+   outputs=["out"], infer=_decoder_crop_resize_infer, kernel=_decoder_crop_resize_kernel, no_grad=True, random=True,
+   sbp=_sbp.batch(), cpu_only=True)
 
 
 # ============================================================== image preprocessing
@@ -380,7 +442,8 @@ def _resize_fixed_kernel(k):
 op("image_resize_to_fixed", inputs=["in"], outputs=["out", "scale"],
    attrs={"target_width": ("int64", 0), "target_height": ("int64", 0), "channels": ("int64", 3),
           "data_type": ("dtype", _dt.uint8), "interpolation_type": ("string", "bilinear")},
-   infer=_resize_fixed_infer, kernel=_resize_fixed_kernel, no_grad=True, random=True)
+   infer=_resize_fixed_infer, kernel=_resize_fixed_kernel, no_grad=True, random=True, sbp=_sbp.batch(),
+   cpu_only=True)
 
 
 def keep_aspect_ratio_size(height, width, target_size, min_size=0, max_size=0, resize_longer=False):
@@ -446,7 +509,8 @@ def _resize_keep_kernel(k):
 op("image_resize_keep_aspect_ratio", inputs=["in"], outputs=["out", "size", "scale"],
    attrs={"target_size": "int32", "min_size": ("int32", 0), "max_size": ("int32", 0),
           "resize_longer": ("bool", False), "interpolation_type": ("string", "bilinear")},
-   infer=_resize_keep_infer, kernel=_resize_keep_kernel, no_grad=True, random=True)
+   infer=_resize_keep_infer, kernel=_resize_keep_kernel, no_grad=True, random=True, sbp=_sbp.batch(),
+   cpu_only=True)
 
 
 CMN_ATTRS = {"color_space": ("string", "BGR"), "output_layout": ("string", "NCHW"), "mean": ("list_float", [0.0]),
@@ -558,9 +622,11 @@ def _cmn_uint8_onnx(c):
 
 
 op("crop_mirror_normalize_from_uint8", inputs=["in", "mirror?"], outputs=["out"], attrs=CMN_ATTRS,
-   infer=_cmn_uint8_infer, kernel=_cmn_kernel, no_grad=True, xla=_cmn_uint8_xla, onnx=_cmn_uint8_onnx)
+   infer=_cmn_uint8_infer, kernel=_cmn_kernel, no_grad=True, xla=_cmn_uint8_xla, onnx=_cmn_uint8_onnx,
+   sbp=_sbp.batch(), cpu_only=True)
 op("crop_mirror_normalize_from_tensorbuffer", inputs=["in", "mirror?"], outputs=["out"], attrs=CMN_ATTRS,
-   infer=_cmn_buffer_infer, kernel=_cmn_kernel, no_grad=True, random=True)
+   infer=_cmn_buffer_infer, kernel=_cmn_kernel, no_grad=True, random=True, sbp=_sbp.batch(),
+   cpu_only=True)
 
 
 # ============================================================== coin flip
@@ -585,7 +651,7 @@ def _coin_flip_kernel(k):
 op("coin_flip", outputs=["out"],
    attrs={"probability": ("float", 0.5), "batch_size": ("int64", 0), "seed": ("int64", -1),
           "has_seed": ("bool", False), "nd_sbp": "list_string"},
-   infer=_coin_flip_infer, kernel=_coin_flip_kernel, no_grad=True, random=True)
+   infer=_coin_flip_infer, kernel=_coin_flip_kernel, no_grad=True, random=True, cpu_only=True)
 
 
 # ============================================================== Megatron GPT data loader

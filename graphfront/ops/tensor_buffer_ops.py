@@ -48,6 +48,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 GEN_DTYPES = (_dt.int32, _dt.int64, _dt.float32, _dt.float64)
 
@@ -120,7 +121,7 @@ def _to_buffer_kernel(k):
 
 
 op("tensor_to_tensor_buffer", inputs=["in"], outputs=["out"], attrs={"instance_dims": "int32"},
-   infer=_to_buffer_infer, kernel=_to_buffer_kernel, no_grad=True,
+   infer=_to_buffer_infer, kernel=_to_buffer_kernel, no_grad=True, sbp=_sbp.batch(), cpu_only=True,
    doc="pack the last instance_dims axes of every element into a tensor_buffer")
 
 
@@ -149,7 +150,7 @@ def _to_tensor_kernel(k):
 
 
 op("tensor_buffer_to_tensor", inputs=["in"], outputs=["out"], attrs={"instance_shape": "shape", "dtype": "dtype"},
-   infer=_to_tensor_infer, kernel=_to_tensor_kernel, no_grad=True,
+   infer=_to_tensor_infer, kernel=_to_tensor_kernel, no_grad=True, sbp=_sbp.batch(), cpu_only=True,
    doc="stack the buffers of a tensor_buffer blob into one dense blob")
 
 

@@ -18,9 +18,11 @@ never dropped. Composition rules:
 * ``"auto"`` is ``"onnxruntime"`` where onnxruntime can run the job, else ``"plan"``
   (with the reason in :attr:`LoweringRequest.fallback_reason`); on several devices or
   with accumulation that is always ``"plan"``;
-* ``use_xla_jit(True)`` is ``"xla"`` where every op of the job has an ``xla`` rule (and jax
-  can place it), else ``"plan"``; ``use_tensorrt(True)`` is ``"onnxruntime"`` on its fastest
-  execution provider installed (TensorRT, then CUDA, then the CPU;
+* ``use_xla_jit(True)`` is ``"xla"`` where every op of the job has an ``xla`` rule but those
+  of its host data prologue (the readers and decoders, run before the compiled step:
+  :func:`graphfront.runtime.xla.host_prologue`) and jax can place it, else ``"plan"``;
+  ``use_tensorrt(True)`` is ``"onnxruntime"`` on its fastest execution provider installed
+  (TensorRT, then CUDA, then the CPU;
   :attr:`~graphfront.runtime.onnxruntime_plan.OrtPlan.provider` says which ran) where
   onnxruntime can run the job, else ``"plan"``. As OneFlow's XRT ran what its engine could not
   take on its own kernels, a switch that cannot be honoured runs the plan with the reason in

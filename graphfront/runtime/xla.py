@@ -14,6 +14,15 @@ the result is the fused native code of the whole step, as OneFlow's XRT handed s
 to XLA (``use_xla_jit``, ``oneflow/xrt/xla/``). ``key_data`` (jobs with random ops only)
 holds the raw bits of a ``jax.random`` key, first drawn on the host from torch's generator.
 
+Host data prologue. A job's data pipeline (the OFRecord readers, their decoders and the
+image ops: host work with no ``xla`` rule) stays outside the compiled step, as OneFlow's
+XRT clustered only the ops its engine could take and ran the others on their own kernels:
+the ops at the job's sources that have no ``xla`` rule, read no variable, update nothing
+and depend only on each other (:func:`host_prologue`) run each call as a per-op
+:class:`~graphfront.runtime.plan.Plan` of their own before the step, and the blobs the
+step reads from them (dense, numpy-typed) are fed to it after the job's own feeds. A job
+whose other ops lack a rule is still refused (named).
+
 Watches. ``flow.watch`` and ``flow.watch_diff`` (``foreign_watch_conf`` ops; a watched
 gradient is the blob the autograd pass computed for it) make the watched blobs extra
 outputs of the step (``watched``, empty in jobs without watches); after the step the
@@ -70,7 +79,8 @@ itself reads nothing from it.
 Dtypes: jax runs with 64-bit types enabled (``jax_enable_x64``), so int64 and float64
 blobs keep their dtypes, as in the other lowerings. That setting is global to the process.
 
-Raises (at build): JobBuildError naming every op type without an ``xla`` rule, and for
+Raises (at build): JobBuildError naming every op type without an ``xla`` rule (outside the
+host data prologue), and for
 jobs placed on a GPU when jax has no GPU backend; ImportError naming ``pip install
 graphfront[xla]`` when jax is not installed. Raises (at run): the OpRunError of a failed
 run-time check (above).
@@ -84,15 +94,17 @@ import numpy as np
 
 import torch
 
+from graphfront.core import job_pb2, op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
+from graphfront.ofrecord.reader import prefetch_on_threads
 from graphfront.ops import registry, xla_rules
 from graphfront.ops.lr_schedule import learning_rate_at
 from graphfront.runtime.native import cache_root, job_digest
 from graphfront.runtime.lowering import Lowering
-from graphfront.runtime.plan import KernelCtx
-from graphfront.runtime.walk import INTERFACE_KINDS, ScheduleWalk, call_layout, mutated_args, watcher
+from graphfront.runtime.plan import KernelCtx, Plan
+from graphfront.runtime.walk import INTERFACE_KINDS, ScheduleWalk, call_layout, mutated_args, schedule, watcher
 
 _CACHE_EVENTS = {"hits": 0}
 
@@ -105,6 +117,8 @@ def import_jax():
     except ImportError as e:
         raise ImportError("compile_mode('xla') needs jax: pip install graphfront[xla]") from e
     if not getattr(import_jax, "configured", False):
+        # (JAX's runtime threads make forking this process unsafe: readers prefetch on threads)
+        prefetch_on_threads("the XLA lowering runs JAX in this process")
         jax.config.update("jax_enable_x64", True)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
@@ -129,15 +143,63 @@ def missing_rules(order) -> list:
                    if not registry.op_def(op).interface and registry.op_def(op).xla is None})
 
 
+def host_prologue(job, order=None) -> tuple:
+    """``(op names, boundary lbns)``: the job's host data prologue (module docstring) and,
+    in schedule order, the blobs of it that ops outside it read.
+
+    An op belongs to it when it has no ``xla`` rule, is not an interface op, updates no
+    input in place, and its inputs and control inputs all come from ops of the prologue
+    (a source op, or one fed by sources only). A prologue that would hand the step a blob
+    numpy cannot hold (records, tensor buffers) is none: ``(set(), [])``."""
+    order = schedule(job)[0] if order is None else order
+    names, producer = set(), {}
+    for op in order:
+        for _, _, lbn in jb.op_outputs(op):
+            producer[lbn] = op.name
+        if jb.op_kind(op) in INTERFACE_KINDS or registry.op_def(op).xla is not None or mutated_args(op):
+            continue
+        if all(producer.get(lbn) in names for _, _, lbn in jb.op_inputs(op)) and \
+                all(name in names for name in op.ctrl_in_op_name):
+            names.add(op.name)
+    boundary = list(dict.fromkeys(lbn for op in order if op.name not in names
+                                  for _, _, lbn in jb.op_inputs(op) if producer.get(lbn) in names))
+    descs = job.helper.lbn2logical_blob_desc
+    if any(_dt.from_proto(descs[lbn].data_type).np is None for lbn in boundary):
+        return set(), []
+    return names, boundary
+
+
+def _prologue_job(job, names, boundary):
+    """A Job of the prologue's ops alone, returning the ``boundary`` blobs in order."""
+    pj = job_pb2.Job()
+    pj.CopyFrom(job)
+    del pj.net.op[:]
+    pj.net.op.extend(op for op in job.net.op if op.name in names)
+    device_tag = {op.name: op.device_tag for op in job.net.op}
+    for k, lbn in enumerate(boundary):
+        ret = op_conf_pb2.OperatorConf(name=f"System-XlaHostPrologue-Return_{k}",
+                                       device_tag=device_tag[lbn.split("/")[0]])
+        setattr(ret.return_conf, "in", lbn)
+        ret.return_conf.out = "out"
+        pj.net.op.append(ret)
+        pj.helper.lbn2logical_blob_desc[f"{ret.name}/out"].CopyFrom(job.helper.lbn2logical_blob_desc[lbn])
+    for group in pj.placement.placement_group:
+        kept = [name for name in group.op_set.op_name if name in names]
+        del group.op_set.op_name[:]
+        group.op_set.op_name.extend(kept)
+    return pj
+
+
 def xla_refusal(job) -> str | None:
     """Why the XLA lowering cannot run ``job`` (completed), or None when it can: jax is not
-    installed, an op type has no ``xla`` rule (named), or the job is placed on a GPU and jax
-    has no GPU backend."""
+    installed, an op type outside the host data prologue has no ``xla`` rule (named), or
+    the job is placed on a GPU and jax has no GPU backend."""
     try:
         jax = import_jax()
     except ImportError as e:
         return str(e)
-    missing = missing_rules(job.net.op)
+    prologue, _ = host_prologue(job)
+    missing = missing_rules(op for op in job.net.op if op.name not in prologue)
     if missing:
         return f"op type(s) without an xla rule: {', '.join(missing)}"
     if any(op.device_tag == "gpu" for op in job.net.op):
@@ -214,6 +276,8 @@ class XlaPlan(Lowering):
 
     Attributes:
         input_names, output_names, order, devices: as :class:`~graphfront.runtime.plan.Plan`.
+        prologue: the :class:`~graphfront.runtime.plan.Plan` of the host data prologue
+            (module docstring), run before each step; None when the job has none.
         source: a listing of the lowered ops, in order.
         digest: the completed Job's SHA-256.
         compile_seconds: wall time of tracing and compiling the step on the first call (or
@@ -234,12 +298,17 @@ class XlaPlan(Lowering):
         self.job = job
         self.digest = job_digest(job)
         name = job.job_conf.job_name
-        builder = _StepBuilder(job)
+        prologue, boundary = host_prologue(job)
+        builder = _StepBuilder(job, prologue, boundary)
         order = self.order = builder.order
-        missing = missing_rules(order)
+        missing = missing_rules(op for op in order if op.name not in prologue)
         if missing:
-            raise JobBuildError(f"job '{name}': compile_mode('xla') needs an xla rule for every op; these op types "
-                                f"have none: {', '.join(missing)} (use compile_mode('plan') for this job)")
+            raise JobBuildError(f"job '{name}': compile_mode('xla') needs an xla rule for every op (but the host "
+                                f"data prologue); these op types have none: {', '.join(missing)} "
+                                "(use compile_mode('plan') for this job)")
+        self.prologue = Plan(_prologue_job(job, prologue, boundary), variables, watchers,
+                             cuda_graph=False) if prologue else None
+        order = [op for op in order if op.name not in prologue]
         self.devices = {builder.device(op).type for op in order}
         self.device = _jax_device(jax, name, "cuda" in self.devices)
         self.input_names, self.output_names = builder.input_names, builder.output_names
@@ -263,12 +332,16 @@ class XlaPlan(Lowering):
         self.handlers = [watcher(watchers, op.foreign_watch_conf.handler_uuid)
                          for op in order if jb.op_kind(op) == "foreign_watch_conf"]
         self._step = jax.jit(step, donate_argnums=(0,))
-        self.source = "\n".join([f"# job {name!r} lowered to one jax function compiled by XLA; its ops in order:"] +
-                                [f"#   {op.name!r} ({jb.op_type_name(op)})" for op in order])
+        self.source = "\n".join(
+            ([f"# host data prologue (per-op plan, fed to the step):\n{self.prologue.source}"] if self.prologue else [])
+            + [f"# job {name!r} lowered to one jax function compiled by XLA; its ops in order:"]
+            + [f"#   {op.name!r} ({jb.op_type_name(op)})" for op in order])
         self.compile_seconds = None
         self.cache_hits = 0
 
     def __call__(self, feeds):
+        if self.prologue is not None:  # (after the job's own feeds, in the step's order)
+            feeds = list(feeds) + [_dt.tensor_to_numpy(t) for t in self.prologue([])]
         values = self.variables.get(self.var_names, self.device)
         mutable, const = values[:self.n_mutable], values[self.n_mutable:]
         lrs = self._learning_rates()
@@ -354,8 +427,10 @@ class _StepBuilder(ScheduleWalk):
     order on a :class:`_Trace` while jax traces the step. An in-place update rebinds the
     updated variable (and its identity views) to the op's new value."""
 
-    def __init__(self, job):
+    def __init__(self, job, prologue=(), boundary=()):
         super().__init__(job)
+        self.prologue = set(prologue)
+        self.bound = {lbn: len(self.input_names) + k for k, lbn in enumerate(boundary)}  # lbn -> feed index
         self.var_of = _aliases(self.order)
         self.var_lbn = {op.name: jb.op_outputs(op)[0][2] for op in self.order if jb.op_kind(op) == "variable_conf"}
         self.steps = []
@@ -393,6 +468,14 @@ class _StepBuilder(ScheduleWalk):
                 return step(*args)
 
         return flat_step, self.lr_ops, checks
+
+    def run_op(self, i, op):
+        if op.name in self.prologue:  # computed before the step: its blobs the step reads are feeds
+            for _, _, lbn in jb.op_outputs(op):
+                if lbn in self.bound:
+                    self.input(i, op, lbn, self.bound[lbn])
+            return None
+        return super().run_op(i, op)
 
     def input(self, i, op, lbn, feed_index):
         def feed(t):

@@ -44,7 +44,6 @@ from graphfront.ofrecord.reader import Prefetcher, record_batches
 from graphfront.ofrecord.records import OFRecord, shard_paths
 from graphfront.ops import tensor_buffer_ops  # noqa: F401  (tensor_buffer_to_tensor and the other buffer ops)
 from graphfront.ops import onnx_rules, xla_rules
-from graphfront.ops.boxing_ops import group as _process_group
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -111,7 +110,7 @@ class ReaderPart:
         attrs = k.attrs
         self.batch = k.output(out).shape[0]
         n = attrs["batch_size"] // self.batch
-        self.part = (0, 1) if n == 1 else (_process_group()[1] % n, n)
+        self.part = (0, 1) if n == 1 else (k.parallel_id % n, n)
         if n > attrs["data_part_num"]:
             raise ValueError(_devices_per_shard_message(k.op_name, n, attrs["data_part_num"]))
         self.seed = attrs["seed"] if attrs["seed"] >= 0 else int(torch.randint(0, 2 ** 62, (1,)))

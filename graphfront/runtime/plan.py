@@ -53,7 +53,6 @@ import torch
 from graphfront.framework import job_builder as jb
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry
-from graphfront.ops.boxing_ops import group as process_group
 from graphfront.ops.xla_rules import StepChecks
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.walk import (INTERFACE_KINDS, ScheduleWalk, call_layout, device_of, is_view, mutated_lbns,
@@ -99,7 +98,8 @@ class KernelCtx:
         """This device's index among the devices the op runs on (its rank in the job's
         process group: an op placed on ``m`` devices runs on ranks ``0 .. m-1``); 0 on
         one device."""
-        return process_group()[1]
+        dist = torch.distributed
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
     def generator(self, seed=None):
         """A ``torch.Generator`` on the op's device for the kernel's own random stream,

@@ -171,7 +171,9 @@ def load_mnist(
 
 
 # OneFlow's OFRecord readers and decoders live beside this module; flow.data exports them.
-from graphfront.data_pipeline import (MegatronGPTMMapDataLoader, OFRecordBytesDecoder,  # noqa: E402,F401
+from graphfront.data_pipeline import (BlobConf, ImageCodec, ImagePreprocessor, ImageResizePreprocessor,  # noqa: E402,F401
+                                      NormByChannelPreprocessor, RawCodec, decode_ofrecord,
+                                      MegatronGPTMMapDataLoader, OFRecordBytesDecoder,
                                       ImageDecoderRandomCropResize, image_decoder_random_crop_resize,
                                       OFRecordImageDecoder, megatron_gpt_mmap_data_loader,
                                       OFRecordImageDecoderRandomCrop, OFRecordRawDecoder, decode_random,

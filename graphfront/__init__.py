@@ -58,7 +58,7 @@ from graphfront.time_shape import acc, pack, repeat, unpack
 from graphfront.toplevel import *  # noqa: F401,F403 - flow.Size, flow.cast_to_current_logical_view, ...
 from graphfront.typing import FixedTensorDef, MirroredTensorDef
 from graphfront.variables import get_variable
-from graphfront.watch import watch, watch_diff
+from graphfront.watch import watch, watch_diff, watch_scope
 
 ExecutionConfig = function_config = FunctionConfig
 Model = model.Model

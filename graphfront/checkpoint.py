@@ -54,8 +54,12 @@ class Checkpoint(dict):
 
 
 def _started_session():
+    """The default session, started. In lazy mode that compiles its jobs, so at least
+    one must be defined (RuntimeError otherwise); in eager execution the variables are
+    created on first use, so there may be none yet (OneFlow's eager checkpoint
+    functions need no job either)."""
     s = _session.default_session()
-    if not s.job_funcs:
+    if not s.job_funcs and not s.eager:
         raise RuntimeError("no job is defined: define the @flow.global_function jobs before saving or loading "
                            "variables")
     s.try_init()

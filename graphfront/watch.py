@@ -1,6 +1,8 @@
-"""``flow.watch`` and ``flow.watch_diff``: callbacks on blob values and gradients."""
+"""``flow.watch`` and ``flow.watch_diff``: callbacks on blob values and gradients;
+``flow.watch_scope``: both on every blob made inside a ``with`` block."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import uuid
 
@@ -8,6 +10,7 @@ from graphfront import typing as tp
 from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
+from graphfront.framework import blob_desc as _blob_desc
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.ops.builder import unique_str
@@ -74,3 +77,60 @@ def watch_diff(blob_watched, handler_or_prompt=None):
     pair = info.lbi_and_uuid_pair.add()
     pair.lbi.CopyFrom(blob_watched.lbi)
     pair.watcher_uuid = key
+
+
+class _WatchScope:
+    """One open :func:`watch_scope`: watches each blob made inside it once (by lbn)."""
+
+    def __init__(self, blob_watcher, diff_blob_watcher):
+        for arg, value in (("blob_watcher", blob_watcher), ("diff_blob_watcher", diff_blob_watcher)):
+            if value is not None and not (isinstance(value, dict) or callable(value)):
+                raise JobBuildError(f"flow.watch_scope: {arg} must be a dict or a callable, received "
+                                    f"{type(value).__name__}{format_location(user_frame())}")
+        self.blob_watcher = blob_watcher
+        self.diff_blob_watcher = diff_blob_watcher
+        self.watched = set()
+
+    def watch_once(self, blob):
+        if blob.lbn in self.watched or not jb.is_building():
+            return
+        self.watched.add(blob.lbn)
+        if self.blob_watcher is not None:
+            watch(blob, _scope_handler(self.blob_watcher, blob))
+        if self.diff_blob_watcher is not None:
+            watch_diff(blob, _scope_handler(self.diff_blob_watcher, blob))
+
+
+def _scope_handler(storage_or_func, blob_def):
+    if isinstance(storage_or_func, dict):
+        def store(blob):
+            storage_or_func[blob_def.unique_name] = dict(blob=blob, blob_def=blob_def)
+        return store
+
+    def call(blob):
+        storage_or_func(blob, blob_def)
+    return call
+
+
+@contextlib.contextmanager
+def watch_scope(blob_watcher=None, diff_blob_watcher=None):
+    """Watch every blob made inside the ``with`` block (OneFlow <= 0.5
+    ``oneflow/python/framework/watch_scope_util.py``, ``flow.watch_scope``).
+
+    Each blob an op (or ``get_variable``) makes while the block is open is watched once:
+    with :func:`watch` when ``blob_watcher`` is given, with :func:`watch_diff` (train jobs:
+    its gradient) when ``diff_blob_watcher`` is given. A dict watcher is filled on every
+    run with ``{blob.unique_name: {"blob": LocalBlob, "blob_def": the BlobDesc}}``; a
+    callable is called as ``watcher(LocalBlob, blob_def)``. Scopes nest: each open one
+    watches the blob.
+
+    Raises:
+        JobBuildError: a watcher is neither a dict nor a callable; or, as :func:`watch_diff`,
+            ``diff_blob_watcher`` is given in a job that is not a train job.
+    """
+    scope = _WatchScope(blob_watcher, diff_blob_watcher)
+    _blob_desc.WATCH_SCOPES.append(scope)
+    try:
+        yield
+    finally:
+        _blob_desc.WATCH_SCOPES.remove(scope)

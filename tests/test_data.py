@@ -175,6 +175,26 @@ def test_idx_dir_round_trip_nchw_nhwc_and_drop(tmp_path, caplog):
     np.testing.assert_array_equal(all_of(hy), all_of(ty))
 
 
+def test_batches_are_one_array_each_as_oneflow(tmp_path):
+    # OneFlow's load_mnist reshapes each split into one ndarray
+    # (num_batches, B, 1, 28, 28) / (num_batches, B); programs call .shape on
+    # it or hand it whole to numpy / torch, not only iterate over it.
+    arrays = synthetic(12, 8, seed=6)
+    d = write_idx_set(tmp_path / "mnist", arrays)
+    (tx, ty), (vx, vy) = data.load_mnist(4, 2, data_dir=d, verbose=False)
+    for got in (tx, ty, vx, vy):
+        assert isinstance(got, np.ndarray) and got.flags.c_contiguous
+    assert tx.shape == (3, 4, 1, 28, 28) and tx.dtype == np.float32
+    assert ty.shape == (3, 4) and ty.dtype == np.int32
+    assert vx.shape == (4, 2, 1, 28, 28) and vy.shape == (4, 2)
+    expect = (arrays[0].astype(np.float32) / 255).reshape(3, 4, 1, 28, 28)
+    np.testing.assert_array_equal(tx, expect)
+    np.testing.assert_array_equal(ty, arrays[1].reshape(3, 4))
+    (hx, hy), _ = data.load_mnist(6, 2, data_format="NHWC", data_dir=d, verbose=False)
+    assert isinstance(hx, np.ndarray) and hx.shape == (2, 6, 28, 28, 1) and hy.shape == (2, 6)
+    np.testing.assert_array_equal(hx[..., 0], expect.reshape(2, 6, 28, 28))
+
+
 def test_scaling_extremes(tmp_path):
     imgs = np.zeros((2, 28, 28), np.uint8)
     imgs[0, 3, 4] = 255

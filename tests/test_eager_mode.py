@@ -158,6 +158,39 @@ def test_variables_keep_their_values_across_eager_calls():
         np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w, rtol=4 * EPS32)
 
 
+def test_checkpoint_init_before_any_job_and_a_job_defined_anew_on_each_call():
+    # OneFlow's eager CheckPoint().init() is a no-op (eager_checkpoint_init), so it may
+    # come first; a job function defined again on each call keeps the variables.
+    flow.enable_eager_execution(True)
+    with pytest.warns(DeprecationWarning):
+        ckpt = flow.train.CheckPoint()
+    ckpt.init()
+    assert flow.get_all_variables() == {}
+
+    def call(x):
+        @flow.global_function(type="train")
+        def step(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+            w = flow.get_variable("w", shape=(3,), initializer=flow.constant_initializer(1.0))
+            loss = flow.math.reduce_sum(w * x)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
+            return loss
+        return step(x)
+
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    w = np.ones(3, np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(call(x), np.sum(w * x), rtol=4 * EPS32)
+        w = w - 0.5 * x
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w, rtol=4 * EPS32)
+
+
+def test_checkpoint_init_before_any_job_is_refused_in_lazy_mode():
+    with pytest.warns(DeprecationWarning):
+        ckpt = flow.train.CheckPoint()
+    with pytest.raises(RuntimeError, match="no job is defined"):
+        ckpt.init()
+
+
 def test_blob_numpy_in_a_lazy_job_is_refused():
     @flow.global_function(type="predict")
     def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:

@@ -542,3 +542,87 @@ def test_reader_with_more_devices_than_shards_is_an_error(tmp_path):
 
     with pytest.raises(flow.JobBuildError, match="2 devices cannot share data_part_num=1 shard"):
         read_job()
+
+
+# ------------------------------------------------------------------ legacy decode_ofrecord / BlobConf
+
+
+def test_decode_ofrecord_raw_codec_decodes_each_blob_conf_in_order(tmp_path):
+    # float "images" and int64 "labels" records decoded by RawCodec BlobConfs into
+    # (batch, *shape) blobs of the BlobConf dtype (OneFlow's data_ops.decode_ofrecord)
+    rng = np.random.default_rng(5)
+    images = rng.random((4, 6)).astype(np.float32)
+    labels = rng.integers(0, 10, size=4)
+    write_records(os.path.join(tmp_path, "part-0"), [
+        OFRecord(feature={"images": float_feature(list(map(float, images[i]))),
+                          "labels": int64_feature(int(labels[i]))}) for i in range(4)])
+
+    @flow.global_function(type="predict")
+    def job() -> tp.Bundle[tp.Numpy]:
+        x = flow.data.BlobConf("images", shape=(2, 3, 1), dtype=flow.float, codec=flow.data.RawCodec())
+        y = flow.data.BlobConf("labels", shape=(1, 1), dtype=flow.int32, codec=flow.data.RawCodec())
+        with pytest.warns(DeprecationWarning, match="decode_ofrecord is deprecated"):
+            out = flow.data.decode_ofrecord(str(tmp_path), (x, y), data_part_num=1, batch_size=2)
+        assert isinstance(out, tuple) and len(out) == 2
+        return out
+
+    for first in (0, 2):  # consecutive batches
+        x, y = job()
+        assert x.dtype == np.float32 and x.shape == (2, 2, 3, 1)
+        assert y.dtype == np.int32 and y.shape == (2, 1, 1)
+        np.testing.assert_array_equal(x, images[first:first + 2].reshape(2, 2, 3, 1))
+        np.testing.assert_array_equal(y.reshape(-1), labels[first:first + 2])
+
+
+@pytest.mark.parametrize("data_format,layout", [("channels_last", "NHWC"), ("channels_first", "NCHW")])
+def test_decode_ofrecord_image_codec_decodes_resizes_and_normalizes(tmp_path, data_format, layout):
+    rgb = _write_images(tmp_path, [(4, 5), (4, 5)])  # already at the target size: the resize keeps them
+    mean, std = [10.0, 20.0, 30.0], [2.0, 4.0, 8.0]
+
+    @flow.global_function(type="predict")
+    def job() -> tp.Bundle[tp.Numpy]:
+        codec = flow.data.ImageCodec([flow.data.ImagePreprocessor("bgr2rgb"), flow.data.ImageResizePreprocessor(5, 4)])
+        norm = flow.data.NormByChannelPreprocessor(mean, std, data_format=data_format)
+        image = flow.data.BlobConf("encoded", shape=(5, 4, 3), dtype=flow.float, codec=codec, preprocessors=[norm])
+        plain = flow.data.BlobConf("encoded", shape=(5, 4, 3), dtype=flow.uint8, codec=flow.data.ImageCodec())
+        label = flow.data.BlobConf("class/label", shape=(), dtype=flow.int32, codec=flow.data.RawCodec())
+        with pytest.warns(DeprecationWarning):
+            return flow.data.decode_ofrecord(str(tmp_path), [image, plain, label], batch_size=2,
+                                             part_name_suffix_length=5)
+
+    image, plain, label = job()
+    expect = (np.stack(rgb).astype(np.float32) - np.float32(mean)) / np.float32(std)
+    if layout == "NCHW":
+        expect = expect.transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(image, expect, rtol=1e-6)
+    # no bgr2rgb: BGR channel order; no resize preprocessor: (width, height) = shape[:2]
+    np.testing.assert_array_equal(plain, np.stack(rgb)[..., ::-1])
+    np.testing.assert_array_equal(label, [0, 1])
+
+
+def test_decode_ofrecord_argument_errors(tmp_path):
+    write_records(os.path.join(tmp_path, "part-0"), _records(2))
+    with pytest.raises(ValueError, match='"bgr2rgb" or "mirror"'):
+        flow.data.ImagePreprocessor("flip")
+    with pytest.raises(TypeError, match="shape must be a list or tuple"):
+        flow.data.BlobConf("x", 3, flow.float, flow.data.RawCodec())
+
+    @flow.global_function(type="predict")
+    def job() -> tp.Numpy:
+        with pytest.warns(DeprecationWarning):
+            return flow.data.decode_ofrecord(str(tmp_path), ["x"], batch_size=2)[0]
+
+    with pytest.raises(Exception, match=r"blobs\[0\] must be a flow.data.BlobConf, received str"):
+        job()
+
+    flow.clear_default_session()
+    flow.enable_eager_execution(True)
+
+    @flow.global_function(type="predict")
+    def eager_job() -> tp.Numpy:
+        conf = flow.data.BlobConf("x", (2,), flow.float, flow.data.RawCodec())
+        with pytest.warns(DeprecationWarning):
+            return flow.data.decode_ofrecord(str(tmp_path), [conf], batch_size=2)[0]
+
+    with pytest.raises(Exception, match="does not work in eager execution"):
+        eager_job()

@@ -53,6 +53,12 @@ class BlobParallelConf:
         return f"BlobParallelConf(device_tag={self.proto.device_tag!r}, device_name={list(self.proto.device_name)})"
 
 
+#: The open ``flow.watch_scope`` scopes (:mod:`graphfront.watch`), innermost last: every
+#: BlobDesc made while one is open is handed to its ``watch_once`` (OneFlow's
+#: ``LazyConsistentBlob.__init__`` calls ``watch_scope_util.TryWatchOnce``).
+WATCH_SCOPES: list = []
+
+
 class BlobDesc:
     """A logical blob of the job being built (OneFlow's ``LazyConsistentBlob``).
 
@@ -75,6 +81,8 @@ class BlobDesc:
         self.job_name = job_name
         self.is_dynamic = is_dynamic
         self.distribute = None
+        for scope in WATCH_SCOPES:
+            scope.watch_once(self)
 
     @property
     def logical_blob_name(self) -> str:

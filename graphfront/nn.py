@@ -1402,20 +1402,23 @@ def distributed_partial_fc_sample(weight, label, num_sample, name=None):
     """A sample of ``num_sample`` classes (rows of ``weight``) holding every class in ``label``
     (Partial FC; op ``distributed_partial_fc_sample``).
 
-    The classes are cut into one equal shard per device of the current placement; shard ``p``
+    The classes are cut into one shard per device of the current placement, as OneFlow splits
+    ``weight`` over them (the first ``classes % devices`` shards one class longer); shard ``p``
     gives ``num_sample / devices`` entries of ``sampled_label``, from position
     ``p * num_sample / devices``: its classes that occur in ``label`` (ascending), then other
     classes of the shard in a random order (torch's generator, seeded once per op: OneFlow's
     curand draws cannot be reproduced, so the random part differs from OneFlow's). A shard
-    with more label classes than its share keeps only the first ones (as OneFlow). The weight
-    gradient is the rows' gradient summed back at ``sampled_label``. OneFlow v0.6.0
+    with more label classes than its share is refused (OneFlow maps the extra labels onto other
+    classes' columns). The weight gradient is the rows' gradient summed back at
+    ``sampled_label``. OneFlow v0.6.0
     ``python/oneflow/compatible/single_client/ops/partial_fc_sample.py``,
     ``oneflow/user/ops/partial_fc_sample_op.cpp``.
 
     Args:
-        weight: blob (classes, ...), classes divisible by the device count.
+        weight: blob (classes, ...), at least one class per device.
         label: integer blob (batch,), class ids in [0, classes).
-        num_sample: int, divisible by the device count, at most ``classes``.
+        num_sample: int, divisible by the device count, its share per device at most the
+            smallest shard (``classes // devices``).
         name: op name; default ``DistributedPartialFcSample_<n>``.
 
     Returns:
@@ -1426,7 +1429,8 @@ def distributed_partial_fc_sample(weight, label, num_sample, name=None):
     Raises:
         ArgumentError: ``weight`` or ``label`` is not a blob, or ``num_sample`` is not an int.
         JobBuildError: the shapes, dtypes or divisibility above do not hold.
-        OpRunError: a label outside ``[0, classes)`` (at run time).
+        OpRunError: a label outside ``[0, classes)``, or a shard holding more label classes
+            than ``num_sample / devices`` (at run time).
     """
     fn = "distributed_partial_fc_sample"
     _check_blob(weight, fn, "weight")

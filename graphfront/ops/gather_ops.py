@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from graphfront.framework.errors import OpRunError
 from graphfront.ops.common import index_checks, integer_input, norm_axis, numel, raising_bad_ids, same_dtype
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, np_dtype, reduce_node
@@ -849,27 +850,32 @@ op("dim_scatter_update", inputs=["input", "index", "src"], outputs=["output"], a
 # ------------------------------------------------------------------ distributed_partial_fc_sample
 # OneFlow v0.6.0 ``oneflow/user/ops/partial_fc_sample_op.cpp`` and
 # ``oneflow/user/kernels/partial_fc_sample_kernel.cu`` (Partial FC: a softmax over a sample of
-# the classes). The classes (rows of ``weight``) are cut into ``parallel_num`` equal shards, one
-# per device; each shard contributes ``num_sample / parallel_num`` class ids to
-# ``sampled_label``: first the shard's classes that occur in ``label`` (ascending), then others
-# of the shard in a random order. ``sampled_weight`` = the rows of ``weight`` at
+# the classes). The classes (rows of ``weight``) are cut into ``parallel_num`` shards, one per
+# device, as OneFlow splits ``weight`` (``BalancedSplitter``: the first ``classes %
+# parallel_num`` shards one class longer); each shard contributes ``num_sample / parallel_num``
+# class ids to ``sampled_label``: first the shard's classes that occur in ``label`` (ascending),
+# then others of the shard in a random order. ``sampled_weight`` = the rows of ``weight`` at
 # ``sampled_label``; ``mapped_label`` = each label's position in ``sampled_label``. OneFlow
 # takes the shard count from the op's placement at run time; graphfront's ops are logical, so
 # it is the attr ``parallel_num`` (filled by flow.distributed_partial_fc_sample). The random
 # order comes from torch's generator seeded with ``seed`` (OneFlow's curand stream cannot be
-# reproduced): the sample differs from OneFlow's, its structure does not. The weight gradient
-# is the sampled rows' gradient summed back into weight's shape (OneFlow routes it through a
-# ``distributed_partial_fc_sample_disable_boxing`` op that only relabels per-device layouts,
-# then ``unsorted_segment_sum_like``).
+# reproduced): the sample differs from OneFlow's, its structure does not. A shard holding more
+# label classes than its share of the sample is refused (OneFlow's kernel then maps the extra
+# labels past the shard's part of the sample, onto other classes' columns or past the end).
+# The weight gradient is the sampled rows' gradient summed back into weight's shape (OneFlow
+# routes it through a ``distributed_partial_fc_sample_disable_boxing`` op that only relabels
+# per-device layouts, then ``unsorted_segment_sum_like``).
 
 def _partial_fc_parts(ctx):
     weight, num_sample, parts = ctx.input("weight"), ctx.attr("num_sample"), ctx.attr("parallel_num")
     ctx.check(parts >= 1, f"attr 'parallel_num' must be >= 1, received {parts}")
-    ctx.check(weight.shape[0] % parts == 0 and num_sample % parts == 0,
-              f"attrs 'num_sample' ({num_sample}) and the classes (weight.shape[0] = {weight.shape[0]}) must "
-              f"divide by 'parallel_num' ({parts})")
-    ctx.check(0 < num_sample <= weight.shape[0], f"attr 'num_sample' must lie in [1, {weight.shape[0]}] "
-                                                 f"(the classes), received {num_sample}")
+    ctx.check(num_sample % parts == 0,
+              f"attr 'num_sample' ({num_sample}) must divide by 'parallel_num' ({parts})")
+    smallest = weight.shape[0] // parts
+    ctx.check(0 < num_sample // parts <= smallest,
+              f"attr 'num_sample' must lie in [{parts}, {smallest * parts}] ({num_sample // parts} per shard of "
+              f"the {weight.shape[0]} classes (weight.shape[0]) cut into {parts}, the smallest holding {smallest}), "
+              f"received {num_sample}")
 
 
 def _partial_fc_infer(ctx):
@@ -888,22 +894,33 @@ def _partial_fc_checks(k):
 
 def _partial_fc_kernel(k):
     parts, classes = k.attr("parallel_num"), k.input("weight").shape[0]
-    per_class, per_sample = classes // parts, k.attr("num_sample") // parts
+    per_sample = k.attr("num_sample") // parts
+    size, extra = divmod(classes, parts)
+    bounds = [p * size + min(p, extra) for p in range(parts + 1)]  # shard p: classes [bounds[p], bounds[p+1])
+    shard_of = torch.repeat_interleave(torch.arange(parts), torch.tensor([bounds[p + 1] - bounds[p]
+                                                                          for p in range(parts)]))
     gen = k.generator(k.attr("seed"))
 
     def run(weight, label):
         ids = label.long()
         # scatter raises on a class id outside [0, classes) on the CPU (checked before the step elsewhere)
         positive = torch.zeros(classes, dtype=torch.bool, device=ids.device).scatter_(0, ids, True)
-        sampled = []
+        sampled, ranks = [], []
         for p in range(parts):
-            shard = positive[p * per_class:(p + 1) * per_class]
+            shard = positive[bounds[p]:bounds[p + 1]]
+            count = int(shard.sum())
+            if count > per_sample:
+                raise OpRunError(
+                    f"op '{k.op_name}' (distributed_partial_fc_sample): input 'label' holds {count} distinct classes "
+                    f"of shard {p} (classes [{bounds[p]}, {bounds[p + 1]})), more than its share of the sample, "
+                    f"num_sample / parallel_num = {per_sample}; raise attr 'num_sample' (each shard's share must "
+                    f"hold the label classes it owns)")
             others = torch.nonzero(~shard).flatten()
             others = others[torch.randperm(others.numel(), generator=gen, device=others.device)]
-            sampled.append(torch.cat([torch.nonzero(shard).flatten(), others])[:per_sample] + p * per_class)
+            sampled.append(torch.cat([torch.nonzero(shard).flatten(), others])[:per_sample] + bounds[p])
+            ranks.append(shard.cumsum(0) - 1)  # a positive's rank in its shard
         sampled_label = torch.cat(sampled)
-        rank = (positive.view(parts, per_class).cumsum(1) - 1).flatten()  # a positive's rank in its shard
-        mapped = torch.div(ids, per_class, rounding_mode="floor") * per_sample + rank[ids]
+        mapped = shard_of.to(ids.device)[ids] * per_sample + torch.cat(ranks)[ids]
         return mapped.to(label.dtype), sampled_label.to(label.dtype), weight.index_select(0, sampled_label)
     return run
 

@@ -616,15 +616,17 @@ def slice(x, begin, size, name=None) -> BlobDesc:  # noqa: A001 - OneFlow's name
     Args:
         x: blob, any shape and dtype.
         begin: list of rank ints (None means 0), each in [-dim, dim).
-        size: list of rank ints; None or -1 means "to the end of the dim".
+        size: list of rank ints, each in [1, dim]; None or -1 means "to the end of the dim";
+            begin + size past the end of the dim stops at the end (as OneFlow's does).
         name: op name; default ``Slice_<n>``.
 
     Returns:
         BlobDesc: ``size`` with None/-1 resolved (clipped to the dims), ``x``'s dtype.
 
     Raises:
-        ArgumentError: ``x`` is not a blob, ``begin``/``size`` do not have rank entries, or a
-            begin is out of range.
+        ArgumentError: ``x`` is not a blob, ``begin``/``size`` do not have rank entries, a
+            begin is out of range, or a size is 0, below -1 or larger than its dim (OneFlow
+            raises ``ValueError("element of size is invalid")`` there).
     """
     _blob(x, "slice")
     n = len(x.shape)
@@ -637,7 +639,14 @@ def slice(x, begin, size, name=None) -> BlobDesc:  # noqa: A001 - OneFlow's name
         if not -dim <= b < max(dim, 1):
             raise ArgumentError(f"flow.slice: begin[{d}] = {b} is out of range for dim {d} of x {x.shape}")
         b %= max(dim, 1)
-        e = dim if s is None or s == -1 else b + _int(s, "slice", "size")
+        if s is None or s == -1:
+            e = dim
+        else:
+            s = _int(s, "slice", "size")
+            if not 0 < s <= dim:
+                raise ArgumentError(f"flow.slice: size[{d}] = {s} is invalid for dim {d} of x {x.shape}: expected "
+                                    f"None, -1 or an int in [1, {dim}]")
+            e = min(b + s, dim)
         tups.append((b, e, 1))
     return slice_v2(x, tups, name=name)
 

@@ -328,11 +328,18 @@ def bias_add(value, bias, data_format=None, name=None):
 
 
 def _pool(kind, n, input, ksize, strides, padding, data_format, ceil_mode, name):
+    """Shared body of the ``flow.nn`` pooling functions.
+
+    ``ksize`` and ``strides`` are read as OneFlow's ``_GetSequence`` reads them
+    (``python/oneflow/compatible/single_client/ops/nn_ops.py``, v0.6.0): an int or 1
+    or ``n`` ints, and None stands for 1 in every spatial dim (so ``strides=None``
+    slides the window by one element).
+    """
     who = _who(f"{kind}_pool{n}d", name)
     first = _channels_first(data_format, who)
     attrs = {"data_format": "channels_first" if first else "channels_last",
-             "pool_size": _tuple(ksize, n, f"{who}: argument 'ksize'"),
-             "strides": _tuple(strides, n, f"{who}: argument 'strides'"),
+             "pool_size": _tuple(ksize if ksize is not None else 1, n, f"{who}: argument 'ksize'"),
+             "strides": _tuple(strides if strides is not None else 1, n, f"{who}: argument 'strides'"),
              "ceil_mode": bool(ceil_mode), "padding_before": [0] * n, "padding_after": [0] * n}
     if isinstance(padding, str):
         modes = {"SAME": "same_lower", "SAME_LOWER": "same_lower", "SAME_UPPER": "same_upper", "VALID": "valid"}
@@ -359,8 +366,8 @@ def max_pool2d(input, ksize, strides, padding, data_format="NCHW", ceil_mode=Fal
 
     Args:
         input: float blob (N, C, H, W) for NCHW, (N, H, W, C) for NHWC.
-        ksize: int or (kh, kw).
-        strides: int or (sh, sw).
+        ksize: int or (kh, kw); None means 1.
+        strides: int or (sh, sw); None means 1 (OneFlow's ``_GetSequence``).
         padding: ``"VALID"``, ``"SAME"`` (= SAME_LOWER), ``"SAME_UPPER"`` or (before, after) pairs.
         data_format: ``"NCHW"`` or ``"NHWC"``.
         ceil_mode: round the output size up instead of down.
@@ -380,8 +387,8 @@ def avg_pool2d(input, ksize, strides, padding, data_format="NCHW", ceil_mode=Fal
 
     Args:
         input: float blob (N, C, H, W) for NCHW, (N, H, W, C) for NHWC.
-        ksize: int or (kh, kw).
-        strides: int or (sh, sw).
+        ksize: int or (kh, kw); None means 1.
+        strides: int or (sh, sw); None means 1 (OneFlow's ``_GetSequence``).
         padding: ``"VALID"``, ``"SAME"`` (= SAME_LOWER), ``"SAME_UPPER"`` or (before, after) pairs.
         data_format: ``"NCHW"`` or ``"NHWC"``.
         ceil_mode: round the output size up instead of down.
@@ -401,8 +408,8 @@ def max_pool1d(input, ksize, strides, padding, data_format="NCW", name=None) -> 
 
     Args:
         input: floating blob (N, C, W) for NCW, (N, W, C) for NWC.
-        ksize: int or a 1-tuple of window sizes.
-        strides: int or a 1-tuple of strides.
+        ksize: int or a 1-tuple of window sizes; None means 1.
+        strides: int or a 1-tuple of strides; None means 1 (OneFlow's ``_GetSequence``).
         padding: ``"VALID"``, ``"SAME"`` (= SAME_LOWER), ``"SAME_UPPER"`` or (before, after) pairs.
         data_format: ``"NCW"`` or ``"NWC"``.
         name: op name (a str; generated when None).
@@ -421,8 +428,8 @@ def avg_pool1d(input, ksize, strides, padding, data_format="NCW", name=None) -> 
 
     Args:
         input: floating blob (N, C, W) for NCW, (N, W, C) for NWC.
-        ksize: int or a 1-tuple of window sizes.
-        strides: int or a 1-tuple of strides.
+        ksize: int or a 1-tuple of window sizes; None means 1.
+        strides: int or a 1-tuple of strides; None means 1 (OneFlow's ``_GetSequence``).
         padding: ``"VALID"``, ``"SAME"`` (= SAME_LOWER), ``"SAME_UPPER"`` or (before, after) pairs.
         data_format: ``"NCW"`` or ``"NWC"``.
         name: op name (a str; generated when None).
@@ -441,8 +448,8 @@ def max_pool3d(input, ksize, strides, padding, data_format="NCDHW", ceil_mode=Fa
 
     Args:
         input: floating blob (N, C, D, H, W) for NCDHW, (N, D, H, W, C) for NDHWC.
-        ksize: int or a 3-tuple of window sizes.
-        strides: int or a 3-tuple of strides.
+        ksize: int or a 3-tuple of window sizes; None means 1.
+        strides: int or a 3-tuple of strides; None means 1 (OneFlow's ``_GetSequence``).
         padding: ``"VALID"``, ``"SAME"`` (= SAME_LOWER), ``"SAME_UPPER"`` or (before, after) pairs.
         data_format: ``"NCDHW"`` or ``"NDHWC"``.
         ceil_mode: round the output size up instead of down.
@@ -462,8 +469,8 @@ def avg_pool3d(input, ksize, strides, padding, data_format="NCDHW", ceil_mode=Fa
 
     Args:
         input: floating blob (N, C, D, H, W) for NCDHW, (N, D, H, W, C) for NDHWC.
-        ksize: int or a 3-tuple of window sizes.
-        strides: int or a 3-tuple of strides.
+        ksize: int or a 3-tuple of window sizes; None means 1.
+        strides: int or a 3-tuple of strides; None means 1 (OneFlow's ``_GetSequence``).
         padding: ``"VALID"``, ``"SAME"`` (= SAME_LOWER), ``"SAME_UPPER"`` or (before, after) pairs.
         data_format: ``"NCDHW"`` or ``"NDHWC"``.
         ceil_mode: round the output size up instead of down.

@@ -4,6 +4,7 @@ Forward values and generated gradients are checked against PyTorch eager autogra
 numpy; build-time errors are matched by message.
 """
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -219,6 +220,18 @@ def test_slice_reverse_and_tf_slice():
     np.testing.assert_allclose(outs[0], x[::-1, :, ::-1])
     np.testing.assert_allclose(outs[1], x[1:3, :, 1:2])
     np.testing.assert_allclose(grads[0], 1.0 + _indicator(x.shape, np.s_[1:3, :, 1:2]))
+
+
+def test_tf_slice_size_must_fit_the_dim():
+    """flow.slice takes each size as None, -1 or 1..dim, as OneFlow's does
+    (single_client/ops/array_ops.py, v0.6.0: ``ValueError("element of size is invalid")``);
+    begin + size past the end stops at the end of the dim."""
+    x = rand(4, 5, 3)
+    outs, _ = run(lambda x: flow.slice(x, [2, 0, 1], [4, 5, 3]) * 1.0, x, train=False)
+    np.testing.assert_allclose(outs[0], x[2:, :, 1:])
+    for size, bad in (([2, 6, 1], "size[1] = 6"), ([0, -1, 1], "size[0] = 0"), ([2, -1, -3], "size[2] = -3")):
+        with pytest.raises(ValueError, match=r"flow.slice: %s is invalid for dim \d of x \(4, 5, 3\)" % re.escape(bad)):
+            run(lambda x: flow.slice(x, [0, 0, 0], size) * 1.0, x, train=False)
 
 
 def test_slice_update_forward_and_grads():

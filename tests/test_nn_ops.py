@@ -722,6 +722,30 @@ def test_upsample_2d(interpolation, align, fmt):
     assert "upsample_grad" in op_types(f)
 
 
+def test_pool_strides_none_means_one():
+    """OneFlow's pooling functions read ``strides=None`` (and ``ksize=None``) as 1 in every
+    spatial dim (``_GetSequence`` in single_client/ops/nn_ops.py, v0.6.0); MobileNetV3 from
+    OneFlow's model zoo calls ``flow.nn.avg_pool2d(x, ksize=[H, W], strides=None, padding="SAME")``."""
+    x = rand(2, 3, 5, 4)
+    (y_avg, y_max, y_avg1, y_max3), _, _ = run(
+        lambda v: (flow.nn.avg_pool2d(v, ksize=[2, 3], strides=None, padding="VALID"),
+                   flow.nn.max_pool2d(v, ksize=2, strides=None, padding="VALID"),
+                   flow.nn.avg_pool1d(flow.reshape(v, (2, 3, 20)), ksize=4, strides=None, padding="VALID"),
+                   flow.nn.max_pool3d(flow.reshape(v, (2, 3, 5, 2, 2)), ksize=None, strides=None,
+                                      padding="VALID")),
+        feeds=[x], train=False)
+    t = torch.from_numpy(x)
+    np.testing.assert_allclose(y_avg, F.avg_pool2d(t, (2, 3), stride=1).numpy(), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(y_max, F.max_pool2d(t, 2, stride=1).numpy(), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(y_avg1, F.avg_pool1d(t.reshape(2, 3, 20), 4, stride=1).numpy(), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(y_max3, x.reshape(2, 3, 5, 2, 2), rtol=RTOL, atol=ATOL)  # 1x1x1 window
+    # SAME with the whole image as the window and stride 1 keeps H x W, each output the mean of
+    # the in-image elements of its window (the SE block's use)
+    (y_same,), _, _ = run(lambda v: flow.nn.avg_pool2d(v, ksize=[5, 4], strides=None, padding="SAME"),
+                          feeds=[x], train=False)
+    assert y_same.shape == (2, 3, 5, 4)
+
+
 def test_pool_errors():
     with pytest.raises(JobBuildError, match=r"attr 'padding' \[2, 2\] must be >= 0 and at most half of kernel_size "
                                             r"\[3, 3\]"):

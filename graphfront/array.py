@@ -25,6 +25,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.ops.builder import build_op, placed_blob, unique_str
 from graphfront.ops import registry
+from graphfront.ops.common import balanced_range
 
 __all__ = [
     "reshape", "reshape_like", "flatten", "identity", "identity_n", "cast", "transpose", "concat", "split",
@@ -598,14 +599,12 @@ def balanced_parts(x, axis, n, name=None) -> tuple:
     """``x`` cut along ``axis`` (non-negative) into ``n`` slices, the first ``len % n`` one
     longer (OneFlow's balanced split of a blob over ``n`` devices); ops ``slice`` named
     ``<name>_<i>`` when ``name`` is given."""
-    size, extra = divmod(x.shape[axis], n)
-    parts, start = [], 0
+    parts = []
     for i in builtins.range(n):
-        stop = start + size + (1 if i < extra else 0)
+        r = balanced_range(x.shape[axis], n, i)
         tups = [(None, None, None)] * len(x.shape)
-        tups[axis] = (start, stop, 1)
+        tups[axis] = (r.start, r.stop, 1)
         parts.append(slice_v2(x, tups, name=None if name is None else f"{name}_{i}"))
-        start = stop
     return tuple(parts)
 
 def slice(x, begin, size, name=None) -> BlobDesc:  # noqa: A001 - OneFlow's name

@@ -40,6 +40,7 @@ import weakref
 import numpy as np
 
 from graphfront.ofrecord.records import OFRecord, iter_raw_records
+from graphfront.ops.common import balanced_range
 
 
 def _rng(seed):
@@ -56,9 +57,7 @@ def shard_range(data_part_num, part=(0, 1)) -> range:
     if count > data_part_num:
         raise ValueError(f"{count} devices cannot share {data_part_num} shard(s): each device reads whole shards, "
                          f"data_part_num must be >= the device count")
-    base, extra = divmod(data_part_num, count)
-    begin = index * base + min(index, extra)
-    return range(begin, begin + base + (index < extra))
+    return balanced_range(data_part_num, count, index)
 
 
 def record_stream(paths, random_shuffle=False, shuffle_buffer_size=1024, shuffle_after_epoch=False, seed=-1,

@@ -203,6 +203,16 @@ def reads_host(t) -> bool:
     return t.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
+def balanced_range(total, parts, index) -> range:
+    """Part ``index`` of ``range(total)`` cut into ``parts`` consecutive parts, the first
+    ``total % parts`` one longer: OneFlow's ``BalancedSplitter(total, parts).At(index)``
+    (``oneflow/core/common/balanced_splitter.cpp``, v0.6.0), how it splits a blob's axis,
+    a reader's shards or Partial FC's classes over devices."""
+    base, extra = divmod(total, parts)
+    begin = index * base + min(index, extra)
+    return range(begin, begin + base + (index < extra))
+
+
 def host_skipped(skip_if) -> bool:
     """True when ``skip_if`` holds a nonzero and :func:`reads_host` allows reading it; False
     for None and for a tensor the host does not read (the skip then happens on the device)."""

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from graphfront.framework.errors import OpRunError
-from graphfront.ops.common import index_checks, integer_input, norm_axis, numel, raising_bad_ids, same_dtype
+from graphfront.ops.common import balanced_range, index_checks, integer_input, norm_axis, numel, raising_bad_ids, same_dtype
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, np_dtype, reduce_node
 from graphfront.ops.registry import op
@@ -895,10 +895,8 @@ def _partial_fc_checks(k):
 def _partial_fc_kernel(k):
     parts, classes = k.attr("parallel_num"), k.input("weight").shape[0]
     per_sample = k.attr("num_sample") // parts
-    size, extra = divmod(classes, parts)
-    bounds = [p * size + min(p, extra) for p in range(parts + 1)]  # shard p: classes [bounds[p], bounds[p+1])
-    shard_of = torch.repeat_interleave(torch.arange(parts), torch.tensor([bounds[p + 1] - bounds[p]
-                                                                          for p in range(parts)]))
+    shards = [balanced_range(classes, parts, p) for p in range(parts)]  # shard p: its classes
+    shard_of = torch.repeat_interleave(torch.arange(parts), torch.tensor([len(r) for r in shards]))
     gen = k.generator(k.attr("seed"))
 
     def run(weight, label):
@@ -906,18 +904,18 @@ def _partial_fc_kernel(k):
         # scatter raises on a class id outside [0, classes) on the CPU (checked before the step elsewhere)
         positive = torch.zeros(classes, dtype=torch.bool, device=ids.device).scatter_(0, ids, True)
         sampled, ranks = [], []
-        for p in range(parts):
-            shard = positive[bounds[p]:bounds[p + 1]]
-            count = int(shard.sum())
-            if count > per_sample:
+        for p, r in enumerate(shards):
+            shard = positive[r.start:r.stop]
+            labelled = torch.nonzero(shard).flatten()  # (its size is read on the host: one read per shard)
+            if labelled.numel() > per_sample:
                 raise OpRunError(
-                    f"op '{k.op_name}' (distributed_partial_fc_sample): input 'label' holds {count} distinct classes "
-                    f"of shard {p} (classes [{bounds[p]}, {bounds[p + 1]})), more than its share of the sample, "
-                    f"num_sample / parallel_num = {per_sample}; raise attr 'num_sample' (each shard's share must "
-                    f"hold the label classes it owns)")
+                    f"op '{k.op_name}' (distributed_partial_fc_sample): input 'label' holds {labelled.numel()} "
+                    f"distinct classes of shard {p} (classes [{r.start}, {r.stop})), more than its share of the "
+                    f"sample, num_sample / parallel_num = {per_sample}; raise attr 'num_sample' (each shard's share "
+                    f"must hold the label classes it owns)")
             others = torch.nonzero(~shard).flatten()
             others = others[torch.randperm(others.numel(), generator=gen, device=others.device)]
-            sampled.append(torch.cat([torch.nonzero(shard).flatten(), others])[:per_sample] + bounds[p])
+            sampled.append(torch.cat([labelled, others])[:per_sample] + r.start)
             ranks.append(shard.cumsum(0) - 1)  # a positive's rank in its shard
         sampled_label = torch.cat(sampled)
         mapped = shard_of.to(ids.device)[ids] * per_sample + torch.cat(ranks)[ids]

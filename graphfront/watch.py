@@ -10,8 +10,7 @@ from graphfront import typing as tp
 from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
-from graphfront.framework import blob_desc as _blob_desc
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import WATCH_SCOPES, BlobDesc
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.ops.builder import unique_str
 
@@ -129,8 +128,8 @@ def watch_scope(blob_watcher=None, diff_blob_watcher=None):
             ``diff_blob_watcher`` is given in a job that is not a train job.
     """
     scope = _WatchScope(blob_watcher, diff_blob_watcher)
-    _blob_desc.WATCH_SCOPES.append(scope)
+    WATCH_SCOPES.append(scope)
     try:
         yield
     finally:
-        _blob_desc.WATCH_SCOPES.remove(scope)
+        WATCH_SCOPES.remove(scope)

@@ -140,16 +140,20 @@ def test_blob_numpy_and_watch_inside_the_running_job():
     assert len(order) == 4  # once per call
 
 
-def test_variables_keep_their_values_across_eager_calls():
-    flow.enable_eager_execution(True)
-
+def _sgd_step_job():
+    """A train job: loss = sum(w * x) for a variable w (initially ones), plain SGD at lr 0.5."""
     @flow.global_function(type="train")
     def step(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
         w = flow.get_variable("w", shape=(3,), initializer=flow.constant_initializer(1.0))
         loss = flow.math.reduce_sum(w * x)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
         return loss
+    return step
 
+
+def test_variables_keep_their_values_across_eager_calls():
+    flow.enable_eager_execution(True)
+    step = _sgd_step_job()
     x = np.array([1.0, 2.0, 3.0], np.float32)
     w = np.ones(3, np.float32)
     for _ in range(3):  # d loss / d w = x: plain SGD, w -= 0.5 x
@@ -168,13 +172,7 @@ def test_checkpoint_init_before_any_job_and_a_job_defined_anew_on_each_call():
     assert flow.get_all_variables() == {}
 
     def call(x):
-        @flow.global_function(type="train")
-        def step(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
-            w = flow.get_variable("w", shape=(3,), initializer=flow.constant_initializer(1.0))
-            loss = flow.math.reduce_sum(w * x)
-            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
-            return loss
-        return step(x)
+        return _sgd_step_job()(x)
 
     x = np.array([1.0, 2.0, 3.0], np.float32)
     w = np.ones(3, np.float32)

@@ -7,6 +7,7 @@ References: the same job run with CUDA graphs switched off (same seeds), the flo
 run of the same job, torch eager on the same values, and numpy models of OneFlow's
 dynamic loss-scale rule.
 """
+import re
 import warnings
 
 import numpy as np
@@ -188,6 +189,62 @@ def test_dynamic_loss_scale_skips_overflowing_steps_on_the_device():
     resumed = _variables()
     assert resumed["System-Train-TrainStep-train"][0] == 1 and resumed[LS][0] < 2.0 ** 27
     assert not np.array_equal(resumed["fc1-weight"], before["fc1-weight"])
+
+
+# ------------------------------------------------------------------ batch norm kernels
+
+def _batch_norm_kernels(step):
+    """Names of the CUDA kernels of ``step()`` that belong to batch norm (cuDNN's ``bn_*``,
+    PyTorch's ``batch_norm_*``), from torch.profiler."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA and re.search(r"(?i)bn_|batch_?norm", e.name)}
+
+
+def test_batch_norm_takes_the_kernels_pytorch_eager_takes_and_matches_it():
+    """A float16 NHWC batch norm's train step runs the same batch-norm kernels as PyTorch
+    eager's ``F.batch_norm`` forward and backward on the same channels-last input (cuDNN's
+    where PyTorch takes cuDNN), with its values: the loss, the moving statistics and one SGD
+    step of gamma and beta. Tolerance: float16's 2**-10 (both sides' kernels read the same
+    float16 values; only float32 reduction order may differ)."""
+    n, hw, ch, momentum, eps, lr = 16, 8, 32, 0.9, 1e-3, 1e-3
+    flow.clear_default_session()
+
+    @flow.global_function(type="train", function_config=_gpu_config(cuda_graph=False))
+    def train(x: tp.Numpy.Placeholder((n, hw, hw, ch)), w: tp.Numpy.Placeholder((n, hw, hw, ch))):
+        y = flow.layers.batch_normalization(flow.cast(x, flow.float16), axis=3, momentum=momentum, epsilon=eps,
+                                            name="bn")
+        loss = flow.math.reduce_sum(flow.cast(y, flow.float) * w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr])).minimize(loss)
+        return loss
+
+    rng = np.random.RandomState(0)
+    x = (rng.randn(n, hw, hw, ch) * 2 + 1).astype(np.float32)
+    w = rng.randn(n, hw, hw, ch).astype(np.float32)
+    losses = []   # (one step from the initial variables: the first call, compilation included)
+    kernels = _batch_norm_kernels(lambda: losses.append(train(x, w).get().numpy()))
+    got = {k: v.numpy() for k, v in flow.get_all_variables().items() if k.startswith("bn-")}
+
+    def eager():
+        dev = torch.device("cuda")
+        x16 = torch.from_numpy(x).to(dev, torch.float16).permute(0, 3, 1, 2)   # channels-last NCHW
+        gamma = torch.ones(ch, device=dev, requires_grad=True)
+        beta = torch.zeros(ch, device=dev, requires_grad=True)
+        stats = torch.zeros(ch, device=dev), torch.ones(ch, device=dev)
+        y = torch.nn.functional.batch_norm(x16, *stats, gamma, beta, training=True, momentum=1 - momentum, eps=eps)
+        loss = (y.float() * torch.from_numpy(w).to(dev).permute(0, 3, 1, 2)).sum()
+        loss.backward()
+        return {"loss": loss.detach(), "bn-gamma": (gamma - lr * gamma.grad).detach(),
+                "bn-beta": (beta - lr * beta.grad).detach(), "bn-moving_mean": stats[0],
+                "bn-moving_variance": stats[1]}
+    ref = {}
+    eager_kernels = _batch_norm_kernels(lambda: ref.update(eager()))
+    assert kernels == eager_kernels and kernels
+    np.testing.assert_allclose(losses[0], ref["loss"].cpu().numpy(), rtol=2 ** -10)
+    for k in ("bn-gamma", "bn-beta", "bn-moving_mean", "bn-moving_variance"):
+        np.testing.assert_allclose(got[k], ref[k].cpu().numpy(), rtol=2 ** -10, atol=lr * 2 ** -10, err_msg=k)
 
 
 # ------------------------------------------------------------------ no host sync

@@ -76,11 +76,42 @@ def _channel_view(ndim, axis):
     return view
 
 
+def _cudnn_fits(x, gamma, beta, moving_mean, moving_variance, training, eps):
+    """Whether ``torch.batch_norm`` would run this batch norm on cuDNN
+    (``torch._C._select_batch_norm_backend``: a CUDA input, float32 parameters, cuDNN's
+    minimum epsilon, ...) and cuDNN's training kernel needs no reserve space between the
+    forward and the backward: OneFlow's ``normalization`` / ``normalization_grad`` pass only
+    ``mean`` and ``inv_variance`` (cuDNN's saved mean and inverse standard deviation, as
+    ``oneflow/user/kernels/normalization_kernel.cu``). Never inside ``torch.compile``, whose
+    own batch-norm lowering is kept."""
+    if x.device.type != "cuda" or torch.compiler.is_compiling():
+        return False
+    running = (moving_mean, moving_variance) if moving_mean is not None else (gamma, gamma)
+    if torch._C._select_batch_norm_backend(x, gamma, beta, *running, training, eps) \
+            != torch._C._BatchNormBackend.Cudnn:
+        return False
+    return not training or torch._C._get_cudnn_batch_norm_reserve_space_size(x, True) == 0
+
+
+def _first_call_choice(decide):
+    """``choose(*args)``: ``decide(*args)`` at the first call, the same answer after it (an
+    op's shapes, dtypes and device never change between its steps)."""
+    memo = []
+
+    def choose(*args):
+        if not memo:
+            memo.append(decide(*args))
+        return memo[0]
+    return choose
+
+
 def _norm_kernel(k):
-    """PyTorch's fused batch norm (``torch.native_batch_norm``: one statistics pass and one
-    normalizing pass, cuDNN-class kernels on a GPU that keep channels-last layouts) with
-    the channel axis moved to dim 1 as a view. float16/bfloat16 inputs take float32
-    parameters and statistics directly (no float32 copy of ``x``)."""
+    """Batch norm in PyTorch's fused kernels with the channel axis moved to dim 1 as a view:
+    cuDNN's (``torch.ops.aten.cudnn_batch_norm``, its persistent NHWC kernels for
+    channels-last float16) where ``torch.batch_norm`` would take it, else
+    ``torch.native_batch_norm`` (one statistics pass and one normalizing pass, keeping
+    channels-last layouts). float16/bfloat16 inputs take float32 parameters and statistics
+    directly (no float32 copy of ``x``)."""
     x_desc = k.input("x")
     ndim, axis = len(x_desc.shape), k.attr("axis")
     eps, momentum, training = k.attr("epsilon"), k.attr("momentum"), k.attr("training")
@@ -88,12 +119,17 @@ def _norm_kernel(k):
     if ndim < 2 or (training and n < 2):
         return _norm_formula(k)
     want_stats = k.has_output("mean") or k.has_output("inv_variance")
+    use_cudnn = _first_call_choice(_cudnn_fits)
 
     def normalization(x, moving_mean, moving_variance, gamma, beta, add_to):
         xc = x.movedim(axis, 1)
         # PyTorch's momentum is the weight of the batch statistic: 1 - OneFlow's keep ratio
-        y, mean, inv = torch.native_batch_norm(xc, gamma, beta, moving_mean, moving_variance, training,
-                                               1.0 - momentum, eps)
+        if use_cudnn(xc, gamma, beta, moving_mean, moving_variance, training, eps):
+            y, mean, inv, _ = torch.ops.aten.cudnn_batch_norm(xc, gamma, beta, moving_mean, moving_variance,
+                                                              training, 1.0 - momentum, eps)
+        else:
+            y, mean, inv = torch.native_batch_norm(xc, gamma, beta, moving_mean, moving_variance, training,
+                                                   1.0 - momentum, eps)
         y = y.movedim(1, axis)
         if add_to is not None:
             y = y + add_to
@@ -279,17 +315,26 @@ def _norm_grad_fn(k, pdtype, cast):
 
 
 def _norm_grad_kernel(k):
-    """PyTorch's fused batch-norm backward (``native_batch_norm_backward`` with the given
-    batch statistics: the formula above in two passes), channel axis moved to dim 1."""
+    """PyTorch's fused batch-norm backward with the given batch statistics (the formula
+    above in two passes), channel axis moved to dim 1: cuDNN's
+    (``torch.ops.aten.cudnn_batch_norm_backward``) where the forward takes cuDNN, else
+    ``native_batch_norm_backward``."""
     x_desc = k.input("x")
     if len(x_desc.shape) < 2:
         return _norm_grad_fn(k, param_dtype(x_desc.dtype).torch, lambda t, dtype: t.to(dtype))
     axis, eps = k.attr("axis"), k.attr("epsilon")
     backward = torch.ops.aten.native_batch_norm_backward
+    use_cudnn = _first_call_choice(_cudnn_fits)
 
     def normalization_grad(x, dy, mean, inv_variance, gamma):
-        dx, gamma_diff, beta_diff = backward(dy.movedim(axis, 1), x.movedim(axis, 1), gamma, None, None, mean,
-                                             inv_variance, True, eps, [True, True, True])
+        xc, dyc = x.movedim(axis, 1), dy.movedim(axis, 1)
+        if use_cudnn(xc, gamma, gamma, None, None, True, eps):
+            no_reserve = torch.empty(0, dtype=torch.uint8, device=x.device)
+            dx, gamma_diff, beta_diff = torch.ops.aten.cudnn_batch_norm_backward(
+                xc, dyc, gamma, None, None, mean, inv_variance, eps, no_reserve)
+        else:
+            dx, gamma_diff, beta_diff = backward(dyc, xc, gamma, None, None, mean, inv_variance, True, eps,
+                                                 [True, True, True])
         return gamma_diff, beta_diff, dx.movedim(1, axis)
     return normalization_grad
 

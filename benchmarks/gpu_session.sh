@@ -7,7 +7,8 @@
 #   bash benchmarks/gpu_session.sh native   # ResNet-50 and BERT: the native lowering against torch.compile
 #
 # Run from the project's root on the device machine, after the GPU kit was prepared here
-# (its `.gpu/whl` protobuf wheel is installed to /tmp/site when present, as the kit does).
+# (its `.gpu/whl` wheels are installed to /tmp/site when present, and its `.gpu/stub` holds the
+# bundled MNIST digits that the device's Python lacks, as the kit's check.sh does).
 # Everything printed is also written to $OUT/gpu_<part>.txt.
 set -u
 part=${1:-tests}
@@ -15,7 +16,7 @@ root=$(pwd)
 if compgen -G ".gpu/whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl >/dev/null 2>&1
 fi
-export PYTHONPATH=/tmp/site:$root${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+export PYTHONPATH=/tmp/site:$root:$root/.gpu/stub${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 step() { local limit=$1; shift; echo "=== $* [+${SECONDS}s]"; timeout "$limit" "$@" 2>&1; echo "=== rc $? [+${SECONDS}s]"; }
 {
 nvidia-smi -L

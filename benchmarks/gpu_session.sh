@@ -9,9 +9,11 @@
 # Run from the project's root on the device machine, after the GPU kit was prepared here
 # (its `.gpu/whl` wheels are installed to /tmp/site when present, and its `.gpu/stub` holds the
 # bundled MNIST digits that the device's Python lacks, as the kit's check.sh does).
-# Everything printed is also written to $OUT/gpu_<part>.txt.
+# Everything printed is written to $OUT/gpu_<part>.txt (shown here without the passed and
+# skipped tests' lines, the failed ones listed again at the end).
 set -u
 part=${1:-tests}
+log=${OUT:-/tmp}/gpu_$part.txt
 root=$(pwd)
 if compgen -G ".gpu/whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl >/dev/null 2>&1
@@ -23,8 +25,10 @@ nvidia-smi -L
 python3 -c "import torch, google.protobuf as p; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'protobuf', p.__version__)"
 case $part in
   tests)
-    step 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rfs tests/
-    step 330 python3 -m pytest -q -p no:cacheprovider --maxfail=100 -rf -m "not cuda" tests/ ;;
+    # -v: each test's outcome is printed when it ends, so a step cut off by its timeout
+    # still shows which tests failed (listed again at the end of this script)
+    step 150 python3 -m pytest -v -p no:cacheprovider -m cuda -rfs tests/
+    step 330 python3 -m pytest -v -p no:cacheprovider --maxfail=100 -rf -m "not cuda" tests/ ;;
   bench)
     step 170 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 3
     step 130 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 3
@@ -38,4 +42,8 @@ case $part in
   *) echo "usage: bash benchmarks/gpu_session.sh tests|bench|native"; exit 2 ;;
 esac
 echo "=== end [+${SECONDS}s]"
-} 2>&1 | tee "${OUT:-/tmp}/gpu_$part.txt"
+} 2>&1 | tee "$log" | grep -v -E " (PASSED|SKIPPED) "
+if [[ $part == tests ]]; then
+  echo "=== failed or errored:"
+  grep -E "FAILED|ERROR" "$log" | sort -u | head -120
+fi

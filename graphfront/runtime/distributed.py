@@ -45,7 +45,6 @@ import copy
 import datetime
 import math
 import os
-import socket
 import sys
 import time
 import traceback
@@ -208,17 +207,20 @@ class _WorkerJob:
         return None
 
 
-def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_s):
+def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_s, client_store=False):
     import torch.distributed as dist
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, str(port)
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, world)))
         use_cuda = device_tag == "gpu" and torch.cuda.is_available()
         device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
         if use_cuda:
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        # the client's store (one machine), else the env:// rendezvous at rank 0's port
+        store = dist.TCPStore(addr, port, is_master=False, timeout=timeout) if client_store else None
+        dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world, timeout=timeout,
+                                store=store)
     except Exception as e:  # noqa: BLE001 - reported to the client
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
@@ -274,14 +276,9 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
 
 # ----------------------------------------------------------------------------- client side
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def rendezvous(session):
-    """``(master address, port, machine rank, machine count)`` for the session's workers."""
+    """``(master address, port, machine rank, machine count)`` for the session's workers;
+    the port is None on one machine where none was set (the client then hosts the store)."""
     machines = machine_count(session)
     machine_rank = int(os.environ.get("GRAPHFRONT_MACHINE_RANK", os.environ.get("RANK", 0)) if machines > 1 else 0)
     addr = os.environ.get("MASTER_ADDR")
@@ -300,8 +297,7 @@ def rendezvous(session):
         if machines > 1:
             raise RuntimeError("several machines need a rendezvous port: set MASTER_PORT (torchrun does) or "
                                "flow.env.ctrl_port(port)")
-        port = _free_port()
-    return addr, int(port), machine_rank, machines
+    return addr, (int(port) if port else None), machine_rank, machines
 
 
 @contextlib.contextmanager
@@ -346,13 +342,21 @@ class WorkerGroup:
         self.ranks = [machine_rank * local + i for i in range(local)]
         self.broken = None
         self.key, self.owner = None, None  # (set for the session using it; see release_group)
+        # With no port set, this process hosts the workers' rendezvous store on a port the
+        # system picks while binding it (no window in which another process can take it).
+        self.store = None
+        if port is None:
+            self.store = torch.distributed.TCPStore(addr, 0, is_master=True, wait_for_workers=False,
+                                                    timeout=datetime.timedelta(seconds=timeout_s))
+            port = self.store.port
         ctx = mp.get_context("spawn")
         self.conns, self.procs = [], []
         with _main_script_hidden():
             for local, rank in enumerate(self.ranks):
                 parent, child = ctx.Pipe()
                 p = ctx.Process(target=_worker_main, args=(child, rank, self.world, local, device_tag, addr, port,
-                                                           timeout_s), daemon=True, name=f"graphfront-worker-{rank}")
+                                                           timeout_s, self.store is not None),
+                                daemon=True, name=f"graphfront-worker-{rank}")
                 p.start()
                 child.close()
                 self.conns.append(parent)
@@ -430,7 +434,7 @@ class WorkerGroup:
                 p.join(timeout=5)
         for conn in self.conns:
             conn.close()
-        self.procs, self.conns = [], []
+        self.procs, self.conns, self.store = [], [], None
 
 
 class DistributedVariableStore(VariableStore):

@@ -34,6 +34,7 @@ from graphfront.framework import job_builder as _jb
 from graphfront.framework import session as _session
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.tensor_buffer import tensor_buffer_to_tensor
 from graphfront.core import op_conf_pb2
@@ -587,6 +588,7 @@ def decode_ofrecord(ofrecord_dir, blobs, batch_size=1, data_part_num=1, part_nam
 
 # ------------------------------------------------------------------ Megatron GPT data loader
 
+@renamed_keywords(PARALLEL_DISTRIBUTION)
 def megatron_gpt_mmap_data_loader(data_file_prefix, seq_length, num_samples, batch_size, dtype=_dt.int64,
                                   shuffle=True, random_seed=None, split_sizes=None, split_index=None, nd_sbp=None,
                                   start_from_saved_progress=False, name=None) -> BlobDesc:
@@ -601,7 +603,8 @@ def megatron_gpt_mmap_data_loader(data_file_prefix, seq_length, num_samples, bat
     permutes documents and samples with ``random_seed`` (None: drawn from torch's generator,
     so ``flow.manual_seed`` fixes it). With ``start_from_saved_progress`` the batch counter is
     a variable (``<name>-iteration``, int64 ``(1,)``) saved and restored with the checkpoint;
-    otherwise it lives in the compiled job. ``nd_sbp`` is recorded. OneFlow: op
+    otherwise it lives in the compiled job. ``nd_sbp`` is recorded (OneFlow v0.5's keyword
+    ``parallel_distribution`` is accepted for it). OneFlow: op
     ``megatron_gpt_mmap_data_loader``, on the host.
 
     Raises:

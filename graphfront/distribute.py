@@ -19,6 +19,8 @@ import warnings
 from graphfront import scope as _scope
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.builder import build_op
 from graphfront.parallel import sbp as _sbp
@@ -134,6 +136,7 @@ def parallel_cast(input, name=None, distribute=None, gradient_distribute=None): 
                     name=name, prefix="ParallelCast_")
 
 
+@renamed_keywords(PARALLEL_DISTRIBUTION)
 def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, name=None):  # noqa: A002
     """``flow.hierarchical_parallel_cast``: the same values laid out as ``nd_sbp`` (a list of
     SBP strings such as ``["S(0)"]``, ``["B"]``, ``["P"]``, one per axis of the placement's
@@ -141,9 +144,11 @@ def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, 
     :func:`graphfront.parallel.sbp.flatten_nd_sbp`);
     ``grad_mode`` "identity" (default), "manual" (the gradient laid out as ``grad_nd_sbp``)
     or "restore" (the gradient laid out as the input). Op ``hierarchical_parallel_cast``.
+    OneFlow v0.5's keywords ``parallel_distribution`` / ``grad_parallel_distribution`` are
+    accepted for ``nd_sbp`` / ``grad_nd_sbp``.
 
-    Raises ValueError for a malformed SBP string, an unknown ``grad_mode`` or a layout over
-    two axes of devices."""
+    Raises ValueError for a malformed SBP string or an unknown ``grad_mode``, JobBuildError (a
+    ValueError naming the user's line) for a layout over two axes of devices."""
     nd_sbp = [nd_sbp] if isinstance(nd_sbp, str) else list(nd_sbp)
     grad_mode = grad_mode or "identity"
     if grad_mode not in ("identity", "manual", "restore"):
@@ -155,7 +160,7 @@ def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, 
         try:
             return [_sbp.flatten_nd_sbp(layout, grid)] if len(layout) > 1 else layout
         except ValueError as e:
-            raise ValueError(f"hierarchical_parallel_cast: {e}") from None
+            raise JobBuildError(f"hierarchical_parallel_cast: {e}{format_location(user_frame())}") from None
     return build_op("hierarchical_parallel_cast", {"in": input},
                     {"nd_sbp": one_axis(nd_sbp), "grad_mode": grad_mode,
                      "grad_nd_sbp": one_axis(list(grad_nd_sbp or []))},

@@ -20,6 +20,7 @@ from graphfront import array as _array
 from graphfront.array import (broadcast_to_compatible_with, unsorted_batch_segment_sum,  # noqa: F401 - aliases
                               unsorted_segment_sum, unsorted_segment_sum_like)
 from graphfront.framework import job_builder as jb
+from graphfront.fused import fused_scale_tril_softmax_dropout  # noqa: F401 - alias of flow.nn's
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.builder import build_op, unique_str

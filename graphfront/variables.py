@@ -8,12 +8,14 @@ from graphfront.core import op_conf_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
 
 if TYPE_CHECKING:
     from graphfront.core.initializer_conf_pb2 import InitializerConf
     from graphfront.core.regularizer_conf_pb2 import RegularizerConf
 
 
+@renamed_keywords(PARALLEL_DISTRIBUTION)
 def get_variable(name: str, shape: Sequence[int] | None = None, dtype: _dt.dtype = _dt.float32,
                  initializer: InitializerConf | None = None, regularizer: RegularizerConf | None = None,
                  trainable: bool | None = None, model_name: str | None = None, random_seed: int | None = None,
@@ -30,6 +32,9 @@ def get_variable(name: str, shape: Sequence[int] | None = None, dtype: _dt.dtype
         trainable: whether the optimizer updates it (default True).
         random_seed: seed of this variable's initializer draw.
         reuse: when False, an existing variable of the same name in this job is an error.
+        nd_sbp: SBP string or list of them, one per axis of the placement's hierarchy
+            (``VariableOpConf.nd_sbp``); OneFlow v0.5's keyword ``parallel_distribution``
+            is accepted for it.
         distribute: ``flow.distribute.split(axis)`` lays the variable out in slices over
             the devices of a multi-device placement (recorded as ``nd_sbp`` ``"S(axis)"``);
             otherwise every device holds all of it.

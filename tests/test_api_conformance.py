@@ -235,6 +235,7 @@ def test_signature_matches_reference(path, sig):
 
 @pytest.mark.parametrize("alias,target", [
     ("math.relu", "nn.relu"), ("nn.tril", "math.tril"), ("nn.fused_scale_tril", "math.fused_scale_tril"),
+    ("math.fused_scale_tril_softmax_dropout", "nn.fused_scale_tril_softmax_dropout"),
     ("math.unsorted_segment_sum", "unsorted_segment_sum"),
     ("math.unsorted_segment_sum_like", "unsorted_segment_sum_like"),
     ("math.unsorted_batch_segment_sum", "unsorted_batch_segment_sum"),

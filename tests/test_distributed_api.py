@@ -211,3 +211,19 @@ def test_device_grids_that_do_not_fit_are_refused():
                                          r"out over several device axes"):
         _sbp.flatten_nd_sbp(["S(0)", "S(1)"], (2, 2))
     assert _sbp.flatten_nd_sbp(["B", "B"], (2, 2)) == "B"
+
+
+def test_a_cast_over_two_device_axes_is_refused_naming_the_users_line():
+    """OneFlow's GPT lays activations out as [S(0), B] over a (2, 2) grid; graphfront lays a
+    blob out over one axis of devices and says so at the cast, with the user's line."""
+    _session(4)
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-3", (2, 2)):
+            return flow.hierarchical_parallel_cast(x, parallel_distribution=["S(0)", "B"])
+
+    with pytest.raises(flow.JobBuildError, match=r"hierarchical_parallel_cast: nd_sbp \['S\(0\)', 'B'\] over the "
+                                                 r"hierarchy \(2, 2\) lays the blob out over several device axes.*"
+                                                 r"(?s:.*)test_distributed_api.py:\d+ in job"):
+        job(np.zeros((4, 3), np.float32))

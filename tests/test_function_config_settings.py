@@ -2,6 +2,8 @@
 (``train.primary_lr`` + ``train.model_update_conf`` + ``flow.losses.add_loss``), gradient
 accumulation, sparse (indexed-slices) embedding updates and ``function_desc`` — each
 checked against torch.optim / numpy."""
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -202,3 +204,16 @@ def test_cudnn_settings_hold_while_the_jobs_steps_run(heuristic):
     assert seen[1] == before
     conf = job.compiled_job.job.job_conf
     assert conf.cudnn_conv_heuristic_search_algo is heuristic and conf.cudnn_conv_use_deterministic_algo_only
+
+
+def test_enable_non_distributed_optimizer_is_the_older_spelling_of_the_placement_mode():
+    """OneFlow v0.6.0 function_util.py: True sets optimizer_placement_optimization_mode to
+    "non_distributed"; False leaves the proto untouched (no field set, no warning)."""
+    cfg = flow.FunctionConfig()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg.enable_non_distributed_optimizer(False)
+    assert not cfg.job_config_proto.HasField("optimizer_placement_optimization_mode")
+    with pytest.warns(UserWarning, match="optimizer_placement_optimization_mode"):
+        cfg.enable_non_distributed_optimizer(True)
+    assert cfg.job_config_proto.optimizer_placement_optimization_mode == "non_distributed"

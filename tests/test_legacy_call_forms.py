@@ -54,3 +54,54 @@ def test_conv2d_v05_positional_order_conflicts_are_named():
         _predict(lambda a, b: flow.nn.conv2d(a, b, 1, "VALID", "NCHW", data_format="NHWC", name="c"), x, w)
     with pytest.raises(ArgumentError, match=r"conv2d: .*seventh positional is groups.*received 2 there and groups=2"):
         _predict(lambda a, b: flow.nn.conv2d(a, b, 1, "VALID", "NCHW", 1, 2, groups=2), x, w)
+
+
+def test_v05_parallel_distribution_keywords_are_nd_sbp(tmp_path):
+    """OneFlow v0.5 spelled nd_sbp / grad_nd_sbp as parallel_distribution /
+    grad_parallel_distribution (get_variable, hierarchical_parallel_cast,
+    megatron_gpt_mmap_data_loader): the older keyword records the same attrs and the values
+    and gradients are unchanged (reference: torch)."""
+    from test_megatron_gpt_loader import write_megatron
+    prefix = str(tmp_path / "corpus")
+    write_megatron(prefix, [np.arange(1, 12)])
+    x = _rng.standard_normal((2, 3)).astype(np.float32)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            w = flow.get_variable("w", (2, 3), initializer=flow.constant_initializer(2.0),
+                                  parallel_distribution=["B"])
+            h = flow.hierarchical_parallel_cast(a * w, parallel_distribution=["B"], grad_mode="manual",
+                                                grad_parallel_distribution=["B"], name="cast")
+            flow.data.megatron_gpt_mmap_data_loader(prefix, seq_length=4, num_samples=2, batch_size=1,
+                                                    shuffle=False, parallel_distribution=["S(0)"], name="loader")
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(
+                flow.math.reduce_sum(h * h))
+            return h
+
+    np.testing.assert_allclose(job(x), x * 2.0, rtol=1e-6)
+    ops = {op.name: op for op in job.compiled_job.user_job.net.op}
+    assert list(ops["w"].variable_conf.nd_sbp) == ["B"]
+    cast = ops["cast"].user_conf.attr
+    assert list(cast["nd_sbp"].at_list_string.val) == ["B"] and cast["grad_mode"].at_string == "manual"
+    assert list(cast["grad_nd_sbp"].at_list_string.val) == ["B"]
+    assert list(ops["loader"].user_conf.attr["nd_sbp"].at_list_string.val) == ["S(0)"]
+    w = torch.full((2, 3), 2.0, requires_grad=True)
+    ((torch.from_numpy(x) * w) ** 2).sum().backward()
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), (2.0 - 0.5 * w.grad).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: flow.get_variable("w", (2,), nd_sbp=["B"], parallel_distribution=["B"]),
+    lambda: flow.hierarchical_parallel_cast(flow.constant(1.0, dtype=flow.float32, shape=(2,)), nd_sbp=["B"], parallel_distribution=["B"]),
+])
+def test_both_spellings_of_nd_sbp_are_refused(call):
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict")
+    def job():
+        call()
+
+    with pytest.raises(ArgumentError, match="passed twice.*'nd_sbp'.*'parallel_distribution'"):
+        job()

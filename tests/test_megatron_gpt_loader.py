@@ -131,3 +131,39 @@ def test_malformed_files_are_refused_naming_the_file_and_what_was_expected(tmp_p
     with pytest.raises(flow.JobBuildError, match=message) as e:
         load()
     assert "corpus" in str(e.value)
+
+
+def test_gradient_accumulation_reads_k_loader_batches_per_call(tmp_path):
+    """A train job fed by the loader (no placeholder) with num_gradient_accumulation_steps(2):
+    as OneFlow, each call runs forward and backward on 2 loader batches and makes one SGD
+    step on their mean gradient (reference: torch on the numpy-cut samples)."""
+    import torch
+    docs = _docs(4, n=9)
+    prefix = str(tmp_path / "corpus")
+    write_megatron(prefix, docs)
+    seq_length, batch, k, vocab, lr = 5, 2, 2, 50000, 0.5
+    cfg = flow.FunctionConfig()
+    cfg.train.num_gradient_accumulation_steps(k)
+
+    @flow.global_function(type="train", function_config=cfg)
+    def train() -> flow.typing.Numpy:
+        tokens = flow.data.megatron_gpt_mmap_data_loader(prefix, seq_length=seq_length, num_samples=8,
+                                                         batch_size=batch, shuffle=False)
+        w = flow.get_variable("w", (vocab,), initializer=flow.constant_initializer(0.5))
+        x = flow.gather(w, tokens)
+        loss = flow.math.reduce_mean(flow.math.square(x - flow.cast(tokens, flow.float32) * 1e-4))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]), momentum=0).minimize(loss)
+        return loss
+
+    samples = torch.from_numpy(_reference_samples(docs, seq_length, 8, 8))
+    w = torch.full((vocab,), 0.5, requires_grad=True)
+    for call in range(2):
+        got = train()
+        micro = [samples[(call * k + i) * batch:(call * k + i + 1) * batch] for i in range(k)]
+        ref = torch.stack([((w[t] - t.float() * 1e-4) ** 2).mean() for t in micro])
+        np.testing.assert_allclose(got.reshape(-1), ref.detach().numpy(), rtol=1e-6)
+        w.grad = None
+        ref.mean().backward()
+        with torch.no_grad():
+            w -= lr * w.grad
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w.detach().numpy(), rtol=1e-6, atol=1e-7)

@@ -414,6 +414,22 @@ class FunctionConfig:
         """
         self._xrt_switch("use_tensorrt", value)
 
+    def enable_non_distributed_optimizer(self, value=True) -> None:
+        """Older switch of the optimizer placement: ``True`` sets
+        ``JobConfigProto.optimizer_placement_optimization_mode`` to ``"non_distributed"``,
+        ``False`` leaves the config as it is (OneFlow v0.6.0
+        ``python/oneflow/compatible/single_client/framework/function_util.py``,
+        ``set_enable_non_distributed_optimizer``).
+
+        Recorded only, as the other optimizer-placement settings: graphfront updates every
+        variable where it lives (a UserWarning says so when ``value`` is true).
+
+        Args:
+            value: bool (truthiness is used); default True.
+        """
+        if value:
+            self.optimizer_placement_optimization_mode("non_distributed")
+
     def _xrt_switch(self, name, value):
         if not isinstance(value, bool):
             raise TypeError(f"FunctionConfig.{name} expects a bool, received {value!r}")

@@ -18,6 +18,12 @@ graphfront builds the job for one micro-batch (placeholders with dim 0 divided b
   model-update ops) and the constants they read, with each gradient replaced by its
   buffer times ``1 / k``, after which the buffers are zeroed.
 
+A micro-batch is what the fed batch and the ops drawing new values on each run (data
+readers such as ``megatron_gpt_mmap_data_loader`` or ``OFRecordReader``, random ops: the
+registry's ``random`` ops) produce: such ops and everything computed from them run once per
+micro-batch, as OneFlow runs the whole forward and backward ``k`` times; a job fed by a data
+reader reads ``k`` batches of the reader's ``batch_size`` per call.
+
 Both are Jobs; each runs as an ordinary plan. A job on several devices is split after
 the boxing pass: each micro-batch is data parallel over the devices and all-reduces its
 gradients (the micro job keeps the ``System-Boxing-*`` ops), so the buffers accumulate
@@ -35,6 +41,7 @@ from graphfront.core import op_conf_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope_symbols as _scope
 from graphfront.framework.errors import JobBuildError
+from graphfront.ops.registry import op_def
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes.rewrite import Net
 from graphfront.runtime.lowering import Lowering
@@ -67,9 +74,10 @@ def split_job(job, k):
     """``(micro_job, update_job)`` of a completed train Job (see module docstring)."""
     ops = {op.name: op for op in job.net.op}
     producer = {lbn: op.name for op in job.net.op for _, _, lbn in jb.op_outputs(op)}
-    fed = set()  # lbns that depend on the fed batch
+    fed = set()  # lbns that differ between micro-batches: from the fed batch or a per-run draw
     for op in job.net.op:
-        if jb.op_kind(op) == "input_conf" or any(lbn in fed for _, _, lbn in jb.op_inputs(op)):
+        if (jb.op_kind(op) == "input_conf" or op_def(op).random
+                or any(lbn in fed for _, _, lbn in jb.op_inputs(op))):
             fed.update(lbn for _, _, lbn in jb.op_outputs(op))
     index = {op.name: i for i, op in enumerate(job.net.op)}
     update = {op.name for op in job.net.op if _is_update_op(op)}

@@ -66,6 +66,30 @@ clamp = clip = clip_by_scalar = clip_by_value
 consistent_user_op_builder = user_op_builder  # one device: every op is consistent
 
 
+def _register_oneflow_python_layout():
+    """OneFlow up to v0.4 kept its Python sources under ``oneflow/python/``, and programs of
+    that time import ``oneflow.python.framework.distribute`` (``distribute_util.broadcast()``),
+    the module whose exports are ``flow.distribute`` (OneFlow v0.6.0 moved it to
+    ``python/oneflow/compatible/single_client/framework/distribute.py``). So
+    ``graphfront.python.framework.distribute`` *is* :mod:`graphfront.distribute` (the same module
+    object); any other name under ``graphfront.python`` fails as "No module named ...".
+    """
+    import sys
+    import types
+    python = types.ModuleType(__name__ + ".python", "OneFlow's oneflow/python/ module path (an alias)")
+    framework = types.ModuleType(python.__name__ + ".framework", "OneFlow's oneflow/python/framework/")
+    for package in (python, framework):
+        package.__path__ = []  # a package: an unknown name below it is "No module named ..."
+        package.__package__ = package.__name__
+        sys.modules[package.__name__] = package
+    python.framework, framework.distribute = framework, distribute
+    sys.modules[framework.__name__ + ".distribute"] = distribute
+    return python
+
+
+python = _register_oneflow_python_layout()
+
+
 def manual_seed(seed):
     """Seed the random generators graphfront draws from (initializers, dropout)."""
     import torch

@@ -1,5 +1,9 @@
 """Call forms of OneFlow's older single-client releases that graphfront keeps working
 (programs such as the OneFlow-Benchmark CNN scripts still use them), checked against PyTorch."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -105,3 +109,32 @@ def test_both_spellings_of_nd_sbp_are_refused(call):
 
     with pytest.raises(ArgumentError, match="passed twice.*'nd_sbp'.*'parallel_distribution'"):
         job()
+
+
+def test_oneflow_python_framework_distribute_module_path():
+    # OneFlow <= 0.4 programs: `import oneflow.python.framework.distribute as distribute_util`,
+    # then get_variable(..., distribute=distribute_util.broadcast()); imported first in a fresh
+    # interpreter (before `import graphfront`), and in both statement forms
+    code = (
+        "import graphfront.python.framework.distribute as d\n"
+        "from graphfront.python.framework import distribute as e\n"
+        "import graphfront as flow\n"
+        "print(d is e is flow.distribute, d.broadcast() == flow.distribute.broadcast(), str(d.split(1)))\n"
+        "try:\n"
+        "    import graphfront.python.framework.id_util\n"
+        "except ModuleNotFoundError as err:\n"
+        "    print(err.name)\n"
+    )
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, check=True, capture_output=True, text=True)
+    assert out.stdout.split() == ["True", "True", "S(1)", "graphfront.python.framework.id_util"]
+    # a broadcast variable built through the old path holds its initializer's values
+    import graphfront.python.framework.distribute as distribute_util
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict")
+    def job() -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            return flow.get_variable("v", shape=(2, 3), initializer=flow.constant_initializer(1.5),
+                                     distribute=distribute_util.broadcast())
+    np.testing.assert_array_equal(job(), np.full((2, 3), 1.5, np.float32))

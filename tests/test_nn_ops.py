@@ -427,17 +427,19 @@ def test_batch_norm_train_steps_match_torch_and_predict_uses_moving_stats():
     assert list(eval_op.output_order) == ["y"]
 
 
-def test_batch_norm_cudnn_reserve_space_reaches_its_backward_through_the_plan(monkeypatch):
+@pytest.mark.parametrize("reserve_bytes", [0, 16])
+def test_batch_norm_cudnn_reserve_space_reaches_its_backward_through_the_plan(monkeypatch, reserve_bytes):
     """Where cuDNN takes a batch norm (on a GPU), its training kernel's reserve space goes
     from the forward to ``normalization_grad``'s ``cudnn_batch_norm_backward`` with the
-    ``mean`` blob. Here cuDNN's two ops are stood in for on the CPU by PyTorch's native
-    kernels plus a marked reserve tensor; the train steps must still match torch's."""
+    ``mean`` blob (an empty one where cuDNN needs none). Here cuDNN's two ops are stood in
+    for on the CPU by PyTorch's native kernels plus a marked reserve tensor; the train steps
+    must still match torch's."""
     from graphfront.ops import norm_ops
     reserves, backward_reserves = [], []
 
     def fake_forward(x, gamma, beta, rm, rv, training, factor, eps):
         y, mean, inv = torch.native_batch_norm(x, gamma, beta, rm, rv, training, factor, eps)
-        reserves.append(torch.full((16,), len(reserves), dtype=torch.uint8))
+        reserves.append(torch.full((reserve_bytes,), len(reserves), dtype=torch.uint8))
         return y, mean, inv, reserves[-1]
 
     def fake_backward(x, dy, gamma, rm, rv, mean, inv, eps, reserve):
@@ -445,7 +447,7 @@ def test_batch_norm_cudnn_reserve_space_reaches_its_backward_through_the_plan(mo
         return torch.ops.aten.native_batch_norm_backward(dy, x, gamma, rm, rv, mean, inv, True, eps,
                                                          [True, True, True])
     monkeypatch.setattr(norm_ops, "_cudnn_fits", lambda x, *args: x.dim() == 4)
-    monkeypatch.setattr(torch._C, "_get_cudnn_batch_norm_reserve_space_size", lambda x, training: 16)
+    monkeypatch.setattr(torch._C, "_get_cudnn_batch_norm_reserve_space_size", lambda x, training: reserve_bytes)
     monkeypatch.setattr(torch.ops.aten, "cudnn_batch_norm", fake_forward)
     monkeypatch.setattr(torch.ops.aten, "cudnn_batch_norm_backward", fake_backward)
     x, c = rand(4, 3, 5, 2), rand(4, 3, 5, 2)
@@ -468,7 +470,11 @@ def test_batch_norm_cudnn_reserve_space_reaches_its_backward_through_the_plan(mo
         opt.step()
         close(y, ty.detach().permute(0, 2, 3, 1).numpy())
     close(flow.get_all_variables()["bnr-gamma"].numpy(), bn.weight.detach().numpy())
-    assert len(reserves) == 2 and [r is s for r, s in zip(reserves, backward_reserves)] == [True, True]
+    assert len(reserves) == len(backward_reserves) == 2
+    if reserve_bytes:
+        assert [r is s for r, s in zip(reserves, backward_reserves)] == [True, True]
+    else:
+        assert [(r.dtype, r.numel()) for r in backward_reserves] == [(torch.uint8, 0)] * 2
 
 
 def test_batch_norm_training_grads_channels_last():

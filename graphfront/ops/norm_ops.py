@@ -341,8 +341,11 @@ def _norm_grad_kernel(k):
     def normalization_grad(x, dy, mean, inv_variance, gamma):
         xc, dyc = x.movedim(axis, 1), dy.movedim(axis, 1)
         size = reserve_size(xc, gamma)
-        reserve = getattr(mean, _RESERVE, None) if size else torch.empty(0, dtype=torch.uint8, device=x.device)
-        if size is not None and reserve is not None:
+        if size is None:
+            reserve = None
+        else:
+            reserve = getattr(mean, _RESERVE, None) if size else xc.new_empty(0, dtype=torch.uint8)
+        if reserve is not None:
             dx, gamma_diff, beta_diff = torch.ops.aten.cudnn_batch_norm_backward(
                 xc, dyc, gamma, None, None, mean, inv_variance, eps, reserve)
         else:

@@ -19,7 +19,9 @@ allocations (``view``, ``permute``, ``empty``, ...), a close proxy for kernel la
   sizes. ``GradScaler`` is off on the CPU, so its unscale and inf-check kernels (a few
   multi-tensor launches on a GPU) are not counted: the PyTorch figure is a lower bound.
 
-Printed: kernels per step of each side, their ratio (lower is better for graphfront) and
+Printed: kernels per step of each side, their ratio (lower is better for graphfront), the
+calls of graphfront's step that made a tensor on the host or copied one in (none expected: on
+a GPU they would be host work inside the step and would break its CUDA-graph capture) and
 graphfront's most frequent aten calls with the ops that make them.
 """
 import argparse
@@ -32,6 +34,7 @@ import types
 
 import numpy as np
 import torch
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -52,21 +55,29 @@ NOT_KERNELS = {"view", "_unsafe_view", "permute", "transpose", "t", "expand", "u
 
 
 class Kernels(TorchDispatchMode):
-    """Counts the aten calls that launch kernels, by op name and by (op, graphfront source line)."""
+    """Counts the aten calls that launch kernels, by op name and by (op, graphfront source
+    line); ``host`` lists the calls (op, graphfront source) that made a tensor off the
+    ``meta`` device or copied a CPU tensor in, which on a GPU would be host work inside the
+    step (and would break a CUDA-graph capture)."""
 
     def __init__(self):
         super().__init__()
-        self.count, self.where = collections.Counter(), collections.Counter()
+        self.count, self.where, self.host = collections.Counter(), collections.Counter(), []
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = func.overloadpacket.__name__
+        out = func(*args, **(kwargs or {}))
+        frames = [f for f in traceback.extract_stack(limit=12) if f"{os.sep}graphfront{os.sep}" in f.filename]
+        source = f"{frames[-1].filename.rsplit('graphfront' + os.sep, 1)[-1]}:{frames[-1].lineno}" if frames else "?"
         if name not in NOT_KERNELS:
             self.count[name] += 1
-            frames = [f for f in traceback.extract_stack(limit=12) if f"{os.sep}graphfront{os.sep}" in f.filename]
             if frames:
-                source = frames[-1].filename.rsplit("graphfront" + os.sep, 1)[-1]
-                self.where[(name, f"{source}:{frames[-1].lineno}")] += 1
-        return func(*args, **(kwargs or {}))
+                self.where[(name, source)] += 1
+        made = {t.device.type for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)}
+        read = {t.device.type for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        if made - {"meta"} or (name in ("_to_copy", "copy_", "copy") and "cpu" in read):
+            self.host.append((name, source))
+        return out
 
 
 @contextlib.contextmanager
@@ -170,7 +181,8 @@ def _steady(step, warmup=2):
 
 
 def main(argv=None):
-    """Print the table; returns ``{model: (graphfront's kernels, PyTorch's kernels)}``."""
+    """Print the table; returns ``{model: (graphfront's kernels, PyTorch's kernels, graphfront's
+    host calls)}`` (host calls: see :class:`Kernels`; none is expected)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="resnet50,bert,lenet")
     p.add_argument("--block-counts", default="3,4,6,3", help="ResNet-50's blocks per stage")
@@ -182,12 +194,16 @@ def main(argv=None):
     counts, rows, details = {}, [], []
     for model in o.models.split(","):
         gf, pt = {"resnet50": resnet, "bert": bert, "lenet": lenet}[model](o)
-        counts[model] = n_gf, n_pt = sum(gf.count.values()), sum(pt.count.values())
-        rows.append([model, n_gf, n_pt, f"{n_gf / n_pt:.2f}"])
+        n_gf, n_pt = sum(gf.count.values()), sum(pt.count.values())
+        counts[model] = n_gf, n_pt, gf.host
+        rows.append([model, n_gf, n_pt, f"{n_gf / n_pt:.2f}", len(gf.host)])
         details.append((model, gf.where.most_common(o.top)))
     print(f"torch {torch.__version__}; aten calls per steady train step other than views (a proxy for GPU kernels)")
-    print(tabulate(rows, headers=["model", "graphfront plan (meta device)", "PyTorch eager (CPU)", "ratio"],
-                   disable_numparse=True))
+    print(tabulate(rows, headers=["model", "graphfront plan (meta device)", "PyTorch eager (CPU)", "ratio",
+                                  "graphfront host calls"], disable_numparse=True))
+    for model, (_, _, host) in counts.items():
+        if host:
+            print(f"{model}: graphfront's step made or copied in host tensors: {host[:10]}")
     for model, common in details:
         print(f"\n{model}: graphfront's most frequent calls")
         print(tabulate([[n, op, src] for (op, src), n in common], headers=["calls", "aten op", "graphfront source"]))

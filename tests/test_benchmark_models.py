@@ -322,14 +322,18 @@ def test_benchmark_script_prints_samples_per_second_and_ratios(script, extra, ca
 
 def test_step_kernels_counts_both_sides_of_each_model(capsys):
     """benchmarks/step_kernels.py (small networks): graphfront's GPU-configured plan runs on
-    the meta device, PyTorch's step on the CPU; both counts and the table are printed."""
+    the meta device, PyTorch's step on the CPU; both counts and the table are printed, and
+    graphfront's steps make no tensor off the device."""
     spec = importlib.util.spec_from_file_location("bench_step_kernels", os.path.join(ROOT, "benchmarks",
                                                                                       "step_kernels.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     counts = module.main(["--block-counts", "1,1,1,1", "--layers", "1", "--lenet-batch", "8", "--top", "3"])
-    assert set(counts) == {"resnet50", "bert", "lenet"} and all(g > 0 and p > 0 for g, p in counts.values())
+    assert set(counts) == {"resnet50", "bert", "lenet"} and all(g > 0 and p > 0 for g, p, _ in counts.values())
+    # every tensor of the GPU-configured steps (AMP float16, loss scaling, the data drawn in
+    # the job) is made on the placement device, nothing is copied in from the host
+    assert {model: host for model, (_, _, host) in counts.items()} == {"resnet50": [], "bert": [], "lenet": []}
     out = capsys.readouterr().out
-    for model, (g, p) in counts.items():
+    for model, (g, p, _) in counts.items():
         assert f"{model} " in out and f"{g / p:.2f}" in out
     assert out.count("graphfront's most frequent calls") == 3

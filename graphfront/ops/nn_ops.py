@@ -822,16 +822,41 @@ def _matmul_infer(batch):
 
 
 def _matmul_kernel(k):
+    """``alpha * a @ b (+ _add_to_output)``. Where ``alpha`` or the addend is set and the
+    operands are two matrices or two stacks of matrices with the same batch dims, both go
+    into the GEMM's epilogue (``torch.addmm`` / ``torch.baddbmm``: ``beta * add_to + alpha * a @ b``,
+    one kernel, as OneFlow's matmul kernels pass ``alpha`` and ``_add_to_output`` to cuBLAS,
+    ``oneflow/user/kernels/matmul_kernels.cpp``); otherwise ``torch.matmul``."""
     ta, tb, alpha = k.attr("transpose_a"), k.attr("transpose_b"), k.attr("alpha")
+    a_desc, b_desc = k.input("a"), k.input("b")
+    same_batch = len(a_desc.shape) == len(b_desc.shape) and a_desc.shape[:-2] == b_desc.shape[:-2]
+    if not ta and not tb and alpha == 1.0 and not k.has_input("_add_to_output"):
+        return lambda a, b, add_to: torch.matmul(a, b)
+    if not same_batch:
+        def mm(a, b, add_to):
+            out = torch.matmul(a.transpose(-1, -2) if ta else a, b.transpose(-1, -2) if tb else b)
+            if alpha != 1.0:
+                out = out * alpha
+            return out if add_to is None else out + add_to
+        return mm
+    out_shape = k.output("out").shape
+    ignored = []  # the addend when there is none (beta 0: the GEMM does not read it), made once
 
-    def mm(a, b, add_to):
-        out = torch.matmul(a.transpose(-1, -2) if ta else a, b.transpose(-1, -2) if tb else b)
-        if alpha != 1.0:
-            out = out * alpha
-        return out if add_to is None else out + add_to
-    if not ta and not tb and alpha == 1.0:
-        return lambda a, b, add_to: torch.matmul(a, b) if add_to is None else torch.matmul(a, b) + add_to
-    return mm
+    def gemm(a, b, add_to):
+        a, b = a.transpose(-1, -2) if ta else a, b.transpose(-1, -2) if tb else b
+        if add_to is None:
+            if not ignored:
+                ignored.append(torch.empty((), dtype=a.dtype, device=a.device))
+            add_to, beta = ignored[0], 0.0
+        else:
+            beta = 1.0
+        if a.dim() == 2:
+            return torch.addmm(add_to, a, b, beta=beta, alpha=alpha)
+        m, n = out_shape[-2:]
+        out = torch.baddbmm(add_to if add_to.dim() == 0 else add_to.reshape(-1, m, n), a.reshape(-1, *a.shape[-2:]),
+                            b.reshape(-1, *b.shape[-2:]), beta=beta, alpha=alpha)
+        return out.reshape(out_shape)
+    return gemm
 
 
 def _matmul_xla(k):

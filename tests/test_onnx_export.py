@@ -55,13 +55,19 @@ def _binary():
     return lambda: ({"x": t(2, 3, 4), "y": oneof(t(3, 1), t(1, 4), t(2, 3, 4))}, {})
 
 
-def _conv(n):
+def _conv(n, data_format="channels_first"):
+    """channels_last: input (N, *spatial, C), weight (O, *kernel, I / groups), grouped and dilated."""
     def case():
         spatial = [random(5, 8).to(int) for _ in range(n)]
-        return ({"in": t(2, 3, *spatial), "weight": t(4, 3, *[3] * n), "bias": t(4)},
-                {"filters": 4, "padding_before": [random(0, 2).to(int)] * n, "data_format": "channels_first",
-                 "kernel_size": [3] * n, "strides": [random(1, 3).to(int)] * n, "dilation_rate": [1] * n,
-                 "groups": 1})
+        if data_format == "channels_first":
+            return ({"in": t(2, 3, *spatial), "weight": t(4, 3, *[3] * n), "bias": t(4)},
+                    {"filters": 4, "padding_before": [random(0, 2).to(int)] * n, "data_format": data_format,
+                     "kernel_size": [3] * n, "strides": [random(1, 3).to(int)] * n, "dilation_rate": [1] * n,
+                     "groups": 1})
+        return ({"in": t(2, *spatial, 4), "weight": t(6, *[2] * n, 2), "bias": t(6)},
+                {"filters": 6, "padding_before": [random(0, 2).to(int)] * n, "data_format": data_format,
+                 "kernel_size": [2] * n, "strides": [random(1, 3).to(int)] * n, "dilation_rate": [2] * n,
+                 "groups": 2})
     return case
 
 
@@ -134,11 +140,12 @@ def _deconv(n, data_format="channels_first", groups=1):
     return case
 
 
-def _pool(n):
+def _pool(n, data_format="channels_first"):
     def case():
-        return ({"x": t(1, 2, *[random(4, 9).to(int) for _ in range(n)])},
+        spatial = [random(4, 9).to(int) for _ in range(n)]
+        return ({"x": t(1, 2, *spatial) if data_format == "channels_first" else t(1, *spatial, 3)},
                 {"padding": oneof("valid", "same_lower", "same_upper"), "padding_before": [0] * n,
-                 "padding_after": [0] * n, "data_format": "channels_first",
+                 "padding_after": [0] * n, "data_format": data_format,
                  "pool_size": [random(2, 4).to(int)] * n, "strides": [random(1, 3).to(int)] * n, "ceil_mode": False})
     return case
 
@@ -180,9 +187,9 @@ CASES = {
     "batch_matmul": lambda: ({"a": t(2, 4, 3), "b": t(2, 5, 4)}, {"transpose_a": True, "transpose_b": True,
                                                                   "alpha": 1.0}),
     "broadcast_matmul": lambda: ({"a": t(2, 3, 4), "b": t(5, 4)}, {"transpose_b": True}),
-    "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3),
-    "tf_max_pool_1d": _pool(1), "tf_max_pool_2d": _pool(2), "tf_max_pool_3d": _pool(3),
-    "tf_avg_pool_1d": _pool(1), "tf_avg_pool_2d": _pool(2), "tf_avg_pool_3d": _pool(3),
+    # the channels_last cases: between Transposes to and from NCHW (ONNX Conv / pooling are NCHW)
+    **{f"conv{n}d": (_conv(n), _conv(n, "channels_last")) for n in (1, 2, 3)},
+    **{f"tf_{kind}_pool_{n}d": (_pool(n), _pool(n, "channels_last")) for kind in ("max", "avg") for n in (1, 2, 3)},
     # identities, constants and shape ops
     "identity": _unary(arg="in"), "amp_white_identity": _unary(arg="in"), "parallel_cast": _unary(arg="in"),
     "tuple_identity": lambda: ({"in": [t(2, 3), _int(4, low=-3, high=3)]}, {}),

@@ -1072,14 +1072,25 @@ def test_train_job_and_op_without_converter_are_refused(tmp_path):
         flow.onnx.export(42, tmp_path / "x.onnx")
 
 
-def test_cambricon_min_max_observer_is_refused(tmp_path):
-    """floor(log2(.)) of the cambricon formula has no exact ONNX form: the export names the op and why."""
+def test_cambricon_min_max_observer_exports_an_exact_floor_log2(tmp_path):
+    """cambricon's shift floor(log2(max|x|)) - (bit - 2): onnxruntime's file agrees with numpy's
+    float64 log2 of the float32 value at and beside every power of two from 2^-20 to 2^40
+    (where Log(x) / Log(2) alone can round across the integer), and at 0 (-inf)."""
     @flow.global_function(type="predict")
-    def observe(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> typing.Tuple[tp.Numpy, tp.Numpy]:
+    def observe(x: tp.Numpy.Placeholder((1,), dtype=flow.float)) -> typing.Tuple[tp.Numpy, tp.Numpy]:
         with flow.scope.placement("cpu", "0:0"):
-            return build_op("min_max_observer", {"in": x}, {"quantization_formula": "cambricon"},
+            return build_op("min_max_observer", {"in": x}, {"quantization_formula": "cambricon", "quantization_bit": 6},
                             outputs=["scale", "zero_point"], name="obs")
 
-    with pytest.raises(OnnxExportError, match=r"op 'obs' \(min_max_observer\): quantization_formula 'cambricon' "
-                                              r"cannot be exported: ONNX has no log2 operator"):
-        flow.onnx.export(observe, tmp_path / "obs.onnx")
+    flow.onnx.export(observe, tmp_path / "obs.onnx")
+    sess = ort.InferenceSession(os.fspath(tmp_path / "obs.onnx"), providers=["CPUExecutionProvider"])
+    powers = np.float32(2.0) ** np.arange(-20, 41, dtype=np.float32)
+    values = np.concatenate([powers, np.nextafter(powers, np.float32(0)), np.nextafter(powers, np.float32(np.inf)),
+                             -powers, np.float32([0.0, 3.0, 1e-3, 12345.678])])
+    for v in values:
+        scale, zero_point = sess.run(None, {sess.get_inputs()[0].name: np.array([v], np.float32)})
+        want = np.floor(np.log2(np.float64(abs(v)))) - 4 if v else -np.inf
+        assert scale.tolist() == [want], (v, scale, want)
+        assert zero_point.tolist() == [0.0]
+        if v in (powers[0], np.float32(3.0), np.float32(0.0)):  # graphfront's kernel gives the same
+            assert observe(np.array([v], np.float32))[0].tolist() == [want]

@@ -114,8 +114,8 @@ def test_qat_settings_are_checked():
     config = flow.FunctionConfig()
     with pytest.raises(TypeError, match="symmetric"):
         config.qat.symmetric("yes")
-    with pytest.raises(ValueError, match="cambricon"):
-        config.qat.target_backend("tensorrt")
+    with pytest.raises(ValueError, match="target_backend expects one of .*'cambricon'.*received 'tpu'"):
+        config.qat.target_backend("tpu")
     with pytest.raises(TypeError, match="enable_qat"):
         config.enable_qat(1)
     config.qat.target_backend("cambricon")
@@ -220,3 +220,17 @@ def test_flow_quantization_refuses_cambricon_per_channel_and_non_blobs():
 
     with pytest.raises(TypeError, match="fake_quantization: argument 'scale' expects a blob"):
         job2(np.zeros((2, 3), np.float32))
+
+
+def test_tensorrt_target_backends_use_the_google_formula():
+    """qat.target_backend("tensorrt7") / ("tensorrt") (OneFlow's QAT-to-TensorRT setting, as
+    oneflow_onnx's QAT LeNet uses) quantize with Google's formula: the forward equals the
+    numpy symmetric per-layer reference, as with target_backend("")."""
+    want = (fake_quant_symmetric(X, np.abs(X).max() / np.float32(127))
+            @ fake_quant_symmetric(W, np.abs(W).max() / np.float32(127)))
+    for backend in ("tensorrt7", "tensorrt"):
+        flow.clear_default_session()
+        config = _config()
+        config.qat.target_backend(backend)
+        _, y = _first_forward(config)
+        np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)

@@ -20,7 +20,7 @@ except _PackageNotFoundError:  # running from a source tree that was not install
 _logging.getLogger("graphfront").addHandler(_logging.NullHandler())
 
 from graphfront.ops import families as _families  # noqa: F401 - registers every op type
-from graphfront import config, data, initializers, layers, math, nn, optimizer, regularizers, scope, typing
+from graphfront import config, data, initializers, layers, math, nn, optimizer, quantization, regularizers, scope, typing
 from graphfront import advanced, checkpoint, deprecated, distribute, env, experimental, keras, linalg, losses, saved_model
 from graphfront import model, profiler, random, serving, sysconfig, tensorrt, train, unittest, util
 from graphfront.amp import amp_white_identity

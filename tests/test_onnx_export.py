@@ -55,13 +55,19 @@ def _binary():
     return lambda: ({"x": t(2, 3, 4), "y": oneof(t(3, 1), t(1, 4), t(2, 3, 4))}, {})
 
 
-def _conv(n):
+def _conv(n, data_format="channels_first"):
+    """channels_last: input (N, *spatial, C), weight (O, *kernel, I / groups), grouped and dilated."""
     def case():
         spatial = [random(5, 8).to(int) for _ in range(n)]
-        return ({"in": t(2, 3, *spatial), "weight": t(4, 3, *[3] * n), "bias": t(4)},
-                {"filters": 4, "padding_before": [random(0, 2).to(int)] * n, "data_format": "channels_first",
-                 "kernel_size": [3] * n, "strides": [random(1, 3).to(int)] * n, "dilation_rate": [1] * n,
-                 "groups": 1})
+        if data_format == "channels_first":
+            return ({"in": t(2, 3, *spatial), "weight": t(4, 3, *[3] * n), "bias": t(4)},
+                    {"filters": 4, "padding_before": [random(0, 2).to(int)] * n, "data_format": data_format,
+                     "kernel_size": [3] * n, "strides": [random(1, 3).to(int)] * n, "dilation_rate": [1] * n,
+                     "groups": 1})
+        return ({"in": t(2, *spatial, 4), "weight": t(6, *[2] * n, 2), "bias": t(6)},
+                {"filters": 6, "padding_before": [random(0, 2).to(int)] * n, "data_format": data_format,
+                 "kernel_size": [2] * n, "strides": [random(1, 3).to(int)] * n, "dilation_rate": [2] * n,
+                 "groups": 2})
     return case
 
 
@@ -134,11 +140,12 @@ def _deconv(n, data_format="channels_first", groups=1):
     return case
 
 
-def _pool(n):
+def _pool(n, data_format="channels_first"):
     def case():
-        return ({"x": t(1, 2, *[random(4, 9).to(int) for _ in range(n)])},
+        spatial = [random(4, 9).to(int) for _ in range(n)]
+        return ({"x": t(1, 2, *spatial) if data_format == "channels_first" else t(1, *spatial, 3)},
                 {"padding": oneof("valid", "same_lower", "same_upper"), "padding_before": [0] * n,
-                 "padding_after": [0] * n, "data_format": "channels_first",
+                 "padding_after": [0] * n, "data_format": data_format,
                  "pool_size": [random(2, 4).to(int)] * n, "strides": [random(1, 3).to(int)] * n, "ceil_mode": False})
     return case
 
@@ -180,9 +187,9 @@ CASES = {
     "batch_matmul": lambda: ({"a": t(2, 4, 3), "b": t(2, 5, 4)}, {"transpose_a": True, "transpose_b": True,
                                                                   "alpha": 1.0}),
     "broadcast_matmul": lambda: ({"a": t(2, 3, 4), "b": t(5, 4)}, {"transpose_b": True}),
-    "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3),
-    "tf_max_pool_1d": _pool(1), "tf_max_pool_2d": _pool(2), "tf_max_pool_3d": _pool(3),
-    "tf_avg_pool_1d": _pool(1), "tf_avg_pool_2d": _pool(2), "tf_avg_pool_3d": _pool(3),
+    # the channels_last cases: between Transposes to and from NCHW (ONNX Conv / pooling are NCHW)
+    **{f"conv{n}d": (_conv(n), _conv(n, "channels_last")) for n in (1, 2, 3)},
+    **{f"tf_{kind}_pool_{n}d": (_pool(n), _pool(n, "channels_last")) for kind in ("max", "avg") for n in (1, 2, 3)},
     # identities, constants and shape ops
     "identity": _unary(arg="in"), "amp_white_identity": _unary(arg="in"), "parallel_cast": _unary(arg="in"),
     "tuple_identity": lambda: ({"in": [t(2, 3), _int(4, low=-3, high=3)]}, {}),
@@ -1065,14 +1072,25 @@ def test_train_job_and_op_without_converter_are_refused(tmp_path):
         flow.onnx.export(42, tmp_path / "x.onnx")
 
 
-def test_cambricon_min_max_observer_is_refused(tmp_path):
-    """floor(log2(.)) of the cambricon formula has no exact ONNX form: the export names the op and why."""
+def test_cambricon_min_max_observer_exports_an_exact_floor_log2(tmp_path):
+    """cambricon's shift floor(log2(max|x|)) - (bit - 2): onnxruntime's file agrees with numpy's
+    float64 log2 of the float32 value at and beside every power of two from 2^-20 to 2^40
+    (where Log(x) / Log(2) alone can round across the integer), and at 0 (-inf)."""
     @flow.global_function(type="predict")
-    def observe(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> typing.Tuple[tp.Numpy, tp.Numpy]:
+    def observe(x: tp.Numpy.Placeholder((1,), dtype=flow.float)) -> typing.Tuple[tp.Numpy, tp.Numpy]:
         with flow.scope.placement("cpu", "0:0"):
-            return build_op("min_max_observer", {"in": x}, {"quantization_formula": "cambricon"},
+            return build_op("min_max_observer", {"in": x}, {"quantization_formula": "cambricon", "quantization_bit": 6},
                             outputs=["scale", "zero_point"], name="obs")
 
-    with pytest.raises(OnnxExportError, match=r"op 'obs' \(min_max_observer\): quantization_formula 'cambricon' "
-                                              r"cannot be exported: ONNX has no log2 operator"):
-        flow.onnx.export(observe, tmp_path / "obs.onnx")
+    flow.onnx.export(observe, tmp_path / "obs.onnx")
+    sess = ort.InferenceSession(os.fspath(tmp_path / "obs.onnx"), providers=["CPUExecutionProvider"])
+    powers = np.float32(2.0) ** np.arange(-20, 41, dtype=np.float32)
+    values = np.concatenate([powers, np.nextafter(powers, np.float32(0)), np.nextafter(powers, np.float32(np.inf)),
+                             -powers, np.float32([0.0, 3.0, 1e-3, 12345.678])])
+    for v in values:
+        scale, zero_point = sess.run(None, {sess.get_inputs()[0].name: np.array([v], np.float32)})
+        want = np.floor(np.log2(np.float64(abs(v)))) - 4 if v else -np.inf
+        assert scale.tolist() == [want], (v, scale, want)
+        assert zero_point.tolist() == [0.0]
+        if v in (powers[0], np.float32(3.0), np.float32(0.0)):  # graphfront's kernel gives the same
+            assert observe(np.array([v], np.float32))[0].tolist() == [want]

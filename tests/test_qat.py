@@ -114,8 +114,8 @@ def test_qat_settings_are_checked():
     config = flow.FunctionConfig()
     with pytest.raises(TypeError, match="symmetric"):
         config.qat.symmetric("yes")
-    with pytest.raises(ValueError, match="cambricon"):
-        config.qat.target_backend("tensorrt")
+    with pytest.raises(ValueError, match="target_backend expects one of .*'cambricon'.*received 'tpu'"):
+        config.qat.target_backend("tpu")
     with pytest.raises(TypeError, match="enable_qat"):
         config.enable_qat(1)
     config.qat.target_backend("cambricon")
@@ -152,3 +152,85 @@ def test_ops_built_with_quantization_aware_training_false_keep_float_inputs():
     assert ops["quantized"].user_conf.input["b"].s[0] == "w-out-qat-fake_quant/out_0"
     assert list(ops["float"].user_conf.input["b"].s) == ["v/out"]
     assert not any(n.startswith("v-out-qat") for n in ops)
+
+
+def test_flow_quantization_functions_match_numpy():
+    """flow.quantization.min_max_observer / fake_quantization (OneFlow's quantize_ops.py API)
+    build the observer and fake-quantization ops: per layer and per channel, symmetric and
+    affine, against numpy's min / max formulas."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 5, (3, 4, 2)).astype(np.float32)
+    for scheme, per_layer in (("symmetric", True), ("affine", True), ("symmetric", False), ("affine", False)):
+        flow.clear_default_session()
+
+        @flow.global_function(type="predict")
+        def job(x_: tp.Numpy.Placeholder((3, 4, 2))) -> tp.Numpy:
+            scale, zero_point = flow.quantization.min_max_observer(
+                x_, quantization_scheme=scheme, per_layer_quantization=per_layer)
+            return flow.quantization.fake_quantization(x_, scale, zero_point, quantization_scheme=scheme)
+
+        flat = x.reshape(1, -1) if per_layer else x.reshape(3, -1)
+        lo, hi = flat.min(axis=1), flat.max(axis=1)
+        bcast = (-1, 1, 1)
+        if scheme == "symmetric":
+            scale = np.maximum(np.abs(lo), np.abs(hi)) / 127.0
+            want = fake_quant_symmetric(x, scale.reshape(bcast))
+        else:
+            scale = (hi - lo) / 255.0
+            want = fake_quant_affine(x, scale.reshape(bcast), (-np.round(lo / scale)).reshape(bcast))
+        # one grid step of rounding may differ where x / scale lands on a .5 tie in float32
+        np.testing.assert_allclose(job(x), want, rtol=0, atol=float(scale.max()) * 1e-5)
+
+
+def test_flow_quantization_moving_average_observer_updates_its_variables_in_train_jobs():
+    """moving_average_min_max_observer creates <name>-moving_max / -moving_min /
+    -current_train_step; a train job sets them from the first batch (symmetric: max|x|),
+    a predict job only reads them."""
+    x = np.array([[-6.0, 2.0], [1.0, 3.0]], np.float32)
+
+    @flow.global_function(type="train")
+    def train(x_: tp.Numpy.Placeholder((2, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (2, 2), initializer=flow.ones_initializer())
+        y = x_ * w
+        scale, _ = flow.quantization.moving_average_min_max_observer(y, name="obs")
+        loss = flow.math.reduce_mean(flow.quantization.fake_quantization(y, scale, _))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(loss)
+        return scale
+
+    np.testing.assert_allclose(train(x), [6.0 / 127.0], rtol=1e-6)
+    variables = flow.get_all_variables()
+    assert variables["obs-moving_max"].numpy().tolist() == [6.0]
+    assert variables["obs-moving_min"].numpy().tolist() == [6.0]
+    assert variables["obs-current_train_step"].numpy().dtype == np.int64
+
+
+def test_flow_quantization_refuses_cambricon_per_channel_and_non_blobs():
+    @flow.global_function(type="predict")
+    def job(x_: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.quantization.min_max_observer(x_, quantization_formula="cambricon",
+                                                  per_layer_quantization=False)[0]
+
+    with pytest.raises(NotImplementedError, match="cambricon"):
+        job(np.zeros((2, 3), np.float32))
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict")
+    def job2(x_: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.quantization.fake_quantization(x_, 0.1, 0.0)
+
+    with pytest.raises(TypeError, match="fake_quantization: argument 'scale' expects a blob"):
+        job2(np.zeros((2, 3), np.float32))
+
+
+def test_tensorrt_target_backends_use_the_google_formula():
+    """qat.target_backend("tensorrt7") / ("tensorrt") (OneFlow's QAT-to-TensorRT setting, as
+    oneflow_onnx's QAT LeNet uses) quantize with Google's formula: the forward equals the
+    numpy symmetric per-layer reference, as with target_backend("")."""
+    want = (fake_quant_symmetric(X, np.abs(X).max() / np.float32(127))
+            @ fake_quant_symmetric(W, np.abs(W).max() / np.float32(127)))
+    for backend in ("tensorrt7", "tensorrt"):
+        flow.clear_default_session()
+        config = _config()
+        config.qat.target_backend(backend)
+        _, y = _first_forward(config)
+        np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)

@@ -472,6 +472,10 @@ def _warn_once(key, message):
         warnings.warn(message, UserWarning, stacklevel=3)
 
 
+#: the values ``config.qat.target_backend`` accepts (all but "cambricon" use Google's formula)
+QAT_TARGET_BACKENDS = ("", "cambricon", "tensorrt7", "tensorrt")
+
+
 class QatSettings:
     """``config.qat``: setters of the job's ``QatConfig`` (OneFlow v0.6.0 ``function_util.py``).
 
@@ -481,7 +485,9 @@ class QatSettings:
     * ``moving_min_max_momentum(float)``: momentum of the activations' moving min/max (0.95);
     * ``moving_min_max_stop_update_after_iters(int)``: train steps after which the moving
       min/max stops updating;
-    * ``target_backend(str)``: ``""`` (Google's formula) or ``"cambricon"``.
+    * ``target_backend(str)``: ``""`` (Google's formula), ``"cambricon"`` (the cambricon
+      power-of-two formula), or ``"tensorrt7"`` / ``"tensorrt"`` (OneFlow's names for QAT
+      exported to TensorRT through ONNX: Google's formula, as ``""``).
 
     Each raises TypeError for a value of another type (ValueError for an unknown backend).
     """
@@ -510,9 +516,10 @@ class QatSettings:
 
     def target_backend(self, value) -> None:
         self._set("target_backend", value, (str,))
-        if value not in ("", "cambricon"):
+        if value not in QAT_TARGET_BACKENDS:
             self._conf.target_backend = ""
-            raise ValueError(f'FunctionConfig.qat.target_backend expects "" or "cambricon", received {value!r}')
+            raise ValueError(f"FunctionConfig.qat.target_backend expects one of {QAT_TARGET_BACKENDS}, "
+                             f"received {value!r}")
 
 
 class TensorRTSettings:

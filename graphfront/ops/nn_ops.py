@@ -163,14 +163,20 @@ def _conv_grad(n):
 
 
 def _conv_onnx(c):
-    if c.attr("data_format") != "channels_first":
-        c.fail("only data_format 'channels_first' can be exported (ONNX Conv is NCHW)")
+    """Conv; a channels_last op (weight (O, *kernel, I)) runs between Transposes to and from
+    NCHW, its weight transposed to (O, I, *kernel)."""
     if c.has_input("bias_multiplier"):
         c.fail("input 'bias_multiplier' cannot be exported")
-    pads = list(c.attr("padding_before"))
-    c.node("Conv", [c.input("in"), c.input("weight"), c.input("bias")], [c.output("out")],
-           kernel_shape=list(c.attr("kernel_size")), strides=list(c.attr("strides")),
-           dilations=list(c.attr("dilation_rate")), pads=pads + pads, group=c.attr("groups"))
+    pads, n = list(c.attr("padding_before")), len(c.attr("kernel_size"))
+    w = c.input("weight")
+    if c.attr("data_format") != "channels_first":
+        w = onnx_rules.to_channels_first(c, w, n)
+
+    def build(c, x, outs):
+        c.node("Conv", [x, w, c.input("bias")], outs, kernel_shape=list(c.attr("kernel_size")),
+               strides=list(c.attr("strides")), dilations=list(c.attr("dilation_rate")), pads=pads + pads,
+               group=c.attr("groups"))
+    onnx_rules.channels_first_io(c, n, "in", ["out"], build)
 
 
 def _conv_dimension_numbers_xla(n, channels_first=True):
@@ -569,13 +575,17 @@ def _pool_grad_kernel(kind, n):
 
 
 def _pool_onnx(onnx_type):
+    """MaxPool / AveragePool (padding not counted); channels_last between Transposes."""
     def convert(c):
-        if c.attr("data_format") != "channels_first":
-            c.fail("only data_format 'channels_first' can be exported (ONNX pooling is NCHW)")
-        _, pads = pool_geometry(c.input_desc("x").shape[2:], c.attrs)
+        shape, n = c.input_desc("x").shape, len(c.attr("pool_size"))
+        spatial = shape[2:] if c.attr("data_format") == "channels_first" else shape[1:-1]
+        _, pads = pool_geometry(spatial, c.attrs)
         extra = {"count_include_pad": 0} if onnx_type == "AveragePool" else {}
-        c.node(onnx_type, [c.input("x")], [c.output("y")], kernel_shape=list(c.attr("pool_size")),
-               strides=list(c.attr("strides")), pads=[p[0] for p in pads] + [p[1] for p in pads], **extra)
+
+        def build(c, x, outs):
+            c.node(onnx_type, [x], outs, kernel_shape=list(c.attr("pool_size")), strides=list(c.attr("strides")),
+                   pads=[p[0] for p in pads] + [p[1] for p in pads], **extra)
+        onnx_rules.channels_first_io(c, n, "x", ["y"], build)
     return convert
 
 

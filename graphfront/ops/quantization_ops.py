@@ -99,18 +99,30 @@ def _min_max_xla(k):
     return min_max_observer
 
 
-def _refuse_cambricon_onnx(c):
-    if c.attr("quantization_formula") == "cambricon":
-        c.fail("quantization_formula 'cambricon' cannot be exported: ONNX has no log2 operator, and "
-               "Log(x) / Log(2) can round across an integer near powers of two, changing floor(log2(x))")
+def _cambricon_shift_onnx(c, absmax, d, out):
+    """cambricon's ``floor(log2(absmax)) - (bit - 2)``, exact: Floor(Log(a) / Log(2)) can land one
+    off near powers of two, so the estimate k is moved down where 2^k > a and up where
+    2^(k+1) <= a (Pow of 2 to an integer is exact). a = 0 gives -inf, as torch.log2."""
+    k = c.node("Floor", [c.node("Div", [c.node("Log", [absmax]), const_as(c, np.log(2.0), d)])])
+    p = c.node("Pow", [const_as(c, 2.0, d), k])
+    down = c.node("Cast", [c.node("Greater", [p, absmax])], to=c.dtype_code(d.dtype))
+    up = c.node("Cast", [c.node("LessOrEqual", [c.node("Mul", [p, const_as(c, 2.0, d)]), absmax])],
+                to=c.dtype_code(d.dtype))
+    k = c.node("Add", [c.node("Sub", [k, down]), up])
+    c.node("Sub", [k, const_as(c, c.attr("quantization_bit") - 2.0, d)], [out])
+    c.node("Identity", [c.const(np.zeros(c.output_desc("zero_point").shape, dtype=onnx_rules.np_dtype(d)))],
+           [c.output("zero_point")])
 
 
 def _min_max_onnx(c):
-    """ReduceMin / ReduceMax of the blob (or of each slice along axis 0), then the google formulas."""
-    _refuse_cambricon_onnx(c)
+    """ReduceMin / ReduceMax of the blob (or of each slice along axis 0), then the google or
+    cambricon formulas."""
     d, bit = c.input_desc("in"), c.attr("quantization_bit")
     flat = c.node("Reshape", [c.input("in"), c.const(int64s([1 if c.attr("per_layer_quantization") else d.shape[0], -1]))])
     lo, hi = (onnx_rules.reduce_node(c, t, flat, [1], 0) for t in ("ReduceMin", "ReduceMax"))
+    if c.attr("quantization_formula") == "cambricon":
+        _cambricon_shift_onnx(c, c.node("Max", [c.node("Abs", [hi]), c.node("Abs", [lo])]), d, c.output("scale"))
+        return
     if c.attr("quantization_scheme") == "symmetric":
         absmax = c.node("Max", [c.node("Abs", [hi]), c.node("Abs", [lo])])
         c.node("Div", [absmax, const_as(c, 2.0 ** (bit - 1) - 1, d)], [c.output("scale")])
@@ -194,14 +206,16 @@ def _moving_xla(k):
 
 
 def _moving_onnx(c):
-    """Inference only (training updates moving_max / moving_min in place): the google scale and zero point
+    """Inference only (training updates moving_max / moving_min in place): the scale and zero point
     of moving_max / moving_min, as the kernel derives them."""
     if c.attr("training"):
         c.fail("attr 'training' is true: the op updates the variables moving_max / moving_min in place, "
                "which an ONNX graph cannot do")
-    _refuse_cambricon_onnx(c)
     d, bit = c.input_desc("in"), c.attr("quantization_bit")
     hi, lo = c.input("moving_max"), c.input("moving_min")
+    if c.attr("quantization_formula") == "cambricon":  # (moving_max tracks max|in|)
+        _cambricon_shift_onnx(c, hi, d, c.output("scale"))
+        return
     if c.attr("quantization_scheme") == "symmetric":
         c.node("Div", [hi, const_as(c, 2.0 ** (bit - 1) - 1, d)], [c.output("scale")])
         c.node("Identity", [c.const(np.zeros((1,), dtype=onnx_rules.np_dtype(d)))], [c.output("zero_point")])

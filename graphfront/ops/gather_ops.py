@@ -30,14 +30,14 @@ from graphfront.ops.registry import op
 def _valid_ids(ids, size):
     """``(clamped ids, mask of in-range ids)`` without a host sync."""
     valid = (ids >= 0) & (ids < size)
-    return torch.where(valid, ids, torch.zeros_like(ids)), valid
+    return torch.where(valid, ids, 0), valid
 
 
 def _zero_invalid(out, valid, dim):
     """Zero the slices of ``out`` along ``dim`` (indexed like the flat ``valid``) that were out of range."""
     shape = [1] * out.dim()
     shape[dim] = -1
-    return torch.where(valid.reshape(shape), out, torch.zeros((), dtype=out.dtype, device=out.device))
+    return torch.where(valid.reshape(shape), out, False if out.dtype == torch.bool else 0)
 
 
 def _valid_ids_xla(ids, size):

@@ -423,19 +423,22 @@ def _variable_sbp(job, n, grid=()):
     grids = _hierarchies(job)
     for op in job.net.op:
         if jb.op_kind(op) == "variable_conf" and len(op.variable_conf.nd_sbp):
+            nd = list(op.variable_conf.nd_sbp)
+            # a variable placed without a hierarchy (optimizer state the passes add) takes
+            # the job's hierarchy of as many axes as its nd_sbp
+            hierarchy = grids.get(op.name, ()) or next((h for h in grids.values() if len(h) == len(nd)), ())
             try:
-                hints[op.name] = flatten_nd_sbp(list(op.variable_conf.nd_sbp), grids.get(op.name, ()))
+                hints[op.name] = flatten_nd_sbp(nd, hierarchy)
             except ValueError as e:
                 raise JobBuildError(f"variable '{op.name}': {e}") from None
             if grid:
                 hints[op.name] = as_nd(hints[op.name], grid)
                 if len(hints[op.name]) != len(grid):
-                    raise JobBuildError(f"variable '{op.name}': nd_sbp {list(op.variable_conf.nd_sbp)} does not fit "
-                                        f"the job's device grid {grid}")
+                    raise JobBuildError(f"variable '{op.name}': nd_sbp {nd} does not fit the job's device grid "
+                                        f"{grid}")
             elif isinstance(hints[op.name], tuple):
-                raise JobBuildError(f"variable '{op.name}': nd_sbp {list(op.variable_conf.nd_sbp)} over the "
-                                    f"hierarchy {grids.get(op.name, ())} lays it out over several device axes; the "
-                                    "job's other ops are not on that grid")
+                raise JobBuildError(f"variable '{op.name}': nd_sbp {nd} over the hierarchy {hierarchy} lays it out "
+                                    "over several device axes; the job's other ops are not on that grid")
     producer = {f"{op.name}/out": op.name for op in job.net.op if jb.op_kind(op) == "variable_conf"}
     for op in job.net.op:
         opdef = registry.op_def(op)

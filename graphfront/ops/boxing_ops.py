@@ -36,6 +36,12 @@ shape): device ``r`` rebuilds the logical blob from parts ``0..in_parallel_num -
 ``r`` under ``out_sbp`` (partial sum: device 0 keeps the blob, the others zeros); a device
 outside the destination placement drops what it computed.
 
+On a device grid (:func:`graphfront.parallel.sbp.job_grid`) the boxing pass gives each
+collective attrs ``grid_axis`` (>= 0) and ``hierarchy`` (the grid): the kernel runs over
+the line of devices along that axis through its device (one ``torch.distributed`` group
+per line, :func:`grid_groups`), "device r of n" above meaning its coordinate on the axis
+and the axis's length. ``grid_axis`` -1 (the default) runs over the job's whole group.
+
 Outside a process group (one device) every kernel is the identity. The ops have no grad
 (they are inserted after autograd).
 """
@@ -223,7 +229,8 @@ op("_nccl_logical_s2s", inputs=["in"], outputs=["out"],
    infer=like("in"), kernel=_s2s_kernel, no_grad=True, doc="S(a) -> S(b)")
 op("_logical_b_to_s", inputs=["in"], outputs=["out"], attrs={"out_split_axis": _AXIS, **_GRID}, infer=like("in"),
    kernel=_b_to_s_kernel, no_grad=True, doc="graphfront-only: B -> S(k), each device keeps its slice")
-op("_logical_b_to_p", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"), kernel=_b_to_p_kernel, no_grad=True,
+op("_logical_b_to_p", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"), kernel=_b_to_p_kernel,
+   no_grad=True,
    doc="graphfront-only: B -> P, device 0 keeps the blob and the others hold zeros")
 
 op("_boxing_across_placements", inputs=["in"], outputs=["out"],
@@ -302,8 +309,8 @@ op("hierarchical_parallel_cast", inputs=["in"], outputs=["out"],
    infer=like("in"), kernel=_identity, grad=_hierarchical_cast_grad, sbp=_cast_rule("nd_sbp"), view=True,
    xla=_identity,
    onnx=onnx_rules.same("Identity"),
-   doc="identity; lays its output out as nd_sbp (one SBP string per hierarchy axis; graphfront's "
-       "placements have one axis); grad_mode 'identity', 'manual' (grad laid out as grad_nd_sbp) or "
+   doc="identity; lays its output out as nd_sbp (one SBP string per axis of the placement's device grid, "
+       "or one for a line of devices); grad_mode 'identity', 'manual' (grad laid out as grad_nd_sbp) or "
        "'restore' (grad laid out as the input)", amp="clear")
 op("hierarchical_parallel_cast_like", inputs=["in", "like"], outputs=["out"], infer=like("in"), kernel=_identity,
    xla=_identity, onnx=lambda c: c.node("Identity", [c.input("in")], [c.output("out")]),

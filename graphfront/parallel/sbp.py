@@ -22,6 +22,19 @@ axis evenly; a candidate that would split an uneven axis is not valid.
 The chosen signatures are written to ``job.job_parallel_view_conf.op_name2sbp_signature_conf``
 and, as one-element ``NdSbp`` lists, to ``op_name2nd_sbp_signature_conf`` (bn names
 ``<arg>_<index>`` for user ops, the field name for system ops).
+
+Device grids (OneFlow's 2-D SBP, ``oneflow/core/job/nd_sbp_util.cpp``): a placement with
+a ``hierarchy`` of two or more axes of several devices, such as ``(2, 2)``, lays each
+blob out as a tuple of SBP strings, one per grid axis (``("S(0)", "B")``): device ``r``
+sits at ``grid_coords(r, grid)`` (row-major), and the blob is laid out by axis 0's SBP
+over the groups of devices of equal first coordinate, each group's part by axis 1's SBP
+over its devices, and so on. A job on such a grid (:func:`job_grid`) infers every op's
+signature axis by axis with the same 1-D rules (``InferNdSbpSignature``), each axis on
+the shapes the axes before it leave; the signatures are written to
+``op_name2nd_sbp_signature_conf`` only (one ``SbpParallel`` per grid axis). Its other
+placements of as many devices lay their blobs out on the same grid (a 1-D layout ``s``
+of the line is ``(s, s)`` there); grid axes of one device are dropped. A line of devices
+keeps the one-string layouts above.
 """
 from __future__ import annotations
 

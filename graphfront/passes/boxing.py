@@ -24,6 +24,16 @@ crosses from one placement to another (or changes layout on a placement smaller 
 the job's), one ``_boxing_across_placements`` op named ``System-Boxing-Placement-<k>``
 rebuilds the logical blob from the source devices' parts and lays it out over the
 destination's. Ops placed on one device run replicated on every device, as before.
+
+A job on a device grid (:func:`graphfront.parallel.sbp.job_grid`, layouts one SBP string
+per grid axis) turns a layout into another one grid axis at a time with the conversions
+above, each collective running over the devices that differ only in that axis (attrs
+``grid_axis`` and ``hierarchy`` of the boxing op; -1 and [] elsewhere), outer axes
+first; an inner axis splitting a dim that an outer conversion splits or gathers is made
+broadcast first (:func:`_nd_steps`). All its ops sit on the grid's devices of one machine
+(or on one device, run replicated), as OneFlow's hierarchical boxing
+(``oneflow/core/graph/boxing/hierarchical_sub_task_graph_builder_impl.cpp``) converts
+one axis at a time.
 """
 from __future__ import annotations
 

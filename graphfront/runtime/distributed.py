@@ -17,6 +17,11 @@ the ops placed on its device and the ``_boxing_across_placements`` ops that move
 between placements (:mod:`graphfront.ops.boxing_ops`), which every worker runs in the
 same order.
 
+A job on a device grid (:func:`graphfront.parallel.sbp.job_grid`) divides each blob's
+shape, takes feeds and writes results and variables axis by axis of its layout
+(:func:`shard`, :func:`write_shard`); every worker makes the grid's line groups
+(:func:`graphfront.ops.boxing_ops.grid_groups`) when it receives the job.
+
 Variables live on the workers (split ones as slices). The client's variable store holds
 shared-memory tensors in the single-device layout: the workers write them back when the
 client reads them (checkpoints, ``flow.get_all_variables``) and read them again after the

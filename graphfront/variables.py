@@ -82,7 +82,8 @@ def get_variable(name: str, shape: Sequence[int] | None = None, dtype: _dt.dtype
     if nd_sbp is not None:
         nd_sbp = [nd_sbp] if isinstance(nd_sbp, str) else list(nd_sbp)
         try:
-            _sbp.flatten_nd_sbp(nd_sbp, builder.scope.hierarchy)
+            if nd_sbp:  # (an empty list: no layout hint)
+                _sbp.flatten_nd_sbp(nd_sbp, builder.scope.hierarchy)
         except ValueError as e:
             raise JobBuildError(f"get_variable '{full}': {e}{format_location(loc)}") from None
         vc.nd_sbp.extend(nd_sbp)

@@ -244,3 +244,34 @@ def test_every_boxing_conversion_on_each_grid_axis_keeps_the_values():
             assert list(attrs["hierarchy"]) == list(GRID)
             used.add((jb.op_type_name(op), attrs["grid_axis"]))
     assert used == {(t, axis) for t in BOXING_OP_TYPES for axis in (0, 1)}
+
+
+def test_passes_keep_the_grid_of_the_ops_they_add():
+    """The optimizer's state variables and the AMP casts sit on the grid of the ops they
+    come from, so their nd_sbp (copied from the variable) fits."""
+    import copy
+
+    from graphfront.framework.session import default_session, trace
+    from graphfront.passes import complete
+    from graphfront.passes.boxing import boxing
+    _session(4)
+    cfg = flow.FunctionConfig()
+    cfg.enable_auto_mixed_precision(True)
+
+    @flow.global_function(type="train", function_config=cfg)
+    def train_fn(x: tp.Numpy.Placeholder((8, 6))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-3", GRID):
+            x = flow.hierarchical_parallel_cast(x, nd_sbp=["S(0)", "B"])
+            w = flow.get_variable("w", (6, 8), initializer=flow.random_normal_initializer(), nd_sbp=["B", "S(1)"])
+            loss = flow.math.reduce_mean(flow.matmul(x, w))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
+        return loss
+
+    builder, _ = trace(default_session(), train_fn)
+    job = boxing(complete(copy.deepcopy(builder.job)))
+    grids = {name: tuple(g.parallel_conf.hierarchy.dim) for g in job.placement.placement_group
+             for name in g.op_set.op_name}
+    assert grids["w-momentum"] == GRID
+    casts = [op.name for op in job.net.op if jb.op_type_name(op) == "cast"]
+    assert casts and all(grids[name] == GRID for name in casts if name.startswith("w"))
+    assert _sbp.op_signatures(job)["w-momentum"]["out"] == ("B", "S(1)")

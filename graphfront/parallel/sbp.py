@@ -436,10 +436,7 @@ def _variable_sbp(job, n, grid=()):
     grids = _hierarchies(job)
     for op in job.net.op:
         if jb.op_kind(op) == "variable_conf" and len(op.variable_conf.nd_sbp):
-            nd = list(op.variable_conf.nd_sbp)
-            # a variable placed without a hierarchy (optimizer state the passes add) takes
-            # the job's hierarchy of as many axes as its nd_sbp
-            hierarchy = grids.get(op.name, ()) or next((h for h in grids.values() if len(h) == len(nd)), ())
+            nd, hierarchy = list(op.variable_conf.nd_sbp), grids.get(op.name, ())
             try:
                 hints[op.name] = flatten_nd_sbp(nd, hierarchy)
             except ValueError as e:

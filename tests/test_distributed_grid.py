@@ -275,3 +275,38 @@ def test_passes_keep_the_grid_of_the_ops_they_add():
     casts = [op.name for op in job.net.op if jb.op_type_name(op) == "cast"]
     assert casts and all(grids[name] == GRID for name in casts if name.startswith("w"))
     assert _sbp.op_signatures(job)["w-momentum"]["out"] == ("B", "S(1)")
+
+
+def test_a_sparse_update_of_a_table_split_on_rows_along_a_grid_axis_is_refused_naming_the_op():
+    """The sparse update counts row ids from its device's first row over a line of devices;
+    on a grid a table split on rows is refused (split on the embedding axis it runs)."""
+    import copy
+
+    from graphfront.framework.session import default_session, trace
+    from graphfront.passes import complete
+    from graphfront.passes.boxing import boxing
+
+    for nd_sbp, refused in ((["B", "S(0)"], True), (["B", "S(1)"], False)):
+        _session(4)
+        cfg = flow.FunctionConfig()
+        cfg.indexed_slices_optimizer_conf({"include_op_names": {"op_name": ["emb"]}})
+
+        @flow.global_function(type="train", function_config=cfg)
+        def job(ids: tp.Numpy.Placeholder((4, 3), dtype=flow.int32)) -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0-3", GRID):
+                ids = flow.hierarchical_parallel_cast(ids, nd_sbp=["B", "B"])
+                table = flow.get_variable("emb", shape=(8, 4), initializer=flow.ones_initializer(), nd_sbp=nd_sbp)
+                loss = flow.math.reduce_sum(flow.reshape(flow.gather(params=table, indices=ids), (4, 12)), axis=[1])
+                flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+            return loss
+
+        builder, _ = trace(default_session(), job)
+        if refused:
+            with pytest.raises(flow.JobBuildError, match=r"op 'System-Optimizer-IndexedSlices-emb' \(indexed_slices_\w+_update\): its model "
+                                                         r"arrives "
+                                                         r"split on axis 0 \(S\(0\)\) along axis 1 of a device grid"):
+                boxing(complete(copy.deepcopy(builder.job)), 4)
+        else:
+            done = boxing(complete(copy.deepcopy(builder.job)), 4)
+            update = next(op for op in done.net.op if jb.op_type_name(op).startswith("indexed_slices_"))
+            assert _sbp.op_signatures(done)[update.name]["model_0"] == ("B", "S(1)")

@@ -310,3 +310,31 @@ def test_a_sparse_update_of_a_table_split_on_rows_along_a_grid_axis_is_refused_n
             done = boxing(complete(copy.deepcopy(builder.job)), 4)
             update = next(op for op in done.net.op if jb.op_type_name(op).startswith("indexed_slices_"))
             assert _sbp.op_signatures(done)[update.name]["model_0"] == ("B", "S(1)")
+
+
+@pytest.mark.slow
+def test_a_sparse_update_of_a_table_split_on_columns_over_the_grid_matches_one_device():
+    ids = [np.array([[0, 3, 3], [7, 1, 0], [2, 2, 5], [6, 0, 1]], np.int32),
+           np.arange(12, dtype=np.int32).reshape(4, 3) % 8]
+
+    def run(ndev):
+        _session(ndev)
+        cfg = flow.FunctionConfig()
+        cfg.indexed_slices_optimizer_conf({"include_op_names": {"op_name": ["emb"]}})
+
+        @flow.global_function(type="train", function_config=cfg)
+        def job(ids: tp.Numpy.Placeholder((4, 3), dtype=flow.int32)) -> tp.Numpy:
+            with flow.scope.placement("cpu", f"0:0-{ndev - 1}", GRID if ndev > 1 else None):
+                table = flow.get_variable("emb", shape=(8, 4), initializer=flow.random_normal_initializer(),
+                                          nd_sbp=["B", "S(1)"] if ndev > 1 else None)
+                e = flow.reshape(flow.gather(params=table, indices=ids), (4, 12))
+                loss = flow.math.reduce_mean(flow.math.square(e))
+                flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
+            return loss
+        losses = [job(i) for i in ids]
+        return losses, _variables()["emb"]
+
+    want, want_table = run(1)
+    got, got_table = run(4)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got_table, want_table, rtol=RTOL, atol=ATOL)

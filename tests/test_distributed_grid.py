@@ -302,9 +302,9 @@ def test_a_sparse_update_of_a_table_split_on_rows_along_a_grid_axis_is_refused_n
 
         builder, _ = trace(default_session(), job)
         if refused:
-            with pytest.raises(flow.JobBuildError, match=r"op 'System-Optimizer-IndexedSlices-emb' \(indexed_slices_\w+_update\): its model "
-                                                         r"arrives "
-                                                         r"split on axis 0 \(S\(0\)\) along axis 1 of a device grid"):
+            message = (r"op 'System-Optimizer-IndexedSlices-emb' \(indexed_slices_\w+_update\): its model arrives "
+                       r"split on axis 0 \(S\(0\)\) along axis 1 of a device grid")
+            with pytest.raises(flow.JobBuildError, match=message):
                 boxing(complete(copy.deepcopy(builder.job)), 4)
         else:
             done = boxing(complete(copy.deepcopy(builder.job)), 4)

@@ -140,7 +140,8 @@ def parallel_cast(input, name=None, distribute=None, gradient_distribute=None): 
 def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, name=None):  # noqa: A002
     """``flow.hierarchical_parallel_cast``: the same values laid out as ``nd_sbp`` (a list of
     SBP strings such as ``["S(0)"]``, ``["B"]``, ``["P"]``, one per axis of the placement's
-    hierarchy; recorded as the one-axis layout it amounts to, see
+    hierarchy; on a grid with one axis of several devices recorded as that axis's layout,
+    on a grid of two or more such axes as one string per such axis, see
     :func:`graphfront.parallel.sbp.flatten_nd_sbp`);
     ``grad_mode`` "identity" (default), "manual" (the gradient laid out as ``grad_nd_sbp``)
     or "restore" (the gradient laid out as the input). Op ``hierarchical_parallel_cast``.
@@ -148,7 +149,7 @@ def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, 
     accepted for ``nd_sbp`` / ``grad_nd_sbp``.
 
     Raises ValueError for a malformed SBP string or an unknown ``grad_mode``, JobBuildError (a
-    ValueError naming the user's line) for a layout over two axes of devices."""
+    ValueError naming the user's line) for a list whose length is not the hierarchy's."""
     nd_sbp = [nd_sbp] if isinstance(nd_sbp, str) else list(nd_sbp)
     grad_mode = grad_mode or "identity"
     if grad_mode not in ("identity", "manual", "restore"):
@@ -156,9 +157,10 @@ def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, 
                          f"received {grad_mode!r}")
     grid = jb.current().scope.hierarchy if jb.is_building() else ()
 
-    def one_axis(layout):  # graphfront lays a blob out over one axis of devices
+    def one_axis(layout):  # the layout over the grid's axes of several devices
         try:
-            return [_sbp.flatten_nd_sbp(layout, grid)] if len(layout) > 1 else layout
+            flat = _sbp.flatten_nd_sbp(layout, grid) if len(layout) > 1 else layout
+            return list(flat) if isinstance(flat, (tuple, list)) else [flat]
         except ValueError as e:
             raise JobBuildError(f"hierarchical_parallel_cast: {e}{format_location(user_frame())}") from None
     return build_op("hierarchical_parallel_cast", {"in": input},

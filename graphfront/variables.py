@@ -9,6 +9,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
+from graphfront.parallel import sbp as _sbp
 
 if TYPE_CHECKING:
     from graphfront.core.initializer_conf_pb2 import InitializerConf
@@ -41,8 +42,9 @@ def get_variable(name: str, shape: Sequence[int] | None = None, dtype: _dt.dtype
     Variables are shared by name across the jobs of a session: each job gets its own
     variable op, bound to one tensor in the session's variable store.
     Raises:
-        JobBuildError: missing or invalid shape, or a redefinition with another
-            shape/dtype.
+        JobBuildError: missing or invalid shape, a redefinition with another
+            shape/dtype, or an ``nd_sbp`` with a malformed string or not one entry per
+            axis of the placement's hierarchy.
     """
     builder = jb.current()
     full = builder.scope.prefix + name
@@ -78,7 +80,13 @@ def get_variable(name: str, shape: Sequence[int] | None = None, dtype: _dt.dtype
     if random_seed is not None:
         vc.random_seed = int(random_seed)
     if nd_sbp is not None:
-        vc.nd_sbp.extend([nd_sbp] if isinstance(nd_sbp, str) else nd_sbp)
+        nd_sbp = [nd_sbp] if isinstance(nd_sbp, str) else list(nd_sbp)
+        try:
+            if nd_sbp:  # (an empty list: no layout hint)
+                _sbp.flatten_nd_sbp(nd_sbp, builder.scope.hierarchy)
+        except ValueError as e:
+            raise JobBuildError(f"get_variable '{full}': {e}{format_location(loc)}") from None
+        vc.nd_sbp.extend(nd_sbp)
     elif distribute is not None and getattr(distribute, "kind", None) == "split":
         vc.nd_sbp.append(f"S({distribute.axis})")  # the layout over a multi-device placement
     if builder.session is not None and full in builder.session.variables:

@@ -207,23 +207,21 @@ def test_device_grids_that_do_not_fit_are_refused():
     with pytest.raises(flow.JobBuildError, match=r"hierarchy must be a tuple of positive ints whose product is the "
                                                  r"number of devices \(2\), received \(3, 1\)"):
         flow.scope.placement("cpu", "0:0-1", (3, 1))
-    with pytest.raises(ValueError, match=r"nd_sbp \['S\(0\)', 'S\(1\)'\] over the hierarchy \(2, 2\) lays the blob "
-                                         r"out over several device axes"):
-        _sbp.flatten_nd_sbp(["S(0)", "S(1)"], (2, 2))
+    assert _sbp.flatten_nd_sbp(["S(0)", "S(1)"], (2, 2)) == ("S(0)", "S(1)")  # a layout over the grid
     assert _sbp.flatten_nd_sbp(["B", "B"], (2, 2)) == "B"
 
 
-def test_a_cast_over_two_device_axes_is_refused_naming_the_users_line():
-    """OneFlow's GPT lays activations out as [S(0), B] over a (2, 2) grid; graphfront lays a
-    blob out over one axis of devices and says so at the cast, with the user's line."""
+def test_a_cast_whose_layout_does_not_fit_the_grid_is_refused_naming_the_users_line():
+    """OneFlow's GPT lays activations out as [S(0), B] over a (2, 2) grid; a list of
+    another length than the hierarchy's is refused at the cast, with the user's line."""
     _session(4)
 
     @flow.global_function(type="predict")
     def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
         with flow.scope.placement("cpu", "0:0-3", (2, 2)):
-            return flow.hierarchical_parallel_cast(x, parallel_distribution=["S(0)", "B"])
+            return flow.hierarchical_parallel_cast(x, parallel_distribution=["S(0)", "B", "B"])
 
-    with pytest.raises(flow.JobBuildError, match=r"hierarchical_parallel_cast: nd_sbp \['S\(0\)', 'B'\] over the "
-                                                 r"hierarchy \(2, 2\) lays the blob out over several device axes.*"
+    with pytest.raises(flow.JobBuildError, match=r"hierarchical_parallel_cast: nd_sbp \['S\(0\)', 'B', 'B'\] needs "
+                                                 r"one entry per axis of the placement's hierarchy \(2, 2\)"
                                                  r"(?s:.*)test_distributed_api.py:\d+ in job"):
         job(np.zeros((4, 3), np.float32))

@@ -247,8 +247,8 @@ class JobBuilder:
         """Build under the placement of an existing op (used by passes)."""
         op = self.ops[op_name]
         ids = self.device_ids_of(op_name)
-        scope = self.scope.derive(device_tag=op.device_tag, device_ids=ids, namespace=(),
-                                  calculation_pass=calculation_pass or self.scope.calculation_pass)
+        scope = self.scope.derive(device_tag=op.device_tag, device_ids=ids, hierarchy=self.hierarchy_of(op_name),
+                                  namespace=(), calculation_pass=calculation_pass or self.scope.calculation_pass)
         with self.scope_as(scope):
             yield scope
 
@@ -257,6 +257,13 @@ class JobBuilder:
             if op_name in group.op_set.op_name:
                 return tuple(group.parallel_conf.device_name)
         return ("0:0",)
+
+    def hierarchy_of(self, op_name) -> tuple:
+        """The device grid of the op's placement (``ParallelConf.hierarchy``; () for none)."""
+        for group in self.job.placement.placement_group:
+            if op_name in group.op_set.op_name:
+                return tuple(group.parallel_conf.hierarchy.dim)
+        return ()
 
     # ---------------------------------------------------------------- blobs
     def desc(self, lbn) -> TensorDesc:

@@ -36,10 +36,18 @@ shape): device ``r`` rebuilds the logical blob from parts ``0..in_parallel_num -
 ``r`` under ``out_sbp`` (partial sum: device 0 keeps the blob, the others zeros); a device
 outside the destination placement drops what it computed.
 
+On a device grid (:func:`graphfront.parallel.sbp.job_grid`) the boxing pass gives each
+collective attrs ``grid_axis`` (>= 0) and ``hierarchy`` (the grid): the kernel runs over
+the line of devices along that axis through its device (one ``torch.distributed`` group
+per line, :func:`grid_groups`), "device r of n" above meaning its coordinate on the axis
+and the axis's length. ``grid_axis`` -1 (the default) runs over the job's whole group.
+
 Outside a process group (one device) every kernel is the identity. The ops have no grad
 (they are inserted after autograd).
 """
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -58,26 +66,61 @@ def group():
     return None, 0, 1
 
 
-def _gather(dist, n, x, axis):
+_GRID_GROUPS = {}  # device grid -> {(grid axis, the other axes' coordinates): process group}
+
+
+def grid_groups(grid):
+    """The process groups of the device ``grid`` (a tuple of ints whose product is the
+    world size): for every axis, one group per line of devices along it (the devices whose
+    other coordinates are equal), keyed ``(axis, other coordinates)``. Made once per grid
+    and process; every process of the job must make them, in the same order (each
+    ``torch.distributed.new_group`` is a collective of the whole group)."""
+    import torch.distributed as dist
+    grid = tuple(grid)
+    if grid not in _GRID_GROUPS:
+        groups = {}
+        for axis in range(len(grid)):
+            for rest in itertools.product(*(range(d) for j, d in enumerate(grid) if j != axis)):
+                ranks = [_sbp.grid_rank(rest[:axis] + (c,) + rest[axis:], grid) for c in range(grid[axis])]
+                groups[(axis, rest)] = dist.new_group(ranks)
+        _GRID_GROUPS[grid] = groups
+    return _GRID_GROUPS[grid]
+
+
+def _collective_group(k):
+    """``(torch.distributed, rank, size, process group)`` a boxing kernel runs its
+    collective over: the job's group (process group None), or with attr ``grid_axis`` >= 0
+    the line of devices along that axis of the grid ``hierarchy`` through this device
+    (rank: this device's coordinate on the axis). ``(None, 0, 1, None)`` on one device."""
+    dist, rank, n = group()
+    axis = k.attrs.get("grid_axis", -1)
+    if dist is None or axis < 0:
+        return dist, rank, n, None
+    grid = tuple(k.attr("hierarchy"))
+    coords = _sbp.grid_coords(rank, grid)
+    return dist, coords[axis], grid[axis], grid_groups(grid)[(axis, coords[:axis] + coords[axis + 1:])]
+
+
+def _gather(dist, n, x, axis, pg=None):
     parts = [torch.empty_like(x) for _ in range(n)]
-    dist.all_gather(parts, x.contiguous())
+    dist.all_gather(parts, x.contiguous(), group=pg)
     return torch.cat(parts, axis)
 
 
 def _all_reduce_kernel(k):
-    dist, _, _ = group()
+    dist, _, _, pg = _collective_group(k)
 
     def all_reduce(x):
         if dist is None:
             return x.clone()
         y = x.clone(memory_format=torch.contiguous_format)
-        dist.all_reduce(y)
+        dist.all_reduce(y, group=pg)
         return y
     return all_reduce
 
 
 def _reduce_scatter_kernel(k):
-    dist, rank, n = group()
+    dist, rank, n, pg = _collective_group(k)
 
     def reduce_scatter(x):
         if dist is None:
@@ -85,44 +128,44 @@ def _reduce_scatter_kernel(k):
         x = x.contiguous()
         if dist.get_backend() == "nccl":
             out = torch.empty((x.shape[0] // n,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
-            dist.reduce_scatter_tensor(out, x)
+            dist.reduce_scatter_tensor(out, x, group=pg)
             return out
         y = x.clone()
-        dist.all_reduce(y)  # gloo has no reduce_scatter
+        dist.all_reduce(y, group=pg)  # gloo has no reduce_scatter
         return y.chunk(n, 0)[rank].contiguous()
     return reduce_scatter
 
 
 def _all_gather_kernel(axis_attr=None):
     def make(k):
-        dist, _, n = group()
+        dist, _, n, pg = _collective_group(k)
         axis = k.attr(axis_attr) if axis_attr else 0
 
         def all_gather(x):
-            return x.clone() if dist is None else _gather(dist, n, x, axis)
+            return x.clone() if dist is None else _gather(dist, n, x, axis, pg)
         return all_gather
     return make
 
 
 def _s2s_kernel(k):
-    dist, rank, n = group()
+    dist, rank, n, pg = _collective_group(k)
     a, b = k.attr("in_split_axis"), k.attr("out_split_axis")
 
     def s2s(x):
         if dist is None:
             return x.clone()
-        return _gather(dist, n, x, a).chunk(n, b)[rank].contiguous()
+        return _gather(dist, n, x, a, pg).chunk(n, b)[rank].contiguous()
     return s2s
 
 
 def _b_to_s_kernel(k):
-    _, rank, n = group()
+    _, rank, n, _ = _collective_group(k)
     axis = k.attr("out_split_axis")
     return lambda x: x.chunk(n, axis)[rank].contiguous()
 
 
 def _b_to_p_kernel(k):
-    _, rank, _ = group()
+    _, rank, _, _ = _collective_group(k)
     return lambda x: x.clone() if rank == 0 else torch.zeros_like(x)
 
 
@@ -168,20 +211,26 @@ def _across_placements_infer(ctx):
 
 
 _AXIS = ("int64", 0, lambda v: None if v >= 0 else f"expected an axis >= 0, received {v}")
+# the grid line a collective runs over (-1: every device of the job)
+_GRID = {"grid_axis": ("int64", -1), "hierarchy": ("list_int64", [])}
 
-op("_nccl_logical_all_reduce", inputs=["in"], outputs=["out"], infer=like("in"), kernel=_all_reduce_kernel,
+op("_nccl_logical_all_reduce", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"),
+   kernel=_all_reduce_kernel,
    no_grad=True, doc="P -> B: sum of the devices' tensors on every device")
-op("_nccl_logical_reduce_scatter", inputs=["in"], outputs=["out"], infer=like("in"),
+op("_nccl_logical_reduce_scatter", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"),
    kernel=_reduce_scatter_kernel, no_grad=True, doc="P -> S(0)")
-op("_nccl_logical_all_gather", inputs=["in"], outputs=["out"], infer=like("in"), kernel=_all_gather_kernel(),
+op("_nccl_logical_all_gather", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"),
+   kernel=_all_gather_kernel(),
    no_grad=True, doc="S(0) -> B")
-op("_nccl_logical_all_gather_noncontinuous", inputs=["in"], outputs=["out"], attrs={"in_split_axis": _AXIS},
+op("_nccl_logical_all_gather_noncontinuous", inputs=["in"], outputs=["out"], attrs={"in_split_axis": _AXIS, **_GRID},
    infer=like("in"), kernel=_all_gather_kernel("in_split_axis"), no_grad=True, doc="S(k) -> B")
-op("_nccl_logical_s2s", inputs=["in"], outputs=["out"], attrs={"in_split_axis": _AXIS, "out_split_axis": _AXIS},
+op("_nccl_logical_s2s", inputs=["in"], outputs=["out"],
+   attrs={"in_split_axis": _AXIS, "out_split_axis": _AXIS, **_GRID},
    infer=like("in"), kernel=_s2s_kernel, no_grad=True, doc="S(a) -> S(b)")
-op("_logical_b_to_s", inputs=["in"], outputs=["out"], attrs={"out_split_axis": _AXIS}, infer=like("in"),
+op("_logical_b_to_s", inputs=["in"], outputs=["out"], attrs={"out_split_axis": _AXIS, **_GRID}, infer=like("in"),
    kernel=_b_to_s_kernel, no_grad=True, doc="graphfront-only: B -> S(k), each device keeps its slice")
-op("_logical_b_to_p", inputs=["in"], outputs=["out"], infer=like("in"), kernel=_b_to_p_kernel, no_grad=True,
+op("_logical_b_to_p", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"), kernel=_b_to_p_kernel,
+   no_grad=True,
    doc="graphfront-only: B -> P, device 0 keeps the blob and the others hold zeros")
 
 op("_boxing_across_placements", inputs=["in"], outputs=["out"],
@@ -204,7 +253,7 @@ BOXING_OP_TYPES = ("_nccl_logical_all_reduce", "_nccl_logical_reduce_scatter", "
 def _cast_rule(attr):
     def rule(ctx):
         value = ctx.attr(attr)
-        value = value[0] if isinstance(value, list) and value else value
+        value = ctx.axis_entry(value) if isinstance(value, list) and value else value
         return _sbp.Only([{"in": _sbp.parse(value), "out": _sbp.parse(value)}]) if value else \
             [{"in": s, "out": s} for s in (ctx.sbp("in"), _sbp.B)]
     return rule
@@ -260,8 +309,8 @@ op("hierarchical_parallel_cast", inputs=["in"], outputs=["out"],
    infer=like("in"), kernel=_identity, grad=_hierarchical_cast_grad, sbp=_cast_rule("nd_sbp"), view=True,
    xla=_identity,
    onnx=onnx_rules.same("Identity"),
-   doc="identity; lays its output out as nd_sbp (one SBP string per hierarchy axis; graphfront's "
-       "placements have one axis); grad_mode 'identity', 'manual' (grad laid out as grad_nd_sbp) or "
+   doc="identity; lays its output out as nd_sbp (one SBP string per axis of the placement's device grid, "
+       "or one for a line of devices); grad_mode 'identity', 'manual' (grad laid out as grad_nd_sbp) or "
        "'restore' (grad laid out as the input)", amp="clear")
 op("hierarchical_parallel_cast_like", inputs=["in", "like"], outputs=["out"], infer=like("in"), kernel=_identity,
    xla=_identity, onnx=lambda c: c.node("Identity", [c.input("in")], [c.output("out")]),

@@ -16,12 +16,14 @@ On several devices (OneFlow's SBP signatures of these ops): ``model`` and its st
 split on axis 0 with the ids and values broadcast — each device updates the rows it
 holds, ids counted from its first row (ids of other devices' rows are dropped there) —
 or split on an axis ``k >= 1`` with ``model_diff_values`` split on the matching axis
-``indices.ndim + k - 1``; all broadcast otherwise.
+``indices.ndim + k - 1``; all broadcast otherwise. On a device grid a model split on
+axis 0 along a grid axis is refused (JobBuildError naming the op).
 """
 from __future__ import annotations
 
 import torch
 
+from graphfront.framework.errors import JobBuildError
 from graphfront.ops import optimizer_ops as dense, xla_rules
 from graphfront.ops.registry import ArgDef, op
 from graphfront.parallel import sbp as _sbp
@@ -60,6 +62,11 @@ def _infer(state):
 
 def _sbp_rule(state):
     def rule(ctx):
+        if ctx.grid_axis is not None and ctx.sbp("model") == _sbp.split(0):
+            raise JobBuildError(f"op '{ctx.op_name}' ({ctx.op_conf.user_conf.op_type_name}): its model arrives split "
+                                f"on axis 0 (S(0)) along axis {ctx.grid_axis} of a device grid; graphfront's sparse "
+                                "updates count row ids over a line of devices only (lay the variable out as B on "
+                                "that grid axis, or place the job on a line of devices)")
         held = {a: None for a in ("model",) + tuple(state) if ctx.has(a)}
         cands = [{a: _sbp.B for a in ctx.args} | {a: _sbp.split(0) for a in held}]
         first = ctx.ndim("model_diff_indices")

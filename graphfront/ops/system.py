@@ -49,7 +49,7 @@ def _variable_infer(ctx):
 
 def _input_sbp(ctx):
     nd = ctx.conf.blob_conf.nd_sbp.sbp_parallel
-    want = _sbp.from_proto(nd[0]) if len(nd) and not ctx.conf.blob_conf.is_dynamic else _sbp.B
+    want = _sbp.from_proto(ctx.axis_entry(nd)) if len(nd) and not ctx.conf.blob_conf.is_dynamic else _sbp.B
     return [{"out": want}, {"out": _sbp.B}]
 
 

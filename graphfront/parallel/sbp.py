@@ -22,9 +22,23 @@ axis evenly; a candidate that would split an uneven axis is not valid.
 The chosen signatures are written to ``job.job_parallel_view_conf.op_name2sbp_signature_conf``
 and, as one-element ``NdSbp`` lists, to ``op_name2nd_sbp_signature_conf`` (bn names
 ``<arg>_<index>`` for user ops, the field name for system ops).
+
+Device grids (OneFlow's 2-D SBP, ``oneflow/core/job/nd_sbp_util.cpp``): a placement with
+a ``hierarchy`` of two or more axes of several devices, such as ``(2, 2)``, lays each
+blob out as a tuple of SBP strings, one per grid axis (``("S(0)", "B")``): device ``r``
+sits at ``grid_coords(r, grid)`` (row-major), and the blob is laid out by axis 0's SBP
+over the groups of devices of equal first coordinate, each group's part by axis 1's SBP
+over its devices, and so on. A job on such a grid (:func:`job_grid`) infers every op's
+signature axis by axis with the same 1-D rules (``InferNdSbpSignature``), each axis on
+the shapes the axes before it leave; the signatures are written to
+``op_name2nd_sbp_signature_conf`` only (one ``SbpParallel`` per grid axis). Its other
+placements of as many devices lay their blobs out on the same grid (a 1-D layout ``s``
+of the line is ``(s, s)`` there); grid axes of one device are dropped. A line of devices
+keeps the one-string layouts above.
 """
 from __future__ import annotations
 
+import math
 import re
 
 from graphfront.core import sbp_parallel_pb2
@@ -93,10 +107,14 @@ def bn_in_op(op_conf, arg, index) -> str:
 class SbpCtx:
     """What an SBP rule sees: the op's args with their logical shapes and attrs (a system
     op: its ``conf``), the layouts its inputs arrive in, the number of devices and the
-    layouts chosen for the job's variables (``variable_sbp``: op name -> SBP)."""
+    layouts chosen for the job's variables (``variable_sbp``: op name -> SBP). In a job laid
+    out over a device grid the rule is asked once per grid axis: ``grid_axis`` is that
+    axis (None on a line of devices), ``parallel_num`` its device count, the shapes those
+    of the parts the axes before it leave, and the layouts those on that axis."""
 
-    def __init__(self, op_conf, descs, blob_sbp, parallel_num, variable_sbp=None):
+    def __init__(self, op_conf, descs, blob_sbp, parallel_num, variable_sbp=None, grid_axis=None):
         self.op_conf = op_conf
+        self.grid_axis = grid_axis
         self.op_name = op_conf.name
         self.conf = getattr(op_conf, jb.op_kind(op_conf))
         self.parallel_num = parallel_num
@@ -111,6 +129,11 @@ class SbpCtx:
 
     def attr(self, name):
         return self.attrs[name]
+
+    def axis_entry(self, layouts):
+        """The entry of an N-D layout list (one per grid axis, e.g. an ``nd_sbp`` attr)
+        that applies to this rule's grid axis; a one-entry list applies to every axis."""
+        return layouts[self.grid_axis] if self.grid_axis is not None and len(layouts) > 1 else layouts[0]
 
     def has(self, arg) -> bool:
         return arg in self.input_args or arg in self.output_args
@@ -316,25 +339,87 @@ def _valid(ctx, sig, n):
     return True
 
 
-def flatten_nd_sbp(nd_sbp, hierarchy=()) -> str:
-    """The one-axis layout of a blob laid out as ``nd_sbp`` (one SBP string per axis of the
-    device grid ``hierarchy``; one string for a line of devices). Grid axes of one device
-    lay nothing out, so on a grid with at most one longer axis the layout is that axis's
-    (``["S(0)", "B"]`` over ``(2, 1)`` is ``"S(0)"``); all-broadcast stays ``"B"``.
+def flatten_nd_sbp(nd_sbp, hierarchy=()):
+    """The layout of a blob laid out as ``nd_sbp`` (one SBP string per axis of the device
+    grid ``hierarchy``; one string for a line of devices). Grid axes of one device lay
+    nothing out, so on a grid with at most one longer axis the layout is that axis's SBP
+    string (``["S(0)", "B"]`` over ``(2, 1)`` is ``"S(0)"``) and all-broadcast is ``"B"``;
+    over two or more longer axes it is the tuple of their strings (``["S(0)", "S(1)"]``
+    over ``(2, 2)`` is ``("S(0)", "S(1)")``, see :func:`job_grid`).
 
-    Raises ValueError for a malformed string, a length other than the grid's, or a layout
-    over two longer grid axes that differ (graphfront lays a blob out over one axis)."""
+    Raises ValueError for a malformed string or a length other than the grid's."""
     nd_sbp = [nd_sbp] if isinstance(nd_sbp, str) else [parse(s) for s in nd_sbp]
     if len(nd_sbp) == 1:
         return parse(nd_sbp[0])
     if len(nd_sbp) != len(hierarchy):
         raise ValueError(f"nd_sbp {nd_sbp} needs one entry per axis of the placement's hierarchy "
                          f"{tuple(hierarchy) or '(none)'}")
-    used = {s for s, d in zip(nd_sbp, hierarchy) if d > 1}
-    if len(used) > 1 or (len([d for d in hierarchy if d > 1]) > 1 and used != {B}):
-        raise ValueError(f"nd_sbp {nd_sbp} over the hierarchy {tuple(hierarchy)} lays the blob out over several "
-                         "device axes; graphfront lays a blob out over one axis of devices")
-    return used.pop() if used else parse(nd_sbp[0])
+    kept = tuple(s for s, d in zip(nd_sbp, hierarchy) if d > 1)
+    if len(kept) > 1 and set(kept) != {B}:
+        return kept
+    return kept[0] if kept else nd_sbp[0]
+
+
+def grid_of(hierarchy) -> tuple:
+    """The axes of more than one device of a placement's ``hierarchy``."""
+    return tuple(d for d in hierarchy if d > 1)
+
+
+def job_grid(job) -> tuple:
+    """The device grid a job lays its blobs out over: the hierarchy of its placements
+    whose grid (:func:`grid_of`) has two or more axes, () when none has (a line of
+    devices, the 1-D layouts of the module docstring). In a job on a grid every blob's
+    layout is a tuple of SBP strings, one per grid axis (OneFlow's ``NdSbp``): device
+    ``r`` sits at ``numpy.unravel_index(r, grid)``, and the blob is laid out by axis 0's
+    SBP over the groups of its first coordinate, each part by axis 1's SBP over the
+    second, and so on (``oneflow/core/job/nd_sbp_util.cpp``). Ops on another placement of
+    as many devices (no hierarchy) lay their blobs out on the same grid; a 1-D layout
+    ``s`` of the whole line is ``(s, s, ...)`` on it.
+
+    Raises JobBuildError when two placements have different grids of two or more axes."""
+    grids = {}
+    for g in job.placement.placement_group:
+        grid = grid_of(g.parallel_conf.hierarchy.dim)
+        if len(grid) > 1:
+            grids.setdefault(grid, g.op_set.op_name[0] if len(g.op_set.op_name) else "?")
+    if len(grids) > 1:
+        raise JobBuildError(f"job '{job.job_conf.job_name}' places ops on different device grids "
+                            f"{ {name: grid for grid, name in grids.items()} } (op name: grid); graphfront lays a job "
+                            "out over one grid")
+    return next(iter(grids), ())
+
+
+def grid_coords(rank, grid) -> tuple:
+    """The coordinates of device ``rank`` on ``grid`` (row-major, as ``numpy.unravel_index``)."""
+    coords = []
+    for d in reversed(grid):
+        rank, c = divmod(rank, d)
+        coords.append(c)
+    return tuple(reversed(coords))
+
+
+def grid_rank(coords, grid) -> int:
+    """The rank of the device at ``coords`` on ``grid`` (inverse of :func:`grid_coords`)."""
+    rank = 0
+    for c, d in zip(coords, grid):
+        rank = rank * d + c
+    return rank
+
+
+def as_nd(layout, grid) -> tuple:
+    """``layout`` (an SBP string of a line of devices, or a tuple) as a tuple over ``grid``."""
+    return layout if isinstance(layout, tuple) else (layout,) * len(grid)
+
+
+def nd_local_shape(shape, layout, grid):
+    """The shape one device holds of a blob of logical ``shape`` laid out as the tuple
+    ``layout`` over ``grid``."""
+    shape = list(shape)
+    for s, d in zip(layout, grid):
+        axis = split_axis(s)
+        if axis is not None:
+            shape[axis] //= d
+    return tuple(shape)
 
 
 def _hierarchies(job) -> dict:
@@ -343,18 +428,27 @@ def _hierarchies(job) -> dict:
             for name in g.op_set.op_name}
 
 
-def _variable_sbp(job, n):
-    """Variable layouts: their ``nd_sbp`` hint (over the placement's hierarchy), else
-    broadcast; optimizer state updated by the same op as a split variable (same shape)
-    takes the variable's split."""
+def _variable_sbp(job, n, grid=()):
+    """Variable layouts: their ``nd_sbp`` hint (over the placement's hierarchy; a tuple
+    over ``grid`` in a job on a grid), else broadcast; optimizer state updated by the same
+    op as a split variable (same shape) takes the variable's split."""
     hints = {}
     grids = _hierarchies(job)
     for op in job.net.op:
         if jb.op_kind(op) == "variable_conf" and len(op.variable_conf.nd_sbp):
+            nd, hierarchy = list(op.variable_conf.nd_sbp), grids.get(op.name, ())
             try:
-                hints[op.name] = flatten_nd_sbp(list(op.variable_conf.nd_sbp), grids.get(op.name, ()))
+                hints[op.name] = flatten_nd_sbp(nd, hierarchy)
             except ValueError as e:
                 raise JobBuildError(f"variable '{op.name}': {e}") from None
+            if grid:
+                hints[op.name] = as_nd(hints[op.name], grid)
+                if len(hints[op.name]) != len(grid):
+                    raise JobBuildError(f"variable '{op.name}': nd_sbp {nd} does not fit the job's device grid "
+                                        f"{grid}")
+            elif isinstance(hints[op.name], tuple):
+                raise JobBuildError(f"variable '{op.name}': nd_sbp {nd} over the hierarchy {hierarchy} lays it out "
+                                    "over several device axes; the job's other ops are not on that grid")
     producer = {f"{op.name}/out": op.name for op in job.net.op if jb.op_kind(op) == "variable_conf"}
     for op in job.net.op:
         opdef = registry.op_def(op)
@@ -370,6 +464,41 @@ def _variable_sbp(job, n):
     return hints
 
 
+def _candidates(ctx, op, replicated, gather_returns):
+    """The candidate signatures of ``op`` (see module docstring)."""
+    kind = jb.op_kind(op)
+    opdef = registry.op_def(op)
+    mutated = opdef.mutated_args(ctx.attrs) if opdef.may_mutate else ()
+    if op.name in replicated and kind != "variable_conf":
+        return [_with(ctx, B)]
+    if mutated and opdef.sbp is None:
+        return _update_rule(ctx, mutated)
+    if mutated:
+        own = opdef.sbp(ctx)
+        return _keeping(ctx, mutated, own if isinstance(own, Only) else own + [_with(ctx, B)])
+    cands = opdef.sbp(ctx) if opdef.sbp is not None and not (kind == "return_conf" and gather_returns) else []
+    return cands if isinstance(cands, Only) else cands + [_with(ctx, B)]
+
+
+def _cheapest(ctx, cands, devices, converted):
+    """The valid candidate of least boxing cost (ties: the first), or None."""
+    best, best_cost = None, None
+    for sig in cands:
+        if not _valid(ctx, sig, devices):
+            continue
+        cost = 0.0
+        for a, i, lbn in ctx._ins:
+            need = sig.get(f"{a}_{i}", sig.get(a, B))
+            if (lbn, need) not in converted:
+                d = ctx._descs[lbn]
+                cost += boxing_cost(ctx._blob_sbp[lbn], need, d.dtype.itemsize * _numel(d.shape))
+        # a partial output must be reduced later: prefer a signature without one on a tie
+        cost += 1e-3 * sum(1 for a, i, _ in ctx._outs if sig.get(f"{a}_{i}", sig.get(a, B)) == P)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = sig, cost
+    return best
+
+
 def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts=None) -> dict:
     """Choose an SBP signature for every op of ``job`` (see module docstring).
 
@@ -378,11 +507,15 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts
     one device) get the all-broadcast signature; ``gather_returns`` (a job over several
     machines, whose every client receives the whole results) broadcasts what the job
     returns; ``counts`` (op name -> devices) gives the ops placed on fewer devices than
-    ``parallel_num`` their own count. Raises JobBuildError naming the op
-    when no candidate of its rule is valid (an in-place update of a blob whose layout the
-    rule cannot keep).
+    ``parallel_num`` their own count. In a job on a device grid (:func:`job_grid`) the
+    layouts are tuples, one SBP string per grid axis, chosen axis by axis
+    (:func:`_infer_nd`). Raises JobBuildError naming the op when no candidate of its rule
+    is valid (an in-place update of a blob whose layout the rule cannot keep).
     """
     descs = {lbn: jb.TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
+    grid = job_grid(job)
+    if grid:
+        return _infer_nd(job, grid, descs, replicated, gather_returns)
     variable_sbp = _variable_sbp(job, parallel_num)
     blob_sbp, converted, result = {}, set(), {}
     order, _ = schedule(job)
@@ -390,33 +523,7 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts
     for op in order:
         devices = counts.get(op.name, parallel_num)
         ctx = SbpCtx(op, descs, blob_sbp, devices, variable_sbp)
-        kind = jb.op_kind(op)
-        opdef = registry.op_def(op)
-        mutated = opdef.mutated_args(ctx.attrs) if opdef.may_mutate else ()
-        if op.name in replicated and kind != "variable_conf":
-            cands = [_with(ctx, B)]
-        elif mutated and opdef.sbp is None:
-            cands = _update_rule(ctx, mutated)
-        elif mutated:
-            own = opdef.sbp(ctx)
-            cands = _keeping(ctx, mutated, own if isinstance(own, Only) else own + [_with(ctx, B)])
-        else:
-            cands = opdef.sbp(ctx) if opdef.sbp is not None and not (kind == "return_conf" and gather_returns) else []
-            cands = cands if isinstance(cands, Only) else cands + [_with(ctx, B)]
-        best, best_cost = None, None
-        for sig in cands:
-            if not _valid(ctx, sig, devices):
-                continue
-            cost = 0.0
-            for a, i, lbn in ctx._ins:
-                need = sig.get(f"{a}_{i}", sig.get(a, B))
-                if (lbn, need) not in converted:
-                    d = descs[lbn]
-                    cost += boxing_cost(blob_sbp[lbn], need, d.dtype.itemsize * _numel(d.shape))
-            # a partial output must be reduced later: prefer a signature without one on a tie
-            cost += 1e-3 * sum(1 for a, i, _ in ctx._outs if sig.get(f"{a}_{i}", sig.get(a, B)) == P)
-            if best_cost is None or cost < best_cost:
-                best, best_cost = sig, cost
+        best = _cheapest(ctx, _candidates(ctx, op, replicated, gather_returns), devices, converted)
         if best is None:
             raise JobBuildError(f"op '{op.name}' ({jb.op_type_name(op)}): no SBP signature fits its inputs' layouts "
                                 f"{ {a: ctx.sbp(a, i) for a, i, _ in ctx._ins} } on {devices} devices")
@@ -433,41 +540,94 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts
     return result
 
 
+def _infer_nd(job, grid, descs, replicated, gather_returns):
+    """:func:`infer_job_sbp` on a device grid, OneFlow's way
+    (``oneflow/core/operator/operator.cpp``, ``InferNdSbpSignature``): per op, for each
+    grid axis in order, the op's 1-D rule is asked on the shapes of the parts the axes
+    before it leave and the layouts its inputs arrive in on that axis, and the cheapest
+    valid candidate (each split dividing its part's axis) is that axis's signature.
+    Ops on one device run replicated (all-broadcast)."""
+    hints = _variable_sbp(job, math.prod(grid), grid)
+    blob_nd, result = {}, {}
+    converted = [set() for _ in grid]
+    order, _ = schedule(job)
+    for op in order:
+        args = jb.op_inputs(op) + jb.op_outputs(op)
+        local = {lbn: descs[lbn] for _, _, lbn in args}
+        picked = {}  # (arg, index) -> [SBP per axis]
+        for axis, devices in enumerate(grid):
+            variable_sbp = {name: layout[axis] for name, layout in hints.items()}
+            ctx = SbpCtx(op, local, {lbn: blob_nd[lbn][axis] for _, _, lbn in jb.op_inputs(op)}, devices,
+                         variable_sbp, grid_axis=axis)
+            best = _cheapest(ctx, _candidates(ctx, op, replicated, gather_returns), devices, converted[axis])
+            if best is None:
+                raise JobBuildError(
+                    f"op '{op.name}' ({jb.op_type_name(op)}): no SBP signature fits its inputs' layouts "
+                    f"{ {a: blob_nd[lbn] for a, i, lbn in ctx._ins} } on axis {axis} of the device grid {grid} "
+                    f"(signature of the axes before it: { {a: s for (a, _), s in picked.items()} })")
+            divided = set()
+            for a, i, lbn in args:
+                s = best.get(f"{a}_{i}", best.get(a, B))
+                picked.setdefault((a, i), []).append(s)
+                k = split_axis(s)
+                if k is not None and lbn not in divided:
+                    divided.add(lbn)
+                    d = local[lbn]
+                    local[lbn] = d._replace(shape=tuple(v // devices if j == k else v for j, v in enumerate(d.shape)))
+            for a, i, lbn in ctx._ins:
+                if picked[(a, i)][axis] != blob_nd[lbn][axis]:
+                    converted[axis].add((lbn, picked[(a, i)][axis]))
+        chosen = {bn_in_op(op, a, i): tuple(picked[(a, i)]) for a, i, _ in args}
+        for a, i, lbn in jb.op_outputs(op):
+            blob_nd[lbn] = tuple(picked[(a, i)])
+        result[op.name] = chosen
+        write_signature(job, op.name, chosen)
+    return result
+
+
 def write_signature(job, op_name, sig):
-    """Write ``sig`` (bn -> SBP string) as the op's 1-D signature
-    (``op_name2sbp_signature_conf``) and as the same layouts in N-D form
-    (``op_name2nd_sbp_signature_conf``, one ``SbpParallel`` per blob: graphfront's
-    placements have one hierarchy axis), the two fields OneFlow v0.6.0's
-    ``JobParallelViewConf`` (``oneflow/core/job/job.proto``) holds."""
+    """Write ``sig`` (bn -> SBP string, or a tuple of them on a device grid) into the two
+    fields OneFlow v0.6.0's ``JobParallelViewConf`` (``oneflow/core/job/job.proto``) holds:
+    a 1-D layout as the op's ``op_name2sbp_signature_conf`` and, as a one-element
+    ``NdSbp``, its ``op_name2nd_sbp_signature_conf``; a grid's layouts in
+    ``op_name2nd_sbp_signature_conf`` only (one ``SbpParallel`` per grid axis)."""
     view = job.job_parallel_view_conf
-    conf = view.op_name2sbp_signature_conf[op_name]
+    grid = any(isinstance(s, tuple) for s in sig.values())
+    conf = None if grid else view.op_name2sbp_signature_conf[op_name]
     nd_conf = view.op_name2nd_sbp_signature_conf[op_name]
     for bn, s in sig.items():
-        to_proto(s, conf.bn_in_op2sbp_parallel[bn])
+        if conf is not None:
+            to_proto(s, conf.bn_in_op2sbp_parallel[bn])
         nd = nd_conf.bn_in_op2nd_sbp[bn]
         del nd.sbp_parallel[:]
-        to_proto(s, nd.sbp_parallel.add())
+        for one in (s if isinstance(s, tuple) else (s,)):
+            to_proto(one, nd.sbp_parallel.add())
 
 
 def op_signatures(job) -> dict:
-    """op name -> {bn: SBP string}: every op's signature, read from the job (empty for a
-    single-device job)."""
-    return {name: {bn: from_proto(p) for bn, p in sig.bn_in_op2sbp_parallel.items()}
-            for name, sig in job.job_parallel_view_conf.op_name2sbp_signature_conf.items()}
+    """op name -> {bn: SBP string, or a tuple of them on a device grid}: every op's
+    signature, read from the job (empty for a single-device job)."""
+    view = job.job_parallel_view_conf
+    found = {name: {bn: tuple(from_proto(p) for p in nd.sbp_parallel) for bn, nd in sig.bn_in_op2nd_sbp.items()}
+             for name, sig in view.op_name2nd_sbp_signature_conf.items()
+             if name not in view.op_name2sbp_signature_conf}
+    found.update({name: {bn: from_proto(p) for bn, p in sig.bn_in_op2sbp_parallel.items()}
+                  for name, sig in view.op_name2sbp_signature_conf.items()})
+    return found
 
 
 def blob_sbps(job) -> dict:
-    """lbn -> SBP string of every blob, read from the job's signatures (empty for a
-    single-device job)."""
-    sigs = job.job_parallel_view_conf.op_name2sbp_signature_conf
+    """lbn -> SBP string (a tuple of them on a device grid) of every blob, read from the
+    job's signatures (empty for a single-device job)."""
+    sigs = op_signatures(job)
     found = {}
     for op in job.net.op:
         if op.name in sigs:
-            bns = sigs[op.name].bn_in_op2sbp_parallel
+            bns = sigs[op.name]
             for a, i, lbn in jb.op_outputs(op):
                 bn = bn_in_op(op, a, i)
                 if bn in bns:
-                    found[lbn] = from_proto(bns[bn])
+                    found[lbn] = bns[bn]
     return found
 
 

@@ -121,7 +121,8 @@ def auto_mixed_precision(job):
 
     def placed(op_name):
         src = old.ops[op_name]
-        return b.scope_as(b.scope.derive(device_tag=src.device_tag, device_ids=old.device_ids_of(op_name)))
+        return b.scope_as(b.scope.derive(device_tag=src.device_tag, device_ids=old.device_ids_of(op_name),
+                                         hierarchy=old.hierarchy_of(op_name)))
 
     def cast(lbn, dtype, suffix):
         key = (lbn, dtype.name)

@@ -24,6 +24,16 @@ crosses from one placement to another (or changes layout on a placement smaller 
 the job's), one ``_boxing_across_placements`` op named ``System-Boxing-Placement-<k>``
 rebuilds the logical blob from the source devices' parts and lays it out over the
 destination's. Ops placed on one device run replicated on every device, as before.
+
+A job on a device grid (:func:`graphfront.parallel.sbp.job_grid`, layouts one SBP string
+per grid axis) turns a layout into another one grid axis at a time with the conversions
+above, each collective running over the devices that differ only in that axis (attrs
+``grid_axis`` and ``hierarchy`` of the boxing op; -1 and [] elsewhere), outer axes
+first; an inner axis splitting a dim that an outer conversion splits or gathers is made
+broadcast first (:func:`_nd_steps`). All its ops sit on the grid's devices of one machine
+(or on one device, run replicated), as OneFlow's hierarchical boxing
+(``oneflow/core/graph/boxing/hierarchical_sub_task_graph_builder_impl.cpp``) converts
+one axis at a time.
 """
 from __future__ import annotations
 
@@ -104,11 +114,46 @@ def _steps(src, dst):
     return [("AllToAll", "_nccl_logical_s2s", {"in_split_axis": a, "out_split_axis": b}, dst)]
 
 
+def _conflicts(inner, src, dst):
+    """Whether an inner grid axis laid out as ``inner`` keeps an outer axis from turning
+    ``src`` into ``dst`` with 1-D collectives: it splits a dim the outer conversion
+    splits or gathers."""
+    k = _sbp.split_axis(inner)
+    return k is not None and k in (_sbp.split_axis(src), _sbp.split_axis(dst))
+
+
+def _nd_steps(src, dst):
+    """The boxing chain ``[(grid axis, kind, op type, attrs, out layout)]`` turning the
+    grid layout ``src`` into ``dst`` (tuples, one SBP string per grid axis), one axis at a
+    time with :func:`_steps`, outer axes first. Converting an inner axis acts within each
+    part the outer axes leave, so it is always exact; converting an outer axis acts on the
+    same piece of every part, which commutes with the inner axes' layouts unless an inner
+    axis splits a dim the conversion splits or gathers: such an inner axis is made
+    broadcast first (and converted to its target afterwards)."""
+    cur, steps = list(src), []
+
+    def convert(axis, to):
+        for inner in range(axis + 1, len(cur)):
+            if _conflicts(cur[inner], cur[axis], to):
+                convert(inner, _sbp.B)
+        for kind, op_type, attrs, out in _steps(cur[axis], to):
+            cur[axis] = out
+            steps.append((axis, kind, op_type, attrs, tuple(cur)))
+
+    for axis in range(len(cur)):
+        if cur[axis] != dst[axis]:
+            convert(axis, dst[axis])
+    return steps
+
+
 def boxing(job, n=None):
     """Infer SBP signatures and insert boxing ops (see module docstring); returns the job."""
     n = parallel_num(job) if n is None else n
     if n <= 1:
         return job
+    grid = _sbp.job_grid(job)
+    if grid:
+        return _boxing_nd(job, grid, n)
     single = {name for name, c in device_counts(job).items() if c == 1}
     counts = op_parallel_nums(job, n)
     machines = {d.split(":")[0] for g in job.placement.placement_group for d in g.parallel_conf.device_name}
@@ -135,6 +180,46 @@ def boxing(job, n=None):
                                             like_op=op.name)
                     _sbp.write_signature(job, added.name, {"in_0": have[lbn], "out_0": need})
                     made[key] = f"{added.name}/out_0"
+            net.set_input(op, arg, i, made[key])
+    return net.finish()
+
+
+def _boxing_nd(job, grid, n):
+    """:func:`boxing` of a job on the device ``grid``: each conversion is a chain of 1-D
+    collectives (:func:`_nd_steps`), each over the devices that differ only in its grid
+    axis (attrs ``grid_axis`` and ``hierarchy``, :mod:`graphfront.ops.boxing_ops`).
+
+    Raises JobBuildError when ops sit on placements of other device counts than the
+    grid's (besides one device) or on several machines."""
+    counts = device_counts(job)
+    other = {name: c for name, c in counts.items() if c not in (1, n)}
+    machines = {d.split(":")[0] for g in job.placement.placement_group for d in g.parallel_conf.device_name}
+    if other or len(machines) > 1:
+        name = next(iter(other), job.net.op[0].name)
+        raise JobBuildError(f"job '{job.job_conf.job_name}' is laid out over the device grid {grid} ({n} devices); op "
+                            f"'{name}' is placed on {counts.get(name)} device(s) of machines {sorted(machines)}: "
+                            f"graphfront runs a job on a device grid with all its ops on the grid's {n} devices of "
+                            "one machine (or on one device)")
+    single = {name for name, c in counts.items() if c == 1}
+    sigs = _sbp.infer_job_sbp(job, n, replicated=single)
+    have = _sbp.blob_sbps(job)
+    net = Net(job)
+    made = {}
+    counter = itertools.count()
+    for op in list(job.net.op):
+        for arg, i, lbn in jb.op_inputs(op):
+            need = sigs[op.name][_sbp.bn_in_op(op, arg, i)]
+            if need == have[lbn]:
+                continue
+            key = (lbn, need)
+            if key not in made:
+                cur, cur_sbp, producer = lbn, have[lbn], net.producer[lbn]
+                for axis, kind, op_type, attrs, out_sbp in _nd_steps(have[lbn], need):
+                    added = net.add_user_op(f"System-Boxing-{kind}-{next(counter)}", op_type, {"in": cur},
+                                            {**attrs, "grid_axis": axis, "hierarchy": list(grid)}, like_op=producer)
+                    _sbp.write_signature(job, added.name, {"in_0": cur_sbp, "out_0": out_sbp})
+                    cur, cur_sbp, producer = f"{added.name}/out_0", out_sbp, added.name
+                made[key] = cur
             net.set_input(op, arg, i, made[key])
     return net.finish()
 

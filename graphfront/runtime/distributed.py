@@ -17,6 +17,11 @@ the ops placed on its device and the ``_boxing_across_placements`` ops that move
 between placements (:mod:`graphfront.ops.boxing_ops`), which every worker runs in the
 same order.
 
+A job on a device grid (:func:`graphfront.parallel.sbp.job_grid`) divides each blob's
+shape, takes feeds and writes results and variables axis by axis of its layout
+(:func:`shard`, :func:`write_shard`); every worker makes the grid's line groups
+(:func:`graphfront.ops.boxing_ops.grid_groups`) when it receives the job.
+
 Variables live on the workers (split ones as slices). The client's variable store holds
 shared-memory tensors in the single-device layout: the workers write them back when the
 client reads them (checkpoints, ``flow.get_all_variables``) and read them again after the
@@ -57,7 +62,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework.env_settings import current_env
 from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
-from graphfront.ops.boxing_ops import BOXING_OP_TYPES
+from graphfront.ops.boxing_ops import BOXING_OP_TYPES, grid_groups
 from graphfront.passes.boxing import blob_parallel_nums, device_counts, op_parallel_nums
 from graphfront.passes.mirrored import is_mirrored
 from graphfront.runtime.lowering import Lowering
@@ -76,19 +81,40 @@ class WorkerError(RuntimeError):
 # ----------------------------------------------------------------------------- layouts
 
 def shard(t, sbp, n, rank):
-    """The part of logical tensor ``t`` that device ``rank`` of ``n`` holds under ``sbp``."""
+    """The part of logical tensor ``t`` that device ``rank`` of ``n`` holds under ``sbp``;
+    on a device grid ``sbp`` is a tuple (one SBP string per axis) and ``n`` the grid: the
+    part is taken axis by axis (:func:`graphfront.parallel.sbp.job_grid`)."""
+    if isinstance(sbp, tuple):
+        for s, d, c in zip(sbp, n, _sbp.grid_coords(rank, n)):
+            t = shard(t, s, d, c)
+        return t
     axis = _sbp.split_axis(sbp)
     return t.chunk(n, axis)[rank] if axis is not None else t
 
 
 def write_shard(dst, local, sbp, n, rank, local_rank):
     """Write device ``rank``'s ``local`` part into logical tensor ``dst`` (broadcast: the
-    first device of each machine)."""
+    first device of each machine; on a device grid, see :func:`shard`, the device of
+    coordinate 0 on each broadcast axis)."""
+    if isinstance(sbp, tuple):
+        coords = _sbp.grid_coords(rank, n)
+        if all(c == 0 for c, s in zip(coords, sbp) if _sbp.split_axis(s) is None):
+            shard(dst, sbp, n, rank).copy_(local)
+        return
     axis = _sbp.split_axis(sbp)
     if axis is not None:
         dst.chunk(n, axis)[rank].copy_(local)
     elif local_rank == 0:
         dst.copy_(local)
+
+
+def blob_layouts(job, n) -> dict:
+    """lbn -> ``(sbp, devices)`` of every blob of a consistent-view job on ``n`` devices,
+    as :func:`shard` takes them: ``devices`` the number of devices whose parts make up the
+    blob (:func:`blob_parallel_nums`), or on a device grid (``sbp`` a tuple) the grid."""
+    grid = _sbp.job_grid(job)
+    counts = blob_parallel_nums(job, n)
+    return {lbn: (s, grid if isinstance(s, tuple) else counts.get(lbn, n)) for lbn, s in _sbp.blob_sbps(job).items()}
 
 
 def local_job(job, n, local_rank, own_ops_only=False):
@@ -97,12 +123,17 @@ def local_job(job, n, local_rank, own_ops_only=False):
     ``local_rank`` of this machine. ``own_ops_only`` (a consistent-view job whose
     placements have different device counts, on one machine): see :func:`_own_ops`."""
     lj = copy.deepcopy(job)
-    sbps = _sbp.blob_sbps(job)
-    counts = blob_parallel_nums(job, n)
+    layouts = blob_layouts(job, n)
     for lbn, d in lj.helper.lbn2logical_blob_desc.items():
-        axis = _sbp.split_axis(sbps.get(lbn, _sbp.B))
+        sbp, devices = layouts.get(lbn, (_sbp.B, n))
+        if isinstance(sbp, tuple):
+            shape = _sbp.nd_local_shape(d.shape.dim, sbp, devices)
+            del d.shape.dim[:]
+            d.shape.dim.extend(shape)
+            continue
+        axis = _sbp.split_axis(sbp)
         if axis is not None:
-            d.shape.dim[axis] //= counts.get(lbn, n)
+            d.shape.dim[axis] //= devices
     if own_ops_only:
         _own_ops(lj, n, local_rank)
     for group in lj.placement.placement_group:
@@ -156,9 +187,9 @@ def watches_as_returns(job):
         ret.return_conf.out = "out"
         returns.append(ret)
         uuids.append(op.foreign_watch_conf.handler_uuid)
-        sig = wj.job_parallel_view_conf.op_name2sbp_signature_conf.get(op.name)
-        if sig is not None and "in" in sig.bn_in_op2sbp_parallel:
-            _sbp.write_signature(wj, op.name, {"out": _sbp.from_proto(sig.bn_in_op2sbp_parallel["in"])})
+        sig = _sbp.op_signatures(wj).get(op.name)
+        if sig is not None and "in" in sig:
+            _sbp.write_signature(wj, op.name, {"out": sig["in"]})
     del wj.net.op[:]
     wj.net.op.extend(kept + returns)
     return wj, uuids
@@ -186,9 +217,9 @@ class _WorkerJob:
         self.feeds = [feeds[feed_index[name]] for name in self.plan.input_names]
         self.outs = [outs[out_index[name]] for name in self.plan.output_names]
         if not self.mirrored:  # (layout, devices) of each feed and result
-            sbps, counts = _sbp.blob_sbps(job), blob_parallel_nums(job, n)
-            self.feed_sbps = [(sbps[lbn], counts.get(lbn, n)) for lbn in self.plan.input_lbns]
-            self.out_sbps = [(sbps[lbn], counts.get(lbn, n)) for lbn in self.plan.result_lbns]
+            layouts = blob_layouts(job, n)
+            self.feed_sbps = [layouts[lbn] for lbn in self.plan.input_lbns]
+            self.out_sbps = [layouts[lbn] for lbn in self.plan.result_lbns]
 
     def run(self, feed_shapes):
         """Run one step; a mirrored job reads its part of each feed (``feed_shapes[f][local
@@ -205,6 +236,12 @@ class _WorkerJob:
         for buf, local, (s, m) in zip(self.outs, results, self.out_sbps):
             write_shard(buf, local.detach().to("cpu"), s, m, self.rank, self.local_rank)
         return None
+
+
+def _device_of(rank, devices):
+    """The index among a variable's ``devices`` (a count, or a grid) of the device of
+    ``rank`` (a variable on fewer devices than the job: every device holds a copy)."""
+    return rank % devices if isinstance(devices, int) else rank
 
 
 def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_s, client_store=False):
@@ -245,11 +282,13 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
             if cmd == "compile":
                 name, job_bytes, feeds, outs, new_vars = payload
                 job = job_pb2.Job.FromString(job_bytes)
-                sbps, counts = _sbp.blob_sbps(job), blob_parallel_nums(job, n)
+                layouts = blob_layouts(job, n)
+                if not is_mirrored(job) and _sbp.job_grid(job):  # its collectives' groups (made by all, in order)
+                    grid_groups(_sbp.job_grid(job))
                 for var_name, t in new_vars.items():
                     logical_vars[var_name] = t
-                    var_sbps[var_name] = sbps[f"{var_name}/out"], counts.get(f"{var_name}/out", n)
-                    store.tensors[var_name] = shard(t, *var_sbps[var_name], rank % var_sbps[var_name][1]).to(
+                    var_sbps[var_name] = layouts[f"{var_name}/out"]
+                    store.tensors[var_name] = shard(t, *var_sbps[var_name], _device_of(rank, var_sbps[var_name][1])).to(
                         device, copy=True).contiguous()
                 jobs[name] = _WorkerJob(job, n, rank, local_rank, device, store, feeds, outs)
                 result = jobs[name].plan.source
@@ -259,12 +298,12 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
             elif cmd == "pull":
                 for var_name in payload:
                     s, m = var_sbps[var_name]
-                    if rank < m:
+                    if not isinstance(m, int) or rank < m:
                         write_shard(logical_vars[var_name], store.tensors[var_name].to("cpu"), s, m, rank, local_rank)
             elif cmd == "push":
                 for var_name in payload:
                     s, m = var_sbps[var_name]
-                    store.tensors[var_name].copy_(shard(logical_vars[var_name], s, m, rank % m))
+                    store.tensors[var_name].copy_(shard(logical_vars[var_name], s, m, _device_of(rank, m)))
             conn.send(("ok", result))
         except Exception as e:  # noqa: BLE001 - reported to the client, naming the device
             conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"))

@@ -86,9 +86,11 @@ class KernelCtx:
         self._signature = signature
         self._user = jb.op_kind(op_conf) == "user_conf"
 
-    def sbp(self, name, i=0) -> str:
+    def sbp(self, name, i=0):
         """The layout (``"B"``, ``"P"``, ``"S(k)"``) of the op's blob ``name[i]`` on its
-        devices; ``"B"`` on one device. The descs this kernel sees are the local parts."""
+        devices; on a device grid a tuple of them, one per grid axis
+        (:func:`graphfront.parallel.sbp.job_grid`); ``"B"`` on one device. The descs this
+        kernel sees are the local parts."""
         if self._signature is None:
             return "B"
         return self._signature.get(f"{name}_{i}" if self._user else name, "B")

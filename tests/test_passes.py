@@ -175,6 +175,53 @@ def test_scalar_chain_values_against_numpy():
     assert "scalar_mul" not in _types(job)
 
 
+def _scaled_scores_train(config):
+    """Attention-style scores ``matmul(q, k^T) * c`` (a scalar_mul after a product; its
+    gradient ``dy * c`` feeds both product gradients) and a scaled input of a product."""
+    @flow.global_function(type="train", function_config=config)
+    def job(q: tp.Numpy.Placeholder((2, 3, 4, 5), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            k = flow.get_variable("k", (2, 3, 4, 5), initializer=flow.random_normal_initializer())
+            w = flow.get_variable("w", (4, 6), initializer=flow.random_normal_initializer())
+            scores = flow.matmul(q, k, transpose_b=True) * 0.125
+            probs = flow.nn.softmax(scores)
+            out = flow.matmul(flow.reshape(probs, (24, 4)) * -3.0, w)
+            loss = flow.math.reduce_mean(out * out)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    return job
+
+
+def test_fuse_scalar_mul_matmul_folds_scales_into_alpha_as_torch():
+    q = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    on = _run(_scaled_scores_train, (q,), steps=2)
+    off = _run(_scaled_scores_train, (q,), steps=2, disabled=["fuse_scalar_mul_matmul"])
+    _check_same(on, off)
+    assert "fuse_scalar_mul_matmul" in on[3]
+    # the scores' scale, the scaled input and both their gradients' scales are gone (the
+    # one scalar_mul left is reduce_mean's)
+    assert on[2].count("scalar_mul") == 1 and off[2].count("scalar_mul") == 5
+    # reference: torch autograd on the initial variables, one SGD step
+    flow.clear_default_session()
+    flow.manual_seed(0)
+    job = _scaled_scores_train(_config())
+    init = {n: torch.tensor(v.numpy(), dtype=torch.float64, requires_grad=True)
+            for n, v in flow.get_all_variables().items() if n in ("k", "w")}
+    loss = job(q)
+    tq = torch.tensor(q, dtype=torch.float64)
+    scores = tq @ init["k"].transpose(-1, -2) * 0.125
+    out = (torch.softmax(scores, -1).reshape(24, 4) * -3.0) @ init["w"]
+    ref = (out * out).mean()
+    ref.backward()
+    np.testing.assert_allclose(loss, ref.item(), rtol=1e-5)
+    for n in ("k", "w"):
+        np.testing.assert_allclose(flow.get_all_variables()[n].numpy(), (init[n] - 0.1 * init[n].grad).detach().numpy(),
+                                   rtol=1e-5, atol=1e-6, err_msg=n)
+    alphas = sorted(jb.user_attrs(op)["alpha"] for op in job.graph.proto.net.op
+                    if jb.op_type_name(op) in ("batch_matmul", "matmul"))
+    assert -3.0 in alphas and 0.125 in alphas
+
+
 def _const_predict(config):
     @flow.global_function(function_config=config)
     def job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:

@@ -30,7 +30,7 @@ from graphfront.ops.registry import op
 def _valid_ids(ids, size):
     """``(clamped ids, mask of in-range ids)`` without a host sync."""
     valid = (ids >= 0) & (ids < size)
-    return torch.where(valid, ids, 0), valid
+    return ids * valid, valid
 
 
 def _zero_invalid(out, valid, dim):

@@ -20,6 +20,9 @@ pass                              rewrite
 :func:`fuse_scalar_chains`        ``scalar_mul`` -> ``scalar_mul`` and ``scalar_add`` ->
                                   ``scalar_add`` merge into one op; ``scalar_mul`` ->
                                   ``scalar_add`` becomes ``fused_scalar_mul_add``
+:func:`fuse_scalar_mul_matmul`     a float ``scalar_mul`` of a matrix product's output, or
+                                  read only as matrix products' ``a`` / ``b`` inputs, becomes
+                                  the products' ``alpha`` (the GEMM scales in its epilogue)
 :func:`fuse_bias_add`             ``conv*d`` -> ``bias_add`` on the channel axis becomes the
                                   conv's own ``bias`` input; ``matmul`` (``transpose_b``)
                                   -> ``bias_add`` becomes ``fused_matmul_bias``
@@ -198,6 +201,53 @@ def fuse_scalar_chains(job):
             net.remove(first.name, second.name)
         else:
             continue
+        changed = True
+    return net.finish() if changed else job
+
+
+# ------------------------------------------------------------------ scalar_mul into a matrix product's alpha
+
+#: op types computing ``alpha * f(a, b)`` with ``f`` linear in each of ``a`` and ``b``
+_SCALED_PRODUCTS = ("matmul", "batch_matmul", "broadcast_matmul", "broadcast_matmul_grad_b")
+
+
+def fuse_scalar_mul_matmul(job):
+    """Fold a float ``scalar_mul`` into the ``alpha`` of the matrix products next to it
+    (OneFlow's matmul kernels hand ``alpha`` to cuBLAS, ``oneflow/user/kernels/matmul_kernels.cpp``):
+
+    * a product without ``_add_to_output`` whose only reader is ``scalar_mul(c)``: the
+      product's ``alpha`` is multiplied by ``c`` and its readers read the product (the
+      attention scores of BERT, ``matmul(q, k^T) * (1 / sqrt(d))``);
+    * a ``scalar_mul(c)`` read only as the ``a`` or ``b`` input of products (each reading it
+      once): every reader takes the unscaled input and ``alpha * c`` (the scores' gradient
+      ``dy * c`` feeding both matmul gradients).
+    """
+    if not has_op_types(job, ("scalar_mul",)) or not has_op_types(job, _SCALED_PRODUCTS):
+        return job
+    net = Net(job)
+    changed = False
+    for op in _order(job):
+        mul = net.op(op.name)
+        if user_type(mul) != "scalar_mul" or net.is_removed(mul.name):
+            continue
+        src, out = single_input(mul, "in"), single_output(mul, "out")
+        if not net.desc(src).dtype.is_floating_point or out in net.protected:
+            continue
+        c = float(_scalar(net.attrs(mul))[0])
+        prod = net.producer_op(src)
+        readers = net.readers(out)
+        if prod is not None and user_type(prod) in _SCALED_PRODUCTS and net.sole_reader(src) is mul \
+                and "_add_to_output" not in prod.user_conf.input:
+            net.set_attr(prod, "alpha", net.attrs(prod)["alpha"] * c)
+            net.redirect(out, src)
+        elif readers and all(user_type(r) in _SCALED_PRODUCTS and arg in ("a", "b") for r, arg, _ in readers) \
+                and len({r.name for r, _, _ in readers}) == len(readers):
+            for r, arg, i in readers:
+                net.set_attr(r, "alpha", net.attrs(r)["alpha"] * c)
+                net.set_input(r, arg, i, src)
+        else:
+            continue
+        net.remove(mul.name)
         changed = True
     return net.finish() if changed else job
 
@@ -520,5 +570,5 @@ def _pool_before_relu(net, fused, x):
     net.remove(relu.name)
 
 
-__all__ = ["fuse_update_ops", "fuse_scalar_chains", "fuse_bias_add", "fold_batch_norm", "fuse_bias_add_relu",
+__all__ = ["fuse_update_ops", "fuse_scalar_chains", "fuse_scalar_mul_matmul", "fuse_bias_add", "fold_batch_norm", "fuse_bias_add_relu",
            "fuse_conv_grads", "fuse_max_pool_grad"]

@@ -173,6 +173,7 @@ def _across_placements_kernel(k):
     dist, rank, n = group()
     src, dst = _sbp.parse(k.attr("in_sbp")), _sbp.parse(k.attr("out_sbp"))
     src_n, dst_n = k.attr("in_parallel_num"), k.attr("out_parallel_num")
+    src_ranks, dst_ranks = placement_ranks(k.attrs, "in"), placement_ranks(k.attrs, "out")
     src_axis, dst_axis = _sbp.split_axis(src), _sbp.split_axis(dst)
 
     def across_placements(x=None):
@@ -187,14 +188,14 @@ def _across_placements_kernel(k):
         parts = [x] if dist is None else [torch.empty_like(x) for _ in range(n)]
         if dist is not None:
             dist.all_gather(parts, x.contiguous())
-        parts = parts[:src_n]
+        parts = [parts[r] for r in src_ranks] if dist is not None else parts
         if src_axis is not None:
             logical = torch.cat(parts, src_axis)
         elif src == _sbp.P:
             logical = torch.stack(parts).sum(0)
         else:
             logical = parts[0].clone()
-        r = rank % dst_n
+        r = dst_ranks.index(rank) if rank in dst_ranks else 0  # (outside the destination: dropped)
         if dst_axis is not None:
             return logical.chunk(dst_n, dst_axis)[r].contiguous()
         if dst == _sbp.P and r:
@@ -203,10 +204,22 @@ def _across_placements_kernel(k):
     return across_placements
 
 
+def placement_ranks(attrs, side):
+    """The ranks of the devices of ``_boxing_across_placements``'s source (``side``
+    ``"in"``) or destination (``"out"``) placement, from its ``attrs`` (name -> value):
+    ``<side>_ranks``, or when empty the first ``<side>_parallel_num`` ranks."""
+    listed = list(attrs.get(f"{side}_ranks", []))
+    return listed or list(range(attrs[f"{side}_parallel_num"]))
+
+
 def _across_placements_infer(ctx):
     ctx.check(ctx.attr("in_parallel_num") >= 1 and ctx.attr("out_parallel_num") >= 1,
               f"in_parallel_num and out_parallel_num must be >= 1, received {ctx.attr('in_parallel_num')} and "
               f"{ctx.attr('out_parallel_num')}")
+    for side in ("in", "out"):
+        listed = list(ctx.attr(f"{side}_ranks"))
+        ctx.check(not listed or len(listed) == ctx.attr(f"{side}_parallel_num"),
+                  f"{side}_ranks {listed} must list {side}_parallel_num ({ctx.attr(f'{side}_parallel_num')}) ranks")
     like("in")(ctx)
 
 
@@ -235,10 +248,11 @@ op("_logical_b_to_p", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("i
 
 op("_boxing_across_placements", inputs=["in"], outputs=["out"],
    attrs={"in_sbp": ("string", "B", lambda v: _check_sbp(v)), "out_sbp": ("string", "B", lambda v: _check_sbp(v)),
-          "in_parallel_num": ("int64", 1), "out_parallel_num": ("int64", 1)},
+          "in_parallel_num": ("int64", 1), "out_parallel_num": ("int64", 1),
+          "in_ranks": ("list_int64", []), "out_ranks": ("list_int64", [])},
    infer=_across_placements_infer, kernel=_across_placements_kernel, no_grad=True,
-   doc="graphfront-only: a blob laid out as in_sbp over in_parallel_num devices, laid out as out_sbp over "
-       "out_parallel_num devices of the same job")
+   doc="graphfront-only: a blob laid out as in_sbp over in_parallel_num devices (ranks in_ranks; empty: the "
+       "first ones), laid out as out_sbp over out_parallel_num devices (ranks out_ranks) of the same job")
 
 BOXING_OP_TYPES = ("_nccl_logical_all_reduce", "_nccl_logical_reduce_scatter", "_nccl_logical_all_gather",
                    "_nccl_logical_all_gather_noncontinuous", "_nccl_logical_s2s", "_logical_b_to_s",

@@ -63,7 +63,8 @@ from graphfront.framework.env_settings import current_env
 from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
 from graphfront.ops.boxing_ops import BOXING_OP_TYPES, grid_groups
-from graphfront.passes.boxing import blob_parallel_nums, device_counts, op_parallel_nums
+from graphfront.ops.boxing_ops import placement_ranks
+from graphfront.passes.boxing import blob_ranks, op_ranks
 from graphfront.passes.mirrored import is_mirrored
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.plan import Plan
@@ -109,23 +110,27 @@ def write_shard(dst, local, sbp, n, rank, local_rank):
 
 
 def blob_layouts(job, n) -> dict:
-    """lbn -> ``(sbp, devices)`` of every blob of a consistent-view job on ``n`` devices,
-    as :func:`shard` takes them: ``devices`` the number of devices whose parts make up the
-    blob (:func:`blob_parallel_nums`), or on a device grid (``sbp`` a tuple) the grid."""
+    """lbn -> ``(sbp, devices, ranks)`` of every blob of a consistent-view job on ``n``
+    devices: ``sbp`` and ``devices`` as :func:`shard` takes them (``devices`` the number of
+    devices whose parts make up the blob, or on a device grid,
+    ``sbp`` a tuple, the grid), ``ranks`` the workers holding those parts
+    (:func:`graphfront.passes.boxing.blob_ranks`; part ``i`` on ``ranks[i]``)."""
     grid = _sbp.job_grid(job)
-    counts = blob_parallel_nums(job, n)
-    return {lbn: (s, grid if isinstance(s, tuple) else counts.get(lbn, n)) for lbn, s in _sbp.blob_sbps(job).items()}
+    ranks = blob_ranks(job, n)
+    everyone = tuple(range(n))
+    return {lbn: (s, grid if isinstance(s, tuple) else len(ranks.get(lbn, everyone)), ranks.get(lbn, everyone))
+            for lbn, s in _sbp.blob_sbps(job).items()}
 
 
 def local_job(job, n, local_rank, own_ops_only=False):
     """A copy of ``job`` whose blob descs hold the shapes of one device (a blob split over
-    its producer's devices, :func:`blob_parallel_nums`) and whose ops are placed on device
-    ``local_rank`` of this machine. ``own_ops_only`` (a consistent-view job whose
-    placements have different device counts, on one machine): see :func:`_own_ops`."""
+    its producer's devices, :func:`blob_layouts`) and whose ops are placed on device
+    ``local_rank`` of this machine. ``own_ops_only`` (a consistent-view job with ops
+    placed on some of its devices, on one machine): see :func:`_own_ops`."""
     lj = copy.deepcopy(job)
     layouts = blob_layouts(job, n)
     for lbn, d in lj.helper.lbn2logical_blob_desc.items():
-        sbp, devices = layouts.get(lbn, (_sbp.B, n))
+        sbp, devices, _ = layouts.get(lbn, (_sbp.B, n, None))
         if isinstance(sbp, tuple):
             shape = _sbp.nd_local_shape(d.shape.dim, sbp, devices)
             del d.shape.dim[:]
@@ -144,18 +149,19 @@ def local_job(job, n, local_rank, own_ops_only=False):
 
 def _own_ops(lj, n, rank):
     """Keep in ``lj`` only the ops that device ``rank`` runs: those whose placement holds
-    it, and every ``_boxing_across_placements`` op (each device of the job takes part in
-    its ``all_gather``; a device outside the source placement has no input and sends
-    zeros). Every collective gets a control edge from the one before it in the job's
-    schedule, so all devices run them in the same order."""
-    counts = op_parallel_nums(lj, n)
+    it (:func:`graphfront.passes.boxing.op_ranks`), and every ``_boxing_across_placements``
+    op (each device of the job takes part in its ``all_gather``; a device outside the
+    source placement has no input and sends zeros). Every collective gets a control edge
+    from the one before it in the job's schedule, so all devices run them in the same
+    order."""
+    ranks = op_ranks(lj, n)
     collectives = [op.name for op in schedule(lj)[0] if jb.op_type_name(op) in _COLLECTIVES]
     kept = []
     for op in lj.net.op:
         if jb.op_type_name(op) == "_boxing_across_placements":
-            if jb.user_attrs(op)["in_parallel_num"] <= rank:
+            if rank not in placement_ranks(jb.user_attrs(op), "in"):
                 del op.user_conf.input["in"]
-        elif counts.get(op.name, n) <= rank:
+        elif rank not in ranks.get(op.name, (rank,)):
             continue
         kept.append(op)
     by_name = {op.name: op for op in kept}
@@ -207,9 +213,11 @@ class _WorkerJob:
     def __init__(self, job, n, rank, local_rank, device, store, feeds, outs):
         self.n, self.rank, self.local_rank, self.device = n, rank, local_rank, device
         self.mirrored = is_mirrored(job)
-        own = not self.mirrored and len(set(device_counts(job).values()) - {1}) > 1
+        ranks = {} if self.mirrored else op_ranks(job, n)
+        own = any(r != tuple(range(n)) for r in ranks.values())
         self.plan = Plan(local_job(job, n, local_rank, own_ops_only=own), store, {}, cuda_graph=False,
-                         signatures=None if self.mirrored else _sbp.op_signatures(job))
+                         signatures=None if self.mirrored else _sbp.op_signatures(job),
+                         parallel_ids={name: r.index(rank) for name, r in ranks.items() if rank in r})
         # the buffers of the feeds and results this device's plan reads and writes (all of
         # them unless it runs only its own ops)
         names = ([op.name for op in job.net.op if jb.op_kind(op) == kind] for kind in ("input_conf", "return_conf"))
@@ -231,17 +239,27 @@ class _WorkerJob:
             for buf, local in zip(self.outs, results):
                 part(buf[self.local_rank], tuple(local.shape)).copy_(local.detach())
             return [tuple(local.shape) for local in results]
-        feeds = [shard(f, s, m, self.rank).to(self.device) for f, (s, m) in zip(self.feeds, self.feed_sbps)]
+        feeds = [shard(f, s, m, _part_of(self.rank, r)).to(self.device)
+                 for f, (s, m, r) in zip(self.feeds, self.feed_sbps)]
         results = self.plan(feeds)
-        for buf, local, (s, m) in zip(self.outs, results, self.out_sbps):
-            write_shard(buf, local.detach().to("cpu"), s, m, self.rank, self.local_rank)
+        for buf, local, (s, m, r) in zip(self.outs, results, self.out_sbps):
+            _write_part(buf, local.detach().to("cpu"), s, m, r, self.rank, self.local_rank)
         return None
 
 
-def _device_of(rank, devices):
-    """The index among a variable's ``devices`` (a count, or a grid) of the device of
-    ``rank`` (a variable on fewer devices than the job: every device holds a copy)."""
-    return rank % devices if isinstance(devices, int) else rank
+def _part_of(rank, ranks):
+    """The index of the part the worker of ``rank`` holds of a blob or variable whose parts
+    sit on the workers ``ranks`` (a worker outside them holds a copy of part 0)."""
+    return ranks.index(rank) if rank in ranks else 0
+
+
+def _write_part(dst, local, sbp, devices, ranks, rank, local_rank):
+    """:func:`write_shard` of the part the worker of ``rank`` holds, if it holds one of
+    ``ranks`` (a broadcast blob: written by the first of ``ranks`` and the first device
+    of each machine)."""
+    if rank in ranks:
+        i = ranks.index(rank)
+        write_shard(dst, local, sbp, devices, i, 0 if i == 0 else local_rank)
 
 
 def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_s, client_store=False):
@@ -287,9 +305,8 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                     grid_groups(_sbp.job_grid(job))
                 for var_name, t in new_vars.items():
                     logical_vars[var_name] = t
-                    var_sbps[var_name] = layouts[f"{var_name}/out"]
-                    store.tensors[var_name] = shard(t, *var_sbps[var_name], _device_of(rank, var_sbps[var_name][1])).to(
-                        device, copy=True).contiguous()
+                    var_sbps[var_name] = s, m, r = layouts[f"{var_name}/out"]
+                    store.tensors[var_name] = shard(t, s, m, _part_of(rank, r)).to(device, copy=True).contiguous()
                 jobs[name] = _WorkerJob(job, n, rank, local_rank, device, store, feeds, outs)
                 result = jobs[name].plan.source
             elif cmd == "run":
@@ -297,13 +314,12 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 result = jobs[name].run(feed_shapes)
             elif cmd == "pull":
                 for var_name in payload:
-                    s, m = var_sbps[var_name]
-                    if not isinstance(m, int) or rank < m:
-                        write_shard(logical_vars[var_name], store.tensors[var_name].to("cpu"), s, m, rank, local_rank)
+                    s, m, r = var_sbps[var_name]
+                    _write_part(logical_vars[var_name], store.tensors[var_name].to("cpu"), s, m, r, rank, local_rank)
             elif cmd == "push":
                 for var_name in payload:
-                    s, m = var_sbps[var_name]
-                    store.tensors[var_name].copy_(shard(logical_vars[var_name], s, m, _device_of(rank, m)))
+                    s, m, r = var_sbps[var_name]
+                    store.tensors[var_name].copy_(shard(logical_vars[var_name], s, m, _part_of(rank, r)))
             conn.send(("ok", result))
         except Exception as e:  # noqa: BLE001 - reported to the client, naming the device
             conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"))

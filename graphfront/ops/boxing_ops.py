@@ -25,16 +25,19 @@ op type                                layouts         kernel on device r of n
                                        placements      laid out over ``out_parallel_num``
 =====================================  ==============  =====================================
 
-``_boxing_across_placements`` moves a blob between placements of different device counts
-of one job (``"0:0-1"`` to ``"0:0-3"``) or changes its layout on a placement smaller than
-the job's. The job runs on one worker per device of its largest placement; an op placed
-on ``m`` of those ``n`` devices runs on devices ``0..m-1`` only. Every device of the job
-runs every ``_boxing_across_placements`` op, one ``all_gather`` over the job's group
-(a device outside the source placement has no input and sends zeros of the source part's
-shape): device ``r`` rebuilds the logical blob from parts ``0..in_parallel_num - 1`` under
-``in_sbp`` (split: concatenated; broadcast: part 0; partial sum: summed) and keeps part
-``r`` under ``out_sbp`` (partial sum: device 0 keeps the blob, the others zeros); a device
-outside the destination placement drops what it computed.
+``_boxing_across_placements`` moves a blob between placements of different devices of
+one job (``"0:0-1"`` to ``"0:0-3"``, ``"0:0-1"`` to ``"0:2-3"``) or changes its layout on
+a placement of fewer devices than the job's. An op placed on ``m`` of the job's ``n``
+devices runs on their workers only: attrs ``in_ranks`` / ``out_ranks`` list the ranks of
+the source and destination placements' devices (empty: the first ``in_parallel_num`` /
+``out_parallel_num`` ranks). Every device of the job runs every
+``_boxing_across_placements`` op, one ``all_gather`` over the job's group (a device
+outside the source placement has no input and sends zeros of the source part's shape):
+each device rebuilds the logical blob from the parts of ranks ``in_ranks`` under
+``in_sbp`` (split: concatenated in that order; broadcast: the first; partial sum: summed)
+and the device of ``out_ranks[i]`` keeps part ``i`` under ``out_sbp`` (partial sum: the
+first keeps the blob, the others zeros); a device outside the destination placement
+drops what it computed.
 
 On a device grid (:func:`graphfront.parallel.sbp.job_grid`) the boxing pass gives each
 collective attrs ``grid_axis`` (>= 0) and ``hierarchy`` (the grid): the kernel runs over

@@ -17,13 +17,18 @@ B -> P         device 0 keeps the blob (no communication)
 S(k) -> P      all-gather, then B -> P
 =============  ===========================================
 
-A job may place ops on different numbers of devices of one machine (``"0:0"``,
-``"0:0-1"``, ``"0:0-3"``): it runs on one worker per device of its largest placement,
-and each op's signature is inferred over its own placement's devices. Wherever a blob
-crosses from one placement to another (or changes layout on a placement smaller than
-the job's), one ``_boxing_across_placements`` op named ``System-Boxing-Placement-<k>``
-rebuilds the logical blob from the source devices' parts and lays it out over the
-destination's. Ops placed on one device run replicated on every device, as before.
+A job on one machine may place ops on any devices of it (``"0:0-1"``, ``"0:0-3"``,
+pipeline stages on ``"0:0-1"`` and ``"0:2-3"``, a list ``["0:1", "0:3"]``): it runs on
+one worker per device of the union of its placements of more than one device, ranked by
+device index (:func:`parallel_num`, :func:`op_ranks`), and each op's signature is
+inferred over its own placement's devices. Wherever a blob crosses from one placement to
+another (or changes layout on a placement of fewer devices than the job's), one
+``_boxing_across_placements`` op named ``System-Boxing-Placement-<k>`` (attrs
+``in_ranks`` / ``out_ranks``: the workers of each side) rebuilds the logical blob from the
+source devices' parts and lays it out over the destination's. Ops placed on one device
+run replicated on every worker, as before; a job whose placements all hold one device
+runs in one process (one device per op). A job on several machines places its ops on
+prefixes ``"0:0-k"`` of the devices (or on all of them).
 
 A job on a device grid (:func:`graphfront.parallel.sbp.job_grid`, layouts one SBP string
 per grid axis) turns a layout into another one grid axis at a time with the conversions

@@ -11,11 +11,15 @@ boxing ops running their collectives as kernels. A call copies the feeds into th
 buffers, sends a one-line "run" message and waits; each worker reads its slice of the
 feeds, runs its plan and writes its slice of the results. No tensor is pickled per call.
 
-A job whose placements have different device counts (``"0:0-1"`` and ``"0:0-3"``, one
-machine) runs on one worker per device of its largest placement; each worker keeps only
-the ops placed on its device and the ``_boxing_across_placements`` ops that move blobs
-between placements (:mod:`graphfront.ops.boxing_ops`), which every worker runs in the
-same order.
+A job whose ops sit on placements of different devices of one machine (``"0:0-1"`` and
+``"0:0-3"``, or pipeline stages on ``"0:0-1"`` and ``"0:2-3"``) runs on one worker per
+device of the union of its placements, ranked by device index
+(:func:`graphfront.passes.boxing.op_ranks`); each worker keeps only the ops placed on its
+device (their ``KernelCtx.parallel_id``: its index among the placement's devices) and the
+``_boxing_across_placements`` ops that move blobs between placements
+(:mod:`graphfront.ops.boxing_ops`), which every worker runs in the same order. Feeds,
+results and variables are split over the devices of the placement of the op that makes
+them. On GPUs the workers use the machine's first GPUs, one per worker in rank order.
 
 A job on a device grid (:func:`graphfront.parallel.sbp.job_grid`) divides each blob's
 shape, takes feeds and writes results and variables axis by axis of its layout

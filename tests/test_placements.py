@@ -18,7 +18,7 @@ from graphfront.framework.errors import JobBuildError
 from graphfront.framework.session import default_session, trace
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes import complete
-from graphfront.passes.boxing import boxing, device_counts, op_ranks, parallel_num
+from graphfront.passes.boxing import boxing, device_counts, job_devices, op_ranks, parallel_num
 from graphfront.runtime.distributed import local_job
 
 slow = pytest.mark.slow  # spawns four worker processes
@@ -98,7 +98,7 @@ def test_placements_on_any_devices_of_one_machine_get_their_workers_ranks():
                                               (["0:1", "0:3"], "0:0-1", 4, [1, 3], [0, 1])):
         builder, _ = trace(default_session(), _on_devices(src, dst))
         job = complete(copy.deepcopy(builder.job))
-        assert parallel_num(job) == n
+        assert parallel_num(job) == n and job_devices(job, n) == [0, 1, 2, 3]
         job = boxing(job, n)
         moves = [jb.user_attrs(op) for op in job.net.op if jb.op_type_name(op) == "_boxing_across_placements"]
         assert (src_ranks, dst_ranks) in [(list(m["in_ranks"]), list(m["out_ranks"])) for m in moves]
@@ -285,4 +285,6 @@ def test_stages_on_single_and_non_contiguous_devices_train_as_on_one_device(stag
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
     for k, v in _all_variables().items():
         np.testing.assert_allclose(v, want_vars[k], rtol=RTOL, atol=ATOL, err_msg=k)
-    assert parallel_num(job_fn.graph.proto) == workers
+    job = job_fn.graph.proto
+    assert parallel_num(job) == workers
+    assert job_devices(job, workers) == {1: [0], 2: [2, 3], 3: [0, 1, 3]}[workers]

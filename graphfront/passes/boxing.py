@@ -106,6 +106,14 @@ def parallel_num(job) -> int:
     return max(sizes) if sizes else 1
 
 
+def job_devices(job, n) -> list:
+    """The device indices of its machine that the ``n`` workers of a job run on, in rank
+    order: the union of its placements (:func:`parallel_num`) for a job on one machine
+    that places ops on 1-D placements, else ``0 .. n-1``."""
+    spread = _spread_devices(job)
+    return spread if spread is not None and len(spread) == n else list(range(n))
+
+
 def op_parallel_nums(job, n) -> dict:
     """op name -> number of devices the op runs on in a job on ``n`` devices: its
     placement's count, ``n`` for an op on one device (run replicated)."""

@@ -19,7 +19,9 @@ device (their ``KernelCtx.parallel_id``: its index among the placement's devices
 ``_boxing_across_placements`` ops that move blobs between placements
 (:mod:`graphfront.ops.boxing_ops`), which every worker runs in the same order. Feeds,
 results and variables are split over the devices of the placement of the op that makes
-them. On GPUs the workers use the machine's first GPUs, one per worker in rank order.
+them. On GPUs worker ``r`` uses the GPU of the job's ``r``-th device
+(:func:`graphfront.passes.boxing.job_devices`: a job on ``"0:2-3"`` alone runs on GPUs 2
+and 3; on several machines each machine's first GPUs).
 
 A job on a device grid (:func:`graphfront.parallel.sbp.job_grid`) divides each blob's
 shape, takes feeds and writes results and variables axis by axis of its layout
@@ -68,7 +70,7 @@ from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
 from graphfront.ops.boxing_ops import BOXING_OP_TYPES, grid_groups
 from graphfront.ops.boxing_ops import placement_ranks
-from graphfront.passes.boxing import blob_ranks, op_ranks
+from graphfront.passes.boxing import blob_ranks, job_devices, op_ranks
 from graphfront.passes.mirrored import is_mirrored
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.plan import Plan
@@ -126,11 +128,12 @@ def blob_layouts(job, n) -> dict:
             for lbn, s in _sbp.blob_sbps(job).items()}
 
 
-def local_job(job, n, local_rank, own_ops_only=False):
+def local_job(job, n, local_rank, own_ops_only=False, device_index=None):
     """A copy of ``job`` whose blob descs hold the shapes of one device (a blob split over
     its producer's devices, :func:`blob_layouts`) and whose ops are placed on device
-    ``local_rank`` of this machine. ``own_ops_only`` (a consistent-view job with ops
-    placed on some of its devices, on one machine): see :func:`_own_ops`."""
+    ``device_index`` (default: ``local_rank``) of this machine. ``own_ops_only`` (a
+    consistent-view job with ops placed on some of its devices, on one machine): see
+    :func:`_own_ops`."""
     lj = copy.deepcopy(job)
     layouts = blob_layouts(job, n)
     for lbn, d in lj.helper.lbn2logical_blob_desc.items():
@@ -147,7 +150,7 @@ def local_job(job, n, local_rank, own_ops_only=False):
         _own_ops(lj, n, local_rank)
     for group in lj.placement.placement_group:
         del group.parallel_conf.device_name[:]
-        group.parallel_conf.device_name.append(f"0:{local_rank}")
+        group.parallel_conf.device_name.append(f"0:{local_rank if device_index is None else device_index}")
     return lj
 
 
@@ -219,7 +222,8 @@ class _WorkerJob:
         self.mirrored = is_mirrored(job)
         ranks = {} if self.mirrored else op_ranks(job, n)
         own = any(r != tuple(range(n)) for r in ranks.values())
-        self.plan = Plan(local_job(job, n, local_rank, own_ops_only=own), store, {}, cuda_graph=False,
+        self.plan = Plan(local_job(job, n, local_rank, own_ops_only=own, device_index=device.index),
+                         store, {}, cuda_graph=False,
                          signatures=None if self.mirrored else _sbp.op_signatures(job),
                          parallel_ids={name: r.index(rank) for name, r in ranks.items() if rank in r})
         # the buffers of the feeds and results this device's plan reads and writes (all of
@@ -266,14 +270,14 @@ def _write_part(dst, local, sbp, devices, ranks, rank, local_rank):
         write_shard(dst, local, sbp, devices, i, 0 if i == 0 else local_rank)
 
 
-def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_s, client_store=False):
+def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_s, client_store=False, gpu=None):
     import torch.distributed as dist
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, str(port)
     timeout = datetime.timedelta(seconds=timeout_s)
     try:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, world)))
         use_cuda = device_tag == "gpu" and torch.cuda.is_available()
-        device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+        device = torch.device("cuda", local_rank if gpu is None else gpu) if use_cuda else torch.device("cpu")
         if use_cuda:
             torch.cuda.set_device(device)
         # the client's store (one machine), else the env:// rendezvous at rank 0's port
@@ -383,21 +387,24 @@ class WorkerGroup:
     Args:
         n: devices of the job over all machines (n / machines workers start here).
         device_tag: "cpu" or "gpu".
+        gpu_ids: on one machine, the GPU of each worker in rank order (default ``0 .. n-1``).
         timeout_s: collective timeout; a call fails within about this time when a
             worker dies or hangs.
     """
 
-    def __init__(self, session, n, device_tag, timeout_s=DEFAULT_TIMEOUT_S):
+    def __init__(self, session, n, device_tag, timeout_s=DEFAULT_TIMEOUT_S, gpu_ids=None):
         addr, port, machine_rank, machines = rendezvous(session)
         if n % machines:
             raise RuntimeError(f"a job on {n} devices cannot be spread evenly over {machines} machines")
+        self.world, local = n, n // machines
+        self.gpu_ids = list(gpu_ids) if gpu_ids is not None and machines == 1 else list(range(local))
         gpus = torch.cuda.device_count() if device_tag == "gpu" and torch.cuda.is_available() else None
-        if gpus is not None and n // machines > gpus:
-            raise RuntimeError(f"a job on {n // machines} gpu devices per machine cannot run here: this machine has "
-                               f"{gpus} GPU(s) (torch.cuda.device_count()); place it on at most {gpus} "
+        if gpus is not None and max(self.gpu_ids) >= gpus:
+            raise RuntimeError(f"a job on {local} gpu devices per machine cannot run here: this machine has "
+                               f"{gpus} GPU(s) (torch.cuda.device_count()), the job's are {self.gpu_ids}; place it "
+                               f"on at most {gpus} "
                                "(flow.config.gpu_device_num, flow.scope.placement(\"gpu\", ...)), or on the CPU")
         self.n, self.device_tag, self.timeout_s = n, device_tag, timeout_s
-        self.world, local = n, n // machines
         self.ranks = [machine_rank * local + i for i in range(local)]
         self.broken = None
         self.key, self.owner = None, None  # (set for the session using it; see release_group)
@@ -414,7 +421,7 @@ class WorkerGroup:
             for local, rank in enumerate(self.ranks):
                 parent, child = ctx.Pipe()
                 p = ctx.Process(target=_worker_main, args=(child, rank, self.world, local, device_tag, addr, port,
-                                                           timeout_s, self.store is not None),
+                                                           timeout_s, self.store is not None, self.gpu_ids[local]),
                                 daemon=True, name=f"graphfront-worker-{rank}")
                 p.start()
                 child.close()
@@ -545,27 +552,32 @@ class DistributedVariableStore(VariableStore):
 _IDLE_GROUPS = {}
 
 
-def _session_group(session, n, device_tag):
+def _session_group(session, n, device_tag, gpu_ids=None):
     """The session's worker group: its own, else an idle one left by an ended session on
     the same devices of this machine (OneFlow's environment outlives its sessions: a new
-    session does not start its workers again), else new workers."""
+    session does not start its workers again), else new workers. ``gpu_ids``: the GPUs of
+    the workers of a "gpu" job on one machine, in rank order (default ``0 .. n-1``)."""
     group = getattr(session, "worker_group", None)
+    one_machine = machine_count(session) == 1
+    gpu_ids = list(gpu_ids) if gpu_ids is not None and device_tag == "gpu" and one_machine else None
     if group is not None:
-        if (group.n, group.device_tag) != (n, device_tag):
+        if (group.n, group.device_tag) != (n, device_tag) or gpu_ids is not None and group.gpu_ids != gpu_ids:
+            where = f" (GPUs {gpu_ids}, the session's: {group.gpu_ids})" if gpu_ids is not None else ""
             raise RuntimeError(f"this session's jobs run on {group.n} {group.device_tag} device(s); a job on {n} "
-                               f"{device_tag} device(s) cannot join them (use one placement per session)")
+                               f"{device_tag} device(s){where} cannot join them (use one placement per session)")
         return group
     store = session.variables
     if not isinstance(store, DistributedVariableStore):
         store = session.variables = DistributedVariableStore(store)
     timeout_s = getattr(session, "collective_timeout_s", DEFAULT_TIMEOUT_S)
-    key = (n, device_tag, timeout_s) if machine_count(session) == 1 else None  # several machines: never reused
+    # several machines: never reused
+    key = (n, device_tag, timeout_s, tuple(gpu_ids or ())) if one_machine else None
     group = _IDLE_GROUPS.pop(key, None)
     if group is not None and not all(p.is_alive() for p in group.procs):
         group.close(graceful=False)
         group = None
     if group is None:
-        group = WorkerGroup(session, n, device_tag, timeout_s)
+        group = WorkerGroup(session, n, device_tag, timeout_s, gpu_ids)
     group.key, group.owner = key, session.id
     session.worker_group = store.group = group
     import weakref
@@ -617,7 +629,7 @@ class DistributedPlan(Lowering):
         descs = walk.descs
         tags = {op.device_tag for op in job.net.op if jb.op_kind(op) not in ("return_conf",)}
         device_tag = "gpu" if "gpu" in tags else "cpu"
-        self.group = _session_group(session, n, device_tag)
+        self.group = _session_group(session, n, device_tag, job_devices(job, n))
         self.store = session.variables
         self.mirrored = is_mirrored(job)
         self.parts = n if self.mirrored else 1  # arrays per ListNumpy argument

@@ -90,7 +90,7 @@ def test_boxing_pass_moves_a_blob_between_placements():
 def test_placements_on_any_devices_of_one_machine_get_their_workers_ranks():
     """"0:2-3" in a job on "0:0-1" and "0:2-3" sits on ranks 2 and 3, a non-contiguous
     list ["0:1", "0:3"] on ranks 1 and 3 (the placeholders sit on "0:0-3"); a worker
-    keeps only the ops of its placements (and the boxing ops)."""
+    keeps only the ops of its placements and the boxing ops from or to them."""
     flow.clear_default_session()
     flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(4)
@@ -107,6 +107,13 @@ def test_placements_on_any_devices_of_one_machine_get_their_workers_ranks():
         mine = local_job(job, n, outside, own_ops_only=True)
         others = {name for name, r in ranks.items() if outside not in r and not name.startswith("System-Boxing")}
         assert others and {op.name for op in mine.net.op}.isdisjoint(others)
+        # a boxing op runs on the devices of its two placements only (over their own group)
+        for r in range(n):
+            kept = {op.name for op in local_job(job, n, r, own_ops_only=True).net.op}
+            for op in job.net.op:
+                if jb.op_type_name(op) == "_boxing_across_placements":
+                    attrs = jb.user_attrs(op)
+                    assert (op.name in kept) == (r in list(attrs["in_ranks"]) + list(attrs["out_ranks"]))
 
 
 def test_placements_of_several_counts_on_a_device_grid_must_start_at_device_0():
@@ -252,6 +259,10 @@ def test_pipeline_stages_on_disjoint_devices_train_as_on_one_device(tmp_path, sp
     ranks = op_ranks(job, 4)
     assert ranks["fc1-weight"] == (0, 1) and ranks["fc2-weight"] == (2, 3)
     assert _sbp.op_signatures(job)["fc2-weight"]["out"] == f"S({split_axis})"
+    moves = [jb.user_attrs(op) for op in job.net.op if jb.op_type_name(op) == "_boxing_across_placements"]
+    sides = {(tuple(m["in_ranks"]), tuple(m["out_ranks"])) for m in moves}
+    assert ((0, 1), (2, 3)) in sides and ((2, 3), (0, 1)) in sides  # activations and their gradients
+    assert ((2, 3), (2, 3)) in sides  # a layout change within stage 1, over the group of devices 2 and 3
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
     got_vars = _all_variables()
     assert got_vars.keys() == want_vars.keys()

@@ -30,10 +30,10 @@ one job (``"0:0-1"`` to ``"0:0-3"``, ``"0:0-1"`` to ``"0:2-3"``) or changes its 
 a placement of fewer devices than the job's. An op placed on ``m`` of the job's ``n``
 devices runs on their workers only: attrs ``in_ranks`` / ``out_ranks`` list the ranks of
 the source and destination placements' devices (empty: the first ``in_parallel_num`` /
-``out_parallel_num`` ranks). Every device of the job runs every
-``_boxing_across_placements`` op, one ``all_gather`` over the job's group (a device
-outside the source placement has no input and sends zeros of the source part's shape):
-each device rebuilds the logical blob from the parts of ranks ``in_ranks`` under
+``out_parallel_num`` ranks). The devices of both placements run the op, one
+``all_gather`` over the job's group, or over a group of those devices
+(:func:`subgroup`) when they are fewer (a device outside the source placement has no
+input and sends zeros of the source part's shape): each device rebuilds the logical blob from the parts of ranks ``in_ranks`` under
 ``in_sbp`` (split: concatenated in that order; broadcast: the first; partial sum: summed)
 and the device of ``out_ranks[i]`` keeps part ``i`` under ``out_sbp`` (partial sum: the
 first keeps the blob, the others zeros); a device outside the destination placement
@@ -88,6 +88,20 @@ def grid_groups(grid):
                 groups[(axis, rest)] = dist.new_group(ranks)
         _GRID_GROUPS[grid] = groups
     return _GRID_GROUPS[grid]
+
+
+_SUBGROUPS = {}  # ranks -> process group
+
+
+def subgroup(ranks):
+    """The process group of the workers ``ranks`` (a tuple of some of the job's ranks),
+    made once per process; every process of the job must ask for the same groups in the
+    same order (each ``torch.distributed.new_group`` is a collective of the whole group)."""
+    import torch.distributed as dist
+    ranks = tuple(ranks)
+    if ranks not in _SUBGROUPS:
+        _SUBGROUPS[ranks] = dist.new_group(list(ranks))
+    return _SUBGROUPS[ranks]
 
 
 def _collective_group(k):
@@ -178,6 +192,10 @@ def _across_placements_kernel(k):
     src_n, dst_n = k.attr("in_parallel_num"), k.attr("out_parallel_num")
     src_ranks, dst_ranks = placement_ranks(k.attrs, "in"), placement_ranks(k.attrs, "out")
     src_axis, dst_axis = _sbp.split_axis(src), _sbp.split_axis(dst)
+    members, pg = list(range(n)), None
+    if dist is not None and len(involved_ranks(k.attrs)) < n:  # a group of the devices of both placements
+        members = involved_ranks(k.attrs)
+        pg = subgroup(members)
 
     def across_placements(x=None):
         if x is None:  # this device is outside the source placement: it sends zeros
@@ -188,10 +206,10 @@ def _across_placements_kernel(k):
             if src_axis is not None:
                 shape[src_axis] //= src_n
             x = torch.zeros(shape, dtype=out.dtype.torch, device=k.device)
-        parts = [x] if dist is None else [torch.empty_like(x) for _ in range(n)]
+        parts = [x] if dist is None else [torch.empty_like(x) for _ in members]
         if dist is not None:
-            dist.all_gather(parts, x.contiguous())
-        parts = [parts[r] for r in src_ranks] if dist is not None else parts
+            dist.all_gather(parts, x.contiguous(), group=pg)
+            parts = [parts[members.index(r)] for r in src_ranks]
         if src_axis is not None:
             logical = torch.cat(parts, src_axis)
         elif src == _sbp.P:
@@ -213,6 +231,12 @@ def placement_ranks(attrs, side):
     ``<side>_ranks``, or when empty the first ``<side>_parallel_num`` ranks."""
     listed = list(attrs.get(f"{side}_ranks", []))
     return listed or list(range(attrs[f"{side}_parallel_num"]))
+
+
+def involved_ranks(attrs) -> list:
+    """The ranks of the devices that take part in a ``_boxing_across_placements`` op
+    (``attrs``: name -> value): those of its source and destination placements, ascending."""
+    return sorted(set(placement_ranks(attrs, "in")) | set(placement_ranks(attrs, "out")))
 
 
 def _across_placements_infer(ctx):

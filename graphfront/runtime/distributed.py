@@ -16,8 +16,9 @@ A job whose ops sit on placements of different devices of one machine (``"0:0-1"
 device of the union of its placements, ranked by device index
 (:func:`graphfront.passes.boxing.op_ranks`); each worker keeps only the ops placed on its
 device (their ``KernelCtx.parallel_id``: its index among the placement's devices) and the
-``_boxing_across_placements`` ops that move blobs between placements
-(:mod:`graphfront.ops.boxing_ops`), which every worker runs in the same order. Feeds,
+``_boxing_across_placements`` ops that move blobs from or to its placements
+(:mod:`graphfront.ops.boxing_ops`; the workers of both placements run one, over a process
+group of theirs made by every worker when it receives the job), in the job's order. Feeds,
 results and variables are split over the devices of the placement of the op that makes
 them. On GPUs worker ``r`` uses the GPU of the job's ``r``-th device
 (:func:`graphfront.passes.boxing.job_devices`: a job on ``"0:2-3"`` alone runs on GPUs 2
@@ -69,7 +70,7 @@ from graphfront.framework.env_settings import current_env
 from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
 from graphfront.ops.boxing_ops import BOXING_OP_TYPES, grid_groups
-from graphfront.ops.boxing_ops import placement_ranks
+from graphfront.ops.boxing_ops import involved_ranks, placement_ranks, subgroup
 from graphfront.passes.boxing import blob_ranks, job_devices, op_ranks
 from graphfront.passes.mirrored import is_mirrored
 from graphfront.runtime.lowering import Lowering
@@ -156,22 +157,25 @@ def local_job(job, n, local_rank, own_ops_only=False, device_index=None):
 
 def _own_ops(lj, n, rank):
     """Keep in ``lj`` only the ops that device ``rank`` runs: those whose placement holds
-    it (:func:`graphfront.passes.boxing.op_ranks`), and every ``_boxing_across_placements``
-    op (each device of the job takes part in its ``all_gather``; a device outside the
-    source placement has no input and sends zeros). Every collective gets a control edge
-    from the one before it in the job's schedule, so all devices run them in the same
-    order."""
+    it (:func:`graphfront.passes.boxing.op_ranks`), and the ``_boxing_across_placements``
+    ops whose source or destination placement holds it (each such device takes part in
+    its ``all_gather``; one outside the source placement has no input and sends zeros).
+    Every collective it keeps gets a control edge from the one before it in the job's
+    schedule, so all devices run the collectives they share in the same order."""
     ranks = op_ranks(lj, n)
-    collectives = [op.name for op in schedule(lj)[0] if jb.op_type_name(op) in _COLLECTIVES]
     kept = []
     for op in lj.net.op:
         if jb.op_type_name(op) == "_boxing_across_placements":
-            if rank not in placement_ranks(jb.user_attrs(op), "in"):
+            attrs = jb.user_attrs(op)
+            if rank not in involved_ranks(attrs):
+                continue
+            if rank not in placement_ranks(attrs, "in"):
                 del op.user_conf.input["in"]
         elif rank not in ranks.get(op.name, (rank,)):
             continue
         kept.append(op)
     by_name = {op.name: op for op in kept}
+    collectives = [op.name for op in schedule(lj)[0] if jb.op_type_name(op) in _COLLECTIVES and op.name in by_name]
     for before, name in zip(collectives, collectives[1:]):
         by_name[name].ctrl_in_op_name.append(before)
     del lj.net.op[:]
@@ -311,6 +315,10 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 layouts = blob_layouts(job, n)
                 if not is_mirrored(job) and _sbp.job_grid(job):  # its collectives' groups (made by all, in order)
                     grid_groups(_sbp.job_grid(job))
+                for op in job.net.op:  # the groups of the boxing ops between placements (made by all, in order)
+                    if jb.op_type_name(op) == "_boxing_across_placements" and \
+                            len(involved_ranks(jb.user_attrs(op))) < n:
+                        subgroup(involved_ranks(jb.user_attrs(op)))
                 for var_name, t in new_vars.items():
                     logical_vars[var_name] = t
                     var_sbps[var_name] = s, m, r = layouts[f"{var_name}/out"]

@@ -148,12 +148,6 @@ def blob_ranks(job, n) -> dict:
     return {lbn: ops.get(op.name, everyone) for op in job.net.op for _, _, lbn in jb.op_outputs(op)}
 
 
-def blob_parallel_nums(job, n) -> dict:
-    """lbn -> number of devices whose parts make up the blob (its producer's, see
-    :func:`op_parallel_nums`) in a job on ``n`` devices."""
-    return {lbn: len(ranks) for lbn, ranks in blob_ranks(job, n).items()}
-
-
 def _steps(src, dst):
     """The boxing op chain ``[(kind, op type, attrs, out sbp)]`` turning ``src`` into ``dst``."""
     a, b = _sbp.split_axis(src), _sbp.split_axis(dst)

@@ -1,9 +1,10 @@
-"""Jobs whose ops sit on placements of different device counts of one machine.
+"""Jobs whose ops sit on placements of different devices of one machine.
 
-The job runs on one worker per device of its largest placement (gloo on CPU); a blob
-that moves between placements ("0:0" -> "0:0-1", "0:0-1" -> "0:0-3", "0:0-3" -> "0:0-1")
-is laid out by a ``System-Boxing-Placement`` op. Every (source layout, destination
-layout) pair must give the logical values numpy computes on one device.
+The job runs on one worker per device of the union of its placements (gloo on CPU); a
+blob that moves between placements ("0:0" -> "0:0-1", "0:0-1" -> "0:0-3", "0:0-3" ->
+"0:0-1", "0:0-1" -> "0:2-3") is laid out by a ``System-Boxing-Placement`` op. Every
+(source layout, destination layout) pair must give the logical values numpy computes on
+one device; pipeline stages on disjoint devices train as on one device.
 """
 import copy
 
@@ -17,7 +18,7 @@ from graphfront.framework.errors import JobBuildError
 from graphfront.framework.session import default_session, trace
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes import complete
-from graphfront.passes.boxing import boxing, device_counts
+from graphfront.passes.boxing import boxing, device_counts, job_devices, op_ranks, parallel_num
 from graphfront.runtime.distributed import local_job
 
 slow = pytest.mark.slow  # spawns four worker processes
@@ -86,12 +87,47 @@ def test_boxing_pass_moves_a_blob_between_placements():
     assert len(local_job(job, 4, 1, own_ops_only=True).net.op) == len(job.net.op)
 
 
-def test_placements_of_several_counts_must_start_at_device_0():
+def test_placements_on_any_devices_of_one_machine_get_their_workers_ranks():
+    """"0:2-3" in a job on "0:0-1" and "0:2-3" sits on ranks 2 and 3, a non-contiguous
+    list ["0:1", "0:3"] on ranks 1 and 3 (the placeholders sit on "0:0-3"); a worker
+    keeps only the ops of its placements and the boxing ops from or to them."""
     flow.clear_default_session()
     flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(4)
-    job_fn = _on_devices("0:2-3", "0:0-3")
-    with pytest.raises(JobBuildError, match=r"placed on \['0:2-3'\], expected devices '0:0-k'"):
+    for src, dst, n, src_ranks, dst_ranks in (("0:0-1", "0:2-3", 4, [0, 1], [2, 3]),
+                                              (["0:1", "0:3"], "0:0-1", 4, [1, 3], [0, 1])):
+        builder, _ = trace(default_session(), _on_devices(src, dst))
+        job = complete(copy.deepcopy(builder.job))
+        assert parallel_num(job) == n and job_devices(job, n) == [0, 1, 2, 3]
+        job = boxing(job, n)
+        moves = [jb.user_attrs(op) for op in job.net.op if jb.op_type_name(op) == "_boxing_across_placements"]
+        assert (src_ranks, dst_ranks) in [(list(m["in_ranks"]), list(m["out_ranks"])) for m in moves]
+        ranks = op_ranks(job, n)
+        outside = next(r for r in range(n) if r not in src_ranks)
+        mine = local_job(job, n, outside, own_ops_only=True)
+        others = {name for name, r in ranks.items() if outside not in r and not name.startswith("System-Boxing")}
+        assert others and {op.name for op in mine.net.op}.isdisjoint(others)
+        # a boxing op runs on the devices of its two placements only (over their own group)
+        for r in range(n):
+            kept = {op.name for op in local_job(job, n, r, own_ops_only=True).net.op}
+            for op in job.net.op:
+                if jb.op_type_name(op) == "_boxing_across_placements":
+                    attrs = jb.user_attrs(op)
+                    assert (op.name in kept) == (r in list(attrs["in_ranks"]) + list(attrs["out_ranks"]))
+
+
+def test_placements_of_several_counts_on_a_device_grid_must_start_at_device_0():
+    flow.clear_default_session()
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(4)
+
+    @flow.global_function()
+    def job_fn(x: tp.Numpy.Placeholder((8, 6))):
+        with flow.scope.placement("cpu", "0:2-3"):
+            y = flow.identity(x)
+        with flow.scope.placement("cpu", "0:0-3", (2, 2)):
+            return flow.identity(y)
+    with pytest.raises(JobBuildError, match=r"op '.*' is placed on \['0:2-3'\], expected devices '0:0-k'"):
         job_fn(np.zeros((8, 6), np.float32))
 
 
@@ -155,3 +191,111 @@ def test_training_across_placements_matches_one_device():
     np.testing.assert_allclose(four, one, rtol=1e-5)
     np.testing.assert_allclose(w_four, w_one, rtol=1e-5, atol=1e-6)  # fc1 lived on 2 of the 4 devices
     assert "_boxing_across_placements" in str(job.graph)
+
+
+def _stages_train_job(stages, split_axis):
+    """A two-stage train job as OneFlow-Benchmark places pipeline stages: the placeholders
+    and fc1 (data parallel: weight broadcast, rows split) on ``stages[0]``, fc2 (weight
+    split along ``split_axis``) and the loss on ``stages[1]``; SGD with momentum."""
+    cfg = flow.FunctionConfig()
+    cfg.default_placement_scope(flow.scope.placement("cpu", stages[0]))
+
+    @flow.global_function(type="train", function_config=cfg)
+    def train_job(x: tp.Numpy.Placeholder((8, 12)), y: tp.Numpy.Placeholder((8,), dtype=flow.int32)) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.5)
+        with flow.scope.placement("cpu", stages[0]):
+            h = flow.layers.dense(x.with_distribute(flow.distribute.split(0)), 8, activation=flow.math.tanh,
+                                  kernel_initializer=init, name="fc1")
+        with flow.scope.placement("cpu", stages[1]):
+            logits = flow.layers.dense(h, 6, kernel_initializer=init, name="fc2",
+                                       model_distribute=flow.distribute.split(split_axis))
+            loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
+        return loss
+    return train_job
+
+
+def _stage_session(ndev, stages, split_axis=0):
+    flow.clear_default_session()
+    flow.manual_seed(0)
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(ndev)
+    return _stages_train_job(stages if ndev > 1 else ("0:0", "0:0"), split_axis)
+
+
+def _stage_batches(steps):
+    rng = np.random.default_rng(2)
+    return [(rng.standard_normal((8, 12)).astype(np.float32), rng.integers(0, 6, 8).astype(np.int32))
+            for _ in range(steps)]
+
+
+def _all_variables():
+    return {k: v.numpy() for k, v in flow.get_all_variables().items()}
+
+
+# float32 matmuls and reductions summed in another order on several devices than on one:
+# a few ulps per step, grown by the momentum over the steps
+RTOL, ATOL = 1e-5, 1e-6
+STEPS = 3
+
+
+@slow
+@pytest.mark.parametrize("split_axis", [0, 1])
+def test_pipeline_stages_on_disjoint_devices_train_as_on_one_device(tmp_path, split_axis):
+    """fc1 on "0:0-1", fc2 (weight S(0) or S(1)) on "0:2-3": losses and variables after a
+    few steps equal one device's, and the checkpoints of both load on the other."""
+    stages = ("0:0-1", "0:2-3")
+    batches = _stage_batches(STEPS + 1)
+    one = _stage_session(1, stages)
+    want = [one(x, y) for x, y in batches[:STEPS]]
+    want_vars = _all_variables()
+    flow.checkpoint.save(tmp_path / "one")
+    one_next = one(*batches[STEPS])
+
+    four = _stage_session(4, stages, split_axis)
+    got = [four(x, y) for x, y in batches[:STEPS]]
+    job = four.graph.proto
+    assert parallel_num(job) == 4
+    ranks = op_ranks(job, 4)
+    assert ranks["fc1-weight"] == (0, 1) and ranks["fc2-weight"] == (2, 3)
+    assert _sbp.op_signatures(job)["fc2-weight"]["out"] == f"S({split_axis})"
+    moves = [jb.user_attrs(op) for op in job.net.op if jb.op_type_name(op) == "_boxing_across_placements"]
+    sides = {(tuple(m["in_ranks"]), tuple(m["out_ranks"])) for m in moves}
+    assert ((0, 1), (2, 3)) in sides and ((2, 3), (0, 1)) in sides  # activations and their gradients
+    assert ((2, 3), (2, 3)) in sides  # a layout change within stage 1, over the group of devices 2 and 3
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    got_vars = _all_variables()
+    assert got_vars.keys() == want_vars.keys()
+    for k in want_vars:
+        np.testing.assert_allclose(got_vars[k], want_vars[k], rtol=RTOL, atol=ATOL, err_msg=k)
+    flow.checkpoint.save(tmp_path / "four")
+
+    one = _stage_session(1, stages)
+    flow.load_variables(flow.checkpoint.get(tmp_path / "four"))
+    for k, v in _all_variables().items():
+        np.testing.assert_array_equal(v, got_vars[k], err_msg=k)
+    four = _stage_session(4, stages, split_axis)
+    flow.load_variables(flow.checkpoint.get(tmp_path / "one"))
+    np.testing.assert_allclose(four(*batches[STEPS]), one_next, rtol=RTOL, atol=ATOL)
+
+
+@slow
+@pytest.mark.parametrize("stages, ndev, workers", [(("0:1", "0:0"), 2, 1), ((["0:1", "0:3"], "0:0-1"), 4, 3),
+                                                   (("0:1", "0:2-3"), 4, 2)])
+def test_stages_on_single_and_non_contiguous_devices_train_as_on_one_device(stages, ndev, workers):
+    """A stage on "0:1" alone and one on "0:0" alone (run in one process, as every job
+    whose placements each hold one device); fc1 on the non-contiguous devices 1 and 3 with
+    fc2 on "0:0-1" (a job on devices 0, 1 and 3); fc1 on "0:1" alone (run replicated on
+    every worker of devices 2 and 3) with fc2 on "0:2-3"."""
+    batches = _stage_batches(STEPS)
+    one = _stage_session(1, stages)
+    want = [one(x, y) for x, y in batches]
+    want_vars = _all_variables()
+    job_fn = _stage_session(ndev, stages)
+    got = [job_fn(x, y) for x, y in batches]
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    for k, v in _all_variables().items():
+        np.testing.assert_allclose(v, want_vars[k], rtol=RTOL, atol=ATOL, err_msg=k)
+    job = job_fn.graph.proto
+    assert parallel_num(job) == workers
+    assert job_devices(job, workers) == {1: [0], 2: [2, 3], 3: [0, 1, 3]}[workers]

@@ -310,6 +310,17 @@ def first_device_index(device_ids) -> int:
     return int(_DEVICE_SPEC.match(device_ids[0]).group(2))
 
 
+def device_pairs(device_ids) -> list:
+    """The ``(machine, device)`` pairs that ``device_ids`` (``"0:0"``, ``"0:2-3"`` or a
+    list of such strings) name, sorted and without repeats."""
+    pairs = set()
+    for spec in device_ids:
+        m = _DEVICE_SPEC.match(spec)
+        first = int(m.group(2))
+        pairs.update((int(m.group(1)), d) for d in range(first, int(m.group(3) or first) + 1))
+    return sorted(pairs)
+
+
 @contextlib.contextmanager
 def nothing():
     yield

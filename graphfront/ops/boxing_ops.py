@@ -25,16 +25,19 @@ op type                                layouts         kernel on device r of n
                                        placements      laid out over ``out_parallel_num``
 =====================================  ==============  =====================================
 
-``_boxing_across_placements`` moves a blob between placements of different device counts
-of one job (``"0:0-1"`` to ``"0:0-3"``) or changes its layout on a placement smaller than
-the job's. The job runs on one worker per device of its largest placement; an op placed
-on ``m`` of those ``n`` devices runs on devices ``0..m-1`` only. Every device of the job
-runs every ``_boxing_across_placements`` op, one ``all_gather`` over the job's group
-(a device outside the source placement has no input and sends zeros of the source part's
-shape): device ``r`` rebuilds the logical blob from parts ``0..in_parallel_num - 1`` under
-``in_sbp`` (split: concatenated; broadcast: part 0; partial sum: summed) and keeps part
-``r`` under ``out_sbp`` (partial sum: device 0 keeps the blob, the others zeros); a device
-outside the destination placement drops what it computed.
+``_boxing_across_placements`` moves a blob between placements of different devices of
+one job (``"0:0-1"`` to ``"0:0-3"``, ``"0:0-1"`` to ``"0:2-3"``) or changes its layout on
+a placement of fewer devices than the job's. An op placed on ``m`` of the job's ``n``
+devices runs on their workers only: attrs ``in_ranks`` / ``out_ranks`` list the ranks of
+the source and destination placements' devices (empty: the first ``in_parallel_num`` /
+``out_parallel_num`` ranks). The devices of both placements run the op, one
+``all_gather`` over the job's group, or over a group of those devices
+(:func:`subgroup`) when they are fewer (a device outside the source placement has no
+input and sends zeros of the source part's shape): each device rebuilds the logical blob from the parts of ranks ``in_ranks`` under
+``in_sbp`` (split: concatenated in that order; broadcast: the first; partial sum: summed)
+and the device of ``out_ranks[i]`` keeps part ``i`` under ``out_sbp`` (partial sum: the
+first keeps the blob, the others zeros); a device outside the destination placement
+drops what it computed.
 
 On a device grid (:func:`graphfront.parallel.sbp.job_grid`) the boxing pass gives each
 collective attrs ``grid_axis`` (>= 0) and ``hierarchy`` (the grid): the kernel runs over
@@ -85,6 +88,20 @@ def grid_groups(grid):
                 groups[(axis, rest)] = dist.new_group(ranks)
         _GRID_GROUPS[grid] = groups
     return _GRID_GROUPS[grid]
+
+
+_SUBGROUPS = {}  # ranks -> process group
+
+
+def subgroup(ranks):
+    """The process group of the workers ``ranks`` (a tuple of some of the job's ranks),
+    made once per process; every process of the job must ask for the same groups in the
+    same order (each ``torch.distributed.new_group`` is a collective of the whole group)."""
+    import torch.distributed as dist
+    ranks = tuple(ranks)
+    if ranks not in _SUBGROUPS:
+        _SUBGROUPS[ranks] = dist.new_group(list(ranks))
+    return _SUBGROUPS[ranks]
 
 
 def _collective_group(k):
@@ -173,7 +190,12 @@ def _across_placements_kernel(k):
     dist, rank, n = group()
     src, dst = _sbp.parse(k.attr("in_sbp")), _sbp.parse(k.attr("out_sbp"))
     src_n, dst_n = k.attr("in_parallel_num"), k.attr("out_parallel_num")
+    src_ranks, dst_ranks = placement_ranks(k.attrs, "in"), placement_ranks(k.attrs, "out")
     src_axis, dst_axis = _sbp.split_axis(src), _sbp.split_axis(dst)
+    members, pg = list(range(n)), None
+    if dist is not None and len(involved_ranks(k.attrs)) < n:  # a group of the devices of both placements
+        members = involved_ranks(k.attrs)
+        pg = subgroup(members)
 
     def across_placements(x=None):
         if x is None:  # this device is outside the source placement: it sends zeros
@@ -184,17 +206,17 @@ def _across_placements_kernel(k):
             if src_axis is not None:
                 shape[src_axis] //= src_n
             x = torch.zeros(shape, dtype=out.dtype.torch, device=k.device)
-        parts = [x] if dist is None else [torch.empty_like(x) for _ in range(n)]
+        parts = [x] if dist is None else [torch.empty_like(x) for _ in members]
         if dist is not None:
-            dist.all_gather(parts, x.contiguous())
-        parts = parts[:src_n]
+            dist.all_gather(parts, x.contiguous(), group=pg)
+            parts = [parts[members.index(r)] for r in src_ranks]
         if src_axis is not None:
             logical = torch.cat(parts, src_axis)
         elif src == _sbp.P:
             logical = torch.stack(parts).sum(0)
         else:
             logical = parts[0].clone()
-        r = rank % dst_n
+        r = dst_ranks.index(rank) if rank in dst_ranks else 0  # (outside the destination: dropped)
         if dst_axis is not None:
             return logical.chunk(dst_n, dst_axis)[r].contiguous()
         if dst == _sbp.P and r:
@@ -203,10 +225,28 @@ def _across_placements_kernel(k):
     return across_placements
 
 
+def placement_ranks(attrs, side):
+    """The ranks of the devices of ``_boxing_across_placements``'s source (``side``
+    ``"in"``) or destination (``"out"``) placement, from its ``attrs`` (name -> value):
+    ``<side>_ranks``, or when empty the first ``<side>_parallel_num`` ranks."""
+    listed = list(attrs.get(f"{side}_ranks", []))
+    return listed or list(range(attrs[f"{side}_parallel_num"]))
+
+
+def involved_ranks(attrs) -> list:
+    """The ranks of the devices that take part in a ``_boxing_across_placements`` op
+    (``attrs``: name -> value): those of its source and destination placements, ascending."""
+    return sorted(set(placement_ranks(attrs, "in")) | set(placement_ranks(attrs, "out")))
+
+
 def _across_placements_infer(ctx):
     ctx.check(ctx.attr("in_parallel_num") >= 1 and ctx.attr("out_parallel_num") >= 1,
               f"in_parallel_num and out_parallel_num must be >= 1, received {ctx.attr('in_parallel_num')} and "
               f"{ctx.attr('out_parallel_num')}")
+    for side in ("in", "out"):
+        listed = list(ctx.attr(f"{side}_ranks"))
+        ctx.check(not listed or len(listed) == ctx.attr(f"{side}_parallel_num"),
+                  f"{side}_ranks {listed} must list {side}_parallel_num ({ctx.attr(f'{side}_parallel_num')}) ranks")
     like("in")(ctx)
 
 
@@ -235,10 +275,11 @@ op("_logical_b_to_p", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("i
 
 op("_boxing_across_placements", inputs=["in"], outputs=["out"],
    attrs={"in_sbp": ("string", "B", lambda v: _check_sbp(v)), "out_sbp": ("string", "B", lambda v: _check_sbp(v)),
-          "in_parallel_num": ("int64", 1), "out_parallel_num": ("int64", 1)},
+          "in_parallel_num": ("int64", 1), "out_parallel_num": ("int64", 1),
+          "in_ranks": ("list_int64", []), "out_ranks": ("list_int64", [])},
    infer=_across_placements_infer, kernel=_across_placements_kernel, no_grad=True,
-   doc="graphfront-only: a blob laid out as in_sbp over in_parallel_num devices, laid out as out_sbp over "
-       "out_parallel_num devices of the same job")
+   doc="graphfront-only: a blob laid out as in_sbp over in_parallel_num devices (ranks in_ranks; empty: the "
+       "first ones), laid out as out_sbp over out_parallel_num devices (ranks out_ranks) of the same job")
 
 BOXING_OP_TYPES = ("_nccl_logical_all_reduce", "_nccl_logical_reduce_scatter", "_nccl_logical_all_gather",
                    "_nccl_logical_all_gather_noncontinuous", "_nccl_logical_s2s", "_logical_b_to_s",

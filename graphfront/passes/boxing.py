@@ -17,13 +17,18 @@ B -> P         device 0 keeps the blob (no communication)
 S(k) -> P      all-gather, then B -> P
 =============  ===========================================
 
-A job may place ops on different numbers of devices of one machine (``"0:0"``,
-``"0:0-1"``, ``"0:0-3"``): it runs on one worker per device of its largest placement,
-and each op's signature is inferred over its own placement's devices. Wherever a blob
-crosses from one placement to another (or changes layout on a placement smaller than
-the job's), one ``_boxing_across_placements`` op named ``System-Boxing-Placement-<k>``
-rebuilds the logical blob from the source devices' parts and lays it out over the
-destination's. Ops placed on one device run replicated on every device, as before.
+A job on one machine may place ops on any devices of it (``"0:0-1"``, ``"0:0-3"``,
+pipeline stages on ``"0:0-1"`` and ``"0:2-3"``, a list ``["0:1", "0:3"]``): it runs on
+one worker per device of the union of its placements of more than one device, ranked by
+device index (:func:`parallel_num`, :func:`op_ranks`), and each op's signature is
+inferred over its own placement's devices. Wherever a blob crosses from one placement to
+another (or changes layout on a placement of fewer devices than the job's), one
+``_boxing_across_placements`` op named ``System-Boxing-Placement-<k>`` (attrs
+``in_ranks`` / ``out_ranks``: the workers of each side) rebuilds the logical blob from the
+source devices' parts and lays it out over the destination's. Ops placed on one device
+run replicated on every worker, as before; a job whose placements all hold one device
+runs in one process (one device per op). A job on several machines places its ops on
+prefixes ``"0:0-k"`` of the devices (or on all of them).
 
 A job on a device grid (:func:`graphfront.parallel.sbp.job_grid`, layouts one SBP string
 per grid axis) turns a layout into another one grid axis at a time with the conversions
@@ -40,7 +45,7 @@ from __future__ import annotations
 import itertools
 
 from graphfront.framework import job_builder as jb
-from graphfront.framework.scope_symbols import device_count, first_device_index
+from graphfront.framework.scope_symbols import device_count, device_pairs, first_device_index
 from graphfront.framework.errors import JobBuildError
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes.rewrite import Net
@@ -56,26 +61,57 @@ def device_counts(job) -> dict:
     return counts
 
 
-def parallel_num(job) -> int:
-    """Number of devices (worker processes) a job runs on: its largest placement's count
-    (1 for a single-device job). Ops placed on one device of a multi-device job (the
-    train-step counter the optimizer adds) run replicated on every device.
+def _spread_devices(job):
+    """The sorted device indices of machine 0 that a job whose ops sit on 1-D placements
+    of machine 0 runs on: the union of its placements of more than one device. None for
+    a job on several machines or on a device grid (its placements share their first
+    devices, see :func:`parallel_num`)."""
+    devices, machines = set(), set()
+    for group in job.placement.placement_group:
+        pairs = device_pairs(group.parallel_conf.device_name)
+        machines.update(m for m, _ in pairs)
+        if len(pairs) > 1:
+            devices.update(d for _, d in pairs)
+    if machines - {0} or _sbp.job_grid(job):
+        return None
+    return sorted(devices)
 
-    Raises JobBuildError when ops sit on placements of different numbers (> 1) of devices
-    and one of them is not a prefix ``"0:0-k"`` of machine 0's devices (the placements of a
-    job with several device counts must share their first devices)."""
+
+def parallel_num(job) -> int:
+    """Number of devices (worker processes) a job runs on (1 for a single-device job).
+
+    A job on one machine whose ops sit on 1-D placements runs on one worker per device of
+    the union of its placements of more than one device (``"0:0-1"`` and ``"0:2-3"``: 4
+    workers, ranked by device index); an op runs on its placement's workers only. Ops
+    placed on one device (the train-step counter the optimizer adds, or every op of a job
+    whose placements all hold one device) run replicated on every worker.
+
+    Raises JobBuildError when a job on several machines or on a device grid places ops on
+    different numbers (> 1) of devices and one of them is not a prefix ``"0:0-k"`` of
+    machine 0's devices (the placements of such a job must share their first devices)."""
     counts = device_counts(job)
     sizes = set(counts.values()) - {1}
+    spread = _spread_devices(job)
+    if spread is not None:
+        return len(spread) if sizes else 1
     if len(sizes) > 1:
         for group in job.placement.placement_group:
             names = list(group.parallel_conf.device_name)
             if names and (len(names) > 1 or not names[0].startswith("0:") or first_device_index(names)):
                 op_name = group.op_set.op_name[0] if len(group.op_set.op_name) else "?"
                 raise JobBuildError(f"job '{job.job_conf.job_name}' places ops on different numbers of devices "
-                                    f"({sorted(sizes)}); op '{op_name}' is placed on {names}, expected devices "
-                                    "'0:0-k' of machine 0 (graphfront runs such a job on the first devices of one "
-                                    "machine)")
+                                    f"({sorted(sizes)}) of several machines or on a device grid; op '{op_name}' is "
+                                    f"placed on {names}, expected devices '0:0-k' of machine 0 (graphfront runs such "
+                                    "a job on the first devices of each machine)")
     return max(sizes) if sizes else 1
+
+
+def job_devices(job, n) -> list:
+    """The device indices of its machine that the ``n`` workers of a job run on, in rank
+    order: the union of its placements (:func:`parallel_num`) for a job on one machine
+    that places ops on 1-D placements, else ``0 .. n-1``."""
+    spread = _spread_devices(job)
+    return spread if spread is not None and len(spread) == n else list(range(n))
 
 
 def op_parallel_nums(job, n) -> dict:
@@ -84,11 +120,32 @@ def op_parallel_nums(job, n) -> dict:
     return {name: c if c > 1 else n for name, c in device_counts(job).items()}
 
 
-def blob_parallel_nums(job, n) -> dict:
-    """lbn -> number of devices whose parts make up the blob (its producer's, see
-    :func:`op_parallel_nums`) in a job on ``n`` devices."""
-    ops = op_parallel_nums(job, n)
-    return {lbn: ops.get(op.name, n) for op in job.net.op for _, _, lbn in jb.op_outputs(op)}
+def op_ranks(job, n) -> dict:
+    """op name -> the ranks (in the job's process group of ``n`` workers, ascending) of
+    the workers the op runs on: its placement's devices among the job's
+    (:func:`parallel_num`), every rank for an op on one device (run replicated), the
+    first ``k`` ranks for an op on ``k`` devices of a job on several machines or on a
+    device grid."""
+    spread = _spread_devices(job)
+    ranks = {}
+    for group in job.placement.placement_group:
+        pairs = device_pairs(group.parallel_conf.device_name) if len(group.parallel_conf.device_name) else []
+        if len(pairs) <= 1:
+            mine = tuple(range(n))
+        elif spread is None or len(spread) != n:
+            mine = tuple(range(len(pairs)))
+        else:
+            mine = tuple(spread.index(d) for _, d in pairs)
+        ranks.update((name, mine) for name in group.op_set.op_name)
+    return ranks
+
+
+def blob_ranks(job, n) -> dict:
+    """lbn -> the ranks of the workers whose parts make up the blob (its producer's, see
+    :func:`op_ranks`) in a job on ``n`` devices."""
+    ops = op_ranks(job, n)
+    everyone = tuple(range(n))
+    return {lbn: ops.get(op.name, everyone) for op in job.net.op for _, _, lbn in jb.op_outputs(op)}
 
 
 def _steps(src, dst):
@@ -156,6 +213,8 @@ def boxing(job, n=None):
         return _boxing_nd(job, grid, n)
     single = {name for name, c in device_counts(job).items() if c == 1}
     counts = op_parallel_nums(job, n)
+    ranks = op_ranks(job, n)
+    everyone = tuple(range(n))
     machines = {d.split(":")[0] for g in job.placement.placement_group for d in g.parallel_conf.device_name}
     sigs = _sbp.infer_job_sbp(job, n, replicated=single, gather_returns=len(machines) > 1, counts=counts)
     have = _sbp.blob_sbps(job)
@@ -166,17 +225,18 @@ def boxing(job, n=None):
         for arg, i, lbn in jb.op_inputs(op):
             need = sigs[op.name][_sbp.bn_in_op(op, arg, i)]
             producer = net.producer[lbn]
-            src_n, dst_n = counts.get(producer, n), counts.get(op.name, n)
-            if need == have[lbn] and src_n == dst_n:
+            src, dst = ranks.get(producer, everyone), ranks.get(op.name, everyone)
+            if need == have[lbn] and src == dst:
                 continue
-            key = (lbn, need, dst_n)
+            key = (lbn, need, dst)
             if key not in made:
-                if src_n == dst_n == n:
+                if src == dst == everyone:
                     made[key] = _chain(job, net, counter, lbn, have[lbn], need, producer)
                 else:
                     added = net.add_user_op(f"System-Boxing-Placement-{next(counter)}", "_boxing_across_placements",
                                             {"in": lbn}, {"in_sbp": have[lbn], "out_sbp": need,
-                                                          "in_parallel_num": src_n, "out_parallel_num": dst_n},
+                                                          "in_parallel_num": len(src), "out_parallel_num": len(dst),
+                                                          "in_ranks": list(src), "out_ranks": list(dst)},
                                             like_op=op.name)
                     _sbp.write_signature(job, added.name, {"in_0": have[lbn], "out_0": need})
                     made[key] = f"{added.name}/out_0"

@@ -11,11 +11,18 @@ boxing ops running their collectives as kernels. A call copies the feeds into th
 buffers, sends a one-line "run" message and waits; each worker reads its slice of the
 feeds, runs its plan and writes its slice of the results. No tensor is pickled per call.
 
-A job whose placements have different device counts (``"0:0-1"`` and ``"0:0-3"``, one
-machine) runs on one worker per device of its largest placement; each worker keeps only
-the ops placed on its device and the ``_boxing_across_placements`` ops that move blobs
-between placements (:mod:`graphfront.ops.boxing_ops`), which every worker runs in the
-same order.
+A job whose ops sit on placements of different devices of one machine (``"0:0-1"`` and
+``"0:0-3"``, or pipeline stages on ``"0:0-1"`` and ``"0:2-3"``) runs on one worker per
+device of the union of its placements, ranked by device index
+(:func:`graphfront.passes.boxing.op_ranks`); each worker keeps only the ops placed on its
+device (their ``KernelCtx.parallel_id``: its index among the placement's devices) and the
+``_boxing_across_placements`` ops that move blobs from or to its placements
+(:mod:`graphfront.ops.boxing_ops`; the workers of both placements run one, over a process
+group of theirs made by every worker when it receives the job), in the job's order. Feeds,
+results and variables are split over the devices of the placement of the op that makes
+them. On GPUs worker ``r`` uses the GPU of the job's ``r``-th device
+(:func:`graphfront.passes.boxing.job_devices`: a job on ``"0:2-3"`` alone runs on GPUs 2
+and 3; on several machines each machine's first GPUs).
 
 A job on a device grid (:func:`graphfront.parallel.sbp.job_grid`) divides each blob's
 shape, takes feeds and writes results and variables axis by axis of its layout
@@ -63,7 +70,8 @@ from graphfront.framework.env_settings import current_env
 from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
 from graphfront.ops.boxing_ops import BOXING_OP_TYPES, grid_groups
-from graphfront.passes.boxing import blob_parallel_nums, device_counts, op_parallel_nums
+from graphfront.ops.boxing_ops import involved_ranks, placement_ranks, subgroup
+from graphfront.passes.boxing import blob_ranks, job_devices, op_ranks
 from graphfront.passes.mirrored import is_mirrored
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.plan import Plan
@@ -109,23 +117,28 @@ def write_shard(dst, local, sbp, n, rank, local_rank):
 
 
 def blob_layouts(job, n) -> dict:
-    """lbn -> ``(sbp, devices)`` of every blob of a consistent-view job on ``n`` devices,
-    as :func:`shard` takes them: ``devices`` the number of devices whose parts make up the
-    blob (:func:`blob_parallel_nums`), or on a device grid (``sbp`` a tuple) the grid."""
+    """lbn -> ``(sbp, devices, ranks)`` of every blob of a consistent-view job on ``n``
+    devices: ``sbp`` and ``devices`` as :func:`shard` takes them (``devices`` the number of
+    devices whose parts make up the blob, or on a device grid,
+    ``sbp`` a tuple, the grid), ``ranks`` the workers holding those parts
+    (:func:`graphfront.passes.boxing.blob_ranks`; part ``i`` on ``ranks[i]``)."""
     grid = _sbp.job_grid(job)
-    counts = blob_parallel_nums(job, n)
-    return {lbn: (s, grid if isinstance(s, tuple) else counts.get(lbn, n)) for lbn, s in _sbp.blob_sbps(job).items()}
+    ranks = blob_ranks(job, n)
+    everyone = tuple(range(n))
+    return {lbn: (s, grid if isinstance(s, tuple) else len(ranks.get(lbn, everyone)), ranks.get(lbn, everyone))
+            for lbn, s in _sbp.blob_sbps(job).items()}
 
 
-def local_job(job, n, local_rank, own_ops_only=False):
+def local_job(job, n, local_rank, own_ops_only=False, device_index=None):
     """A copy of ``job`` whose blob descs hold the shapes of one device (a blob split over
-    its producer's devices, :func:`blob_parallel_nums`) and whose ops are placed on device
-    ``local_rank`` of this machine. ``own_ops_only`` (a consistent-view job whose
-    placements have different device counts, on one machine): see :func:`_own_ops`."""
+    its producer's devices, :func:`blob_layouts`) and whose ops are placed on device
+    ``device_index`` (default: ``local_rank``) of this machine. ``own_ops_only`` (a
+    consistent-view job with ops placed on some of its devices, on one machine): see
+    :func:`_own_ops`."""
     lj = copy.deepcopy(job)
     layouts = blob_layouts(job, n)
     for lbn, d in lj.helper.lbn2logical_blob_desc.items():
-        sbp, devices = layouts.get(lbn, (_sbp.B, n))
+        sbp, devices, _ = layouts.get(lbn, (_sbp.B, n, None))
         if isinstance(sbp, tuple):
             shape = _sbp.nd_local_shape(d.shape.dim, sbp, devices)
             del d.shape.dim[:]
@@ -138,27 +151,31 @@ def local_job(job, n, local_rank, own_ops_only=False):
         _own_ops(lj, n, local_rank)
     for group in lj.placement.placement_group:
         del group.parallel_conf.device_name[:]
-        group.parallel_conf.device_name.append(f"0:{local_rank}")
+        group.parallel_conf.device_name.append(f"0:{local_rank if device_index is None else device_index}")
     return lj
 
 
 def _own_ops(lj, n, rank):
     """Keep in ``lj`` only the ops that device ``rank`` runs: those whose placement holds
-    it, and every ``_boxing_across_placements`` op (each device of the job takes part in
-    its ``all_gather``; a device outside the source placement has no input and sends
-    zeros). Every collective gets a control edge from the one before it in the job's
-    schedule, so all devices run them in the same order."""
-    counts = op_parallel_nums(lj, n)
-    collectives = [op.name for op in schedule(lj)[0] if jb.op_type_name(op) in _COLLECTIVES]
+    it (:func:`graphfront.passes.boxing.op_ranks`), and the ``_boxing_across_placements``
+    ops whose source or destination placement holds it (each such device takes part in
+    its ``all_gather``; one outside the source placement has no input and sends zeros).
+    Every collective it keeps gets a control edge from the one before it in the job's
+    schedule, so all devices run the collectives they share in the same order."""
+    ranks = op_ranks(lj, n)
     kept = []
     for op in lj.net.op:
         if jb.op_type_name(op) == "_boxing_across_placements":
-            if jb.user_attrs(op)["in_parallel_num"] <= rank:
+            attrs = jb.user_attrs(op)
+            if rank not in involved_ranks(attrs):
+                continue
+            if rank not in placement_ranks(attrs, "in"):
                 del op.user_conf.input["in"]
-        elif counts.get(op.name, n) <= rank:
+        elif rank not in ranks.get(op.name, (rank,)):
             continue
         kept.append(op)
     by_name = {op.name: op for op in kept}
+    collectives = [op.name for op in schedule(lj)[0] if jb.op_type_name(op) in _COLLECTIVES and op.name in by_name]
     for before, name in zip(collectives, collectives[1:]):
         by_name[name].ctrl_in_op_name.append(before)
     del lj.net.op[:]
@@ -207,9 +224,12 @@ class _WorkerJob:
     def __init__(self, job, n, rank, local_rank, device, store, feeds, outs):
         self.n, self.rank, self.local_rank, self.device = n, rank, local_rank, device
         self.mirrored = is_mirrored(job)
-        own = not self.mirrored and len(set(device_counts(job).values()) - {1}) > 1
-        self.plan = Plan(local_job(job, n, local_rank, own_ops_only=own), store, {}, cuda_graph=False,
-                         signatures=None if self.mirrored else _sbp.op_signatures(job))
+        ranks = {} if self.mirrored else op_ranks(job, n)
+        own = any(r != tuple(range(n)) for r in ranks.values())
+        self.plan = Plan(local_job(job, n, local_rank, own_ops_only=own, device_index=device.index),
+                         store, {}, cuda_graph=False,
+                         signatures=None if self.mirrored else _sbp.op_signatures(job),
+                         parallel_ids={name: r.index(rank) for name, r in ranks.items() if rank in r})
         # the buffers of the feeds and results this device's plan reads and writes (all of
         # them unless it runs only its own ops)
         names = ([op.name for op in job.net.op if jb.op_kind(op) == kind] for kind in ("input_conf", "return_conf"))
@@ -231,27 +251,37 @@ class _WorkerJob:
             for buf, local in zip(self.outs, results):
                 part(buf[self.local_rank], tuple(local.shape)).copy_(local.detach())
             return [tuple(local.shape) for local in results]
-        feeds = [shard(f, s, m, self.rank).to(self.device) for f, (s, m) in zip(self.feeds, self.feed_sbps)]
+        feeds = [shard(f, s, m, _part_of(self.rank, r)).to(self.device)
+                 for f, (s, m, r) in zip(self.feeds, self.feed_sbps)]
         results = self.plan(feeds)
-        for buf, local, (s, m) in zip(self.outs, results, self.out_sbps):
-            write_shard(buf, local.detach().to("cpu"), s, m, self.rank, self.local_rank)
+        for buf, local, (s, m, r) in zip(self.outs, results, self.out_sbps):
+            _write_part(buf, local.detach().to("cpu"), s, m, r, self.rank, self.local_rank)
         return None
 
 
-def _device_of(rank, devices):
-    """The index among a variable's ``devices`` (a count, or a grid) of the device of
-    ``rank`` (a variable on fewer devices than the job: every device holds a copy)."""
-    return rank % devices if isinstance(devices, int) else rank
+def _part_of(rank, ranks):
+    """The index of the part the worker of ``rank`` holds of a blob or variable whose parts
+    sit on the workers ``ranks`` (a worker outside them holds a copy of part 0)."""
+    return ranks.index(rank) if rank in ranks else 0
 
 
-def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_s, client_store=False):
+def _write_part(dst, local, sbp, devices, ranks, rank, local_rank):
+    """:func:`write_shard` of the part the worker of ``rank`` holds, if it holds one of
+    ``ranks`` (a broadcast blob: written by the first of ``ranks`` and the first device
+    of each machine)."""
+    if rank in ranks:
+        i = ranks.index(rank)
+        write_shard(dst, local, sbp, devices, i, 0 if i == 0 else local_rank)
+
+
+def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_s, client_store=False, gpu=None):
     import torch.distributed as dist
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, str(port)
     timeout = datetime.timedelta(seconds=timeout_s)
     try:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, world)))
         use_cuda = device_tag == "gpu" and torch.cuda.is_available()
-        device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+        device = torch.device("cuda", local_rank if gpu is None else gpu) if use_cuda else torch.device("cpu")
         if use_cuda:
             torch.cuda.set_device(device)
         # the client's store (one machine), else the env:// rendezvous at rank 0's port
@@ -285,11 +315,14 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 layouts = blob_layouts(job, n)
                 if not is_mirrored(job) and _sbp.job_grid(job):  # its collectives' groups (made by all, in order)
                     grid_groups(_sbp.job_grid(job))
+                for op in job.net.op:  # the groups of the boxing ops between placements (made by all, in order)
+                    if jb.op_type_name(op) == "_boxing_across_placements" and \
+                            len(involved_ranks(jb.user_attrs(op))) < n:
+                        subgroup(involved_ranks(jb.user_attrs(op)))
                 for var_name, t in new_vars.items():
                     logical_vars[var_name] = t
-                    var_sbps[var_name] = layouts[f"{var_name}/out"]
-                    store.tensors[var_name] = shard(t, *var_sbps[var_name], _device_of(rank, var_sbps[var_name][1])).to(
-                        device, copy=True).contiguous()
+                    var_sbps[var_name] = s, m, r = layouts[f"{var_name}/out"]
+                    store.tensors[var_name] = shard(t, s, m, _part_of(rank, r)).to(device, copy=True).contiguous()
                 jobs[name] = _WorkerJob(job, n, rank, local_rank, device, store, feeds, outs)
                 result = jobs[name].plan.source
             elif cmd == "run":
@@ -297,13 +330,12 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 result = jobs[name].run(feed_shapes)
             elif cmd == "pull":
                 for var_name in payload:
-                    s, m = var_sbps[var_name]
-                    if not isinstance(m, int) or rank < m:
-                        write_shard(logical_vars[var_name], store.tensors[var_name].to("cpu"), s, m, rank, local_rank)
+                    s, m, r = var_sbps[var_name]
+                    _write_part(logical_vars[var_name], store.tensors[var_name].to("cpu"), s, m, r, rank, local_rank)
             elif cmd == "push":
                 for var_name in payload:
-                    s, m = var_sbps[var_name]
-                    store.tensors[var_name].copy_(shard(logical_vars[var_name], s, m, _device_of(rank, m)))
+                    s, m, r = var_sbps[var_name]
+                    store.tensors[var_name].copy_(shard(logical_vars[var_name], s, m, _part_of(rank, r)))
             conn.send(("ok", result))
         except Exception as e:  # noqa: BLE001 - reported to the client, naming the device
             conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"))
@@ -363,21 +395,24 @@ class WorkerGroup:
     Args:
         n: devices of the job over all machines (n / machines workers start here).
         device_tag: "cpu" or "gpu".
+        gpu_ids: on one machine, the GPU of each worker in rank order (default ``0 .. n-1``).
         timeout_s: collective timeout; a call fails within about this time when a
             worker dies or hangs.
     """
 
-    def __init__(self, session, n, device_tag, timeout_s=DEFAULT_TIMEOUT_S):
+    def __init__(self, session, n, device_tag, timeout_s=DEFAULT_TIMEOUT_S, gpu_ids=None):
         addr, port, machine_rank, machines = rendezvous(session)
         if n % machines:
             raise RuntimeError(f"a job on {n} devices cannot be spread evenly over {machines} machines")
+        self.world, local = n, n // machines
+        self.gpu_ids = list(gpu_ids) if gpu_ids is not None and machines == 1 else list(range(local))
         gpus = torch.cuda.device_count() if device_tag == "gpu" and torch.cuda.is_available() else None
-        if gpus is not None and n // machines > gpus:
-            raise RuntimeError(f"a job on {n // machines} gpu devices per machine cannot run here: this machine has "
-                               f"{gpus} GPU(s) (torch.cuda.device_count()); place it on at most {gpus} "
+        if gpus is not None and max(self.gpu_ids) >= gpus:
+            raise RuntimeError(f"a job on {local} gpu devices per machine cannot run here: this machine has "
+                               f"{gpus} GPU(s) (torch.cuda.device_count()), the job's are {self.gpu_ids}; place it "
+                               f"on at most {gpus} "
                                "(flow.config.gpu_device_num, flow.scope.placement(\"gpu\", ...)), or on the CPU")
         self.n, self.device_tag, self.timeout_s = n, device_tag, timeout_s
-        self.world, local = n, n // machines
         self.ranks = [machine_rank * local + i for i in range(local)]
         self.broken = None
         self.key, self.owner = None, None  # (set for the session using it; see release_group)
@@ -394,7 +429,7 @@ class WorkerGroup:
             for local, rank in enumerate(self.ranks):
                 parent, child = ctx.Pipe()
                 p = ctx.Process(target=_worker_main, args=(child, rank, self.world, local, device_tag, addr, port,
-                                                           timeout_s, self.store is not None),
+                                                           timeout_s, self.store is not None, self.gpu_ids[local]),
                                 daemon=True, name=f"graphfront-worker-{rank}")
                 p.start()
                 child.close()
@@ -525,27 +560,32 @@ class DistributedVariableStore(VariableStore):
 _IDLE_GROUPS = {}
 
 
-def _session_group(session, n, device_tag):
+def _session_group(session, n, device_tag, gpu_ids=None):
     """The session's worker group: its own, else an idle one left by an ended session on
     the same devices of this machine (OneFlow's environment outlives its sessions: a new
-    session does not start its workers again), else new workers."""
+    session does not start its workers again), else new workers. ``gpu_ids``: the GPUs of
+    the workers of a "gpu" job on one machine, in rank order (default ``0 .. n-1``)."""
     group = getattr(session, "worker_group", None)
+    one_machine = machine_count(session) == 1
+    gpu_ids = list(gpu_ids) if gpu_ids is not None and device_tag == "gpu" and one_machine else None
     if group is not None:
-        if (group.n, group.device_tag) != (n, device_tag):
+        if (group.n, group.device_tag) != (n, device_tag) or gpu_ids is not None and group.gpu_ids != gpu_ids:
+            where = f" (GPUs {gpu_ids}, the session's: {group.gpu_ids})" if gpu_ids is not None else ""
             raise RuntimeError(f"this session's jobs run on {group.n} {group.device_tag} device(s); a job on {n} "
-                               f"{device_tag} device(s) cannot join them (use one placement per session)")
+                               f"{device_tag} device(s){where} cannot join them (use one placement per session)")
         return group
     store = session.variables
     if not isinstance(store, DistributedVariableStore):
         store = session.variables = DistributedVariableStore(store)
     timeout_s = getattr(session, "collective_timeout_s", DEFAULT_TIMEOUT_S)
-    key = (n, device_tag, timeout_s) if machine_count(session) == 1 else None  # several machines: never reused
+    # several machines: never reused
+    key = (n, device_tag, timeout_s, tuple(gpu_ids or ())) if one_machine else None
     group = _IDLE_GROUPS.pop(key, None)
     if group is not None and not all(p.is_alive() for p in group.procs):
         group.close(graceful=False)
         group = None
     if group is None:
-        group = WorkerGroup(session, n, device_tag, timeout_s)
+        group = WorkerGroup(session, n, device_tag, timeout_s, gpu_ids)
     group.key, group.owner = key, session.id
     session.worker_group = store.group = group
     import weakref
@@ -597,7 +637,7 @@ class DistributedPlan(Lowering):
         descs = walk.descs
         tags = {op.device_tag for op in job.net.op if jb.op_kind(op) not in ("return_conf",)}
         device_tag = "gpu" if "gpu" in tags else "cpu"
-        self.group = _session_group(session, n, device_tag)
+        self.group = _session_group(session, n, device_tag, job_devices(job, n))
         self.store = session.variables
         self.mirrored = is_mirrored(job)
         self.parts = n if self.mirrored else 1  # arrays per ListNumpy argument

@@ -73,10 +73,13 @@ class KernelCtx:
     ``signature``: the op's SBP signature in a multi-device job (bn -> SBP string, as
     ``graphfront.parallel.sbp.op_signatures`` reads it from ``job_parallel_view_conf``), or
     None (one device: every blob whole).
+    ``parallel_id``: this device's index among the op's devices, or None (its rank in the
+    job's process group, 0 outside one).
     """
 
-    def __init__(self, op_conf, descs, device, generators=None, signature=None):
+    def __init__(self, op_conf, descs, device, generators=None, signature=None, parallel_id=None):
         self.op_name = op_conf.name
+        self._parallel_id = parallel_id
         self.device = device
         self.conf = getattr(op_conf, jb.op_kind(op_conf))
         self._ins, self._outs = jb.op_args(op_conf)
@@ -97,9 +100,12 @@ class KernelCtx:
 
     @property
     def parallel_id(self) -> int:
-        """This device's index among the devices the op runs on (its rank in the job's
-        process group: an op placed on ``m`` devices runs on ranks ``0 .. m-1``); 0 on
-        one device."""
+        """This device's index among the devices the op runs on (OneFlow's
+        ``ParallelContext.parallel_id``): given by the plan of a job whose ops sit on some
+        of its devices (an op on ``"0:2-3"`` has ids 0 and 1 on the workers of devices 2
+        and 3), else the rank in the job's process group; 0 on one device."""
+        if self._parallel_id is not None:
+            return self._parallel_id
         dist = torch.distributed
         return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
@@ -147,16 +153,17 @@ def is_pure(op_conf) -> bool:
                 or opdef.random or opdef.op_type == "learning_rate_schedule_conf")
 
 
-def make_kernel(op_conf, descs, device, native=False, generators=None, signature=None):
+def make_kernel(op_conf, descs, device, native=False, generators=None, signature=None, parallel_id=None):
     """The callable computing one (non-interface) op, from its registered kernel factory
     (with ``native=True``: the op's ``native`` lowering rule where it has one);
     ``generators`` collects the generators its kernel draws from (:meth:`KernelCtx.generator`);
-    ``signature``: the op's SBP signature in a multi-device job (:meth:`KernelCtx.sbp`)."""
+    ``signature``: the op's SBP signature in a multi-device job (:meth:`KernelCtx.sbp`);
+    ``parallel_id``: :attr:`KernelCtx.parallel_id` (None: the process group's rank)."""
     opdef = registry.op_def(op_conf)
     if opdef.kernel is None:
         raise RuntimeError(f"op '{op_conf.name}' ({opdef.op_type}) has no kernel")
     factory = opdef.native if native and opdef.native is not None else opdef.kernel
-    return factory(KernelCtx(op_conf, descs, device, generators, signature))
+    return factory(KernelCtx(op_conf, descs, device, generators, signature, parallel_id))
 
 
 def run_op(op_conf, descs, device, values, fn=None):
@@ -242,6 +249,8 @@ class Plan(ScheduleWalk, Lowering):
         signatures: op name -> its SBP signature (bn -> SBP string), for the plan of one
             device of a multi-device job: its kernels see their layouts and device index
             (:class:`KernelCtx`).
+        parallel_ids: op name -> this device's index among the op's devices
+            (:attr:`KernelCtx.parallel_id`), for the ops placed on some of a job's devices.
 
     Attributes:
         source: the generated Python source of the plan function (and ``hoisted()``).
@@ -255,9 +264,10 @@ class Plan(ScheduleWalk, Lowering):
     """
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False,
-                 bound=(), signatures=None):
+                 bound=(), signatures=None, parallel_ids=None):
         super().__init__(job)
         self._signatures = signatures or {}
+        self._parallel_ids = parallel_ids or {}
         self.cuda_graph = bool(cuda_graph)
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
@@ -374,7 +384,8 @@ class Plan(ScheduleWalk, Lowering):
                 self._lines.append(f"{names[lbn]} = feeds[{self._bound[lbn]}]  # {_comment(op)}, computed already")
             return
         key = f"K{i}"
-        fn = make_kernel(op, self.descs, device, self._native, self.generators, self._signatures.get(op.name))
+        fn = make_kernel(op, self.descs, device, self._native, self.generators, self._signatures.get(op.name),
+                         self._parallel_ids.get(op.name))
         opdef = registry.op_def(op)
         self.host_reads |= opdef.host_reads
         guarded, guard_lines = self._index_checks(i, op, opdef, device)

@@ -231,7 +231,7 @@ def boxing(job, n=None):
             key = (lbn, need, dst)
             if key not in made:
                 if src == dst == everyone:
-                    made[key] = _chain(job, net, counter, lbn, have[lbn], need, producer)
+                    made[key] = _chain(job, net, counter, lbn, have[lbn], _steps(have[lbn], need), producer)
                 else:
                     added = net.add_user_op(f"System-Boxing-Placement-{next(counter)}", "_boxing_across_placements",
                                             {"in": lbn}, {"in_sbp": have[lbn], "out_sbp": need,
@@ -273,22 +273,19 @@ def _boxing_nd(job, grid, n):
                 continue
             key = (lbn, need)
             if key not in made:
-                cur, cur_sbp, producer = lbn, have[lbn], net.producer[lbn]
-                for axis, kind, op_type, attrs, out_sbp in _nd_steps(have[lbn], need):
-                    added = net.add_user_op(f"System-Boxing-{kind}-{next(counter)}", op_type, {"in": cur},
-                                            {**attrs, "grid_axis": axis, "hierarchy": list(grid)}, like_op=producer)
-                    _sbp.write_signature(job, added.name, {"in_0": cur_sbp, "out_0": out_sbp})
-                    cur, cur_sbp, producer = f"{added.name}/out_0", out_sbp, added.name
-                made[key] = cur
+                steps = [(kind, op_type, {**attrs, "grid_axis": axis, "hierarchy": list(grid)}, out)
+                         for axis, kind, op_type, attrs, out in _nd_steps(have[lbn], need)]
+                made[key] = _chain(job, net, counter, lbn, have[lbn], steps, net.producer[lbn])
             net.set_input(op, arg, i, made[key])
     return net.finish()
 
 
-def _chain(job, net, counter, lbn, src, dst, producer):
-    """Insert the collectives turning ``lbn`` (laid out as ``src`` on all the job's
-    devices) into ``dst``; returns the converted blob's lbn."""
+def _chain(job, net, counter, lbn, src, steps, producer):
+    """Insert the collectives ``steps`` (``[(kind, op type, attrs, out layout)]``, from
+    :func:`_steps` or :func:`_nd_steps`) turning ``lbn``, laid out as ``src`` on all the
+    job's devices, into the last step's layout; returns the converted blob's lbn."""
     cur, cur_sbp = lbn, src
-    for kind, op_type, attrs, out_sbp in _steps(src, dst):
+    for kind, op_type, attrs, out_sbp in steps:
         added = net.add_user_op(f"System-Boxing-{kind}-{next(counter)}", op_type, {"in": cur}, attrs,
                                 like_op=producer)
         _sbp.write_signature(job, added.name, {"in_0": cur_sbp, "out_0": out_sbp})

@@ -139,3 +139,36 @@ def test_mirrored_numpy_placeholder_must_split_evenly():
     with pytest.raises(JobBuildError, match=r"mirrored view on 2 devices: argument 'x' \(tp.Numpy.Placeholder\(3, 2\)\) "
                                             r"is split along axis 0 .* multiple of 2, received 3"):
         job_fn(np.ones((3, 2), np.float32))
+
+
+@pytest.mark.slow  # spawns worker processes
+def test_mirrored_train_on_devices_not_starting_at_0_matches_devices_0_and_1():
+    """The mirrored view on the placement "0:2-3" of 4 CPU devices: the same losses and
+    variables as on "0:0-1" (one worker per device of the placement)."""
+    rng = np.random.default_rng(2)
+    steps = [([rng.standard_normal((4, D_IN)).astype(np.float32) for _ in range(2)],
+              [rng.integers(0, CLASSES, 4).astype(np.int32) for _ in range(2)]) for _ in range(2)]
+
+    def run(devices, placement):
+        _session(devices)
+        config = _config(mirrored=True)
+        config.default_placement_scope(flow.scope.placement("cpu", placement))
+
+        @flow.global_function(type="train", function_config=config)
+        def train(x: tp.ListNumpy.Placeholder((4, D_IN)), y: tp.ListNumpy.Placeholder((4,), dtype=flow.int32)) \
+                -> tp.ListNumpy:
+            h = flow.layers.dense(x, HIDDEN, activation=flow.nn.relu,
+                                  kernel_initializer=flow.random_normal_initializer(), name="fc1")
+            logits = flow.layers.dense(h, CLASSES, kernel_initializer=flow.random_normal_initializer(), name="fc2")
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
+            return loss
+        losses = [train(xs, ys)[0] for xs, ys in steps]
+        return losses, {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+
+    first, moved = run(2, "0:0-1"), run(4, "0:2-3")
+    for a, b in zip(first[0], moved[0]):
+        np.testing.assert_allclose(b, a, rtol=1e-6)
+    assert first[1].keys() == moved[1].keys()
+    for k in first[1]:
+        np.testing.assert_allclose(moved[1][k], first[1][k], rtol=1e-6, err_msg=k)

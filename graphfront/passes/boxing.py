@@ -204,19 +204,39 @@ def _nd_steps(src, dst):
 
 
 def boxing(job, n=None):
-    """Infer SBP signatures and insert boxing ops (see module docstring); returns the job."""
+    """Infer SBP signatures and insert boxing ops (see module docstring); returns the job.
+
+    Raises JobBuildError for a job on a device grid whose ops sit on placements of other
+    device counts than the grid's (besides one device) or on several machines."""
     n = parallel_num(job) if n is None else n
     if n <= 1:
         return job
+    counts = device_counts(job)
+    machines = {d.split(":")[0] for g in job.placement.placement_group for d in g.parallel_conf.device_name}
     grid = _sbp.job_grid(job)
     if grid:
-        return _boxing_nd(job, grid, n)
-    single = {name for name, c in device_counts(job).items() if c == 1}
-    counts = op_parallel_nums(job, n)
-    ranks = op_ranks(job, n)
+        other = {name: c for name, c in counts.items() if c not in (1, n)}
+        if other or len(machines) > 1:
+            name = next(iter(other), job.net.op[0].name)
+            raise JobBuildError(f"job '{job.job_conf.job_name}' is laid out over the device grid {grid} ({n} devices); "
+                                f"op '{name}' is placed on {counts.get(name)} device(s) of machines {sorted(machines)}: "
+                                f"graphfront runs a job on a device grid with all its ops on the grid's {n} devices "
+                                "of one machine (or on one device)")
+
+    def steps(src, dst):
+        """The collectives turning layout ``src`` into ``dst``: on a grid one axis at a time
+        (:func:`_nd_steps`), each over the devices that differ only in that axis (attrs
+        ``grid_axis`` and ``hierarchy``, :mod:`graphfront.ops.boxing_ops`)."""
+        if not grid:
+            return _steps(src, dst)
+        return [(kind, op_type, {**attrs, "grid_axis": axis, "hierarchy": list(grid)}, out)
+                for axis, kind, op_type, attrs, out in _nd_steps(src, dst)]
+
+    single = {name for name, c in counts.items() if c == 1}
+    ranks = op_ranks(job, n)   # (on a grid: every op on every rank)
     everyone = tuple(range(n))
-    machines = {d.split(":")[0] for g in job.placement.placement_group for d in g.parallel_conf.device_name}
-    sigs = _sbp.infer_job_sbp(job, n, replicated=single, gather_returns=len(machines) > 1, counts=counts)
+    sigs = _sbp.infer_job_sbp(job, n, replicated=single, gather_returns=len(machines) > 1,
+                              counts=op_parallel_nums(job, n))
     have = _sbp.blob_sbps(job)
     net = Net(job)
     made = {}
@@ -231,7 +251,7 @@ def boxing(job, n=None):
             key = (lbn, need, dst)
             if key not in made:
                 if src == dst == everyone:
-                    made[key] = _chain(job, net, counter, lbn, have[lbn], _steps(have[lbn], need), producer)
+                    made[key] = _chain(job, net, counter, lbn, have[lbn], steps(have[lbn], need), producer)
                 else:
                     added = net.add_user_op(f"System-Boxing-Placement-{next(counter)}", "_boxing_across_placements",
                                             {"in": lbn}, {"in_sbp": have[lbn], "out_sbp": need,
@@ -240,42 +260,6 @@ def boxing(job, n=None):
                                             like_op=op.name)
                     _sbp.write_signature(job, added.name, {"in_0": have[lbn], "out_0": need})
                     made[key] = f"{added.name}/out_0"
-            net.set_input(op, arg, i, made[key])
-    return net.finish()
-
-
-def _boxing_nd(job, grid, n):
-    """:func:`boxing` of a job on the device ``grid``: each conversion is a chain of 1-D
-    collectives (:func:`_nd_steps`), each over the devices that differ only in its grid
-    axis (attrs ``grid_axis`` and ``hierarchy``, :mod:`graphfront.ops.boxing_ops`).
-
-    Raises JobBuildError when ops sit on placements of other device counts than the
-    grid's (besides one device) or on several machines."""
-    counts = device_counts(job)
-    other = {name: c for name, c in counts.items() if c not in (1, n)}
-    machines = {d.split(":")[0] for g in job.placement.placement_group for d in g.parallel_conf.device_name}
-    if other or len(machines) > 1:
-        name = next(iter(other), job.net.op[0].name)
-        raise JobBuildError(f"job '{job.job_conf.job_name}' is laid out over the device grid {grid} ({n} devices); op "
-                            f"'{name}' is placed on {counts.get(name)} device(s) of machines {sorted(machines)}: "
-                            f"graphfront runs a job on a device grid with all its ops on the grid's {n} devices of "
-                            "one machine (or on one device)")
-    single = {name for name, c in counts.items() if c == 1}
-    sigs = _sbp.infer_job_sbp(job, n, replicated=single)
-    have = _sbp.blob_sbps(job)
-    net = Net(job)
-    made = {}
-    counter = itertools.count()
-    for op in list(job.net.op):
-        for arg, i, lbn in jb.op_inputs(op):
-            need = sigs[op.name][_sbp.bn_in_op(op, arg, i)]
-            if need == have[lbn]:
-                continue
-            key = (lbn, need)
-            if key not in made:
-                steps = [(kind, op_type, {**attrs, "grid_axis": axis, "hierarchy": list(grid)}, out)
-                         for axis, kind, op_type, attrs, out in _nd_steps(have[lbn], need)]
-                made[key] = _chain(job, net, counter, lbn, have[lbn], steps, net.producer[lbn])
             net.set_input(op, arg, i, made[key])
     return net.finish()
 

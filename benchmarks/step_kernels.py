@@ -67,17 +67,28 @@ class Kernels(TorchDispatchMode):
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         out = func(*args, **(kwargs or {}))
-        frames = [f for f in traceback.extract_stack(limit=12) if f"{os.sep}graphfront{os.sep}" in f.filename]
-        source = f"{frames[-1].filename.rsplit('graphfront' + os.sep, 1)[-1]}:{frames[-1].lineno}" if frames else "?"
-        if name not in NOT_KERNELS:
-            self.count[name] += 1
-            if frames:
-                self.where[(name, source)] += 1
+        kernel = name not in NOT_KERNELS
         made = {t.device.type for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)}
         read = {t.device.type for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-        if made - {"meta"} or (name in ("_to_copy", "copy_", "copy") and "cpu" in read):
-            self.host.append((name, source))
+        host = bool(made - {"meta"}) or (name in ("_to_copy", "copy_", "copy") and "cpu" in read)
+        if kernel:
+            self.count[name] += 1
+        if kernel or host:  # (the stack is walked only for the calls it is recorded for)
+            source = _graphfront_source()
+            if kernel and source is not None:
+                self.where[(name, source)] += 1
+            if host:
+                self.host.append((name, source or "?"))
         return out
+
+
+def _graphfront_source():
+    """``"<path under graphfront/>:<line>"`` of the innermost graphfront frame of the current
+    call, or None (12 frames up from the dispatch, this function's own frame aside)."""
+    frames = [f for f in traceback.extract_stack(limit=13) if f"{os.sep}graphfront{os.sep}" in f.filename]
+    if not frames:
+        return None
+    return f"{frames[-1].filename.rsplit('graphfront' + os.sep, 1)[-1]}:{frames[-1].lineno}"
 
 
 @contextlib.contextmanager

@@ -69,27 +69,6 @@ def group():
     return None, 0, 1
 
 
-_GRID_GROUPS = {}  # device grid -> {(grid axis, the other axes' coordinates): process group}
-
-
-def grid_groups(grid):
-    """The process groups of the device ``grid`` (a tuple of ints whose product is the
-    world size): for every axis, one group per line of devices along it (the devices whose
-    other coordinates are equal), keyed ``(axis, other coordinates)``. Made once per grid
-    and process; every process of the job must make them, in the same order (each
-    ``torch.distributed.new_group`` is a collective of the whole group)."""
-    import torch.distributed as dist
-    grid = tuple(grid)
-    if grid not in _GRID_GROUPS:
-        groups = {}
-        for axis in range(len(grid)):
-            for rest in itertools.product(*(range(d) for j, d in enumerate(grid) if j != axis)):
-                ranks = [_sbp.grid_rank(rest[:axis] + (c,) + rest[axis:], grid) for c in range(grid[axis])]
-                groups[(axis, rest)] = dist.new_group(ranks)
-        _GRID_GROUPS[grid] = groups
-    return _GRID_GROUPS[grid]
-
-
 _SUBGROUPS = {}  # ranks -> process group
 
 
@@ -102,6 +81,21 @@ def subgroup(ranks):
     if ranks not in _SUBGROUPS:
         _SUBGROUPS[ranks] = dist.new_group(list(ranks))
     return _SUBGROUPS[ranks]
+
+
+def grid_groups(grid):
+    """The process groups of the device ``grid`` (a tuple of ints whose product is the
+    world size): for every axis, one group per line of devices along it (the devices whose
+    other coordinates are equal), keyed ``(axis, other coordinates)``, each a
+    :func:`subgroup` (so every process must ask for them in the same order, as it does
+    when it receives the job)."""
+    grid = tuple(grid)
+    groups = {}
+    for axis in range(len(grid)):
+        for rest in itertools.product(*(range(d) for j, d in enumerate(grid) if j != axis)):
+            groups[(axis, rest)] = subgroup(_sbp.grid_rank(rest[:axis] + (c,) + rest[axis:], grid)
+                                            for c in range(grid[axis]))
+    return groups
 
 
 def _collective_group(k):

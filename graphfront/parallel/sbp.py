@@ -88,12 +88,15 @@ def from_proto(msg) -> str:
 
 
 def local_shape(shape, sbp, n):
-    """The shape one device holds of a blob of logical ``shape`` laid out as ``sbp``."""
-    axis = split_axis(sbp)
-    if axis is None:
-        return tuple(shape)
+    """The shape one device holds of a blob of logical ``shape`` laid out as ``sbp`` over
+    ``n`` devices, or on a device grid as the tuple ``sbp`` (one SBP string per axis) over
+    the grid ``n``."""
+    layouts, counts = (sbp, n) if isinstance(sbp, tuple) else ((sbp,), (n,))
     shape = list(shape)
-    shape[axis] //= n
+    for s, d in zip(layouts, counts):
+        axis = split_axis(s)
+        if axis is not None:
+            shape[axis] //= d
     return tuple(shape)
 
 
@@ -411,17 +414,6 @@ def as_nd(layout, grid) -> tuple:
     return layout if isinstance(layout, tuple) else (layout,) * len(grid)
 
 
-def nd_local_shape(shape, layout, grid):
-    """The shape one device holds of a blob of logical ``shape`` laid out as the tuple
-    ``layout`` over ``grid``."""
-    shape = list(shape)
-    for s, d in zip(layout, grid):
-        axis = split_axis(s)
-        if axis is not None:
-            shape[axis] //= d
-    return tuple(shape)
-
-
 def _hierarchies(job) -> dict:
     """op name -> the device grid of its placement (() for a line of devices)."""
     return {name: tuple(g.parallel_conf.hierarchy.dim) for g in job.placement.placement_group
@@ -569,11 +561,9 @@ def _infer_nd(job, grid, descs, replicated, gather_returns):
             for a, i, lbn in args:
                 s = best.get(f"{a}_{i}", best.get(a, B))
                 picked.setdefault((a, i), []).append(s)
-                k = split_axis(s)
-                if k is not None and lbn not in divided:
+                if split_axis(s) is not None and lbn not in divided:
                     divided.add(lbn)
-                    d = local[lbn]
-                    local[lbn] = d._replace(shape=tuple(v // devices if j == k else v for j, v in enumerate(d.shape)))
+                    local[lbn] = local[lbn]._replace(shape=local_shape(local[lbn].shape, s, devices))
             for a, i, lbn in ctx._ins:
                 if picked[(a, i)][axis] != blob_nd[lbn][axis]:
                     converted[axis].add((lbn, picked[(a, i)][axis]))

@@ -139,14 +139,9 @@ def local_job(job, n, local_rank, own_ops_only=False, device_index=None):
     layouts = blob_layouts(job, n)
     for lbn, d in lj.helper.lbn2logical_blob_desc.items():
         sbp, devices, _ = layouts.get(lbn, (_sbp.B, n, None))
-        if isinstance(sbp, tuple):
-            shape = _sbp.nd_local_shape(d.shape.dim, sbp, devices)
-            del d.shape.dim[:]
-            d.shape.dim.extend(shape)
-            continue
-        axis = _sbp.split_axis(sbp)
-        if axis is not None:
-            d.shape.dim[axis] //= devices
+        shape = _sbp.local_shape(d.shape.dim, sbp, devices)
+        del d.shape.dim[:]
+        d.shape.dim.extend(shape)
     if own_ops_only:
         _own_ops(lj, n, local_rank)
     for group in lj.placement.placement_group:

@@ -16,6 +16,7 @@ import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework.errors import JobBuildError
 from graphfront.framework.session import default_session
+from graphfront.testing.compare import assert_close_at_scale
 from lenet import lenet
 
 
@@ -142,7 +143,7 @@ def test_predict_matches_the_plan(net_name):
                 return net(x)
         x = np.random.default_rng(2).random((3, 1, 28, 28), dtype=np.float32)
         outs[mode] = (predict(x), predict(x))
-    np.testing.assert_allclose(outs["xla"][0], outs["plan"][0], rtol=RTOL, atol=ATOL)
+    assert_close_at_scale(outs["xla"][0], outs["plan"][0], RTOL)  # (logits: sums of 500 terms)
     np.testing.assert_array_equal(outs["xla"][0], outs["xla"][1])
 
 

@@ -127,6 +127,20 @@ def value_problems(case: Case) -> list:
     return out
 
 
+def assert_close_at_scale(actual, desired, rtol=1e-5, err_msg=""):
+    """Assert ``|actual - desired| <= rtol * max|desired|`` elementwise: float32 results
+    of two runs of one computation that sum its terms in different orders (devices,
+    lowerings, kernels). A result such as a logit or a per-sample cross entropy is a sum
+    of terms about as large as the array's largest magnitude, so its rounding error
+    scales with that magnitude, not with its own (a small result after cancellation
+    carries the absolute error of the large ones).
+
+    Raises AssertionError (numpy's, naming the worst element) otherwise."""
+    desired = np.asarray(desired)
+    scale = float(np.abs(desired).max()) if desired.size else 0.0
+    np.testing.assert_allclose(actual, desired, rtol=rtol, atol=rtol * scale, err_msg=err_msg)
+
+
 def fraction_tolerance(p: float, n: int, sigmas: float = SIGMAS, samples: int = 1) -> float:
     """Allowed deviation of an observed frequency from ``p`` over ``n`` Bernoulli trials.
 

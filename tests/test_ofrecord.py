@@ -521,6 +521,25 @@ def test_reader_on_two_devices_splits_the_batch_and_the_shards(tmp_path):
     assert job_sbp(read_job)["OFRecordReader"] == "S(0)"
 
 
+@pytest.mark.slow  # spawns two worker processes
+def test_reader_batch_the_devices_do_not_divide_gives_the_first_device_one_more(tmp_path):
+    # batch_size 5 over 2 devices: 3 records per step from shards 0 and 1, 2 from shard 2
+    _write_ids(tmp_path, parts=3, per_part=3)
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="predict")
+    def read_job() -> tp.Numpy:
+        rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=5, data_part_num=3)
+        return flow.data.OFRecordRawDecoder(rec, "id", shape=(), dtype=flow.int32) * 1
+
+    device0 = [0, 1, 2, 100, 101, 102] * 2
+    device1 = [200, 201, 202] * 2
+    for step in range(3):
+        np.testing.assert_array_equal(read_job(), device0[3 * step:3 * step + 3] + device1[2 * step:2 * step + 2])
+    assert job_sbp(read_job)["OFRecordReader"] == "S(0)"
+
+
 def job_sbp(gf):
     from graphfront.framework import job_builder as jb
     from graphfront.parallel import sbp as _sbp

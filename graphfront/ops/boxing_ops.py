@@ -45,6 +45,12 @@ the line of devices along that axis through its device (one ``torch.distributed`
 per line, :func:`grid_groups`), "device r of n" above meaning its coordinate on the axis
 and the axis's length. ``grid_axis`` -1 (the default) runs over the job's whole group.
 
+A split axis that the device count does not divide is cut as OneFlow's
+``BalancedSplitter`` cuts it (the first ``length % n`` parts one longer,
+``torch.tensor_split``'s parts); the all-gathers then pad the shorter parts with zeros to
+the longest for the collective and cut them back (NCCL and gloo gather equal tensors), and
+the reduce-scatter is an all-reduce and a slice. On a device grid splits are even.
+
 Outside a process group (one device) every kernel is the identity. The ops have no grad
 (they are inserted after autograd).
 """
@@ -54,7 +60,7 @@ import itertools
 
 import torch
 
-from graphfront.ops.common import like
+from graphfront.ops.common import balanced_range, like
 from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -112,10 +118,30 @@ def _collective_group(k):
     return dist, coords[axis], grid[axis], grid_groups(grid)[(axis, coords[:axis] + coords[axis + 1:])]
 
 
-def _gather(dist, n, x, axis, pg=None):
-    parts = [torch.empty_like(x) for _ in range(n)]
+def _part_lengths(k, axis, n):
+    """The lengths of the ``n`` parts along ``axis`` of the blob a boxing kernel ``k``
+    converts (OneFlow's ``BalancedSplitter``: the first ``length % n`` one longer), from
+    its logical shape; None when they are equal (always on a device grid, whose splits
+    are even)."""
+    if k.attrs.get("grid_axis", -1) >= 0:
+        return None
+    length = k.logical("out").shape[axis]
+    return None if length % n == 0 else [len(balanced_range(length, n, i)) for i in range(n)]
+
+
+def _all_gather_parts(dist, x, axis, lengths, count, pg=None):
+    """The ``count`` devices' parts of a blob split along ``axis`` (this device's is
+    ``x``), all-gathered: equal ones as they are; parts of ``lengths`` (one per device)
+    padded with zeros to the longest for the collective and cut back."""
+    if lengths is not None and x.shape[axis] < max(lengths):
+        pad = list(x.shape)
+        pad[axis] = max(lengths) - x.shape[axis]
+        x = torch.cat([x, x.new_zeros(pad)], axis)
+    parts = [torch.empty_like(x) for _ in range(count)]
     dist.all_gather(parts, x.contiguous(), group=pg)
-    return torch.cat(parts, axis)
+    if lengths is not None:
+        parts = [p.narrow(axis, 0, length) for p, length in zip(parts, lengths)]
+    return parts
 
 
 def _all_reduce_kernel(k):
@@ -132,18 +158,19 @@ def _all_reduce_kernel(k):
 
 def _reduce_scatter_kernel(k):
     dist, rank, n, pg = _collective_group(k)
+    even = dist is None or _part_lengths(k, 0, n) is None
 
     def reduce_scatter(x):
         if dist is None:
             return x.clone()
         x = x.contiguous()
-        if dist.get_backend() == "nccl":
+        if even and dist.get_backend() == "nccl":
             out = torch.empty((x.shape[0] // n,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
             dist.reduce_scatter_tensor(out, x, group=pg)
             return out
         y = x.clone()
-        dist.all_reduce(y, group=pg)  # gloo has no reduce_scatter
-        return y.chunk(n, 0)[rank].contiguous()
+        dist.all_reduce(y, group=pg)  # gloo has no reduce_scatter, NCCL's takes equal parts
+        return y.tensor_split(n, 0)[rank].contiguous()
     return reduce_scatter
 
 
@@ -151,9 +178,10 @@ def _all_gather_kernel(axis_attr=None):
     def make(k):
         dist, _, n, pg = _collective_group(k)
         axis = k.attr(axis_attr) if axis_attr else 0
+        lengths = None if dist is None else _part_lengths(k, axis, n)
 
         def all_gather(x):
-            return x.clone() if dist is None else _gather(dist, n, x, axis, pg)
+            return x.clone() if dist is None else torch.cat(_all_gather_parts(dist, x, axis, lengths, n, pg), axis)
         return all_gather
     return make
 
@@ -161,18 +189,19 @@ def _all_gather_kernel(axis_attr=None):
 def _s2s_kernel(k):
     dist, rank, n, pg = _collective_group(k)
     a, b = k.attr("in_split_axis"), k.attr("out_split_axis")
+    lengths = None if dist is None else _part_lengths(k, a, n)
 
     def s2s(x):
         if dist is None:
             return x.clone()
-        return _gather(dist, n, x, a, pg).chunk(n, b)[rank].contiguous()
+        return torch.cat(_all_gather_parts(dist, x, a, lengths, n, pg), a).tensor_split(n, b)[rank].contiguous()
     return s2s
 
 
 def _b_to_s_kernel(k):
     _, rank, n, _ = _collective_group(k)
     axis = k.attr("out_split_axis")
-    return lambda x: x.chunk(n, axis)[rank].contiguous()
+    return lambda x: x.tensor_split(n, axis)[rank].contiguous()
 
 
 def _b_to_p_kernel(k):
@@ -190,32 +219,31 @@ def _across_placements_kernel(k):
     if dist is not None and len(involved_ranks(k.attrs)) < n:  # a group of the devices of both placements
         members = involved_ranks(k.attrs)
         pg = subgroup(members)
+    logical = tuple(k.logical("out").shape)
+    lengths = None  # of the members' parts along the source's split axis (a device outside it sends part 0's)
+    if src_axis is not None and logical[src_axis] % src_n:
+        lengths = [len(balanced_range(logical[src_axis], src_n, src_ranks.index(r) if r in src_ranks else 0))
+                   for r in members]
 
     def across_placements(x=None):
-        if x is None:  # this device is outside the source placement: it sends zeros
-            out = k.output("out")
-            shape = list(out.shape)
-            if dst_axis is not None:
-                shape[dst_axis] *= dst_n
-            if src_axis is not None:
-                shape[src_axis] //= src_n
-            x = torch.zeros(shape, dtype=out.dtype.torch, device=k.device)
-        parts = [x] if dist is None else [torch.empty_like(x) for _ in members]
+        if x is None:  # this device is outside the source placement: it sends zeros of part 0's shape
+            x = torch.zeros(_sbp.local_shape(logical, src, src_n), dtype=k.output("out").dtype.torch, device=k.device)
+        parts = [x]
         if dist is not None:
-            dist.all_gather(parts, x.contiguous(), group=pg)
-            parts = [parts[members.index(r)] for r in src_ranks]
+            gathered = _all_gather_parts(dist, x, src_axis or 0, lengths, len(members), pg)
+            parts = [gathered[members.index(r)] for r in src_ranks]
         if src_axis is not None:
-            logical = torch.cat(parts, src_axis)
+            whole = torch.cat(parts, src_axis)
         elif src == _sbp.P:
-            logical = torch.stack(parts).sum(0)
+            whole = torch.stack(parts).sum(0)
         else:
-            logical = parts[0].clone()
+            whole = parts[0].clone()
         r = dst_ranks.index(rank) if rank in dst_ranks else 0  # (outside the destination: dropped)
         if dst_axis is not None:
-            return logical.chunk(dst_n, dst_axis)[r].contiguous()
+            return whole.tensor_split(dst_n, dst_axis)[r].contiguous()
         if dst == _sbp.P and r:
-            return torch.zeros_like(logical)
-        return logical
+            return torch.zeros_like(whole)
+        return whole
     return across_placements
 
 

@@ -19,8 +19,9 @@ themselves cross as bytes and are parsed by the kernel). Image decoders
 decode the images of a batch on a small thread pool (Pillow releases the GIL).
 
 On several devices the OFRecord readers' outputs are split along the batch (OneFlow's
-only SBP signature for them, ``Split(outputs, 0)``): device ``i`` of ``n`` reads
-``batch_size / n`` records per step from its own balanced range of the shards
+only SBP signature for them, ``Split(outputs, 0)``): device ``i`` of ``n`` reads its
+part of ``batch_size`` records per step (the first ``batch_size % n`` devices one more)
+from its own balanced range of the shards
 (:func:`graphfront.ofrecord.reader.shard_range`), and the decoders and the image and
 buffer ops after them work on each device's part (split along axis 0, as OneFlow's). A
 reader placed on one device of a job on several runs on each of them, reading the same
@@ -98,9 +99,11 @@ class ReaderPart:
     """What one device's reader kernel reads: ``batch`` records per step from its range
     of the shards (``part = (parallel_id, parallel_num)``), with the stream's ``seed``.
 
-    A device's plan sees its local shapes: a reader split over ``n`` devices outputs
-    ``batch_size / n`` records, so ``n`` is the logical batch over the local one and the
-    device is its rank in the process group; a reader on one device has ``n = 1``. A
+    A device's plan sees its local shapes: a reader split over ``n`` devices outputs its
+    part of ``batch_size`` records (the first ``batch_size % n`` devices one more), ``n``
+    the devices of its placement (on a device grid or in the mirrored view: the logical
+    batch over the local one) and the device its index among them; a reader on one
+    device has ``n = 1``. A
     ``seed`` of -1 is drawn from torch's generator (module docstring).
 
     Raises ValueError (when the kernel is made, naming the op) when the devices outnumber
@@ -109,7 +112,8 @@ class ReaderPart:
     def __init__(self, k, out="out"):
         attrs = k.attrs
         self.batch = k.output(out).shape[0]
-        n = attrs["batch_size"] // self.batch
+        sbp = k.sbp(out)
+        n = k.parallel_num if sbp == _sbp.split(0) else attrs["batch_size"] // self.batch
         self.part = (0, 1) if n == 1 else (k.parallel_id % n, n)
         if n > attrs["data_part_num"]:
             raise ValueError(_devices_per_shard_message(k.op_name, n, attrs["data_part_num"]))

@@ -25,6 +25,7 @@ import torch
 
 from graphfront.framework.errors import JobBuildError
 from graphfront.ops import optimizer_ops as dense, xla_rules
+from graphfront.ops.common import balanced_range
 from graphfront.ops.registry import ArgDef, op
 from graphfront.parallel import sbp as _sbp
 
@@ -83,8 +84,8 @@ def _kernel(step, inputs, state):
     def make(k):
         apply = step(k)
         lr_val = k.attrs.get("learning_rate_val", 0.0)
-        rows = k.input("model").shape[0]  # (this device's rows: a part of the model split on axis 0)
-        first_row = k.parallel_id * rows if k.sbp("model") == _sbp.split(0) else 0
+        split = k.sbp("model") == _sbp.split(0)  # (this device's rows: a part of the model)
+        first_row = balanced_range(k.logical("model").shape[0], k.parallel_num, k.parallel_id).start if split else 0
 
         def run(*values):
             args = dict(zip(names, values))

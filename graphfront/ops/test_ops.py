@@ -39,7 +39,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops import onnx_rules, xla_rules
-from graphfront.ops.common import like, numel
+from graphfront.ops.common import balanced_range, like, numel
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -106,10 +106,11 @@ op("TestReshape", inputs=["in"], outputs=["out"], attrs={"shape": "shape"}, infe
 
 
 def _arange_onnx(c):
-    """The logical output: [0 .. n / devices - 1] on each of the op's devices, concatenated (the
-    split along axis 0 is even: no SBP signature fits another)."""
+    """The logical output: [0 .. m - 1] on each of the op's devices, ``m`` the length of its
+    part of the ``n`` elements split along axis 0 (the first ``n % devices`` one longer),
+    concatenated."""
     n, devices = c.output_desc("out").shape[0], c.parallel_num
-    return np.tile(np.arange(n // devices, dtype=np.float32), devices)
+    return np.concatenate([np.arange(len(balanced_range(n, devices, i)), dtype=np.float32) for i in range(devices)])
 
 
 def _filled_onnx(c, out, value, i=0):
@@ -130,7 +131,7 @@ op("TestSourceMultiGpuFixedOutNum", outputs=["out"], attrs={"out_num": ("int64",
    infer=_float32_source(lambda ctx: (ctx.attr("out_num"),)), kernel=lambda k: _arange(k.output("out").shape[0], k),
    xla=lambda k: _arange_xla(k.output("out").shape[0]), onnx=onnx_rules.constant_output(_arange_onnx),
    sbp=lambda ctx: _sbp.Only([{"out": _sbp.split(0)}]), no_grad=True,
-   doc="split along axis 0: each of the n devices holds [0 .. out_num/n - 1]")
+   doc="split along axis 0: each of the n devices holds [0 .. m - 1], m its part of out_num")
 
 
 def _random_source_kernel(k):

@@ -3,7 +3,8 @@
 A blob of a job placed on ``n`` devices is laid out in one of three ways (OneFlow's SBP
 strings, ``oneflow/core/job/sbp_parallel.cpp``):
 
-* ``"S(k)"`` split: device ``r`` holds the ``r``-th of ``n`` equal slices along axis ``k``;
+* ``"S(k)"`` split: device ``r`` holds the ``r``-th of ``n`` slices along axis ``k``, the
+  first ``dim % n`` one longer (OneFlow's ``BalancedSplitter``; :func:`local_shape`);
 * ``"B"`` broadcast: every device holds the whole blob;
 * ``"P"`` partial sum: the logical blob is the elementwise sum of the devices' tensors.
 
@@ -16,8 +17,9 @@ that update an input in place: those keep the
 layout of the updated blob (their rule's candidates that do, else :func:`_update_rule`). :func:`infer_job_sbp` walks the job in
 topological order and, per op, takes the valid candidate with the least boxing cost
 (:func:`boxing_cost`, ties go to the rule's order), as OneFlow's greedy SBP inference does
-(``oneflow/core/operator/operator.cpp``, ``InferSbpSignature``). Splits must divide the
-axis evenly; a candidate that would split an uneven axis is not valid.
+(``oneflow/core/operator/operator.cpp``, ``InferSbpSignature``). A candidate is valid
+when each axis it splits holds at least ``n`` elements; one splitting an axis that ``n``
+does not divide also needs every axis it splits to be of that one length (:func:`_valid`).
 
 The chosen signatures are written to ``job.job_parallel_view_conf.op_name2sbp_signature_conf``
 and, as one-element ``NdSbp`` lists, to ``op_name2nd_sbp_signature_conf`` (bn names
@@ -45,6 +47,7 @@ from graphfront.core import sbp_parallel_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import JobBuildError
 from graphfront.ops import registry
+from graphfront.ops.common import balanced_range
 from graphfront.runtime.plan import schedule
 
 B, P = "B", "P"
@@ -87,16 +90,19 @@ def from_proto(msg) -> str:
     return P if kind == "partial_sum_parallel" else B
 
 
-def local_shape(shape, sbp, n):
-    """The shape one device holds of a blob of logical ``shape`` laid out as ``sbp`` over
-    ``n`` devices, or on a device grid as the tuple ``sbp`` (one SBP string per axis) over
-    the grid ``n``."""
+def local_shape(shape, sbp, n, index=0):
+    """The shape device ``index`` holds of a blob of logical ``shape`` laid out as ``sbp``
+    over ``n`` devices, or on a device grid as the tuple ``sbp`` (one SBP string per axis)
+    over the grid ``n`` (``index``: the device's rank on the grid). A split axis is cut as
+    OneFlow's ``BalancedSplitter`` cuts it (:func:`graphfront.ops.common.balanced_range`:
+    the first ``dim % n`` devices one longer)."""
     layouts, counts = (sbp, n) if isinstance(sbp, tuple) else ((sbp,), (n,))
+    coords = grid_coords(index, counts)
     shape = list(shape)
-    for s, d in zip(layouts, counts):
+    for s, d, c in zip(layouts, counts, coords):
         axis = split_axis(s)
         if axis is not None:
-            shape[axis] //= d
+            shape[axis] = len(balanced_range(shape[axis], d, c))
     return tuple(shape)
 
 
@@ -332,14 +338,21 @@ def boxing_cost(src, dst, nbytes) -> float:
 
 
 def _valid(ctx, sig, n):
+    """Whether every split of ``sig`` fits its blob: each split axis exists and holds at
+    least ``n`` elements (OneFlow's ``FilterAndCheckValidSbpSignatureListByLogicalShape``).
+    An axis that ``n`` does not divide is cut unevenly (:func:`local_shape`), which keeps
+    the devices' parts of the op's blobs matched only when every split axis of the
+    signature has that same length; on a device grid every split must be even."""
+    lengths = set()
     for a, i, lbn in ctx._ins + ctx._outs:
-        s = sig.get(f"{a}_{i}", sig.get(a, B))
-        axis = split_axis(s)
+        axis = split_axis(sig.get(f"{a}_{i}", sig.get(a, B)))
         if axis is not None:
             shape = ctx.shape(a, i)
-            if axis >= len(shape) or shape[axis] % n:
+            if axis >= len(shape) or shape[axis] < n:
                 return False
-    return True
+            lengths.add(shape[axis])
+    uneven = any(d % n for d in lengths)
+    return not uneven or (len(lengths) == 1 and ctx.grid_axis is None)
 
 
 def flatten_nd_sbp(nd_sbp, hierarchy=()):

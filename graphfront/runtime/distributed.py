@@ -97,7 +97,7 @@ def shard(t, sbp, n, rank):
             t = shard(t, s, d, c)
         return t
     axis = _sbp.split_axis(sbp)
-    return t.chunk(n, axis)[rank] if axis is not None else t
+    return t.tensor_split(n, axis)[rank] if axis is not None else t
 
 
 def write_shard(dst, local, sbp, n, rank, local_rank):
@@ -111,7 +111,7 @@ def write_shard(dst, local, sbp, n, rank, local_rank):
         return
     axis = _sbp.split_axis(sbp)
     if axis is not None:
-        dst.chunk(n, axis)[rank].copy_(local)
+        dst.tensor_split(n, axis)[rank].copy_(local)
     elif local_rank == 0:
         dst.copy_(local)
 
@@ -129,24 +129,25 @@ def blob_layouts(job, n) -> dict:
             for lbn, s in _sbp.blob_sbps(job).items()}
 
 
-def local_job(job, n, local_rank, own_ops_only=False, device_index=None):
-    """A copy of ``job`` whose blob descs hold the shapes of one device (a blob split over
-    its producer's devices, :func:`blob_layouts`) and whose ops are placed on device
-    ``device_index`` (default: ``local_rank``) of this machine. ``own_ops_only`` (a
+def local_job(job, n, rank, own_ops_only=False, device_index=None):
+    """A copy of ``job`` whose blob descs hold the shapes of the parts the worker of
+    ``rank`` holds (a blob split over its producer's devices, :func:`blob_layouts`; an
+    axis cut unevenly gives the first devices the longer parts) and whose ops are placed
+    on device ``device_index`` (default: ``rank``) of this machine. ``own_ops_only`` (a
     consistent-view job with ops placed on some of its devices, on one machine): see
     :func:`_own_ops`."""
     lj = copy.deepcopy(job)
     layouts = blob_layouts(job, n)
     for lbn, d in lj.helper.lbn2logical_blob_desc.items():
-        sbp, devices, _ = layouts.get(lbn, (_sbp.B, n, None))
-        shape = _sbp.local_shape(d.shape.dim, sbp, devices)
+        sbp, devices, ranks = layouts.get(lbn, (_sbp.B, n, tuple(range(n))))
+        shape = _sbp.local_shape(d.shape.dim, sbp, devices, _part_of(rank, ranks))
         del d.shape.dim[:]
         d.shape.dim.extend(shape)
     if own_ops_only:
-        _own_ops(lj, n, local_rank)
+        _own_ops(lj, n, rank)
     for group in lj.placement.placement_group:
         del group.parallel_conf.device_name[:]
-        group.parallel_conf.device_name.append(f"0:{local_rank if device_index is None else device_index}")
+        group.parallel_conf.device_name.append(f"0:{rank if device_index is None else device_index}")
     return lj
 
 
@@ -221,10 +222,12 @@ class _WorkerJob:
         self.mirrored = is_mirrored(job)
         ranks = {} if self.mirrored else op_ranks(job, n)
         own = any(r != tuple(range(n)) for r in ranks.values())
-        self.plan = Plan(local_job(job, n, local_rank, own_ops_only=own, device_index=device.index),
+        self.plan = Plan(local_job(job, n, rank, own_ops_only=own, device_index=device.index),
                          store, {}, cuda_graph=False,
                          signatures=None if self.mirrored else _sbp.op_signatures(job),
-                         parallel_ids={name: r.index(rank) for name, r in ranks.items() if rank in r})
+                         parallel_ctxs={name: (r.index(rank), len(r)) for name, r in ranks.items() if rank in r},
+                         logical_descs=None if self.mirrored else
+                         {lbn: jb.TensorDesc.from_proto(d) for lbn, d in job.helper.lbn2logical_blob_desc.items()})
         # the buffers of the feeds and results this device's plan reads and writes (all of
         # them unless it runs only its own ops)
         names = ([op.name for op in job.net.op if jb.op_kind(op) == kind] for kind in ("input_conf", "return_conf"))

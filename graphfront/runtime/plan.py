@@ -73,13 +73,18 @@ class KernelCtx:
     ``signature``: the op's SBP signature in a multi-device job (bn -> SBP string, as
     ``graphfront.parallel.sbp.op_signatures`` reads it from ``job_parallel_view_conf``), or
     None (one device: every blob whole).
-    ``parallel_id``: this device's index among the op's devices, or None (its rank in the
-    job's process group, 0 outside one).
+    ``parallel_ctx``: ``(parallel_id, parallel_num)``, this device's index among the op's
+    devices and their number, or None (its rank in the job's process group and the
+    group's size; 0 and 1 outside one).
+    ``logical_descs``: lbn -> the logical TensorDesc of a blob whose parts the devices hold
+    (:meth:`logical`), or None (one device: the descs are the logical ones).
     """
 
-    def __init__(self, op_conf, descs, device, generators=None, signature=None, parallel_id=None):
+    def __init__(self, op_conf, descs, device, generators=None, signature=None, parallel_ctx=None,
+                 logical_descs=None):
         self.op_name = op_conf.name
-        self._parallel_id = parallel_id
+        self._parallel_ctx = parallel_ctx
+        self._logical_descs = logical_descs
         self.device = device
         self.conf = getattr(op_conf, jb.op_kind(op_conf))
         self._ins, self._outs = jb.op_args(op_conf)
@@ -104,10 +109,27 @@ class KernelCtx:
         ``ParallelContext.parallel_id``): given by the plan of a job whose ops sit on some
         of its devices (an op on ``"0:2-3"`` has ids 0 and 1 on the workers of devices 2
         and 3), else the rank in the job's process group; 0 on one device."""
-        if self._parallel_id is not None:
-            return self._parallel_id
+        if self._parallel_ctx is not None:
+            return self._parallel_ctx[0]
         dist = torch.distributed
         return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+    @property
+    def parallel_num(self) -> int:
+        """The number of devices the op runs on (OneFlow's ``ParallelContext.parallel_num``);
+        1 on one device."""
+        if self._parallel_ctx is not None:
+            return self._parallel_ctx[1]
+        dist = torch.distributed
+        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+    def logical(self, name, i=0) -> TensorDesc:
+        """The logical TensorDesc of the op's input or output blob ``name[i]`` (OneFlow's
+        ``LogicalTensorDesc4ArgNameAndIndex``): the whole blob whose part this device's
+        :meth:`input` / :meth:`output` describe (a split axis cut as
+        :func:`graphfront.parallel.sbp.local_shape` cuts it)."""
+        lbn = (self._ins.get(name) or self._outs[name])[i]
+        return (self._logical_descs or self._descs)[lbn]
 
     def generator(self, seed=None):
         """A ``torch.Generator`` on the op's device for the kernel's own random stream,
@@ -153,17 +175,18 @@ def is_pure(op_conf) -> bool:
                 or opdef.random or opdef.op_type == "learning_rate_schedule_conf")
 
 
-def make_kernel(op_conf, descs, device, native=False, generators=None, signature=None, parallel_id=None):
+def make_kernel(op_conf, descs, device, native=False, generators=None, signature=None, parallel_ctx=None,
+                logical_descs=None):
     """The callable computing one (non-interface) op, from its registered kernel factory
     (with ``native=True``: the op's ``native`` lowering rule where it has one);
     ``generators`` collects the generators its kernel draws from (:meth:`KernelCtx.generator`);
     ``signature``: the op's SBP signature in a multi-device job (:meth:`KernelCtx.sbp`);
-    ``parallel_id``: :attr:`KernelCtx.parallel_id` (None: the process group's rank)."""
+    ``parallel_ctx``, ``logical_descs``: see :class:`KernelCtx`."""
     opdef = registry.op_def(op_conf)
     if opdef.kernel is None:
         raise RuntimeError(f"op '{op_conf.name}' ({opdef.op_type}) has no kernel")
     factory = opdef.native if native and opdef.native is not None else opdef.kernel
-    return factory(KernelCtx(op_conf, descs, device, generators, signature, parallel_id))
+    return factory(KernelCtx(op_conf, descs, device, generators, signature, parallel_ctx, logical_descs))
 
 
 def run_op(op_conf, descs, device, values, fn=None):
@@ -249,8 +272,10 @@ class Plan(ScheduleWalk, Lowering):
         signatures: op name -> its SBP signature (bn -> SBP string), for the plan of one
             device of a multi-device job: its kernels see their layouts and device index
             (:class:`KernelCtx`).
-        parallel_ids: op name -> this device's index among the op's devices
-            (:attr:`KernelCtx.parallel_id`), for the ops placed on some of a job's devices.
+        parallel_ctxs: op name -> ``(parallel_id, parallel_num)``, this device's index among
+            the op's devices and their number (:attr:`KernelCtx.parallel_id`).
+        logical_descs: lbn -> logical TensorDesc of every blob of a multi-device job, whose
+            parts ``job`` describes (:meth:`KernelCtx.logical`).
 
     Attributes:
         source: the generated Python source of the plan function (and ``hoisted()``).
@@ -264,10 +289,11 @@ class Plan(ScheduleWalk, Lowering):
     """
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False,
-                 bound=(), signatures=None, parallel_ids=None):
+                 bound=(), signatures=None, parallel_ctxs=None, logical_descs=None):
         super().__init__(job)
         self._signatures = signatures or {}
-        self._parallel_ids = parallel_ids or {}
+        self._parallel_ctxs = parallel_ctxs or {}
+        self._logical_descs = logical_descs
         self.cuda_graph = bool(cuda_graph)
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
@@ -385,7 +411,7 @@ class Plan(ScheduleWalk, Lowering):
             return
         key = f"K{i}"
         fn = make_kernel(op, self.descs, device, self._native, self.generators, self._signatures.get(op.name),
-                         self._parallel_ids.get(op.name))
+                         self._parallel_ctxs.get(op.name), self._logical_descs)
         opdef = registry.op_def(op)
         self.host_reads |= opdef.host_reads
         guarded, guard_lines = self._index_checks(i, op, opdef, device)

@@ -87,7 +87,7 @@ def _reshape_to_output_onnx(in_arg, out_arg):
 
 op("reshape", inputs=["in"], outputs=["out"], attrs={"shape": "shape"}, infer=_reshape_infer,
    kernel=_reshape_kernel(), grad=_reshape_back, view=True, sbp=_sbp.reshape, onnx=_reshape_to_output_onnx("in", "out"),
-   xla=_reshape_kernel(), amp="clear")  # (x.reshape(shape) is also jax.Array's method)
+   xla=_reshape_kernel(), amp="clear", qat="transparent")  # (x.reshape(shape) is also jax.Array's method)
 
 
 def _reshape_like_infer(ctx):

@@ -440,7 +440,8 @@ def _add_n_grad(g):
 
 op("add_n", inputs=["in*"], outputs=["out"], infer=_add_n_infer, kernel=_add_n_kernel, grad=_add_n_grad,
    sbp=_sbp.elementwise(p_all=True), onnx=onnx_rules.same("Sum"),
-   xla=lambda k: lambda xs: functools.reduce(lambda a, b: a + b, xs), amp="gray")  # in the kernel's order
+   xla=lambda k: lambda xs: functools.reduce(lambda a, b: a + b, xs), amp="gray",  # in the kernel's order
+   qat="int8_google")
 
 
 # ----------------------------------------------------------------- broadcast binary

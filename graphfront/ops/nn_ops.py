@@ -215,7 +215,7 @@ def _conv_xla(n):
 for _n in (1, 2, 3):
     op(f"conv{_n}d", inputs=["in", "weight", "bias?", "bias_multiplier?"], outputs=["out"], attrs=CONV_ATTRS,
        infer=_conv_infer(_n), kernel=_conv_kernel(_n), grad=_conv_grad(_n), sbp=_sbp.conv("in", "weight", "out"),
-       onnx=_conv_onnx, xla=_conv_xla(_n), amp="white" if _n == 2 else None)
+       onnx=_conv_onnx, xla=_conv_xla(_n), amp="white" if _n == 2 else None, qat="int8" if _n == 2 else None)
 
 
 def _conv_backward_args(k):
@@ -684,7 +684,7 @@ for _kind in ("max", "avg"):
            kernel=_pool_kernel(_kind, _n), sbp=_sbp.batch(), onnx=_pool_onnx("MaxPool" if _kind == "max" else "AveragePool"),
            grad=lambda g, t=_name: g.set_grad("x", g.emit(
                f"{t}_grad", {"x": g.input("x"), "y": g.output("y"), "dy": g.dout("y")}, g.attrs)),
-           xla=_pool_xla(_kind, _n), amp="clear" if _kind == "max" else "gray")
+           xla=_pool_xla(_kind, _n), amp="clear" if _kind == "max" else "gray", qat="int8_google" if _n == 2 else None)
         op(f"{_name}_grad", inputs=["x", "y", "dy"], outputs=["dx"], attrs=POOL_ATTRS, infer=like("x"),
            kernel=_pool_grad_kernel(_kind, _n), sbp=_sbp.batch(), xla=_pool_grad_xla(_kind, _n),
            onnx=_avg_pool_grad_onnx if _kind == "avg" else None)
@@ -915,10 +915,10 @@ def _matmul_onnx(c):
 
 op("matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
    infer=_matmul_infer(False), kernel=_matmul_kernel, grad=_matmul_grad("matmul"), sbp=_sbp.matmul, onnx=_matmul_onnx,
-   xla=_matmul_xla, amp="white")
+   xla=_matmul_xla, amp="white", qat="int8")
 op("batch_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
    infer=_matmul_infer(True), kernel=_matmul_kernel, grad=_matmul_grad("batch_matmul"), sbp=_sbp.matmul,
-   onnx=_matmul_onnx, xla=_matmul_xla, amp="white")
+   onnx=_matmul_onnx, xla=_matmul_xla, amp="white", qat="int8_google")
 
 
 def _broadcast_matmul_infer(ctx):

@@ -131,6 +131,7 @@ class OpDef:
     xla: Optional[Callable] = None      # jax lowering rule (graphfront.runtime.xla)
     amp: Optional[str] = None           # auto mixed precision list: "white", "gray", "clear" or None
     amp_no_cast: tuple = ()             # inputs AMP never casts to the low-precision type
+    qat: Optional[str] = None           # quantization-aware training role: "int8", "int8_google", "transparent"
     conf: str = "user_conf"             # the OperatorConf field holding the op
     interface: bool = False             # an interface op: bound to feeds, variables, fetches, watches
     checks: Optional[Callable] = None   # (k) -> [(arg, size, error)]: index inputs that must lie in [0, size)
@@ -176,12 +177,13 @@ _REGISTRY: dict = {}  # (conf field, op type) -> OpDef
 
 
 AMP_LISTS = ("white", "gray", "clear")
+QAT_ROLES = ("int8", "int8_google", "transparent")
 
 
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
-       xla=None, amp=None, amp_no_cast=(), conf="user_conf", interface=False, checks=None, host_reads=False,
-       cpu_only=False):
+       xla=None, amp=None, amp_no_cast=(), qat=None, conf="user_conf", interface=False, checks=None,
+       host_reads=False, cpu_only=False):
     """Register an op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
@@ -197,7 +199,11 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     :mod:`graphfront.passes.amp` (``"white"``: runs in low precision; ``"gray"``: follows
     its neighbours; ``"clear"``: layout-only, joins a low-precision neighbour; ``None``:
     stays float32); ``amp_no_cast`` names inputs that stay float32 inside the
-    low-precision set (batch norm's statistics). A system op (OneFlow's ``OperatorConf``
+    low-precision set (batch norm's statistics). ``qat`` is the op's role in
+    quantization-aware training (:mod:`graphfront.passes.qat`): ``"int8"`` computes on the
+    8-bit grid under every target backend, ``"int8_google"`` under Google's formula only,
+    ``"transparent"`` passes its input's quantization scale on (Google's formula); None:
+    none. A system op (OneFlow's ``OperatorConf``
     members besides ``user_conf``) names its conf field as ``conf`` and as ``op_type``; its
     inputs and output are fields of that conf, its rules read it as ``ctx.conf``;
     ``interface=True`` marks the ops the runtime binds to feeds, variables, fetches and
@@ -218,13 +224,16 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     placement scope, and the runtime moves their inputs and outputs across devices.
 
     Raises:
-        ValueError: ``op_type`` already registered, an attr of unknown type, or ``amp``
-            not one of ``"white"``, ``"gray"``, ``"clear"``, None.
+        ValueError: ``op_type`` already registered, an attr of unknown type, ``amp``
+            not one of ``"white"``, ``"gray"``, ``"clear"``, None, or ``qat`` not one of
+            ``"int8"``, ``"int8_google"``, ``"transparent"``, None.
     """
     if (conf, op_type) in _REGISTRY:
         raise ValueError(f"op type {op_type!r} is already registered")
     if amp is not None and amp not in AMP_LISTS:
         raise ValueError(f"op {op_type}: amp expects one of {', '.join(AMP_LISTS)} or None, received {amp!r}")
+    if qat is not None and qat not in QAT_ROLES:
+        raise ValueError(f"op {op_type}: qat expects one of {', '.join(QAT_ROLES)} or None, received {qat!r}")
     attr_defs = {}
     for name, spec in (attrs or {}).items():
         if isinstance(spec, str):
@@ -236,7 +245,7 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
                                   rest[0] if rest else None)
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
-                  view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), conf, interface,
+                  view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), qat, conf, interface,
                   checks, host_reads, cpu_only)
     _REGISTRY[conf, op_type] = opdef
     return opdef

@@ -22,7 +22,7 @@ from graphfront.framework.errors import ArgumentError
 from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import BlobDesc, expect_blob
 from graphfront.ops.builder import build_op, placed_blob, unique_str
 from graphfront.ops import registry
 from graphfront.ops.common import balanced_range
@@ -42,9 +42,7 @@ _range = builtins.range
 
 
 def _blob(x, fn, arg="x"):
-    if not isinstance(x, BlobDesc):
-        raise ArgumentError(f"flow.{fn}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
-    return x
+    return expect_blob(x, f"flow.{fn}", arg)
 
 
 def _blobs(xs, fn, arg):

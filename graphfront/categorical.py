@@ -5,7 +5,7 @@ at v0.6.0); the op is ``CategoricalOrdinalEncode`` in :mod:`graphfront.ops.categ
 from __future__ import annotations
 
 from graphfront import initializers, scope
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import expect_blob
 from graphfront.ops.builder import build_op
 from graphfront.variables import get_variable
 
@@ -13,8 +13,7 @@ __all__ = ["categorical_ordinal_encode", "categorical_ordinal_encoder"]
 
 
 def _blob(x, fn, arg):
-    if not isinstance(x, BlobDesc):
-        raise TypeError(f"flow.{fn}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
+    expect_blob(x, f"flow.{fn}", arg)
 
 
 def categorical_ordinal_encode(table, size, input_tensor, hash_precomputed=True, name=None):

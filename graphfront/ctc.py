@@ -4,7 +4,7 @@ the ops are in :mod:`graphfront.ops.ctc_ops`.
 """
 from __future__ import annotations
 
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import expect_blob
 from graphfront.ops.builder import build_op, unique_str
 from graphfront import array, math
 
@@ -12,8 +12,7 @@ __all__ = ["ctc_greedy_decoder", "ctc_loss"]
 
 
 def _blob(x, fn, arg):
-    if not isinstance(x, BlobDesc):
-        raise TypeError(f"flow.{fn}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
+    expect_blob(x, f"flow.{fn}", arg)
 
 
 def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False,

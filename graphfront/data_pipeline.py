@@ -32,7 +32,7 @@ from graphfront.array import reshape as _reshape
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as _jb
 from graphfront.framework import session as _session
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import BlobDesc, expect_blob
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
 from graphfront.ops.builder import build_op, unique_str
@@ -61,9 +61,7 @@ def _fail(fn, msg):
 
 
 def _blob(fn, arg, x):
-    if not isinstance(x, BlobDesc):
-        _fail(fn, f"argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
-    return x
+    return expect_blob(x, f"flow.{fn}", arg)
 
 
 def _seed(seed):

@@ -9,15 +9,14 @@ from __future__ import annotations
 from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import expect_blob
 from graphfront.ops.builder import build_op, placed_blob, unique_str
 
 __all__ = ["argwhere", "cast_to_static_shape", "sync_dynamic_resize"]
 
 
 def _blob(x, fn, arg):
-    if not isinstance(x, BlobDesc):
-        raise TypeError(f"flow.{fn}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
+    expect_blob(x, f"flow.{fn}", arg)
 
 
 def _index_dtype(dtype, fn, arg):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import expect_blob
 from graphfront.ops.builder import build_op, unique_str
 
 __all__ = ["fused_bias_add_dropout", "fused_bias_add_gelu", "fused_scale_tril_softmax_dropout",
@@ -18,8 +18,7 @@ __all__ = ["fused_bias_add_dropout", "fused_bias_add_gelu", "fused_scale_tril_so
 
 
 def _check_blob(x, fn, arg):
-    if not isinstance(x, BlobDesc):
-        raise TypeError(f"flow.nn.{fn}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
+    expect_blob(x, f"flow.nn.{fn}", arg)
 
 
 def _bias_axis(value, data_format, fn):

@@ -21,7 +21,7 @@ from graphfront.array import (broadcast_to_compatible_with, unsorted_batch_segme
                               unsorted_segment_sum, unsorted_segment_sum_like)
 from graphfront.framework import job_builder as jb
 from graphfront.fused import fused_scale_tril_softmax_dropout  # noqa: F401 - alias of flow.nn's
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import BlobDesc, expect_blob
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.dynamic import argwhere
@@ -44,8 +44,7 @@ def _scalar_op(op_type, x, value, name, prefix):
 
 
 def _check_blob(x, fn, arg):
-    if not isinstance(x, BlobDesc):
-        raise ArgumentError(f"flow.math.{fn}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
+    expect_blob(x, f"flow.math.{fn}", arg)
 
 
 def _check_blob_or_number(x, fn, arg):

@@ -10,7 +10,7 @@ import re
 
 from graphfront.framework.errors import ArgumentError
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import BlobDesc, expect_blob
 from graphfront.framework.scope_symbols import device_count
 from graphfront.math import fused_scale_tril, relu, tril  # noqa: F401 - flow.nn.* aliases (same objects)
 from graphfront.ctc import ctc_greedy_decoder  # noqa: F401 - flow.nn.ctc_greedy_decoder
@@ -665,8 +665,7 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
 # Ops in graphfront/ops/activation_ops.py.
 
 def _check_blob(x, fn, arg="x"):
-    if not isinstance(x, BlobDesc):
-        raise ArgumentError(f"flow.nn.{fn}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
+    expect_blob(x, f"flow.nn.{fn}", arg)
 
 
 def _number(v, fn, arg):

@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 from graphfront import initializers, scope
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import BlobDesc, expect_blob
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.variables import get_variable
 
@@ -26,8 +26,7 @@ def _quant_attrs(quantization_bit, quantization_scheme, quantization_formula):
 
 
 def _blob(fn, arg, x):
-    if not isinstance(x, BlobDesc):
-        raise TypeError(f"flow.quantization.{fn}: argument '{arg}' expects a blob, received {type(x).__name__}")
+    expect_blob(x, f"flow.quantization.{fn}", arg)
 
 
 def min_max_observer(input: BlobDesc, quantization_bit: int = 8, quantization_scheme: str = "symmetric",

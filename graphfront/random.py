@@ -9,7 +9,7 @@ import random as _random
 from graphfront import toplevel as _toplevel
 from graphfront.array import gather as _gather
 from graphfront.framework import dtypes as _dt
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import expect_blob
 from graphfront.ops.builder import build_op, unique_str
 
 from graphfront.data_pipeline import CoinFlip, coin_flip  # noqa: F401 - flow.random.CoinFlip
@@ -18,8 +18,7 @@ __all__ = ["CoinFlip", "bernoulli", "coin_flip", "generate_random_batch_permutat
 
 
 def _blob(x, fn, arg):
-    if not isinstance(x, BlobDesc):
-        raise TypeError(f"flow.random.{fn}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
+    expect_blob(x, f"flow.random.{fn}", arg)
 
 
 def _seed(seed, fn):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from graphfront import scope as _scope
 from graphfront.framework import dtypes as _dt
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import expect_blob
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.ops.builder import UserOpConfBuilder, build_op, unique_str
 
@@ -32,9 +32,7 @@ def _fail(fn, msg):
 
 
 def _blob(fn, x):
-    if not isinstance(x, BlobDesc):
-        _fail(fn, f"argument 'x' expects a blob, received {type(x).__name__} {x!r}")
-    return x
+    return expect_blob(x, f"flow.{fn}")
 
 
 def _dtype(fn, arg, d):

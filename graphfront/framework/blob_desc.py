@@ -8,6 +8,7 @@ carries what shape inference found: shape, dtype and placement. It holds no data
 from __future__ import annotations
 
 from graphfront.core import logical_blob_id_pb2
+from graphfront.framework.errors import ArgumentError
 
 INVALID_SPLIT_AXIS = -22
 
@@ -129,3 +130,20 @@ class BlobDesc:
 
     # hashable by identity so blobs can key dicts
     __hash__ = object.__hash__
+
+
+def expect_blob(x, api: str, arg: str = "x") -> "BlobDesc":
+    """``x`` when it is a blob of the job being built.
+
+    Args:
+        x: the argument's value.
+        api: the public function's name, e.g. ``"flow.math.add"``.
+        arg: the argument's name.
+
+    Raises:
+        ArgumentError: ``x`` is not a BlobDesc (the message names ``api``, ``arg`` and what
+            was received, and ends with the user's line).
+    """
+    if not isinstance(x, BlobDesc):
+        raise ArgumentError(f"{api}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
+    return x

@@ -321,6 +321,7 @@ def qat_lenet_process(phase, directory):
     import json
     import os
     import warnings
+    flow.config.gpu_device_num(0)  # both processes on the CPU, as the suite's other jobs (tests/conftest.py)
     if phase == "train":
         train = _lenet_train_job()
         for step in range(3):

@@ -2,7 +2,9 @@
 
 The job runs on one worker per device of the union of its placements (gloo on CPU); a
 blob that moves between placements ("0:0" -> "0:0-1", "0:0-1" -> "0:0-3", "0:0-3" ->
-"0:0-1", "0:0-1" -> "0:2-3") is laid out by a ``System-Boxing-Placement`` op. Every
+"0:0-1", "0:0-1" -> "0:2-3") is laid out by a ``System-Boxing-Placement`` op (a
+``System-Boxing-Copy`` op, part by part, between placements of as many devices in one
+layout). Every
 (source layout, destination layout) pair must give the logical values numpy computes on
 one device; pipeline stages on disjoint devices train as on one device.
 """
@@ -196,7 +198,8 @@ def test_training_across_placements_matches_one_device():
 def _stages_train_job(stages, split_axis):
     """A two-stage train job as OneFlow-Benchmark places pipeline stages: the placeholders
     and fc1 (data parallel: weight broadcast, rows split) on ``stages[0]``, fc2 (weight
-    split along ``split_axis``) and the loss on ``stages[1]``; SGD with momentum."""
+    split along ``split_axis``, None: broadcast, data parallel too) and the loss on
+    ``stages[1]``; SGD with momentum."""
     cfg = flow.FunctionConfig()
     cfg.default_placement_scope(flow.scope.placement("cpu", stages[0]))
 
@@ -208,7 +211,8 @@ def _stages_train_job(stages, split_axis):
                                   kernel_initializer=init, name="fc1")
         with flow.scope.placement("cpu", stages[1]):
             logits = flow.layers.dense(h, 6, kernel_initializer=init, name="fc2",
-                                       model_distribute=flow.distribute.split(split_axis))
+                                       model_distribute=flow.distribute.broadcast() if split_axis is None
+                                       else flow.distribute.split(split_axis))
             loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
         return loss
@@ -240,10 +244,12 @@ STEPS = 3
 
 
 @slow
-@pytest.mark.parametrize("split_axis", [0, 1])
+@pytest.mark.parametrize("split_axis", [0, 1, None])
 def test_pipeline_stages_on_disjoint_devices_train_as_on_one_device(tmp_path, split_axis):
-    """fc1 on "0:0-1", fc2 (weight S(0) or S(1)) on "0:2-3": losses and variables after a
-    few steps equal one device's, and the checkpoints of both load on the other."""
+    """fc1 on "0:0-1", fc2 (weight S(0), S(1) or B) on "0:2-3": losses and variables after a
+    few steps equal one device's, and the checkpoints of both load on the other. With both
+    stages data parallel the activations, the labels and the activations' gradients cross
+    in the same layout, part by part (``System-Boxing-Copy``: device 0 to 2, 1 to 3)."""
     stages = ("0:0-1", "0:2-3")
     batches = _stage_batches(STEPS + 1)
     one = _stage_session(1, stages)
@@ -258,11 +264,17 @@ def test_pipeline_stages_on_disjoint_devices_train_as_on_one_device(tmp_path, sp
     assert parallel_num(job) == 4
     ranks = op_ranks(job, 4)
     assert ranks["fc1-weight"] == (0, 1) and ranks["fc2-weight"] == (2, 3)
-    assert _sbp.op_signatures(job)["fc2-weight"]["out"] == f"S({split_axis})"
-    moves = [jb.user_attrs(op) for op in job.net.op if jb.op_type_name(op) == "_boxing_across_placements"]
-    sides = {(tuple(m["in_ranks"]), tuple(m["out_ranks"])) for m in moves}
+    assert _sbp.op_signatures(job)["fc2-weight"]["out"] == ("B" if split_axis is None else f"S({split_axis})")
+    moves = {op.name: jb.user_attrs(op) for op in job.net.op if jb.op_type_name(op) == "_boxing_across_placements"}
+    sides = {(tuple(m["in_ranks"]), tuple(m["out_ranks"])) for m in moves.values()}
     assert ((0, 1), (2, 3)) in sides and ((2, 3), (0, 1)) in sides  # activations and their gradients
     assert ((2, 3), (2, 3)) in sides  # a layout change within stage 1, over the group of devices 2 and 3
+    copies = {(m["in_sbp"], tuple(m["in_ranks"]), tuple(m["out_ranks"]))
+              for name, m in moves.items() if name.startswith("System-Boxing-Copy-")}
+    if split_axis is None:
+        assert {("S(0)", (0, 1), (2, 3)), ("S(0)", (2, 3), (0, 1))} <= copies
+    assert all(m["in_sbp"] == m["out_sbp"] and len(m["in_ranks"]) == len(m["out_ranks"])
+               for name, m in moves.items() if name.startswith("System-Boxing-Copy-"))
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
     got_vars = _all_variables()
     assert got_vars.keys() == want_vars.keys()
@@ -299,3 +311,24 @@ def test_stages_on_single_and_non_contiguous_devices_train_as_on_one_device(stag
     job = job_fn.graph.proto
     assert parallel_num(job) == workers
     assert job_devices(job, workers) == {1: [0], 2: [2, 3], 3: [0, 1, 3]}[workers]
+
+
+@slow
+def test_part_by_part_copy_between_overlapping_placements_keeps_the_values():
+    """"0:0-1" -> "0:1-2" in layout S(0), 7 rows (4 + 3): device 0 sends its part to device
+    1 while device 1 sends its own to device 2 (``System-Boxing-Copy``); the result is
+    numpy's."""
+    flow.clear_default_session()
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(3)
+
+    @flow.global_function()
+    def job_fn(x: tp.Numpy.Placeholder((7, 4))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-1"):
+            y = flow.math.relu(x.with_distribute(flow.distribute.split(0)))
+        with flow.scope.placement("cpu", "0:1-2"):
+            return flow.identity(y.with_distribute(flow.distribute.split(0))) * 2.0
+    x = np.arange(-14, 14, dtype=np.float32).reshape(7, 4)
+    np.testing.assert_array_equal(job_fn(x), np.maximum(x, 0) * 2.0)
+    copies = [jb.user_attrs(op) for op in job_fn.graph.proto.net.op if op.name.startswith("System-Boxing-Copy-")]
+    assert [(list(c["in_ranks"]), list(c["out_ranks"])) for c in copies] == [([0, 1], [1, 2])]

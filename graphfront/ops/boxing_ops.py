@@ -23,6 +23,8 @@ op type                                layouts         kernel on device r of n
 ``_boxing_across_placements``          any -> any      ``all_gather``; the logical blob from
                                        between         the first ``in_parallel_num`` parts,
                                        placements      laid out over ``out_parallel_num``
+                                                       (same layout and count: part ``i``
+                                                       sent from source device ``i``)
 =====================================  ==============  =====================================
 
 ``_boxing_across_placements`` moves a blob between placements of different devices of
@@ -30,7 +32,9 @@ one job (``"0:0-1"`` to ``"0:0-3"``, ``"0:0-1"`` to ``"0:2-3"``) or changes its 
 a placement of fewer devices than the job's. An op placed on ``m`` of the job's ``n``
 devices runs on their workers only: attrs ``in_ranks`` / ``out_ranks`` list the ranks of
 the source and destination placements' devices (empty: the first ``in_parallel_num`` /
-``out_parallel_num`` ranks). The devices of both placements run the op, one
+``out_parallel_num`` ranks). Between placements of as many devices in one layout (the
+stages of a pipeline, :func:`is_pairwise`) each part goes from the source's device ``i``
+to the destination's device ``i`` (``isend`` / ``irecv``). Otherwise the devices of both placements run the op, one
 ``all_gather`` over the job's group, or over a group of those devices
 (:func:`subgroup`) when they are fewer (a device outside the source placement has no
 input and sends zeros of the source part's shape): each device rebuilds the logical blob from the parts of ranks ``in_ranks`` under
@@ -219,6 +223,9 @@ def _across_placements_kernel(k):
     if dist is not None and len(involved_ranks(k.attrs)) < n:  # a group of the devices of both placements
         members = involved_ranks(k.attrs)
         pg = subgroup(members)
+    out = k.output("out")
+    if dist is not None and is_pairwise(k.attrs):
+        return _copy_parts_kernel(dist, rank, src_ranks, dst_ranks, tuple(out.shape), out.dtype.torch, k.device)
     logical = tuple(k.logical("out").shape)
     lengths = None  # of the members' parts along the source's split axis (a device outside it sends part 0's)
     if src_axis is not None and logical[src_axis] % src_n:
@@ -227,7 +234,7 @@ def _across_placements_kernel(k):
 
     def across_placements(x=None):
         if x is None:  # this device is outside the source placement: it sends zeros of part 0's shape
-            x = torch.zeros(_sbp.local_shape(logical, src, src_n), dtype=k.output("out").dtype.torch, device=k.device)
+            x = torch.zeros(_sbp.local_shape(logical, src, src_n), dtype=out.dtype.torch, device=k.device)
         parts = [x]
         if dist is not None:
             gathered = _all_gather_parts(dist, x, src_axis or 0, lengths, len(members), pg)
@@ -245,6 +252,37 @@ def _across_placements_kernel(k):
             return torch.zeros_like(whole)
         return whole
     return across_placements
+
+
+def is_pairwise(attrs) -> bool:
+    """Whether a ``_boxing_across_placements`` op (``attrs``: name -> value) moves a blob
+    between placements of as many devices in the same layout: the destination's device
+    ``i`` then takes the source's part ``i`` as it is (OneFlow's point-to-point copy
+    between the stages of a pipeline)."""
+    return attrs["in_sbp"] == attrs["out_sbp"] and attrs["in_parallel_num"] == attrs["out_parallel_num"]
+
+
+def _copy_parts_kernel(dist, rank, src_ranks, dst_ranks, shape, dtype, device):
+    """The kernel of a pairwise ``_boxing_across_placements`` (:func:`is_pairwise`): the
+    source's device ``i`` sends its part to the destination's device ``i`` (``isend`` /
+    ``irecv``; a device in both places keeps it), ``shape`` the part this device holds
+    after the move; a device outside the destination returns zeros of that shape."""
+    def copy_parts(x=None):
+        requests, part = [], None
+        if rank in src_ranks and dst_ranks[src_ranks.index(rank)] != rank:
+            x = x.contiguous()
+            requests.append(dist.isend(x, dst_ranks[src_ranks.index(rank)]))
+        if rank in dst_ranks:
+            peer = src_ranks[dst_ranks.index(rank)]
+            if peer == rank:
+                part = x.clone()
+            else:
+                part = torch.empty(shape, dtype=dtype, device=device)
+                requests.append(dist.irecv(part, peer))
+        for request in requests:
+            request.wait()
+        return part if part is not None else torch.zeros(shape, dtype=dtype, device=device)
+    return copy_parts
 
 
 def placement_ranks(attrs, side):

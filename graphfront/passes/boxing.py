@@ -25,7 +25,10 @@ inferred over its own placement's devices. Wherever a blob crosses from one plac
 another (or changes layout on a placement of fewer devices than the job's), one
 ``_boxing_across_placements`` op named ``System-Boxing-Placement-<k>`` (attrs
 ``in_ranks`` / ``out_ranks``: the workers of each side) rebuilds the logical blob from the
-source devices' parts and lays it out over the destination's. Ops placed on one device
+source devices' parts and lays it out over the destination's; between placements of as
+many devices in one layout (pipeline stages) it is named ``System-Boxing-Copy-<k>`` and
+sends each part from the source's device ``i`` to the destination's device ``i``
+(:func:`graphfront.ops.boxing_ops.is_pairwise`). Ops placed on one device
 run replicated on every worker, as before; a job whose placements all hold one device
 runs in one process (one device per op). A job on several machines places its ops on
 prefixes ``"0:0-k"`` of the devices (or on all of them).
@@ -47,6 +50,7 @@ import itertools
 from graphfront.framework import job_builder as jb
 from graphfront.framework.scope_symbols import device_count, device_pairs, first_device_index
 from graphfront.framework.errors import JobBuildError
+from graphfront.ops.boxing_ops import is_pairwise
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes.rewrite import Net
 
@@ -253,11 +257,11 @@ def boxing(job, n=None):
                 if src == dst == everyone:
                     made[key] = _chain(job, net, counter, lbn, have[lbn], steps(have[lbn], need), producer)
                 else:
-                    added = net.add_user_op(f"System-Boxing-Placement-{next(counter)}", "_boxing_across_placements",
-                                            {"in": lbn}, {"in_sbp": have[lbn], "out_sbp": need,
-                                                          "in_parallel_num": len(src), "out_parallel_num": len(dst),
-                                                          "in_ranks": list(src), "out_ranks": list(dst)},
-                                            like_op=op.name)
+                    attrs = {"in_sbp": have[lbn], "out_sbp": need, "in_parallel_num": len(src),
+                             "out_parallel_num": len(dst), "in_ranks": list(src), "out_ranks": list(dst)}
+                    kind = "Copy" if is_pairwise(attrs) else "Placement"
+                    added = net.add_user_op(f"System-Boxing-{kind}-{next(counter)}", "_boxing_across_placements",
+                                            {"in": lbn}, attrs, like_op=op.name)
                     _sbp.write_signature(job, added.name, {"in_0": have[lbn], "out_0": need})
                     made[key] = f"{added.name}/out_0"
             net.set_input(op, arg, i, made[key])

@@ -264,9 +264,11 @@ def is_pairwise(attrs) -> bool:
 
 def _copy_parts_kernel(dist, rank, src_ranks, dst_ranks, shape, dtype, device):
     """The kernel of a pairwise ``_boxing_across_placements`` (:func:`is_pairwise`): the
-    source's device ``i`` sends its part to the destination's device ``i`` (``isend`` /
-    ``irecv``; a device in both places keeps it), ``shape`` the part this device holds
-    after the move; a device outside the destination returns zeros of that shape."""
+    source's device ``i`` sends its part to the destination's device ``i`` (a device in
+    both places keeps it; one that sends and receives posts both before waiting, and each
+    pair of devices has its own NCCL communicator, so the moves never wait on each other),
+    ``shape`` the part this device holds after the move; a device outside the destination
+    returns zeros of that shape."""
     def copy_parts(x=None):
         requests, part = [], None
         if rank in src_ranks and dst_ranks[src_ranks.index(rank)] != rank:

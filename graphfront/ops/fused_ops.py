@@ -80,7 +80,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import host_skipped, keep_unless_skipped, like, reads_host, same_dtype
+from graphfront.ops.common import host_skipped, in_layout_of, keep_unless_skipped, like, reads_host, same_dtype
 from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, _pool_infer, bias_add_infer, conv_data_grad_onnx,
                                    conv_filter_grad_onnx, conv_xla_fn, layout_for, pool_geometry, torch_dilation)
 from graphfront.ops import onnx_rules, optimizer_ops, xla_rules
@@ -233,7 +233,8 @@ def _conv_grad_kernel(k):
     dense = layout_for(k)
 
     def fused_conv_grad(dy, w, x):
-        res = _aten.convolution_backward(dense(dy), dense(x), placeholder if w is None else dense(w), bias_sizes,
+        res = _aten.convolution_backward(dense(in_layout_of(dy, x)), dense(x), placeholder if w is None else dense(w),
+                                         bias_sizes,
                                          stride, padding,
                                          dilation, False, [0] * n, groups, mask)
         return tuple(r if m else None for r, m in zip(res, mask))

@@ -22,7 +22,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import JobBuildError, format_location
-from graphfront.ops.common import numel
+from graphfront.ops.common import in_layout_of, numel
 from graphfront.ops import xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, reduce_node
 from graphfront.ops.registry import op
@@ -126,7 +126,7 @@ def _norm_kernel(k):
     use_cudnn = _first_call_choice(_cudnn_fits)
 
     def normalization(x, moving_mean, moving_variance, gamma, beta, add_to):
-        xc = x.movedim(axis, 1)
+        xc = x if axis == 1 else x.movedim(axis, 1)
         # PyTorch's momentum is the weight of the batch statistic: 1 - OneFlow's keep ratio
         if use_cudnn(xc, gamma, beta, moving_mean, moving_variance, training, eps):
             y, mean, inv, reserve = torch.ops.aten.cudnn_batch_norm(xc, gamma, beta, moving_mean, moving_variance,
@@ -136,7 +136,8 @@ def _norm_kernel(k):
         else:
             y, mean, inv = torch.native_batch_norm(xc, gamma, beta, moving_mean, moving_variance, training,
                                                    1.0 - momentum, eps)
-        y = y.movedim(1, axis)
+        if axis != 1:
+            y = y.movedim(1, axis)
         if add_to is not None:
             y = y + add_to
         if not want_stats:
@@ -339,7 +340,8 @@ def _norm_grad_kernel(k):
     reserve_size = _first_call_choice(cudnn_reserve_size)
 
     def normalization_grad(x, dy, mean, inv_variance, gamma):
-        xc, dyc = x.movedim(axis, 1), dy.movedim(axis, 1)
+        xc, dyc = (x, dy) if axis == 1 else (x.movedim(axis, 1), dy.movedim(axis, 1))
+        dyc = in_layout_of(dyc, xc)
         size = reserve_size(xc, gamma)
         if size is None:
             reserve = None
@@ -351,7 +353,7 @@ def _norm_grad_kernel(k):
         else:
             dx, gamma_diff, beta_diff = backward(dyc, xc, gamma, None, None, mean, inv_variance, True, eps,
                                                  [True, True, True])
-        return gamma_diff, beta_diff, dx.movedim(1, axis)
+        return gamma_diff, beta_diff, dx if axis == 1 else dx.movedim(1, axis)
     return normalization_grad
 
 

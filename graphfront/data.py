@@ -170,9 +170,10 @@ def load_mnist(
     return train, test
 
 
-# OneFlow's OFRecord readers and decoders live beside this module; flow.data exports them.
+# OneFlow's OFRecord and OneRec readers and decoders live beside this module; flow.data exports them.
 from graphfront.data_pipeline import (BlobConf, ImageCodec, ImagePreprocessor, ImageResizePreprocessor,  # noqa: E402,F401
                                       NormByChannelPreprocessor, RawCodec, decode_ofrecord,
+                                      OneRecDecoder, onerec_decoder, onerec_reader,
                                       MegatronGPTMMapDataLoader, OFRecordBytesDecoder,
                                       ImageDecoderRandomCropResize, image_decoder_random_crop_resize,
                                       OFRecordImageDecoder, megatron_gpt_mmap_data_loader,

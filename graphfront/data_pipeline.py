@@ -1,4 +1,4 @@
-"""``flow.data`` OFRecord readers and decoders, ``flow.image`` preprocessing and
+"""``flow.data`` OFRecord and OneRec readers and decoders, ``flow.image`` preprocessing and
 ``flow.random.CoinFlip``: OneFlow's data-pipeline API (v0.6.0
 ``python/oneflow/compatible/single_client/ops/user_data_ops.py`` and ``data_ops.py``).
 
@@ -33,7 +33,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as _jb
 from graphfront.framework import session as _session
 from graphfront.framework.blob_desc import BlobDesc, expect_blob
-from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.framework.errors import ArgumentError, JobBuildError, format_location, user_frame
 from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.tensor_buffer import tensor_buffer_to_tensor
@@ -47,7 +47,8 @@ __all__ = ["ofrecord_reader", "ofrecord_loader", "OFRecordRawDecoder", "ofrecord
            "crop_mirror_normalize", "CropMirrorNormalize", "coin_flip", "CoinFlip", "tensor_buffer_to_tensor",
            "megatron_gpt_mmap_data_loader", "MegatronGPTMMapDataLoader", "image_decoder_random_crop_resize",
            "ImageDecoderRandomCropResize", "BlobConf", "ImageCodec", "ImagePreprocessor", "ImageResizePreprocessor",
-           "NormByChannelPreprocessor", "RawCodec", "decode_ofrecord"]
+           "NormByChannelPreprocessor", "RawCodec", "decode_ofrecord", "onerec_reader", "onerec_decoder",
+           "OneRecDecoder"]
 
 
 @contextlib.contextmanager
@@ -122,6 +123,62 @@ def ofrecord_image_classification_reader(ofrecord_dir, image_feature_name, label
         name=name or unique_str("OFRecordImageClassificationReader_"))
     label = tensor_buffer_to_tensor(label, _dt.int32, (1,))
     return image, _reshape(label, (batch_size,))
+
+
+def onerec_reader(files, batch_size=1, random_shuffle=False, shuffle_mode="instance", shuffle_buffer_size=1024,
+                  shuffle_after_epoch=False, verify_example=True, seed=None, name=None) -> BlobDesc:
+    """Read batches of OneRec records from the OneRec files ``files`` (OneFlow v0.6.0
+    ``flow.data.onerec_reader``, op ``OneRecReader``; the file format of
+    ``oneflow/user/data/onerec_dataset.h``, see :mod:`graphfront.ofrecord.onerec`).
+
+    The files are read in order as one stream of frames, ``batch_size`` frames a step,
+    starting again from the first file at the end of the last (epochs). On several devices
+    the batch is split (device ``i`` of ``n`` reads its part of ``batch_size``, the first
+    ``batch_size % n`` devices one more) and so are the files: OneFlow's
+    ``BalancedSplitter(len(files), n)``, device ``i`` reads only the files of its range.
+    Decode the records with :func:`onerec_decoder`. Needs the ``onerec`` extra
+    (``pip install 'graphfront[onerec]'``: flatbuffers, xxhash).
+
+    Args:
+        files: list or tuple of paths of OneRec files.
+        batch_size: records per step (all devices together).
+        random_shuffle: shuffle the stream through a buffer, ``seed`` making it reproducible.
+        shuffle_mode: ``"instance"``: records one at a time through a buffer of
+            ``shuffle_buffer_size`` records, then batched; ``"batch"``: whole batches
+            through a buffer of ``shuffle_buffer_size`` batches.
+        shuffle_buffer_size: the shuffle buffer's size, in records or batches.
+        shuffle_after_epoch: permute the order of the files before every epoch (all
+            devices alike; the permutations are numpy draws from ``seed``'s stream, not
+            OneFlow's ``std::mt19937`` ones).
+        verify_example: check each record's FlatBuffers structure as it is read
+            (:func:`graphfront.ofrecord.onerec.verify_example_buffer`: identifier ``1REC``,
+            every offset inside the record, required names, known union types); the frame
+            checks (magic, reserved field, both XXH64 digests) run always.
+        seed: graphfront's addition (OneFlow's Python function has none; its op has the
+            attr): seeds the shuffles; None draws one from torch's generator when the job
+            is compiled (``flow.manual_seed`` repeats it).
+        name: the op's name (default ``OneRecReader_<n>``).
+
+    Returns:
+        BlobDesc: a ``tensor_buffer`` blob of shape ``(batch_size,)``, one record (the
+        frame's payload as a 1-D uint8 array) per element.
+
+    Raises:
+        ArgumentError: ``files`` is not a list or tuple.
+        JobBuildError: a file does not exist, no file, a bad ``shuffle_mode`` or size,
+            the ``onerec`` extra is missing, or more devices than files.
+        OneRecFileError: at run time, a malformed frame or (``verify_example``) record,
+            naming the file, the frame's byte offset and the problem.
+    """
+    if not isinstance(files, (list, tuple)):
+        raise ArgumentError(f"flow.data.onerec_reader: argument 'files' expects a list or tuple of paths, received "
+                            f"{type(files).__name__} {files!r}")
+    seed_value, _ = _seed(seed)
+    return build_op("OneRecReader", attrs={
+        "files": [str(f) for f in files], "batch_size": batch_size, "random_shuffle": bool(random_shuffle),
+        "shuffle_mode": shuffle_mode, "seed": seed_value, "shuffle_buffer_size": shuffle_buffer_size,
+        "shuffle_after_epoch": bool(shuffle_after_epoch), "verify_example": bool(verify_example)},
+        name=name or unique_str("OneRecReader_"))
 
 
 # ------------------------------------------------------------------ decoders
@@ -218,6 +275,67 @@ def image_decoder_random_crop_resize(input_blob, target_width, target_height, nu
 
 
 ImageDecoderRandomCropResize = image_decoder_random_crop_resize
+def _shape_arg(fn, arg, value):
+    if isinstance(value, bool) or not isinstance(value, (list, tuple)) or \
+            not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+        raise ArgumentError(f"flow.{fn}: argument '{arg}' expects a list or tuple of ints, received {value!r}")
+    return tuple(value)
+
+
+def onerec_decoder(input_blob, key, dtype, shape, is_dynamic=False, reshape=None, batch_padding=None,
+                   name=None) -> BlobDesc:
+    """The tensor of feature ``key`` of every record of ``input_blob`` as one dense blob
+    (OneFlow v0.6.0 ``flow.data.onerec_decoder``, op ``onerec_decoder``, kernel
+    ``oneflow/user/kernels/onerec_decoder_kernels.cpp``).
+
+    Each record's feature holds a tensor: a shape (int32 dims) and a value list, which must
+    be the list of ``dtype`` (int8: ``Int8List``, int32: ``Int32List``, int64:
+    ``Int64List``, float32: ``Float32List``, float64: ``Float64List``). Its shape has the
+    rank of ``shape``; with ``reshape`` (same rank, at most one -1, other dims > 0) the
+    tensor is read in that shape instead, -1 taking what its element count leaves. Dims
+    after the first must agree across the batch; dim 0 must too unless ``batch_padding``
+    pads it: ``batch_padding[0]`` 0: equal dims 0, -1: each record padded to the batch's
+    largest, ``k > 0``: each padded to ``k`` (at most ``k``); padding is zeros. A record's
+    value count must be its shape's element count (with batch padding: at most the padded
+    count, the rest zeros). Not dynamic, each record's (padded) shape must be ``shape``;
+    ``is_dynamic``, at most ``shape`` in every dim, and the output takes the batch's shape.
+
+    Args:
+        input_blob: the ``tensor_buffer`` blob of :func:`onerec_reader`.
+        key: the feature's name.
+        dtype: int8, int32, int64, float32 or float64 (OneFlow reads no other).
+        shape: list or tuple, the shape of one record's tensor (its maximum when dynamic).
+        is_dynamic: the output is a dynamic blob of the records' own shape.
+        reshape: list or tuple, the shape to read each record's values in.
+        batch_padding: list or tuple of ``len(shape)`` dims: dim 0 as above, the others 0.
+        name: the op's name (default ``OneRecDecoder_<n>``).
+
+    Returns:
+        BlobDesc: ``(batch,) + shape`` of ``dtype`` (dynamic with ``is_dynamic``: at run
+        time ``(batch,)`` + the batch's instance shape).
+
+    Raises:
+        ArgumentError: ``input_blob`` is not a blob, or ``shape``, ``reshape`` or
+            ``batch_padding`` is not a list or tuple of ints.
+        JobBuildError: ``input_blob`` not a 1-D tensor_buffer, an unsupported ``dtype``, a
+            bad ``reshape`` or ``batch_padding``, or the ``onerec`` extra missing.
+        OpRunError: at run time, a record without the feature ``key``, of another list
+            type, rank, shape or value count; the message names the op, the key, the
+            record's index in the batch and what was expected and received.
+    """
+    fn = "data.onerec_decoder"
+    x = _blob(fn, "input_blob", input_blob)
+    shape = _shape_arg(fn, "shape", shape)
+    has_reshape, has_batch_padding = reshape is not None, batch_padding is not None
+    reshape = _shape_arg(fn, "reshape", reshape) if has_reshape else shape
+    batch_padding = _shape_arg(fn, "batch_padding", batch_padding) if has_batch_padding else shape
+    return build_op("onerec_decoder", {"in": x}, {
+        "key": key, "data_type": dtype, "static_shape": shape, "is_dynamic": bool(is_dynamic),
+        "has_reshape": has_reshape, "reshape": reshape, "has_batch_padding": has_batch_padding,
+        "batch_padding": batch_padding}, name=name or unique_str("OneRecDecoder_"))
+
+
+OneRecDecoder = onerec_decoder
 OFRecordRawDecoder = ofrecord_raw_decoder
 OFRecordBytesDecoder = ofrecord_bytes_decoder
 OFRecordImageDecoder = ofrecord_image_decoder

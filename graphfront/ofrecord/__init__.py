@@ -1,9 +1,11 @@
-"""OneFlow's OFRecord data format and the host-side data pipeline behind ``flow.data``.
+"""OneFlow's OFRecord and OneRec data formats and the host-side data pipeline behind ``flow.data``.
 
 * :mod:`graphfront.ofrecord.records`: the file format (length-prefixed ``OFRecord``
   protobufs in ``part-XXXXX`` shards), feature helpers, a shard writer and reader.
-* :mod:`graphfront.ofrecord.reader`: the record stream of an ``OFRecordReader`` op
-  (epochs, shuffle buffer, seeds) and the background prefetching thread.
+* :mod:`graphfront.ofrecord.onerec`: OneFlow's OneRec files (checksummed frames of
+  FlatBuffers ``Example`` records; the ``onerec`` extra), a writer and a reader.
+* :mod:`graphfront.ofrecord.reader`: the record stream of a reader op (epochs, shuffle
+  buffer, seeds) and the background prefetching process.
 * :mod:`graphfront.ofrecord.images`: image decoding (Pillow), random crop, resize,
   crop-mirror-normalize on numpy arrays.
 """

@@ -1,18 +1,24 @@
-"""The record stream behind an ``OFRecordReader`` op, prefetched on a background thread.
+"""The record stream behind a reader op (``OFRecordReader``, ``OneRecReader``), prefetched
+on a background process.
 
-Semantics (OneFlow v0.6.0 ``oneflow/user/data/ofrecord_dataset.h``,
-``random_shuffle_dataset.h``, ``batch_dataset.h``):
+Semantics (OneFlow v0.6.0 ``oneflow/user/data/ofrecord_dataset.h``, ``onerec_dataset.h``,
+``random_shuffle_dataset.h``, ``batch_dataset.h``); the files are an OFRecord reader's
+shards or a OneRec reader's ``files``, read by ``read_file`` (one file's records, in order):
 
 * the shards are read one after the other, each from its first record to its last,
   and the data set repeats forever (epochs);
 * ``shuffle_after_epoch``: the order of the shards is permuted at the start of every
-  epoch;
+  epoch; the permutations are numpy draws from the stream of ``seed`` (OneFlow shuffles
+  with ``std::shuffle`` under ``std::mt19937(kOneflowDatasetSeed + epoch)``: the orders
+  differ from OneFlow's, each epoch's order is still one permutation shared by all devices);
 * ``random_shuffle``: records pass through a buffer of ``shuffle_buffer_size`` records;
   each emitted record is drawn uniformly from the buffer and its slot refilled with the
   next record of the stream;
 * ``seed``: seeds both permutations (``-1``: a fresh random seed); equal seeds give equal
   streams;
-* batches are ``batch_size`` consecutive records of the (shuffled) stream;
+* batches are ``batch_size`` consecutive records of the (shuffled) stream; with
+  ``shuffle_mode="batch"`` (OneRec's) the stream is cut into batches first and whole
+  batches pass through a buffer of ``shuffle_buffer_size`` batches instead;
 * on several devices (``part = (parallel_id, parallel_num)``) device ``parallel_id`` reads
   only its balanced range of the shards (``BalancedSplitter(data_part_num,
   parallel_num).At(parallel_id)``: the first ``data_part_num % parallel_num`` devices take
@@ -42,6 +48,9 @@ import numpy as np
 from graphfront.ofrecord.records import OFRecord, iter_raw_records
 from graphfront.ops.common import balanced_range
 
+#: how a reader shuffles: records one at a time, or whole batches (OneRec's ``shuffle_mode``)
+SHUFFLE_MODES = ("instance", "batch")
+
 
 def _rng(seed):
     return np.random.default_rng(None if seed is None or seed < 0 else seed)
@@ -61,12 +70,17 @@ def shard_range(data_part_num, part=(0, 1)) -> range:
 
 
 def record_stream(paths, random_shuffle=False, shuffle_buffer_size=1024, shuffle_after_epoch=False, seed=-1,
-                  part=(0, 1)):
-    """Yield serialized records forever, in the order an ``OFRecordReader`` reads them
-    (on device ``part[0]`` of ``part[1]``: its range of the shards, see :func:`shard_range`).
+                  part=(0, 1), read_file=iter_raw_records, group=None, what="OFRecord shards"):
+    """Yield serialized records forever, in the order a reader op reads them (on device
+    ``part[0]`` of ``part[1]``: its range of the files, see :func:`shard_range`).
 
-    Raises ValueError if the shards hold no record at all (the stream would never yield),
-    or if there are fewer shards than devices."""
+    ``read_file(path)`` yields one file's records (default: OFRecord's framing); with
+    ``group=k`` the stream yields lists of ``k`` consecutive records instead, and
+    ``random_shuffle`` shuffles those lists as units (a buffer of ``shuffle_buffer_size``
+    lists). ``what`` names the files in errors.
+
+    Raises ValueError if the files hold no record at all (the stream would never yield),
+    or if there are fewer files than devices."""
     if random_shuffle and shuffle_buffer_size < 1:
         raise ValueError(f"shuffle_buffer_size must be >= 1, received {shuffle_buffer_size}")
     mine = shard_range(len(paths), part)
@@ -82,36 +96,56 @@ def record_stream(paths, random_shuffle=False, shuffle_buffer_size=1024, shuffle
             order = [order[i] for i in mine]
             count = 0
             for path in order:
-                for raw in iter_raw_records(path):
+                for raw in read_file(path):
                     count += 1
                     yield raw
             if count == 0:
-                raise ValueError(f"the OFRecord shards {order} hold no record")
+                raise ValueError(f"the {what} {order} hold no record")
 
+    items = epochs() if group is None else grouped(epochs(), group)
     if not random_shuffle:
-        yield from epochs()
+        yield from items
         return
+    yield from shuffle_buffer(items, shuffle_buffer_size, rng)
+
+
+def grouped(items, size):
+    """Yield lists of ``size`` consecutive items of the endless iterator ``items``."""
+    while True:
+        yield [next(items) for _ in range(size)]
+
+
+def shuffle_buffer(items, size, rng):
+    """Yield the endless iterator ``items`` through a random shuffle buffer of ``size``:
+    the buffer fills first, then each emitted item is drawn uniformly from it (numpy
+    ``rng``) and its slot refilled with the next item."""
     buffer, draws = [], iter(())
-    for raw in epochs():
-        if len(buffer) < shuffle_buffer_size:
-            buffer.append(raw)
+    for item in items:
+        if len(buffer) < size:
+            buffer.append(item)
             continue
         i = next(draws, None)
         if i is None:  # slot indices are drawn 4096 at a time (numpy's per-call cost dominates)
             draws = iter(rng.integers(len(buffer), size=4096).tolist())
             i = next(draws)
-        out, buffer[i] = buffer[i], raw
+        out, buffer[i] = buffer[i], item
         yield out
 
 
-def record_batches(paths, batch_size, parse=True, **stream_kw):
+def record_batches(paths, batch_size, parse=True, shuffle_mode="instance", **stream_kw):
     """Yield lists of ``batch_size`` records, forever: parsed ``OFRecord`` messages, or
-    their serialized bytes with ``parse=False``."""
+    their serialized bytes with ``parse=False``. ``shuffle_mode``: ``"instance"`` shuffles
+    records before batching, ``"batch"`` whole batches after (with ``random_shuffle``).
+    ``stream_kw`` go to :func:`record_stream`."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, received {batch_size}")
-    stream = record_stream(paths, **stream_kw)
-    while True:
-        raw = [next(stream) for _ in range(batch_size)]
+    if shuffle_mode not in SHUFFLE_MODES:
+        raise ValueError(f"shuffle_mode must be one of {SHUFFLE_MODES}, received {shuffle_mode!r}")
+    if shuffle_mode == "batch":
+        batches = record_stream(paths, group=batch_size, **stream_kw)
+    else:
+        batches = grouped(record_stream(paths, **stream_kw), batch_size)
+    for raw in batches:
         yield [OFRecord.FromString(r) for r in raw] if parse else raw
 
 

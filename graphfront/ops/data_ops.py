@@ -1,7 +1,9 @@
-"""Data-pipeline ops: OFRecord readers and decoders, image preprocessing, coin flip.
+"""Data-pipeline ops: OFRecord and OneRec readers and decoders, image preprocessing, coin flip.
 
 OneFlow v0.6.0 registers these in ``oneflow/user/ops/ofrecord_reader_op.cpp``,
 ``ofrecord_decoder_ops.cpp``, ``ofrecord_image_classification_reader_op.cpp``,
+``onerec_reader_op.cpp``, ``onerec_decoder_op.cpp`` (OneFlow's OneRec format:
+:mod:`graphfront.ofrecord.onerec`),
 ``image_preprocess_ops.cpp``, ``image_resize_ops.cpp``, ``coin_flip_op.cpp`` and
 ``gpt_data_loader_op.cpp`` (``megatron_gpt_mmap_data_loader``, reading Megatron-LM's indexed
 token files: :mod:`graphfront.framework.megatron_dataset`); all are CPU-only and have no gradient.
@@ -18,11 +20,11 @@ from a worker process that reads ``PREFETCH_DEPTH`` batches ahead
 themselves cross as bytes and are parsed by the kernel). Image decoders
 decode the images of a batch on a small thread pool (Pillow releases the GIL).
 
-On several devices the OFRecord readers' outputs are split along the batch (OneFlow's
+On several devices the readers' outputs are split along the batch (OneFlow's
 only SBP signature for them, ``Split(outputs, 0)``): device ``i`` of ``n`` reads its
 part of ``batch_size`` records per step (the first ``batch_size % n`` devices one more)
-from its own balanced range of the shards
-(:func:`graphfront.ofrecord.reader.shard_range`), and the decoders and the image and
+from its own balanced range of the shards (a OneRec reader: of its ``files``;
+:func:`graphfront.ofrecord.reader.shard_range`), and the decoders and the image and
 buffer ops after them work on each device's part (split along axis 0, as OneFlow's). A
 reader placed on one device of a job on several runs on each of them, reading the same
 records. ``seed=-1`` (no seed) draws the stream's seed from torch's generator when the
@@ -31,6 +33,7 @@ kernel is made: ``flow.manual_seed`` reproduces it, and every device draws the s
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import math
 import os
 
@@ -38,10 +41,11 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront.framework.errors import JobBuildError
+from graphfront.framework.errors import JobBuildError, OpRunError
 from graphfront.framework.megatron_dataset import GPTSamples, MegatronIndex
 from graphfront.ofrecord import images as _img
-from graphfront.ofrecord.reader import Prefetcher, record_batches
+from graphfront.ofrecord import onerec as _onerec
+from graphfront.ofrecord.reader import SHUFFLE_MODES, Prefetcher, record_batches
 from graphfront.ofrecord.records import OFRecord, shard_paths
 from graphfront.ops import tensor_buffer_ops  # noqa: F401  (tensor_buffer_to_tensor and the other buffer ops)
 from graphfront.ops import onnx_rules, xla_rules
@@ -97,7 +101,9 @@ def _check_reader_attrs(ctx):
 
 class ReaderPart:
     """What one device's reader kernel reads: ``batch`` records per step from its range
-    of the shards (``part = (parallel_id, parallel_num)``), with the stream's ``seed``.
+    of the files (``part = (parallel_id, parallel_num)``), with the stream's ``seed``.
+    ``files`` names the attr that gives the files the devices share: ``data_part_num``
+    (OFRecord's shards) or ``files`` (OneRec's list).
 
     A device's plan sees its local shapes: a reader split over ``n`` devices outputs its
     part of ``batch_size`` records (the first ``batch_size % n`` devices one more), ``n``
@@ -107,16 +113,16 @@ class ReaderPart:
     ``seed`` of -1 is drawn from torch's generator (module docstring).
 
     Raises ValueError (when the kernel is made, naming the op) when the devices outnumber
-    the shards."""
+    the files."""
 
-    def __init__(self, k, out="out"):
+    def __init__(self, k, out="out", files="data_part_num"):
         attrs = k.attrs
         self.batch = k.output(out).shape[0]
         sbp = k.sbp(out)
         n = k.parallel_num if sbp == _sbp.split(0) else attrs["batch_size"] // self.batch
         self.part = (0, 1) if n == 1 else (k.parallel_id % n, n)
-        if n > attrs["data_part_num"]:
-            raise ValueError(_devices_per_shard_message(k.op_name, n, attrs["data_part_num"]))
+        if n > _file_count(attrs[files]):
+            raise ValueError(_devices_per_shard_message(k.op_name, n, files, attrs[files]))
         self.seed = attrs["seed"] if attrs["seed"] >= 0 else int(torch.randint(0, 2 ** 62, (1,)))
 
 
@@ -163,18 +169,33 @@ def _reader_kernel(k):
     return SourceKernel(lambda: _batches(k.attrs, parse=False, part=part), k.op_name, _parse)
 
 
-def _devices_per_shard_message(op_name, devices, data_part_num):
-    return (f"op '{op_name}': {devices} devices cannot share data_part_num={data_part_num} shard(s): each device "
-            "reads whole shards (OneFlow: parallel_num <= data_part_num; place the reader on fewer devices, "
-            "e.g. flow.scope.placement('cpu', '0:0'), or write more shards)")
+def _file_count(value) -> int:
+    """The number of files a reader's attr gives: a count (``data_part_num``) or a list."""
+    return value if isinstance(value, int) else len(value)
 
 
-def _split_outputs(ctx):
-    """A reader's only layout on several devices: every output split along the batch.
-    Raises JobBuildError when the devices outnumber the shards."""
-    if ctx.parallel_num > ctx.attr("data_part_num"):
-        raise JobBuildError(_devices_per_shard_message(ctx.op_name, ctx.parallel_num, ctx.attr("data_part_num")))
-    return _sbp.Only([{a: _sbp.split(0) for a in ctx.output_args}])
+def _devices_per_shard_message(op_name, devices, files, value):
+    if files == "data_part_num":
+        return (f"op '{op_name}': {devices} devices cannot share data_part_num={value} shard(s): each device "
+                "reads whole shards (OneFlow: parallel_num <= data_part_num; place the reader on fewer devices, "
+                "e.g. flow.scope.placement('cpu', '0:0'), or write more shards)")
+    return (f"op '{op_name}': {devices} devices cannot share the {_file_count(value)} file(s) of attr '{files}': "
+            f"each device reads whole files (OneFlow: parallel_num <= len({files}); place the reader on fewer "
+            "devices, e.g. flow.scope.placement('cpu', '0:0'), or write the records to more files)")
+
+
+def _split_over(files):
+    """The SBP rule of a reader whose devices share the files of attr ``files``: every
+    output split along the batch, its only layout on several devices. The rule raises
+    JobBuildError when the devices outnumber the files."""
+    def split_outputs(ctx):
+        if ctx.parallel_num > _file_count(ctx.attr(files)):
+            raise JobBuildError(_devices_per_shard_message(ctx.op_name, ctx.parallel_num, files, ctx.attr(files)))
+        return _sbp.Only([{a: _sbp.split(0) for a in ctx.output_args}])
+    return split_outputs
+
+
+_split_outputs = _split_over("data_part_num")
 
 
 op("OFRecordReader", outputs=["out"], attrs=dict(READER_ATTRS, nd_sbp="list_string"),
@@ -630,6 +651,203 @@ op("crop_mirror_normalize_from_uint8", inputs=["in", "mirror?"], outputs=["out"]
 op("crop_mirror_normalize_from_tensorbuffer", inputs=["in", "mirror?"], outputs=["out"], attrs=CMN_ATTRS,
    infer=_cmn_buffer_infer, kernel=_cmn_kernel, no_grad=True, random=True, sbp=_sbp.batch(),
    cpu_only=True)
+
+
+# ============================================================== OneRec
+# OneFlow v0.6.0 oneflow/user/ops/onerec_reader_op.cpp, onerec_decoder_op.cpp and the kernels
+# oneflow/user/kernels/onerec_reader_kernel.cpp, onerec_decoder_kernels.cpp. The reader's worker
+# process reads and checks the frames (graphfront.ofrecord.onerec.iter_frames) and hands their
+# payloads over as bytes; the step's value is a tensor_buffer of 1-D uint8 arrays, one record each.
+# The decoder parses each record's FlatBuffers Example in the step, finds the feature ``key`` and
+# stacks its tensors: shape rules (reshape, batch padding, dynamic) as documented on
+# flow.data.onerec_decoder; every violation is an OpRunError naming the op, the key and the
+# record's index in the batch.
+
+ONEREC_READER_ATTRS = {
+    "files": "list_string", "batch_size": ("int32", 0), "random_shuffle": ("bool", False),
+    "shuffle_mode": ("string", "instance"), "seed": ("int64", -1), "shuffle_buffer_size": ("int32", 1024),
+    "shuffle_after_epoch": ("bool", False), "verify_example": ("bool", True),
+}
+
+
+def _check_onerec_extra(ctx):
+    message = _onerec.dependency_message()
+    ctx.check(message is None, message or "")
+
+
+def _onerec_reader_infer(ctx):
+    files = list(ctx.attr("files"))
+    ctx.check(ctx.attr("batch_size") >= 1, f"attr 'batch_size' must be >= 1, received {ctx.attr('batch_size')}")
+    ctx.check(len(files) >= 1, "attr 'files' must name at least one OneRec file, received []")
+    ctx.check(ctx.attr("shuffle_mode") in SHUFFLE_MODES,
+              f"attr 'shuffle_mode' must be one of {SHUFFLE_MODES}, received {ctx.attr('shuffle_mode')!r}")
+    ctx.check(not ctx.attr("random_shuffle") or ctx.attr("shuffle_buffer_size") >= 1,
+              f"attr 'shuffle_buffer_size' must be >= 1, received {ctx.attr('shuffle_buffer_size')}")
+    for i, path in enumerate(files):
+        ctx.check(os.path.isfile(path), f"OneRec file {path!r} (attr 'files'[{i}]) does not exist")
+    _check_onerec_extra(ctx)
+    ctx.set_output("out", (ctx.attr("batch_size"),), _dt.tensor_buffer)
+
+
+def _onerec_batches(attrs, part):
+    return record_batches(list(attrs["files"]), part.batch, parse=False, shuffle_mode=attrs["shuffle_mode"],
+                          random_shuffle=attrs["random_shuffle"], shuffle_buffer_size=attrs["shuffle_buffer_size"],
+                          shuffle_after_epoch=attrs["shuffle_after_epoch"], seed=part.seed, part=part.part,
+                          read_file=functools.partial(_onerec.iter_frames, verify_example=attrs["verify_example"]),
+                          what="OneRec files")
+
+
+def _as_buffers(payloads):
+    return [np.frombuffer(p, np.uint8) for p in payloads]
+
+
+def _onerec_reader_kernel(k):
+    part = ReaderPart(k, files="files")
+    return SourceKernel(lambda: _onerec_batches(k.attrs, part), k.op_name, _as_buffers)
+
+
+op("OneRecReader", outputs=["out"], attrs=ONEREC_READER_ATTRS, infer=_onerec_reader_infer,
+   kernel=_onerec_reader_kernel, sbp=_split_over("files"), no_grad=True, random=True, cpu_only=True,
+   doc="batches of OneRec records (frame payloads) from a list of files, as a tensor_buffer")
+
+#: the dtypes onerec_decoder reads and the OneRec list each is stored as (OneFlow's kernel has no others)
+ONEREC_LISTS = {"int8": "Int8List", "int32": "Int32List", "int64": "Int64List", "float32": "Float32List",
+                "float64": "Float64List"}
+
+
+def _onerec_decoder_infer(ctx):
+    desc = ctx.input("in")
+    ctx.check(desc.dtype is _dt.tensor_buffer and len(desc.shape) == 1,
+              f"input 'in' must be a 1-D tensor_buffer blob of OneRec records (flow.data.onerec_reader), "
+              f"received {desc.dtype.name} {tuple(desc.shape)}")
+    dtype = ctx.attr("data_type")
+    ctx.check(dtype is not None and dtype.name in ONEREC_LISTS,
+              f"attr 'data_type' must be one of {', '.join(ONEREC_LISTS)} (OneFlow's onerec_decoder reads no "
+              f"other), received {dtype.name if dtype is not None else None}")
+    ctx.check(ctx.attr("key") != "", "attr 'key' must name a feature, received ''")
+    static = tuple(ctx.attr("static_shape"))
+    ctx.check(all(d >= 0 for d in static), f"attr 'static_shape' must not have negative dims, received {static}")
+    if ctx.attr("has_reshape"):
+        reshape = tuple(ctx.attr("reshape"))
+        ctx.check(len(reshape) == len(static) and reshape.count(-1) <= 1 and all(d > 0 or d == -1 for d in reshape),
+                  f"attr 'reshape' must have the {len(static)} dims of static_shape {static}, each > 0 but at "
+                  f"most one -1, received {reshape}")
+    if ctx.attr("has_batch_padding"):
+        pad = tuple(ctx.attr("batch_padding"))
+        ctx.check(len(static) >= 1 and len(pad) == len(static) and pad[0] >= -1 and all(d == 0 for d in pad[1:]),
+                  f"attr 'batch_padding' must have the {len(static)} dims of static_shape {static} (at least one), "
+                  f"dim 0 -1, 0 or the padded size and the others 0, received {pad}")
+        if pad[0] > 0:
+            fits = pad[0] <= static[0] if ctx.attr("is_dynamic") else pad[0] == static[0]
+            ctx.check(fits, f"attr 'batch_padding' pads dim 0 to {pad[0]}, static_shape {static} "
+                            f"{'holds at most' if ctx.attr('is_dynamic') else 'needs'} {static[0]}")
+    _check_onerec_extra(ctx)
+    ctx.set_output("out", (desc.shape[0],) + static, dtype, is_dynamic=ctx.attr("is_dynamic"))
+
+
+def _onerec_decoder_kernel(k):
+    key, dtype, static = k.attr("key"), k.attr("data_type"), tuple(k.attr("static_shape"))
+    dynamic = k.attr("is_dynamic")
+    reshape = tuple(k.attr("reshape")) if k.attr("has_reshape") else None
+    padding = k.attr("batch_padding")[0] if k.attr("has_batch_padding") else None
+    kind = ONEREC_LISTS[dtype.name]
+    code = _onerec.TENSOR_DATA.index(kind)
+    where = f"op '{k.op_name}' (onerec_decoder): key {key!r}"
+
+    def fail(i, what):
+        return OpRunError(f"{where}, record {i}: {what}")
+
+    def tensor_of(i, buf):
+        try:
+            tensor = _onerec.feature_tensor(buf, key)
+            names = _onerec.feature_names(buf) if tensor is None else None
+        except Exception as e:  # noqa: BLE001 - a malformed record, read unverified
+            raise fail(i, f"the record is no readable OneRec Example ({type(e).__name__}: {e}); "
+                          "flow.data.onerec_reader(..., verify_example=True) checks each record as it is "
+                          "read") from None
+        if tensor is None:
+            raise fail(i, f"the record has no feature {key!r} (it has {names})")
+        if tensor.shape is None:
+            raise fail(i, "the feature's tensor has no shape")
+        if tensor.data_type != code:
+            got = _onerec.TENSOR_DATA[tensor.data_type] if tensor.data_type < len(_onerec.TENSOR_DATA) else \
+                f"unknown type {tensor.data_type}"
+            raise fail(i, f"data_type {dtype.name} reads a {kind}, the record's tensor holds {got}")
+        return tensor
+
+    def instance_shape(i, shape):
+        if reshape is None:
+            if len(shape) != len(static):
+                raise fail(i, f"expected a tensor of {len(static)} dims (static_shape {static}), "
+                              f"received shape {shape}")
+            return shape
+        count, fixed = math.prod(shape), math.prod(d for d in reshape if d != -1)
+        if -1 not in reshape:
+            if count != fixed:
+                raise fail(i, f"reshape {reshape} needs {fixed} elements, the tensor has {count} (shape {shape})")
+            return reshape
+        if fixed == 0 or count % fixed:
+            raise fail(i, f"reshape {reshape}: the tensor's {count} elements (shape {shape}) do not divide into "
+                          f"rows of {fixed}")
+        return tuple(count // fixed if d == -1 else d for d in reshape)
+
+    def check_batch(shapes):
+        """The instance shape of the batch (dim 0 padded): checks every record against it."""
+        first = shapes[0]
+        fixed_from = 0 if padding is None else 1   # a padded dim 0 is checked below
+        for i, s in enumerate(shapes):
+            if (any(a > b for a, b in zip(s, static)) if dynamic else s[fixed_from:] != static[fixed_from:]):
+                raise fail(i, f"expected instance shape {'at most ' if dynamic else ''}{static} (static_shape), "
+                              f"received {s}")
+            if s[1:] != first[1:]:
+                raise fail(i, f"dims after the first must agree across the batch: record 0 has {first}, "
+                              f"received {s}")
+        if not static:
+            return ()
+        dims = [s[0] for s in shapes]
+        if padding is None or padding == 0:
+            for i, d in enumerate(dims):
+                if d != dims[0]:
+                    raise fail(i, f"dim 0 must be equal across the batch (without batch_padding, or 0), record 0 "
+                                  f"has {dims[0]}, received {d}")
+            top = dims[0]
+        elif padding == -1:
+            top = max(dims)
+        else:
+            for i, d in enumerate(dims):
+                if d > padding:
+                    raise fail(i, f"dim 0 is {d}, batch_padding pads to {padding}: expected at most {padding}")
+            top = padding
+        if not dynamic and top != static[0]:
+            i = dims.index(max(dims)) if padding == -1 else 0
+            raise fail(i, f"expected dim 0 {static[0]} (static_shape {static}), received {top}"
+                          f"{' (the largest of the batch, batch_padding -1)' if padding == -1 else ''}")
+        return (top,) + first[1:]
+
+    def onerec_decoder(buffers):
+        tensors = [tensor_of(i, b) for i, b in enumerate(buffers)]
+        shapes = [instance_shape(i, t.shape) for i, t in enumerate(tensors)]
+        inst = check_batch(shapes)
+        count = math.prod(inst)
+        out = np.zeros((len(tensors),) + inst, dtype.np)
+        flat = out.reshape(len(tensors), -1)
+        for i, (t, s) in enumerate(zip(tensors, shapes)):
+            n = len(t.values)
+            if padding is None and n != count:
+                raise fail(i, f"the {kind} holds {n} values, instance shape {s} needs {count}")
+            if padding is not None and n > count:
+                raise fail(i, f"the {kind} holds {n} values, the padded instance shape {inst} holds at most {count}")
+            flat[i, :n] = t.values
+        return torch.from_numpy(out)
+    return onerec_decoder
+
+
+op("onerec_decoder", inputs=["in"], outputs=["out"],
+   attrs={"key": "string", "data_type": "dtype", "static_shape": "shape", "is_dynamic": ("bool", False),
+          "has_reshape": ("bool", False), "reshape": "shape", "has_batch_padding": ("bool", False),
+          "batch_padding": "shape"},
+   infer=_onerec_decoder_infer, kernel=_onerec_decoder_kernel, no_grad=True, random=True, sbp=_sbp.batch(),
+   cpu_only=True, doc="one feature of every OneRec record of a batch as a dense blob")
 
 
 # ============================================================== coin flip

@@ -500,43 +500,26 @@ def _write_ids(tmp_path, parts, per_part):
 
 
 @pytest.mark.slow  # spawns two worker processes
-def test_reader_on_two_devices_splits_the_batch_and_the_shards(tmp_path):
-    # OneFlow: OFRecordReader's outputs are split along the batch; device i of n reads
-    # batch_size / n records per step from its balanced range of the shards
+@pytest.mark.parametrize("batch_size", [4, 5])
+def test_reader_on_two_devices_splits_the_batch_and_the_shards(tmp_path, batch_size):
+    # OneFlow: OFRecordReader's outputs are split along the batch; device i of n reads its
+    # part of the batch (BalancedSplitter: the first batch_size % n devices one more record)
+    # per step from its balanced range of the shards
     _write_ids(tmp_path, parts=3, per_part=3)
     flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(2)
 
     @flow.global_function(type="predict")
     def read_job() -> tp.Numpy:
-        rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=4, data_part_num=3)
-        ids = flow.data.OFRecordRawDecoder(rec, "id", shape=(), dtype=flow.int32)
-        return ids * 1
-
-    device0 = [0, 1, 2, 100, 101, 102] * 2   # shards 0 and 1
-    device1 = [200, 201, 202] * 4            # shard 2
-    got = [read_job() for _ in range(3)]
-    for step, ids in enumerate(got):
-        np.testing.assert_array_equal(ids, device0[2 * step:2 * step + 2] + device1[2 * step:2 * step + 2])
-    assert job_sbp(read_job)["OFRecordReader"] == "S(0)"
-
-
-@pytest.mark.slow  # spawns two worker processes
-def test_reader_batch_the_devices_do_not_divide_gives_the_first_device_one_more(tmp_path):
-    # batch_size 5 over 2 devices: 3 records per step from shards 0 and 1, 2 from shard 2
-    _write_ids(tmp_path, parts=3, per_part=3)
-    flow.config.gpu_device_num(0)
-    flow.config.cpu_device_num(2)
-
-    @flow.global_function(type="predict")
-    def read_job() -> tp.Numpy:
-        rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=5, data_part_num=3)
+        rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=batch_size, data_part_num=3)
         return flow.data.OFRecordRawDecoder(rec, "id", shape=(), dtype=flow.int32) * 1
 
-    device0 = [0, 1, 2, 100, 101, 102] * 2
-    device1 = [200, 201, 202] * 2
+    first, second = (batch_size + 1) // 2, batch_size // 2
+    device0 = [0, 1, 2, 100, 101, 102] * 3   # shards 0 and 1
+    device1 = [200, 201, 202] * 4            # shard 2
     for step in range(3):
-        np.testing.assert_array_equal(read_job(), device0[3 * step:3 * step + 3] + device1[2 * step:2 * step + 2])
+        np.testing.assert_array_equal(read_job(), device0[first * step:first * (step + 1)]
+                                      + device1[second * step:second * (step + 1)])
     assert job_sbp(read_job)["OFRecordReader"] == "S(0)"
 
 

@@ -240,6 +240,35 @@ def test_decoder_reads_every_dtype_and_shape(tmp_path):
         np.testing.assert_array_equal(got, want)
 
 
+def test_batch_read_equals_the_record_by_record_read_or_declines():
+    """The decoder reads a batch at once (onerec.numeric_feature) where every record stores
+    the key alike; a record laid out otherwise (the key at another index, another type) or a
+    garbled one makes it decline (None), never read outside a record or raise."""
+    rng = np.random.default_rng(7)
+    records = [onerec.encode_example({"a": rng.integers(0, 9, 2, dtype=np.int64),
+                                      "dense": rng.random(5, dtype=np.float32),
+                                      "ids": rng.integers(0, 10 ** 6, 26, dtype=np.int32)}) for _ in range(64)]
+    buffers = [np.frombuffer(r, np.uint8) for r in records]
+    f32, i32 = onerec.TENSOR_DATA.index("Float32List"), onerec.TENSOR_DATA.index("Int32List")
+    for key, code, count, dtype in (("dense", f32, 5, np.float32), ("ids", i32, 26, np.int32)):
+        batch = onerec.numeric_feature(buffers, key, code)
+        assert batch.shapes.tolist() == [[count]] * 64 and batch.counts.tolist() == [count] * 64
+        np.testing.assert_array_equal(batch.values(dtype, count),
+                                      np.stack([onerec.feature_tensor(r, key).values for r in records]))
+    assert onerec.numeric_feature(buffers, "dense", i32) is None  # another list type
+    shifted = onerec.encode_example({"0": np.zeros(1, np.int8), "a": np.zeros(2, np.int64),  # "dense" third
+                                     "dense": np.ones(5, np.float32)})
+    assert onerec.numeric_feature(buffers[:3] + [np.frombuffer(shifted, np.uint8)], "dense", f32) is None
+    for trial in range(300):  # garbled records: declined or read inside the records, never raising
+        garbled = [b.copy() for b in buffers[:4]]
+        for b in garbled:
+            b[rng.integers(0, b.size, 3)] = rng.integers(0, 256, 3, dtype=np.uint8)
+        batch = onerec.numeric_feature(garbled, "ids", i32)
+        if batch is not None:
+            ends = np.cumsum([b.size for b in garbled])
+            assert (batch.starts + 4 * batch.counts <= ends).all()
+
+
 def test_reshape_reads_the_values_in_another_shape(tmp_path):
     flat = np.arange(24, dtype=np.float32).reshape(4, 6)
     path = _write(tmp_path / "a.onerec", [{"x": flat[i]} for i in range(4)])

@@ -35,8 +35,9 @@ from graphfront.framework.job_picture import render_job
 from graphfront.framework.served_jobs import ModelVersionPolicy, pick_version, read_saved_model
 
 #: Distributions reported by ``--doctor``: required ones, then the optional extras.
-REQUIRED = ("numpy", "torch", "protobuf", "tabulate")
-OPTIONAL = ("tqdm", "matplotlib", "graphviz", "mlxtend", "pytest", "grpcio-tools", "tensorboard")
+REQUIRED = ("numpy", "torch", "protobuf", "tabulate", "ml_dtypes", "psutil")
+OPTIONAL = ("tqdm", "matplotlib", "graphviz", "mlxtend", "pillow", "onnx", "onnxruntime", "jax", "flatbuffers",
+            "xxhash", "pytest", "grpcio-tools", "tensorboard")
 
 
 def _version(dist):

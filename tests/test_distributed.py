@@ -276,3 +276,98 @@ def test_two_machines_on_localhost_match_one_device():
     expected = np.array(losses(steps, 1))
     for out, _ in outs:
         np.testing.assert_allclose(np.array(json.loads(out.strip().splitlines()[-1])), expected, rtol=RTOL)
+
+
+def _signature_of(job, op_type):
+    op = next(op for op in job.net.op if jb.op_type_name(op) == op_type)
+    return _sbp.op_signatures(job)[op.name]
+
+
+def test_data_parallel_batch_norm_normalizes_each_devices_part_as_oneflow_does():
+    """OneFlow's batch norm on several devices (normalization_op.cpp): x split along the
+    batch, each device normalizing its part with that part's statistics and updating its
+    copy of the moving statistics (a checkpoint keeps the first device's), gamma and beta
+    gradients summed over the devices. Checked against PyTorch's batch norm applied to each
+    half of the batch."""
+    x = np.random.default_rng(5).standard_normal((B, 3, 4, 4)).astype(np.float32)
+    flow.clear_default_session()
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="train")
+    def job(x_: tp.Numpy.Placeholder((B, 3, 4, 4))) -> tp.Numpy:
+        y = flow.layers.batch_normalization(x_, axis=1, momentum=0.9, epsilon=1e-5, name="bn",
+                                            gamma_initializer=flow.constant_initializer(1.5),
+                                            beta_initializer=flow.constant_initializer(0.25))
+        loss = flow.math.reduce_mean(flow.math.square(y) * flow.math.sigmoid(y))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
+        return y
+
+    y = job(x)
+    sig = _signature_of(job.graph.proto, "normalization")
+    assert sig["x_0"] == sig["y_0"] == "S(0)" and sig["gamma_0"] == sig["moving_mean_0"] == "B"
+    assert _signature_of(job.graph.proto, "normalization_grad")["gamma_diff_0"] == "P"
+    got = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+
+    xt = torch.from_numpy(x)
+    gamma = torch.full((3,), 1.5, requires_grad=True)
+    beta = torch.full((3,), 0.25, requires_grad=True)
+    mean0, var0 = torch.zeros(3), torch.ones(3)
+    halves = []
+    for i, part in enumerate(xt.chunk(2)):
+        running_mean, running_var = torch.zeros(3), torch.ones(3)
+        halves.append(torch.nn.functional.batch_norm(part, running_mean, running_var, gamma, beta, training=True,
+                                                     momentum=0.1, eps=1e-5))
+        if i == 0:
+            mean0, var0 = running_mean, running_var
+    want_y = torch.cat(halves)
+    loss = (want_y.square() * torch.sigmoid(want_y)).mean()
+    loss.backward()
+    np.testing.assert_allclose(y, want_y.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["bn-gamma"], (1.5 - 0.5 * gamma.grad).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["bn-beta"], (0.25 - 0.5 * beta.grad).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["bn-moving_mean"], mean0.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["bn-moving_variance"], var0.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_data_parallel_transformer_block_matches_one_device():
+    """Layer norm and its gradient, gelu, transpose and softmax cross entropy split along the
+    batch on two devices (OneFlow's layouts), so a transformer-style block trains data
+    parallel and equals one device (layer norm normalizes each sample)."""
+    rng = np.random.default_rng(6)
+    batches = [(rng.standard_normal((B, 4, 6)).astype(np.float32),
+                np.eye(3, dtype=np.float32)[rng.integers(0, 3, B)]) for _ in range(4)]
+
+    def make():
+        @flow.global_function(type="train")
+        def job(x: tp.Numpy.Placeholder((B, 4, 6)), label: tp.Numpy.Placeholder((B, 3))) -> tp.Numpy:
+            w = flow.get_variable("w", (6,), initializer=flow.random_uniform_initializer(0.5, 1.5))
+            h = flow.layers.layer_norm(x * w, begin_norm_axis=-1, begin_params_axis=-1, name="ln")
+            h = flow.math.gelu(flow.transpose(h, perm=[0, 2, 1]))
+            h = flow.reshape(h, (B, 24))
+            logits = flow.layers.dense(h, 3, kernel_initializer=flow.random_normal_initializer(stddev=0.3),
+                                       name="fc")
+            loss = flow.math.reduce_mean(flow.nn.softmax_cross_entropy_with_logits(label, logits))
+            flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [1e-2])).minimize(loss)
+            return loss
+        return job
+
+    def run(ndev):
+        flow.clear_default_session()
+        flow.manual_seed(0)
+        flow.config.gpu_device_num(0)
+        flow.config.cpu_device_num(ndev)
+        job = make()
+        losses = np.array([job(*b) for b in batches])
+        return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}, job
+
+    one, one_vars, _ = run(1)
+    two, two_vars, job = run(2)
+    assert_close_at_scale(two, one, RTOL)
+    for k in one_vars:
+        np.testing.assert_allclose(two_vars[k], one_vars[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    proto = job.graph.proto
+    for op_type, arg in (("layer_norm", "x_0"), ("transpose", "input_0"), ("gelu", "in_0"), ("gelu_grad", "x_0"),
+                         ("softmax_cross_entropy", "prediction_0"), ("fused_layer_norm_grad", "dy_0")):
+        assert _signature_of(proto, op_type)[arg] == "S(0)", op_type
+    assert _signature_of(proto, "fused_layer_norm_grad")["gamma_diff_0"] == "P"

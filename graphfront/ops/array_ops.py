@@ -173,8 +173,15 @@ def _transpose_grad(g):
         g.set_grad("input", g.emit("transpose", {"input": g.dout("output")}, {"perm": inverse}))
 
 
+def _transpose_sbp(ctx):
+    """A split of input axis ``perm[k]`` is a split of output axis ``k``; partial sums pass."""
+    return [{"input": _sbp.split(a), "output": _sbp.split(k)} for k, a in enumerate(ctx.attr("perm"))] + \
+        [{"input": _sbp.P, "output": _sbp.P}]
+
+
 op("transpose", inputs=["input"], outputs=["output"], attrs={"perm": "list_int32"}, infer=_transpose_infer,
    kernel=lambda k: (lambda x, p=tuple(k.attr("perm")): x.permute(p)), grad=_transpose_grad, view=True,
+   sbp=_transpose_sbp,
    xla=lambda k: (lambda x, p=tuple(k.attr("perm")): x.transpose(p)),
    onnx=lambda c: c.node("Transpose", [c.input("input")], [c.output("output")], perm=list(c.attr("perm"))), amp="clear")
 
@@ -1309,7 +1316,7 @@ def _one_hot_onnx(c):
 op("one_hot", inputs=["indices"], outputs=["out"],
    attrs={"depth": ("int64", 0), "floating_on_value": ("double", 0.0), "integer_on_value": ("int64", 0),
           "floating_off_value": ("double", 0.0), "integer_off_value": ("int64", 0), "dtype": "dtype"},
-   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True, onnx=_one_hot_onnx, xla=_one_hot_xla)
+   infer=_one_hot_infer, kernel=_one_hot_kernel, no_grad=True, onnx=_one_hot_onnx, xla=_one_hot_xla, sbp=_sbp.batch())
 
 
 ARANGE_ATTRS = {"integer_start": ("int64", 0), "integer_delta": ("int64", 0), "integer_limit": ("int64", 0),

@@ -124,9 +124,11 @@ op("softmax_cross_entropy", inputs=["prediction", "label"], outputs=["prob", "ou
    kernel=_sce_kernel, onnx=_softmax_cross_entropy_onnx, xla=_sce_xla,
    grad=lambda g: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
        "softmax_cross_entropy_grad", {"prob": g.output("prob"), "label": g.input("label"), "dy": g.dout("out")})),
+   sbp=_sbp.batch(min_ndim_arg="prediction"),
    doc="prob = softmax(prediction); out = -sum(label * log(prob)) over the last axis")
 op("softmax_cross_entropy_grad", inputs=["prob", "label", "dy"], outputs=["prediction_diff"],
    infer=_sce_grad_infer, kernel=_sce_grad_kernel, xla=lambda k: (lambda prob, label, dy: dy[..., None] * (prob - label)),
+   sbp=_sbp.batch(min_ndim_arg="prob"),
    onnx=lambda c: c.node("Mul", [c.node("Unsqueeze", [c.input("dy"), c.const(onnx_rules.int64s([-1]))]),
                                  c.node("Sub", [c.input("prob"), c.input("label")])], [c.output("prediction_diff")]))
 

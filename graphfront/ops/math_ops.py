@@ -636,7 +636,7 @@ def _multiply_grad(g):
 
 op("multiply", inputs=["x", "y"], outputs=["out"], infer=_multiply_infer,
    kernel=lambda k: torch.mul, grad=_multiply_grad, onnx=onnx_rules.same("Mul"), xla=_same_xla("multiply"),
-   amp="gray")
+   amp="gray", sbp=_sbp.elementwise(p_each=("x", "y")))
 
 
 def _same_shape_infer(out="z", float_only=False):
@@ -1098,10 +1098,11 @@ def _float_like(arg):
 
 op("sigmoid", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: torch.sigmoid,
    onnx=onnx_rules.same("Sigmoid"), xla=_same_xla("nn.sigmoid"),
-   grad=lambda g: g.set_grad("in", g.emit("sigmoid_grad", {"y": g.output("out"), "dy": g.dout("out")})), amp="gray")
+   grad=lambda g: g.set_grad("in", g.emit("sigmoid_grad", {"y": g.output("out"), "dy": g.dout("out")})), amp="gray",
+   sbp=_sbp.elementwise())
 op("sigmoid_grad", inputs=["y", "dy"], outputs=["dx"], infer=_y_dy_infer,
    kernel=lambda k: (lambda y, dy: dy * y * (1 - y)), onnx=onnx_rules.grad(_sigmoid_grad_onnx, "y"),
-   xla=lambda k: (lambda y, dy: dy * y * (1 - y)))  # (the same arithmetic on jax arrays)
+   xla=lambda k: (lambda y, dy: dy * y * (1 - y)), sbp=_sbp.elementwise())  # (the same arithmetic on jax arrays)
 
 
 # gelu (in -> out) with grad gelu_grad (x = in, dy -> dx): the exact erf form
@@ -1114,9 +1115,10 @@ def _gelu_xla(k):
 
 op("gelu", inputs=["in"], outputs=["out"], infer=_float_like("in"), kernel=lambda k: F.gelu,
    onnx=onnx_rules.unary(onnx_rules.gelu, "in", "out"), xla=_gelu_xla,
-   grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})), amp="gray")
+   grad=lambda g: g.set_grad("in", g.emit("gelu_grad", {"x": g.input("in"), "dy": g.dout("out")})), amp="gray",
+   sbp=_sbp.elementwise())
 op("gelu_grad", inputs=["x", "dy"], outputs=["dx"], infer=like("x"), kernel=lambda k: gelu_grad,
-   xla=lambda k: xla_rules.gelu_grad, onnx=onnx_rules.grad(onnx_rules.gelu_grad))
+   xla=lambda k: xla_rules.gelu_grad, onnx=onnx_rules.grad(onnx_rules.gelu_grad), sbp=_sbp.elementwise())
 
 
 # ----------------------------------------------------------------- clipping

@@ -749,7 +749,7 @@ op("dropout", inputs=["in", "mask", "_add_to_output?"], outputs=["out"], attrs={
    infer=_dropout_infer, kernel=_dropout_kernel, xla=_dropout_xla, onnx=_mask_scale_onnx("in", "out"),
    grad=lambda g: g.set_grad("in", g.emit("dropout_grad", {"dy": g.dout("out"), "mask": g.input("mask")},
                                           {"scale": g.attr("scale")})),
-   amp="gray")
+   amp="gray", sbp=_sbp.elementwise())
 
 
 def _dropout_grad_infer(ctx):
@@ -760,7 +760,7 @@ def _dropout_grad_infer(ctx):
 op("dropout_grad", inputs=["dy", "mask"], outputs=["dx"], attrs={"scale": ("float", 0.0)},
    infer=_dropout_grad_infer, kernel=lambda k: _mask_scale(k, "dy"),
    onnx=_mask_scale_onnx("dy", "dx"),
-   xla=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask.astype(dy.dtype) * s))
+   xla=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask.astype(dy.dtype) * s), sbp=_sbp.elementwise())
 
 
 def _random_mask_like_kernel(k):

@@ -26,6 +26,7 @@ from graphfront.ops.common import in_layout_of, numel
 from graphfront.ops import xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, reduce_node
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 
 def _float(ctx, arg):
@@ -279,11 +280,31 @@ def _norm_xla(k):
     return normalization
 
 
+#: batch norm's and its gradient's args split along the batch axis (the others broadcast;
+#: gamma_diff / beta_diff partial sums)
+_NORM_SPLIT = ("x", "y", "dy", "dx", "_add_to_output")
+
+
+def _norm_sbp(ctx):
+    """OneFlow's layout of ``normalization`` and ``normalization_grad`` on several devices
+    (``oneflow/user/ops/normalization_op.cpp``, ``FwGetSbpFn`` / ``BwGetSbpFn``): the
+    activations and their gradients split along the batch axis, the moving statistics,
+    gamma, beta and the batch statistics ``mean`` / ``inv_variance`` broadcast,
+    ``gamma_diff`` / ``beta_diff`` partial sums. Each device normalizes its part of the
+    batch with its own part's statistics and updates its copy of the moving statistics
+    with them (OneFlow's batch norm is not synchronized across devices); a checkpoint
+    keeps the first device's moving statistics."""
+    if ctx.attr("axis") == 0:
+        return []
+    return [{a: _sbp.split(0) if a in _NORM_SPLIT else _sbp.P if a in ("gamma_diff", "beta_diff") else _sbp.B
+             for a in ctx.args}]
+
+
 op("normalization", inputs=["x", "moving_mean?", "moving_variance?", "gamma", "beta", "_add_to_output?"],
    outputs=["y", "mean?", "inv_variance?"], attrs=NORM_ATTRS, infer=_norm_infer, kernel=_norm_kernel, onnx=_norm_onnx,
    xla=_norm_xla,
    grad=_norm_grad, mutates=lambda attrs: ("moving_mean", "moving_variance") if attrs["training"] else (),
-   doc="batch normalization over every axis but 'axis' (see module docstring)",
+   sbp=_norm_sbp, doc="batch normalization over every axis but 'axis' (see module docstring)",
    amp="gray", amp_no_cast=("beta", "gamma", "moving_mean", "moving_variance"))
 
 
@@ -388,7 +409,7 @@ def _norm_grad_onnx(c):
 
 op("normalization_grad", inputs=["x", "dy", "mean", "inv_variance", "gamma"],
    outputs=["gamma_diff", "beta_diff", "dx"], attrs={"axis": ("int32", 0), "epsilon": ("float", 0.0)},
-   infer=_norm_grad_infer, kernel=_norm_grad_kernel, xla=_norm_grad_xla, onnx=_norm_grad_onnx,
+   infer=_norm_grad_infer, kernel=_norm_grad_kernel, xla=_norm_grad_xla, onnx=_norm_grad_onnx, sbp=_norm_sbp,
    doc="batch-norm backward with batch statistics: dx = gamma * inv / n * (n dy - sum dy - xhat sum(dy xhat))",
    amp_no_cast=("gamma",))
 
@@ -566,8 +587,31 @@ def _layer_norm_onnx(c):
             c.node("Reshape", [stat, stat_shape], [c.output(arg)])
 
 
+def _ln_sbp(axis_attr):
+    """Layer norm's layouts on several devices (OneFlow's ``layer_norm_op.cpp``): every arg
+    shaped like ``x`` (or its leading axes: ``mean`` / ``inv_variance``) split along one of
+    the axes before ``axis_attr`` (``begin_norm_axis``, or ``begin_params_axis`` for the
+    parameter gradient), gamma and beta broadcast, their gradients partial sums."""
+    def rule(ctx):
+        first = ctx.input_args[0]  # x, or dy
+        rank = ctx.ndim(first)
+        stop = ctx.attr(axis_attr) % rank if rank else 0
+        if axis_attr != "begin_params_axis" and "begin_params_axis" in ctx.attrs:  # gamma / beta stay whole
+            stop = min(stop, ctx.attr("begin_params_axis") % rank)
+        if ctx.has("reduce_buf"):
+            return []
+        cands = []
+        for k in range(stop):
+            cands.append({a: _sbp.split(k) if a not in ("gamma", "beta", "gamma_diff", "beta_diff")
+                          else _sbp.P if a.endswith("_diff") and a != "normalized_diff" else _sbp.B
+                          for a in ctx.args})
+        return cands
+    return rule
+
+
 op("layer_norm", inputs=["x", "beta?", "gamma?"], outputs=["y", "mean", "inv_variance", "normalized?"],
    attrs=LN_ATTRS, infer=_ln_infer, kernel=_ln_kernel, grad=_ln_grad, onnx=_layer_norm_onnx, xla=_ln_xla,
+   sbp=_ln_sbp("begin_norm_axis"),
    doc="normalized = (x - mean) * rsqrt(var + epsilon) over axes >= begin_norm_axis (biased var); "
        "y = normalized * gamma + beta, gamma/beta shaped x.shape[begin_params_axis:]", amp="gray")
 
@@ -651,7 +695,7 @@ def _ln_grad_onnx(c, dy=None):
 
 op("layer_norm_grad", inputs=["dy", "x", "mean", "inv_variance", "_add_to_output?"], outputs=["dx"],
    attrs={"begin_norm_axis": ("int64", 0), "epsilon": ("double", 0.0)}, infer=_ln_grad_infer,
-   kernel=_ln_grad_kernel, xla=_ln_grad_xla, onnx=_ln_grad_onnx,
+   kernel=_ln_grad_kernel, xla=_ln_grad_xla, onnx=_ln_grad_onnx, sbp=_ln_sbp("begin_norm_axis"),
    doc="dx = inv * (dy - mean(dy) - xhat * mean(dy * xhat)) over the normalized axes")
 
 
@@ -721,7 +765,7 @@ op("layer_norm_param_grad", inputs=["dy", "normalized?", "gamma?"],
    outputs=["normalized_diff?", "beta_diff?", "gamma_diff?", "reduce_buf?"],
    attrs={"begin_params_axis": ("int64", 0)}, infer=_ln_param_grad_infer, kernel=_ln_param_grad_kernel("dim"),
    onnx=_ln_param_grad_onnx,
-   xla=_ln_param_grad_kernel("axis"),
+   xla=_ln_param_grad_kernel("axis"), sbp=_ln_sbp("begin_params_axis"),
    doc="beta_diff = sum(dy), gamma_diff = sum(dy * normalized) over axes < begin_params_axis; "
        "normalized_diff = dy * gamma; reduce_buf = dy * normalized")
 
@@ -774,5 +818,6 @@ op("fused_layer_norm_grad", inputs=["dy", "x", "mean", "inv_variance", "gamma", 
    outputs=["dx", "gamma_diff?", "beta_diff?"],
    attrs={"begin_norm_axis": ("int64", 0), "epsilon": ("double", 0.0)}, infer=_fused_ln_grad_infer,
    kernel=lambda k: _ln_backward(k, affine=True), xla=_fused_ln_grad_xla, onnx=_fused_ln_grad_onnx,
+   sbp=_ln_sbp("begin_norm_axis"),
    doc="graphfront-only: layer_norm_param_grad (gamma_diff, beta_diff and dy * gamma) and layer_norm_grad "
        "of one layer norm whose parameters span its normalized axes, in one native_layer_norm_backward call")

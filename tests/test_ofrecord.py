@@ -628,3 +628,29 @@ def test_decode_ofrecord_argument_errors(tmp_path):
 
     with pytest.raises(Exception, match="does not work in eager execution"):
         eager_job()
+
+
+@pytest.mark.slow  # spawns two worker processes
+def test_shuffled_reader_on_two_devices_follows_flow_manual_seed(tmp_path):
+    # the workers' generators take one seed from the client, which flow.manual_seed sets: a
+    # reader without a seed shuffles alike in two sessions (and differently under another seed)
+    _write_ids(tmp_path, parts=2, per_part=8)
+
+    def read(seed):
+        flow.clear_default_session()
+        flow.manual_seed(seed)
+        flow.config.gpu_device_num(0)
+        flow.config.cpu_device_num(2)
+
+        @flow.global_function(type="predict")
+        def read_job() -> tp.Numpy:
+            rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=4, data_part_num=2, random_shuffle=True,
+                                            shuffle_buffer_size=8)
+            return flow.data.OFRecordRawDecoder(rec, "id", shape=(), dtype=flow.int32) * 1
+        return np.concatenate([read_job() for _ in range(4)])
+
+    first, again, other = read(3), read(3), read(4)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+    for batch in first.reshape(4, 4):  # device 0 shuffles shard 0's records, device 1 shard 1's
+        assert (batch[:2] < 100).all() and (batch[2:] >= 100).all(), batch

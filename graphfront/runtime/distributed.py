@@ -60,6 +60,7 @@ import os
 import sys
 import time
 import traceback
+import zlib
 
 import torch
 import torch.multiprocessing as mp
@@ -308,7 +309,8 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 logical_vars, var_sbps, jobs = {}, {}, {}
                 torch.manual_seed(torch.initial_seed())
             if cmd == "compile":
-                name, job_bytes, feeds, outs, new_vars = payload
+                name, job_bytes, feeds, outs, new_vars, seed = payload
+                torch.manual_seed(seed)  # (the kernels draw their streams' seeds as they are made)
                 job = job_pb2.Job.FromString(job_bytes)
                 layouts = blob_layouts(job, n)
                 if not is_mirrored(job) and _sbp.job_grid(job):  # its collectives' groups (made by all, in order)
@@ -662,8 +664,11 @@ class DistributedPlan(Lowering):
         var_names = [op.name for op in job.net.op if jb.op_kind(op) == "variable_conf"]
         self.store.tensors  # noqa: B018 - bring the shared tensors up to date before sharing more
         new_vars = self.store.share(var_names)
+        # one seed for every worker's generator: the replicated random ops draw the same values
+        # on every device, and flow.manual_seed (torch's initial seed here) repeats them
+        seed = (torch.initial_seed() + zlib.crc32(self.key.encode())) % 2 ** 63
         replies = self.group.request("compile", (self.key, worker_job.SerializeToString(), self.feed_bufs,
-                                                 self.out_bufs + self.watch_bufs, new_vars))
+                                                 self.out_bufs + self.watch_bufs, new_vars, seed))
         self.source = f"# device 0 of {n} (every device runs the same plan over its local shapes)\n" + replies[0]
 
     def before_call(self, variables):

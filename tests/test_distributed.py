@@ -371,3 +371,44 @@ def test_data_parallel_transformer_block_matches_one_device():
                          ("softmax_cross_entropy", "prediction_0"), ("fused_layer_norm_grad", "dy_0")):
         assert _signature_of(proto, op_type)[arg] == "S(0)", op_type
     assert _signature_of(proto, "fused_layer_norm_grad")["gamma_diff_0"] == "P"
+
+
+def test_data_parallel_prelu_concat_l2_normalize_match_one_device():
+    """PReLU (``flow.nn.prelu`` and ``flow.layers.prelu``'s ``tf_prelu``), concat and
+    l2_normalize (an InsightFace-style embedding head) split along the batch on two devices
+    and train as on one device."""
+    rng = np.random.default_rng(8)
+    batches = [(rng.standard_normal((B, 6)).astype(np.float32), rng.integers(0, 4, B).astype(np.int32))
+               for _ in range(4)]
+
+    def run(ndev):
+        flow.clear_default_session()
+        flow.manual_seed(0)
+        flow.config.gpu_device_num(0)
+        flow.config.cpu_device_num(ndev)
+
+        @flow.global_function(type="train")
+        def job(x: tp.Numpy.Placeholder((B, 6)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
+            init = flow.random_normal_initializer(stddev=0.5)
+            a = flow.layers.dense(x, 5, kernel_initializer=init, name="a")
+            alpha = flow.get_variable("alpha", (5,), initializer=flow.constant_initializer(0.25))
+            a = flow.nn.prelu(a, alpha)
+            b = flow.layers.prelu(flow.layers.dense(x, 3, kernel_initializer=init, name="b"),
+                                  alpha_initializer=flow.constant_initializer(0.1), name="b-prelu")  # tf_prelu
+            e = flow.math.l2_normalize(flow.concat([a, b], axis=1), axis=1)
+            logits = flow.layers.dense(e, 4, kernel_initializer=init, name="fc")
+            loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0.9).minimize(loss)
+            return loss
+        losses = np.array([job(*b) for b in batches])
+        return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}, job
+
+    one, one_vars, _ = run(1)
+    two, two_vars, job = run(2)
+    assert_close_at_scale(two, one, RTOL)
+    for k in one_vars:
+        np.testing.assert_allclose(two_vars[k], one_vars[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    proto = job.graph.proto
+    for op_type, arg in (("prelu", "x_0"), ("prelu_grad", "dy_0"), ("tf_prelu", "x_0"), ("tf_prelu_grad", "dy_0"),
+                         ("concat", "in_0"), ("l2_normalize", "x_0"), ("l2_normalize_grad", "dy_0")):
+        assert _signature_of(proto, op_type)[arg] == "S(0)", op_type

@@ -22,6 +22,7 @@ from graphfront.ops.common import float_input, same_dtype
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
@@ -432,7 +433,13 @@ def _prelu_onnx_rule(channel_view):
 _prelu_onnx = _prelu_onnx_rule(True)
 
 
-op("prelu", inputs=["x", "alpha"], outputs=["y"], infer=_prelu_infer, kernel=_prelu_kernel,
+def _prelu_sbp(ctx):
+    """x, y and their gradients split along the batch, alpha broadcast, its gradient a
+    partial sum (OneFlow's ``prelu_op.cpp``)."""
+    return [{a: _sbp.B if a == "alpha" else _sbp.P if a == "alpha_diff" else _sbp.split(0) for a in ctx.args}]
+
+
+op("prelu", inputs=["x", "alpha"], outputs=["y"], infer=_prelu_infer, kernel=_prelu_kernel, sbp=_prelu_sbp,
    grad=_prelu_family_grad("prelu"), doc="y = x if x > 0 else alpha[c] * x, c = dim 1 of x", onnx=_prelu_onnx,
    amp="white", xla=lambda k: (lambda x, alpha: jnp().where(x > 0, x, x * _prelu_view_xla(x, alpha))))
 def _prelu_grad_onnx_rule(channel_view):
@@ -459,12 +466,12 @@ def _prelu_grad_onnx_rule(channel_view):
 
 
 op("prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
-   kernel=_prelu_grad_kernel, xla=_prelu_grad_xla, onnx=_prelu_grad_onnx_rule(True))
+   kernel=_prelu_grad_kernel, xla=_prelu_grad_xla, onnx=_prelu_grad_onnx_rule(True), sbp=_prelu_sbp)
 _tf_prelu_onnx = _prelu_onnx_rule(False)
 
 
-op("tf_prelu", inputs=["x", "alpha"], outputs=["y"], infer=_tf_prelu_infer, kernel=_tf_prelu_kernel,
+op("tf_prelu", inputs=["x", "alpha"], outputs=["y"], infer=_tf_prelu_infer, kernel=_tf_prelu_kernel, sbp=_prelu_sbp,
    grad=_prelu_family_grad("tf_prelu"), doc="y = x if x > 0 else alpha * x, alpha broadcast over x.shape[1:]",
    onnx=_tf_prelu_onnx, amp="white", xla=lambda k: (lambda x, alpha: jnp().where(x > 0, x, x * alpha)))
 op("tf_prelu_grad", inputs=["x", "dy", "alpha"], outputs=["dx", "alpha_diff"], infer=_prelu_grad_infer,
-   kernel=_tf_prelu_grad_kernel, xla=_tf_prelu_grad_xla, onnx=_prelu_grad_onnx_rule(False))
+   kernel=_tf_prelu_grad_kernel, xla=_tf_prelu_grad_xla, onnx=_prelu_grad_onnx_rule(False), sbp=_prelu_sbp)

@@ -247,8 +247,15 @@ def _concat_grad(g):
             g.set_grad("in", lbn, i)
 
 
+def _concat_sbp(ctx):
+    """Every blob split along one axis other than the concatenated one."""
+    rank = ctx.ndim("out")
+    axis = ctx.attr("axis") % rank
+    return [{a: _sbp.split(k) for a in ctx.args} for k in range(rank) if k != axis]
+
+
 op("concat", inputs=["in*"], outputs=["out"], attrs={"axis": ("int64", 0), "max_dim_size": ("int64", 0)},
-   infer=_concat_infer, kernel=_concat_kernel, grad=_concat_grad,
+   infer=_concat_infer, kernel=_concat_kernel, grad=_concat_grad, sbp=_concat_sbp,
    xla=lambda k: (lambda xs, axis=norm_axis(k.attr("axis"), len(k.input("in").shape)):
                   xla_rules.jnp().concatenate(xs, axis=axis)),
    onnx=lambda c: c.node("Concat", c.inputs("in"), [c.output("out")], axis=c.attr("axis")), amp="clear")

@@ -630,13 +630,20 @@ def _l2_normalize_grad_onnx(c):
            [c.output("dx")])
 
 
+def _l2_normalize_sbp(ctx):
+    """Every arg split along one axis other than the normalized ``axis``."""
+    rank = ctx.ndim(ctx.input_args[0])
+    axis = ctx.attr("axis") % rank
+    return [{a: _sbp.split(k) for a in ctx.args} for k in range(rank) if k != axis]
+
+
 op("l2_normalize", inputs=["x"], outputs=["y", "square_x_sum"], attrs=L2_ATTRS, infer=_l2_normalize_infer,
-   kernel=_l2_normalize_kernel, onnx=_l2_normalize_onnx, xla=_l2_normalize_xla,
+   kernel=_l2_normalize_kernel, onnx=_l2_normalize_onnx, xla=_l2_normalize_xla, sbp=_l2_normalize_sbp,
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "l2_normalize_grad", {"dy": g.dout("y"), "y": g.output("y"), "square_x_sum": g.output("square_x_sum")},
        g.attrs)))
 op("l2_normalize_grad", inputs=["dy", "y", "square_x_sum"], outputs=["dx"], attrs=L2_ATTRS, infer=like("y"),
-   kernel=_l2_normalize_grad_kernel, xla=_l2_normalize_grad_xla, onnx=_l2_normalize_grad_onnx)
+   kernel=_l2_normalize_grad_kernel, xla=_l2_normalize_grad_xla, onnx=_l2_normalize_grad_onnx, sbp=_l2_normalize_sbp)
 
 
 # ----------------------------------------------------------------- two-stage reduce_max / reduce_min

@@ -412,3 +412,42 @@ def test_data_parallel_prelu_concat_l2_normalize_match_one_device():
     for op_type, arg in (("prelu", "x_0"), ("prelu_grad", "dy_0"), ("tf_prelu", "x_0"), ("tf_prelu_grad", "dy_0"),
                          ("concat", "in_0"), ("l2_normalize", "x_0"), ("l2_normalize_grad", "dy_0")):
         assert _signature_of(proto, op_type)[arg] == "S(0)", op_type
+
+
+def test_data_parallel_activations_match_one_device():
+    """The elementwise activations (one family, split along the axis their input arrives
+    split on) in a data-parallel MLP on two devices: equal to one device."""
+    rng = np.random.default_rng(9)
+    batches = [(rng.standard_normal((B, 6)).astype(np.float32), rng.integers(0, 4, B).astype(np.int32))
+               for _ in range(3)]
+    acts = [("elu", flow.nn.elu), ("leaky_relu", lambda h: flow.nn.leaky_relu(h, alpha=0.1)),
+            ("silu", flow.nn.silu), ("mish", flow.nn.mish), ("hardswish", flow.nn.hardswish)]
+
+    def run(ndev):
+        flow.clear_default_session()
+        flow.manual_seed(0)
+        flow.config.gpu_device_num(0)
+        flow.config.cpu_device_num(ndev)
+
+        @flow.global_function(type="train")
+        def job(x: tp.Numpy.Placeholder((B, 6)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
+            h = x
+            for i, (_, act) in enumerate(acts):
+                h = act(flow.layers.dense(h, 6, kernel_initializer=flow.random_normal_initializer(stddev=0.6),
+                                          name=f"fc{i}"))
+            logits = flow.layers.dense(h, 4, name="out")
+            loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.3])).minimize(loss)
+            return loss
+        losses = np.array([job(*b) for b in batches])
+        return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}, job
+
+    one, one_vars, _ = run(1)
+    two, two_vars, job = run(2)
+    assert_close_at_scale(two, one, RTOL)
+    for k in one_vars:
+        np.testing.assert_allclose(two_vars[k], one_vars[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    for op_type, _ in acts:
+        sig = _signature_of(job.graph.proto, op_type)
+        assert set(sig.values()) == {"S(0)"}, (op_type, sig)
+        assert set(_signature_of(job.graph.proto, f"{op_type}_grad").values()) == {"S(0)"}, op_type

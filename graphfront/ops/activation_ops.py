@@ -40,7 +40,8 @@ def grad_like(src):
 
 def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", doc="", onnx=None, xla=None,
                grad_onnx=None):
-    """Register an elementwise activation ``name`` and its ``name_grad``.
+    """Register an elementwise activation ``name`` and its ``name_grad`` (on several devices
+    split along any axis, as their input arrives).
 
     ``fwd(attrs) -> callable(x)`` and ``bwd(attrs) -> callable(src, dy)`` are built once
     per op at lowering time from the op's attr dict. ``grad_src`` is ``"x"`` (the grad
@@ -65,10 +66,11 @@ def activation(name, fwd, bwd, *, args=("in", "out"), attrs=None, grad_src="x", 
 
     xla_fwd, xla_bwd = xla or (None, None)
     op(name, inputs=[i], outputs=[o], attrs=attrs, infer=infer, kernel=lambda k: fwd(k.attrs), grad=grad,
-       doc=doc, onnx=onnx and onnx_rules.unary(onnx, i, o), xla=xla_fwd and (lambda k: xla_fwd(k.attrs)))
+       doc=doc, onnx=onnx and onnx_rules.unary(onnx, i, o), xla=xla_fwd and (lambda k: xla_fwd(k.attrs)),
+       sbp=_sbp.elementwise())
     op(f"{name}_grad", inputs=[grad_src, "dy"], outputs=["dx"], attrs=attrs, infer=grad_like(grad_src),
        kernel=lambda k: bwd(k.attrs), doc=f"gradient of {name}", xla=xla_bwd and (lambda k: xla_bwd(k.attrs)),
-       onnx=grad_onnx and onnx_rules.grad(grad_onnx, grad_src))
+       onnx=grad_onnx and onnx_rules.grad(grad_onnx, grad_src), sbp=_sbp.elementwise())
 
 
 def jnp():

@@ -451,3 +451,39 @@ def test_data_parallel_activations_match_one_device():
         sig = _signature_of(job.graph.proto, op_type)
         assert set(sig.values()) == {"S(0)"}, (op_type, sig)
         assert set(_signature_of(job.graph.proto, f"{op_type}_grad").values()) == {"S(0)"}, op_type
+
+
+def test_data_parallel_embedding_lookup_matches_one_device():
+    """A gather with its ids split along the batch reads the broadcast table on each device
+    (OneFlow's gather layout) and the table's gradient is each device's partial sum: an
+    embedding model trains data parallel, equal to one device."""
+    rng = np.random.default_rng(10)
+    batches = [(rng.integers(0, 20, (B, 5)).astype(np.int32), rng.integers(0, 3, B).astype(np.int32))
+               for _ in range(3)]
+
+    def run(ndev):
+        flow.clear_default_session()
+        flow.manual_seed(0)
+        flow.config.gpu_device_num(0)
+        flow.config.cpu_device_num(ndev)
+
+        @flow.global_function(type="train")
+        def job(ids: tp.Numpy.Placeholder((B, 5), dtype=flow.int32),
+                y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
+            table = flow.get_variable("emb", (20, 4), initializer=flow.random_normal_initializer())
+            e = flow.reshape(flow.gather(table, ids), (B, 20))
+            logits = flow.layers.dense(e, 3, name="fc")
+            loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5])).minimize(loss)
+            return loss
+        losses = np.array([job(*b) for b in batches])
+        return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}, job
+
+    one, one_vars, _ = run(1)
+    two, two_vars, job = run(2)
+    assert_close_at_scale(two, one, RTOL)
+    for k in one_vars:
+        np.testing.assert_allclose(two_vars[k], one_vars[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    proto = job.graph.proto
+    assert _signature_of(proto, "gather") == {"in_0": "B", "indices_0": "S(0)", "out_0": "S(0)"}
+    assert _signature_of(proto, "unsorted_segment_sum_like")["out_0"] == "P"

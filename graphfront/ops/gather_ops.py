@@ -16,6 +16,7 @@ from graphfront.ops.common import balanced_range, index_checks, integer_input, n
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, np_dtype, reduce_node
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 
 # ============================================================== gather family
@@ -112,8 +113,21 @@ def _gather_onnx(c):
                   c.output_desc("out"), c.output("out"))
 
 
+def _gather_sbp(ctx):
+    """OneFlow's gather layouts (``oneflow/user/ops/gather_op.cpp``): the indices split along
+    their axis ``k`` with ``in`` broadcast give ``out`` split along ``axis + k`` (a data
+    parallel lookup); ``in`` split along an axis other than ``axis`` with the indices
+    broadcast gives ``out`` split along that axis's place in ``out``."""
+    rank_in, rank_idx = ctx.ndim("in"), ctx.ndim("indices")
+    axis = ctx.attr("axis") % rank_in
+    cands = [{"in": _sbp.B, "indices": _sbp.split(k), "out": _sbp.split(axis + k)} for k in range(rank_idx)]
+    cands += [{"in": _sbp.split(j), "indices": _sbp.B, "out": _sbp.split(j if j < axis else j + rank_idx - 1)}
+              for j in range(rank_in) if j != axis]
+    return cands
+
+
 op("gather", inputs=["in", "indices"], outputs=["out"], attrs={"axis": ("int64", 0)}, infer=_gather_infer,
-   kernel=_gather_kernel, grad=_gather_grad, onnx=_gather_onnx, xla=_gather_xla, amp="clear")
+   kernel=_gather_kernel, grad=_gather_grad, onnx=_gather_onnx, xla=_gather_xla, amp="clear", sbp=_gather_sbp)
 
 
 def _segment_geometry(ctx, data, ids, axis):
@@ -256,8 +270,17 @@ def _unsorted_segment_sum_like_xla(k):
 _unsorted_segment_sum_like_onnx = _segment_sum_onnx(lambda c, axis: c.input_desc("like").shape[axis])
 
 
+def _segment_sum_sbp(ctx):
+    """OneFlow's unsorted segment sum layouts (``unsorted_segment_sum_op.cpp``): ``data`` and
+    ``segment_ids`` split along one of the ids' axes give partial sums (each device sums its
+    rows into every segment; a gathered table's gradient)."""
+    axis = ctx.attr("axis") % ctx.ndim("data")
+    return [{"data": _sbp.split(axis + k), "segment_ids": _sbp.split(k), "like": _sbp.B, "out": _sbp.P}
+            for k in range(ctx.ndim("segment_ids"))]
+
+
 op("unsorted_segment_sum_like", inputs=["data", "segment_ids", "like"], outputs=["out"],
-   attrs={"axis": ("int64", 0)}, infer=_unsorted_segment_sum_like_infer,
+   attrs={"axis": ("int64", 0)}, infer=_unsorted_segment_sum_like_infer, sbp=_segment_sum_sbp,
    kernel=_unsorted_segment_sum_like_kernel, onnx=_unsorted_segment_sum_like_onnx, xla=_unsorted_segment_sum_like_xla)
 
 

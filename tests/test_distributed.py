@@ -60,6 +60,21 @@ def _losses(ndev, make_job, batches):
     return losses, job
 
 
+def _trains_as_on_one_device(make_job, batches):
+    """Train ``make_job()``'s job on ``batches`` ((x, y) pairs) on one device and on two, from
+    the same seed; assert equal losses and variables up to float32 rounding and return the
+    two-device Job."""
+    one, _ = _losses(1, make_job, batches)
+    one_vars = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    two, job = _losses(2, make_job, batches)
+    two_vars = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    assert_close_at_scale(two, one, RTOL)
+    assert two_vars.keys() == one_vars.keys()
+    for k in one_vars:
+        np.testing.assert_allclose(two_vars[k], one_vars[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    return job.graph.proto
+
+
 def _completed(gf):
     builder, _ = trace(default_session(), gf)
     return boxing(complete(copy.deepcopy(builder.job)))
@@ -352,21 +367,7 @@ def test_data_parallel_transformer_block_matches_one_device():
             return loss
         return job
 
-    def run(ndev):
-        flow.clear_default_session()
-        flow.manual_seed(0)
-        flow.config.gpu_device_num(0)
-        flow.config.cpu_device_num(ndev)
-        job = make()
-        losses = np.array([job(*b) for b in batches])
-        return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}, job
-
-    one, one_vars, _ = run(1)
-    two, two_vars, job = run(2)
-    assert_close_at_scale(two, one, RTOL)
-    for k in one_vars:
-        np.testing.assert_allclose(two_vars[k], one_vars[k], rtol=1e-4, atol=1e-6, err_msg=k)
-    proto = job.graph.proto
+    proto = _trains_as_on_one_device(make, batches)
     for op_type, arg in (("layer_norm", "x_0"), ("transpose", "input_0"), ("gelu", "in_0"), ("gelu_grad", "x_0"),
                          ("softmax_cross_entropy", "prediction_0"), ("fused_layer_norm_grad", "dy_0")):
         assert _signature_of(proto, op_type)[arg] == "S(0)", op_type
@@ -381,12 +382,7 @@ def test_data_parallel_prelu_concat_l2_normalize_match_one_device():
     batches = [(rng.standard_normal((B, 6)).astype(np.float32), rng.integers(0, 4, B).astype(np.int32))
                for _ in range(4)]
 
-    def run(ndev):
-        flow.clear_default_session()
-        flow.manual_seed(0)
-        flow.config.gpu_device_num(0)
-        flow.config.cpu_device_num(ndev)
-
+    def make():
         @flow.global_function(type="train")
         def job(x: tp.Numpy.Placeholder((B, 6)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
             init = flow.random_normal_initializer(stddev=0.5)
@@ -400,15 +396,9 @@ def test_data_parallel_prelu_concat_l2_normalize_match_one_device():
             loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
             flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0.9).minimize(loss)
             return loss
-        losses = np.array([job(*b) for b in batches])
-        return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}, job
+        return job
 
-    one, one_vars, _ = run(1)
-    two, two_vars, job = run(2)
-    assert_close_at_scale(two, one, RTOL)
-    for k in one_vars:
-        np.testing.assert_allclose(two_vars[k], one_vars[k], rtol=1e-4, atol=1e-6, err_msg=k)
-    proto = job.graph.proto
+    proto = _trains_as_on_one_device(make, batches)
     for op_type, arg in (("prelu", "x_0"), ("prelu_grad", "dy_0"), ("tf_prelu", "x_0"), ("tf_prelu_grad", "dy_0"),
                          ("concat", "in_0"), ("l2_normalize", "x_0"), ("l2_normalize_grad", "dy_0")):
         assert _signature_of(proto, op_type)[arg] == "S(0)", op_type
@@ -423,12 +413,7 @@ def test_data_parallel_activations_match_one_device():
     acts = [("elu", flow.nn.elu), ("leaky_relu", lambda h: flow.nn.leaky_relu(h, alpha=0.1)),
             ("silu", flow.nn.silu), ("mish", flow.nn.mish), ("hardswish", flow.nn.hardswish)]
 
-    def run(ndev):
-        flow.clear_default_session()
-        flow.manual_seed(0)
-        flow.config.gpu_device_num(0)
-        flow.config.cpu_device_num(ndev)
-
+    def make():
         @flow.global_function(type="train")
         def job(x: tp.Numpy.Placeholder((B, 6)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
             h = x
@@ -439,18 +424,13 @@ def test_data_parallel_activations_match_one_device():
             loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
             flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.3])).minimize(loss)
             return loss
-        losses = np.array([job(*b) for b in batches])
-        return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}, job
+        return job
 
-    one, one_vars, _ = run(1)
-    two, two_vars, job = run(2)
-    assert_close_at_scale(two, one, RTOL)
-    for k in one_vars:
-        np.testing.assert_allclose(two_vars[k], one_vars[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    proto = _trains_as_on_one_device(make, batches)
     for op_type, _ in acts:
-        sig = _signature_of(job.graph.proto, op_type)
+        sig = _signature_of(proto, op_type)
         assert set(sig.values()) == {"S(0)"}, (op_type, sig)
-        assert set(_signature_of(job.graph.proto, f"{op_type}_grad").values()) == {"S(0)"}, op_type
+        assert set(_signature_of(proto, f"{op_type}_grad").values()) == {"S(0)"}, op_type
 
 
 def test_data_parallel_embedding_lookup_matches_one_device():
@@ -461,12 +441,7 @@ def test_data_parallel_embedding_lookup_matches_one_device():
     batches = [(rng.integers(0, 20, (B, 5)).astype(np.int32), rng.integers(0, 3, B).astype(np.int32))
                for _ in range(3)]
 
-    def run(ndev):
-        flow.clear_default_session()
-        flow.manual_seed(0)
-        flow.config.gpu_device_num(0)
-        flow.config.cpu_device_num(ndev)
-
+    def make():
         @flow.global_function(type="train")
         def job(ids: tp.Numpy.Placeholder((B, 5), dtype=flow.int32),
                 y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
@@ -476,14 +451,8 @@ def test_data_parallel_embedding_lookup_matches_one_device():
             loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
             flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5])).minimize(loss)
             return loss
-        losses = np.array([job(*b) for b in batches])
-        return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}, job
+        return job
 
-    one, one_vars, _ = run(1)
-    two, two_vars, job = run(2)
-    assert_close_at_scale(two, one, RTOL)
-    for k in one_vars:
-        np.testing.assert_allclose(two_vars[k], one_vars[k], rtol=1e-4, atol=1e-6, err_msg=k)
-    proto = job.graph.proto
+    proto = _trains_as_on_one_device(make, batches)
     assert _signature_of(proto, "gather") == {"in_0": "B", "indices_0": "S(0)", "out_0": "S(0)"}
     assert _signature_of(proto, "unsorted_segment_sum_like")["out_0"] == "P"

@@ -16,6 +16,7 @@ from graphfront import typing as tp
 from graphfront.framework.errors import OpRunError
 from graphfront.ofrecord import onerec
 from graphfront.ofrecord.reader import record_batches, shuffle_buffer
+from test_ofrecord import job_sbp  # the layout of each op's first output
 
 xxhash = pytest.importorskip("xxhash")
 pytest.importorskip("flatbuffers")
@@ -488,14 +489,6 @@ def test_shuffle_after_epoch_permutes_the_files_every_epoch(tmp_path):
 
 # ---------------------------------------------------------------- several devices
 
-def _job_sbp(gf):
-    from graphfront.framework import job_builder as jb
-    from graphfront.parallel import sbp as _sbp
-    proto = gf.graph.proto
-    sbps = _sbp.blob_sbps(proto)
-    return {jb.op_type_name(op): sbps[jb.op_outputs(op)[0][2]] for op in proto.net.op if jb.op_outputs(op)}
-
-
 @pytest.mark.slow  # spawns two worker processes
 def test_two_devices_read_their_balanced_ranges_of_the_files(tmp_path):
     files = [_ids_file(tmp_path / f"{i}.onerec", range(100 * i, 100 * i + 3)) for i in range(3)]
@@ -511,7 +504,7 @@ def test_two_devices_read_their_balanced_ranges_of_the_files(tmp_path):
     device1 = [200, 201, 202] * 4            # and file 2
     for step in range(3):
         np.testing.assert_array_equal(read()[:, 0], device0[2 * step:2 * step + 2] + device1[2 * step:2 * step + 2])
-    assert _job_sbp(read)["OneRecReader"] == "S(0)"
+    assert job_sbp(read)["OneRecReader"] == "S(0)"
 
 
 @pytest.mark.slow  # spawns two worker processes

@@ -96,7 +96,8 @@ def _cast_infer(ctx):
     ctx.set_output("out", ctx.input("in").shape, dtype)
 
 
-op("cast", inputs=["in"], outputs=["out"], attrs={"dtype": "dtype"}, infer=_cast_infer, sbp=_sbp.elementwise(p_all=True),
+op("cast", inputs=["in"], outputs=["out"], attrs={"dtype": "dtype"}, infer=_cast_infer,
+   sbp=_sbp.elementwise(p_all=True, p_int=False),
    kernel=lambda k: (lambda x, t=k.attr("dtype").torch: x.to(t)),
    xla=lambda k: (lambda x, t=k.attr("dtype").np: x.astype(t)),
    onnx=lambda c: c.node("Cast", [c.input("in")], [c.output("out")], to=c.dtype_code(c.attr("dtype"))),
@@ -408,7 +409,7 @@ for _kind, _fn in (("add", torch.add), ("sub", torch.sub), ("mul", torch.mul), (
     op(f"scalar_{_kind}_by_tensor", inputs=["x", "scalar"], outputs=["y"], infer=_by_tensor_infer,
        kernel=_by_tensor_kernel(_fn), grad=_by_tensor_grad(_kind), onnx=_by_tensor_onnx(_kind.capitalize()),
        xla=_by_tensor_xla(_kind),
-       sbp=_sbp.elementwise(p_each=("x",) if _kind in ("mul", "div") else ()))
+       sbp=_sbp.elementwise(p_each=("x",) if _kind in ("mul", "div") else (), p_int=_kind != "div"))
 
 
 # ----------------------------------------------------------------- add_n
@@ -548,7 +549,8 @@ for _name, _fn, _grad, _onnx, _xla in (
        kernel=lambda k, f=_fn: f, grad=_grad, onnx=onnx_rules.same(_onnx) if isinstance(_onnx, str) else _onnx,
        xla=_same_xla(_xla) if _xla else _divide_xla,
        sbp=_sbp.elementwise(p_all=_name in ("broadcast_add", "broadcast_sub"),
-                            p_each={"broadcast_mul": ("x", "y"), "broadcast_div": ("x",)}.get(_name, ())),
+                            p_each={"broadcast_mul": ("x", "y"), "broadcast_div": ("x",)}.get(_name, ()),
+                            p_int=_name != "broadcast_div"),
        amp="gray" if _name in ("broadcast_add", "broadcast_sub", "broadcast_mul", "broadcast_div") else None)
 
 

@@ -159,6 +159,9 @@ class SbpCtx:
     def ndim(self, arg, index=0) -> int:
         return len(self.shape(arg, index))
 
+    def dtype(self, arg, index=0):
+        return self._descs[self._lbn(arg, index)].dtype
+
     def sbp(self, arg, index=0) -> str:
         """The layout input ``arg[index]`` arrives in."""
         return self._blob_sbp[self._lbn(arg, index)]
@@ -181,13 +184,16 @@ def _with(ctx, default, **fixed):
     return sig
 
 
-def elementwise(p_all=False, p_each=()):
+def elementwise(p_all=False, p_each=(), p_int=True):
     """Inputs broadcast numpy-style onto the (first) output: for each output axis ``k``,
     every arg whose aligned dim is the full dim splits along it, the others are broadcast.
     ``p_all``: partial sums in give a partial sum out (sums: add, add_n, identity, scaling).
     ``p_each``: args that may alone be partial with the others broadcast (products:
-    ``multiply``'s x or y, ``relu_grad``'s dy)."""
+    ``multiply``'s x or y, ``relu_grad``'s dy). ``p_int=False``: no partial candidate when
+    the output is an integer (division and casts to integers truncate each part)."""
     def rule(ctx):
+        if not p_int and not ctx.dtype(ctx.output_args[0]).is_floating_point:
+            return elementwise()(ctx)
         out_shape = ctx.shape(ctx.output_args[0])
         r = len(out_shape)
         cands = []

@@ -197,6 +197,8 @@ def run_op(op_conf, descs, device, values, fn=None):
     args = [[values[l] for l in lbns] if rep else (values[lbns[0]] if lbns else None) for lbns, rep in ins]
     with torch.no_grad():
         res = fn(*args)
+    if not outs:  # (an op updating inputs in place only)
+        return {}
     if len(outs) == 1:
         res = (res,)
     result = {}

@@ -1,0 +1,164 @@
+"""Every op's SBP rule against its own kernel, device by device.
+
+For each op type with an ``sbp`` rule and a case in ``test_xla_rules.CASES`` (random
+inputs and attrs for a job of that one op), on 2 and on 3 devices: every candidate
+signature the rule offers that is valid for the case's shapes (``sbp._valid``, uneven
+splits included) runs as the devices of a multi-device job run it. Each device's kernel
+gets its part of every input (``S(k)``: its balanced slice along ``k``; ``B``: the whole
+blob; ``P``: one of ``n`` random tensors summing to the blob), its local descs,
+``parallel_id`` / ``parallel_num`` and the signature. The logical outputs rebuilt from
+the parts (``S(k)``: concatenated; ``P``: summed; ``B``: each part whole), and every blob
+the op updates in place, must equal one device's kernel on the whole inputs, within the
+rounding of the partial sums (``assert_close_at_scale``).
+"""
+import numpy as np
+import pytest
+import torch
+
+import graphfront as flow
+from graphfront.framework import job_builder as jb
+from graphfront.framework.session import default_session
+from graphfront.ops import registry
+from graphfront.parallel import sbp as S
+from graphfront.runtime.plan import make_kernel, run_op
+from graphfront.testing.compare import assert_close_at_scale
+from test_xla_rules import CASES, FED_BY, _case, _run
+
+CPU = torch.device("cpu")
+
+
+def _has_rule(op_type):
+    opdef = registry.lookup(op_type)
+    return opdef.sbp is not None and not opdef.random
+
+
+# ops whose logical result depends on the device count by definition
+PER_DEVICE = {
+    "TestSourceMultiGpuFixedOutNum": "OneFlow's test source: each device's part is its own [0 .. m - 1]",
+    # (test_distributed checks it against PyTorch's batch norm applied to each device's part)
+    "normalization_grad": "OneFlow's batch norm on a split batch: each device's part with its own statistics",
+}
+RULED = sorted(t for t in CASES if _has_rule(t) and t not in PER_DEVICE)
+
+
+def _arrays(op_type):
+    inputs, attrs, outputs, variables = _case(op_type)
+    rng = np.random.default_rng(sum(map(ord, op_type)))
+    arrays = {k: ([f(rng) for f in v] if isinstance(v, list) else v(rng)) for k, v in inputs.items()}
+    if op_type in FED_BY:
+        producer, producer_attrs, fed = FED_BY[op_type]
+        made = [a.name for a in registry.lookup(producer).outputs]
+        values, _ = _run(producer, "plan", {"x": arrays["x"]}, producer_attrs, made, set())
+        arrays.update((arg, value) for arg, value in zip(made, values) if arg in fed)
+    return arrays, attrs, outputs, variables
+
+
+def _op_and_descs(op_type, arrays, attrs, outputs, variables):
+    """The op's conf in the compiled one-op job of the case, and the job's logical descs."""
+    _run(op_type, "plan", arrays, attrs, outputs, variables)
+    job = default_session().jobs[f"xla_case_{op_type}"].job
+    ops = [op for op in job.net.op if jb.op_type_name(op) == op_type]
+    assert len(ops) == 1, f"{op_type}: the compiled job holds {len(ops)} such ops"
+    descs = {lbn: jb.TensorDesc.from_proto(p) for lbn, p in job.helper.lbn2logical_blob_desc.items()}
+    return ops[0], descs
+
+
+def _parts(full, sbp, n, rng):
+    """The devices' parts of the whole tensor ``full`` laid out as ``sbp``."""
+    axis = S.split_axis(sbp)
+    if axis is not None:
+        return [p.clone() for p in torch.tensor_split(full, n, dim=axis)]
+    if sbp == S.P:
+        assert full.dtype != torch.bool, "a partial-sum bool blob"
+        if full.dtype.is_floating_point:
+            scale = float(full.abs().max()) if full.numel() else 1.0
+            others = [torch.from_numpy(rng.uniform(-scale, scale, full.shape)).to(full.dtype) for _ in range(n - 1)]
+        else:
+            others = [torch.from_numpy(rng.integers(-3, 4, full.shape)).to(full.dtype) for _ in range(n - 1)]
+        return others + [full - sum(others)]
+    return [full.clone() for _ in range(n)]
+
+
+def _whole(parts, sbp):
+    axis = S.split_axis(sbp)
+    if axis is not None:
+        return torch.cat(parts, dim=axis)
+    if sbp == S.P:
+        return sum(parts[1:], parts[0].clone())
+    return parts
+
+
+def _expect_equal(got, want, what):
+    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
+    if not want.dtype.is_floating_point:
+        np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=what)
+        return
+    rtol = 1e-10 if want.dtype == torch.float64 else 1e-5  # (rounding of sums in another order)
+    got, want = got.double().numpy(), want.double().numpy()
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{what}: NaNs")
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)], err_msg=what)
+    assert_close_at_scale(got[finite], want[finite], rtol=rtol, err_msg=what)
+
+
+def _check_signature(op, descs, sig, n, values, rng, label):
+    ins, outs = jb.op_inputs(op), jb.op_outputs(op)
+    layout = {(a, i): sig.get(f"{a}_{i}", sig.get(a, S.B)) for a, i, _ in ins + outs}
+    signature = {S.bn_in_op(op, a, i): s for (a, i), s in layout.items()}
+    opdef = registry.op_def(op)
+    updated = [lbn for a, i, lbn in ins if opdef.may_mutate and a in opdef.mutated_args(jb.user_attrs(op))]
+    whole_values = {lbn: v.clone() for lbn, v in values.items()}
+    want = run_op(op, descs, CPU, whole_values)  # (updates whole_values[updated] in place)
+    parts = {lbn: _parts(values[lbn], layout[(a, i)], n, rng) for a, i, lbn in ins}
+    got_parts = {lbn: [] for _, _, lbn in outs}
+    for r in range(n):
+        local = {lbn: d._replace(shape=S.local_shape(d.shape, layout[(a, i)], n, r))
+                 for a, i, lbn in ins + outs for d in [descs[lbn]]}
+        fn = make_kernel(op, local, CPU, signature=signature, parallel_ctx=(r, n), logical_descs=descs)
+        res = run_op(op, local, CPU, {lbn: p[r] for lbn, p in parts.items()}, fn)
+        for lbn in got_parts:
+            got_parts[lbn].append(res[lbn])
+    for a, i, lbn in outs:
+        whole = _whole(got_parts[lbn], layout[(a, i)])
+        for w in (whole if isinstance(whole, list) else [whole]):
+            _expect_equal(w, want[lbn], f"{label}: output {a}_{i} laid out {layout[(a, i)]}")
+    for a, i, lbn in ins:
+        if lbn in updated:
+            whole = _whole(parts[lbn], layout[(a, i)])
+            for w in (whole if isinstance(whole, list) else [whole]):
+                _expect_equal(w, whole_values[lbn], f"{label}: updated input {a}_{i} laid out {layout[(a, i)]}")
+
+
+def _arrivals(op, ctx_for, n):
+    """The layouts the op's inputs may arrive in: all broadcast, and for an op updating
+    inputs in place also each updated blob split on each axis (its rule must keep it)."""
+    opdef = registry.op_def(op)
+    yield {lbn: S.B for _, _, lbn in jb.op_inputs(op)}
+    mutated = opdef.mutated_args(jb.user_attrs(op)) if opdef.may_mutate else ()
+    for a, i, lbn in jb.op_inputs(op):
+        if a in mutated:
+            for k in range(len(ctx_for(lbn).shape)):
+                yield {**{l: S.B for _, _, l in jb.op_inputs(op)}, lbn: S.split(k)}
+
+
+@pytest.mark.parametrize("op_type", RULED)
+def test_every_signature_of_the_rule_computes_the_ops_result(op_type):
+    arrays, attrs, outputs, variables = _arrays(op_type)
+    op, descs = _op_and_descs(op_type, arrays, attrs, outputs, variables)
+    values = {}
+    for a, i, lbn in jb.op_inputs(op):
+        v = arrays[a][i] if isinstance(arrays[a], list) else arrays[a]
+        values[lbn] = torch.from_numpy(np.ascontiguousarray(v))
+    rng = np.random.default_rng(7)
+    tried = set()
+    for n in (2, 3):
+        for arrival in _arrivals(op, descs.get, n):
+            ctx = S.SbpCtx(op, descs, arrival, n)
+            for sig in S._candidates(ctx, op, (), False):
+                key = (n, tuple(sorted(sig.items())))
+                if key in tried or not S._valid(ctx, sig, n):
+                    continue
+                tried.add(key)
+                _check_signature(op, descs, sig, n, values, rng, f"{op_type} on {n} devices, signature {sig}")
+    assert tried, f"{op_type}: no candidate signature is valid for the case's shapes on 2 or 3 devices"

@@ -28,8 +28,9 @@ CPU = torch.device("cpu")
 
 
 def _has_rule(op_type):
+    """An ``sbp`` rule, or an in-place update (which keeps each updated blob's layout)."""
     opdef = registry.lookup(op_type)
-    return opdef.sbp is not None and not opdef.random
+    return (opdef.sbp is not None or opdef.may_mutate) and not opdef.random
 
 
 # ops whose logical result depends on the device count by definition
@@ -130,16 +131,20 @@ def _check_signature(op, descs, sig, n, values, rng, label):
                 _expect_equal(w, whole_values[lbn], f"{label}: updated input {a}_{i} laid out {layout[(a, i)]}")
 
 
-def _arrivals(op, ctx_for, n):
+def _arrivals(op, descs):
     """The layouts the op's inputs may arrive in: all broadcast, and for an op updating
-    inputs in place also each updated blob split on each axis (its rule must keep it)."""
+    inputs in place also a split of the updated blobs on each axis (the variable, and
+    the optimizer state of its shape updated with it, as the job lays them out)."""
     opdef = registry.op_def(op)
-    yield {lbn: S.B for _, _, lbn in jb.op_inputs(op)}
+    ins = jb.op_inputs(op)
+    yield {lbn: S.B for _, _, lbn in ins}
     mutated = opdef.mutated_args(jb.user_attrs(op)) if opdef.may_mutate else ()
-    for a, i, lbn in jb.op_inputs(op):
+    for a, i, lbn in ins:
         if a in mutated:
-            for k in range(len(ctx_for(lbn).shape)):
-                yield {**{l: S.B for _, _, l in jb.op_inputs(op)}, lbn: S.split(k)}
+            shape = descs[lbn].shape
+            together = [l for b, j, l in ins if b in mutated and j == i and descs[l].shape == shape]
+            for k in range(len(shape)):
+                yield {**{l: S.B for _, _, l in ins}, **{l: S.split(k) for l in together}}
 
 
 @pytest.mark.parametrize("op_type", RULED)
@@ -153,7 +158,7 @@ def test_every_signature_of_the_rule_computes_the_ops_result(op_type):
     rng = np.random.default_rng(7)
     tried = set()
     for n in (2, 3):
-        for arrival in _arrivals(op, descs.get, n):
+        for arrival in _arrivals(op, descs):
             ctx = S.SbpCtx(op, descs, arrival, n)
             for sig in S._candidates(ctx, op, (), False):
                 key = (n, tuple(sorted(sig.items())))

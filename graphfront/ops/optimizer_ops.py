@@ -64,6 +64,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.common import skippable
 from graphfront.ops.registry import ArgDef, op
+from graphfront.parallel import sbp as _sbp
 
 LR_INPUTS = ["learning_rate?", "scale_by_tensor?", "skip_if?"]
 REG_ATTRS = {"scale": ("double", 1.0), "l1": ("float", 0.0), "l2": ("float", 0.0),
@@ -129,7 +130,7 @@ def regularized_diff_xla(model, diff, scale, l1, l2, scale_by_tensor=None):
     return g
 
 
-def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, check=None, xla_step=None):
+def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, check=None, xla_step=None, sbp=None):
     """Register one ``*_update`` op.
 
     ``step(k)`` is called once per op instance at lowering time and returns
@@ -138,7 +139,8 @@ def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, c
     ``apply`` updates ``model`` and the state tensors in place. ``check(ctx)`` adds
     op-specific build-time checks to :func:`check_update_inputs`. ``xla_step(k)``, when
     given, is ``step`` over jax arrays: its ``apply`` returns ``{arg: new value}`` for the
-    arguments it updates instead of writing them (the op's ``xla`` rule).
+    arguments it updates instead of writing them (the op's ``xla`` rule). ``sbp``: the op's
+    SBP rule (None: each updated blob keeps its layout, ``graphfront.parallel.sbp``).
     """
     names = [ArgDef.parse(s).name for s in inputs]
 
@@ -186,7 +188,7 @@ def update_op(op_type, inputs, attrs, state=(), scalar_state=(), *, step, doc, c
             check(ctx)
 
     return op(op_type, inputs=inputs, outputs=[], attrs=attrs, infer=infer,
-              kernel=kernel, no_grad=True, mutates=mutated, doc=doc, xla=xla if xla_step else None)
+              kernel=kernel, no_grad=True, mutates=mutated, doc=doc, xla=xla if xla_step else None, sbp=sbp)
 
 
 def _decay(model, lr, wd):
@@ -414,7 +416,7 @@ def _lars_xla_step(k):
 update_op("lars_update", ["model", "model_diff", "learning_rate", "momentum", "scale_by_tensor?", "skip_if?"],
           {"scale": ("double", 1.0), "l1": ("float", 0.0), "l2": ("float", 0.0), "momentum_beta": ("float", 0.9),
            "epsilon": ("float", 0.0), "lars_coefficient": ("float", 0.0001), "weight_decay": ("float", 0.0)},
-          state=("momentum",), step=_lars_step, xla_step=_lars_xla_step,
+          state=("momentum",), step=_lars_step, xla_step=_lars_xla_step, sbp=_sbp.replicated,
           doc="LARS with momentum (see module docstring)")
 
 
@@ -458,6 +460,7 @@ update_op("lamb_update", ["m", "v", "beta1_t", "beta2_t", "model", "model_diff",
           {"beta1": ("float", 0.0), "beta2": ("float", 0.0), "epsilon": ("float", 0.0), "scale": ("double", 1.0),
            "l1": ("float", 0.0), "l2": ("float", 0.0), "weight_decay": ("float", 0.0)},
           state=("m", "v"), scalar_state=("beta1_t", "beta2_t"), step=_lamb_step, xla_step=_lamb_xla_step,
+          sbp=_sbp.replicated,
           doc="LAMB (see module docstring)")
 
 

@@ -225,6 +225,22 @@ def batch(min_ndim_arg=None):
     return rule
 
 
+def replicated(ctx):
+    """Ops needing every blob whole on every device (LAMB's and LARS's norms of the whole
+    model): all broadcast only, so an in-place update of a split blob is refused."""
+    return Only([_with(ctx, B)])
+
+
+def independent(axes):
+    """Ops computing along some axes and independently along the others (slicing, padding,
+    flipping or sorting along given axes, a softmax over the last one): for each axis
+    ``k`` that ``axes(ctx)`` returns, every arg split on ``k`` (a candidate is valid only
+    where every arg has that axis, :func:`_valid`)."""
+    def rule(ctx):
+        return [_with(ctx, split(k)) for k in axes(ctx)]
+    return rule
+
+
 def conv(data, weight, out, weight_grads=()):
     """Convolutions and their grads: the data and output split on the batch axis with the
     weight broadcast; ``weight_grads`` outputs (filter and bias diffs) are partial sums."""

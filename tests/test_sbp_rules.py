@@ -147,9 +147,8 @@ def _arrivals(op, descs):
                 yield {**{l: S.B for _, _, l in ins}, **{l: S.split(k) for l in together}}
 
 
-@pytest.mark.parametrize("op_type", RULED)
-def test_every_signature_of_the_rule_computes_the_ops_result(op_type):
-    arrays, attrs, outputs, variables = _arrays(op_type)
+def _check_all(op_type, arrays, attrs, outputs, variables):
+    """Check every valid candidate on 2 and 3 devices; returns the (n, signature) tried."""
     op, descs = _op_and_descs(op_type, arrays, attrs, outputs, variables)
     values = {}
     for a, i, lbn in jb.op_inputs(op):
@@ -166,4 +165,26 @@ def test_every_signature_of_the_rule_computes_the_ops_result(op_type):
                     continue
                 tried.add(key)
                 _check_signature(op, descs, sig, n, values, rng, f"{op_type} on {n} devices, signature {sig}")
+    return tried
+
+
+@pytest.mark.parametrize("op_type", RULED)
+def test_every_signature_of_the_rule_computes_the_ops_result(op_type):
+    tried = _check_all(op_type, *_arrays(op_type))
     assert tried, f"{op_type}: no candidate signature is valid for the case's shapes on 2 or 3 devices"
+
+
+@pytest.mark.parametrize("x_shape, y_shape, splits", [
+    ((6, 4), (24,), {("S(0)", "S(0)")}),                      # flatten: rows stay whole runs
+    ((24,), (6, 4), {("S(0)", "S(0)")}),
+    ((6, 4, 2), (6, 2, 2, 2), {("S(0)", "S(0)"), ("S(1)", "S(1)"), ("S(2)", "S(3)")}),
+    ((6, 1, 4), (6, 4), {("S(0)", "S(0)"), ("S(2)", "S(1)")}),  # squeeze
+    ((3, 4), (3, 1, 4), {("S(0)", "S(0)"), ("S(1)", "S(2)")}),  # expand_dims
+    ((4, 6), (6, 4), {("S(0)", "S(0)")}),                      # (even halves of both)
+    ((2, 3), (3, 2), set()),                                   # 3 rows do not halve; 2 rows not in 3
+])
+def test_reshape_keeps_splits_of_axes_with_equal_leading_volume(x_shape, y_shape, splits):
+    x = np.arange(np.prod(x_shape), dtype=np.float64).reshape(x_shape)
+    tried = _check_all("reshape", {"in": x}, {"shape": y_shape}, ["out"], set())
+    split = {(dict(sig)["in"], dict(sig)["out"]) for _, sig in tried} - {("B", "B"), ("P", "P")}
+    assert split == splits

@@ -125,8 +125,11 @@ def CreateOptimizer(args):  # noqa: N802
 
 
 def GetFunctionConfig(args):  # noqa: N802
+    n = args.gpu_num_per_node
+    if n > 1:
+        (flow.config.gpu_device_num if args.device == "gpu" else flow.config.cpu_device_num)(n)
     config = flow.FunctionConfig()
-    config.default_placement_scope(flow.scope.placement(args.device, "0:0"))  # the whole job, its feeds too
+    config.default_placement_scope(flow.scope.placement(args.device, f"0:0-{n - 1}"))  # the whole job, its feeds too
     config.enable_auto_mixed_precision(args.use_fp16)
     if getattr(args, "amp_dtype", None):
         config.mixed_precision_data_type(args.amp_dtype)
@@ -156,13 +159,20 @@ def add_arguments(parser):
     a("--attention_probs_dropout_prob", type=float, default=0.1)
     a("--hidden_dropout_prob", type=float, default=0.1)
     a("--device", choices=["cpu", "gpu"], default="gpu")
+    a("--gpu_num_per_node", type=int, default=1,
+      help="devices the job runs on, data parallel (with --device cpu: CPU devices)")
     return parser
+
+
+def batch_size(args):
+    """The job's batch: ``batch_size_per_device`` on each of its devices."""
+    return args.batch_size_per_device * args.gpu_num_per_node
 
 
 def synthetic_batch(args, seed=0):
     """A random pretraining batch (numpy) shaped as OneFlow-Benchmark's BERT decoder gives it."""
     rng = np.random.default_rng(seed)
-    b, s, p = args.batch_size_per_device, args.seq_length, args.max_predictions_per_seq
+    b, s, p = batch_size(args), args.seq_length, args.max_predictions_per_seq
     if p > s:
         raise ValueError(f"max_predictions_per_seq {p} exceeds seq_length {s}")
     lengths = rng.integers(max(s // 2, p), s + 1, b)   # real tokens per sequence, the rest padding
@@ -187,7 +197,7 @@ def feeds(batch):
 def make_pretrain_job(args, name="PretrainJob"):
     """The train job ``f(*feeds(batch)) -> {"total_loss", "mlm_loss", "nsp_loss"}``
     (numpy (1,) each). The hidden size is ``hidden_size_per_head * num_attention_heads``."""
-    b, s, p = args.batch_size_per_device, args.seq_length, args.max_predictions_per_seq
+    b, s, p = batch_size(args), args.seq_length, args.max_predictions_per_seq
     hidden_size = args.hidden_size_per_head * args.num_attention_heads
     i32 = flow.int32
 
@@ -198,7 +208,7 @@ def make_pretrain_job(args, name="PretrainJob"):
             masked_lm_ids: tp.Numpy.Placeholder((b, p), dtype=i32),
             masked_lm_positions: tp.Numpy.Placeholder((b, p), dtype=i32),
             masked_lm_weights: tp.Numpy.Placeholder((b, p), dtype=flow.float)) -> typing.Dict[str, tp.Numpy]:
-        with flow.scope.placement(args.device, "0:0"):
+        with flow.scope.placement(args.device, f"0:0-{args.gpu_num_per_node - 1}"):
             total_loss, mlm_loss, nsp_loss = PreTrain(
                 input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights,
                 next_sentence_labels, args.vocab_size, seq_length=s, hidden_size=hidden_size,

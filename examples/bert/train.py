@@ -51,7 +51,7 @@ def main(argv=None):
             scale = vs.get("System-Train-DynamicLossScale-PretrainJob-LossScale")
             print(f"step {step}: total {total:.4f}, mlm {mlm:.4f}, nsp {nsp:.4f}, updates applied {updates}"
                   + (f", loss scale {float(scale.numpy()[0]):g}" if scale is not None else "")
-                  + f", {every * args.batch_size_per_device / dt:.1f} samples/s", flush=True)
+                  + f", {every * pretrain.batch_size(args) / dt:.1f} samples/s", flush=True)
             t0 = time.perf_counter()
     if args.model_save_dir:
         flow.checkpoint.save(args.model_save_dir)

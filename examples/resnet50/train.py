@@ -62,9 +62,21 @@ def add_arguments(p):
       help="blocks per stage, e.g. 1,1,1,1 (default 3,4,6,3: ResNet-50)")
     a("--width", type=float, default=1.0, help="channel multiplier (1.0: ResNet-50)")
     a("--device", choices=["cpu", "gpu"], default="gpu")
+    a("--gpu_num_per_node", type=int, default=1,
+      help="devices the job runs on, data parallel (with --device cpu: CPU devices)")
     a("--compile_mode", default=None, help="graphfront lowering (plan, native, xla)")
     a("--model_save_dir", default=None, help="save the variables here after training")
     return p
+
+
+def devices(args):
+    """The placement's device ids on this machine, ``"0:0-<n-1>"``."""
+    return f"0:0-{args.gpu_num_per_node - 1}"
+
+
+def batch_size(args):
+    """The job's batch: ``batch_size_per_device`` on each of its devices."""
+    return args.batch_size_per_device * args.gpu_num_per_node
 
 
 def label_smoothing(labels, classes, eta, dtype):
@@ -73,7 +85,7 @@ def label_smoothing(labels, classes, eta, dtype):
 
 
 def load_synthetic(args):
-    b = args.batch_size_per_device
+    b = batch_size(args)
     label = flow.data.decode_random(shape=(), dtype=flow.int32, batch_size=b,
                                     initializer=flow.zeros_initializer(flow.int32))
     shape = (args.image_size, args.image_size, 3) if args.channel_last else (3, args.image_size, args.image_size)
@@ -82,12 +94,12 @@ def load_synthetic(args):
 
 
 def load_imagenet_for_training(args):
-    b = args.batch_size_per_device
+    b = batch_size(args)
     train_dir = os.path.join(args.ofrecord, "train")
     parts = args.data_part_num or len([f for f in os.listdir(train_dir) if f.startswith("part-")])
     if not parts:
         raise SystemExit(f"no OFRecord shards (part-*) in {train_dir}")
-    with flow.scope.placement("cpu", "0:0"):
+    with flow.scope.placement("cpu", devices(args)):
         ofrecord = flow.data.ofrecord_reader(train_dir, batch_size=b, data_part_num=parts,
                                              part_name_suffix_length=5, random_shuffle=True,
                                              shuffle_after_epoch=True)
@@ -102,9 +114,11 @@ def load_imagenet_for_training(args):
 
 
 def function_config(args):
+    if args.gpu_num_per_node > 1:
+        (flow.config.gpu_device_num if args.device == "gpu" else flow.config.cpu_device_num)(args.gpu_num_per_node)
     config = flow.FunctionConfig()
     config.default_data_type(flow.float)
-    config.default_placement_scope(flow.scope.placement(args.device, "0:0"))  # the whole job, its feeds too
+    config.default_placement_scope(flow.scope.placement(args.device, devices(args)))  # the whole job, its feeds too
     config.enable_auto_mixed_precision(args.use_fp16)
     config.cudnn_conv_heuristic_search_algo(False)  # (cuDNN times the algorithms, as OneFlow-Benchmark's train job)
     if args.compile_mode:
@@ -126,7 +140,7 @@ def make_train_job(args, name="TrainNet"):
             labels, images = load_imagenet_for_training(args)
         else:
             labels, images = None, None
-        with flow.scope.placement(args.device, "0:0"):
+        with flow.scope.placement(args.device, devices(args)):
             if labels is None:
                 labels, images = load_synthetic(args)
             logits = resnet50(images, args)
@@ -153,7 +167,7 @@ def main(argv=None):
     for step in range(1, args.steps + 1):
         out = train()
         losses.append(float(out["loss"].reshape(-1)[0]))
-        seen += args.batch_size_per_device
+        seen += batch_size(args)
         if step % args.loss_print_every_n_iter == 0 or step == args.steps:
             dt = time.perf_counter() - t0
             print(f"step {step}: loss {np.mean(losses[-args.loss_print_every_n_iter:]):.4f}, "

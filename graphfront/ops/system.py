@@ -113,9 +113,11 @@ def _decode_random_draw(k):
 def _decode_random_kernel(k):
     """A new batch drawn from ``data_initializer`` on every run (OneFlow v0.6.0
     ``oneflow/core/kernel/decode_random_kernel.cpp``), on the op's device, from the op's
-    own generator there (:meth:`~graphfront.runtime.plan.KernelCtx.generator`)."""
+    own generator there (:meth:`~graphfront.runtime.plan.KernelCtx.generator`); on several
+    devices each draws the whole batch and keeps its part of it."""
     draw, gen, device = _decode_random_draw(k), k.generator(), k.device
-    return lambda: draw(device, gen)
+    layout, n, index = k.sbp("out"), k.parallel_num, k.parallel_id
+    return lambda: _sbp.local_part(draw(device, gen), layout, n, index)
 
 
 def _decode_random_native(k):
@@ -141,7 +143,7 @@ def _decode_random_xla(k):
 
 # ``tick`` orders the op after another (a control edge, ``ctrl_in_op_name``), it carries no data
 system_op("decode_random_conf", infer=_decode_random_infer, kernel=_decode_random_kernel, random=True, no_grad=True,
-          xla=_decode_random_xla, native=_decode_random_native)
+          xla=_decode_random_xla, native=_decode_random_native, sbp=_sbp.drawn_whole(lambda ctx: [0]))
 
 
 def _lr_kernel(k):

@@ -106,6 +106,19 @@ def local_shape(shape, sbp, n, index=0):
     return tuple(shape)
 
 
+def local_part(whole, sbp, n, index=0):
+    """Device ``index``'s part of the tensor ``whole`` (the logical blob) laid out as
+    ``sbp`` over ``n`` devices (a tuple over the grid ``n``): the slices
+    :func:`local_shape` describes (a view; ``whole`` itself when nothing is split)."""
+    layouts, counts = (sbp, n) if isinstance(sbp, tuple) else ((sbp,), (n,))
+    for s, d, c in zip(layouts, counts, grid_coords(index, counts)):
+        axis = split_axis(s)
+        if axis is not None:
+            part = balanced_range(whole.shape[axis], d, c)
+            whole = whole.narrow(axis, part.start, len(part))
+    return whole
+
+
 def bn_in_op(op_conf, arg, index) -> str:
     """OneFlow's blob name in op: ``<arg>_<index>`` for user ops, the field for system ops."""
     return f"{arg}_{index}" if jb.op_kind(op_conf) == "user_conf" else arg
@@ -231,6 +244,16 @@ def replicated(ctx):
     return Only([_with(ctx, B)])
 
 
+def drawn_whole(axes):
+    """Random ops whose kernel draws the whole logical blob from the op's stream and keeps
+    this device's part (:func:`local_part`): split on each axis ``axes(ctx)`` returns, on
+    a line of devices. Their values then do not depend on the device count (OneFlow's
+    kernels draw each part from the device's own stream instead)."""
+    def rule(ctx):
+        return [_with(ctx, split(k)) for k in axes(ctx)] if ctx.grid_axis is None else []
+    return rule
+
+
 def independent(axes):
     """Ops computing along some axes and independently along the others (slicing, padding,
     flipping or sorting along given axes, a softmax over the last one): for each axis
@@ -314,13 +337,21 @@ def reduce(split_to_partial, partial_in=False):
 
 
 def reshape(ctx):
-    """A reshape keeping the batch axis keeps a split on it; partial sums pass through."""
+    """A reshape (flatten, squeeze, expand_dims ...: the input's elements in row-major
+    order): a split of input axis ``i`` is a split of output axis ``j`` when the axes before
+    them hold as many elements (``prod(x[:i]) == prod(y[:j])``): each device's part is then
+    the same runs of elements on both sides (even splits; an uneven one needs the two axes
+    of one length, :func:`_valid`). Like OneFlow's ``GetReshapeUserOpSbpSignatures``
+    (``oneflow/user/ops/reshape_user_op_util.cpp``). Partial sums pass through; any other
+    arg (``reshape_like``'s ``like``) takes the output's layout."""
     x, y = ctx.input_args[0], ctx.output_args[0]
-    cands = [{x: P, y: P}]
     xs, ys = ctx.shape(x), ctx.shape(y)
-    if xs and ys and xs[0] == ys[0]:
-        cands.insert(0, {x: split(0), y: split(0)})
-    return cands
+    cands = []
+    for i in range(len(xs)):
+        for j in range(len(ys)):
+            if math.prod(xs[:i]) == math.prod(ys[:j]) and xs[i] > 1 and ys[j] > 1:
+                cands.append(_with(ctx, split(j), **{x: split(i)}))
+    return cands + [_with(ctx, B, **{x: P, y: P})]
 
 
 def _update_rule(ctx, mutated):

@@ -456,3 +456,27 @@ def test_data_parallel_embedding_lookup_matches_one_device():
     proto = _trains_as_on_one_device(make, batches)
     assert _signature_of(proto, "gather") == {"in_0": "B", "indices_0": "S(0)", "out_0": "S(0)"}
     assert _signature_of(proto, "unsorted_segment_sum_like")["out_0"] == "P"
+
+
+def test_decode_random_splits_one_draw_over_the_devices():
+    """OneFlow-Benchmark's synthetic data (``decode_random``) on 2 devices: split along the
+    batch (each device draws the whole batch from the op's stream and keeps its part, so 3
+    devices hold the same batch), the halves differ, and one seed repeats the batch."""
+    def batch(seed, n=2):
+        flow.clear_default_session()
+        flow.manual_seed(seed)
+        flow.config.gpu_device_num(0)
+        flow.config.cpu_device_num(n)
+
+        @flow.global_function(type="predict")
+        def job() -> tp.Numpy:
+            return flow.data.decode_random(shape=(3,), dtype=flow.float, batch_size=6,
+                                           initializer=flow.random_uniform_initializer())
+        return job(), _sbp.blob_sbps(job.graph.proto)
+
+    first, sbps = batch(1)
+    assert {s for lbn, s in sbps.items() if lbn.startswith("DecodeRandom")} == {"S(0)"}
+    assert first.shape == (6, 3) and not np.allclose(first[:3], first[3:])
+    np.testing.assert_array_equal(batch(1)[0], first)
+    np.testing.assert_array_equal(batch(1, n=3)[0], first)
+    assert not np.array_equal(batch(2)[0], first)

@@ -9,6 +9,7 @@ in a different order on each side, through a few dozen layers, agree to ~1e-5 re
 the checks allow 2e-4 of the largest value (loss: 1e-5 relative).
 """
 import argparse
+import copy
 import importlib.util
 import os
 import sys
@@ -19,6 +20,11 @@ import torch
 
 import graphfront as flow
 from graphfront import typing as tp
+from graphfront.framework import job_builder as jb
+from graphfront.framework.session import default_session, trace
+from graphfront.parallel import sbp as _sbp
+from graphfront.passes import complete
+from graphfront.passes.boxing import boxing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for sub in ("examples/bert", "examples/resnet50", "benchmarks"):
@@ -302,6 +308,65 @@ def test_bert_warmup_from_zero_holds_the_loss_as_oneflow_benchmark_defaults_do()
 
 
 # ----------------------------------------------------------------------------- the scripts
+
+
+# ----------------------------------------------------------------------------- data parallel
+
+_GATHERS = {"_nccl_logical_all_gather", "_nccl_logical_all_gather_noncontinuous", "_nccl_logical_s2s",
+            "_nccl_logical_reduce_scatter"}
+
+
+def _data_parallel_layouts(gf):
+    """The collectives of ``gf``'s job as the boxing pass lays it out, and the layouts of
+    its feeds and synthetic batches."""
+    builder, _ = trace(default_session(), gf)
+    job = boxing(complete(copy.deepcopy(builder.job)))
+    sbps = _sbp.blob_sbps(job)
+    collectives = [(jb.op_type_name(op), op.name) for op in job.net.op if jb.op_type_name(op).startswith("_nccl")]
+    sources = {op.name: sbps[jb.op_outputs(op)[0][2]] for op in job.net.op
+               if jb.op_kind(op) in ("input_conf", "decode_random_conf")}
+    return collectives, sources
+
+
+@pytest.mark.parametrize("model", ["resnet50", "bert"])
+def test_data_parallel_examples_exchange_only_gradients(model):
+    """OneFlow-Benchmark's data parallelism (``--gpu_num_per_node 2``): every activation
+    stays split along the batch, so the only collectives are the all-reduces of partial
+    sums (the variables' gradients, the loss); no activation is gathered."""
+    if model == "resnet50":
+        gf = r50.make_train_job(_resnet_args(device="cpu", gpu_num_per_node=2, batch_size_per_device=2))
+    else:
+        gf = pretrain.make_pretrain_job(_bert_args(gpu_num_per_node=2, batch_size_per_device=2,
+                                                   hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1))
+    collectives, sources = _data_parallel_layouts(gf)
+    assert sources and set(sources.values()) == {"S(0)"}, sources
+    assert not [c for c in collectives if c[0] in _GATHERS], collectives
+    assert {t for t, _ in collectives} == {"_nccl_logical_all_reduce"}
+
+
+@pytest.mark.slow  # spawns two worker processes
+def test_data_parallel_bert_with_dropout_trains_as_one_device():
+    """The BERT example on 2 devices (4 sequences each) against 1 device (8): every dropout
+    mask is drawn whole and split, so losses and variables agree up to float32 rounding."""
+    def run(n):
+        flow.clear_default_session()
+        flow.manual_seed(3)
+        flow.config.cpu_device_num(1)
+        args = _bert_args(gpu_num_per_node=n, batch_size_per_device=8 // n, hidden_dropout_prob=0.1,
+                          attention_probs_dropout_prob=0.1)
+        job = pretrain.make_pretrain_job(args)
+        batch = pretrain.synthetic_batch(args, seed=4)
+        losses = _bert_losses(job, 3, batch)
+        masks = {sbp for lbn, sbp in _sbp.blob_sbps(job.graph.proto).items() if "random_mask_like" in lbn}
+        return losses, _variables(), masks
+
+    (one, one_vars, _), (two, two_vars, masks) = run(1), run(2)
+    assert masks == {"S(0)"}
+    np.testing.assert_allclose(two, one, rtol=1e-5)
+    assert two_vars.keys() == one_vars.keys()
+    for name in one_vars:
+        if "attention-self-key-bias" not in name:  # (its gradient is 0: a softmax ignores a shift of all keys'
+            _close(two_vars[name], one_vars[name], rel=1e-4)  # scores, so it holds rounding noise on both sides)
 
 @pytest.mark.parametrize("script, extra", [
     ("resnet50", ["--batch-size", "2", "--image-size", "32", "--width", "0.125"]),

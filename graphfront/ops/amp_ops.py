@@ -20,6 +20,7 @@ import torch
 from graphfront.framework import dtypes as _dt
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 LOSS_SCALE_MIN = 1.0
 LOSS_SCALE_MAX = 65536.0
@@ -33,7 +34,7 @@ def _like_in(ctx):
 op("amp_white_identity", inputs=["in"], outputs=["out"], infer=_like_in, kernel=lambda k: lambda x: x,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit("amp_white_identity", {"in": g.dout("out")})),
    view=True, doc="out = in; marks a point of the auto-mixed-precision white list", onnx=onnx_rules.same("Identity"),
-   xla=lambda k: lambda x: x,
+   xla=lambda k: lambda x: x, sbp=_sbp.elementwise(p_all=True),
    amp="white")
 
 

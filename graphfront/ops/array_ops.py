@@ -50,6 +50,27 @@ def _vjp(fwd):
     return grad
 
 
+def _partials(ctx):
+    """Partial sums through an op linear in its input (a ``like`` input, read for its shape
+    only, broadcast), and a partial ``like`` with the rest broadcast."""
+    return [_sbp._with(ctx, _sbp.P, like=_sbp.B)] + ([_sbp._with(ctx, _sbp.B, like=_sbp.P)] if ctx.has("like") else [])
+
+
+def _split_or_partial(axes):
+    """SBP rule of an op linear in its input that computes along some axes: every arg split
+    on each axis of ``axes(ctx)`` (those it leaves whole), or :func:`_partials`."""
+    return lambda ctx: _sbp.independent(axes)(ctx) + _partials(ctx)
+
+
+def _axes_besides(arg, dims):
+    """``axes`` of :func:`_split_or_partial`: the axes of ``arg`` not in ``dims(ctx)``."""
+    def axes(ctx):
+        n = ctx.ndim(arg)
+        skip = {d % n for d in dims(ctx)}
+        return [k for k in range(n) if k not in skip]
+    return axes
+
+
 # ============================================================== reshape family
 
 def _reshape_infer(ctx):
@@ -99,7 +120,7 @@ def _reshape_like_infer(ctx):
 
 op("reshape_like", inputs=["in", "like"], outputs=["out"], infer=_reshape_like_infer,
    kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
-   xla=_reshape_kernel())
+   xla=_reshape_kernel(), sbp=_sbp.reshape)
 
 
 def _flatten_infer(ctx):
@@ -117,7 +138,7 @@ def _flatten_infer(ctx):
 
 op("flatten", inputs=["in"], outputs=["out"], attrs={"start_dim": ("int32", 0), "end_dim": ("int32", -1)},
    infer=_flatten_infer, kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True,
-   onnx=_reshape_to_output_onnx("in", "out"), xla=_reshape_kernel(), amp="clear")
+   onnx=_reshape_to_output_onnx("in", "out"), xla=_reshape_kernel(), amp="clear", sbp=_sbp.reshape)
 
 
 def _squeeze_infer(ctx):
@@ -135,7 +156,7 @@ def _squeeze_infer(ctx):
 
 op("squeeze", inputs=["in"], outputs=["out"], attrs={"axes": "list_int32"}, infer=_squeeze_infer,
    kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
-   xla=_reshape_kernel(), amp="clear")
+   xla=_reshape_kernel(), amp="clear", sbp=_sbp.reshape)
 
 
 def _expand_dims_infer(ctx):
@@ -150,7 +171,7 @@ def _expand_dims_infer(ctx):
 
 op("expand_dims", inputs=["in"], outputs=["out"], attrs={"axis": ("int32", 0)}, infer=_expand_dims_infer,
    kernel=_reshape_kernel(), grad=_grad_reshape_like(), view=True, onnx=_reshape_to_output_onnx("in", "out"),
-   xla=_reshape_kernel(), amp="clear")
+   xla=_reshape_kernel(), amp="clear", sbp=_sbp.reshape)
 
 
 # ============================================================== transpose
@@ -321,9 +342,18 @@ def _split_like_xla(k):
     return lambda x, likes: list(xla_rules.jnp().split(x, bounds, axis=axis))
 
 
+def _split_like_sbp(ctx):
+    """Every blob split on an axis other than ``axis`` (a like lacking that axis broadcast);
+    partial sums pass (the likes, read for their shapes only, broadcast)."""
+    axis, S = ctx.attr("axis") % ctx.ndim("in"), _sbp.split
+    ranks = [ctx.ndim("like", i) for i in range(ctx.count("like"))]
+    return [{"in": S(k), "out": S(k), **{f"like_{i}": S(k) if k < r else _sbp.B for i, r in enumerate(ranks)}}
+            for k in range(ctx.ndim("in")) if k != axis] + _partials(ctx)
+
+
 op("split_like", inputs=["in", "like*"], outputs=["out*"], attrs={"axis": ("int64", 0)},
    infer=_split_like_infer, kernel=_split_like_kernel, grad=_split_like_grad, view=True, onnx=_split_like_onnx,
-   xla=_split_like_xla)
+   xla=_split_like_xla, sbp=_split_like_sbp)
 
 
 # ============================================================== slice family
@@ -338,6 +368,16 @@ SLICE_ATTRS = {"start": "list_int64", "stop": "list_int64", "step": "list_int64"
 def slice_ranges(shape, start, stop, step):
     """One Python ``range`` of selected indices per dim (shared by the slice ops)."""
     return [range(*slice(b, e, s).indices(n)) for n, b, e, s in zip(shape, start, stop, step)]
+
+
+def _whole_axes(shape_of):
+    """``axes`` of :func:`_split_or_partial` for the slice ops: those the slice takes whole
+    (start 0, stop past the end, step 1: OneFlow's IsFullSlice) of the shape ``shape_of(ctx)``."""
+    def axes(ctx):
+        shape = shape_of(ctx)
+        ranges = slice_ranges(shape, ctx.attr("start"), ctx.attr("stop"), ctx.attr("step"))
+        return [d for d, (n, r, s) in enumerate(zip(shape, ranges, ctx.attr("step"))) if s == 1 and r == range(n)]
+    return axes
 
 
 def _check_slice_attrs(ctx, shape, what):
@@ -448,7 +488,8 @@ def _slice_xla(k):
 
 
 op("slice", inputs=["x"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_infer,
-   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=_slice_op_onnx, xla=_slice_xla, amp="clear")
+   kernel=_slice_kernel, grad=_slice_grad, view=True, onnx=_slice_op_onnx, xla=_slice_xla, amp="clear",
+   sbp=_split_or_partial(_whole_axes(lambda ctx: ctx.shape("x"))))
 
 
 def _slice_grad_infer(ctx):
@@ -462,7 +503,7 @@ def _slice_grad_infer(ctx):
 
 
 def _slice_grad_kernel(k):
-    shape = tuple(k.attr("like_shape"))
+    shape = tuple(k.output("dx").shape)  # (this device's part: like_shape cut along the whole axes)
     write = _slice_write_fn(_kernel_ranges(k, shape))
 
     def slice_grad(dy):
@@ -493,7 +534,8 @@ def _slice_grad_onnx(c):
 
 op("slice_grad", inputs=["dy"], outputs=["dx"], attrs={"like_shape": "shape", **SLICE_ATTRS},
    infer=_slice_grad_infer, kernel=_slice_grad_kernel, onnx=_slice_grad_onnx,
-   xla=lambda k: (lambda dy, shape=tuple(k.attr("like_shape")): xla_rules.jnp().zeros(shape, dy.dtype).at[
+   sbp=_split_or_partial(_whole_axes(lambda ctx: ctx.attr("like_shape"))),
+   xla=lambda k: (lambda dy, shape=tuple(k.output("dx").shape): xla_rules.jnp().zeros(shape, dy.dtype).at[
        _ranges_index(_kernel_ranges(k, shape))].set(dy)))
 
 
@@ -537,6 +579,7 @@ def _slice_update_onnx(c):
 
 op("slice_update", inputs=["x", "update"], outputs=["y"], attrs=SLICE_ATTRS, infer=_slice_update_infer,
    kernel=_slice_update_kernel, grad=_slice_update_grad, onnx=_slice_update_onnx,
+   sbp=_split_or_partial(_whole_axes(lambda ctx: ctx.shape("x"))),
    xla=lambda k: (lambda x, update, index=_ranges_index(_kernel_ranges(k, k.input("x").shape)):
                   x.at[index].set(update)))
 
@@ -594,7 +637,8 @@ def _narrow_onnx(c):
 op("narrow", inputs=["in"], outputs=["out"], attrs=NARROW_ATTRS, infer=_narrow_infer, kernel=_narrow_kernel,
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "narrow_grad", {"dy": g.dout("out"), "like": g.input("in")}, {a: g.attr(a) for a in NARROW_ATTRS})),
-   view=True, onnx=_narrow_onnx, xla=_narrow_xla)
+   view=True, onnx=_narrow_onnx, xla=_narrow_xla,
+   sbp=_split_or_partial(_axes_besides("in", lambda ctx: [ctx.attr("dim")])))
 
 
 def _narrow_grad_infer(ctx):
@@ -629,6 +673,7 @@ def _narrow_grad_onnx(c):
 
 op("narrow_grad", inputs=["dy", "like"], outputs=["dx"], attrs=NARROW_ATTRS, infer=_narrow_grad_infer,
    kernel=_narrow_grad_kernel, onnx=_narrow_grad_onnx,
+   sbp=_split_or_partial(_axes_besides("like", lambda ctx: [ctx.attr("dim")])),
    xla=lambda k: (lambda dy, like_, index=_narrow_index(k, k.input("like").shape):
                   xla_rules.jnp().zeros(like_.shape, dy.dtype).at[index].set(dy)))
 
@@ -684,6 +729,30 @@ def _expand_kernel(k):
     return expand
 
 
+def _expand_kept(ctx, big, small):
+    """Per axis of the expanded blob ``big``: the axis of ``small`` it keeps, or None (a new
+    axis or one expanded from 1)."""
+    ys, xs = ctx.shape(big), ctx.shape(small)
+    off = len(ys) - len(xs)
+    return [k - off if k >= off and xs[k - off] == ys[k] else None for k in range(len(ys))]
+
+
+def _expand_sbp(ctx):
+    """``in`` split on an axis it keeps gives ``out`` split there; ``in`` broadcast gives ``out``
+    split on an axis it expands (each device expands to its part); partial sums pass."""
+    S = _sbp.split
+    return [{"in": _sbp.B if j is None else S(j), "out": S(k)} for k, j in enumerate(_expand_kept(ctx, "out", "in"))] \
+        + _partials(ctx)
+
+
+def _expand_grad_sbp(ctx):
+    """dy (``in``) split on a kept axis gives dx split there, on an expanded axis (summed) a
+    partial sum; partial sums pass."""
+    S = _sbp.split
+    return [{"in": S(k), "out": _sbp.P if j is None else S(j)} for k, j in enumerate(_expand_kept(ctx, "in", "out"))] \
+        + _partials(ctx)
+
+
 op("expand", inputs=["in"], outputs=["out"], attrs=EXPAND_ATTRS, infer=_expand_infer, kernel=_expand_kernel,
    onnx=onnx_rules.expand_to_output("in", "out"),
    xla=lambda k: (lambda x, out=tuple(k.output("out").shape): xla_rules.jnp().broadcast_to(x, out)),
@@ -691,7 +760,7 @@ op("expand", inputs=["in"], outputs=["out"], attrs=EXPAND_ATTRS, infer=_expand_i
        "expand_grad", {"in": g.dout("out")},
        {"logical_out_shape": list(g.desc(g.input("in")).shape),
         "logical_expand_shape": g.attr("logical_expand_shape")})),
-   view=True)
+   view=True, sbp=_expand_sbp)
 
 
 def _expand_grad_infer(ctx):
@@ -707,7 +776,8 @@ def _expand_grad_xla(k):
     in_shape = k.input("in").shape
     offset = len(in_shape) - len(out_shape)
     axes = tuple(i for i in range(len(in_shape)) if i < offset or (out_shape[i - offset] == 1 and in_shape[i] != 1))
-    return lambda dy: (dy.sum(axis=axes, keepdims=True) if axes else dy).reshape(out_shape)
+    local = tuple(k.output("out").shape)  # (this device's part)
+    return lambda dy: (dy.sum(axis=axes, keepdims=True) if axes else dy).reshape(local)
 
 
 def _expand_grad_kernel(k):
@@ -716,15 +786,19 @@ def _expand_grad_kernel(k):
     offset = len(in_shape) - len(out_shape)
     axes = tuple(i for i in range(len(in_shape)) if i < offset or (out_shape[i - offset] == 1 and in_shape[i] != 1))
     if k.input("in").is_dynamic:  # the kept dims have their run-time sizes
-        return lambda dy: (dy.sum(dim=axes, keepdim=True) if axes else dy).reshape(dy.shape[offset:])
+        def expand_grad(dy):
+            summed = dy.sum(dim=axes, keepdim=True) if axes else dy
+            return summed.reshape(summed.shape[offset:])
+        return expand_grad
+    local = tuple(k.output("out").shape)  # (this device's part)
     if not axes:
-        return lambda dy: dy.reshape(out_shape)
-    return lambda dy: dy.sum(dim=axes, keepdim=True).reshape(out_shape)
+        return lambda dy: dy.reshape(local)
+    return lambda dy: dy.sum(dim=axes, keepdim=True).reshape(local)
 
 
 op("expand_grad", inputs=["in"], outputs=["out"],
    attrs={"logical_out_shape": "list_int32", "logical_expand_shape": "list_int32"},
-   infer=_expand_grad_infer, kernel=_expand_grad_kernel, xla=_expand_grad_xla,
+   infer=_expand_grad_infer, kernel=_expand_grad_kernel, xla=_expand_grad_xla, sbp=_expand_grad_sbp,
    onnx=lambda c: onnx_rules.sum_to_shape(c, c.input("in"), c.input_desc("in").shape, c.attr("logical_out_shape"),
                                           c.output("out")))
 
@@ -750,6 +824,28 @@ def _pad_lists(ctx, n, what):
 def _torch_pads(before, after):
     """Per-dim (before, after) lists -> F.pad's flat list, last dim first."""
     return [p for b, a in zip(reversed(before), reversed(after)) for p in (b, a)]
+
+
+def _pad_sbp(pads, linear):
+    """Padding ops: every arg split on each axis left unpadded (``pads(ctx)``: the per-axis
+    ``(before, after)`` lists), as OneFlow's pad; partial sums pass where ``linear(ctx)`` (a
+    crop, a reflection or replication, a pad with zeros)."""
+    def rule(ctx):
+        before, after = pads(ctx)
+        return [_sbp._with(ctx, _sbp.split(k)) for k, (b, a) in enumerate(zip(before, after)) if b == a == 0] + \
+            ([_sbp._with(ctx, _sbp.P)] if linear(ctx) else [])
+    return rule
+
+
+def _zero_fill(floating, integral):
+    """``linear`` of :func:`_pad_sbp` for a constant pad: the pad value (attr ``floating`` or
+    ``integral`` by the input's dtype) is zero."""
+    return lambda ctx: _pad_value(ctx.dtype(ctx.input_args[0]), ctx.attr(floating), ctx.attr(integral)) == 0
+
+
+def _pad_lists_of(ctx):
+    """``pads`` of :func:`_pad_sbp` for pad / pad_grad."""
+    return ctx.attr("padding_before"), ctx.attr("padding_after")
 
 
 def _pad_infer(ctx):
@@ -793,7 +889,7 @@ def _pad_xla(k):
 
 
 op("pad", inputs=["x"], outputs=["y"], attrs=PAD_ATTRS, infer=_pad_infer, kernel=_pad_kernel, onnx=_pad_onnx,
-   xla=_pad_xla,
+   xla=_pad_xla, sbp=_pad_sbp(_pad_lists_of, _zero_fill("floating_constant_value", "integral_constant_value")),
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("pad_grad", {"dy": g.dout("y")}, _pad_attrs(g))), amp="clear")
 
 
@@ -821,6 +917,7 @@ def _crop_onnx(c, before, after):
 op("pad_grad", inputs=["dy"], outputs=["dx"], attrs=PAD_ATTRS, infer=_pad_grad_infer, kernel=_pad_grad_kernel,
    onnx=lambda c: _crop_onnx(c, c.attr("padding_before"), c.attr("padding_after")),
    xla=_pad_grad_kernel,  # (basic slicing: the same on jax arrays)
+   sbp=_pad_sbp(_pad_lists_of, lambda ctx: True),
    grad=lambda g: g.needs("dy") and g.set_grad("dy", g.emit("pad", {"x": g.dout("dx")}, _pad_attrs(g))),
    view=True)
 
@@ -986,12 +1083,16 @@ def _padnd_adjoint_onnx(mode):
 
 
 def _padnd_family(name, n, mode, attrs):
+    pads = lambda ctx: _padnd_before_after(ctx, ctx.ndim(ctx.input_args[0]))  # noqa: E731
+    linear = _zero_fill("floating_value", "integral_value") if mode == "constant" else (lambda ctx: True)
     op(name, inputs=["x"], outputs=["y"], attrs=attrs, infer=_padnd_infer(n, mode), kernel=_padnd_kernel(mode),
+       sbp=_pad_sbp(pads, linear),
        onnx=_padnd_onnx({"reflect": "reflect", "replicate": "edge"}.get(mode, mode)),
        xla=_padnd_xla(mode),
        grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
            f"{name}_grad", {"dy": g.dout("y")}, {a: g.attr(a) for a in attrs})))
     op(f"{name}_grad", inputs=["dy"], outputs=["dx"], attrs=attrs, infer=_padnd_grad_infer(n),
+       sbp=_pad_sbp(pads, lambda ctx: True),
        kernel=_padnd_grad_kernel(mode), xla=_padnd_grad_xla(mode),
        onnx=(lambda c: _crop_onnx(c, *_padnd_before_after(c, len(c.input_desc("dy").shape)))) if mode == "constant"
        else _padnd_adjoint_onnx(mode))
@@ -1048,7 +1149,8 @@ def _roll_onnx(c):
 
 
 op("roll", inputs=["in"], outputs=["out"], attrs={"shifts": "list_int32", "dims": "list_int32"},
-   infer=_roll_infer, kernel=_roll_kernel, onnx=_roll_onnx,
+   infer=_roll_infer, kernel=_roll_kernel, onnx=_roll_onnx,  # (no dims: the flattened blob rolls, no split)
+   sbp=_split_or_partial(_axes_besides("in", lambda ctx: ctx.attr("dims") or range(ctx.ndim("in")))),
    xla=lambda k: (lambda x, s=tuple(k.attr("shifts")), d=tuple(k.attr("dims")):
                   xla_rules.jnp().roll(x, s if d else s[0], d if d else None)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
@@ -1089,9 +1191,11 @@ def _flip_xla(x_arg):
 
 
 op("flip", inputs=["x"], outputs=["y"], attrs={"dims": "list_int32"}, infer=_flip_infer("x", "y"),
-   kernel=_flip_kernel("x"), onnx=_flip_onnx("x", "y"), xla=_flip_xla("x"))
+   kernel=_flip_kernel("x"), onnx=_flip_onnx("x", "y"), xla=_flip_xla("x"),
+   sbp=_split_or_partial(_axes_besides("x", lambda ctx: ctx.attr("dims"))))
 op("flip_grad", inputs=["dy"], outputs=["dx"], attrs={"dims": "list_int32"}, infer=_flip_infer("dy", "dx"),
-   kernel=_flip_kernel("dy"), xla=_flip_xla("dy"), onnx=_flip_onnx("dy", "dx"))
+   kernel=_flip_kernel("dy"), xla=_flip_xla("dy"), onnx=_flip_onnx("dy", "dx"),
+   sbp=_split_or_partial(_axes_besides("dy", lambda ctx: ctx.attr("dims"))))
 
 
 def _diag_shape(ctx, shape, d):
@@ -1178,9 +1282,11 @@ op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, inf
    kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.diag(x, d)),
    xla=lambda k: (lambda x, d=k.attr("diagonal"): xla_rules.jnp().diag(x, d)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
-       "diag_grad", {"dy": g.dout("out"), "in": g.input("in")}, {"diagonal": g.attr("diagonal")})))
+       "diag_grad", {"dy": g.dout("out"), "in": g.input("in")}, {"diagonal": g.attr("diagonal")})),
+   sbp=lambda ctx: [_sbp._with(ctx, _sbp.P)])  # (positions are logical: partial sums only, as OneFlow)
 op("diag_grad", inputs=["dy", "in"], outputs=["dx"], attrs={"diagonal": ("int32", 0)}, infer=_diag_grad_infer,
-   kernel=_diag_grad_kernel, xla=_diag_grad_xla, onnx=_diag_grad_onnx)
+   kernel=_diag_grad_kernel, xla=_diag_grad_xla, onnx=_diag_grad_onnx,
+   sbp=lambda ctx: [_sbp._with(ctx, _sbp.P, **{"in": _sbp.B})])  # ("in": read for its shape)
 
 
 # ============================================================== identities
@@ -1205,9 +1311,14 @@ def _identity_each_onnx(c):
         c.node("Identity", [i], [o])
 
 
+def _tuple_identity_sbp(ctx):
+    """Each blob passes in the layout it arrives in (OneFlow's tuple_identity infers so)."""
+    return [{f"{a}_{i}": ctx.sbp("in", i) for i in range(ctx.count("in")) for a in ("in", "out")}]
+
+
 op("tuple_identity", inputs=["in*"], outputs=["out*"], infer=_tuple_identity_infer,
    kernel=lambda k: (lambda xs: list(xs)), grad=_tuple_identity_grad, view=True, onnx=_identity_each_onnx,
-   xla=lambda k: (lambda xs: list(xs)))
+   xla=lambda k: (lambda xs: list(xs)), sbp=_tuple_identity_sbp)
 
 
 # ============================================================== constant sources and *_like (NoGrad)

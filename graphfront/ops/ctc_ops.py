@@ -30,6 +30,7 @@ from graphfront.framework.errors import OpRunError
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import INT64, const_as, int64s
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 _aten = torch.ops.aten
 _INTS = (_dt.int32, _dt.int64)
@@ -60,6 +61,15 @@ def _ctc_loss_infer(ctx):
     dtype = ctx.input("log_probs").dtype
     ctx.set_output("loss", (n,), dtype)
     ctx.set_output("alpha", (n, t, 2 * ctx.attr("max_target_length") + 1), dtype)
+
+
+def _ctc_sbp(ctx):
+    """OneFlow's: independent per sequence, the batch axis 1 of log_probs (T, N, C) and of
+    the grad, 0 of the others; the grad is linear in grad_out (the others broadcast)."""
+    cands = [_sbp._with(ctx, _sbp.split(0), log_probs=_sbp.split(1), grad=_sbp.split(1))]
+    if ctx.has("grad_out"):
+        cands.append(_sbp._with(ctx, _sbp.B, grad_out=_sbp.P, grad=_sbp.P))
+    return cands
 
 
 def _lengths(t):
@@ -347,11 +357,11 @@ def _ctc_loss_grad_infer(ctx):
 
 op("ctc_loss", inputs=["log_probs", "targets", "input_lengths", "target_lengths"], outputs=["loss", "alpha"],
    attrs=CTC_ATTRS, infer=_ctc_loss_infer, kernel=_ctc_loss_kernel, grad=_ctc_loss_grad, xla=_ctc_loss_xla,
-   onnx=_ctc_loss_onnx,
+   onnx=_ctc_loss_onnx, sbp=_ctc_sbp,
    doc="per-sequence CTC negative log likelihood and its log forward variables")
 op("ctc_loss_grad", inputs=["grad_out", "log_probs", "targets", "input_lengths", "target_lengths", "loss", "alpha"],
    outputs=["grad"], attrs=CTC_ATTRS, infer=_ctc_loss_grad_infer, kernel=_ctc_loss_grad_kernel, xla=_ctc_loss_grad_xla,
-   onnx=_ctc_loss_grad_onnx,
+   onnx=_ctc_loss_grad_onnx, sbp=_ctc_sbp,
    host_reads=True,
    doc="gradient of ctc_loss with respect to log_probs")
 
@@ -458,6 +468,6 @@ def _greedy_onnx(c):
 
 op("ctc_greedy_decoder", inputs=["log_probs", "input_lengths"], outputs=["decoded", "neg_sum_logits"],
    attrs={"merge_repeated": ("bool", False)}, infer=_greedy_infer, kernel=_greedy_kernel, xla=_greedy_xla,
-   onnx=_greedy_onnx,
+   onnx=_greedy_onnx, sbp=_ctc_sbp,
    host_reads=True,
    doc="greedy (best path) CTC decoding; the blank is the last class")

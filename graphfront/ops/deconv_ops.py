@@ -20,6 +20,7 @@ from graphfront.ops import xla_rules
 from graphfront.ops.nn_ops import conv_xla_fn, layout_for, torch_dilation
 from graphfront.ops.onnx_rules import channels_first_io, to_channels_first
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 DECONV_ATTRS = {"filters": ("int32", 0), "padding_before": "list_int32", "data_format": "string",
                 "kernel_size": "list_int32", "output_padding": "list_int32", "strides": "list_int32",
@@ -135,6 +136,6 @@ def _deconv_onnx(n):
 
 for _n in (1, 2, 3):
     op(f"deconv{_n}d", inputs=["in", "weight"], outputs=["out"], attrs=DECONV_ATTRS, infer=_deconv_infer(_n),
-       kernel=_deconv_kernel(_n), grad=_deconv_grad(_n), onnx=_deconv_onnx(_n),
+       kernel=_deconv_kernel(_n), grad=_deconv_grad(_n), onnx=_deconv_onnx(_n), sbp=_sbp.conv("in", "weight", "out"),
        xla=_deconv_xla(_n),
        doc=f"{_n}-D transposed convolution (the data gradient of conv{_n}d as a forward op)")

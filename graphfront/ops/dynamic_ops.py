@@ -46,6 +46,7 @@ from graphfront.ops import xla_rules
 from graphfront.ops.common import broadcast_shape, numel, reduce_to
 from graphfront.ops.onnx_rules import int64s, nonzero
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 from graphfront.ops.system import system_op
 
 _INDEX_DTYPES = (_dt.int32, _dt.int64)
@@ -214,6 +215,7 @@ def _cast_to_static_shape_onnx(c):
 op("cast_to_static_shape", inputs=["input"], outputs=["output"],
    infer=lambda ctx: ctx.set_output("output", ctx.input("input").shape, ctx.input("input").dtype, is_dynamic=False),
    kernel=_cast_to_static_kernel, onnx=_cast_to_static_shape_onnx, xla=_cast_to_static_xla,
+   sbp=_sbp.elementwise(p_all=True),  # (the consistent view's blobs are static: the identity)
    grad=lambda g: g.set_grad("input", g.emit("identity", {"in": g.dout("output")})),
    doc="the same blob with a static shape (zero-padded when the run-time blob is smaller)", amp="clear")
 

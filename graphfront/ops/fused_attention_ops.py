@@ -41,7 +41,14 @@ from graphfront.ops.common import gelu_grad, same_dtype
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
+
+
+def _dy_partial(ctx):
+    """The candidate of a grad linear in its input ``dy``: dy partial, the output partial, the
+    other inputs broadcast."""
+    return _sbp._with(ctx, _sbp.B, dy=_sbp.P, **{o: _sbp.P for o in ctx.output_args})
 
 
 def _bias_view(k, arg="a"):
@@ -116,10 +123,11 @@ def _bias_add_gelu_grad(g):
 
 op("fused_bias_add_gelu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_infer(), kernel=_bias_add_gelu_kernel, grad=_bias_add_gelu_grad, onnx=onnx_rules.bias_add_then("Gelu"),
-   xla=_bias_add_gelu_xla,
+   xla=_bias_add_gelu_xla, sbp=_sbp.bias_add,
    doc="gelu(a + b) with b along attr axis (exact erf GELU)", amp="gray")
 op("fused_bias_add_gelu_grad", inputs=["a", "b", "dy"], outputs=["dx"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_infer("dy"), kernel=_bias_add_gelu_grad_kernel, xla=_bias_add_gelu_grad_xla,
+   sbp=lambda ctx: _sbp.bias_add(ctx) + [_dy_partial(ctx)],
    onnx=lambda c: onnx_rules.gelu_grad(c, onnx_rules.bias_added(c), c.input("dy"), c.output("dx"), c.input_desc("a")),
    doc="dy * gelu'(a + b): the gradient of fused_bias_add_gelu with respect to a")
 
@@ -178,10 +186,15 @@ op("fused_bias_add_mask_scale", inputs=["a", "b", "mask", "_add_to_output?"], ou
    attrs={"axis": ("int32", 0), "scale": ("float", 1.0)},
    infer=_bias_add_infer("mask", "_add_to_output"), kernel=_bias_add_mask_scale_kernel,
    grad=_bias_add_mask_scale_grad, onnx=_fused_bias_add_mask_scale_onnx, xla=_bias_add_mask_scale_xla,
+   sbp=lambda ctx: _sbp.bias_add(ctx) + [_sbp._with(ctx, _sbp.P, mask=_sbp.B)],  # (linear in a, b, _add_to_output)
    doc="(a + b) * mask * scale: bias_add followed by dropout with a given mask", amp="gray")
 
 
 # ------------------------------------------------------------------ fused_tril_scale_softmax_mask_scale
+
+# OneFlow's rule: independent along the axes before the (rows, cols) of the triangle
+_BATCH_AXES = _sbp.independent(lambda ctx: range(ctx.ndim("mask") - 2))
+
 
 def _tril_keep(shape, diagonal, device):
     """Bool (rows, cols) mask of the kept (lower-triangular) elements: col <= row + diagonal."""
@@ -293,12 +306,12 @@ op("fused_tril_scale_softmax_mask_scale", inputs=["x", "mask"], outputs=["y", "s
    attrs={"diagonal": ("int64", 0), "tril_fill_value": ("float", 0.0), "tril_scale_value": ("float", 1.0),
           "mask_scale_value": ("float", 1.0)},
    infer=_tril_softmax_infer, kernel=_tril_softmax_kernel, grad=_tril_softmax_grad,
-   onnx=_fused_tril_scale_softmax_mask_scale_onnx, xla=_tril_softmax_xla,
+   onnx=_fused_tril_scale_softmax_mask_scale_onnx, xla=_tril_softmax_xla, sbp=_BATCH_AXES,
    doc="softmax over the last axis of tril(x * scale, fill), then * mask * mask_scale_value", amp="gray")
 op("fused_tril_scale_softmax_mask_scale_grad", inputs=["softmax_y", "dy", "mask"], outputs=["dx"],
    attrs={"diagonal": ("int64", 0), "tril_scale_value": ("float", 1.0), "mask_scale_value": ("float", 1.0)},
    infer=_tril_softmax_grad_infer, kernel=_tril_softmax_grad_kernel, xla=_tril_softmax_grad_xla,
-   onnx=_tril_softmax_grad_onnx,
+   onnx=_tril_softmax_grad_onnx, sbp=lambda ctx: _BATCH_AXES(ctx) + [_dy_partial(ctx)],
    doc="gradient of fused_tril_scale_softmax_mask_scale with respect to x")
 
 
@@ -438,15 +451,28 @@ def _self_attention_grad_onnx(c):
            [c.output("hidden_states_grad")])
 
 
+def _self_attention_sbp(ctx):
+    """OneFlow's: hidden_states (seq, batch, heads * 3 * head_size) split on the batch (its
+    axis 1) or on the heads (its axis 2) splits the (batch, heads, ...) outputs and grads on
+    axis 0 or 1 (a split of the hidden axis must fall between heads: each device's part of
+    it is whole heads where the heads divide evenly, ``sbp._valid``). The grad is linear in
+    the output grads (hidden_states broadcast)."""
+    cands = [_sbp._with(ctx, _sbp.split(k - 1), hidden_states=_sbp.split(k), hidden_states_grad=_sbp.split(k))
+             for k in (1, 2)]
+    if ctx.has("hidden_states_grad"):
+        cands.append(_sbp._with(ctx, _sbp.P, hidden_states=_sbp.B))
+    return cands
+
+
 op("fused_self_attention_query_mul_key_and_value", inputs=["hidden_states"], outputs=["query_mul_key", "value"],
    attrs={"head_size": ("int64", 0), "alpha": ("float", 1.0)}, infer=_self_attention_infer,
    kernel=_self_attention_kernel, grad=_self_attention_grad,
-   onnx=_fused_self_attention_query_mul_key_and_value_onnx, xla=_self_attention_xla,
+   onnx=_fused_self_attention_query_mul_key_and_value_onnx, xla=_self_attention_xla, sbp=_self_attention_sbp,
    doc="alpha * q @ k^T and v of packed (seq, batch, heads*3*head_size) hidden states", amp="white")
 op("fused_self_attention_query_mul_key_and_value_grad",
    inputs=["query_mul_key_grad", "value_grad", "hidden_states"], outputs=["hidden_states_grad"],
    attrs={"alpha": ("float", 1.0)}, infer=_self_attention_grad_infer, kernel=_self_attention_grad_kernel,
-   xla=_self_attention_grad_xla, onnx=_self_attention_grad_onnx,
+   xla=_self_attention_grad_xla, onnx=_self_attention_grad_onnx, sbp=_self_attention_sbp,
    doc="gradient of fused_self_attention_query_mul_key_and_value with respect to hidden_states")
 
 
@@ -484,5 +510,6 @@ def _fused_cast_scale_onnx(c):
 
 op("fused_cast_scale", inputs=["x", "scale_by_tensor"], outputs=["y"], attrs={"scale": ("double", 1.0)},
    infer=_cast_scale_infer, kernel=_cast_scale_kernel, onnx=_fused_cast_scale_onnx,
+   sbp=lambda ctx: _sbp.elementwise(p_each=("x",))(ctx) + [_sbp._with(ctx, _sbp.B, scale_by_tensor=_sbp.P, y=_sbp.P)],
    xla=lambda k: (lambda x, s, c=k.attr("scale"): x.astype(s.dtype) * (s.reshape(()) * c)),
    doc="cast(x, dtype of scale_by_tensor) * scale * scale_by_tensor")

@@ -195,7 +195,7 @@ def _fused_scalar_mul_add_onnx(c):
 
 op("fused_scalar_mul_add", inputs=["in"], outputs=["out"],
    attrs={"scale": ("double", 1.0), "shift": ("double", 0.0)}, infer=_scalar_mul_add_infer,
-   kernel=_scalar_mul_add_kernel, onnx=_fused_scalar_mul_add_onnx,
+   kernel=_scalar_mul_add_kernel, onnx=_fused_scalar_mul_add_onnx, sbp=_sbp.elementwise(),
    xla=lambda k: (lambda x: x * k.attr("scale") + k.attr("shift")),
    doc="graphfront-only: out = in * scale + shift; written by the fusion pass for scalar_mul + scalar_add")
 
@@ -885,8 +885,16 @@ def _multi_scale_onnx(c):
         c.node("Mul", [x, c.input("scalar")], [c.output("y", i)])
 
 
+def _multi_scale_sbp(ctx):
+    """As scalar_mul_by_tensor's (OneFlow's), for every x at once: the x split on one axis
+    (one each of them has) split the y alike; partial x, or a partial scalar, give partial y."""
+    rank = min(len(ctx.shape("x", i)) for i in range(ctx.count("x")))
+    return [_sbp._with(ctx, _sbp.B, x=_sbp.split(k), y=_sbp.split(k)) for k in range(rank)] + [
+        _sbp._with(ctx, _sbp.P, scalar=_sbp.B), _sbp._with(ctx, _sbp.P, x=_sbp.B)]
+
+
 op("multi_scalar_mul_by_tensor", inputs=["x*", "scalar"], outputs=["y*"], infer=_multi_scale_infer,
-   kernel=_multi_scale_kernel, no_grad=True,
+   kernel=_multi_scale_kernel, no_grad=True, sbp=_multi_scale_sbp,
    xla=lambda k: (lambda xs, scalar: [x.astype(scalar.dtype) * scalar.reshape(()) for x in xs]),
    onnx=_multi_scale_onnx,
    doc="graphfront-only: y_i = x_i (cast to the scalar's dtype) * scalar for every x_i: the scalar_mul_by_tensor "

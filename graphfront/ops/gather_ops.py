@@ -237,8 +237,20 @@ def _segment_sum_onnx(segments_of):
 _unsorted_segment_sum_onnx = _segment_sum_onnx(lambda c, axis: c.attr("num_segments"))
 
 
+def _unsorted_segment_sum_sbp(ctx):
+    """OneFlow's (``unsorted_segment_sum_op.cpp``): ``data`` and ``segment_ids`` split along one
+    of the ids' axes give partial sums; ``data`` split off the ids' axes (ids broadcast) gives
+    ``out`` split at that axis's place; a partial ``data`` gives a partial ``out``."""
+    S, B = _sbp.split, _sbp.B
+    axis, k = ctx.attr("axis") % ctx.ndim("data"), ctx.ndim("segment_ids")
+    return [{"data": S(axis + i), "segment_ids": S(i), "out": _sbp.P} for i in range(k)] + \
+        [{"data": S(j), "segment_ids": B, "out": S(j if j < axis else j - k + 1)}
+         for j in range(ctx.ndim("data")) if not axis <= j < axis + k] + \
+        [{"data": _sbp.P, "segment_ids": B, "out": _sbp.P}]
+
+
 op("unsorted_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
-   attrs={"axis": ("int64", 0), "num_segments": ("int64", 0)},
+   attrs={"axis": ("int64", 0), "num_segments": ("int64", 0)}, sbp=_unsorted_segment_sum_sbp,
    infer=_unsorted_segment_sum_infer, kernel=_unsorted_segment_sum_kernel, onnx=_unsorted_segment_sum_onnx,
    xla=lambda k: _segment_sum_xla_fn(norm_axis(k.attr("axis"), len(k.input("data").shape)), k.attr("num_segments")),
    grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
@@ -358,8 +370,25 @@ def _batch_gather_onnx(c):
     _zero_invalid_onnx(c, g, valid, list(idx_shape) + [1] * (len(shape) - b - 1), c.output_desc("out"), c.output("out"))
 
 
+def _batch_sbp(x, ids, sums):
+    """batch_gather (``x`` = in, ``ids`` = indices, ``sums`` False) and
+    unsorted_batch_segment_sum (data, segment_ids, True), ``ids`` of shape (batch..., n): every
+    blob split along a batch axis (OneFlow's); ``x`` split along an axis after the gathered
+    one with ``ids`` broadcast gives ``out`` split there; a partial ``x`` with ``ids``
+    broadcast gives a partial ``out``; the segment sum of ``x`` and ``ids`` split along the
+    summed axis is a partial sum."""
+    def rule(ctx):
+        S, B, P = _sbp.split, _sbp.B, _sbp.P
+        b = ctx.ndim(ids) - 1
+        return [_sbp._with(ctx, S(i)) for i in range(b)] + \
+            [_sbp._with(ctx, S(j), **{ids: B}) for j in range(b + 1, ctx.ndim(x))] + \
+            [_sbp._with(ctx, P, **{ids: B})] + ([_sbp._with(ctx, S(b), out=P)] if sums else [])
+    return rule
+
+
 op("batch_gather", inputs=["in", "indices"], outputs=["out"], infer=_batch_gather_infer,
    kernel=_batch_gather_kernel, onnx=_batch_gather_onnx, xla=_batch_gather_xla,
+   sbp=_batch_sbp("in", "indices", False),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "unsorted_batch_segment_sum", {"data": g.dout("out"), "segment_ids": g.input("indices")},
        {"num_segments": g.desc(g.input("in")).shape[len(g.desc(g.input("indices")).shape) - 1]})))
@@ -406,7 +435,7 @@ def _unsorted_batch_segment_sum_onnx(c):
 op("unsorted_batch_segment_sum", inputs=["data", "segment_ids"], outputs=["out"],
    attrs={"num_segments": ("int64", 0)}, infer=_unsorted_batch_segment_sum_infer,
    kernel=_unsorted_batch_segment_sum_kernel, onnx=_unsorted_batch_segment_sum_onnx,
-   xla=_unsorted_batch_segment_sum_xla,
+   xla=_unsorted_batch_segment_sum_xla, sbp=_batch_sbp("data", "segment_ids", True),
    grad=lambda g: g.needs("data") and g.set_grad("data", g.emit(
        "batch_gather", {"in": g.dout("out"), "indices": g.input("segment_ids")})))
 
@@ -498,8 +527,37 @@ def _gather_nd_onnx(c):
     _zero_invalid_onnx(c, g, row, list(idx_shape[:-1]) + [1] * (len(shape) - k), c.output_desc("out"), c.output("out"))
 
 
+def _gather_nd_sbp(ctx):
+    """OneFlow's (``nd_index_slice_ops.cpp``), ``indices`` (n..., k) picking rows of the first k
+    axes of ``params``: ``indices`` split along an index axis (params broadcast) gives ``out``
+    split there; ``params`` split along an axis after the picked ones (indices broadcast)
+    gives ``out`` split at its place; a partial ``params`` gives a partial ``out``."""
+    S, B = _sbp.split, _sbp.B
+    n, k = ctx.ndim("indices") - 1, ctx.shape("indices")[-1]
+    return [{"params": B, "indices": S(i), "out": S(i)} for i in range(n)] + \
+        [{"params": S(j), "indices": B, "out": S(j - k + n)} for j in range(k, ctx.ndim("params"))] + \
+        [{"params": _sbp.P, "indices": B, "out": _sbp.P}]
+
+
+def _scatter_nd_sbp(sums=True):
+    """scatter_nd(_like), tensor_scatter_nd_add / _update (OneFlow's), ``indices`` (n..., k)
+    picking rows of the first k axes of ``out``: ``updates`` split along an axis after the
+    index axes (indices broadcast) gives ``out`` split at the matching axis (``like`` /
+    ``params`` too); where the scattered rows add up (``sums``: not _update, whose rows replace
+    params's), ``indices`` and ``updates`` split along an index axis give a partial ``out``
+    (into zeros, or onto a partial ``params``); partial ``updates`` (and ``params``) with
+    ``indices`` broadcast give a partial ``out`` (``like``, read for its shape, broadcast)."""
+    def rule(ctx):
+        S, B, P = _sbp.split, _sbp.B, _sbp.P
+        n, k = ctx.ndim("indices") - 1, ctx.shape("indices")[-1]
+        return [_sbp._with(ctx, S(k + j - n), indices=B, updates=S(j)) for j in range(n, ctx.ndim("updates"))] + \
+            [_sbp._with(ctx, P, indices=S(i), updates=S(i), like=B) for i in range(n) if sums] + \
+            [_sbp._with(ctx, P, indices=B, like=B)]
+    return rule
+
+
 op("gather_nd", inputs=["params", "indices"], outputs=["out"], infer=_gather_nd_infer, kernel=_gather_nd_kernel,
-   onnx=_gather_nd_onnx, xla=_gather_nd_xla,
+   onnx=_gather_nd_onnx, xla=_gather_nd_xla, sbp=_gather_nd_sbp,
    grad=lambda g: g.needs("params") and g.set_grad("params", g.emit(
        "scatter_nd_like", {"like": g.input("params"), "indices": g.input("indices"), "updates": g.dout("out")})))
 
@@ -564,7 +622,7 @@ def _scatter_nd_infer(ctx):
 
 
 def _scatter_nd_kernel(k):
-    shape = tuple(k.attr("shape"))
+    shape = tuple(k.output("out").shape)  # (this device's part of attr shape)
     fn = _scatter_add_fn("add")
     return lambda idx, updates: fn(torch.zeros(shape, dtype=updates.dtype, device=updates.device), idx, updates)
 
@@ -604,8 +662,8 @@ _scatter_nd_onnx = _scatter_nd_add_onnx(None, lambda c: c.attr("shape"))
 
 
 op("scatter_nd", inputs=["indices", "updates"], outputs=["out"], attrs={"shape": "shape"},
-   infer=_scatter_nd_infer, kernel=_scatter_nd_kernel, onnx=_scatter_nd_onnx,
-   xla=lambda k: _into_zeros_xla(lambda idx, updates: tuple(k.attr("shape"))),
+   infer=_scatter_nd_infer, kernel=_scatter_nd_kernel, onnx=_scatter_nd_onnx, sbp=_scatter_nd_sbp(),
+   xla=lambda k: _into_zeros_xla(lambda idx, updates: tuple(k.output("out").shape)),
    grad=lambda g: g.needs("updates") and g.set_grad("updates", g.emit(
        "gather_nd", {"params": g.dout("out"), "indices": g.input("indices")})))
 
@@ -627,7 +685,7 @@ _scatter_nd_like_onnx = _scatter_nd_add_onnx(None, lambda c: c.input_desc("like"
 
 
 op("scatter_nd_like", inputs=["like", "indices", "updates"], outputs=["out"], infer=_scatter_nd_like_infer,
-   kernel=_scatter_nd_like_kernel, onnx=_scatter_nd_like_onnx,
+   kernel=_scatter_nd_like_kernel, onnx=_scatter_nd_like_onnx, sbp=_scatter_nd_sbp(),
    xla=lambda k: _into_zeros_xla(lambda like_, idx, updates: like_.shape))
 
 
@@ -676,6 +734,7 @@ _tensor_scatter_nd_add_onnx = _scatter_nd_add_onnx("params", lambda c: c.input_d
 
 op("tensor_scatter_nd_add", inputs=["params", "updates", "indices"], outputs=["out"],
    infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("add"), grad=_tensor_scatter_nd_add_grad,
+   sbp=_scatter_nd_sbp(),
    onnx=_tensor_scatter_nd_add_onnx, xla=_tensor_scatter_nd_xla("add"))
 
 
@@ -696,6 +755,7 @@ def _tensor_scatter_nd_update_onnx(c):
 
 op("tensor_scatter_nd_update", inputs=["params", "updates", "indices"], outputs=["out"],
    infer=_tensor_scatter_nd_infer, kernel=_tensor_scatter_nd_kernel("update"), onnx=_tensor_scatter_nd_update_onnx,
+   sbp=_scatter_nd_sbp(sums=False),
    xla=_tensor_scatter_nd_xla("update"),
    grad=_tensor_scatter_nd_update_grad)
 
@@ -737,11 +797,31 @@ def _dim_gather_xla(k):
     return lambda x, idx: x.at[_dim_grid_xla(idx, dim, _DIM_GATHER_CHECKS, k)].get(mode="clip")
 
 
+def _dim_sbp(x, kind):
+    """dim_gather (``x`` = input, ``kind`` "gather") and the dim_scatter ops (``x`` = like /
+    input, ``kind`` "add" or "update"), OneFlow's (``dim_gather_op.cpp``, ``dim_scatter_ops.cpp``):
+    every blob split along an axis other than ``dim`` where ``index`` is as long as ``x``;
+    ``index`` (and ``src``) split along ``dim``: dim_gather's output split there (input
+    broadcast), a scatter-add's output partial (like broadcast, input partial); partial
+    inputs of a linear op (``input`` of dim_gather; ``src`` and ``input`` of the scatters) with
+    ``index`` broadcast give a partial output (``like``, read for its shape, broadcast)."""
+    def rule(ctx):
+        S, B, P = _sbp.split, _sbp.B, _sbp.P
+        dim, shape, ishape = ctx.attr("dim") % ctx.ndim(x), ctx.shape(x), ctx.shape("index")
+        cands = [_sbp._with(ctx, S(i)) for i in range(len(shape)) if i != dim and shape[i] == ishape[i]]
+        if kind == "gather":
+            cands.append({x: B, "index": S(dim), "output": S(dim)})
+        elif kind == "add":
+            cands.append(_sbp._with(ctx, P, index=S(dim), src=S(dim), like=B))
+        return cands + [_sbp._with(ctx, P, index=B, like=B)]
+    return rule
+
+
 _DIM_GATHER_CHECKS = index_checks("dim_gather", "index", _dim_size("input"))
 op("dim_gather", inputs=["input", "index"], outputs=["output"], attrs={"dim": ("int32", 0)},
    infer=_dim_gather_infer, onnx=lambda c: c.node("GatherElements", [c.input("input"), c.input("index")],
                                                   [c.output("output")], axis=c.attr("dim")),
-   checks=_DIM_GATHER_CHECKS, xla=_dim_gather_xla,
+   checks=_DIM_GATHER_CHECKS, xla=_dim_gather_xla, sbp=_dim_sbp("input", "gather"),
    kernel=raising_bad_ids(_DIM_GATHER_CHECKS, 1, lambda k: (
        lambda x, idx, d=norm_axis(k.attr("dim"), len(k.input("input").shape)): torch.gather(x, d, idx.long()))),
    grad=lambda g: g.needs("input") and g.set_grad("input", g.emit(
@@ -791,6 +871,7 @@ _DIM_SCATTER_CHECKS = index_checks("dim_scatter_add_like", "index", _dim_size("l
 op("dim_scatter_add_like", inputs=["like", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
    infer=_dim_scatter_add_like_infer, kernel=raising_bad_ids(_DIM_SCATTER_CHECKS, 1, _dim_scatter_add_like_kernel),
    checks=_DIM_SCATTER_CHECKS, onnx=_dim_scatter_add_like_onnx, grad=lambda g: _dim_scatter_src_grad(g),
+   sbp=_dim_sbp("like", "add"),
    xla=lambda k: (
        lambda like_, idx, src, dim=norm_axis(k.attr("dim"), len(k.input("like").shape)): xla_rules.jnp().zeros(
            like_.shape, src.dtype).at[_dim_grid_xla(idx, dim, _DIM_SCATTER_CHECKS, k)].add(src, mode="drop")))
@@ -859,12 +940,12 @@ _DIM_SCATTER_INTO_CHECKS = {mode: index_checks(op_type, "index", _dim_size("inpu
 op("dim_scatter_add", inputs=["input", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
    infer=_dim_scatter_infer, checks=_DIM_SCATTER_INTO_CHECKS["add"],
    kernel=raising_bad_ids(_DIM_SCATTER_INTO_CHECKS["add"], 1, _dim_scatter_kernel("scatter_add_")),
-   grad=_dim_scatter_add_grad, xla=_dim_scatter_xla("add"), onnx=_dim_scatter_add_onnx,
+   grad=_dim_scatter_add_grad, xla=_dim_scatter_xla("add"), onnx=_dim_scatter_add_onnx, sbp=_dim_sbp("input", "add"),
    doc="input with src[i] added at index[i] along dim (torch scatter_add)")
 op("dim_scatter_update", inputs=["input", "index", "src"], outputs=["output"], attrs={"dim": ("int32", 0)},
    infer=_dim_scatter_infer, checks=_DIM_SCATTER_INTO_CHECKS["set"],
    kernel=raising_bad_ids(_DIM_SCATTER_INTO_CHECKS["set"], 1, _dim_scatter_kernel("scatter_")),
-   grad=_dim_scatter_update_grad, xla=_dim_scatter_xla("set"),
+   grad=_dim_scatter_update_grad, xla=_dim_scatter_xla("set"), sbp=_dim_sbp("input", "update"),
    onnx=lambda c: c.node("ScatterElements", [c.input("input"), c.input("index"), c.input("src")],
                          [c.output("output")], axis=c.attr("dim") % len(c.input_desc("input").shape)),
    doc="input with src[i] written at index[i] along dim (torch scatter; duplicates: any one wins)")

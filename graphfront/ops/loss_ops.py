@@ -14,7 +14,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graphfront.ops.common import bad_labels, index_checks, label_checks, label_error, raising_bad_ids, same_dtype
+from graphfront.ops.common import (bad_labels, balanced_range, index_checks, label_checks, label_error, raising_bad_ids,
+                                   same_dtype)
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, neg, pick_last, reduce_node
 from graphfront.ops.registry import op
@@ -37,6 +38,17 @@ def _needs_grad(g, arg, out):
     return g.needs(arg) and g.dout(out) is not None
 
 
+def _but_last(arg, linear=None):
+    """SBP of ops along the last axis of ``arg``: every arg split on any other axis; a grad
+    linear in its input ``linear`` (dy) takes it partial with the others broadcast."""
+    def rule(ctx):
+        cands = [_sbp._with(ctx, _sbp.split(k)) for k in range(ctx.ndim(arg) - 1)]
+        if linear:
+            cands.append(_sbp._with(ctx, _sbp.B, **{linear: _sbp.P}, **{o: _sbp.P for o in ctx.output_args}))
+        return cands
+    return rule
+
+
 # ------------------------------------------------------------------ log_softmax
 
 def _log_softmax_infer(ctx):
@@ -53,11 +65,12 @@ def _log_softmax_grad_infer(ctx):
 
 op("log_softmax", inputs=["in"], outputs=["prob"], infer=_log_softmax_infer,
    kernel=lambda k: (lambda x: torch.log_softmax(x, -1)), onnx=onnx_rules.same("LogSoftmax", axis=-1),
-   xla=lambda k: _jnn().log_softmax,
+   xla=lambda k: _jnn().log_softmax, sbp=_but_last("in"),
    grad=lambda g: _needs_grad(g, "in", "prob") and g.set_grad("in", g.emit(
        "log_softmax_grad", {"prob": g.output("prob"), "dy": g.dout("prob")})),
    doc="prob = x - logsumexp(x) over the last axis (the log-probabilities)")
 op("log_softmax_grad", inputs=["prob", "dy"], outputs=["dx"], infer=_log_softmax_grad_infer,
+   sbp=_but_last("prob", "dy"),
    kernel=lambda k: (lambda prob, dy: dy - torch.exp(prob) * dy.sum(-1, keepdim=True)),
    xla=lambda k: (lambda prob, dy: dy - xla_rules.jnp().exp(prob) * dy.sum(-1, keepdims=True)),
    onnx=lambda c: c.node("Sub", [c.input("dy"), c.node("Mul", [c.node("Exp", [c.input("prob")]), reduce_node(
@@ -172,13 +185,13 @@ def _sigmoid_cross_entropy_onnx(c):
 
 
 op("sigmoid_cross_entropy", inputs=["prediction", "label"], outputs=["loss"], infer=_sigmoid_ce_infer,
-   kernel=_sigmoid_ce_kernel, onnx=_sigmoid_cross_entropy_onnx, xla=_sigmoid_ce_xla,
+   kernel=_sigmoid_ce_kernel, onnx=_sigmoid_cross_entropy_onnx, xla=_sigmoid_ce_xla, sbp=_sbp.elementwise(),
    grad=lambda g: _needs_grad(g, "prediction", "loss") and g.set_grad("prediction", g.emit(
        "sigmoid_cross_entropy_grad", {"prediction": g.input("prediction"), "label": g.input("label"),
                                       "loss_diff": g.dout("loss")})),
    doc="loss = max(x, 0) - x * z + log(1 + exp(-|x|)), x = prediction (logits), z = label")
 op("sigmoid_cross_entropy_grad", inputs=["prediction", "label", "loss_diff"], outputs=["prediction_diff"],
-   infer=_sigmoid_ce_grad_infer,
+   infer=_sigmoid_ce_grad_infer, sbp=_sbp.elementwise(p_each=("loss_diff",)),
    kernel=lambda k: (lambda x, z, dl: (torch.sigmoid(x) - z.to(x.dtype)) * dl),
    onnx=lambda c: c.node("Mul", [c.node("Sub", [c.node("Sigmoid", [c.input("prediction")]), c.node(
        "Cast", [c.input("label")], to=c.dtype_code(c.input_desc("prediction").dtype))]), c.input("loss_diff")],
@@ -201,14 +214,39 @@ def _sparse_ce_infer(ctx):
     ctx.set_output("out", label.shape, pred.dtype)
 
 
+def _class_offset(k):
+    """The first class of this device's part of ``prediction`` where the job splits it on its
+    class axis (the ``_ms`` ops' model-parallel layout), else None: each device then holds
+    the classes of its part, and the labels of the others fall outside it (OneFlow's
+    ``lower_bound`` of the ``_ms`` kernels)."""
+    if k.sbp("prediction") != _sbp.split(len(k.input("prediction").shape) - 1):
+        return None
+    return balanced_range(k.attr("depth"), k.parallel_num, k.parallel_id).start
+
+
+def _at_local_class(p, label, offset):
+    """``(ids, hit, p[..., ids])``: the labels as ids of this part's classes from ``offset``
+    (0 where outside them), whether inside, and the probabilities at those ids."""
+    ids = label.long() - offset
+    hit = (ids >= 0) & (ids < p.shape[-1])
+    ids = torch.where(hit, ids, 0)
+    return ids, hit, p.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+
+
 def _sparse_ce_kernel(op_type):
     def make(k):
+        offset = _class_offset(k)
+
+        def local_ce(p, label):  # -log p at the labels of this part's classes, 0 at the others'
+            _, hit, picked = _at_local_class(p, label, offset)
+            return torch.where(hit, -torch.log(picked), torch.zeros((), dtype=p.dtype, device=p.device))
+
         def sparse_ce(p, label):
             try:
                 return -torch.log(p.gather(-1, label.long().unsqueeze(-1)).squeeze(-1))
             except (RuntimeError, IndexError) as e:
                 bad_labels(k, op_type, label, e)
-        return sparse_ce
+        return sparse_ce if offset is None else local_ce
     return make
 
 
@@ -220,13 +258,20 @@ def _sparse_ce_grad_infer(ctx):
 
 def _sparse_ce_grad_kernel(op_type):
     def make(k):
+        offset = _class_offset(k)
+
+        def local_ce_grad(p, label, dy):
+            ids, hit, picked = _at_local_class(p, label, offset)
+            value = torch.where(hit, -dy / picked, torch.zeros((), dtype=p.dtype, device=p.device))
+            return torch.zeros_like(p).scatter_(-1, ids.unsqueeze(-1), value.unsqueeze(-1))
+
         def sparse_ce_grad(p, label, dy):
             idx = label.long().unsqueeze(-1)
             try:
                 return torch.zeros_like(p).scatter_(-1, idx, -dy.unsqueeze(-1) / p.gather(-1, idx))
             except (RuntimeError, IndexError) as e:
                 bad_labels(k, op_type, label, e)
-        return sparse_ce_grad
+        return sparse_ce_grad if offset is None else local_ce_grad
     return make
 
 
@@ -273,16 +318,35 @@ def _sparse_cross_entropy_grad_onnx(c):
     onnx_rules.put_last(c, label, value, d.shape[-1], d, c.output("prediction_diff"))
 
 
+def _sparse_ce_sbp(grad, ms):
+    """Per-example losses: split on any axis but the class axis (the grad linear in dy).
+    The ``_ms`` ops (OneFlow's model-parallel ones) also take the prediction split on its
+    class axis with the labels broadcast: the loss comes out as partial sums, the gradient
+    split as the prediction (on a line of devices: the kernels' class offset is a line's)."""
+    base = _but_last("prediction", "dy" if grad else None)
+
+    def rule(ctx):
+        cands = base(ctx)
+        if ms and ctx.grid_axis is None:
+            c = _sbp.split(ctx.ndim("prediction") - 1)
+            cands.append(_sbp._with(ctx, _sbp.B, prediction=c, prediction_diff=c) if grad else
+                         _sbp._with(ctx, _sbp.P, prediction=c, label=_sbp.B))
+        return cands
+    return rule
+
+
 for _t in ("sparse_cross_entropy", "sparse_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["out"], attrs={"depth": ("int64", 0)}, infer=_sparse_ce_infer,
        kernel=_sparse_ce_kernel(_t), checks=label_checks(_t), onnx=_sparse_cross_entropy_onnx, xla=_sparse_ce_xla(_t),
+       sbp=_sparse_ce_sbp(False, _t.endswith("_ms")),
        grad=lambda g, t=_t: _needs_grad(g, "prediction", "out") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"prediction": g.input("prediction"), "label": g.input("label"), "dy": g.dout("out")},
            {"depth": g.attr("depth")})),
        doc="out = -log(prediction[..., label]); prediction holds probabilities")
     op(f"{_t}_grad", inputs=["prediction", "label", "dy"], outputs=["prediction_diff"],
        attrs={"depth": ("int64", 0)}, infer=_sparse_ce_grad_infer, kernel=_sparse_ce_grad_kernel(f"{_t}_grad"),
-       checks=label_checks(f"{_t}_grad"), xla=_sparse_ce_grad_xla(f"{_t}_grad"), onnx=_sparse_cross_entropy_grad_onnx)
+       checks=label_checks(f"{_t}_grad"), xla=_sparse_ce_grad_xla(f"{_t}_grad"), onnx=_sparse_cross_entropy_grad_onnx,
+       sbp=_sparse_ce_sbp(True, _t.endswith("_ms")))
 
 
 # ------------------------------------------------------------------ binary cross entropy
@@ -351,13 +415,15 @@ def _bce_grad_onnx(c):
 
 op("binary_cross_entropy", inputs=["input", "target", "weight?"], outputs=["out"], infer=_bce_infer,
    kernel=lambda k: _bce, onnx=_binary_cross_entropy_onnx, xla=lambda k: _bce_xla,
+   sbp=_sbp.elementwise(p_each=("weight",)),
    grad=lambda g: _needs_grad(g, "input", "out") and g.set_grad("input", g.emit(
        "binary_cross_entropy_grad", {"input": g.input("input"), "target": g.input("target"),
                                      "weight": g.input("weight") if g.has_input("weight") else None,
                                      "dy": g.dout("out")})),
    doc="out = -weight * (target * log(input) + (1 - target) * log(1 - input)), logs clamped at -100")
 op("binary_cross_entropy_grad", inputs=["input", "target", "weight?", "dy"], outputs=["dx"],
-   infer=_bce_grad_infer, kernel=lambda k: _bce_grad, xla=lambda k: _bce_grad_xla, onnx=_bce_grad_onnx)
+   infer=_bce_grad_infer, kernel=lambda k: _bce_grad, xla=lambda k: _bce_grad_xla, onnx=_bce_grad_onnx,
+   sbp=_sbp.elementwise(p_each=("dy", "weight")))
 
 
 def _bce_logits_infer(ctx):
@@ -451,14 +517,15 @@ def _bce_logits_grad_onnx(c):
 
 op("binary_cross_entropy_with_logits", inputs=["input", "target", "weight?", "pos_weight?"], outputs=["out"],
    attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_infer, kernel=lambda k: _bce_logits,
-   xla=lambda k: _bce_logits_xla,
+   xla=lambda k: _bce_logits_xla, sbp=_sbp.elementwise(p_each=("weight",)),
    onnx=_binary_cross_entropy_with_logits_onnx,
    grad=_bce_logits_grad_maker,
    doc="out = weight * ((1 - t) x + (1 + (pos_weight - 1) t) log(1 + exp(-x))), x = input, t = target; "
        "pos_weight (C,) applies along the last axis")
 op("binary_cross_entropy_with_logits_grad", inputs=["input", "target", "weight?", "pos_weight?", "dy"],
    outputs=["dx"], attrs={"has_pos_weight": ("bool", False)}, infer=_bce_logits_grad_infer,
-   kernel=lambda k: _bce_logits_grad, xla=lambda k: _bce_logits_grad_xla, onnx=_bce_logits_grad_onnx)
+   kernel=lambda k: _bce_logits_grad, xla=lambda k: _bce_logits_grad_xla, onnx=_bce_logits_grad_onnx,
+   sbp=_sbp.elementwise(p_each=("dy", "weight")))
 
 
 # ------------------------------------------------------------------ kl_div_loss, smooth_l1_loss
@@ -515,12 +582,12 @@ def _kl_div_loss_onnx(c):
 
 
 op("kl_div_loss", inputs=["input", "target"], outputs=["out"], attrs={"log_target": ("bool", False)},
-   infer=_pair_infer, kernel=_kl_div_kernel, onnx=_kl_div_loss_onnx, xla=_kl_div_xla,
+   infer=_pair_infer, kernel=_kl_div_kernel, onnx=_kl_div_loss_onnx, xla=_kl_div_xla, sbp=_sbp.elementwise(),
    grad=_pair_grad("kl_div_loss", ["log_target"]),
    doc="out = target * (log(target) - input) (0 where target == 0); with log_target: "
        "exp(target) * (target - input)")
 op("kl_div_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"log_target": ("bool", False)},
-   infer=_pair_grad_infer, kernel=_kl_div_grad_kernel,
+   infer=_pair_grad_infer, kernel=_kl_div_grad_kernel, sbp=_sbp.elementwise(p_each=("dy",)),
    onnx=lambda c: c.node("Mul", [neg(c, c.node("Exp", [c.input("target")]) if c.attr("log_target") else c.input("target")),
                                  c.input("dy")], [c.output("dx")]),
    xla=lambda k: ((lambda x, t, dy: -xla_rules.jnp().exp(t) * dy) if k.attr("log_target") else
@@ -593,11 +660,12 @@ def _smooth_l1_grad_onnx(c):
 
 
 op("smooth_l1_loss", inputs=["input", "target"], outputs=["out"], attrs={"beta": ("float", 0.0, _nonneg)},
-   infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=_smooth_l1_loss_onnx, xla=_smooth_l1_xla,
+   infer=_pair_infer, kernel=_smooth_l1_kernel, onnx=_smooth_l1_loss_onnx, xla=_smooth_l1_xla, sbp=_sbp.elementwise(),
    grad=_pair_grad("smooth_l1_loss", ["beta"]),
    doc="d = |input - target|; out = 0.5 d^2 / beta if d < beta else d - 0.5 beta")
 op("smooth_l1_loss_grad", inputs=["input", "target", "dy"], outputs=["dx"], attrs={"beta": ("float", 0.0, _nonneg)},
-   infer=_pair_grad_infer, kernel=_smooth_l1_grad_kernel, xla=_smooth_l1_grad_xla, onnx=_smooth_l1_grad_onnx)
+   infer=_pair_grad_infer, kernel=_smooth_l1_grad_kernel, xla=_smooth_l1_grad_xla, onnx=_smooth_l1_grad_onnx,
+   sbp=_sbp.elementwise(p_each=("dy",)))
 
 
 # ------------------------------------------------------------------ nll

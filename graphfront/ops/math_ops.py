@@ -114,6 +114,7 @@ def _cast_to_output_onnx(in_arg, out_arg):
 op("cast_like", inputs=["in", "dtype_like"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", ctx.input("in").shape, ctx.input("dtype_like").dtype),
    kernel=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.torch: x.to(t)), no_grad=True,
+   sbp=_sbp.elementwise(p_each=("in",), p_int=False),
    onnx=_cast_to_output_onnx("in", "out"), xla=lambda k: (lambda x, like_, t=k.input("dtype_like").dtype.np: x.astype(t)))
 
 # (zero_like, used by the `where` grad, is defined with the array ops)
@@ -229,6 +230,7 @@ def _power_onnx(c, x, y, out, d):
 
 op("scalar_pow", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(float_only=True),
    kernel=_scalar_kernel(torch.pow), onnx=_scalar_binary_onnx(_power_onnx), xla=_scalar_xla("power"),
+   sbp=_sbp.elementwise(),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "scalar_pow_grad", {"x": g.input("in"), "dy": g.dout("out")}, _scalar_attrs_of(g))))
 def _scalar_pow_grad_onnx(c):
@@ -241,7 +243,8 @@ def _scalar_pow_grad_onnx(c):
 
 
 op("scalar_pow_grad", inputs=["x", "dy"], outputs=["dx"], attrs=SCALAR_ATTRS, infer=like("x"),
-   kernel=_scalar_pow_grad_kernel, xla=_scalar_pow_grad_xla, onnx=_scalar_pow_grad_onnx)
+   kernel=_scalar_pow_grad_kernel, xla=_scalar_pow_grad_xla, onnx=_scalar_pow_grad_onnx,
+   sbp=_sbp.elementwise(p_each=("dy",)))
 
 def _floor_div_onnx(c, x, y, out, d):
     """floor(x / y); for integers the truncating ``Div`` moved down by one where the
@@ -260,7 +263,7 @@ def _floor_div_onnx(c, x, y, out, d):
 # no grad function (as OneFlow): autograd fails if it reaches them
 op("scalar_floordiv", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
    kernel=_scalar_kernel(lambda x, s: torch.div(x, s, rounding_mode="floor").to(x.dtype)),
-   onnx=_scalar_binary_onnx(_floor_div_onnx), xla=_scalar_xla("floor_divide"))
+   onnx=_scalar_binary_onnx(_floor_div_onnx), xla=_scalar_xla("floor_divide"), sbp=_sbp.elementwise())
 
 
 def _fmod_onnx(c, x, y, out, d):
@@ -269,7 +272,8 @@ def _fmod_onnx(c, x, y, out, d):
 
 
 op("scalar_fmod", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
-   kernel=_scalar_kernel(torch.fmod), onnx=_scalar_binary_onnx(_fmod_onnx), xla=_scalar_xla("fmod"))
+   kernel=_scalar_kernel(torch.fmod), onnx=_scalar_binary_onnx(_fmod_onnx), xla=_scalar_xla("fmod"),
+   sbp=_sbp.elementwise())
 
 _LOGICAL = {
     "equal": torch.eq, "not_equal": torch.ne, "greater": torch.gt, "greater_equal": torch.ge,
@@ -331,7 +335,7 @@ def _scalar_compare_onnx(kind):
 for _name, _fn in _LOGICAL.items():
     op(f"scalar_logical_{_name}", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS,
        infer=_scalar_infer(_dt.int8), kernel=_scalar_logical_kernel(_fn), no_grad=True,
-       xla=_logical_xla(_name, scalar=True), onnx=_scalar_compare_onnx(_name))
+       xla=_logical_xla(_name, scalar=True), onnx=_scalar_compare_onnx(_name), sbp=_sbp.elementwise())
 
 
 # scalar_{add,sub,mul,div}_by_tensor: the scalar is a one-element blob
@@ -554,6 +558,27 @@ for _name, _fn, _grad, _onnx, _xla in (
        amp="gray" if _name in ("broadcast_add", "broadcast_sub", "broadcast_mul", "broadcast_div") else None)
 
 
+def _reduced_grad_sbp(*p_each):
+    """Grads of broadcast binary ops (inputs broadcast numpy-style onto dz, the output summed
+    back to one input's shape): on each axis of dz, the args of its full length split along
+    it and the others broadcast, the output a partial sum where the axis is reduced;
+    ``p_each``: inputs the grad is linear in, each alone partial (float outputs)."""
+    def rule(ctx):
+        out, ref = ctx.output_args[0], ctx.shape("dz")
+        cands = []
+        for k in range(len(ref)):
+            sig = {}
+            for a in ctx.args:
+                s = ctx.shape(a)
+                ka = k - (len(ref) - len(s))
+                sig[a] = _sbp.split(ka) if ka >= 0 and s[ka] == ref[k] else _sbp.P if a == out else _sbp.B
+            cands.append(sig)
+        if ctx.dtype(out).is_floating_point:
+            cands += [_sbp._with(ctx, _sbp.B, **{a: _sbp.P, out: _sbp.P}) for a in p_each]
+        return cands
+    return rule
+
+
 def _div_grad_kernel(k):
     def div_grad(y, z, dz):
         return sum_to_shape(-(dz * z / y), y.shape)
@@ -563,6 +588,7 @@ def _div_grad_kernel(k):
 op("broadcast_div_grad", inputs=["y", "z", "dz"], outputs=["dy"],
    infer=lambda ctx: ctx.set_output("dy", ctx.input("y").shape, ctx.input("y").dtype),
    kernel=_div_grad_kernel, xla=lambda k: (lambda y, z, dz: _sum_to_shape_xla(-(dz * z / y), y.shape)),
+   sbp=_reduced_grad_sbp("z", "dz"),
    onnx=lambda c: onnx_rules.sum_to_shape(
        c, c.node("Neg", [c.node("Div", [c.node("Mul", [c.input("dz"), c.input("z")]), c.input("y")])]),
        c.input_desc("dz").shape, c.output_desc("dy").shape, c.output("dy")))
@@ -599,12 +625,12 @@ def _broadcast_pow_grad_onnx(side):
 
 
 op("broadcast_pow_x_grad", inputs=["x", "y", "z", "dz"], outputs=["dx"], infer=_pow_grad_infer("x"),
-   onnx=_broadcast_pow_grad_onnx("x"),
+   onnx=_broadcast_pow_grad_onnx("x"), sbp=_reduced_grad_sbp("dz"),
    kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_x_grad(x, y, dz), x.shape)),
    xla=lambda k: (lambda x, y, z, dz: _sum_to_shape_xla(
        xla_rules.jnp().where(y == 0, 0, dz * y * xla_rules.jnp().power(x, y - 1)), x.shape)))
 op("broadcast_pow_y_grad", inputs=["x", "y", "z", "dz"], outputs=["dy"], infer=_pow_grad_infer("y"),
-   onnx=_broadcast_pow_grad_onnx("y"),
+   onnx=_broadcast_pow_grad_onnx("y"), sbp=_reduced_grad_sbp("z", "dz"),
    kernel=lambda k: (lambda x, y, z, dz: sum_to_shape(_pow_y_grad(x, y, z, dz), y.shape)),
    xla=lambda k: (lambda x, y, z, dz: _sum_to_shape_xla(
        xla_rules.jnp().where((x == 0) & (y >= 0), 0, dz * z * xla_rules.jnp().log(x)), y.shape)))
@@ -619,7 +645,7 @@ for _name, _fn in _LOGICAL.items():
     _type = f"broadcast_{'logical_' + _name if _name in ('and', 'or', 'xor') else _name}"
     op(_type, inputs=["x", "y"], outputs=["z"], infer=functools.partial(_binary_infer, out_dtype=_dt.int8),
        kernel=lambda k, f=_fn: (lambda x, y: f(x, y).to(torch.int8)), no_grad=True, xla=_logical_xla(_name),
-       onnx=_compare_onnx(_name))
+       onnx=_compare_onnx(_name), sbp=_sbp.elementwise())
 
 
 # ----------------------------------------------------------------- same-shape binary
@@ -694,7 +720,8 @@ def _elementwise_extremum(kind):
             ctx.set_output(a, d.shape, d.dtype)
 
     op(f"elementwise_{kind}", inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(),
-       kernel=lambda k: fwd, grad=grad, onnx=onnx_rules.same("Max" if kind == "maximum" else "Min"), xla=_same_xla(kind))
+       kernel=lambda k: fwd, grad=grad, onnx=onnx_rules.same("Max" if kind == "maximum" else "Min"),
+       xla=_same_xla(kind), sbp=_sbp.elementwise())
     def backward_onnx(c):
         d = c.input_desc("dz")
         mask = c.node("GreaterOrEqual" if kind == "maximum" else "LessOrEqual", [c.input("x"), c.input("y")])
@@ -703,7 +730,8 @@ def _elementwise_extremum(kind):
                 onnx_rules.where_zero(c, mask, c.input("dz"), d, c.output(a), zero_if=zero_if)
 
     op(f"elementwise_{kind}_backward", inputs=["dz", "x", "y"], outputs=["dx?", "dy?"],
-       infer=backward_infer, kernel=backward_kernel, xla=backward_xla, onnx=backward_onnx)
+       infer=backward_infer, kernel=backward_kernel, xla=backward_xla, onnx=backward_onnx,
+       sbp=_sbp.elementwise(p_each=("dz",)))
 
 
 _elementwise_extremum("maximum")
@@ -746,11 +774,14 @@ def binary_family(name, fwd, dx_fn, dy_fn, xla=None, onnx=None, grad_onnx=None):
         return make
 
     op(name, inputs=["x", "y"], outputs=["z"], infer=_same_shape_infer(float_only=True),
-       kernel=lambda k: fwd, grad=grad, xla=xla and _same_xla(xla), onnx=onnx and _binary_onnx(onnx))
+       kernel=lambda k: fwd, grad=grad, xla=xla and _same_xla(xla), onnx=onnx and _binary_onnx(onnx),
+       sbp=_sbp.elementwise())
     op(f"{name}_x_grad", inputs=["x", "y", "dz"], outputs=["dx"], infer=grad_infer("x"),
-       kernel=lambda k: dx_fn, xla=xla and vjp("x"), onnx=grad_onnx and _binary_grad_onnx(grad_onnx[0], "dx"))
+       kernel=lambda k: dx_fn, xla=xla and vjp("x"), onnx=grad_onnx and _binary_grad_onnx(grad_onnx[0], "dx"),
+       sbp=_sbp.elementwise(p_each=("dz",)))
     op(f"{name}_y_grad", inputs=["x", "y", "dz"], outputs=["dy"], infer=grad_infer("y"),
-       kernel=lambda k: dy_fn, xla=xla and vjp("y"), onnx=grad_onnx and _binary_grad_onnx(grad_onnx[1], "dy"))
+       kernel=lambda k: dy_fn, xla=xla and vjp("y"), onnx=grad_onnx and _binary_grad_onnx(grad_onnx[1], "dy"),
+       sbp=_sbp.elementwise(p_each=("dz",)))
 
 
 def _xdivy(x, y):

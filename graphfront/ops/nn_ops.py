@@ -769,18 +769,23 @@ def _random_mask_like_kernel(k):
     turned into a float by ``std::uniform_real_distribution<float>`` (word / 2**32 in float), so
     a seeded mask, and the masks of the job's successive runs, are the ones OneFlow draws. On a
     GPU they come from a torch generator seeded with ``seed`` (OneFlow's curand stream is not
-    reproduced)."""
+    reproduced). On several devices each draws the mask of the whole ``like`` and keeps its
+    part, so the masks are one device's."""
     rate = k.attr("rate")
+    layout, n, index = k.sbp("out"), k.parallel_num, k.parallel_id
+    whole = k.logical("like").shape if layout != "B" else None  # (None: like's shape in this run)
     if k.device.type == "cpu":
         words = np.random.RandomState(k.attr("seed") & 0xFFFF_FFFF)  # numpy's legacy seeding is mt19937's
         threshold = np.float32(rate)
 
         def random_mask_like(like_):
-            u = words.randint(0, 2 ** 32, size=like_.shape, dtype=np.uint32).astype(np.float32) * np.float32(2 ** -32)
-            return torch.from_numpy((u > threshold).astype(np.int8))
+            u = words.randint(0, 2 ** 32, size=whole or like_.shape, dtype=np.uint32).astype(np.float32)
+            u *= np.float32(2 ** -32)
+            return _sbp.local_part(torch.from_numpy((u > threshold).astype(np.int8)), layout, n, index)
         return random_mask_like
     gen = k.generator(k.attr("seed"))
-    return lambda like_: (torch.rand(like_.shape, generator=gen, device=like_.device) > rate).to(torch.int8)
+    return lambda like_: _sbp.local_part(
+        (torch.rand(whole or like_.shape, generator=gen, device=like_.device) > rate).to(torch.int8), layout, n, index)
 
 
 def _random_mask_like_native(k):
@@ -802,7 +807,7 @@ op("random_mask_like", inputs=["like"], outputs=["out"], attrs={"rate": ("float"
                                                            f"{ctx.attr('rate')}"),
                       ctx.set_output("out", ctx.input("like").shape, _dt.int8)),
    kernel=_random_mask_like_kernel, xla=_random_mask_like_xla, native=_random_mask_like_native, no_grad=True,
-   random=True, amp="clear")
+   random=True, amp="clear", sbp=_sbp.drawn_whole(lambda ctx: range(ctx.ndim("like"))))
 
 
 # ------------------------------------------------------------------ matmul
@@ -983,12 +988,23 @@ def _broadcast_matmul_grad_b_xla(k):
     return grad_b
 
 
+def _broadcast_matmul_grad_b_sbp(ctx):
+    """OneFlow's: a and b split on one leading (flattened, contracted) axis give partial sums;
+    a split on its last axis splits out on its rows, b on its last axis out on its columns;
+    a partial operand with the other broadcast stays partial (_add_to_output as out)."""
+    last = ctx.ndim("a") - 1
+    return [_sbp._with(ctx, _sbp.P, a=_sbp.split(k), b=_sbp.split(k)) for k in range(last)] + [
+        _sbp._with(ctx, _sbp.split(0), a=_sbp.split(last), b=_sbp.B),
+        _sbp._with(ctx, _sbp.split(1), a=_sbp.B, b=_sbp.split(last)),
+        _sbp._with(ctx, _sbp.P, b=_sbp.B), _sbp._with(ctx, _sbp.P, a=_sbp.B)]
+
+
 op("broadcast_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,
    infer=_broadcast_matmul_infer, kernel=_matmul_kernel, grad=_broadcast_matmul_grad, sbp=_sbp.matmul, onnx=_matmul_onnx,
    xla=_matmul_xla, amp="white")
 op("broadcast_matmul_grad_b", inputs=["a", "b", "_add_to_output?"], outputs=["out"],
    attrs={"alpha": ("double", 1.0)}, infer=_broadcast_matmul_grad_b_infer, kernel=_broadcast_matmul_grad_b_kernel,
-   onnx=_broadcast_matmul_grad_b_onnx,
+   onnx=_broadcast_matmul_grad_b_onnx, sbp=_broadcast_matmul_grad_b_sbp,
    xla=_broadcast_matmul_grad_b_xla)
 
 

@@ -556,18 +556,29 @@ def _adaptive_avg_pool_grad_onnx(c):
     _along_axes_onnx(c, scaled, len(d.shape), mats, c.output("dx"))
 
 
+def _per_channel_sbp(linear):
+    """adaptive_avg_pool, upsample and their grads: independent per sample and per channel
+    (OneFlow declares the batch split only); linear in input ``linear`` (x, a grad's dy),
+    whose partial sums give partial sums (the other inputs, read for their shapes, broadcast)."""
+    def rule(ctx):
+        channel = 3 if ctx.attrs.get("data_format") == "channels_last" else 1
+        return [_sbp._with(ctx, _sbp.split(k)) for k in (0, channel)] + [
+            _sbp._with(ctx, _sbp.B, **{linear: _sbp.P}, **{o: _sbp.P for o in ctx.output_args})]
+    return rule
+
+
 for _n in (1, 2, 3):
     _t = f"adaptive_avg_pool{_n}d"
     op(_t, inputs=["x"], outputs=["y"], attrs={"output_size": "list_int64"}, infer=_adaptive_infer(_n),
        kernel=lambda k, n=_n: _adaptive_fn(n, k), onnx=_adaptive_avg_pool_onnx(_n),
-       xla=lambda k, n=_n: _adaptive_xla_fn(n, k),
+       xla=lambda k, n=_n: _adaptive_xla_fn(n, k), sbp=_per_channel_sbp("x"),
        grad=lambda g, t=_t: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
            f"{t}_grad", {"x": g.input("x"), "dy": g.dout("y")}, {"output_size": g.attr("output_size")})),
        doc=f"{_n}-D adaptive average pooling of channels_first input to 'output_size' "
            "(window i spans [floor(i n / out), ceil((i + 1) n / out)))")
     op(f"{_t}_grad", inputs=["x", "dy"], outputs=["dx"], attrs={"output_size": "list_int64"},
        infer=_grad_like_x, kernel=_adaptive_grad_kernel(_n), xla=_adaptive_grad_xla(_n),
-       onnx=_adaptive_avg_pool_grad_onnx)
+       onnx=_adaptive_avg_pool_grad_onnx, sbp=_per_channel_sbp("dy"))
 
 
 # ------------------------------------------------------------------ upsample
@@ -709,9 +720,9 @@ def _upsample_grad_onnx(c):
 
 
 op("upsample", inputs=["x"], outputs=["y"], attrs=UPSAMPLE_ATTRS, infer=_upsample_infer, kernel=_upsample_fn,
-   onnx=_upsample_onnx, xla=_upsample_xla,
+   onnx=_upsample_onnx, xla=_upsample_xla, sbp=_per_channel_sbp("x"),
    grad=lambda g: g.needs("x") and g.dout("y") is not None and g.set_grad("x", g.emit(
        "upsample_grad", {"dy": g.dout("y"), "x": g.input("x")}, g.attrs)),
    doc="2-D nearest/bilinear upsampling by (height_scale, width_scale); output size int(n * scale)")
 op("upsample_grad", inputs=["dy", "x"], outputs=["dx"], attrs=UPSAMPLE_ATTRS, infer=_upsample_grad_infer,
-   kernel=_upsample_grad_kernel, xla=_upsample_grad_xla, onnx=_upsample_grad_onnx)
+   kernel=_upsample_grad_kernel, xla=_upsample_grad_xla, onnx=_upsample_grad_onnx, sbp=_per_channel_sbp("dy"))

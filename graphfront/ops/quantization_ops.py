@@ -35,6 +35,7 @@ from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s
 from graphfront.ops.common import like
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 
 def _one_of(values):
@@ -136,6 +137,7 @@ def _min_max_onnx(c):
 op("min_max_observer", inputs=["in"], outputs=["scale", "zero_point"],
    attrs=dict(QUANT_ATTRS, per_layer_quantization=("bool", True)), infer=_min_max_infer, kernel=_min_max_kernel,
    xla=_min_max_xla, onnx=_min_max_onnx, no_grad=True,
+   sbp=lambda ctx: [] if ctx.attr("per_layer_quantization") else _sbp.batch()(ctx),  # (per channel: by axis 0)
    doc="quantization scale and zero point of a blob from its min and max")
 
 
@@ -279,6 +281,15 @@ def _fake_quant_xla(k):
     return fake_quantization
 
 
+def _fake_quant_sbp(ctx):
+    """in and out split alike on any axis; a per-channel scale and zero point (one per slice
+    of axis 0) split with axis 0, a per-layer one is broadcast."""
+    per_channel = ctx.shape("scale")[0] > 1
+    return [_sbp._with(ctx, _sbp.B, **{"in": _sbp.split(k), "out": _sbp.split(k)},
+                       **({"scale": _sbp.split(0), "zero_point": _sbp.split(0)} if k == 0 and per_channel else {}))
+            for k in range(ctx.ndim("in"))]
+
+
 def _fake_quant_grad(g):
     if g.needs("in"):
         g.set_grad("in", g.emit("identity", {"in": g.dout("out")}))
@@ -310,5 +321,5 @@ def _fake_quant_onnx(c):
 
 op("fake_quantization", inputs=["in", "scale", "zero_point"], outputs=["out"], attrs=QUANT_ATTRS,
    infer=_fake_quant_infer, kernel=_fake_quant_kernel, xla=_fake_quant_xla, grad=_fake_quant_grad,
-   onnx=_fake_quant_onnx,
+   onnx=_fake_quant_onnx, sbp=_fake_quant_sbp,
    doc="round a blob to the quantization grid of (scale, zero_point); straight-through gradient")

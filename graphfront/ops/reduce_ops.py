@@ -140,18 +140,20 @@ def _prod(x, axes, keep):
     return x
 
 
+# (max, min, product, any, all of parts are not their sums: split on kept axes only)
+_KEPT_AXES = _sbp.reduce(split_to_partial=False)
 op("reduce_max", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amax(x, dim=a, keepdim=keep)),
-   onnx=_reduce_onnx("ReduceMax"),
+   onnx=_reduce_onnx("ReduceMax"), sbp=_KEPT_AXES,
    grad=_reduce_extremum_grad, xla=_reduce_xla("max"))
 op("reduce_min", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(lambda x, a, keep: torch.amin(x, dim=a, keepdim=keep)),
-   onnx=_reduce_onnx("ReduceMin"),
+   onnx=_reduce_onnx("ReduceMin"), sbp=_KEPT_AXES,
    grad=_reduce_extremum_grad, xla=_reduce_xla("min"))
 # no grad function (as OneFlow)
 op("reduce_prod", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(), kernel=_reduce_kernel(_prod), onnx=_reduce_onnx("ReduceProd"),
-   xla=_reduce_xla("prod"))
+   xla=_reduce_xla("prod"), sbp=_KEPT_AXES)
 
 
 def _reduce_logical_onnx(onnx_type):
@@ -174,10 +176,10 @@ def _reduce_logical_xla(name):
 
 op("reduce_any", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.any(x != 0, dim=a, keepdim=keep)),
-   onnx=_reduce_logical_onnx("ReduceMax"), xla=_reduce_logical_xla("any"))
+   onnx=_reduce_logical_onnx("ReduceMax"), xla=_reduce_logical_xla("any"), sbp=_KEPT_AXES)
 op("reduce_all", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUCE_ATTRS,
    infer=_reduce_infer(_dt.bool), kernel=_reduce_kernel(lambda x, a, keep: torch.all(x != 0, dim=a, keepdim=keep)),
-   onnx=_reduce_logical_onnx("ReduceMin"), xla=_reduce_logical_xla("all"))
+   onnx=_reduce_logical_onnx("ReduceMin"), xla=_reduce_logical_xla("all"), sbp=_KEPT_AXES)
 
 
 def _reduce_sum_like_infer(ctx):
@@ -215,9 +217,30 @@ def _reduce_sum_like_onnx(c):
     c.node("Reshape", [s, c.const(int64s(c.input_desc("like").shape))], [c.output("y")])
 
 
+def _kept_positions(big, small, axes):
+    """Each axis ``k`` of shape ``big`` outside ``axes`` -> its position in shape ``small``
+    (the same index, or with ``axes`` removed), where the two dims agree."""
+    kept = [k for k in range(len(big)) if k not in axes]
+    if len(small) not in (len(big), len(kept)):
+        return {}
+    pos = {k: k if len(small) == len(big) else j for j, k in enumerate(kept)}
+    return {k: j for k, j in pos.items() if small[j] == big[k]}
+
+
+def _reduce_sum_like_sbp(ctx):
+    """OneFlow's: x split on a kept axis splits like and y on it; on a summed axis, y is a
+    partial sum (like, read for its shape, broadcast); partial sums pass through."""
+    x = ctx.shape("x")
+    axes = {a % len(x) for a in ctx.attr("axis")}
+    s = _sbp.split
+    cands = [{"x": s(k), "like": s(j), "y": s(j)} for k, j in _kept_positions(x, ctx.shape("like"), axes).items()]
+    cands += [{"x": s(k), "like": _sbp.B, "y": _sbp.P} for k in sorted(axes)]
+    return cands + [{"x": _sbp.P, "like": _sbp.B, "y": _sbp.P}]
+
+
 op("reduce_sum_like", inputs=["x", "like"], outputs=["y"], attrs={"axis": "list_int32"},
    infer=_reduce_sum_like_infer, kernel=_reduce_sum_like_kernel, no_grad=True, onnx=_reduce_sum_like_onnx,
-   xla=_reduce_sum_like_xla)
+   xla=_reduce_sum_like_xla, sbp=_reduce_sum_like_sbp)
 
 
 def _broadcast_like_infer(ctx):
@@ -251,12 +274,23 @@ def _broadcast_like_keep_shape_onnx(c):
     return [1 if i in axes else s for i, s in enumerate(shape)]
 
 
+def _broadcast_like_sbp(ctx):
+    """OneFlow's: like split on a kept axis splits x and y on it; on a broadcast axis, x is
+    broadcast; a partial x gives a partial y (like, read for its shape, broadcast)."""
+    like = ctx.shape("like")
+    axes = {a % len(like) for a in ctx.attr("broadcast_axes")}
+    s = _sbp.split
+    cands = [{"x": s(j), "like": s(k), "y": s(k)} for k, j in _kept_positions(like, ctx.shape("x"), axes).items()]
+    cands += [{"x": _sbp.B, "like": s(k), "y": s(k)} for k in sorted(axes)]
+    return cands + [{"x": _sbp.P, "like": _sbp.B, "y": _sbp.P}]
+
+
 op("broadcast_like", inputs=["x", "like"], outputs=["y"], attrs={"broadcast_axes": "list_int32"},
    infer=_broadcast_like_infer, kernel=_broadcast_like_kernel, xla=_broadcast_like_xla,
    onnx=onnx_rules.expand_to_output("x", "y", _broadcast_like_keep_shape_onnx),
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit(
        "reduce_sum_like", {"x": g.dout("y"), "like": g.input("x")}, {"axis": g.attr("broadcast_axes")})),
-   view=True)
+   view=True, sbp=_broadcast_like_sbp)
 
 
 # ----------------------------------------------------------------- argmax, top_k, sort
@@ -273,12 +307,15 @@ def _argmax_onnx(c):
     c.node("ArgMax", [c.input("in")], [c.output("out")], axis=-1, keepdims=keep, select_last_index=0)
 
 
+# argmax, top_k, sort, arg_sort: along the last axis, independent along the others (OneFlow's rules)
+_ALONG_LAST = _sbp.independent(lambda ctx: range(ctx.ndim("in") - 1))
+
 # argmax: int64 index of the max over the last axis (the first of equal maxima); the input's
 # shape without its last axis, (1,) for a vector
 op("argmax", inputs=["in"], outputs=["out"],
    infer=lambda ctx: ctx.set_output("out", at_least_1d(ctx.input("in").shape[:-1]), _dt.int64),
    kernel=lambda k: functools.partial(torch.argmax, dim=-1, keepdim=_vector_input(k)), no_grad=True,
-   onnx=_argmax_onnx,
+   onnx=_argmax_onnx, sbp=_ALONG_LAST,
    xla=lambda k: lambda x: xla_rules.jnp().argmax(x, axis=-1, keepdims=_vector_input(k)).astype("int64"))
 
 
@@ -321,7 +358,7 @@ def _top_k_onnx(c):
 
 # top_k: int32 indices of the k largest entries of the last axis
 op("top_k", inputs=["in"], outputs=["out"], attrs={"k": ("int32", 0), "sorted": ("bool", False)},
-   infer=_top_k_infer, kernel=_top_k_kernel, no_grad=True, onnx=_top_k_onnx, xla=_top_k_xla)
+   infer=_top_k_infer, kernel=_top_k_kernel, no_grad=True, onnx=_top_k_onnx, xla=_top_k_xla, sbp=_ALONG_LAST)
 
 
 def _in_top_k_infer(ctx):
@@ -426,9 +463,9 @@ def _sort_onnx(values):
 
 
 op("arg_sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(_dt.int32),
-   kernel=_sort_kernel(True), no_grad=True, onnx=_sort_onnx(False), xla=_sort_xla(True))
+   kernel=_sort_kernel(True), no_grad=True, onnx=_sort_onnx(False), xla=_sort_xla(True), sbp=_ALONG_LAST)
 op("sort", inputs=["in"], outputs=["out"], attrs={"direction": "string"}, infer=_sort_infer(),
-   kernel=_sort_kernel(False), no_grad=True, onnx=_sort_onnx(True), xla=_sort_xla(False))
+   kernel=_sort_kernel(False), no_grad=True, onnx=_sort_onnx(True), xla=_sort_xla(False), sbp=_ALONG_LAST)
 
 
 # ----------------------------------------------------------------- square sums, finiteness counts
@@ -529,8 +566,15 @@ def _multi_square_sum_onnx(c):
     _sum_to_one_onnx(c, parts, c.output("y"))
 
 
+def _multi_sum_sbp(ctx):
+    """multi_square_sum, multi_count_not_finite (OneFlow's): every x split on one axis (one
+    each of them has) gives a partial sum."""
+    rank = min(len(ctx.shape("x", i)) for i in range(ctx.count("x")))
+    return [{"x": _sbp.split(k), "y": _sbp.P} for k in range(rank)]
+
+
 op("multi_square_sum", inputs=["x*"], outputs=["y"], infer=_sum_infer(repeated=True),
-   kernel=lambda k: _multi_square_sum,
+   kernel=lambda k: _multi_square_sum, sbp=_multi_sum_sbp,
    onnx=_multi_square_sum_onnx, xla=lambda k: (lambda xs: functools.reduce(lambda a, b: a + b,
                                                                            [_square_sum_xla(x) for x in xs])))
 
@@ -551,9 +595,10 @@ def _count_not_finite_onnx(c):
 
 op("count_not_finite", inputs=["x"], outputs=["y"], infer=_sum_infer(_dt.int64),
    kernel=lambda k: (lambda x: _multi_count_not_finite([x])), no_grad=True, onnx=_count_not_finite_onnx,
+   sbp=_sbp.reduce(split_to_partial=True),
    xla=lambda k: _count_not_finite_xla)
 op("multi_count_not_finite", inputs=["x*"], outputs=["y"], infer=_sum_infer(_dt.int64, repeated=True),
-   kernel=lambda k: _multi_count_not_finite, no_grad=True,
+   kernel=lambda k: _multi_count_not_finite, no_grad=True, sbp=_multi_sum_sbp,
    onnx=_count_not_finite_onnx, xla=lambda k: (lambda xs: functools.reduce(lambda a, b: a + b,
                                                                            [_count_not_finite_xla(x) for x in xs])))
 

@@ -15,6 +15,7 @@ from graphfront.ops import xla_rules
 from graphfront.ops.math_ops import SCALAR_ATTRS
 from graphfront.ops.onnx_rules import const_as, nonzero, np_dtype
 from graphfront.ops.registry import op
+from graphfront.parallel import sbp as _sbp
 
 
 # ----------------------------------------------------------------- where, masked_fill
@@ -53,8 +54,14 @@ def _where_onnx(c):
     c.node("Where", [nonzero(c, c.input("condition")), c.input("x"), c.input("y")], [c.output("out")])
 
 
+def _where_sbp(ctx):
+    """Numpy-style broadcast splits; x and y partial together (``where`` is linear in the pair)."""
+    partial = [_sbp._with(ctx, _sbp.P, condition=_sbp.B)] if ctx.dtype("out") is not _dt.bool else []
+    return _sbp.elementwise()(ctx) + partial
+
+
 op("where", inputs=["condition", "x", "y"], outputs=["out"], infer=_where_infer,
-   kernel=lambda k: (lambda c, x, y: torch.where(c != 0, x, y)), grad=_where_grad, onnx=_where_onnx,
+   kernel=lambda k: (lambda c, x, y: torch.where(c != 0, x, y)), grad=_where_grad, onnx=_where_onnx, sbp=_where_sbp,
    xla=lambda k: (lambda c, x, y: xla_rules.jnp().where(c != 0, x, y)))
 
 
@@ -118,10 +125,10 @@ def _where_scalar_onnx(scalar_is_x):
 # where_scalar_x / where_scalar_y: no grad function (as OneFlow)
 op("where_scalar_x", inputs=["condition", "y"], outputs=["out"], attrs=SCALAR_ATTRS,
    infer=_where_scalar_infer("y"), kernel=_where_scalar_kernel(True), onnx=_where_scalar_onnx(True),
-   xla=_where_scalar_xla(True))
+   xla=_where_scalar_xla(True), sbp=_sbp.elementwise())
 op("where_scalar_y", inputs=["condition", "x"], outputs=["out"], attrs=SCALAR_ATTRS,
    infer=_where_scalar_infer("x"), kernel=_where_scalar_kernel(False), onnx=_where_scalar_onnx(False),
-   xla=_where_scalar_xla(False))
+   xla=_where_scalar_xla(False), sbp=_sbp.elementwise())
 
 WHERE_XY_ATTRS = {"has_x_int_operand": ("bool", False), "has_x_float_operand": ("bool", False),
                   "has_y_int_operand": ("bool", False), "has_y_float_operand": ("bool", False),
@@ -166,7 +173,7 @@ def _where_scalar_xy_onnx(c):
 
 
 op("where_scalar_xy", inputs=["condition"], outputs=["out"], attrs=WHERE_XY_ATTRS, infer=_where_xy_infer,
-   kernel=_where_xy_kernel, no_grad=True, onnx=_where_scalar_xy_onnx, xla=_where_xy_xla)
+   kernel=_where_xy_kernel, no_grad=True, onnx=_where_scalar_xy_onnx, xla=_where_xy_xla, sbp=_sbp.elementwise())
 
 
 def _masked_fill_infer(ctx):
@@ -187,7 +194,7 @@ def _masked_fill_onnx(c):
 
 # masked_fill: no grad function (as OneFlow); flow.masked_fill builds constant_like + where instead
 op("masked_fill", inputs=["x", "mask"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_masked_fill_infer,
-   kernel=_masked_fill_kernel, onnx=_masked_fill_onnx,
+   kernel=_masked_fill_kernel, onnx=_masked_fill_onnx, sbp=_sbp.elementwise(),
    xla=lambda k: (lambda x, m, s=_operand(k.attrs, "", k.input("x").dtype), t=k.input("x").dtype.np:
                           xla_rules.jnp().where(m != 0, xla_rules.jnp().asarray(s, t), x)))
 
@@ -243,6 +250,15 @@ def _tril_xla(scaled):
     return make
 
 
+def _tril_sbp(ctx):
+    """Split on the batch axes (each part's last two axes masked whole); partial sums pass
+    when the fill value is 0 (triu's always)."""
+    cands = [_sbp._with(ctx, _sbp.split(k)) for k in range(ctx.ndim("in") - 2)]
+    if "floating_fill_value" not in ctx.attrs or _pick(ctx.attrs, "fill", ctx.dtype("in")) == 0:
+        cands.append(_sbp._with(ctx, _sbp.P))
+    return cands
+
+
 def _tril_grad(op_type):
     def grad(g):
         if g.needs("in"):
@@ -266,10 +282,10 @@ def _triangle_onnx(lower):
 
 
 op("tril", inputs=["in"], outputs=["out"], attrs=TRIL_ATTRS, infer=_matrix_infer, kernel=_tril_kernel(False),
-   grad=_tril_grad("tril"), onnx=_triangle_onnx(True), xla=_tril_xla(False), amp="clear")
+   grad=_tril_grad("tril"), onnx=_triangle_onnx(True), xla=_tril_xla(False), amp="clear", sbp=_tril_sbp)
 # triu: no grad function (as OneFlow)
 op("triu", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int64", 0)}, infer=_matrix_infer,
-   kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)), onnx=_triangle_onnx(False),
+   kernel=lambda k: (lambda x, d=k.attr("diagonal"): torch.triu(x, d)), onnx=_triangle_onnx(False), sbp=_tril_sbp,
    xla=lambda k: (lambda x, d=k.attr("diagonal"): xla_rules.jnp().triu(x, d)))
 
 
@@ -291,4 +307,4 @@ def _fused_scale_tril_onnx(c):
 # fused_scale_tril: scale * x on and below `diagonal`, fill above; grad = same op on dy with fill 0
 op("fused_scale_tril", inputs=["in"], outputs=["out"], attrs=FUSED_SCALE_TRIL_ATTRS, infer=_matrix_infer,
    kernel=_tril_kernel(True), grad=_tril_grad("fused_scale_tril"), onnx=_fused_scale_tril_onnx,
-   xla=_tril_xla(True), amp="clear")
+   xla=_tril_xla(True), amp="clear", sbp=_tril_sbp)

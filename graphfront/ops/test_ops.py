@@ -60,8 +60,11 @@ def _relu_xla(k):
     return xla_rules.jnp_fn("nn.relu")
 
 
+# SBP: OneFlow's test ops declare the batch split (S(0)) of ccrelu, ccrelu_grad, cpu_only_relu_test,
+# TestMultiOutputOrder, and splits on every axis of TestMultiInput(Grad); the elementwise ones
+# here take every rule of their kind (relu, relu_grad, identity, cast)
 op("ccrelu", inputs=["in"], outputs=["out"], infer=like("in"), kernel=lambda k: torch.relu, xla=_relu_xla,
-   onnx=onnx_rules.same("Relu"),
+   onnx=onnx_rules.same("Relu"), sbp=_sbp.elementwise(),
    grad=lambda g: g.set_grad("in", g.emit("ccrelu_grad", {"y": g.output("out"), "dy": g.dout("out")})),
    doc="relu (OneFlow's framework test op)")
 op("ccrelu_grad", inputs=["y", "dy"], outputs=["dx"],
@@ -69,7 +72,7 @@ op("ccrelu_grad", inputs=["y", "dy"], outputs=["dx"],
                                 f"input 'dy' expected shape {ctx.input('y').shape}, received {ctx.input('dy').shape}"),
                       ctx.set_output("dx", ctx.input("y").shape, ctx.input("y").dtype)),
    kernel=lambda k: (lambda y, dy: dy * (y > 0)), xla=lambda k: (lambda y, dy: dy * (y > 0)),
-   doc="gradient of ccrelu",
+   doc="gradient of ccrelu", sbp=_sbp.elementwise(p_each=("dy",)),
    onnx=onnx_rules.grad(lambda c, y, dy, out, d: c.node("Mul", [dy, c.node("Cast", [
        c.node("Greater", [y, onnx_rules.const_as(c, 0, d)])], to=c.dtype_code(d.dtype))], [out]), "y"))
 
@@ -87,7 +90,7 @@ def _cpu_relu_kernel(k):
 
 
 op("cpu_only_relu_test", inputs=["in"], outputs=["out"], infer=_cpu_relu_infer, kernel=_cpu_relu_kernel,
-   xla=_relu_xla, cpu_only=True, onnx=onnx_rules.same("Relu"),
+   xla=_relu_xla, cpu_only=True, onnx=onnx_rules.same("Relu"), sbp=_sbp.elementwise(),
    doc="relu with a CPU kernel only: placed on the CPU under any placement scope")
 
 
@@ -163,7 +166,7 @@ def _multi_output_infer(ctx):
 op("TestMultiOutputOrder", inputs=["in"], outputs=["out1", "out2"], infer=_multi_output_infer,
    kernel=lambda k: (lambda x: (x.clone(), x.new_zeros(x.shape[:-1] + (x.shape[-1] * 2,)))), no_grad=True,
    xla=lambda k: (lambda x: (x, xla_rules.jnp().zeros(x.shape[:-1] + (x.shape[-1] * 2,), x.dtype))),
-   onnx=lambda c: (_identity_onnx("in", "out1")(c), _filled_onnx(c, "out2", 0)),
+   onnx=lambda c: (_identity_onnx("in", "out1")(c), _filled_onnx(c, "out2", 0)), sbp=_sbp.batch(),
    doc="out1 = in, out2 = zeros with the last dim doubled")
 
 
@@ -180,11 +183,12 @@ def _multi_input_grad(g):
             g.set_grad(arg, out[f"{arg}_diff"])
 
 
-op("TestMultiInput", inputs=["x1", "x2"], outputs=["y"], infer=_multi_input_infer,
+_EVERY_AXIS = _sbp.independent(lambda ctx: range(ctx.ndim("x1")))
+op("TestMultiInput", inputs=["x1", "x2"], outputs=["y"], infer=_multi_input_infer, sbp=_EVERY_AXIS,
    kernel=lambda k: (lambda x1, x2: x1.clone()), xla=lambda k: (lambda x1, x2: x1), grad=_multi_input_grad,
    onnx=_identity_onnx("x1", "y"),
    doc="y = x1 (framework test op)")
-op("TestMultiInputGrad", inputs=["x1", "x2", "y_diff"], outputs=["x1_diff", "x2_diff"],
+op("TestMultiInputGrad", inputs=["x1", "x2", "y_diff"], outputs=["x1_diff", "x2_diff"], sbp=_EVERY_AXIS,
    infer=lambda ctx: (ctx.set_output("x1_diff", ctx.input("x1").shape, ctx.input("x1").dtype),
                       ctx.set_output("x2_diff", ctx.input("x2").shape, ctx.input("x2").dtype)),
    kernel=lambda k: (lambda x1, x2, dy: (torch.ones_like(x1), torch.full_like(x2, 2.0))),
@@ -196,6 +200,7 @@ op("TestDataTypeAttr", inputs=["in"], outputs=["out"], attrs={"output_type": ("d
    infer=lambda ctx: (ctx.check(ctx.attr("output_type") is not None, "attr 'output_type' is required"),
                       ctx.set_output("out", ctx.input("in").shape, ctx.attr("output_type"))),
    kernel=lambda k: (lambda x, t=k.attr("output_type").torch: x.to(t)), no_grad=True,
+   sbp=_sbp.elementwise(p_all=True, p_int=False),
    xla=lambda k: (lambda x, t=k.attr("output_type").np: x.astype(t)),
    onnx=lambda c: c.node("Cast", [c.input("in")], [c.output("out")], to=c.dtype_code(c.attr("output_type"))),
    doc="in cast to attr output_type")
@@ -230,4 +235,5 @@ op("TestListDataTypeAndListShapeAndListStringAttr", inputs=["in"], outputs=["out
 
 op("test_user_op_attr_auto_type", inputs=["in"], outputs=["out"],
    attrs={"int1": ("int32", 0), "int2": ("int32", 0)}, infer=like("in"), kernel=lambda k: (lambda x: x.clone()),
-   xla=lambda k: (lambda x: x), no_grad=True, onnx=_identity_onnx("in", "out"), doc="out = in (attr type test op)")
+   xla=lambda k: (lambda x: x), no_grad=True, onnx=_identity_onnx("in", "out"), sbp=_sbp.elementwise(p_all=True),
+   doc="out = in (attr type test op)")

@@ -175,6 +175,10 @@ class SbpCtx:
     def dtype(self, arg, index=0):
         return self._descs[self._lbn(arg, index)].dtype
 
+    def count(self, arg) -> int:
+        """The number of blobs of the (repeated) input or output ``arg``."""
+        return sum(a == arg for a, _, _ in self._ins + self._outs)
+
     def sbp(self, arg, index=0) -> str:
         """The layout input ``arg[index]`` arrives in."""
         return self._blob_sbp[self._lbn(arg, index)]

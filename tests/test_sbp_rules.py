@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import graphfront as flow
+from graphfront.core.op_conf_pb2 import OperatorConf
 from graphfront.framework import job_builder as jb
 from graphfront.framework.session import default_session
 from graphfront.ops import registry
@@ -40,6 +41,48 @@ PER_DEVICE = {
     "normalization_grad": "OneFlow's batch norm on a split batch: each device's part with its own statistics",
 }
 RULED = sorted(t for t in CASES if _has_rule(t) and t not in PER_DEVICE)
+
+
+# Op types without an SBP rule, each with its reason: they run replicated (every device
+# computes the whole blob), which is correct but not parallel.
+_BOXING = "a boxing op: the boxing pass inserts it with the layouts it converts between"
+_WHOLE = "builds its whole output from its attrs on each device (a split would need a kernel building its part)"
+_FOLDED = "its output depends only on its input's shape: the cleanup passes fold it into a folded_constant"
+_RANDOM = "draws random numbers from the whole of a per-device input or stream: only broadcast repeats one device"
+_DYNAMIC = "its output's shape depends on the values (a dynamic blob), so no device can know its part"
+_HOST = "works on the host (files, summaries, profiler ranges, tensor buffers), once per job"
+_TIME = "a time-shape op (one call spans several runs); the time-shape pass unrolls it first"
+NO_RULE = {
+    **dict.fromkeys(["_boxing_across_placements", "_logical_b_to_p", "_logical_b_to_s", "_nccl_logical_all_gather",
+                     "_nccl_logical_all_gather_noncontinuous", "_nccl_logical_all_reduce",
+                     "_nccl_logical_reduce_scatter", "_nccl_logical_s2s"], _BOXING),
+    **dict.fromkeys(["arange", "constant", "eye", "constant_like_conf", "folded_constant", "TestSource",
+                     "adam_bias_correction_factor", "learning_rate_schedule_conf",
+                     "TestListDataTypeAndListShapeAndListStringAttr"], _WHOLE),
+    **dict.fromkeys(["zero_like", "ones_like"], _FOLDED),
+    **dict.fromkeys(["TestRandomSource", "bernoulli", "coin_flip", "generate_random_batch_permutation_indices"],
+                    _RANDOM),
+    **dict.fromkeys(["TestDynamicSource", "argwhere", "unique_with_counts", "indexed_slices_reduce_sum",
+                     "sync_dynamic_resize_conf", "broadcast_to_compatible_with_conf"], _DYNAMIC),
+    **dict.fromkeys(["create_summary_writer", "flush_summary_writer", "summary_write_histogram",
+                     "summary_write_image", "summary_write_pb", "summary_write_scalar", "foreign_watch_conf",
+                     "nvtx_start", "nvtx_end", "gen_tensor_buffer", "tensor_buffer_to_list_of_tensors",
+                     "tensor_buffer_to_list_of_tensors_v2"], _HOST),
+    **dict.fromkeys(["acc", "pack", "unpack", "repeat"], _TIME),
+    "TestReshape": "OneFlow's test op reshapes to its logical 'shape' attr, which no device's part has",
+    "ssp_variable_proxy": "keeps a ring of the variable's values from earlier runs",
+    "distributed_partial_fc_sample": "samples per class shard itself (its attr parallel_num), the weight broadcast",
+}
+
+
+def test_every_op_type_has_a_rule_or_a_reason():
+    """Every user op type and system op (by conf field) has an SBP rule, updates inputs in
+    place (keeping their layouts), or is listed in NO_RULE with its reason."""
+    defs = [registry.lookup(t) for t in registry.registered_op_types()]
+    defs += [registry.op_def(OperatorConf(**{kind: {}})) for kind in registry.system_kinds()]
+    without = sorted(d.op_type for d in defs if d.sbp is None and not d.may_mutate)
+    assert without == sorted(NO_RULE), (f"without a rule and unlisted: {sorted(set(without) - set(NO_RULE))}; "
+                                        f"listed but ruled or unknown: {sorted(set(NO_RULE) - set(without))}")
 
 
 def _arrays(op_type):

@@ -789,12 +789,14 @@ def _nll_checks(op_type):
 op("nll", inputs=["input", "target", "weight?"], outputs=["out", "total_weight"],
    attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=raising_bad_ids(_nll_checks("nll"), 1, _nll_kernel),
    checks=_nll_checks("nll"), grad=_nll_grad_maker, onnx=_nll_onnx, xla=_nll_xla("nll"),
+   sbp=lambda ctx: [_sbp._with(ctx, _sbp.split(0), weight=_sbp.B, total_weight=_sbp.P)],
    doc="out[n] = -weight[t] * input[n, t] with t = target[n] (0 where t == ignore_index); "
        "total_weight = sum of those weights (shape (1,)), the divisor of a mean reduction")
 op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outputs=["dx"],
    attrs={"ignore_index": ("int64", 0)}, infer=_nll_grad_infer, checks=_nll_checks("nll_grad"),
    kernel=raising_bad_ids(_nll_checks("nll_grad"), 1, _nll_grad_kernel), xla=_nll_xla("nll_grad"),
-   onnx=_nll_grad_onnx)
+   onnx=_nll_grad_onnx, sbp=lambda ctx: [_sbp._with(ctx, _sbp.split(0), weight=_sbp.B, total_weight=_sbp.B),
+                                         _sbp._with(ctx, _sbp.B, dy=_sbp.P, dx=_sbp.P)])
 
 
 

@@ -528,7 +528,7 @@ op("l1_l2_regularize_gradient", inputs=["model", "model_diff"], outputs=["out"],
    attrs={"l1": ("float", 0.0), "l2": ("float", 0.0)}, infer=_l1_l2_infer,
    kernel=lambda k: (lambda model, diff: regularized_diff(model, diff, 1.0, k.attr("l1"), k.attr("l2"))),
    xla=lambda k: (lambda model, diff: regularized_diff_xla(model, diff, 1.0, k.attr("l1"), k.attr("l2"))),
-   no_grad=True, onnx=_l1_l2_onnx, doc="out = model_diff + l1 * sign(model) + l2 * model")
+   no_grad=True, onnx=_l1_l2_onnx, sbp=_sbp.elementwise(), doc="out = model_diff + l1 * sign(model) + l2 * model")
 
 
 def _assign(ref, value):

@@ -418,7 +418,7 @@ def _in_top_k_xla(k):
 _IN_TOP_K_CHECKS = index_checks("in_top_k", "targets", lambda k: k.input("predictions").shape[1])
 op("in_top_k", inputs=["targets", "predictions"], outputs=["out"], attrs={"k": ("int32", 0)},
    infer=_in_top_k_infer, kernel=raising_bad_ids(_IN_TOP_K_CHECKS, 0, _in_top_k_kernel), checks=_IN_TOP_K_CHECKS,
-   no_grad=True, onnx=_in_top_k_onnx, xla=_in_top_k_xla)
+   no_grad=True, onnx=_in_top_k_onnx, xla=_in_top_k_xla, sbp=_sbp.batch())
 
 
 def _direction(ctx):

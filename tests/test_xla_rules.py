@@ -6,6 +6,7 @@ and in the per-op plan (the torch kernels), and every output, and every variable
 updates in place, must agree. Inputs that must come from another op (the argmax indices
 of a max pool) are computed by that op's torch kernel first (``FED_BY``).
 """
+import collections
 import inspect
 import typing
 
@@ -703,7 +704,8 @@ def _run(op_type, mode, arrays, attrs, outputs, variables):
                 ins[arg] = [flow.get_variable(f"var_{arg}_{i}", shape=a.shape, dtype=_flow_dtype(a.dtype),
                                               initializer=flow.zeros_initializer()) for i, a in enumerate(values)]
             ins = {k: (v if isinstance(arrays[k], list) else v[0]) for k, v in ins.items()}
-            out = build_op(op_type, ins, attrs, outputs=outputs)
+            counts = collections.Counter(outputs)  # (a repeated output arg: one name per blob)
+            out = build_op(op_type, ins, attrs, outputs=list(counts), num=counts)
             return (out if isinstance(out, tuple) else (out,)) if outputs else None
 
     params = [inspect.Parameter(f"{arg}_{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,

@@ -53,7 +53,7 @@ def _vjp(fwd):
 def _partials(ctx):
     """Partial sums through an op linear in its input (a ``like`` input, read for its shape
     only, broadcast), and a partial ``like`` with the rest broadcast."""
-    return [_sbp._with(ctx, _sbp.P, like=_sbp.B)] + ([_sbp._with(ctx, _sbp.B, like=_sbp.P)] if ctx.has("like") else [])
+    return [_sbp.signature(ctx, _sbp.P, like=_sbp.B)] + ([_sbp.signature(ctx, _sbp.B, like=_sbp.P)] if ctx.has("like") else [])
 
 
 def _split_or_partial(axes):
@@ -832,8 +832,8 @@ def _pad_sbp(pads, linear):
     crop, a reflection or replication, a pad with zeros)."""
     def rule(ctx):
         before, after = pads(ctx)
-        return [_sbp._with(ctx, _sbp.split(k)) for k, (b, a) in enumerate(zip(before, after)) if b == a == 0] + \
-            ([_sbp._with(ctx, _sbp.P)] if linear(ctx) else [])
+        return [_sbp.signature(ctx, _sbp.split(k)) for k, (b, a) in enumerate(zip(before, after)) if b == a == 0] + \
+            ([_sbp.signature(ctx, _sbp.P)] if linear(ctx) else [])
     return rule
 
 
@@ -1283,10 +1283,10 @@ op("diag", inputs=["in"], outputs=["out"], attrs={"diagonal": ("int32", 0)}, inf
    xla=lambda k: (lambda x, d=k.attr("diagonal"): xla_rules.jnp().diag(x, d)),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.emit(
        "diag_grad", {"dy": g.dout("out"), "in": g.input("in")}, {"diagonal": g.attr("diagonal")})),
-   sbp=lambda ctx: [_sbp._with(ctx, _sbp.P)])  # (positions are logical: partial sums only, as OneFlow)
+   sbp=lambda ctx: [_sbp.signature(ctx, _sbp.P)])  # (positions are logical: partial sums only, as OneFlow)
 op("diag_grad", inputs=["dy", "in"], outputs=["dx"], attrs={"diagonal": ("int32", 0)}, infer=_diag_grad_infer,
    kernel=_diag_grad_kernel, xla=_diag_grad_xla, onnx=_diag_grad_onnx,
-   sbp=lambda ctx: [_sbp._with(ctx, _sbp.P, **{"in": _sbp.B})])  # ("in": read for its shape)
+   sbp=lambda ctx: [_sbp.signature(ctx, _sbp.P, **{"in": _sbp.B})])  # ("in": read for its shape)
 
 
 # ============================================================== identities

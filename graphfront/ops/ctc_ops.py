@@ -66,9 +66,9 @@ def _ctc_loss_infer(ctx):
 def _ctc_sbp(ctx):
     """OneFlow's: independent per sequence, the batch axis 1 of log_probs (T, N, C) and of
     the grad, 0 of the others; the grad is linear in grad_out (the others broadcast)."""
-    cands = [_sbp._with(ctx, _sbp.split(0), log_probs=_sbp.split(1), grad=_sbp.split(1))]
+    cands = [_sbp.signature(ctx, _sbp.split(0), log_probs=_sbp.split(1), grad=_sbp.split(1))]
     if ctx.has("grad_out"):
-        cands.append(_sbp._with(ctx, _sbp.B, grad_out=_sbp.P, grad=_sbp.P))
+        cands.append(_sbp.signature(ctx, _sbp.B, grad_out=_sbp.P, grad=_sbp.P))
     return cands
 
 

@@ -48,7 +48,7 @@ from graphfront.parallel import sbp as _sbp
 def _dy_partial(ctx):
     """The candidate of a grad linear in its input ``dy``: dy partial, the output partial, the
     other inputs broadcast."""
-    return _sbp._with(ctx, _sbp.B, dy=_sbp.P, **{o: _sbp.P for o in ctx.output_args})
+    return _sbp.signature(ctx, _sbp.B, dy=_sbp.P, **{o: _sbp.P for o in ctx.output_args})
 
 
 def _bias_view(k, arg="a"):
@@ -186,7 +186,7 @@ op("fused_bias_add_mask_scale", inputs=["a", "b", "mask", "_add_to_output?"], ou
    attrs={"axis": ("int32", 0), "scale": ("float", 1.0)},
    infer=_bias_add_infer("mask", "_add_to_output"), kernel=_bias_add_mask_scale_kernel,
    grad=_bias_add_mask_scale_grad, onnx=_fused_bias_add_mask_scale_onnx, xla=_bias_add_mask_scale_xla,
-   sbp=lambda ctx: _sbp.bias_add(ctx) + [_sbp._with(ctx, _sbp.P, mask=_sbp.B)],  # (linear in a, b, _add_to_output)
+   sbp=lambda ctx: _sbp.bias_add(ctx) + [_sbp.signature(ctx, _sbp.P, mask=_sbp.B)],  # (linear in a, b, _add_to_output)
    doc="(a + b) * mask * scale: bias_add followed by dropout with a given mask", amp="gray")
 
 
@@ -457,10 +457,10 @@ def _self_attention_sbp(ctx):
     axis 0 or 1 (a split of the hidden axis must fall between heads: each device's part of
     it is whole heads where the heads divide evenly, ``sbp._valid``). The grad is linear in
     the output grads (hidden_states broadcast)."""
-    cands = [_sbp._with(ctx, _sbp.split(k - 1), hidden_states=_sbp.split(k), hidden_states_grad=_sbp.split(k))
+    cands = [_sbp.signature(ctx, _sbp.split(k - 1), hidden_states=_sbp.split(k), hidden_states_grad=_sbp.split(k))
              for k in (1, 2)]
     if ctx.has("hidden_states_grad"):
-        cands.append(_sbp._with(ctx, _sbp.P, hidden_states=_sbp.B))
+        cands.append(_sbp.signature(ctx, _sbp.P, hidden_states=_sbp.B))
     return cands
 
 
@@ -510,6 +510,6 @@ def _fused_cast_scale_onnx(c):
 
 op("fused_cast_scale", inputs=["x", "scale_by_tensor"], outputs=["y"], attrs={"scale": ("double", 1.0)},
    infer=_cast_scale_infer, kernel=_cast_scale_kernel, onnx=_fused_cast_scale_onnx,
-   sbp=lambda ctx: _sbp.elementwise(p_each=("x",))(ctx) + [_sbp._with(ctx, _sbp.B, scale_by_tensor=_sbp.P, y=_sbp.P)],
+   sbp=lambda ctx: _sbp.elementwise(p_each=("x",))(ctx) + [_sbp.signature(ctx, _sbp.B, scale_by_tensor=_sbp.P, y=_sbp.P)],
    xla=lambda k: (lambda x, s, c=k.attr("scale"): x.astype(s.dtype) * (s.reshape(()) * c)),
    doc="cast(x, dtype of scale_by_tensor) * scale * scale_by_tensor")

@@ -889,8 +889,8 @@ def _multi_scale_sbp(ctx):
     """As scalar_mul_by_tensor's (OneFlow's), for every x at once: the x split on one axis
     (one each of them has) split the y alike; partial x, or a partial scalar, give partial y."""
     rank = min(len(ctx.shape("x", i)) for i in range(ctx.count("x")))
-    return [_sbp._with(ctx, _sbp.B, x=_sbp.split(k), y=_sbp.split(k)) for k in range(rank)] + [
-        _sbp._with(ctx, _sbp.P, scalar=_sbp.B), _sbp._with(ctx, _sbp.P, x=_sbp.B)]
+    return [_sbp.signature(ctx, _sbp.B, x=_sbp.split(k), y=_sbp.split(k)) for k in range(rank)] + [
+        _sbp.signature(ctx, _sbp.P, scalar=_sbp.B), _sbp.signature(ctx, _sbp.P, x=_sbp.B)]
 
 
 op("multi_scalar_mul_by_tensor", inputs=["x*", "scalar"], outputs=["y*"], infer=_multi_scale_infer,

@@ -380,9 +380,9 @@ def _batch_sbp(x, ids, sums):
     def rule(ctx):
         S, B, P = _sbp.split, _sbp.B, _sbp.P
         b = ctx.ndim(ids) - 1
-        return [_sbp._with(ctx, S(i)) for i in range(b)] + \
-            [_sbp._with(ctx, S(j), **{ids: B}) for j in range(b + 1, ctx.ndim(x))] + \
-            [_sbp._with(ctx, P, **{ids: B})] + ([_sbp._with(ctx, S(b), out=P)] if sums else [])
+        return [_sbp.signature(ctx, S(i)) for i in range(b)] + \
+            [_sbp.signature(ctx, S(j), **{ids: B}) for j in range(b + 1, ctx.ndim(x))] + \
+            [_sbp.signature(ctx, P, **{ids: B})] + ([_sbp.signature(ctx, S(b), out=P)] if sums else [])
     return rule
 
 
@@ -550,9 +550,9 @@ def _scatter_nd_sbp(sums=True):
     def rule(ctx):
         S, B, P = _sbp.split, _sbp.B, _sbp.P
         n, k = ctx.ndim("indices") - 1, ctx.shape("indices")[-1]
-        return [_sbp._with(ctx, S(k + j - n), indices=B, updates=S(j)) for j in range(n, ctx.ndim("updates"))] + \
-            [_sbp._with(ctx, P, indices=S(i), updates=S(i), like=B) for i in range(n) if sums] + \
-            [_sbp._with(ctx, P, indices=B, like=B)]
+        return [_sbp.signature(ctx, S(k + j - n), indices=B, updates=S(j)) for j in range(n, ctx.ndim("updates"))] + \
+            [_sbp.signature(ctx, P, indices=S(i), updates=S(i), like=B) for i in range(n) if sums] + \
+            [_sbp.signature(ctx, P, indices=B, like=B)]
     return rule
 
 
@@ -808,12 +808,12 @@ def _dim_sbp(x, kind):
     def rule(ctx):
         S, B, P = _sbp.split, _sbp.B, _sbp.P
         dim, shape, ishape = ctx.attr("dim") % ctx.ndim(x), ctx.shape(x), ctx.shape("index")
-        cands = [_sbp._with(ctx, S(i)) for i in range(len(shape)) if i != dim and shape[i] == ishape[i]]
+        cands = [_sbp.signature(ctx, S(i)) for i in range(len(shape)) if i != dim and shape[i] == ishape[i]]
         if kind == "gather":
             cands.append({x: B, "index": S(dim), "output": S(dim)})
         elif kind == "add":
-            cands.append(_sbp._with(ctx, P, index=S(dim), src=S(dim), like=B))
-        return cands + [_sbp._with(ctx, P, index=B, like=B)]
+            cands.append(_sbp.signature(ctx, P, index=S(dim), src=S(dim), like=B))
+        return cands + [_sbp.signature(ctx, P, index=B, like=B)]
     return rule
 
 

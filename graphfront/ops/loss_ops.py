@@ -42,9 +42,9 @@ def _but_last(arg, linear=None):
     """SBP of ops along the last axis of ``arg``: every arg split on any other axis; a grad
     linear in its input ``linear`` (dy) takes it partial with the others broadcast."""
     def rule(ctx):
-        cands = [_sbp._with(ctx, _sbp.split(k)) for k in range(ctx.ndim(arg) - 1)]
+        cands = [_sbp.signature(ctx, _sbp.split(k)) for k in range(ctx.ndim(arg) - 1)]
         if linear:
-            cands.append(_sbp._with(ctx, _sbp.B, **{linear: _sbp.P}, **{o: _sbp.P for o in ctx.output_args}))
+            cands.append(_sbp.signature(ctx, _sbp.B, **{linear: _sbp.P}, **{o: _sbp.P for o in ctx.output_args}))
         return cands
     return rule
 
@@ -329,8 +329,8 @@ def _sparse_ce_sbp(grad, ms):
         cands = base(ctx)
         if ms and ctx.grid_axis is None:
             c = _sbp.split(ctx.ndim("prediction") - 1)
-            cands.append(_sbp._with(ctx, _sbp.B, prediction=c, prediction_diff=c) if grad else
-                         _sbp._with(ctx, _sbp.P, prediction=c, label=_sbp.B))
+            cands.append(_sbp.signature(ctx, _sbp.B, prediction=c, prediction_diff=c) if grad else
+                         _sbp.signature(ctx, _sbp.P, prediction=c, label=_sbp.B))
         return cands
     return rule
 
@@ -789,14 +789,14 @@ def _nll_checks(op_type):
 op("nll", inputs=["input", "target", "weight?"], outputs=["out", "total_weight"],
    attrs={"ignore_index": ("int64", 0)}, infer=_nll_infer, kernel=raising_bad_ids(_nll_checks("nll"), 1, _nll_kernel),
    checks=_nll_checks("nll"), grad=_nll_grad_maker, onnx=_nll_onnx, xla=_nll_xla("nll"),
-   sbp=lambda ctx: [_sbp._with(ctx, _sbp.split(0), weight=_sbp.B, total_weight=_sbp.P)],
+   sbp=lambda ctx: [_sbp.signature(ctx, _sbp.split(0), weight=_sbp.B, total_weight=_sbp.P)],
    doc="out[n] = -weight[t] * input[n, t] with t = target[n] (0 where t == ignore_index); "
        "total_weight = sum of those weights (shape (1,)), the divisor of a mean reduction")
 op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outputs=["dx"],
    attrs={"ignore_index": ("int64", 0)}, infer=_nll_grad_infer, checks=_nll_checks("nll_grad"),
    kernel=raising_bad_ids(_nll_checks("nll_grad"), 1, _nll_grad_kernel), xla=_nll_xla("nll_grad"),
-   onnx=_nll_grad_onnx, sbp=lambda ctx: [_sbp._with(ctx, _sbp.split(0), weight=_sbp.B, total_weight=_sbp.B),
-                                         _sbp._with(ctx, _sbp.B, dy=_sbp.P, dx=_sbp.P)])
+   onnx=_nll_grad_onnx, sbp=lambda ctx: [_sbp.signature(ctx, _sbp.split(0), weight=_sbp.B, total_weight=_sbp.B),
+                                         _sbp.signature(ctx, _sbp.B, dy=_sbp.P, dx=_sbp.P)])
 
 
 

@@ -574,7 +574,7 @@ def _reduced_grad_sbp(*p_each):
                 sig[a] = _sbp.split(ka) if ka >= 0 and s[ka] == ref[k] else _sbp.P if a == out else _sbp.B
             cands.append(sig)
         if ctx.dtype(out).is_floating_point:
-            cands += [_sbp._with(ctx, _sbp.B, **{a: _sbp.P, out: _sbp.P}) for a in p_each]
+            cands += [_sbp.signature(ctx, _sbp.B, **{a: _sbp.P, out: _sbp.P}) for a in p_each]
         return cands
     return rule
 

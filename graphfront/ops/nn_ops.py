@@ -993,10 +993,10 @@ def _broadcast_matmul_grad_b_sbp(ctx):
     a split on its last axis splits out on its rows, b on its last axis out on its columns;
     a partial operand with the other broadcast stays partial (_add_to_output as out)."""
     last = ctx.ndim("a") - 1
-    return [_sbp._with(ctx, _sbp.P, a=_sbp.split(k), b=_sbp.split(k)) for k in range(last)] + [
-        _sbp._with(ctx, _sbp.split(0), a=_sbp.split(last), b=_sbp.B),
-        _sbp._with(ctx, _sbp.split(1), a=_sbp.B, b=_sbp.split(last)),
-        _sbp._with(ctx, _sbp.P, b=_sbp.B), _sbp._with(ctx, _sbp.P, a=_sbp.B)]
+    return [_sbp.signature(ctx, _sbp.P, a=_sbp.split(k), b=_sbp.split(k)) for k in range(last)] + [
+        _sbp.signature(ctx, _sbp.split(0), a=_sbp.split(last), b=_sbp.B),
+        _sbp.signature(ctx, _sbp.split(1), a=_sbp.B, b=_sbp.split(last)),
+        _sbp.signature(ctx, _sbp.P, b=_sbp.B), _sbp.signature(ctx, _sbp.P, a=_sbp.B)]
 
 
 op("broadcast_matmul", inputs=["a", "b", "_add_to_output?"], outputs=["out"], attrs=MATMUL_ATTRS,

@@ -562,8 +562,8 @@ def _per_channel_sbp(linear):
     whose partial sums give partial sums (the other inputs, read for their shapes, broadcast)."""
     def rule(ctx):
         channel = 3 if ctx.attrs.get("data_format") == "channels_last" else 1
-        return [_sbp._with(ctx, _sbp.split(k)) for k in (0, channel)] + [
-            _sbp._with(ctx, _sbp.B, **{linear: _sbp.P}, **{o: _sbp.P for o in ctx.output_args})]
+        return [_sbp.signature(ctx, _sbp.split(k)) for k in (0, channel)] + [
+            _sbp.signature(ctx, _sbp.B, **{linear: _sbp.P}, **{o: _sbp.P for o in ctx.output_args})]
     return rule
 
 

@@ -285,7 +285,7 @@ def _fake_quant_sbp(ctx):
     """in and out split alike on any axis; a per-channel scale and zero point (one per slice
     of axis 0) split with axis 0, a per-layer one is broadcast."""
     per_channel = ctx.shape("scale")[0] > 1
-    return [_sbp._with(ctx, _sbp.B, **{"in": _sbp.split(k), "out": _sbp.split(k)},
+    return [_sbp.signature(ctx, _sbp.B, **{"in": _sbp.split(k), "out": _sbp.split(k)},
                        **({"scale": _sbp.split(0), "zero_point": _sbp.split(0)} if k == 0 and per_channel else {}))
             for k in range(ctx.ndim("in"))]
 

@@ -56,7 +56,7 @@ def _where_onnx(c):
 
 def _where_sbp(ctx):
     """Numpy-style broadcast splits; x and y partial together (``where`` is linear in the pair)."""
-    partial = [_sbp._with(ctx, _sbp.P, condition=_sbp.B)] if ctx.dtype("out") is not _dt.bool else []
+    partial = [_sbp.signature(ctx, _sbp.P, condition=_sbp.B)] if ctx.dtype("out") is not _dt.bool else []
     return _sbp.elementwise()(ctx) + partial
 
 
@@ -253,9 +253,9 @@ def _tril_xla(scaled):
 def _tril_sbp(ctx):
     """Split on the batch axes (each part's last two axes masked whole); partial sums pass
     when the fill value is 0 (triu's always)."""
-    cands = [_sbp._with(ctx, _sbp.split(k)) for k in range(ctx.ndim("in") - 2)]
+    cands = [_sbp.signature(ctx, _sbp.split(k)) for k in range(ctx.ndim("in") - 2)]
     if "floating_fill_value" not in ctx.attrs or _pick(ctx.attrs, "fill", ctx.dtype("in")) == 0:
-        cands.append(_sbp._with(ctx, _sbp.P))
+        cands.append(_sbp.signature(ctx, _sbp.P))
     return cands
 
 

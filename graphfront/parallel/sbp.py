@@ -195,7 +195,9 @@ class Only(list):
     explicit layout such as ``parallel_cast``'s)."""
 
 
-def _with(ctx, default, **fixed):
+def signature(ctx, default, **fixed):
+    """A candidate laying every arg of the op out as ``default`` except those ``fixed``
+    names (``signature(ctx, B, x=split(0), y=split(0))``; names the op lacks are ignored)."""
     sig = {a: default for a in ctx.args}
     sig.update({a: s for a, s in fixed.items() if ctx.has(a)})
     return sig
@@ -222,10 +224,10 @@ def elementwise(p_all=False, p_each=(), p_int=True):
                 sig[a] = split(ka) if ka >= 0 and s[ka] == out_shape[k] else B
             cands.append(sig)
         if p_all and all(ctx.shape(a) == out_shape for a in ctx.args):
-            cands.append(_with(ctx, P))
+            cands.append(signature(ctx, P))
         for a in p_each:
             if ctx.has(a) and ctx.shape(a) == out_shape:
-                cands.append(_with(ctx, B, **{a: P, **{o: P for o in ctx.output_args}}))
+                cands.append(signature(ctx, B, **{a: P, **{o: P for o in ctx.output_args}}))
         return cands
     return rule
 
@@ -238,14 +240,14 @@ def batch(min_ndim_arg=None):
             return []
         if any(ctx.ndim(a) == 0 for a in ctx.args):
             return []
-        return [_with(ctx, split(0))]
+        return [signature(ctx, split(0))]
     return rule
 
 
 def replicated(ctx):
     """Ops needing every blob whole on every device (LAMB's and LARS's norms of the whole
     model): all broadcast only, so an in-place update of a split blob is refused."""
-    return Only([_with(ctx, B)])
+    return Only([signature(ctx, B)])
 
 
 def drawn_whole(axes):
@@ -254,7 +256,7 @@ def drawn_whole(axes):
     a line of devices. Their values then do not depend on the device count (OneFlow's
     kernels draw each part from the device's own stream instead)."""
     def rule(ctx):
-        return [_with(ctx, split(k)) for k in axes(ctx)] if ctx.grid_axis is None else []
+        return [signature(ctx, split(k)) for k in axes(ctx)] if ctx.grid_axis is None else []
     return rule
 
 
@@ -264,7 +266,7 @@ def independent(axes):
     ``k`` that ``axes(ctx)`` returns, every arg split on ``k`` (a candidate is valid only
     where every arg has that axis, :func:`_valid`)."""
     def rule(ctx):
-        return [_with(ctx, split(k)) for k in axes(ctx)]
+        return [signature(ctx, split(k)) for k in axes(ctx)]
     return rule
 
 
@@ -274,7 +276,7 @@ def conv(data, weight, out, weight_grads=()):
     def rule(ctx):
         fixed = {a: split(0) for a in (data, out, "x_like", "_add_to_output", "dy", "x") if a}
         fixed.update({g: P for g in weight_grads})
-        return [_with(ctx, B, **fixed)]
+        return [signature(ctx, B, **fixed)]
     return rule
 
 
@@ -287,22 +289,22 @@ def matmul(ctx):
     a_m, a_k = (ra - 1, ra - 2) if ta else (ra - 2, ra - 1)
     b_k, b_n = (rb - 1, rb - 2) if tb else (rb - 2, rb - 1)
     add = "_add_to_output"
-    cands = [_with(ctx, B, a=split(a_m), out=split(ro - 2), **{add: split(ro - 2)}),
-             _with(ctx, B, b=split(b_n), out=split(ro - 1), **{add: split(ro - 1)}),
-             _with(ctx, P, a=split(a_k), b=split(b_k)),
-             _with(ctx, P, b=B), _with(ctx, P, a=B)]
+    cands = [signature(ctx, B, a=split(a_m), out=split(ro - 2), **{add: split(ro - 2)}),
+             signature(ctx, B, b=split(b_n), out=split(ro - 1), **{add: split(ro - 1)}),
+             signature(ctx, P, a=split(a_k), b=split(b_k)),
+             signature(ctx, P, b=B), signature(ctx, P, a=B)]
     for i in range(ra - 2):  # batch axes of a (b 2-D, or b with the same batch axes)
         if rb == 2:
-            cands.append(_with(ctx, B, a=split(i), out=split(i), **{add: split(i)}))
+            cands.append(signature(ctx, B, a=split(i), out=split(i), **{add: split(i)}))
         elif rb == ra and ctx.shape("a")[i] == ctx.shape("b")[i]:
-            cands.append(_with(ctx, split(i)))
+            cands.append(signature(ctx, split(i)))
     return cands
 
 
 def linear_bias(ctx):
     """``fused_matmul_bias``: out = x @ weight^T + bias."""
-    return [_with(ctx, B, x=split(0), out=split(0), _add_to_output=split(0)),
-            _with(ctx, B, weight=split(0), bias=split(0), out=split(1), _add_to_output=split(1))]
+    return [signature(ctx, B, x=split(0), out=split(0), _add_to_output=split(0)),
+            signature(ctx, B, weight=split(0), bias=split(0), out=split(1), _add_to_output=split(1))]
 
 
 def bias_add(ctx):
@@ -354,8 +356,8 @@ def reshape(ctx):
     for i in range(len(xs)):
         for j in range(len(ys)):
             if math.prod(xs[:i]) == math.prod(ys[:j]) and xs[i] > 1 and ys[j] > 1:
-                cands.append(_with(ctx, split(j), **{x: split(i)}))
-    return cands + [_with(ctx, B, **{x: P, y: P})]
+                cands.append(signature(ctx, split(j), **{x: split(i)}))
+    return cands + [signature(ctx, B, **{x: P, y: P})]
 
 
 def _update_rule(ctx, mutated):
@@ -532,14 +534,14 @@ def _candidates(ctx, op, replicated, gather_returns):
     opdef = registry.op_def(op)
     mutated = opdef.mutated_args(ctx.attrs) if opdef.may_mutate else ()
     if op.name in replicated and kind != "variable_conf":
-        return [_with(ctx, B)]
+        return [signature(ctx, B)]
     if mutated and opdef.sbp is None:
         return _update_rule(ctx, mutated)
     if mutated:
         own = opdef.sbp(ctx)
-        return _keeping(ctx, mutated, own if isinstance(own, Only) else own + [_with(ctx, B)])
+        return _keeping(ctx, mutated, own if isinstance(own, Only) else own + [signature(ctx, B)])
     cands = opdef.sbp(ctx) if opdef.sbp is not None and not (kind == "return_conf" and gather_returns) else []
-    return cands if isinstance(cands, Only) else cands + [_with(ctx, B)]
+    return cands if isinstance(cands, Only) else cands + [signature(ctx, B)]
 
 
 def _cheapest(ctx, cands, devices, converted):

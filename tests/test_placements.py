@@ -195,13 +195,15 @@ def test_training_across_placements_matches_one_device():
     assert "_boxing_across_placements" in str(job.graph)
 
 
-def _stages_train_job(stages, split_axis):
+def _stages_train_job(stages, split_axis, accumulation=1, dropout=0.0):
     """A two-stage train job as OneFlow-Benchmark places pipeline stages: the placeholders
     and fc1 (data parallel: weight broadcast, rows split) on ``stages[0]``, fc2 (weight
     split along ``split_axis``, None: broadcast, data parallel too) and the loss on
-    ``stages[1]``; SGD with momentum."""
+    ``stages[1]``; SGD with momentum; ``accumulation`` micro-batches per call, ``dropout``
+    after fc1."""
     cfg = flow.FunctionConfig()
     cfg.default_placement_scope(flow.scope.placement("cpu", stages[0]))
+    cfg.train.num_gradient_accumulation_steps(accumulation)
 
     @flow.global_function(type="train", function_config=cfg)
     def train_job(x: tp.Numpy.Placeholder((8, 12)), y: tp.Numpy.Placeholder((8,), dtype=flow.int32)) -> tp.Numpy:
@@ -209,6 +211,8 @@ def _stages_train_job(stages, split_axis):
         with flow.scope.placement("cpu", stages[0]):
             h = flow.layers.dense(x.with_distribute(flow.distribute.split(0)), 8, activation=flow.math.tanh,
                                   kernel_initializer=init, name="fc1")
+            if dropout:
+                h = flow.nn.dropout(h, rate=dropout)
         with flow.scope.placement("cpu", stages[1]):
             logits = flow.layers.dense(h, 6, kernel_initializer=init, name="fc2",
                                        model_distribute=flow.distribute.broadcast() if split_axis is None
@@ -219,12 +223,12 @@ def _stages_train_job(stages, split_axis):
     return train_job
 
 
-def _stage_session(ndev, stages, split_axis=0):
+def _stage_session(ndev, stages, split_axis=0, accumulation=1, dropout=0.0):
     flow.clear_default_session()
     flow.manual_seed(0)
     flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(ndev)
-    return _stages_train_job(stages if ndev > 1 else ("0:0", "0:0"), split_axis)
+    return _stages_train_job(stages if ndev > 1 else ("0:0", "0:0"), split_axis, accumulation, dropout)
 
 
 def _stage_batches(steps):
@@ -289,6 +293,29 @@ def test_pipeline_stages_on_disjoint_devices_train_as_on_one_device(tmp_path, sp
     four = _stage_session(4, stages, split_axis)
     flow.load_variables(flow.checkpoint.get(tmp_path / "one"))
     np.testing.assert_allclose(four(*batches[STEPS]), one_next, rtol=RTOL, atol=ATOL)
+
+
+@slow
+@pytest.mark.parametrize("stages, ndev, pipelined", [(("0:0-1", "0:2-3"), 4, True), (("0:0-1", "0:1-2"), 3, False)])
+def test_pipeline_stages_run_micro_batches_pipelined_and_train_as_on_one_device(stages, ndev, pipelined):
+    """With 4 micro-batches per call (gradient accumulation) a job of pipeline stages on
+    disjoint devices runs them as GPipe does: each worker runs the forward ops of every
+    micro-batch, then the rest of each (stage 1 starts micro-batch 2 while stage 2 works
+    on micro-batch 1), in one request per call; stages sharing a device run them one
+    after the other. Losses (dropout masks included) and variables (fc2's weight split
+    over its stage, its gradient accumulated there) equal one device's."""
+    batches = _stage_batches(STEPS)
+    one = _stage_session(1, stages, accumulation=4, dropout=0.25)
+    want = [one(x, y) for x, y in batches]
+    want_vars = _all_variables()
+    several = _stage_session(ndev, stages, accumulation=4, dropout=0.25)
+    got = [several(x, y) for x, y in batches]
+    micro = several.compiled_job.plan.micro
+    assert micro.micro_batches == (4 if pipelined else 1)
+    assert ("computed already" in micro.source) == pipelined  # (forward values handed over by the forward run)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    for k, v in _all_variables().items():
+        np.testing.assert_allclose(v, want_vars[k], rtol=RTOL, atol=ATOL, err_msg=k)
 
 
 @slow

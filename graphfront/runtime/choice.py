@@ -42,7 +42,7 @@ import torch
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.passes.boxing import boxing
 from graphfront.passes.mirrored import mirror
-from graphfront.runtime.distributed import DistributedPlan
+from graphfront.runtime.distributed import DistributedPlan, has_stages
 from graphfront.runtime.grad_accumulation import AccumulatingPlan
 from graphfront.runtime.lowering import LOWERINGS, Lowering, check_mode
 from graphfront.runtime.native import NativePlan
@@ -172,8 +172,9 @@ def _accumulating_on_several_devices(r):
         raise JobBuildError(f"job '{r.name}': gradient accumulation on several devices runs in the consistent view; "
                             "this job uses the mirrored view")
     r.job = boxing(r.job, r.devices)
-    return AccumulatingPlan(r.job, r.accumulation, r.session,
-                            make_plan=lambda j, part: DistributedPlan(r.session, j, r.devices, part))
+    k = r.accumulation  # (a job of pipeline stages runs its micro-batches pipelined on the workers)
+    return AccumulatingPlan(r.job, k, r.session, make_plan=lambda j, part: DistributedPlan(
+        r.session, j, r.devices, part, micro_batches=k if part == "micro" and has_stages(j, r.devices) else 1))
 
 
 def _auto_as_plan(make, why, switch=None):

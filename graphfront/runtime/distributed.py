@@ -68,6 +68,7 @@ import torch.multiprocessing as mp
 from graphfront.core import job_pb2, op_conf_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework.env_settings import current_env
+from graphfront.framework.scope_symbols import calculation_pass_of
 from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
 from graphfront.ops.boxing_ops import BOXING_OP_TYPES, grid_groups
@@ -77,7 +78,7 @@ from graphfront.passes.mirrored import is_mirrored
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.plan import Plan
 from graphfront.runtime.variable_store import VariableStore
-from graphfront.runtime.walk import ScheduleWalk, schedule
+from graphfront.runtime.walk import INTERFACE_KINDS, ScheduleWalk, schedule
 
 DEFAULT_TIMEOUT_S = 60.0
 _COLLECTIVES = set(BOXING_OP_TYPES) | {"_boxing_across_placements"}
@@ -217,18 +218,72 @@ def part(buf, shape):
     return buf.view(-1)[:math.prod(shape)].view(shape)
 
 
+def has_stages(job, n) -> bool:
+    """Whether ``job`` places ops on disjoint sets of its ``n`` devices (pipeline stages)."""
+    sets = {frozenset(r) for r in op_ranks(job, n).values()}
+    return any(not a & b for a in sets for b in sets)
+
+
+def forward_ops(job) -> set:
+    """Names of the forward ops of a micro-batch job: the non-interface ops that read
+    (through data or control edges) no output of an op of the backward pass."""
+    producer = {lbn: op.name for op in job.net.op for _, _, lbn in jb.op_outputs(op)}
+    backward, forward = set(), set()
+    for op in schedule(job)[0]:
+        if jb.op_kind(op) in INTERFACE_KINDS:
+            continue
+        reads = [producer.get(lbn) for _, _, lbn in jb.op_inputs(op)] + list(op.ctrl_in_op_name)
+        if calculation_pass_of(op.scope_symbol_id) != "forward_pass" or any(name in backward for name in reads):
+            backward.add(op.name)
+        else:
+            forward.add(op.name)
+    return forward
+
+
+def forward_part(lj, forward):
+    """``(forward job, bound lbns)`` of a worker's local micro-batch job ``lj``: the job of
+    its ``forward`` ops alone (with the inputs and variables), and the outputs of those ops
+    that the rest of ``lj`` reads (what the forward run hands the backward run)."""
+    made = {lbn for op in lj.net.op if op.name in forward for _, _, lbn in jb.op_outputs(op)}
+    later = [op for op in lj.net.op if op.name not in forward and jb.op_kind(op) not in ("input_conf", "variable_conf")]
+    bound = list(dict.fromkeys(lbn for op in later for _, _, lbn in jb.op_inputs(op) if lbn in made))
+    fwd = copy.deepcopy(lj)
+    dropped = {op.name for op in later}
+    jb.JobBuilder(fwd).remove_ops(dropped)
+    for op in fwd.net.op:
+        kept = [name for name in op.ctrl_in_op_name if name not in dropped]
+        del op.ctrl_in_op_name[:]
+        op.ctrl_in_op_name.extend(kept)
+    return fwd, bound
+
+
 class _WorkerJob:
-    def __init__(self, job, n, rank, local_rank, device, store, feeds, outs):
+    """One job on one worker. With ``forward`` (the names of the forward ops of a
+    micro-batch job, :func:`forward_ops`), a call runs ``micro_batches`` micro-batches as
+    GPipe schedules a pipeline: the forward ops of every micro-batch first (a stage hands a
+    micro-batch on and starts the next while the following stage works), then the rest
+    of each, the forward values a micro-batch's backward reads kept in between."""
+
+    def __init__(self, job, n, rank, local_rank, device, store, feeds, outs, forward=None, micro_batches=1):
         self.n, self.rank, self.local_rank, self.device = n, rank, local_rank, device
+        self.micro_batches = micro_batches
         self.mirrored = is_mirrored(job)
         ranks = {} if self.mirrored else op_ranks(job, n)
         own = any(r != tuple(range(n)) for r in ranks.values())
-        self.plan = Plan(local_job(job, n, rank, own_ops_only=own, device_index=device.index),
-                         store, {}, cuda_graph=False,
-                         signatures=None if self.mirrored else _sbp.op_signatures(job),
-                         parallel_ctxs={name: (r.index(rank), len(r)) for name, r in ranks.items() if rank in r},
-                         logical_descs=None if self.mirrored else
-                         {lbn: jb.TensorDesc.from_proto(d) for lbn, d in job.helper.lbn2logical_blob_desc.items()})
+        lj = local_job(job, n, rank, own_ops_only=own, device_index=device.index)
+        kw = dict(signatures=None if self.mirrored else _sbp.op_signatures(job),
+                  parallel_ctxs={name: (r.index(rank), len(r)) for name, r in ranks.items() if rank in r},
+                  logical_descs=None if self.mirrored else
+                  {lbn: jb.TensorDesc.from_proto(d) for lbn, d in job.helper.lbn2logical_blob_desc.items()})
+        self.forward = None
+        if forward is None:
+            self.plan = Plan(lj, store, {}, cuda_graph=False, **kw)
+        else:
+            forward = {op.name for op in lj.net.op if op.name in forward}
+            fwd_job, bound = forward_part(lj, forward)
+            self.forward = Plan(fwd_job, store, {}, cuda_graph=False, returning=bound, **kw)
+            self.plan = Plan(lj, store, {}, cuda_graph=False, bound=bound, ran=forward, **kw)
+            self.forward_feeds = [self.plan.input_names.index(name) for name in self.forward.input_names]
         # the buffers of the feeds and results this device's plan reads and writes (all of
         # them unless it runs only its own ops)
         names = ([op.name for op in job.net.op if jb.op_kind(op) == kind] for kind in ("input_conf", "return_conf"))
@@ -243,6 +298,8 @@ class _WorkerJob:
     def run(self, feed_shapes):
         """Run one step; a mirrored job reads its part of each feed (``feed_shapes[f][local
         rank]``) and returns the shapes of the parts it wrote."""
+        if self.forward is not None:
+            return self._run_micro_batches()
         if self.mirrored:
             feeds = [part(buf[self.local_rank], shapes[self.local_rank]).to(self.device)
                      for buf, shapes in zip(self.feeds, feed_shapes)]
@@ -256,6 +313,19 @@ class _WorkerJob:
         for buf, local, (s, m, r) in zip(self.outs, results, self.out_sbps):
             _write_part(buf, local.detach().to("cpu"), s, m, r, self.rank, self.local_rank)
         return None
+
+
+    def _run_micro_batches(self):
+        """Every micro-batch's forward ops, then the rest of each (see class docstring):
+        feed and result buffers hold one slice per micro-batch along a leading axis."""
+        feeds = [[shard(f[i], s, m, _part_of(self.rank, r)).to(self.device)
+                  for f, (s, m, r) in zip(self.feeds, self.feed_sbps)] for i in range(self.micro_batches)]
+        saved = [self.forward([fed[j] for j in self.forward_feeds]) for fed in feeds]
+        for i, fed in enumerate(feeds):
+            results = self.plan(fed + list(saved[i]))
+            saved[i] = None
+            for buf, local, (s, m, r) in zip(self.outs, results, self.out_sbps):
+                _write_part(buf[i], local.detach().to("cpu"), s, m, r, self.rank, self.local_rank)
 
 
 def _part_of(rank, ranks):
@@ -309,7 +379,7 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 logical_vars, var_sbps, jobs = {}, {}, {}
                 torch.manual_seed(torch.initial_seed())
             if cmd == "compile":
-                name, job_bytes, feeds, outs, new_vars, seed = payload
+                name, job_bytes, feeds, outs, new_vars, seed, forward, micro_batches = payload
                 torch.manual_seed(seed)  # (the kernels draw their streams' seeds as they are made)
                 job = job_pb2.Job.FromString(job_bytes)
                 layouts = blob_layouts(job, n)
@@ -323,7 +393,7 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                     logical_vars[var_name] = t
                     var_sbps[var_name] = s, m, r = layouts[f"{var_name}/out"]
                     store.tensors[var_name] = shard(t, s, m, _part_of(rank, r)).to(device, copy=True).contiguous()
-                jobs[name] = _WorkerJob(job, n, rank, local_rank, device, store, feeds, outs)
+                jobs[name] = _WorkerJob(job, n, rank, local_rank, device, store, feeds, outs, forward, micro_batches)
                 result = jobs[name].plan.source
             elif cmd == "run":
                 name, feed_shapes = payload
@@ -626,8 +696,9 @@ class DistributedPlan(Lowering):
     Raises WorkerError (naming the device) when a worker fails or dies during a call.
     """
 
-    def __init__(self, session, job, n, part=""):
+    def __init__(self, session, job, n, part="", micro_batches=1):
         self.job = job
+        self.micro_batches = micro_batches  # > 1: a call runs so many micro-batches pipelined (_WorkerJob)
         self.name = job.job_conf.job_name
         self.key = f"{self.name}:{part}" if part else self.name  # the workers' name for it (``part``: one of
         # several plans of a job, as gradient accumulation's "micro" and "update")
@@ -657,7 +728,8 @@ class DistributedPlan(Lowering):
                                    "on several devices does not support (use the mirrored view, "
                                    "FunctionConfig().default_logical_view(flow.scope.mirrored_view()), for "
                                    "tp.ListNumpy placeholders: one array per device)")
-            return torch.zeros(d.shape, dtype=d.dtype.torch).share_memory_()
+            lead = (micro_batches,) if micro_batches > 1 else ()
+            return torch.zeros(lead + tuple(d.shape), dtype=d.dtype.torch).share_memory_()
         self.feed_bufs = [buffer(lbn) for lbn in walk.input_lbns]
         self.out_bufs = [buffer(lbn) for lbn in walk.result_lbns]
         self.watch_bufs = [buffer(getattr(op.foreign_watch_conf, "in")) for op in watches]
@@ -667,8 +739,10 @@ class DistributedPlan(Lowering):
         # one seed for every worker's generator: the replicated random ops draw the same values
         # on every device, and flow.manual_seed (torch's initial seed here) repeats them
         seed = (torch.initial_seed() + zlib.crc32(self.key.encode())) % 2 ** 63
+        forward = sorted(forward_ops(job)) if micro_batches > 1 else None
         replies = self.group.request("compile", (self.key, worker_job.SerializeToString(), self.feed_bufs,
-                                                 self.out_bufs + self.watch_bufs, new_vars, seed))
+                                                 self.out_bufs + self.watch_bufs, new_vars, seed, forward,
+                                                 micro_batches))
         self.source = f"# device 0 of {n} (every device runs the same plan over its local shapes)\n" + replies[0]
 
     def before_call(self, variables):
@@ -683,7 +757,9 @@ class DistributedPlan(Lowering):
         ``python/oneflow/compatible/single_client/framework/pull_util.py``,
         ``_MirroredBlobPuller``). Watch handlers are called here, after the run, with the
         whole (logical) watched blobs the workers returned (in the mirrored view the parts
-        concatenated along axis 0)."""
+        concatenated along axis 0). A plan of ``micro_batches`` k > 1 takes each feed whole
+        (k micro-batches along axis 0) and returns each result of the k micro-batches
+        along a new leading axis (watch handlers: once per micro-batch)."""
         self.store.before_run()
         feed_shapes = None
         if self.mirrored:
@@ -693,9 +769,9 @@ class DistributedPlan(Lowering):
             for buf, parts in zip(self.feed_bufs, feeds):
                 for r, t in enumerate(parts):
                     part(buf[r], tuple(t.shape)).copy_(t)
-        else:
+        else:  # (micro-batches: a whole batch, one slice per micro-batch along a new leading axis)
             for buf, f in zip(self.feed_bufs, feeds):
-                buf.copy_(f)
+                buf.copy_(f.reshape(buf.shape))
         try:
             replies = self.group.request("run", (self.key, feed_shapes))
         finally:
@@ -707,5 +783,6 @@ class DistributedPlan(Lowering):
             values = [b.clone() for b in self.out_bufs + self.watch_bufs]
         outs = len(self.out_bufs)
         for uuid, value in zip(self.watch_uuids, values[outs:]):
-            self.watchers[uuid](value)
+            for part_value in (value if self.micro_batches > 1 else [value]):
+                self.watchers[uuid](part_value)
         return tuple(values[:outs])

@@ -29,7 +29,11 @@ the boxing pass: each micro-batch is data parallel over the devices and all-redu
 gradients (the micro job keeps the ``System-Boxing-*`` ops), so the buffers accumulate
 whole gradients and one call equals the full-batch step on one device; the ops added
 here get the SBP of the gradient they accumulate, and the two jobs run on the workers
-(:class:`graphfront.runtime.distributed.DistributedPlan`).
+(:class:`graphfront.runtime.distributed.DistributedPlan`). In a job of pipeline stages
+(ops on disjoint sets of devices) one call of the micro-batch plan runs the ``k``
+micro-batches pipelined on the workers: the forward ops of each, then the rest of each
+(GPipe's schedule, Huang et al. 2019, arXiv:1811.06965), so the stages work on different
+micro-batches at once.
 """
 from __future__ import annotations
 
@@ -146,7 +150,8 @@ def _buffer_variable(net, lbn, i):
         vc.initializer.constant_conf.value = 0.0
     else:
         vc.initializer.constant_int_conf.value = 0
-    net.b.add_op(conf)
+    with net.b.scope_of_op(producer.name):  # (on the gradient's placement: a pipeline stage's devices)
+        net.b.add_op(conf)
     net.ops[conf.name] = net.job.net.op[-1]
     net._index(net.ops[conf.name])
     return f"{conf.name}/out"
@@ -233,6 +238,10 @@ class AccumulatingPlan(Lowering):
         self.micro.check_feeds(arrays)
 
     def __call__(self, feeds):
+        if getattr(self.micro, "micro_batches", 1) > 1:  # the micro-batch lowering runs all k at once
+            results = self.micro(feeds)
+            self.update([])
+            return tuple(r.flatten(0, 1) if r.dim() > 1 else r for r in results)
         parts = [f.chunk(self.k, dim=0) for f in feeds]
         results = [self.micro([p[i] for p in parts]) for i in range(self.k)]
         self.update([])

@@ -271,6 +271,11 @@ class Plan(ScheduleWalk, Lowering):
         bound: lbns whose values every call passes after the inputs' feeds, in this order
             (the forward values an eager step computed already): an op all of whose
             outputs are bound does not run, its outputs are read from the feeds.
+        ran: names of ops that do not run either (they ran in an earlier call, as the
+            forward ops of a pipelined micro-batch): those of their outputs in ``bound``
+            are read from the feeds, the others are never read.
+        returning: lbns the plan returns after the return ops' results, in this order
+            (the forward values a later call binds).
         signatures: op name -> its SBP signature (bn -> SBP string), for the plan of one
             device of a multi-device job: its kernels see their layouts and device index
             (:class:`KernelCtx`).
@@ -291,7 +296,7 @@ class Plan(ScheduleWalk, Lowering):
     """
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False,
-                 bound=(), signatures=None, parallel_ctxs=None, logical_descs=None):
+                 bound=(), signatures=None, parallel_ctxs=None, logical_descs=None, ran=(), returning=()):
         super().__init__(job)
         self._signatures = signatures or {}
         self._parallel_ctxs = parallel_ctxs or {}
@@ -300,8 +305,8 @@ class Plan(ScheduleWalk, Lowering):
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
         self._bound = {lbn: len(self.input_names) + k for k, lbn in enumerate(bound)}  # lbn -> feed index
-        self._bound_ops = {op.name for op in self.order if jb.op_kind(op) not in INTERFACE_KINDS
-                           and jb.op_outputs(op) and all(l in self._bound for _, _, l in jb.op_outputs(op))}
+        self._bound_ops = {op.name for op in self.order if jb.op_kind(op) not in INTERFACE_KINDS and (
+            op.name in ran or jb.op_outputs(op) and all(l in self._bound for _, _, l in jb.op_outputs(op)))}
         self.hoisted = set() if native else _hoistable(self.order, self.aliased,
                                                        _device_checked(self.order, self.placements) | self._bound_ops)
         self._outliving = _outliving(self.order)
@@ -310,10 +315,11 @@ class Plan(ScheduleWalk, Lowering):
         self._lbn_device = {}
         self._last_use = {}
         for i, op in enumerate(self.order):
-            if op.name in self.hoisted:
+            if op.name in self.hoisted or op.name in self._bound_ops:
                 continue
             for _, _, lbn in jb.op_inputs(op):
                 self._last_use[lbn] = i
+        self._last_use.update(dict.fromkeys(returning, len(self.order)))
         self._lines, self._hoist_lines, self._hoist_outs = [], [], []
         self._results = []
         self._device_keys = {}
@@ -345,6 +351,10 @@ class Plan(ScheduleWalk, Lowering):
         else:  # (hoisted ops whose results nobody reads need not run at all)
             self.hoisted = set()
         returned = sorted(self._results, key=lambda r: int(r[1:]))
+        for k, lbn in enumerate(returning):
+            copy = ".clone()" if lbn in self.aliased or lbn in self._outliving else ""
+            lines.append(f"f{k} = {names[lbn]}{copy}  # returned for a later call")
+            returned.append(f"f{k}")
         if self._check_rows:  # the rows of the in-step checks: one more result, read after the step
             self.env["CHECK_FLAGS"] = _check_flags
             lines.append(f"checks = CHECK_FLAGS([{', '.join(self._check_rows)}])")
@@ -378,7 +388,8 @@ class Plan(ScheduleWalk, Lowering):
         names, last_use = self._names, self._last_use
         dead = [names[lbn] for _, _, lbn in jb.op_inputs(op) if last_use.get(lbn) == i]
         if jb.op_kind(op) != "return_conf":
-            dead += [names[lbn] for _, _, lbn in outs if lbn not in last_use]
+            made = [lbn for _, _, lbn in outs if op.name not in self._bound_ops or lbn in self._bound]
+            dead += [names[lbn] for lbn in made if lbn not in last_use]
         if dead:
             self._lines.append(f"del {', '.join(sorted(set(dead), key=lambda s: int(s[1:])))}")
 
@@ -408,7 +419,7 @@ class Plan(ScheduleWalk, Lowering):
     def compute(self, i, op):
         device, names = self._device, self._names
         if op.name in self._bound_ops:
-            for _, _, lbn in jb.op_outputs(op):
+            for lbn in (lbn for _, _, lbn in jb.op_outputs(op) if lbn in self._bound):
                 self._lines.append(f"{names[lbn]} = feeds[{self._bound[lbn]}]  # {_comment(op)}, computed already")
             return
         key = f"K{i}"

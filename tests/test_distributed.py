@@ -16,7 +16,7 @@ import torch
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
-from graphfront.framework.errors import JobBuildError
+from graphfront.framework.errors import JobBuildError, OpRunError
 from graphfront.framework.session import default_session, trace
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes import complete
@@ -480,3 +480,29 @@ def test_decode_random_splits_one_draw_over_the_devices():
     np.testing.assert_array_equal(batch(1)[0], first)
     np.testing.assert_array_equal(batch(1, n=3)[0], first)
     assert not np.array_equal(batch(2)[0], first)
+
+
+def test_bad_computed_label_on_one_device_raises_and_the_session_goes_on():
+    """A label computed in the job outside [0, depth) on one of 2 devices: every worker
+    completes the step (the label checked in the step, clamped, as on a GPU), the call
+    raises the op's OpRunError naming the value and the device, and the next call runs
+    (before, the other worker waited in the gradients' all-reduce until the collective
+    timeout and the session's workers were stopped)."""
+    flow.clear_default_session()
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 3)), ids: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+        labels = flow.math.add(ids, flow.constant(1, dtype=flow.int32, shape=(4,)))  # (computed: checked in the step)
+        logits = flow.layers.dense(x, 5, name="fc")
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    x = np.ones((4, 3), np.float32)
+    good = np.array([0, 1, 2, 3], np.int32)
+    job(x, good)
+    with pytest.raises(OpRunError, match=r"received 5 at index \(1,\) \(in the part of device cpu:1"):
+        job(x, np.array([0, 1, 2, 4], np.int32))
+    assert np.isfinite(job(x, good)).all()

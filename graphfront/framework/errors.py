@@ -44,6 +44,7 @@ class OpRunError(GraphfrontError, RuntimeError):
     and what was received, and the user's line that called the job."""
 
     def __init__(self, message: str):
+        self.message = message  # (without the user's line)
         super().__init__(message + format_location(user_frame()))
 
 

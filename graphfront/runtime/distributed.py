@@ -68,6 +68,7 @@ import torch.multiprocessing as mp
 from graphfront.core import job_pb2, op_conf_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework.env_settings import current_env
+from graphfront.framework.errors import OpRunError
 from graphfront.framework.scope_symbols import calculation_pass_of
 from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
@@ -271,7 +272,7 @@ class _WorkerJob:
         ranks = {} if self.mirrored else op_ranks(job, n)
         own = any(r != tuple(range(n)) for r in ranks.values())
         lj = local_job(job, n, rank, own_ops_only=own, device_index=device.index)
-        kw = dict(signatures=None if self.mirrored else _sbp.op_signatures(job),
+        kw = dict(checks_in_step=True, signatures=None if self.mirrored else _sbp.op_signatures(job),
                   parallel_ctxs={name: (r.index(rank), len(r)) for name, r in ranks.items() if rank in r},
                   logical_descs=None if self.mirrored else
                   {lbn: jb.TensorDesc.from_proto(d) for lbn, d in job.helper.lbn2logical_blob_desc.items()})
@@ -397,7 +398,11 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 result = jobs[name].plan.source
             elif cmd == "run":
                 name, feed_shapes = payload
-                result = jobs[name].run(feed_shapes)
+                try:
+                    result = jobs[name].run(feed_shapes)
+                except OpRunError as e:  # a bad value, found after the step every worker completed
+                    conn.send(("op_error", e.message))
+                    continue
             elif cmd == "pull":
                 for var_name in payload:
                     s, m, r = var_sbps[var_name]
@@ -527,7 +532,7 @@ class WorkerGroup:
         deadline = time.monotonic() + self.timeout_s + (120.0 if startup else 10.0)
         replies = [None] * len(self.conns)
         pending = set(range(len(self.conns)))
-        errors = []
+        errors, op_errors = [], []
         while pending:
             for i in sorted(pending):
                 conn, proc = self.conns[i], self.procs[i]
@@ -539,6 +544,8 @@ class WorkerGroup:
                     self._died(i)
                 if status == "error":
                     errors.append(f"worker of device {self.device_name(i)} failed: {value}")
+                if status == "op_error":
+                    op_errors.append(f"{value} (in the part of device {self.device_name(i)})")
                 if status is not None:
                     replies[i] = value
                     pending.discard(i)
@@ -551,6 +558,8 @@ class WorkerGroup:
                 if not proc.is_alive():
                     self._died(i)
             self._fail("\n".join(errors))
+        if op_errors:  # (every worker completed the step: the session goes on)
+            raise OpRunError(op_errors[0])
         return replies
 
     def _died(self, i):

@@ -35,7 +35,9 @@ Two lowering steps go beyond one call per op:
   device, its first bad element flagged, and the flags, returned as one more result of
   the plan function, are read after the step to raise the op's error (the step then has
   run on clamped values; a bad index never trips a device-side assert, which would end
-  every later CUDA call of the process). On the CPU the kernel raises it itself.
+  every later CUDA call of the process). On the CPU the kernel raises it itself, except
+  on the workers of a multi-device job (``checks_in_step``), which check as on a GPU so
+  that every worker completes the step's collectives.
 
 Hooks: ``kernel_wrapper(op_conf, fn) -> fn`` wraps every kernel (profiling, debugging).
 
@@ -276,6 +278,10 @@ class Plan(ScheduleWalk, Lowering):
             are read from the feeds, the others are never read.
         returning: lbns the plan returns after the return ops' results, in this order
             (the forward values a later call binds).
+        checks_in_step: check computed index values in the step on the CPU too (as on a
+            GPU: clamped, flagged, raised after the step) instead of the kernel raising
+            mid-step: a worker of a multi-device job, whose collectives every worker must
+            complete.
         signatures: op name -> its SBP signature (bn -> SBP string), for the plan of one
             device of a multi-device job: its kernels see their layouts and device index
             (:class:`KernelCtx`).
@@ -296,11 +302,13 @@ class Plan(ScheduleWalk, Lowering):
     """
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False,
-                 bound=(), signatures=None, parallel_ctxs=None, logical_descs=None, ran=(), returning=()):
+                 bound=(), signatures=None, parallel_ctxs=None, logical_descs=None, ran=(), returning=(),
+                 checks_in_step=False):
         super().__init__(job)
         self._signatures = signatures or {}
         self._parallel_ctxs = parallel_ctxs or {}
         self._logical_descs = logical_descs
+        self._checks_in_step = checks_in_step
         self.cuda_graph = bool(cuda_graph)
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
@@ -475,7 +483,8 @@ class Plan(ScheduleWalk, Lowering):
             for lbn in ins.get(a, ()):
                 if lbn in self._feed_of:  # a fed value: checked on the host before the step
                     self.checks.add_feed(self._feed_of[lbn], size, error)
-                elif device.type != "cpu" and self.descs[lbn].shape and 0 not in self.descs[lbn].shape:
+                elif (device.type != "cpu" or self._checks_in_step) and self.descs[lbn].shape and \
+                        0 not in self.descs[lbn].shape:
                     row, gkey = f"c{len(self._check_rows)}", f"G{i}_{len(guarded)}"
                     self.env[gkey] = _index_guard(size)
                     guarded[lbn] = f"{self._names[lbn]}g"

@@ -193,10 +193,7 @@ def resource() -> dict:
     Returns:
         dict: setting name -> recorded value (the live dict, not a copy).
     """
-    s = _session.default_session()
-    if not hasattr(s, "_config_resource"):
-        s._config_resource = {}
-    return s._config_resource
+    return _session.default_session().resource
 
 
 def _record(name, val, kind):
@@ -308,12 +305,16 @@ def load_library_now(val) -> None:
 
 
 class collective_boxing:  # noqa: N801 - OneFlow's submodule name
-    """``flow.config.collective_boxing.*``: NCCL collective-boxing settings, recorded only.
+    """``flow.config.collective_boxing.*``: collective-boxing settings.
 
     OneFlow v0.6.0 ``python/oneflow/compatible/single_client/framework/config_util.py``.
 
     Each setter takes one value (bool or int, as its name says), raises TypeError for
     another type, and records it in :func:`resource` under ``collective_boxing.<name>``.
+    Three act: the workers of a multi-device job run the all-reduces of a step in buckets
+    of up to ``nccl_fusion_threshold_mb`` MiB (default 16), one collective each, unless
+    ``enable_fusion`` or ``nccl_fusion_all_reduce`` is False (both True by default, as in
+    OneFlow's ``CollectiveBoxingConf``). The others are recorded only.
     """
 
     enable_fusion = staticmethod(_setting("collective_boxing.enable_fusion", bool, True))

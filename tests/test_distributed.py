@@ -506,3 +506,24 @@ def test_bad_computed_label_on_one_device_raises_and_the_session_goes_on():
     with pytest.raises(OpRunError, match=r"received 5 at index \(1,\) \(in the part of device cpu:1"):
         job(x, np.array([0, 1, 2, 4], np.int32))
     assert np.isfinite(job(x, good)).all()
+
+
+@pytest.mark.parametrize("threshold_mb, fused", [(None, 4), (0, 0)])
+def test_gradient_all_reduces_run_fused_as_oneflow_fuses_them(threshold_mb, fused):
+    """The workers run the all-reduces of the gradients in buckets of up to
+    ``nccl_fusion_threshold_mb`` (16 MB by default, OneFlow's collective-boxing fusion),
+    one collective per bucket: the MLP's 4 gradients in one; 0 turns it off. Either way
+    the job trains as on one device."""
+    batches = _batches(3, (B, 20), 5)
+
+    def make():
+        if threshold_mb is not None:
+            flow.config.collective_boxing.nccl_fusion_threshold_mb(threshold_mb)
+        return _mlp_train_job()
+
+    one, _ = _losses(1, make, batches)
+    two, job = _losses(2, make, batches)
+    assert_close_at_scale(two, one, RTOL)
+    lines = [line for line in job.compiled_job.plan.source.splitlines() if "_nccl_logical_all_reduce" in line]
+    assert sum(f"{fused} fused (_nccl_logical_all_reduce)" in line for line in lines) == (1 if fused else 0)
+    assert len(lines) == (1 if fused else 4)

@@ -867,6 +867,7 @@ class Session:
         self.watchers = {}
         self.gpu_device_num = 1
         self.cpu_device_num = 1
+        self.resource = {}  # the resource settings flow.config.* recorded: name -> value
         # Held while a job is compiled, a plan runs, or variables are read or written as a
         # whole (checkpoint save/load), so none of these sees another half done.
         self.lock = threading.RLock()

@@ -160,6 +160,21 @@ def _all_reduce_kernel(k):
     return all_reduce
 
 
+def _fused_all_reduce_kernel(k):
+    """Several all-reduces over one group at once (OneFlow's collective-boxing fusion,
+    ``nccl_fusion_all_reduce``): the tensors, of one dtype, are summed as one flat buffer
+    by one collective and returned as views of it."""
+    dist, _, _, pg = _collective_group(k)
+
+    def fused_all_reduce(xs):
+        if dist is None:
+            return [x.clone() for x in xs]
+        flat = torch.cat([x.reshape(-1) for x in xs])
+        dist.all_reduce(flat, group=pg)
+        return [part.view(x.shape) for part, x in zip(flat.split([x.numel() for x in xs]), xs)]
+    return fused_all_reduce
+
+
 def _reduce_scatter_kernel(k):
     dist, rank, n, pg = _collective_group(k)
     even = dist is None or _part_lengths(k, 0, n) is None
@@ -317,7 +332,7 @@ _AXIS = ("int64", 0, lambda v: None if v >= 0 else f"expected an axis >= 0, rece
 _GRID = {"grid_axis": ("int64", -1), "hierarchy": ("list_int64", [])}
 
 op("_nccl_logical_all_reduce", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"),
-   kernel=_all_reduce_kernel,
+   kernel=_all_reduce_kernel, fused=_fused_all_reduce_kernel,
    no_grad=True, doc="P -> B: sum of the devices' tensors on every device")
 op("_nccl_logical_reduce_scatter", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"),
    kernel=_reduce_scatter_kernel, no_grad=True, doc="P -> S(0)")

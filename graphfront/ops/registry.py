@@ -137,6 +137,7 @@ class OpDef:
     checks: Optional[Callable] = None   # (k) -> [(arg, size, error)]: index inputs that must lie in [0, size)
     host_reads: bool = False            # the kernel reads device values on the host (never in a CUDA graph)
     cpu_only: bool = False              # a CPU kernel only: the op is placed on the CPU whatever its scope
+    fused: Optional[Callable] = None    # kernel factory running several of the op's instances at once
 
     def mutated_args(self, attrs) -> tuple:
         """Input args the kernel updates in place, for an op with these attrs."""
@@ -183,7 +184,7 @@ QAT_ROLES = ("int8", "int8_google", "transparent")
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
        xla=None, amp=None, amp_no_cast=(), qat=None, conf="user_conf", interface=False, checks=None,
-       host_reads=False, cpu_only=False):
+       host_reads=False, cpu_only=False, fused=None):
     """Register an op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
@@ -222,6 +223,9 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     CUDA graph. ``cpu_only=True`` marks ops with a CPU kernel only (OneFlow's
     ``REGISTER_CPU_ONLY_USER_OP``): job building places them on the CPU under any
     placement scope, and the runtime moves their inputs and outputs across devices.
+    ``fused(k)`` (``k`` the KernelCtx of the first of them) returns a kernel taking the
+    inputs of several instances of the op as lists and returning their outputs as one
+    list: the plan runs gradient all-reduces in buckets with it (all-reduce fusion).
 
     Raises:
         ValueError: ``op_type`` already registered, an attr of unknown type, ``amp``
@@ -246,7 +250,7 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
                   view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), qat, conf, interface,
-                  checks, host_reads, cpu_only)
+                  checks, host_reads, cpu_only, fused)
     _REGISTRY[conf, op_type] = opdef
     return opdef
 

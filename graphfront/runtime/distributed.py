@@ -265,14 +265,15 @@ class _WorkerJob:
     micro-batch on and starts the next while the following stage works), then the rest
     of each, the forward values a micro-batch's backward reads kept in between."""
 
-    def __init__(self, job, n, rank, local_rank, device, store, feeds, outs, forward=None, micro_batches=1):
+    def __init__(self, job, n, rank, local_rank, device, store, feeds, outs, forward=None, micro_batches=1,
+                 fuse_bytes=0):
         self.n, self.rank, self.local_rank, self.device = n, rank, local_rank, device
         self.micro_batches = micro_batches
         self.mirrored = is_mirrored(job)
         ranks = {} if self.mirrored else op_ranks(job, n)
         own = any(r != tuple(range(n)) for r in ranks.values())
         lj = local_job(job, n, rank, own_ops_only=own, device_index=device.index)
-        kw = dict(checks_in_step=True, signatures=None if self.mirrored else _sbp.op_signatures(job),
+        kw = dict(checks_in_step=True, fuse_bytes=fuse_bytes, signatures=None if self.mirrored else _sbp.op_signatures(job),
                   parallel_ctxs={name: (r.index(rank), len(r)) for name, r in ranks.items() if rank in r},
                   logical_descs=None if self.mirrored else
                   {lbn: jb.TensorDesc.from_proto(d) for lbn, d in job.helper.lbn2logical_blob_desc.items()})
@@ -380,7 +381,7 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 logical_vars, var_sbps, jobs = {}, {}, {}
                 torch.manual_seed(torch.initial_seed())
             if cmd == "compile":
-                name, job_bytes, feeds, outs, new_vars, seed, forward, micro_batches = payload
+                name, job_bytes, feeds, outs, new_vars, seed, forward, micro_batches, fuse_bytes = payload
                 torch.manual_seed(seed)  # (the kernels draw their streams' seeds as they are made)
                 job = job_pb2.Job.FromString(job_bytes)
                 layouts = blob_layouts(job, n)
@@ -394,7 +395,8 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                     logical_vars[var_name] = t
                     var_sbps[var_name] = s, m, r = layouts[f"{var_name}/out"]
                     store.tensors[var_name] = shard(t, s, m, _part_of(rank, r)).to(device, copy=True).contiguous()
-                jobs[name] = _WorkerJob(job, n, rank, local_rank, device, store, feeds, outs, forward, micro_batches)
+                jobs[name] = _WorkerJob(job, n, rank, local_rank, device, store, feeds, outs, forward, micro_batches,
+                                        fuse_bytes)
                 result = jobs[name].plan.source
             elif cmd == "run":
                 name, feed_shapes = payload
@@ -697,6 +699,19 @@ def _stop_idle_groups():
         _IDLE_GROUPS.popitem()[1].close()
 
 
+def all_reduce_fusion_bytes(settings) -> int:
+    """The bucket size of the workers' all-reduce fusion, from OneFlow's resource
+    ``settings`` (name -> value, as ``flow.config.collective_boxing.*`` records them):
+    ``enable_fusion`` and ``nccl_fusion_all_reduce`` (both True by default) and
+    ``nccl_fusion_threshold_mb`` (16 by default; OneFlow v0.6.0
+    ``oneflow/core/job/resource.proto``, ``CollectiveBoxingConf``); 0 when off."""
+    def get(name, default):
+        return settings.get(f"collective_boxing.{name}", default)
+    if not (get("enable_fusion", True) and get("nccl_fusion_all_reduce", True)):
+        return 0
+    return int(get("nccl_fusion_threshold_mb", 16)) << 20
+
+
 class DistributedPlan(Lowering):
     """What :class:`CompiledJob` calls for a job on ``n > 1`` devices: the same interface
     as :class:`graphfront.runtime.plan.Plan` (``plan(feeds) -> results``, ``input_names``,
@@ -751,7 +766,7 @@ class DistributedPlan(Lowering):
         forward = sorted(forward_ops(job)) if micro_batches > 1 else None
         replies = self.group.request("compile", (self.key, worker_job.SerializeToString(), self.feed_bufs,
                                                  self.out_bufs + self.watch_bufs, new_vars, seed, forward,
-                                                 micro_batches))
+                                                 micro_batches, all_reduce_fusion_bytes(session.resource)))
         self.source = f"# device 0 of {n} (every device runs the same plan over its local shapes)\n" + replies[0]
 
     def before_call(self, variables):

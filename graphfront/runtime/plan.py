@@ -282,6 +282,11 @@ class Plan(ScheduleWalk, Lowering):
             GPU: clamped, flagged, raised after the step) instead of the kernel raising
             mid-step: a worker of a multi-device job, whose collectives every worker must
             complete.
+        fuse_bytes: fuse ops with a ``fused`` kernel (the all-reduces of gradients) into
+            buckets of up to this many bytes of their logical inputs (0: each op alone):
+            an op joins its bucket instead of running at once, and the bucket runs as one
+            call before anything reads one of its outputs, before any other collective
+            (every worker keeps one order of collectives) or when it is full.
         signatures: op name -> its SBP signature (bn -> SBP string), for the plan of one
             device of a multi-device job: its kernels see their layouts and device index
             (:class:`KernelCtx`).
@@ -303,12 +308,15 @@ class Plan(ScheduleWalk, Lowering):
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False,
                  bound=(), signatures=None, parallel_ctxs=None, logical_descs=None, ran=(), returning=(),
-                 checks_in_step=False):
+                 checks_in_step=False, fuse_bytes=0):
         super().__init__(job)
         self._signatures = signatures or {}
         self._parallel_ctxs = parallel_ctxs or {}
         self._logical_descs = logical_descs
         self._checks_in_step = checks_in_step
+        self._fuse_bytes = fuse_bytes
+        self._buckets = {}  # key -> [(op, input lbn, output lbn)]; the ops' deferred ``del`` names
+        self._bucket_dead = {}
         self.cuda_graph = bool(cuda_graph)
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
@@ -340,6 +348,8 @@ class Plan(ScheduleWalk, Lowering):
         self._feed_of = {}     # lbn -> feed index
         self._check_rows = []  # names of the in-step check rows, in schedule order
         self.walk()
+        for key in list(self._buckets):
+            self._flush(key)
         names, lines, var_keys = self._names, self._lines, self._var_keys
         src = []
         if self._hoist_lines and self._hoist_outs:
@@ -390,16 +400,69 @@ class Plan(ScheduleWalk, Lowering):
             self._names[lbn] = f"v{len(self._names)}"
             self._lbn_device[lbn] = device
         self._device = device
+        reads = {lbn for _, _, lbn in jb.op_inputs(op)}
+        collective = jb.op_type_name(op).startswith(("_nccl", "_boxing", "_logical"))
+        for key, members in list(self._buckets.items()):  # a bucket runs before its outputs are read
+            if collective and not self._joins(op) or any(out in reads for _, _, out in members):
+                self._flush(key)
         super().run_op(i, op)
         if op.name in self.hoisted:
             return
         names, last_use = self._names, self._last_use
-        dead = [names[lbn] for _, _, lbn in jb.op_inputs(op) if last_use.get(lbn) == i]
+        dead = [lbn for _, _, lbn in jb.op_inputs(op) if last_use.get(lbn) == i]
         if jb.op_kind(op) != "return_conf":
             made = [lbn for _, _, lbn in outs if op.name not in self._bound_ops or lbn in self._bound]
-            dead += [names[lbn] for lbn in made if lbn not in last_use]
-        if dead:
-            self._lines.append(f"del {', '.join(sorted(set(dead), key=lambda s: int(s[1:])))}")
+            dead += [lbn for lbn in made if lbn not in last_use]
+        key = self._bucket_of(op)
+        if key is not None:  # (deleted after the bucket runs)
+            self._bucket_dead[key] += dead
+            if sum(self._bytes(lbn) for _, lbn, _ in self._buckets[key]) >= self._fuse_bytes:
+                self._flush(key)
+            return
+        for key, members in list(self._buckets.items()):  # (a bucket's inputs live until it runs)
+            if any(lbn == src for _, src, _ in members for lbn in dead):
+                self._flush(key)
+        self._delete(dead)
+
+    def _delete(self, lbns):
+        if lbns:
+            self._lines.append(f"del {', '.join(sorted({self._names[l] for l in lbns}, key=lambda s: int(s[1:])))}")
+
+    def _joins(self, op) -> bool:
+        """Whether ``op`` runs in a bucket of its op type's ``fused`` kernel."""
+        return bool(self._fuse_bytes) and registry.op_def(op).fused is not None and op.name not in self.hoisted \
+            and op.name not in self._bound_ops and not op.ctrl_in_op_name
+
+    def _bucket_of(self, op):
+        """The key of the bucket ``op`` joined (:meth:`compute`), or None."""
+        return next((key for key, members in self._buckets.items() if members and members[-1][0] is op), None)
+
+    def _bytes(self, lbn) -> int:
+        d = (self._logical_descs or self.descs)[lbn]  # (logical: every worker fills its buckets alike)
+        return d.numel * d.dtype.itemsize
+
+    def _flush(self, key):
+        """Run bucket ``key``: one call of its op type's ``fused`` kernel."""
+        members = self._buckets.pop(key)
+        dead = self._bucket_dead.pop(key)
+        if len(members) == 1:
+            op, src, out = members[0]
+            fn = make_kernel(op, self.descs, self._lbn_device[out], signature=self._signatures.get(op.name),
+                             parallel_ctx=self._parallel_ctxs.get(op.name), logical_descs=self._logical_descs)
+            call, targets = f"({self._names[src]})", self._names[out]
+        else:
+            op = members[0][0]
+            fn = registry.op_def(op).fused(KernelCtx(op, self.descs, self._lbn_device[members[0][2]],
+                                                     signature=self._signatures.get(op.name),
+                                                     parallel_ctx=self._parallel_ctxs.get(op.name),
+                                                     logical_descs=self._logical_descs))
+            call = "([" + ", ".join(self._names[src] for _, src, _ in members) + "])"
+            targets = "(" + "".join(self._names[out] + ", " for _, _, out in members) + ")"
+        k = f"B{len(self.env)}"
+        self.env[k] = fn if self._kernel_wrapper is None else self._kernel_wrapper(op, fn)
+        names = ", ".join(repr(m[0].name) for m in members)
+        self._lines.append(f"{targets} = {k}{call}  # {len(members)} fused ({jb.op_type_name(op)}): {names}")
+        self._delete(dead)
 
     def input(self, i, op, lbn, feed_index):
         self._feed_of[lbn] = feed_index
@@ -426,6 +489,14 @@ class Plan(ScheduleWalk, Lowering):
 
     def compute(self, i, op):
         device, names = self._device, self._names
+        if self._joins(op):  # (runs later, in its bucket: :meth:`_flush`)
+            (_, _, src), = jb.op_inputs(op)
+            (_, _, out), = jb.op_outputs(op)
+            key = (jb.op_type_name(op), str(device), repr(sorted(jb.user_attrs(op).items())), self.descs[src].dtype,
+                   self._parallel_ctxs.get(op.name), self.placements.get(op.name))
+            self._buckets.setdefault(key, []).append((op, src, out))
+            self._bucket_dead.setdefault(key, [])
+            return
         if op.name in self._bound_ops:
             for lbn in (lbn for _, _, lbn in jb.op_outputs(op) if lbn in self._bound):
                 self._lines.append(f"{names[lbn]} = feeds[{self._bound[lbn]}]  # {_comment(op)}, computed already")

@@ -25,7 +25,7 @@ from graphfront.ops import registry
 from graphfront.parallel import sbp as S
 from graphfront.runtime.plan import make_kernel, run_op
 from graphfront.testing.compare import assert_close_at_scale
-from test_xla_rules import CASES, FED_BY, _case, _run
+from test_xla_rules import CASES, _run, case_arrays
 
 CPU = torch.device("cpu")
 
@@ -87,18 +87,6 @@ def test_every_op_type_has_a_rule_or_a_reason():
     without = sorted(d.op_type for d in defs if d.sbp is None and not d.may_mutate)
     assert without == sorted(NO_RULE), (f"without a rule and unlisted: {sorted(set(without) - set(NO_RULE))}; "
                                         f"listed but ruled or unknown: {sorted(set(NO_RULE) - set(without))}")
-
-
-def _arrays(op_type):
-    inputs, attrs, outputs, variables = _case(op_type)
-    rng = np.random.default_rng(sum(map(ord, op_type)))
-    arrays = {k: ([f(rng) for f in v] if isinstance(v, list) else v(rng)) for k, v in inputs.items()}
-    if op_type in FED_BY:
-        producer, producer_attrs, fed = FED_BY[op_type]
-        made = [a.name for a in registry.lookup(producer).outputs]
-        values, _ = _run(producer, "plan", {"x": arrays["x"]}, producer_attrs, made, set())
-        arrays.update((arg, value) for arg, value in zip(made, values) if arg in fed)
-    return arrays, attrs, outputs, variables
 
 
 def _op_and_descs(op_type, arrays, attrs, outputs, variables):
@@ -222,7 +210,7 @@ def _check_all(op_type, arrays, attrs, outputs, variables):
 
 @pytest.mark.parametrize("op_type", RULED)
 def test_every_signature_of_the_rule_computes_the_ops_result(op_type):
-    tried = _check_all(op_type, *_arrays(op_type))
+    tried = _check_all(op_type, *case_arrays(op_type))
     assert tried, f"{op_type}: no candidate signature is valid for the case's shapes on 2 or 3 devices"
 
 

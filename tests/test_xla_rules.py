@@ -740,8 +740,9 @@ def test_every_xla_rule_has_a_case():
     assert sorted(CASES) == with_rule
 
 
-@pytest.mark.parametrize("op_type", sorted(CASES))
-def test_xla_rule_matches_the_kernel(op_type):
+def case_arrays(op_type):
+    """``(arrays, attrs, outputs, variables)`` of the case of ``op_type``: its inputs drawn
+    from a seed of the op type's name, those ``FED_BY`` names computed by their op."""
     inputs, attrs, outputs, variables = _case(op_type)
     rng = np.random.default_rng(sum(map(ord, op_type)))
     arrays = {k: ([f(rng) for f in v] if isinstance(v, list) else v(rng)) for k, v in inputs.items()}
@@ -750,6 +751,12 @@ def test_xla_rule_matches_the_kernel(op_type):
         made = [a.name for a in registry.lookup(producer).outputs]  # (y and the argmax indices)
         values, _ = _run(producer, "plan", {"x": arrays["x"]}, producer_attrs, made, set())
         arrays.update((arg, value) for arg, value in zip(made, values) if arg in fed)
+    return arrays, attrs, outputs, variables
+
+
+@pytest.mark.parametrize("op_type", sorted(CASES))
+def test_xla_rule_matches_the_kernel(op_type):
+    arrays, attrs, outputs, variables = case_arrays(op_type)
     want = _run(op_type, "plan", arrays, attrs, outputs, variables)
     got = _run(op_type, "xla", arrays, attrs, outputs, variables)
     for name, w, g in zip(outputs, want[0], got[0]):

@@ -258,6 +258,9 @@ def _hoistable(order, aliased, exclude=()):
     return set(hoisted)
 
 
+_BOXING_PREFIXES = ("_nccl_logical_", "_logical_b_to_", "_boxing_")  # (the boxing ops' types)
+
+
 class Plan(ScheduleWalk, Lowering):
     """The executable form of a completed Job (see module docstring).
 
@@ -401,7 +404,7 @@ class Plan(ScheduleWalk, Lowering):
             self._lbn_device[lbn] = device
         self._device = device
         reads = {lbn for _, _, lbn in jb.op_inputs(op)}
-        collective = jb.op_type_name(op).startswith(("_nccl", "_boxing", "_logical"))
+        collective = jb.op_type_name(op).startswith(_BOXING_PREFIXES)
         for key, members in list(self._buckets.items()):  # a bucket runs before its outputs are read
             if collective and not self._joins(op) or any(out in reads for _, _, out in members):
                 self._flush(key)
@@ -444,25 +447,18 @@ class Plan(ScheduleWalk, Lowering):
     def _flush(self, key):
         """Run bucket ``key``: one call of its op type's ``fused`` kernel."""
         members = self._buckets.pop(key)
-        dead = self._bucket_dead.pop(key)
-        if len(members) == 1:
-            op, src, out = members[0]
-            fn = make_kernel(op, self.descs, self._lbn_device[out], signature=self._signatures.get(op.name),
-                             parallel_ctx=self._parallel_ctxs.get(op.name), logical_descs=self._logical_descs)
-            call, targets = f"({self._names[src]})", self._names[out]
-        else:
-            op = members[0][0]
-            fn = registry.op_def(op).fused(KernelCtx(op, self.descs, self._lbn_device[members[0][2]],
-                                                     signature=self._signatures.get(op.name),
-                                                     parallel_ctx=self._parallel_ctxs.get(op.name),
-                                                     logical_descs=self._logical_descs))
-            call = "([" + ", ".join(self._names[src] for _, src, _ in members) + "])"
-            targets = "(" + "".join(self._names[out] + ", " for _, _, out in members) + ")"
+        op, _, first = members[0]
+        fn = registry.op_def(op).fused(KernelCtx(op, self.descs, self._lbn_device[first],
+                                                 signature=self._signatures.get(op.name),
+                                                 parallel_ctx=self._parallel_ctxs.get(op.name),
+                                                 logical_descs=self._logical_descs))
         k = f"B{len(self.env)}"
         self.env[k] = fn if self._kernel_wrapper is None else self._kernel_wrapper(op, fn)
+        ins = ", ".join(self._names[src] for _, src, _ in members)
+        outs = "".join(self._names[out] + ", " for _, _, out in members)
         names = ", ".join(repr(m[0].name) for m in members)
-        self._lines.append(f"{targets} = {k}{call}  # {len(members)} fused ({jb.op_type_name(op)}): {names}")
-        self._delete(dead)
+        self._lines.append(f"({outs}) = {k}([{ins}])  # {len(members)} fused ({jb.op_type_name(op)}): {names}")
+        self._delete(self._bucket_dead.pop(key))
 
     def input(self, i, op, lbn, feed_index):
         self._feed_of[lbn] = feed_index

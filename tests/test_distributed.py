@@ -461,7 +461,7 @@ def test_data_parallel_embedding_lookup_matches_one_device():
 def test_decode_random_splits_one_draw_over_the_devices():
     """OneFlow-Benchmark's synthetic data (``decode_random``) on 2 devices: split along the
     batch (each device draws the whole batch from the op's stream and keeps its part, so 3
-    devices hold the same batch), the halves differ, and one seed repeats the batch."""
+    devices, and one, hold the same batch), the halves differ, and one seed repeats the batch."""
     def batch(seed, n=2):
         flow.clear_default_session()
         flow.manual_seed(seed)
@@ -479,6 +479,7 @@ def test_decode_random_splits_one_draw_over_the_devices():
     assert first.shape == (6, 3) and not np.allclose(first[:3], first[3:])
     np.testing.assert_array_equal(batch(1)[0], first)
     np.testing.assert_array_equal(batch(1, n=3)[0], first)
+    np.testing.assert_array_equal(batch(1, n=1)[0], first)
     assert not np.array_equal(batch(2)[0], first)
 
 
@@ -527,3 +528,33 @@ def test_gradient_all_reduces_run_fused_as_oneflow_fuses_them(threshold_mb, fuse
     lines = [line for line in job.compiled_job.plan.source.splitlines() if "_nccl_logical_all_reduce" in line]
     assert sum(f"{fused} fused (_nccl_logical_all_reduce)" in line for line in lines) == (1 if fused else 0)
     assert len(lines) == (1 if fused else 4)
+
+
+def test_a_data_source_on_one_device_keeps_the_job_data_parallel():
+    """A batch made on one device (OneFlow-Benchmark BERT's reader on "0:0" with one data
+    part) is held whole by every worker; the layers after it still split the batch (each
+    worker slices its part) and the gradients are all-reduced, and under one seed the 2
+    devices train as one device does (one device draws the batch the workers draw)."""
+    def run(n):
+        flow.clear_default_session()
+        flow.manual_seed(0)
+        flow.config.gpu_device_num(0)
+        flow.config.cpu_device_num(n)
+
+        @flow.global_function(type="train")
+        def job() -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0"):
+                x = flow.data.decode_random(shape=(16,), dtype=flow.float, batch_size=8,
+                                            initializer=flow.random_normal_initializer())
+            h = flow.layers.dense(x, 32, activation=flow.nn.relu, name="d1")
+            loss = flow.math.reduce_mean(flow.layers.dense(h, 1, name="d2"))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+            return loss
+        return [float(job().reshape(-1)[0]) for _ in range(3)], job
+
+    one, _ = run(1)
+    two, job = run(2)
+    np.testing.assert_allclose(two, one, rtol=RTOL)
+    proto = job.graph.proto
+    assert _signature_of(proto, "fused_matmul_bias")["out_0"] == "S(0)"
+    assert "_nccl_logical_all_reduce" in _types(proto)

@@ -544,8 +544,12 @@ def _candidates(ctx, op, replicated, gather_returns):
     return cands if isinstance(cands, Only) else cands + [signature(ctx, B)]
 
 
-def _cheapest(ctx, cands, devices, converted):
-    """The valid candidate of least boxing cost (ties: the first), or None."""
+def _cheapest(ctx, cands, devices, converted, whole=frozenset()):
+    """The valid candidate of least boxing cost (ties: the first), or None. An input in
+    ``whole`` (made by an op on one device, run replicated: every device holds it whole,
+    as a data reader placed on "0:0") costs nothing taken broadcast or sliced to a split,
+    so the rule's order decides (OneFlow favours no layout of an input from a placement
+    of another device count): a job fed by such a reader stays data parallel."""
     best, best_cost = None, None
     for sig in cands:
         if not _valid(ctx, sig, devices):
@@ -553,6 +557,8 @@ def _cheapest(ctx, cands, devices, converted):
         cost = 0.0
         for a, i, lbn in ctx._ins:
             need = sig.get(f"{a}_{i}", sig.get(a, B))
+            if lbn in whole and need != P:
+                continue
             if (lbn, need) not in converted:
                 d = ctx._descs[lbn]
                 cost += boxing_cost(ctx._blob_sbp[lbn], need, d.dtype.itemsize * _numel(d.shape))
@@ -581,13 +587,15 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts
     if grid:
         return _infer_nd(job, grid, descs, replicated, gather_returns)
     variable_sbp = _variable_sbp(job, parallel_num)
+    whole = {lbn for op in job.net.op if op.name in replicated and jb.op_kind(op) != "variable_conf"
+             for _, _, lbn in jb.op_outputs(op)}
     blob_sbp, converted, result = {}, set(), {}
     order, _ = schedule(job)
     counts = counts or {}
     for op in order:
         devices = counts.get(op.name, parallel_num)
         ctx = SbpCtx(op, descs, blob_sbp, devices, variable_sbp)
-        best = _cheapest(ctx, _candidates(ctx, op, replicated, gather_returns), devices, converted)
+        best = _cheapest(ctx, _candidates(ctx, op, replicated, gather_returns), devices, converted, whole)
         if best is None:
             raise JobBuildError(f"op '{op.name}' ({jb.op_type_name(op)}): no SBP signature fits its inputs' layouts "
                                 f"{ {a: ctx.sbp(a, i) for a, i, _ in ctx._ins} } on {devices} devices")

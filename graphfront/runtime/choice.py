@@ -42,7 +42,7 @@ import torch
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.passes.boxing import boxing
 from graphfront.passes.mirrored import mirror
-from graphfront.runtime.distributed import DistributedPlan, has_stages
+from graphfront.runtime.distributed import DistributedPlan, has_stages, kernel_seed
 from graphfront.runtime.grad_accumulation import AccumulatingPlan
 from graphfront.runtime.lowering import LOWERINGS, Lowering, check_mode
 from graphfront.runtime.native import NativePlan
@@ -253,7 +253,11 @@ def choose(request: LoweringRequest) -> Lowering:
     make = CHOICES.get((r.mode, r.devices > 1, r.accumulation > 1))
     if make is None:
         raise JobBuildError(_not_composable(r) + format_location(user_frame()))
-    return make(r)
+    if r.devices > 1:
+        return make(r)
+    with torch.random.fork_rng(devices=[]):  # (the kernels made here draw what the workers' would)
+        torch.manual_seed(kernel_seed(r.name))
+        return make(r)
 
 
 def _two_lowerings(r, xrt) -> str:

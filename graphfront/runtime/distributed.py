@@ -699,6 +699,13 @@ def _stop_idle_groups():
         _IDLE_GROUPS.popitem()[1].close()
 
 
+def kernel_seed(key) -> int:
+    """The seed of torch's generator while the kernels of job ``key`` are made (they draw
+    their streams' seeds from it): ``flow.manual_seed``'s (torch's initial seed) and the
+    job's name, so that one seed repeats a job's random streams on any device count."""
+    return (torch.initial_seed() + zlib.crc32(key.encode())) % 2 ** 63
+
+
 def all_reduce_fusion_bytes(settings) -> int:
     """The bucket size of the workers' all-reduce fusion, from OneFlow's resource
     ``settings`` (name -> value, as ``flow.config.collective_boxing.*`` records them):
@@ -762,7 +769,7 @@ class DistributedPlan(Lowering):
         new_vars = self.store.share(var_names)
         # one seed for every worker's generator: the replicated random ops draw the same values
         # on every device, and flow.manual_seed (torch's initial seed here) repeats them
-        seed = (torch.initial_seed() + zlib.crc32(self.key.encode())) % 2 ** 63
+        seed = kernel_seed(self.key)
         forward = sorted(forward_ops(job)) if micro_batches > 1 else None
         replies = self.group.request("compile", (self.key, worker_job.SerializeToString(), self.feed_bufs,
                                                  self.out_bufs + self.watch_bufs, new_vars, seed, forward,

@@ -556,5 +556,8 @@ def test_a_data_source_on_one_device_keeps_the_job_data_parallel():
     two, job = run(2)
     np.testing.assert_allclose(two, one, rtol=RTOL)
     proto = job.graph.proto
-    assert _signature_of(proto, "fused_matmul_bias")["out_0"] == "S(0)"
+    sigs = _sbp.op_signatures(proto)
+    assert sigs["d1-bias_add-fused"]["out_0"] == sigs["d2-bias_add-fused"]["out_0"] == "S(0)"
+    # (the gradient of d2's input, from the folded constant gradient of the mean, splits too)
+    assert sigs["d2-matmul_grad_a"]["out_0"] == "S(0)"
     assert "_nccl_logical_all_reduce" in _types(proto)

@@ -546,10 +546,11 @@ def _candidates(ctx, op, replicated, gather_returns):
 
 def _cheapest(ctx, cands, devices, converted, whole=frozenset()):
     """The valid candidate of least boxing cost (ties: the first), or None. An input in
-    ``whole`` (made by an op on one device, run replicated: every device holds it whole,
-    as a data reader placed on "0:0") costs nothing taken broadcast or sliced to a split,
-    so the rule's order decides (OneFlow favours no layout of an input from a placement
-    of another device count): a job fed by such a reader stays data parallel."""
+    ``whole`` (made by an op on one device, run replicated, as a data reader placed on
+    "0:0", or a constant: every device holds it whole) costs nothing taken broadcast or
+    sliced to a split, so the rule's order decides (OneFlow favours no layout of an input
+    from a placement of another device count): a job fed by such a reader stays data
+    parallel, and so does the gradient computed from a folded constant."""
     best, best_cost = None, None
     for sig in cands:
         if not _valid(ctx, sig, devices):
@@ -587,7 +588,8 @@ def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts
     if grid:
         return _infer_nd(job, grid, descs, replicated, gather_returns)
     variable_sbp = _variable_sbp(job, parallel_num)
-    whole = {lbn for op in job.net.op if op.name in replicated and jb.op_kind(op) != "variable_conf"
+    whole = {lbn for op in job.net.op if jb.op_kind(op) != "variable_conf"  # (replicated ops, constants)
+             and (op.name in replicated or not jb.op_inputs(op) and registry.op_def(op).sbp is None)
              for _, _, lbn in jb.op_outputs(op)}
     blob_sbp, converted, result = {}, set(), {}
     order, _ = schedule(job)

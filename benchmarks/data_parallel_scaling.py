@@ -96,7 +96,8 @@ def torch_resnet_step(batch, device):
 def main_resnet(args):
     baseline = median_time(torch_resnet_step(args.batch, args.device), args.steps, args.warmup, args.device)
     results = {}
-    for label, n, fuse in (("1 device", 1, True), ("2 devices", 2, True), ("2 devices, all-reduce fusion off", 2, False)):
+    sides = (("1 device", 1, True), ("2 devices", 2, True), ("2 devices, all-reduce fusion off", 2, False))
+    for label, n, fuse in sides:
         job = graphfront_resnet_step(n, args.batch, args.device, fuse)
         results[label] = median_time(job, args.steps, args.warmup, args.device)
     flow.clear_default_session()

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 
-import graphfront as flow
 from graphfront.core.op_conf_pb2 import OperatorConf
 from graphfront.framework import job_builder as jb
 from graphfront.framework.session import default_session

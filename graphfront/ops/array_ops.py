@@ -53,7 +53,8 @@ def _vjp(fwd):
 def _partials(ctx):
     """Partial sums through an op linear in its input (a ``like`` input, read for its shape
     only, broadcast), and a partial ``like`` with the rest broadcast."""
-    return [_sbp.signature(ctx, _sbp.P, like=_sbp.B)] + ([_sbp.signature(ctx, _sbp.B, like=_sbp.P)] if ctx.has("like") else [])
+    partial_like = [_sbp.signature(ctx, _sbp.B, like=_sbp.P)] if ctx.has("like") else []
+    return [_sbp.signature(ctx, _sbp.P, like=_sbp.B)] + partial_like
 
 
 def _split_or_partial(axes):

@@ -510,6 +510,7 @@ def _fused_cast_scale_onnx(c):
 
 op("fused_cast_scale", inputs=["x", "scale_by_tensor"], outputs=["y"], attrs={"scale": ("double", 1.0)},
    infer=_cast_scale_infer, kernel=_cast_scale_kernel, onnx=_fused_cast_scale_onnx,
-   sbp=lambda ctx: _sbp.elementwise(p_each=("x",))(ctx) + [_sbp.signature(ctx, _sbp.B, scale_by_tensor=_sbp.P, y=_sbp.P)],
+   sbp=lambda ctx: _sbp.elementwise(p_each=("x",))(ctx) + [
+       _sbp.signature(ctx, _sbp.B, scale_by_tensor=_sbp.P, y=_sbp.P)],
    xla=lambda k: (lambda x, s, c=k.attr("scale"): x.astype(s.dtype) * (s.reshape(()) * c)),
    doc="cast(x, dtype of scale_by_tensor) * scale * scale_by_tensor")

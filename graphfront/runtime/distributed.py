@@ -273,7 +273,8 @@ class _WorkerJob:
         ranks = {} if self.mirrored else op_ranks(job, n)
         own = any(r != tuple(range(n)) for r in ranks.values())
         lj = local_job(job, n, rank, own_ops_only=own, device_index=device.index)
-        kw = dict(checks_in_step=True, fuse_bytes=fuse_bytes, signatures=None if self.mirrored else _sbp.op_signatures(job),
+        kw = dict(checks_in_step=True, fuse_bytes=fuse_bytes,
+                  signatures=None if self.mirrored else _sbp.op_signatures(job),
                   parallel_ctxs={name: (r.index(rank), len(r)) for name, r in ranks.items() if rank in r},
                   logical_descs=None if self.mirrored else
                   {lbn: jb.TensorDesc.from_proto(d) for lbn, d in job.helper.lbn2logical_blob_desc.items()})
@@ -315,7 +316,6 @@ class _WorkerJob:
         for buf, local, (s, m, r) in zip(self.outs, results, self.out_sbps):
             _write_part(buf, local.detach().to("cpu"), s, m, r, self.rank, self.local_rank)
         return None
-
 
     def _run_micro_batches(self):
         """Every micro-batch's forward ops, then the rest of each (see class docstring):

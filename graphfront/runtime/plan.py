@@ -411,7 +411,7 @@ class Plan(ScheduleWalk, Lowering):
         super().run_op(i, op)
         if op.name in self.hoisted:
             return
-        names, last_use = self._names, self._last_use
+        last_use = self._last_use
         dead = [lbn for _, _, lbn in jb.op_inputs(op) if last_use.get(lbn) == i]
         if jb.op_kind(op) != "return_conf":
             made = [lbn for _, _, lbn in outs if op.name not in self._bound_ops or lbn in self._bound]

@@ -160,18 +160,27 @@ def _all_reduce_kernel(k):
     return all_reduce
 
 
+class _Done:
+    """The handle of a collective that has completed."""
+
+    @staticmethod
+    def wait():
+        return True
+
+
 def _fused_all_reduce_kernel(k):
     """Several all-reduces over one group at once (OneFlow's collective-boxing fusion,
     ``nccl_fusion_all_reduce``): the tensors, of one dtype, are summed as one flat buffer
-    by one collective and returned as views of it."""
+    by one collective, started without waiting for it; returns the outputs (views of the
+    buffer) and the collective's handle, whose ``wait()`` comes before they are read."""
     dist, _, _, pg = _collective_group(k)
 
     def fused_all_reduce(xs):
         if dist is None:
-            return [x.clone() for x in xs]
+            return [x.clone() for x in xs], _Done
         flat = torch.cat([x.reshape(-1) for x in xs])
-        dist.all_reduce(flat, group=pg)
-        return [part.view(x.shape) for part, x in zip(flat.split([x.numel() for x in xs]), xs)]
+        work = dist.all_reduce(flat, group=pg, async_op=True)
+        return [part.view(x.shape) for part, x in zip(flat.split([x.numel() for x in xs]), xs)], work
     return fused_all_reduce
 
 

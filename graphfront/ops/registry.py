@@ -224,8 +224,10 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     ``REGISTER_CPU_ONLY_USER_OP``): job building places them on the CPU under any
     placement scope, and the runtime moves their inputs and outputs across devices.
     ``fused(k)`` (``k`` the KernelCtx of the first of them) returns a kernel taking the
-    inputs of several instances of the op as lists and returning their outputs as one
-    list: the plan runs gradient all-reduces in buckets with it (all-reduce fusion).
+    inputs of several instances of the op as lists and returning ``(outputs, handle)``:
+    their outputs as one list, valid once ``handle.wait()`` has returned (a collective may
+    still run): the plan runs gradient all-reduces in buckets with it (all-reduce fusion),
+    the rest of the step going on until an output is read.
 
     Raises:
         ValueError: ``op_type`` already registered, an attr of unknown type, ``amp``

@@ -320,6 +320,7 @@ class Plan(ScheduleWalk, Lowering):
         self._fuse_bytes = fuse_bytes
         self._buckets = {}  # key -> [(op, input lbn, output lbn)]; the ops' deferred ``del`` names
         self._bucket_dead = {}
+        self._in_flight = {}  # handle name -> output lbns of a bucket whose collective may still run
         self.cuda_graph = bool(cuda_graph)
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
@@ -353,6 +354,8 @@ class Plan(ScheduleWalk, Lowering):
         self.walk()
         for key in list(self._buckets):
             self._flush(key)
+        for handle in list(self._in_flight):
+            self._wait(handle)
         names, lines, var_keys = self._names, self._lines, self._var_keys
         src = []
         if self._hoist_lines and self._hoist_outs:
@@ -408,6 +411,9 @@ class Plan(ScheduleWalk, Lowering):
         for key, members in list(self._buckets.items()):  # a bucket runs before its outputs are read
             if collective and not self._joins(op) or any(out in reads for _, _, out in members):
                 self._flush(key)
+        for handle, results in list(self._in_flight.items()):
+            if results & reads:
+                self._wait(handle)
         super().run_op(i, op)
         if op.name in self.hoisted:
             return
@@ -457,8 +463,17 @@ class Plan(ScheduleWalk, Lowering):
         ins = ", ".join(self._names[src] for _, src, _ in members)
         outs = "".join(self._names[out] + ", " for _, _, out in members)
         names = ", ".join(repr(m[0].name) for m in members)
-        self._lines.append(f"({outs}) = {k}([{ins}])  # {len(members)} fused ({jb.op_type_name(op)}): {names}")
+        handle = f"w{k[1:]}"
+        self._lines.append(f"({outs}), {handle} = {k}([{ins}])  # {len(members)} fused ({jb.op_type_name(op)}): "
+                           f"{names}")
+        self._in_flight[handle] = {out for _, _, out in members}
         self._delete(self._bucket_dead.pop(key))
+
+    def _wait(self, handle):
+        """Wait for the collective of a bucket (:meth:`_flush`) before its outputs are read."""
+        del self._in_flight[handle]
+        self._lines.append(f"{handle}.wait()")
+        self._lines.append(f"del {handle}")
 
     def input(self, i, op, lbn, feed_index):
         self._feed_of[lbn] = feed_index

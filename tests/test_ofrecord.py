@@ -10,6 +10,7 @@ from PIL import Image
 
 import graphfront as flow
 from graphfront import typing as tp
+from graphfront.framework.errors import OpRunError
 from graphfront.ofrecord import OFRecord, ShardWriter, bytes_feature, float_feature, int32_feature, int64_feature
 from graphfront.ofrecord.reader import record_stream
 from graphfront.ofrecord.records import OFRecordFileError, iter_raw_records, read_records, shard_paths, write_records
@@ -654,3 +655,36 @@ def test_shuffled_reader_on_two_devices_follows_flow_manual_seed(tmp_path):
     assert not np.array_equal(first, other)
     for batch in first.reshape(4, 4):  # device 0 shuffles shard 0's records, device 1 shard 1's
         assert (batch[:2] < 100).all() and (batch[2:] >= 100).all(), batch
+
+
+@pytest.mark.slow  # spawns two worker processes
+def test_a_bad_shard_on_one_device_raises_on_all_and_the_session_goes_on(tmp_path):
+    """A truncated shard read by one of 2 devices of a train job: the workers settle before
+    the step's first collective that one device failed, every worker stops there, and the
+    call raises the error naming the file and the device (before: the other worker waited
+    in its all-reduce until the collective timeout and the session's workers were stopped).
+    A later job of the same session runs."""
+    _write_ids(tmp_path, parts=2, per_part=4)
+    path = tmp_path / "part-1"
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 2)
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="train")
+    def train_job() -> tp.Numpy:
+        rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=4, data_part_num=2)
+        x = flow.cast(flow.data.OFRecordRawDecoder(rec, "id", shape=(1,), dtype=flow.int32), flow.float)
+        loss = flow.math.reduce_mean(flow.layers.dense(x, 1, name="fc"))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.001])).minimize(loss)
+        return loss
+
+    train_job()  # (records 0 and 1 of each shard)
+    with pytest.raises(OpRunError, match=r"part-1: record 3 is truncated .* \(in the part of device cpu:1"):
+        train_job()
+
+    @flow.global_function(type="predict")
+    def other_job(x: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
+        return x * 2
+
+    np.testing.assert_array_equal(other_job(np.ones((4, 2), np.float32)), 2 * np.ones((4, 2), np.float32))

@@ -73,6 +73,7 @@ from graphfront.framework.scope_symbols import calculation_pass_of
 from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
 from graphfront.ops.boxing_ops import BOXING_OP_TYPES, grid_groups
+from graphfront.ops.registry import op_def
 from graphfront.ops.boxing_ops import involved_ranks, placement_ranks, subgroup
 from graphfront.passes.boxing import blob_ranks, job_devices, op_ranks
 from graphfront.passes.mirrored import is_mirrored
@@ -266,14 +267,14 @@ class _WorkerJob:
     of each, the forward values a micro-batch's backward reads kept in between."""
 
     def __init__(self, job, n, rank, local_rank, device, store, feeds, outs, forward=None, micro_batches=1,
-                 fuse_bytes=0):
+                 fuse_bytes=0, agree=None):
         self.n, self.rank, self.local_rank, self.device = n, rank, local_rank, device
         self.micro_batches = micro_batches
         self.mirrored = is_mirrored(job)
         ranks = {} if self.mirrored else op_ranks(job, n)
         own = any(r != tuple(range(n)) for r in ranks.values())
         lj = local_job(job, n, rank, own_ops_only=own, device_index=device.index)
-        kw = dict(checks_in_step=True, fuse_bytes=fuse_bytes,
+        kw = dict(checks_in_step=True, fuse_bytes=fuse_bytes, agree=agree,
                   signatures=None if self.mirrored else _sbp.op_signatures(job),
                   parallel_ctxs={name: (r.index(rank), len(r)) for name, r in ranks.items() if rank in r},
                   logical_descs=None if self.mirrored else
@@ -328,6 +329,33 @@ class _WorkerJob:
             saved[i] = None
             for buf, local, (s, m, r) in zip(self.outs, results, self.out_sbps):
                 _write_part(buf[i], local.detach().to("cpu"), s, m, r, self.rank, self.local_rank)
+
+
+class _PeerFailed(RuntimeError):
+    """Another worker's step failed before its collectives (see :func:`_agreement`)."""
+
+
+_AGREEMENT_GROUP = []
+
+
+def _agreement():
+    """The ``agree`` function of the plans of a job reading files (:class:`Plan`): every
+    worker tells the others, over a gloo group of them all (so that a GPU job waits on no
+    device), whether the ops before its first collective failed; the one that failed
+    raises its exception (marked ``agreed``), the others :class:`_PeerFailed`."""
+    import torch.distributed as dist
+    if not _AGREEMENT_GROUP:  # (made by every worker as it compiles the first such job, in order)
+        _AGREEMENT_GROUP.append(dist.new_group(backend="gloo"))
+
+    def agree(failed):
+        flag = torch.tensor([0 if failed is None else 1])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=_AGREEMENT_GROUP[0])
+        if failed is not None:
+            failed.agreed = True
+            raise failed
+        if flag.item():
+            raise _PeerFailed("another device's step failed before its collectives")
+    return agree
 
 
 def _part_of(rank, ranks):
@@ -395,8 +423,9 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                     logical_vars[var_name] = t
                     var_sbps[var_name] = s, m, r = layouts[f"{var_name}/out"]
                     store.tensors[var_name] = shard(t, s, m, _part_of(rank, r)).to(device, copy=True).contiguous()
+                reads_files = any(op_def(op).data_source for op in job.net.op)
                 jobs[name] = _WorkerJob(job, n, rank, local_rank, device, store, feeds, outs, forward, micro_batches,
-                                        fuse_bytes)
+                                        fuse_bytes, _agreement() if reads_files else None)
                 result = jobs[name].plan.source
             elif cmd == "run":
                 name, feed_shapes = payload
@@ -404,6 +433,14 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                     result = jobs[name].run(feed_shapes)
                 except OpRunError as e:  # a bad value, found after the step every worker completed
                     conn.send(("op_error", e.message))
+                    continue
+                except _PeerFailed:  # (another worker's data failed: it names the error)
+                    conn.send(("op_error", None))
+                    continue
+                except Exception as e:  # noqa: BLE001 - a bad data file, which every worker settled on
+                    if not getattr(e, "agreed", False):
+                        raise
+                    conn.send(("op_error", f"{type(e).__name__}: {e}"))
                     continue
             elif cmd == "pull":
                 for var_name in payload:
@@ -546,7 +583,7 @@ class WorkerGroup:
                     self._died(i)
                 if status == "error":
                     errors.append(f"worker of device {self.device_name(i)} failed: {value}")
-                if status == "op_error":
+                if status == "op_error" and value is not None:
                     op_errors.append(f"{value} (in the part of device {self.device_name(i)})")
                 if status is not None:
                     replies[i] = value
@@ -560,7 +597,7 @@ class WorkerGroup:
                 if not proc.is_alive():
                     self._died(i)
             self._fail("\n".join(errors))
-        if op_errors:  # (every worker completed the step: the session goes on)
+        if op_errors:  # (every worker completed the step, or all stopped before its collectives)
             raise OpRunError(op_errors[0])
         return replies
 

@@ -290,6 +290,11 @@ class Plan(ScheduleWalk, Lowering):
             an op joins its bucket instead of running at once, and the bucket runs as one
             call before anything reads one of its outputs, before any other collective
             (every worker keeps one order of collectives) or when it is full.
+        agree: ``agree(error or None)``, called once per call before the plan's first
+            collective (at its end when it has none) with the exception the ops before it
+            raised: the workers of a job reading files settle there whether every device
+            read its part (it raises on all of them when one failed), so that none waits
+            in a collective for a device that stopped.
         signatures: op name -> its SBP signature (bn -> SBP string), for the plan of one
             device of a multi-device job: its kernels see their layouts and device index
             (:class:`KernelCtx`).
@@ -311,7 +316,7 @@ class Plan(ScheduleWalk, Lowering):
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False,
                  bound=(), signatures=None, parallel_ctxs=None, logical_descs=None, ran=(), returning=(),
-                 checks_in_step=False, fuse_bytes=0):
+                 checks_in_step=False, fuse_bytes=0, agree=None):
         super().__init__(job)
         self._signatures = signatures or {}
         self._parallel_ctxs = parallel_ctxs or {}
@@ -321,6 +326,7 @@ class Plan(ScheduleWalk, Lowering):
         self._buckets = {}  # key -> [(op, input lbn, output lbn)]; the ops' deferred ``del`` names
         self._bucket_dead = {}
         self._in_flight = {}  # handle name -> output lbns of a bucket whose collective may still run
+        self._agree, self._agree_at = agree, None  # (the line before which the workers agree)
         self.cuda_graph = bool(cuda_graph)
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
@@ -356,6 +362,9 @@ class Plan(ScheduleWalk, Lowering):
             self._flush(key)
         for handle in list(self._in_flight):
             self._wait(handle)
+        if agree is not None:
+            self._lines = _agreeing(self._lines, len(self._lines) if self._agree_at is None else self._agree_at)
+            self.env["AGREE"] = agree
         names, lines, var_keys = self._names, self._lines, self._var_keys
         src = []
         if self._hoist_lines and self._hoist_outs:
@@ -408,6 +417,8 @@ class Plan(ScheduleWalk, Lowering):
         self._device = device
         reads = {lbn for _, _, lbn in jb.op_inputs(op)}
         collective = jb.op_type_name(op).startswith(_BOXING_PREFIXES)
+        if collective and self._agree is not None and self._agree_at is None:
+            self._agree_at = len(self._lines)
         for key, members in list(self._buckets.items()):  # a bucket runs before its outputs are read
             if collective and not self._joins(op) or any(out in reads for _, _, out in members):
                 self._flush(key)
@@ -668,6 +679,14 @@ def _index_guard(size):
         clamped = ids.clamp(0, size - 1)
         return row, clamped if ignored is None else torch.where(ids == ignored, ids, clamped)
     return guard
+
+
+def _agreeing(lines, at):
+    """``lines`` with those before index ``at`` in a ``try`` block whose exception (or
+    None) is handed to ``AGREE`` there (:class:`Plan`'s ``agree``)."""
+    body = ["    " + line for line in lines[:at]] + ["    failed = None"]
+    return ["try:"] + body + ["except Exception as e:  # (handed to the other workers' agreement)",
+                              "    failed = e", "AGREE(failed)", "del failed"] + lines[at:]
 
 
 def _check_flags(rows):

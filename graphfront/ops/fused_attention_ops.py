@@ -193,7 +193,7 @@ op("fused_bias_add_mask_scale", inputs=["a", "b", "mask", "_add_to_output?"], ou
 # ------------------------------------------------------------------ fused_tril_scale_softmax_mask_scale
 
 # OneFlow's rule: independent along the axes before the (rows, cols) of the triangle
-_BATCH_AXES = _sbp.independent(lambda ctx: range(ctx.ndim("mask") - 2))
+_BATCH_AXES = _sbp.leading("mask", 2)
 
 
 def _tril_keep(shape, diagonal, device):

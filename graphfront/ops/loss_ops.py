@@ -41,8 +41,10 @@ def _needs_grad(g, arg, out):
 def _but_last(arg, linear=None):
     """SBP of ops along the last axis of ``arg``: every arg split on any other axis; a grad
     linear in its input ``linear`` (dy) takes it partial with the others broadcast."""
+    along = _sbp.leading(arg, 1)
+
     def rule(ctx):
-        cands = [_sbp.signature(ctx, _sbp.split(k)) for k in range(ctx.ndim(arg) - 1)]
+        cands = along(ctx)
         if linear:
             cands.append(_sbp.signature(ctx, _sbp.B, **{linear: _sbp.P}, **{o: _sbp.P for o in ctx.output_args}))
         return cands

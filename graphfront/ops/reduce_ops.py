@@ -308,7 +308,7 @@ def _argmax_onnx(c):
 
 
 # argmax, top_k, sort, arg_sort: along the last axis, independent along the others (OneFlow's rules)
-_ALONG_LAST = _sbp.independent(lambda ctx: range(ctx.ndim("in") - 1))
+_ALONG_LAST = _sbp.leading("in", 1)
 
 # argmax: int64 index of the max over the last axis (the first of equal maxima); the input's
 # shape without its last axis, (1,) for a vector

@@ -253,7 +253,7 @@ def _tril_xla(scaled):
 def _tril_sbp(ctx):
     """Split on the batch axes (each part's last two axes masked whole); partial sums pass
     when the fill value is 0 (triu's always)."""
-    cands = [_sbp.signature(ctx, _sbp.split(k)) for k in range(ctx.ndim("in") - 2)]
+    cands = _sbp.leading("in", 2)(ctx)
     if "floating_fill_value" not in ctx.attrs or _pick(ctx.attrs, "fill", ctx.dtype("in")) == 0:
         cands.append(_sbp.signature(ctx, _sbp.P))
     return cands

@@ -255,9 +255,8 @@ def drawn_whole(axes):
     this device's part (:func:`local_part`): split on each axis ``axes(ctx)`` returns, on
     a line of devices. Their values then do not depend on the device count (OneFlow's
     kernels draw each part from the device's own stream instead)."""
-    def rule(ctx):
-        return [signature(ctx, split(k)) for k in axes(ctx)] if ctx.grid_axis is None else []
-    return rule
+    along = independent(axes)
+    return lambda ctx: along(ctx) if ctx.grid_axis is None else []
 
 
 def independent(axes):
@@ -268,6 +267,12 @@ def independent(axes):
     def rule(ctx):
         return [signature(ctx, split(k)) for k in axes(ctx)]
     return rule
+
+
+def leading(arg, n):
+    """:func:`independent` along the axes of ``arg`` before its last ``n`` (softmaxes, sorts
+    and losses along the last axis, triangle masks over the last two)."""
+    return independent(lambda ctx: range(ctx.ndim(arg) - n))
 
 
 def conv(data, weight, out, weight_grads=()):

@@ -342,28 +342,28 @@ _GRID = {"grid_axis": ("int64", -1), "hierarchy": ("list_int64", [])}
 
 op("_nccl_logical_all_reduce", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"),
    kernel=_all_reduce_kernel, fused=_fused_all_reduce_kernel,
-   no_grad=True, doc="P -> B: sum of the devices' tensors on every device")
+   no_grad=True, boxing=True, doc="P -> B: sum of the devices' tensors on every device")
 op("_nccl_logical_reduce_scatter", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"),
-   kernel=_reduce_scatter_kernel, no_grad=True, doc="P -> S(0)")
+   kernel=_reduce_scatter_kernel, no_grad=True, boxing=True, doc="P -> S(0)")
 op("_nccl_logical_all_gather", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"),
    kernel=_all_gather_kernel(),
-   no_grad=True, doc="S(0) -> B")
+   no_grad=True, boxing=True, doc="S(0) -> B")
 op("_nccl_logical_all_gather_noncontinuous", inputs=["in"], outputs=["out"], attrs={"in_split_axis": _AXIS, **_GRID},
-   infer=like("in"), kernel=_all_gather_kernel("in_split_axis"), no_grad=True, doc="S(k) -> B")
+   infer=like("in"), kernel=_all_gather_kernel("in_split_axis"), no_grad=True, boxing=True, doc="S(k) -> B")
 op("_nccl_logical_s2s", inputs=["in"], outputs=["out"],
    attrs={"in_split_axis": _AXIS, "out_split_axis": _AXIS, **_GRID},
-   infer=like("in"), kernel=_s2s_kernel, no_grad=True, doc="S(a) -> S(b)")
+   infer=like("in"), kernel=_s2s_kernel, no_grad=True, boxing=True, doc="S(a) -> S(b)")
 op("_logical_b_to_s", inputs=["in"], outputs=["out"], attrs={"out_split_axis": _AXIS, **_GRID}, infer=like("in"),
-   kernel=_b_to_s_kernel, no_grad=True, doc="graphfront-only: B -> S(k), each device keeps its slice")
+   kernel=_b_to_s_kernel, no_grad=True, boxing=True, doc="graphfront-only: B -> S(k), each device keeps its slice")
 op("_logical_b_to_p", inputs=["in"], outputs=["out"], attrs=_GRID, infer=like("in"), kernel=_b_to_p_kernel,
-   no_grad=True,
+   no_grad=True, boxing=True,
    doc="graphfront-only: B -> P, device 0 keeps the blob and the others hold zeros")
 
 op("_boxing_across_placements", inputs=["in"], outputs=["out"],
    attrs={"in_sbp": ("string", "B", lambda v: _check_sbp(v)), "out_sbp": ("string", "B", lambda v: _check_sbp(v)),
           "in_parallel_num": ("int64", 1), "out_parallel_num": ("int64", 1),
           "in_ranks": ("list_int64", []), "out_ranks": ("list_int64", [])},
-   infer=_across_placements_infer, kernel=_across_placements_kernel, no_grad=True,
+   infer=_across_placements_infer, kernel=_across_placements_kernel, no_grad=True, boxing=True,
    doc="graphfront-only: a blob laid out as in_sbp over in_parallel_num devices (ranks in_ranks; empty: the "
        "first ones), laid out as out_sbp over out_parallel_num devices (ranks out_ranks) of the same job")
 

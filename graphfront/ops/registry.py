@@ -139,6 +139,7 @@ class OpDef:
     cpu_only: bool = False              # a CPU kernel only: the op is placed on the CPU whatever its scope
     fused: Optional[Callable] = None    # kernel factory running several of the op's instances at once
     data_source: bool = False           # reads its values from files (a data reader)
+    boxing: bool = False                # a boxing op: the workers run those they share in one order
 
     def mutated_args(self, attrs) -> tuple:
         """Input args the kernel updates in place, for an op with these attrs."""
@@ -185,7 +186,7 @@ QAT_ROLES = ("int8", "int8_google", "transparent")
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
        xla=None, amp=None, amp_no_cast=(), qat=None, conf="user_conf", interface=False, checks=None,
-       host_reads=False, cpu_only=False, fused=None, data_source=False):
+       host_reads=False, cpu_only=False, fused=None, data_source=False, boxing=False):
     """Register an op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
@@ -232,6 +233,9 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     readers (their values come from files, which may be bad): on several devices the
     workers of a job holding one agree that every device read its part before the step's
     first collective, so a bad file on one device raises the error on all of them.
+    ``boxing=True`` marks the boxing ops (collectives and the local layout changes beside
+    them): each worker runs those it shares with others in one order, and a worker's plan
+    runs no all-reduce bucket past one.
 
     Raises:
         ValueError: ``op_type`` already registered, an attr of unknown type, ``amp``
@@ -256,7 +260,7 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
                   view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), qat, conf, interface,
-                  checks, host_reads, cpu_only, fused, data_source)
+                  checks, host_reads, cpu_only, fused, data_source, boxing)
     _REGISTRY[conf, op_type] = opdef
     return opdef
 

@@ -72,7 +72,7 @@ from graphfront.framework.errors import OpRunError
 from graphfront.framework.scope_symbols import calculation_pass_of
 from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
-from graphfront.ops.boxing_ops import BOXING_OP_TYPES, grid_groups
+from graphfront.ops.boxing_ops import grid_groups
 from graphfront.ops.registry import op_def
 from graphfront.ops.boxing_ops import involved_ranks, placement_ranks, subgroup
 from graphfront.passes.boxing import blob_ranks, job_devices, op_ranks
@@ -83,7 +83,6 @@ from graphfront.runtime.variable_store import VariableStore
 from graphfront.runtime.walk import INTERFACE_KINDS, ScheduleWalk, schedule
 
 DEFAULT_TIMEOUT_S = 60.0
-_COLLECTIVES = set(BOXING_OP_TYPES) | {"_boxing_across_placements"}
 
 
 class WorkerError(RuntimeError):
@@ -175,7 +174,7 @@ def _own_ops(lj, n, rank):
             continue
         kept.append(op)
     by_name = {op.name: op for op in kept}
-    collectives = [op.name for op in schedule(lj)[0] if jb.op_type_name(op) in _COLLECTIVES and op.name in by_name]
+    collectives = [op.name for op in schedule(lj)[0] if op_def(op).boxing and op.name in by_name]
     for before, name in zip(collectives, collectives[1:]):
         by_name[name].ctrl_in_op_name.append(before)
     del lj.net.op[:]

@@ -258,9 +258,6 @@ def _hoistable(order, aliased, exclude=()):
     return set(hoisted)
 
 
-_BOXING_PREFIXES = ("_nccl_logical_", "_logical_b_to_", "_boxing_")  # (the boxing ops' types)
-
-
 class Plan(ScheduleWalk, Lowering):
     """The executable form of a completed Job (see module docstring).
 
@@ -416,7 +413,7 @@ class Plan(ScheduleWalk, Lowering):
             self._lbn_device[lbn] = device
         self._device = device
         reads = {lbn for _, _, lbn in jb.op_inputs(op)}
-        collective = jb.op_type_name(op).startswith(_BOXING_PREFIXES)
+        collective = registry.op_def(op).boxing
         if collective and self._agree is not None and self._agree_at is None:
             self._agree_at = len(self._lines)
         for key, members in list(self._buckets.items()):  # a bucket runs before its outputs are read

@@ -129,7 +129,7 @@ def GetFunctionConfig(args):  # noqa: N802
     if n > 1:
         (flow.config.gpu_device_num if args.device == "gpu" else flow.config.cpu_device_num)(n)
     config = flow.FunctionConfig()
-    config.default_placement_scope(flow.scope.placement(args.device, f"0:0-{n - 1}"))  # the whole job, its feeds too
+    config.default_placement_scope(flow.scope.placement(args.device, devices(args)))  # the whole job, its feeds too
     config.enable_auto_mixed_precision(args.use_fp16)
     if getattr(args, "amp_dtype", None):
         config.mixed_precision_data_type(args.amp_dtype)
@@ -162,6 +162,11 @@ def add_arguments(parser):
     a("--gpu_num_per_node", type=int, default=1,
       help="devices the job runs on, data parallel (with --device cpu: CPU devices)")
     return parser
+
+
+def devices(args):
+    """The placement's device ids on this machine, ``"0:0-<n-1>"``."""
+    return f"0:0-{args.gpu_num_per_node - 1}"
 
 
 def batch_size(args):
@@ -208,7 +213,7 @@ def make_pretrain_job(args, name="PretrainJob"):
             masked_lm_ids: tp.Numpy.Placeholder((b, p), dtype=i32),
             masked_lm_positions: tp.Numpy.Placeholder((b, p), dtype=i32),
             masked_lm_weights: tp.Numpy.Placeholder((b, p), dtype=flow.float)) -> typing.Dict[str, tp.Numpy]:
-        with flow.scope.placement(args.device, f"0:0-{args.gpu_num_per_node - 1}"):
+        with flow.scope.placement(args.device, devices(args)):
             total_loss, mlm_loss, nsp_loss = PreTrain(
                 input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights,
                 next_sentence_labels, args.vocab_size, seq_length=s, hidden_size=hidden_size,

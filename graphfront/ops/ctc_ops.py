@@ -68,7 +68,7 @@ def _ctc_sbp(ctx):
     the grad, 0 of the others; the grad is linear in grad_out (the others broadcast)."""
     cands = [_sbp.signature(ctx, _sbp.split(0), log_probs=_sbp.split(1), grad=_sbp.split(1))]
     if ctx.has("grad_out"):
-        cands.append(_sbp.signature(ctx, _sbp.B, grad_out=_sbp.P, grad=_sbp.P))
+        cands.append(_sbp.partial_in(ctx, "grad_out"))
     return cands
 
 

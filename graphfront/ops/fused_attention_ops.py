@@ -45,12 +45,6 @@ from graphfront.parallel import sbp as _sbp
 
 
 
-def _dy_partial(ctx):
-    """The candidate of a grad linear in its input ``dy``: dy partial, the output partial, the
-    other inputs broadcast."""
-    return _sbp.signature(ctx, _sbp.B, dy=_sbp.P, **{o: _sbp.P for o in ctx.output_args})
-
-
 def _bias_view(k, arg="a"):
     ndim, axis = len(k.input(arg).shape), k.attr("axis")
     view = [1] * ndim
@@ -127,7 +121,7 @@ op("fused_bias_add_gelu", inputs=["a", "b"], outputs=["out"], attrs={"axis": ("i
    doc="gelu(a + b) with b along attr axis (exact erf GELU)", amp="gray")
 op("fused_bias_add_gelu_grad", inputs=["a", "b", "dy"], outputs=["dx"], attrs={"axis": ("int32", 0)},
    infer=_bias_add_infer("dy"), kernel=_bias_add_gelu_grad_kernel, xla=_bias_add_gelu_grad_xla,
-   sbp=lambda ctx: _sbp.bias_add(ctx) + [_dy_partial(ctx)],
+   sbp=lambda ctx: _sbp.bias_add(ctx) + [_sbp.partial_in(ctx, "dy")],
    onnx=lambda c: onnx_rules.gelu_grad(c, onnx_rules.bias_added(c), c.input("dy"), c.output("dx"), c.input_desc("a")),
    doc="dy * gelu'(a + b): the gradient of fused_bias_add_gelu with respect to a")
 
@@ -311,7 +305,7 @@ op("fused_tril_scale_softmax_mask_scale", inputs=["x", "mask"], outputs=["y", "s
 op("fused_tril_scale_softmax_mask_scale_grad", inputs=["softmax_y", "dy", "mask"], outputs=["dx"],
    attrs={"diagonal": ("int64", 0), "tril_scale_value": ("float", 1.0), "mask_scale_value": ("float", 1.0)},
    infer=_tril_softmax_grad_infer, kernel=_tril_softmax_grad_kernel, xla=_tril_softmax_grad_xla,
-   onnx=_tril_softmax_grad_onnx, sbp=lambda ctx: _BATCH_AXES(ctx) + [_dy_partial(ctx)],
+   onnx=_tril_softmax_grad_onnx, sbp=lambda ctx: _BATCH_AXES(ctx) + [_sbp.partial_in(ctx, "dy")],
    doc="gradient of fused_tril_scale_softmax_mask_scale with respect to x")
 
 
@@ -510,7 +504,6 @@ def _fused_cast_scale_onnx(c):
 
 op("fused_cast_scale", inputs=["x", "scale_by_tensor"], outputs=["y"], attrs={"scale": ("double", 1.0)},
    infer=_cast_scale_infer, kernel=_cast_scale_kernel, onnx=_fused_cast_scale_onnx,
-   sbp=lambda ctx: _sbp.elementwise(p_each=("x",))(ctx) + [
-       _sbp.signature(ctx, _sbp.B, scale_by_tensor=_sbp.P, y=_sbp.P)],
+   sbp=lambda ctx: _sbp.elementwise(p_each=("x",))(ctx) + [_sbp.partial_in(ctx, "scale_by_tensor")],
    xla=lambda k: (lambda x, s, c=k.attr("scale"): x.astype(s.dtype) * (s.reshape(()) * c)),
    doc="cast(x, dtype of scale_by_tensor) * scale * scale_by_tensor")

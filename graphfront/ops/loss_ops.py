@@ -46,7 +46,7 @@ def _but_last(arg, linear=None):
     def rule(ctx):
         cands = along(ctx)
         if linear:
-            cands.append(_sbp.signature(ctx, _sbp.B, **{linear: _sbp.P}, **{o: _sbp.P for o in ctx.output_args}))
+            cands.append(_sbp.partial_in(ctx, linear))
         return cands
     return rule
 
@@ -798,7 +798,7 @@ op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outp
    attrs={"ignore_index": ("int64", 0)}, infer=_nll_grad_infer, checks=_nll_checks("nll_grad"),
    kernel=raising_bad_ids(_nll_checks("nll_grad"), 1, _nll_grad_kernel), xla=_nll_xla("nll_grad"),
    onnx=_nll_grad_onnx, sbp=lambda ctx: [_sbp.signature(ctx, _sbp.split(0), weight=_sbp.B, total_weight=_sbp.B),
-                                         _sbp.signature(ctx, _sbp.B, dy=_sbp.P, dx=_sbp.P)])
+                                         _sbp.partial_in(ctx, "dy")])
 
 
 

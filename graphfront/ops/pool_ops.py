@@ -563,7 +563,7 @@ def _per_channel_sbp(linear):
     def rule(ctx):
         channel = 3 if ctx.attrs.get("data_format") == "channels_last" else 1
         return [_sbp.signature(ctx, _sbp.split(k)) for k in (0, channel)] + [
-            _sbp.signature(ctx, _sbp.B, **{linear: _sbp.P}, **{o: _sbp.P for o in ctx.output_args})]
+            _sbp.partial_in(ctx, linear)]
     return rule
 
 

@@ -203,6 +203,12 @@ def signature(ctx, default, **fixed):
     return sig
 
 
+def partial_in(ctx, arg):
+    """The candidate of an op linear in input ``arg``: ``arg`` partial with the other
+    inputs broadcast gives partial outputs (a grad's ``dy``)."""
+    return signature(ctx, B, **{arg: P}, **{o: P for o in ctx.output_args})
+
+
 def elementwise(p_all=False, p_each=(), p_int=True):
     """Inputs broadcast numpy-style onto the (first) output: for each output axis ``k``,
     every arg whose aligned dim is the full dim splits along it, the others are broadcast.
@@ -227,7 +233,7 @@ def elementwise(p_all=False, p_each=(), p_int=True):
             cands.append(signature(ctx, P))
         for a in p_each:
             if ctx.has(a) and ctx.shape(a) == out_shape:
-                cands.append(signature(ctx, B, **{a: P, **{o: P for o in ctx.output_args}}))
+                cands.append(partial_in(ctx, a))
         return cands
     return rule
 

@@ -7,6 +7,7 @@ shared machine hits both alike; it reports the median of each and their ratio.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -19,6 +20,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # it to users until it measures at least as fast as the plan (graphfront.runtime.choice).
 os.environ.setdefault("GRAPHFRONT_NATIVE_ON_GPU", "1")
 sys.path.insert(0, os.path.join(ROOT, "examples", "lenet"))
+
+
+@functools.cache
+def resnet50_example():
+    """The ResNet-50 example's training script (``examples/resnet50/train.py``) as a module
+    (loaded once)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("resnet50_train", os.path.join(ROOT, "examples", "resnet50",
+                                                                                 "train.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def parser(description):

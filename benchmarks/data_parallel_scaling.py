@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from _common import machine, parser, setup_threads, sync, torch_train_step
+from _common import machine, parser, resnet50_example, setup_threads, sync, torch_train_step
 
 import graphfront as flow
 from graphfront import typing as tp
@@ -55,12 +55,7 @@ def graphfront_step(n, batch, device):
 
 def resnet_args(n, batch, device):
     import argparse
-    import importlib.util
-    import os
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "resnet50", "train.py")
-    spec = importlib.util.spec_from_file_location("resnet50_train", path)
-    r50 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(r50)
+    r50 = resnet50_example()
     args = r50.add_arguments(argparse.ArgumentParser()).parse_args([
         "--device", device, "--gpu_num_per_node", str(n), "--batch_size_per_device", str(batch // n),
         "--image_size", "64", "--width", "0.25", "--num_classes", "100", "--label_smoothing", "0"])

@@ -21,22 +21,18 @@ per stage (``--block-counts 1,1,1,1``) and a quarter of the channels (``--width 
 ``--block-counts 3,4,6,3 --width 1 --image-size 224`` is the real network.
 """
 import argparse
-import importlib.util
-import os
 import sys
 import time
 
 import torch
 
-from _common import ROOT, add_torch_peers, machine, profile_sides, rotated, sync, throughput_table
+from _common import add_torch_peers, machine, profile_sides, resnet50_example, rotated, sync, throughput_table
 import torch_models as tm
 
 import graphfront as flow
 from graphfront import typing as tp
 
-_spec = importlib.util.spec_from_file_location("resnet50_train", os.path.join(ROOT, "examples", "resnet50", "train.py"))
-r50 = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(r50)
+r50 = resnet50_example()
 PEERS = ("torch-eager", "torch-compile")
 
 

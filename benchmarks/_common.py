@@ -124,6 +124,7 @@ def add_torch_peers(sides, notes, make_step, want, device):
                 step()
             sync(device)
             notes[side] = f"first call {time.perf_counter() - t:.1f} s"
+            print(f"{side}: {notes[side]}", flush=True)
             sides[side] = step
 
 

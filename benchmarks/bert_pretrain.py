@@ -129,6 +129,7 @@ def main(argv=None):
             continue
         sync(a.device)
         notes[side] = f"first call {time.perf_counter() - t:.1f} s"
+        print(f"{side}: {notes[side]}", flush=True)
         sides[side] = (lambda j: lambda: j(*feeds))(job)
     if values is None:
         pretrain.make_pretrain_job(example_args(a, "plan"), "Init").compiled_job

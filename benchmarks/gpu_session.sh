@@ -5,6 +5,8 @@
 #   bash benchmarks/gpu_session.sh tests    # the cuda-marked tests, then the rest of the suite
 #   bash benchmarks/gpu_session.sh bench    # ResNet-50, BERT (plan, kernel profiles), MLP and LeNet against the peers
 #   bash benchmarks/gpu_session.sh native   # ResNet-50 and BERT: the native lowering against torch.compile
+#   bash benchmarks/gpu_session.sh all      # one call: the cuda tests beside the rest of the suite (pytest-xdist),
+#                                           # then ResNet-50 and BERT (plan, native, the PyTorch peers)
 #
 # Run from the project's root on the device machine, after the GPU kit was prepared here
 # (its `.gpu/whl` wheels are installed to /tmp/site when present, and its `.gpu/stub` holds the
@@ -36,6 +38,15 @@ case $part in
       --only graphfront-plan,torch-eager,torch-compile-ro,jax-jit
     step 60 python3 benchmarks/peers.py --device gpu --workloads lenet_train --lenet-batch 1000 --rounds 3 --steps 20 \
       --only graphfront-plan,torch-compile-ro,jax-jit ;;
+  all)
+    # the cuda-marked tests (one process) beside the README's test command without them (pytest-xdist,
+    # which the device's image has); timings come after, on an idle machine
+    timeout 170 python3 -m pytest -v -p no:cacheprovider -m cuda -rfs --durations=8 tests/ >"${OUT:-/tmp}/gpu_cuda_tests.txt" 2>&1 &
+    step 170 python3 -m pytest -q -p no:cacheprovider -n 12 --maxfail=200 -rf --durations=12 -m "not cuda"
+    wait
+    echo "=== cuda tests:"; grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|Error|error:|slowest|s call" "${OUT:-/tmp}/gpu_cuda_tests.txt" | grep -v "^tests/.* PASSED" | tail -60
+    step 170 python3 benchmarks/resnet50.py --device gpu --modes plan,native --rounds 2 --profile 2
+    step 120 python3 benchmarks/bert_pretrain.py --device gpu --modes plan,native --rounds 2 --profile 2 ;;
   native)
     step 240 python3 benchmarks/resnet50.py --device gpu --modes native --only graphfront-native,torch-compile --rounds 2
     step 240 python3 benchmarks/bert_pretrain.py --device gpu --modes native --only graphfront-native,torch-compile --rounds 2 ;;

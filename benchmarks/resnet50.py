@@ -139,6 +139,7 @@ def main(argv=None):
             continue
         sync(a.device)
         notes[side] = f"first call {time.perf_counter() - t:.1f} s"
+        print(f"{side}: {notes[side]}", flush=True)
         sides[side] = job
     if values is None:
         graphfront_job(example_args(a, "plan"), "Init").compiled_job

@@ -130,8 +130,10 @@ def _norm_kernel(k):
         xc = x if axis == 1 else x.movedim(axis, 1)
         # PyTorch's momentum is the weight of the batch statistic: 1 - OneFlow's keep ratio
         if use_cudnn(xc, gamma, beta, moving_mean, moving_variance, training, eps):
-            y, mean, inv, reserve = torch.ops.aten.cudnn_batch_norm(xc, gamma, beta, moving_mean, moving_variance,
-                                                                    training, 1.0 - momentum, eps)
+            # cuDNN takes only dense inputs (contiguous in their suggested layout), which the
+            # moved channel axis of a batch norm on another axis is not
+            y, mean, inv, reserve = torch.ops.aten.cudnn_batch_norm(in_layout_of(xc, xc), gamma, beta, moving_mean,
+                                                                    moving_variance, training, 1.0 - momentum, eps)
             if training and reserve.numel():
                 setattr(mean, _RESERVE, reserve)
         else:
@@ -362,18 +364,18 @@ def _norm_grad_kernel(k):
 
     def normalization_grad(x, dy, mean, inv_variance, gamma):
         xc, dyc = (x, dy) if axis == 1 else (x.movedim(axis, 1), dy.movedim(axis, 1))
-        dyc = in_layout_of(dyc, xc)
         size = reserve_size(xc, gamma)
         if size is None:
             reserve = None
         else:
             reserve = getattr(mean, _RESERVE, None) if size else xc.new_empty(0, dtype=torch.uint8)
         if reserve is not None:
+            xc = in_layout_of(xc, xc)   # cuDNN's dense input, as in the forward
             dx, gamma_diff, beta_diff = torch.ops.aten.cudnn_batch_norm_backward(
-                xc, dyc, gamma, None, None, mean, inv_variance, eps, reserve)
+                xc, in_layout_of(dyc, xc), gamma, None, None, mean, inv_variance, eps, reserve)
         else:
-            dx, gamma_diff, beta_diff = backward(dyc, xc, gamma, None, None, mean, inv_variance, True, eps,
-                                                 [True, True, True])
+            dx, gamma_diff, beta_diff = backward(in_layout_of(dyc, xc), xc, gamma, None, None, mean, inv_variance,
+                                                 True, eps, [True, True, True])
         return gamma_diff, beta_diff, dx if axis == 1 else dx.movedim(1, axis)
     return normalization_grad
 

@@ -201,7 +201,8 @@ class _OnnxWalk(ScheduleWalk):
 
 
 def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None, check=True):
-    """The ``onnx.ModelProto`` of a completed predict Job.
+    """The ``onnx.ModelProto`` of a completed predict Job, of the lowest ONNX IR version
+    that holds ``opset`` (``onnx.helper.find_min_ir_version_for``).
 
     Args:
         job: a completed Job (see :func:`graphfront.passes.complete`).
@@ -226,7 +227,11 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None, check=Tru
     w.walk()
     x = w.x
     graph = helper.make_graph(x.nodes, job.job_conf.job_name, w.graph_inputs, w.graph_outputs, initializer=x.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="graphfront")
+    # the model's IR version is the lowest that carries its opset, not the newest the onnx
+    # package writes: onnxruntime builds older than the onnx package still load it
+    opsets = [helper.make_opsetid("", opset)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="graphfront",
+                              ir_version=helper.find_min_ir_version_for(opsets))
     if check:
         onnx.checker.check_model(model, full_check=True)
     return model

@@ -113,13 +113,14 @@ def test_an_integer_only_mismatch_is_not_arbitrated():
 
 def test_a_result_that_differs_between_two_runs_of_the_same_draw_fails(monkeypatch):
     """Every draw of a job without random ops runs twice; a kernel that returns another
-    value on the second run fails even where the first run matched torch."""
+    value on the second run fails even where the first run matched torch (by more than
+    the tolerance a rerun on CUDA is allowed, whose atomics may sum in another order)."""
     calls = []
 
     def flaky(fn):
         def kernel(x):
             calls.append(1)
-            return fn(x) if len(calls) % 2 else fn(x) + 1e-7
+            return fn(x) if len(calls) % 2 else fn(x) + 1e-3
         return kernel
     _patched_relu(monkeypatch, flaky)
     with pytest.raises(AssertionError) as e:

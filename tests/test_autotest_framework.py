@@ -295,7 +295,7 @@ def test_random_device_draws_cpu_and_cuda_when_available():
 def _recording_autotest(store, n=6):
     def reference(torch, x):
         if x.dtype == torch.float32:  # not the float64 reference run
-            store.append(x.detach().numpy().copy())
+            store.append(x.detach().cpu().numpy())
         return x * 2
 
     @autotest(n=n)

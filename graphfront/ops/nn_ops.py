@@ -855,14 +855,14 @@ def _matmul_kernel(k):
             return out if add_to is None else out + add_to
         return mm
     out_shape = k.output("out").shape
-    ignored = []  # the addend when there is none (beta 0: the GEMM does not read it), made once
 
     def gemm(a, b, add_to):
         a, b = a.transpose(-1, -2) if ta else a, b.transpose(-1, -2) if tb else b
         if add_to is None:
-            if not ignored:
-                ignored.append(torch.empty((), dtype=a.dtype, device=a.device))
-            add_to, beta = ignored[0], 0.0
+            # an addend the GEMM does not read (beta 0), made in the step: a tensor kept
+            # between steps would be an output of the native lowering's CUDA graph, which
+            # its next replay overwrites
+            add_to, beta = a.new_empty(()), 0.0
         else:
             beta = 1.0
         if a.dim() == 2:

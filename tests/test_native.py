@@ -280,17 +280,19 @@ def test_the_variables_of_a_native_step_are_static_inputs(tmp_path, monkeypatch)
     @flow.global_function(type="train", function_config=_config("native"))
     def train(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
         w = flow.get_variable("w", (3, 2), initializer=flow.constant_initializer(0.5))
-        loss = flow.math.reduce_mean(flow.math.square(flow.matmul(x, w)))
+        h = flow.matmul(x, w)
+        normed = flow.layers.batch_normalization(h, axis=1, name="bn")
+        loss = flow.math.reduce_mean(flow.math.square(h)) + flow.math.reduce_mean(flow.math.square(normed))
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
         return loss
     plan = train.compiled_job.plan
     assert isinstance(plan, NativePlan)
     tensors = default_session().variables.tensors
-    assert len(tensors) >= 3  # w, its momentum, the train step
+    assert len(tensors) >= 3  # w, batch norm's, their momenta, the train step
     storage = {name: t.data_ptr() for name, t in tensors.items()}
     # (the mark torch._dynamo.mark_static_address leaves on a tensor)
     assert all(getattr(t, "_dynamo_static_input_type", None) for t in tensors.values())
-    x = np.ones((4, 3), np.float32)
+    x = np.random.RandomState(0).randn(4, 3).astype(np.float32)
     losses = [train(x) for _ in range(3)]
     assert losses[2] < losses[1] < losses[0]
     assert {name: t.data_ptr() for name, t in tensors.items()} == storage

@@ -91,10 +91,14 @@ def _cudnn_fits(x, gamma, beta, moving_mean, moving_variance, training, eps):
 
 def _first_call_choice(decide):
     """``choose(*args)``: ``decide(*args)`` at the first call, the same answer after it (an
-    op's shapes, dtypes and device never change between its steps)."""
+    op's shapes, dtypes and device never change between its steps). A traced step (the
+    native lowering) decides each time it is traced: a list filled while Dynamo traces
+    makes it trace the step again at the next call."""
     memo = []
 
     def choose(*args):
+        if torch.compiler.is_compiling():
+            return decide(*args)
         if not memo:
             memo.append(decide(*args))
         return memo[0]

@@ -855,14 +855,15 @@ def _matmul_kernel(k):
             return out if add_to is None else out + add_to
         return mm
     out_shape = k.output("out").shape
+    # the addend when there is none (beta 0: the GEMM does not read it), made with the kernel
+    # (a tensor made in a traced step and kept would be an output of the native lowering's
+    # CUDA graph, which its next replay overwrites)
+    ignored = torch.empty((), dtype=a_desc.dtype.torch, device=k.device)
 
     def gemm(a, b, add_to):
         a, b = a.transpose(-1, -2) if ta else a, b.transpose(-1, -2) if tb else b
         if add_to is None:
-            # an addend the GEMM does not read (beta 0), made in the step: a tensor kept
-            # between steps would be an output of the native lowering's CUDA graph, which
-            # its next replay overwrites
-            add_to, beta = a.new_empty(()), 0.0
+            add_to, beta = ignored, 0.0
         else:
             beta = 1.0
         if a.dim() == 2:

@@ -291,6 +291,28 @@ def test_bert_fp16_skips_overflowing_steps_then_trains_as_pytorch(device):
     assert got[-1] < got[0] - 0.5
 
 
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize("model", ["resnet50", "bert"])
+def test_benchmark_models_amp_steps_replay_as_cuda_graphs(model):
+    """The benchmarks' configurations on a GPU (AMP float16 with dynamic loss scaling; the
+    ResNet-50 example's synthetic data made in the job, channels-last; BERT fed one batch)
+    are captured: after the warm-up call each step replays one CUDA graph (a capture that
+    fails is reported by ``uses_cuda_graph``), and its losses are finite. (That such steps
+    never wait on the host is checked on smaller jobs of the same ops in test_cuda.py.)"""
+    flow.manual_seed(0)
+    if model == "resnet50":
+        args = _resnet_args(device="gpu", use_fp16=True, channel_last=True, batch_size_per_device=8)
+        job, feeds, key = r50.make_train_job(args), (), "loss"
+    else:
+        args = _bert_args(device="gpu", use_fp16=True)
+        job, key = pretrain.make_pretrain_job(args), "total_loss"
+        feeds = pretrain.feeds(pretrain.synthetic_batch(args, seed=1))
+    losses = [float(job(*feeds)[key].reshape(-1)[0]) for _ in range(5)]
+    assert job.compiled_job.plan.uses_cuda_graph
+    assert np.isfinite(losses).all()
+
+
 def test_bert_warmup_from_zero_holds_the_loss_as_oneflow_benchmark_defaults_do():
     # OneFlow-Benchmark's schedule: linear warmup from 0 over iter_num * warmup_proportion
     # steps. With its default iter_num (144000) the first steps have a learning rate near 0:

@@ -145,6 +145,9 @@ def rotated(sides, rounds, steps, warmup, device="cpu"):
                 sides[name]()
                 sync(device)
                 times[name].append(time.perf_counter() - t)
+        # (printed as it goes: a run cut off by a time limit still shows what it measured)
+        print(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {statistics.median(t) * 1e3:.2f} ms"
+                                                       for n, t in times.items()), flush=True)
     return {n: statistics.median(t) for n, t in times.items()}
 
 

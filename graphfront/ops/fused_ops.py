@@ -606,12 +606,12 @@ def _meta_kernels():
     nothing. Registered only where PyTorch has none; returns the ``torch.library.Library``
     that keeps them registered."""
     lib = torch.library.Library("aten", "IMPL")
-    for op in ("_fused_sgd_", "_fused_sgd_.tensor_lr", "_fused_adamw_.tensor_lr"):
-        name, _, overload = op.partition(".")
+    for aten_op in ("_fused_sgd_", "_fused_sgd_.tensor_lr", "_fused_adamw_.tensor_lr"):
+        name, _, overload = aten_op.partition(".")
         if getattr(getattr(torch.ops.aten, name), overload or "default", None) is None:
             continue   # (not in this PyTorch)
-        if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", "Meta"):
-            lib.impl(op, lambda *args, **kwargs: None, "Meta")
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{aten_op}", "Meta"):
+            lib.impl(aten_op, lambda *args, **kwargs: None, "Meta")
     return lib
 
 

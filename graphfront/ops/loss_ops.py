@@ -776,7 +776,7 @@ def _nll_grad_onnx(c):
 
 def _nll_onnx(c):
     """out[n] = -w[t] * input[n, t], t = target[n], 0 where t == ignore_index; total_weight = sum of w[t]."""
-    x, d = c.input("input"), c.input_desc("input")
+    x = c.input("input")
     safe, per = _nll_weights_onnx(c)
     picked = pick_last(c, x, safe)
     c.node("Mul", [neg(c, picked), per], [c.output("out")])

@@ -9,7 +9,7 @@ import pytest
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
-from graphfront.framework.errors import FeedError, JobBuildError
+from graphfront.framework.errors import FeedError, JobBuildError, OpRunError
 from graphfront.parallel import sbp as _sbp
 
 D_IN, HIDDEN, CLASSES = 6, 8, 3
@@ -172,3 +172,67 @@ def test_mirrored_train_on_devices_not_starting_at_0_matches_devices_0_and_1():
     assert first[1].keys() == moved[1].keys()
     for k in first[1]:
         np.testing.assert_allclose(moved[1][k], first[1][k], rtol=1e-6, err_msg=k)
+
+
+@pytest.mark.slow  # spawns worker processes
+def test_an_op_failing_on_one_device_raises_its_error_and_no_device_updates_a_variable():
+    """An op that raises on one device only (here a size out of range in that device's
+    part): that device skips its later ops but still runs the step's collectives on zeros,
+    the devices agree before the variable updates, and none updates a variable; the call
+    raises the op's error naming the device, and the session goes on: the next step is the
+    step the failed call would have been (before, the other device waited in its all-reduce
+    until the collective timeout, and the session's workers were stopped)."""
+    def job():
+        @flow.global_function(type="train", function_config=_config(True))
+        def train(x: tp.ListNumpy.Placeholder((4, D_IN)), y: tp.ListNumpy.Placeholder((4,), dtype=flow.int32),
+                  n: tp.ListNumpy.Placeholder((1,), dtype=flow.int32)) -> tp.Bundle[tp.ListNumpy]:
+            h = flow.layers.dense(x, HIDDEN, activation=flow.nn.relu,
+                                  kernel_initializer=flow.random_normal_initializer(), name="fc1")
+            logits = flow.layers.dense(h, CLASSES, kernel_initializer=flow.random_normal_initializer(), name="fc2")
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
+            return loss, flow.sync_dynamic_resize(h, n)
+        return train
+
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal((4, D_IN)).astype(np.float32) for _ in range(2)]
+    ys = [rng.integers(0, CLASSES, 4).astype(np.int32) for _ in range(2)]
+    good, bad = [np.array([2], np.int32), np.array([3], np.int32)], [np.array([2], np.int32), np.array([9], np.int32)]
+    _session(2)
+    reference = job()
+    reference(xs, ys, good)
+    want_loss, _ = reference(xs, ys, good)
+    want = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+
+    _session(2)
+    train = job()
+    train(xs, ys, good)
+    before = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+    with pytest.raises(OpRunError, match=r"sync_dynamic_resize: size 9 is out of range .* device cpu:1"):
+        train(xs, ys, bad)
+    for k, v in flow.get_all_variables().items():
+        np.testing.assert_array_equal(v.numpy(), before[k], err_msg=k)
+    loss, kept = train(xs, ys, good)
+    np.testing.assert_array_equal(loss, want_loss)
+    assert kept[0].shape == (5, HIDDEN)  # 2 + 3 rows: the devices' parts, concatenated
+    for k, v in flow.get_all_variables().items():
+        np.testing.assert_array_equal(v.numpy(), want[k], err_msg=k)
+
+
+@pytest.mark.slow  # spawns worker processes
+def test_a_predict_op_failing_on_one_device_raises_its_error_and_the_session_goes_on():
+    """The same in a predict job (no variable updates, nothing to agree on): the device
+    that failed raises its op's error after its step, the call raises it naming the device,
+    and the next call runs (before, the workers were stopped)."""
+    _session(2)
+
+    @flow.global_function(function_config=_config(True))
+    def predict(x: tp.ListNumpy.Placeholder((4, D_IN)), n: tp.ListNumpy.Placeholder((1,), dtype=flow.int32)
+                ) -> tp.ListNumpy:
+        return flow.sync_dynamic_resize(flow.math.relu(x), n)
+
+    x = [np.linspace(-1, 1, 4 * D_IN, dtype=np.float32).reshape(4, D_IN)] * 2
+    with pytest.raises(OpRunError, match=r"sync_dynamic_resize: size 5 is out of range .* device cpu:1"):
+        predict(x, [np.array([1], np.int32), np.array([5], np.int32)])
+    (out,) = predict(x, [np.array([1], np.int32), np.array([2], np.int32)])
+    np.testing.assert_array_equal(out, np.maximum(np.concatenate([x[0][:1], x[1][:2]]), 0))

@@ -45,9 +45,17 @@ a session ends (``flow.clear_default_session()``) they forget its jobs and varia
 the next session on the same devices of one machine uses them, without starting
 processes again (seconds per session on a loaded CPU); they stop when the client exits.
 
-A worker that dies ends the call with :class:`WorkerError` naming its device within the
-collective timeout; the client process survives (the session's workers are stopped and
-later calls raise the same error).
+An op that raises on one device leaves the session usable: that worker skips its step's
+later ops but still runs the collectives (on zeros), so that the others complete theirs,
+and before the variable updates of a train job all workers agree, over a gloo group,
+whether every device's step went well; if one did not, no device updates a variable
+(batch norm's moving statistics, updated in the forward, excepted) and the call raises
+that op's error naming its device. (A pipelined micro-batch job agrees only on its data
+readers, before its first collective; an op that raises after that point, or in an
+update, still ends the session as a dying worker does.) A worker that dies ends the call
+with :class:`WorkerError` naming its device within the collective timeout; the client
+process survives (the session's workers are stopped and later calls raise the same
+error).
 """
 from __future__ import annotations
 
@@ -80,7 +88,7 @@ from graphfront.passes.mirrored import is_mirrored
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.plan import Plan
 from graphfront.runtime.variable_store import VariableStore
-from graphfront.runtime.walk import INTERFACE_KINDS, ScheduleWalk, schedule
+from graphfront.runtime.walk import INTERFACE_KINDS, ScheduleWalk, mutated_lbns, schedule
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -225,6 +233,14 @@ def has_stages(job, n) -> bool:
     return any(not a & b for a in sets for b in sets)
 
 
+def update_ops(job) -> list:
+    """Names of the ops of ``job`` that update a variable in place after the forward pass
+    (the optimizer's: not batch norm's moving statistics)."""
+    variables = {f"{op.name}/out" for op in job.net.op if jb.op_kind(op) == "variable_conf"}
+    return [op.name for op in job.net.op if calculation_pass_of(op.scope_symbol_id) != "forward_pass"
+            and any(lbn in variables for lbn in mutated_lbns(op))]
+
+
 def forward_ops(job) -> set:
     """Names of the forward ops of a micro-batch job: the non-interface ops that read
     (through data or control edges) no output of an op of the backward pass."""
@@ -266,22 +282,24 @@ class _WorkerJob:
     of each, the forward values a micro-batch's backward reads kept in between."""
 
     def __init__(self, job, n, rank, local_rank, device, store, feeds, outs, forward=None, micro_batches=1,
-                 fuse_bytes=0, agree=None):
+                 fuse_bytes=0, updates=()):
         self.n, self.rank, self.local_rank, self.device = n, rank, local_rank, device
         self.micro_batches = micro_batches
         self.mirrored = is_mirrored(job)
         ranks = {} if self.mirrored else op_ranks(job, n)
         own = any(r != tuple(range(n)) for r in ranks.values())
         lj = local_job(job, n, rank, own_ops_only=own, device_index=device.index)
-        kw = dict(checks_in_step=True, fuse_bytes=fuse_bytes, agree=agree,
+        kw = dict(checks_in_step=True, fuse_bytes=fuse_bytes,
                   signatures=None if self.mirrored else _sbp.op_signatures(job),
                   parallel_ctxs={name: (r.index(rank), len(r)) for name, r in ranks.items() if rank in r},
                   logical_descs=None if self.mirrored else
                   {lbn: jb.TensorDesc.from_proto(d) for lbn, d in job.helper.lbn2logical_blob_desc.items()})
         self.forward = None
-        if forward is None:
-            self.plan = Plan(lj, store, {}, cuda_graph=False, **kw)
-        else:
+        if forward is None:  # (the devices agree before the variable updates: see module docstring)
+            self.plan = Plan(lj, store, {}, cuda_graph=False, agree=_agreement() if updates else _raise_agreed,
+                             agree_before=set(updates), **kw)
+        else:  # (the devices of a job reading files agree before the first collective)
+            kw["agree"] = _agreement() if any(op_def(op).data_source for op in job.net.op) else None
             forward = {op.name for op in lj.net.op if op.name in forward}
             fwd_job, bound = forward_part(lj, forward)
             self.forward = Plan(fwd_job, store, {}, cuda_graph=False, returning=bound, **kw)
@@ -331,17 +349,17 @@ class _WorkerJob:
 
 
 class _PeerFailed(RuntimeError):
-    """Another worker's step failed before its collectives (see :func:`_agreement`)."""
+    """Another worker's step failed (see :func:`_agreement`)."""
 
 
 _AGREEMENT_GROUP = []
 
 
 def _agreement():
-    """The ``agree`` function of the plans of a job reading files (:class:`Plan`): every
-    worker tells the others, over a gloo group of them all (so that a GPU job waits on no
-    device), whether the ops before its first collective failed; the one that failed
-    raises its exception (marked ``agreed``), the others :class:`_PeerFailed`."""
+    """The ``agree`` function of a train job's plans (:class:`Plan`): every worker tells the
+    others, over a gloo group of them all (so that a GPU job waits on no device), whether
+    its ops before the variable updates failed; the one that failed raises its exception
+    (marked ``agreed``), the others :class:`_PeerFailed`, and none updates a variable."""
     import torch.distributed as dist
     if not _AGREEMENT_GROUP:  # (made by every worker as it compiles the first such job, in order)
         _AGREEMENT_GROUP.append(dist.new_group(backend="gloo"))
@@ -353,8 +371,16 @@ def _agreement():
             failed.agreed = True
             raise failed
         if flag.item():
-            raise _PeerFailed("another device's step failed before its collectives")
+            raise _PeerFailed("another device's step failed")
     return agree
+
+
+def _raise_agreed(failed):
+    """The ``agree`` function of a job without variable updates: a device whose step failed
+    raises the error once its collectives ran (the others completed theirs)."""
+    if failed is not None:
+        failed.agreed = True
+        raise failed
 
 
 def _part_of(rank, ranks):
@@ -408,7 +434,7 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 logical_vars, var_sbps, jobs = {}, {}, {}
                 torch.manual_seed(torch.initial_seed())
             if cmd == "compile":
-                name, job_bytes, feeds, outs, new_vars, seed, forward, micro_batches, fuse_bytes = payload
+                name, job_bytes, feeds, outs, new_vars, seed, forward, micro_batches, fuse_bytes, updates = payload
                 torch.manual_seed(seed)  # (the kernels draw their streams' seeds as they are made)
                 job = job_pb2.Job.FromString(job_bytes)
                 layouts = blob_layouts(job, n)
@@ -422,9 +448,8 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                     logical_vars[var_name] = t
                     var_sbps[var_name] = s, m, r = layouts[f"{var_name}/out"]
                     store.tensors[var_name] = shard(t, s, m, _part_of(rank, r)).to(device, copy=True).contiguous()
-                reads_files = any(op_def(op).data_source for op in job.net.op)
                 jobs[name] = _WorkerJob(job, n, rank, local_rank, device, store, feeds, outs, forward, micro_batches,
-                                        fuse_bytes, _agreement() if reads_files else None)
+                                        fuse_bytes, updates)
                 result = jobs[name].plan.source
             elif cmd == "run":
                 name, feed_shapes = payload
@@ -433,10 +458,10 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 except OpRunError as e:  # a bad value, found after the step every worker completed
                     conn.send(("op_error", e.message))
                     continue
-                except _PeerFailed:  # (another worker's data failed: it names the error)
+                except _PeerFailed:  # (another worker's step failed: it names the error)
                     conn.send(("op_error", None))
                     continue
-                except Exception as e:  # noqa: BLE001 - a bad data file, which every worker settled on
+                except Exception as e:  # noqa: BLE001 - an op's error, which every worker settled on
                     if not getattr(e, "agreed", False):
                         raise
                     conn.send(("op_error", f"{type(e).__name__}: {e}"))
@@ -809,7 +834,8 @@ class DistributedPlan(Lowering):
         forward = sorted(forward_ops(job)) if micro_batches > 1 else None
         replies = self.group.request("compile", (self.key, worker_job.SerializeToString(), self.feed_bufs,
                                                  self.out_bufs + self.watch_bufs, new_vars, seed, forward,
-                                                 micro_batches, all_reduce_fusion_bytes(session.resource)))
+                                                 micro_batches, all_reduce_fusion_bytes(session.resource),
+                                                 update_ops(worker_job)))
         self.source = f"# device 0 of {n} (every device runs the same plan over its local shapes)\n" + replies[0]
 
     def before_call(self, variables):

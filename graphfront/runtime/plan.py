@@ -48,6 +48,7 @@ and op names (which may come from a job file) appear only in comments, through `
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 
 import torch
@@ -287,11 +288,17 @@ class Plan(ScheduleWalk, Lowering):
             an op joins its bucket instead of running at once, and the bucket runs as one
             call before anything reads one of its outputs, before any other collective
             (every worker keeps one order of collectives) or when it is full.
-        agree: ``agree(error or None)``, called once per call before the plan's first
-            collective (at its end when it has none) with the exception the ops before it
-            raised: the workers of a job reading files settle there whether every device
-            read its part (it raises on all of them when one failed), so that none waits
-            in a collective for a device that stopped.
+        agree: ``agree(error or None)``, called once per call at the agreement point
+            with the exception the ops before it raised, or None: the workers of a
+            multi-device job settle there whether every device's step went well (it
+            raises on all of them when one failed), so that none waits in a collective
+            for a device that stopped and none updates its variables when another could
+            not. An op before that point that raises stops the ops after it but the
+            collectives, which still run (on zeros), so that the other devices complete
+            theirs.
+        agree_before: op names: the agreement point is before the first of them (a train
+            job's variable updates), at the plan's end when none is in it; None: before
+            the plan's first collective.
         signatures: op name -> its SBP signature (bn -> SBP string), for the plan of one
             device of a multi-device job: its kernels see their layouts and device index
             (:class:`KernelCtx`).
@@ -313,7 +320,7 @@ class Plan(ScheduleWalk, Lowering):
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False,
                  bound=(), signatures=None, parallel_ctxs=None, logical_descs=None, ran=(), returning=(),
-                 checks_in_step=False, fuse_bytes=0, agree=None):
+                 checks_in_step=False, fuse_bytes=0, agree=None, agree_before=None):
         super().__init__(job)
         self._signatures = signatures or {}
         self._parallel_ctxs = parallel_ctxs or {}
@@ -324,6 +331,8 @@ class Plan(ScheduleWalk, Lowering):
         self._bucket_dead = {}
         self._in_flight = {}  # handle name -> output lbns of a bucket whose collective may still run
         self._agree, self._agree_at = agree, None  # (the line before which the workers agree)
+        self._agree_before = agree_before
+        self._collective_lines = {}  # line index -> the line on zero inputs (None: no zero variant)
         self.cuda_graph = bool(cuda_graph)
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
@@ -360,7 +369,8 @@ class Plan(ScheduleWalk, Lowering):
         for handle in list(self._in_flight):
             self._wait(handle)
         if agree is not None:
-            self._lines = _agreeing(self._lines, len(self._lines) if self._agree_at is None else self._agree_at)
+            self._lines = _agreeing(self._lines, len(self._lines) if self._agree_at is None else self._agree_at,
+                                    self._collective_lines)
             self.env["AGREE"] = agree
         names, lines, var_keys = self._names, self._lines, self._var_keys
         src = []
@@ -414,7 +424,8 @@ class Plan(ScheduleWalk, Lowering):
         self._device = device
         reads = {lbn for _, _, lbn in jb.op_inputs(op)}
         collective = registry.op_def(op).boxing
-        if collective and self._agree is not None and self._agree_at is None:
+        if self._agree is not None and self._agree_at is None and (
+                collective if self._agree_before is None else op.name in self._agree_before):
             self._agree_at = len(self._lines)
         for key, members in list(self._buckets.items()):  # a bucket runs before its outputs are read
             if collective and not self._joins(op) or any(out in reads for _, _, out in members):
@@ -472,16 +483,33 @@ class Plan(ScheduleWalk, Lowering):
         outs = "".join(self._names[out] + ", " for _, _, out in members)
         names = ", ".join(repr(m[0].name) for m in members)
         handle = f"w{k[1:]}"
-        self._lines.append(f"({outs}), {handle} = {k}([{ins}])  # {len(members)} fused ({jb.op_type_name(op)}): "
-                           f"{names}")
+        line = f"({outs}), {handle} = {k}([{ins}])  # {len(members)} fused ({jb.op_type_name(op)}): {names}"
+        if self._agree is None:
+            self._lines.append(line)
+        else:
+            zeros = ", ".join(self._zeros(src, self._lbn_device[first]) for _, src, _ in members)
+            self._collective(line, f"({outs}), {handle} = {k}([{zeros}])")
         self._in_flight[handle] = {out for _, _, out in members}
         self._delete(self._bucket_dead.pop(key))
 
     def _wait(self, handle):
         """Wait for the collective of a bucket (:meth:`_flush`) before its outputs are read."""
         del self._in_flight[handle]
-        self._lines.append(f"{handle}.wait()")
-        self._lines.append(f"del {handle}")
+        self._collective(f"{handle}.wait()")
+        self._collective(f"del {handle}")
+
+    def _collective(self, line, on_zeros=None):
+        """Append a line of a collective, which runs also after an op before the agreement
+        point raised (``agree``): then as ``on_zeros``, the line on zero inputs."""
+        self._collective_lines[len(self._lines)] = on_zeros
+        self._lines.append(line)
+
+    def _zeros(self, lbn, device) -> str:
+        """The expression of zeros of blob ``lbn``'s local shape and dtype on ``device``."""
+        d = self.descs[lbn]
+        key = f"Z{len(self.env)}"
+        self.env[key] = functools.partial(torch.zeros, tuple(d.shape), dtype=d.dtype.torch, device=device)
+        return f"{key}()"
 
     def input(self, i, op, lbn, feed_index):
         self._feed_of[lbn] = feed_index
@@ -542,14 +570,13 @@ class Plan(ScheduleWalk, Lowering):
         if self._kernel_wrapper is not None:
             fn = self._kernel_wrapper(op, fn)
         self.env[key] = fn
-        call = f"{key}({', '.join(args)})"
-        comment = f"  # {_comment(op)}"
-        if not targets:
-            line = f"{call}{comment}"
-        elif len(targets) == 1:
-            line = f"{targets[0]} = {call}{comment}"
-        else:
-            line = f"{', '.join(targets)} = {call}{comment}"
+        assign = "" if not targets else f"{', '.join(targets)} = "
+        line = f"{assign}{key}({', '.join(args)})  # {_comment(op)}"
+        if opdef.boxing and self._agree is not None and op.name not in self.hoisted:
+            zeros = [("[" + ", ".join(self._zeros(l, device) for l in lbns) + "]") if rep else
+                     (self._zeros(lbns[0], device) if lbns else "None") for lbns, rep in ins]
+            self._collective(line, f"{assign}{key}({', '.join(zeros)})")
+            return
         if op.name in self.hoisted:
             self._hoist_lines.append(line)
             used = [lbn for _, _, lbn in jb.op_outputs(op) if lbn in self._last_use]
@@ -678,12 +705,29 @@ def _index_guard(size):
     return guard
 
 
-def _agreeing(lines, at):
-    """``lines`` with those before index ``at`` in a ``try`` block whose exception (or
-    None) is handed to ``AGREE`` there (:class:`Plan`'s ``agree``)."""
-    body = ["    " + line for line in lines[:at]] + ["    failed = None"]
-    return ["try:"] + body + ["except Exception as e:  # (handed to the other workers' agreement)",
-                              "    failed = e", "AGREE(failed)", "del failed"] + lines[at:]
+def _agreeing(lines, at, collective):
+    """``lines`` with those before index ``at`` draining, and the exception they raised (or
+    None) handed to ``AGREE`` there (:class:`Plan`'s ``agree``): the runs of lines between
+    the collectives' lines (``collective``: line index -> the line on zero inputs, or None
+    for a line that runs as it is) each in a ``try`` block; after an exception the later
+    runs are skipped and each collective runs on zeros."""
+    out, run = ["failed = None"], []
+
+    def close_run():
+        if run:
+            out.extend(["if failed is None:", "    try:"] + ["        " + line for line in run] +
+                       ["    except Exception as e:  # (handed to the other workers' agreement)",
+                        "        failed = e"])
+            run.clear()
+    for i, line in enumerate(lines[:at]):
+        if i not in collective:
+            run.append(line)
+            continue
+        close_run()
+        on_zeros = collective[i]
+        out.extend([line] if on_zeros is None else ["if failed is None:", "    " + line, "else:", "    " + on_zeros])
+    close_run()
+    return out + ["AGREE(failed)", "del failed"] + lines[at:]
 
 
 def _check_flags(rows):

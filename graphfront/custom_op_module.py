@@ -63,6 +63,7 @@ class CustomOpModule:
         self.api = None
         self.kernel_module = None
         self._declared = {}  # op type -> keyword arguments of registry.op, kernel function name
+        self._defined_in_file = False  # (declared by <name>_py_def.py: another process loads it the same way)
         self.loaded_ops = []
 
     def _file(self, suffix) -> str:
@@ -107,6 +108,7 @@ class CustomOpModule:
             raise TypeError(f"custom op module {self.op_module_name!r}: {self._file('py_def.py')} must define "
                             f"declare(module)")
         declare(self)
+        self._defined_in_file = True
         return self
 
     def declare_op(self, op_type, inputs, outputs, kernel, attrs=None, infer=None, grad=None) -> "CustomOpModule":
@@ -175,10 +177,21 @@ class CustomOpModule:
                 raise RuntimeError(f"custom op module {self.op_module_name!r}: {self._file('py_kernel.py')} defines "
                                    f"no {function}(args) function, which op {op_type!r} runs")
             registry.unregister(op_type)
+            # (the worker processes of a job on several devices load the module as this one did)
+            origin = ("call", __name__, "load", (self.op_module_name, os.path.dirname(self.folder))) \
+                if self._defined_in_file else None
             registry.op(op_type, kernel=_python_kernel(op_type, fn, spec["outputs"]), host_reads=True,
-                        doc=f"custom op of module {self.op_module_name} (Python kernel {function})", **spec)
+                        doc=f"custom op of module {self.op_module_name} (Python kernel {function})", origin=origin,
+                        **spec)
             self.loaded_ops.append(op_type)
         return self
+
+
+def load(op_module_name, module_path) -> CustomOpModule:
+    """The module's ops declared by its ``<name>_py_def.py`` and registered with its Python
+    kernels: what another process (a worker of a job on several devices) runs to register
+    the ops of a module loaded here."""
+    return CustomOpModule(op_module_name, module_path).cpp_def().py_kernel().build_load()
 
 
 def _python_kernel(op_type, fn, outputs):

@@ -54,6 +54,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
+import importlib.util
+import os
+import sys
 from typing import Any, Callable, Optional
 
 from graphfront.framework import dtypes as _dt
@@ -140,6 +144,7 @@ class OpDef:
     fused: Optional[Callable] = None    # kernel factory running several of the op's instances at once
     data_source: bool = False           # reads its values from files (a data reader)
     boxing: bool = False                # a boxing op: the workers run those they share in one order
+    origin: Optional[tuple] = None      # how another process registers the op type: see :func:`load_origin`
 
     def mutated_args(self, attrs) -> tuple:
         """Input args the kernel updates in place, for an op with these attrs."""
@@ -186,7 +191,7 @@ QAT_ROLES = ("int8", "int8_google", "transparent")
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
        xla=None, amp=None, amp_no_cast=(), qat=None, conf="user_conf", interface=False, checks=None,
-       host_reads=False, cpu_only=False, fused=None, data_source=False, boxing=False):
+       host_reads=False, cpu_only=False, fused=None, data_source=False, boxing=False, origin=None):
     """Register an op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
@@ -235,7 +240,9 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     first collective, so a bad file on one device raises the error on all of them.
     ``boxing=True`` marks the boxing ops (collectives and the local layout changes beside
     them): each worker runs those it shares with others in one order, and a worker's plan
-    runs no all-reduce bucket past one.
+    runs no all-reduce bucket past one. ``origin`` says how another process (a worker of
+    a job on several devices) registers the op type too (:func:`load_origin`); by default
+    the module whose import registers it (the innermost one being imported).
 
     Raises:
         ValueError: ``op_type`` already registered, an attr of unknown type, ``amp``
@@ -260,9 +267,60 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
                   view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), qat, conf, interface,
-                  checks, host_reads, cpu_only, fused, data_source, boxing)
+                  checks, host_reads, cpu_only, fused, data_source, boxing,
+                  origin if origin is not None else _importing_module())
     _REGISTRY[conf, op_type] = opdef
     return opdef
+
+
+def _importing_module() -> tuple:
+    """The origin (:func:`load_origin`) of an op registered now: ``("module", name, path)``
+    of the innermost module whose top-level code is running (the one being imported), or
+    ``("unloadable", where)`` when that is the main script or none is (a function
+    registered the op: a test, an interactive session)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    name = frame.f_globals.get("__name__") if frame is not None else None
+    path = frame.f_globals.get("__file__") if frame is not None else None
+    if frame is None or name == "__main__" or not path:
+        caller = sys._getframe(2)
+        return ("unloadable", f"{caller.f_code.co_name} in {caller.f_code.co_filename}")
+    return ("module", name, os.path.abspath(path))
+
+
+def load_origin(origin) -> None:
+    """Register, in this process, the op types of ``origin`` (an :attr:`OpDef.origin`):
+    ``("module", name, path)`` imports the module (by name, else from its file, user code
+    run as an import; nothing when it is imported already); ``("call", module, function,
+    args)`` calls ``module.function(*args)`` (a custom op module's loader).
+
+    Raises:
+        RuntimeError: ``("unloadable", where)``: the op was registered by code no other
+            process can run again (the main script, a function).
+    """
+    kind, *rest = origin
+    if kind == "module":
+        name, path = rest
+        if name in sys.modules:
+            return
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+    elif kind == "call":
+        module, function, args = rest
+        getattr(importlib.import_module(module), function)(*args)
+    else:
+        raise RuntimeError(f"registered by {rest[0]}, which another process cannot run again: register the op at "
+                           f"the top level of an importable module")
 
 
 def unregister(op_type: str) -> None:

@@ -76,12 +76,12 @@ import torch.multiprocessing as mp
 from graphfront.core import job_pb2, op_conf_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework.env_settings import current_env
-from graphfront.framework.errors import OpRunError
+from graphfront.framework.errors import JobBuildError, OpRunError
 from graphfront.framework.scope_symbols import calculation_pass_of
 from graphfront.parallel import sbp as _sbp
 from graphfront.parallel.placement import machine_count
 from graphfront.ops.boxing_ops import grid_groups
-from graphfront.ops.registry import op_def
+from graphfront.ops.registry import load_origin, op_def
 from graphfront.ops.boxing_ops import involved_ranks, placement_ranks, subgroup
 from graphfront.passes.boxing import blob_ranks, job_devices, op_ranks
 from graphfront.passes.mirrored import is_mirrored
@@ -231,6 +231,26 @@ def has_stages(job, n) -> bool:
     """Whether ``job`` places ops on disjoint sets of its ``n`` devices (pipeline stages)."""
     sets = {frozenset(r) for r in op_ranks(job, n).values()}
     return any(not a & b for a in sets for b in sets)
+
+
+def op_origins(job) -> list:
+    """The origins (:attr:`OpDef.origin`) of the op types of ``job``, which a worker loads
+    before it compiles the job (custom ops registered by the user's modules).
+
+    Raises:
+        JobBuildError: an op type was registered by code no worker can run again.
+    """
+    origins = {}
+    for op in job.net.op:
+        origin = op_def(op).origin
+        if origin is not None and origin[0] == "unloadable":
+            raise JobBuildError(f"job '{job.job_conf.job_name}': op '{op.name}' is of type "
+                                f"'{jb.op_type_name(op)}', registered by {origin[1]}, which the worker processes "
+                                "of a job on several devices cannot run again: register it at the top level of an "
+                                "importable module (or in a custom op module's <name>_py_def.py)")
+        if origin is not None:
+            origins.setdefault(origin, None)
+    return list(origins)
 
 
 def update_ops(job) -> list:
@@ -434,7 +454,10 @@ def _worker_main(conn, rank, world, local_rank, device_tag, addr, port, timeout_
                 logical_vars, var_sbps, jobs = {}, {}, {}
                 torch.manual_seed(torch.initial_seed())
             if cmd == "compile":
-                name, job_bytes, feeds, outs, new_vars, seed, forward, micro_batches, fuse_bytes, updates = payload
+                (name, job_bytes, feeds, outs, new_vars, seed, forward, micro_batches, fuse_bytes, updates,
+                 origins) = payload
+                for origin in origins:  # (op types registered outside graphfront: custom ops)
+                    load_origin(origin)
                 torch.manual_seed(seed)  # (the kernels draw their streams' seeds as they are made)
                 job = job_pb2.Job.FromString(job_bytes)
                 layouts = blob_layouts(job, n)
@@ -785,7 +808,9 @@ class DistributedPlan(Lowering):
     as :class:`graphfront.runtime.plan.Plan` (``plan(feeds) -> results``, ``input_names``,
     ``output_names``, ``order``, ``source``), running on the session's workers.
 
-    Raises WorkerError (naming the device) when a worker fails or dies during a call.
+    Raises WorkerError (naming the device) when a worker fails or dies during a call, and
+    JobBuildError when an op type of the job was registered by code the workers cannot run
+    again (the main script, a function: see :func:`graphfront.ops.registry.load_origin`).
     """
 
     def __init__(self, session, job, n, part="", micro_batches=1):
@@ -835,7 +860,7 @@ class DistributedPlan(Lowering):
         replies = self.group.request("compile", (self.key, worker_job.SerializeToString(), self.feed_bufs,
                                                  self.out_bufs + self.watch_bufs, new_vars, seed, forward,
                                                  micro_batches, all_reduce_fusion_bytes(session.resource),
-                                                 update_ops(worker_job)))
+                                                 update_ops(worker_job), op_origins(worker_job)))
         self.source = f"# device 0 of {n} (every device runs the same plan over its local shapes)\n" + replies[0]
 
     def before_call(self, variables):

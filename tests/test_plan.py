@@ -285,3 +285,26 @@ def test_folded_constant_round_trips_every_dtype():
         t = (torch.arange(6) - 2).reshape(2, 3).to(dtype)
         back = fused_ops.decode_constant(fused_ops.encode_constant(t), (2, 3), flow.framework.dtypes.from_torch(dtype))
         assert back.dtype == dtype and torch.equal(back, t)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_failed_op_before_the_agreement_skips_the_ops_after_it_but_not_the_collectives(fails):
+    """The agreement point of a worker's plan (:func:`graphfront.runtime.plan._agreeing`):
+    after an op before it raised, the later ops are skipped, each collective still runs,
+    on zeros, so that the other devices complete theirs, and the exception reaches the
+    agreement; the lines after the agreement run only when it returns."""
+    from graphfront.runtime.plan import _agreeing
+    calls, agreed = [], []
+
+    def op_a():
+        if fails:
+            raise ValueError("bad value on this device")
+        return 3
+
+    env = {"OP_A": op_a, "COLL": lambda x: calls.append(x) or x * 10, "AGREE": agreed.append}
+    lines = ["a = OP_A()", "b = a + 1", "c = COLL(b)", "d = c + 1", "e = COLL(d)", "f = e + 1"]
+    body = _agreeing(lines, 5, {2: "c = COLL(0)", 4: "e = COLL(0)"})
+    exec("def plan():\n" + "\n".join("    " + line for line in body) + "\n    return f", env)
+    assert env["plan"]() == (411 if not fails else 1)
+    assert calls == ([4, 41] if not fails else [0, 0])
+    assert [type(e).__name__ if e else None for e in agreed] == ["ValueError" if fails else None]

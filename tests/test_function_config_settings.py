@@ -10,7 +10,7 @@ import torch
 
 import graphfront as flow
 from graphfront import typing as tp
-from graphfront.framework.errors import JobBuildError
+from graphfront.framework.errors import JobBuildError, OpRunError
 
 RNG = np.random.RandomState(3)
 
@@ -95,6 +95,37 @@ def test_gradient_accumulation_needs_a_divisible_batch():
     job = _accumulating_job(3)
     with pytest.raises(JobBuildError, match="num_gradient_accumulation_steps.3. splits every input into 3"):
         job(np.zeros((8, 3), np.float32), np.zeros((8, 1), np.float32))
+
+
+def test_a_failed_accumulating_call_leaves_no_gradient_in_the_buffers():
+    """A call whose second micro-batch raises (a label computed out of range) had added the
+    first micro-batch's gradients into the accumulation buffers: they are zeroed, so the
+    next call updates with its own gradients only, as in a session without the failed call."""
+    def session(with_failure):
+        flow.clear_default_session()
+        cfg = flow.FunctionConfig()
+        cfg.train.num_gradient_accumulation_steps(2)
+
+        @flow.global_function(type="train", function_config=cfg)
+        def job(x: tp.Numpy.Placeholder((4, 3)), ids: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+            labels = flow.math.add(ids, flow.constant(1, dtype=flow.int32, shape=(2,)))  # (computed in the job)
+            logits = flow.layers.dense(x, 3, kernel_initializer=flow.constant_initializer(0.1), name="fc")
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
+            return loss
+        x = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+        good = np.array([0, 1, 0, 1], np.int32)
+        job(x, good)
+        if with_failure:
+            with pytest.raises(OpRunError, match="received 3"):
+                job(x, np.array([0, 1, 0, 2], np.int32))   # the second micro-batch's label 3 of 3 classes
+        job(x, good)
+        return {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+
+    want, got = session(False), session(True)
+    assert set(got) == set(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
 
 
 def _embedding_job(optimizer, sparse):

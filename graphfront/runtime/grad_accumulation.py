@@ -222,6 +222,9 @@ class AccumulatingPlan(Lowering):
         make_plan = make_plan or (lambda j, part: Plan(j, session.variables, session.watchers, cuda_graph=cuda_graph))
         self.micro = make_plan(micro_job, "micro")
         self.update = make_plan(update_job, "update")
+        self._session = session
+        self._buffers = [op.name for op in micro_job.net.op if op.name.startswith(BUFFER_PREFIX)
+                         and jb.op_kind(op) == "variable_conf"]
         self.input_names = self.micro.input_names
         self.output_names = self.micro.output_names
         self.order = list(self.micro.order) + list(self.update.order)
@@ -238,12 +241,21 @@ class AccumulatingPlan(Lowering):
         self.micro.check_feeds(arrays)
 
     def __call__(self, feeds):
-        if getattr(self.micro, "micro_batches", 1) > 1:  # the micro-batch lowering runs all k at once
-            results = self.micro(feeds)
+        """One call: ``k`` micro-batches, then the update. A call that raises zeroes the
+        accumulation buffers (the micro-batches before the failure had added into them), so
+        that the next call accumulates its own gradients only."""
+        try:
+            if getattr(self.micro, "micro_batches", 1) > 1:  # the micro-batch lowering runs all k at once
+                results = self.micro(feeds)
+                self.update([])
+                return tuple(r.flatten(0, 1) if r.dim() > 1 else r for r in results)
+            parts = [f.chunk(self.k, dim=0) for f in feeds]
+            results = [self.micro([p[i] for p in parts]) for i in range(self.k)]
             self.update([])
-            return tuple(r.flatten(0, 1) if r.dim() > 1 else r for r in results)
-        parts = [f.chunk(self.k, dim=0) for f in feeds]
-        results = [self.micro([p[i] for p in parts]) for i in range(self.k)]
-        self.update([])
+        except BaseException:
+            tensors = self._session.variables.tensors
+            for name in self._buffers:
+                tensors[name].zero_()
+            raise
         return tuple(torch.cat([r[j] for r in results]) if results[0][j].dim() else torch.stack([r[j] for r in results])
                      for j in range(len(results[0])))

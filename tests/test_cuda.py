@@ -367,6 +367,51 @@ def test_bad_computed_label_raises_after_the_step_without_a_device_assert(cuda_g
     np.testing.assert_allclose(loss_job(logits), reference(good2), rtol=1e-5)
 
 
+def _computed_label_train(cuda_graph, amp):
+    """An MLP train job on the GPU whose labels are computed in the job (checked in the
+    step), momentum SGD, with float16 AMP and dynamic loss scaling when ``amp``."""
+    flow.clear_default_session()
+    flow.manual_seed(1)
+    policy = flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=1024.0) if amp else None
+
+    @flow.global_function(type="train", function_config=_gpu_config(cuda_graph, amp))
+    def train(x: tp.Numpy.Placeholder((B, D)), ids: tp.Numpy.Placeholder((B,), dtype=flow.int32)):
+        labels = flow.math.add(ids, flow.constant(0, dtype=flow.int32, shape=(B,)))  # (computed in the job)
+        init = flow.random_normal_initializer(stddev=0.1)
+        h = flow.layers.dense(x, H, activation=flow.nn.relu, kernel_initializer=init, name="fc1")
+        logits = flow.layers.dense(h, C, kernel_initializer=init, name="fc2")
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9,
+                           loss_scale_policy=policy).minimize(loss)
+        return loss
+    return train
+
+
+@pytest.mark.parametrize("cuda_graph, amp", [(True, False), (False, False), (True, True)])
+def test_a_train_step_on_a_bad_computed_label_changes_no_variable(cuda_graph, amp):
+    """A label computed in the job out of range: the step runs on the clamped label without
+    a device-side assert, its variable updates are skipped on the device (the update ops'
+    skip_if, the train step put back: no read on the host), and the call raises the op's
+    error; the run then goes on as a run without that call (same losses and variables)."""
+    batches = _data(n=3)
+    reference = _computed_label_train(cuda_graph, amp)
+    want = _run(reference, batches)
+    want_vars = _variables()
+    train = _computed_label_train(cuda_graph, amp)
+    got = [train(*batches[0]).get()]
+    x, y = batches[1]
+    bad = y.copy()
+    bad[5] = C + 3
+    for _ in range(2):  # (eagerly, then once the graph is captured)
+        with pytest.raises(OpRunError, match=rf"\[0, {C}\), received {C + 3} at index \(5,\)"):
+            train(x, bad)
+    got += [train(*b).get() for b in batches[1:]]
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    for k, v in _variables().items():
+        np.testing.assert_allclose(v, want_vars[k], rtol=1e-6, err_msg=k)
+
+
 def test_out_of_memory_names_the_job_and_the_session_stays_usable():
     flow.clear_default_session()
     free, total = torch.cuda.mem_get_info()

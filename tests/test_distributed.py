@@ -485,10 +485,11 @@ def test_decode_random_splits_one_draw_over_the_devices():
 
 def test_bad_computed_label_on_one_device_raises_and_the_session_goes_on():
     """A label computed in the job outside [0, depth) on one of 2 devices: every worker
-    completes the step (the label checked in the step, clamped, as on a GPU), the call
-    raises the op's OpRunError naming the value and the device, and the next call runs
-    (before, the other worker waited in the gradients' all-reduce until the collective
-    timeout and the session's workers were stopped)."""
+    completes the step's collectives (the label checked in the step, clamped, as on a
+    GPU), the workers agree before the updates that one check failed and none updates a
+    variable, the call raises the op's OpRunError naming the value and the device, and the
+    next call runs (before, the other worker waited in the gradients' all-reduce until the
+    collective timeout and the session's workers were stopped)."""
     flow.clear_default_session()
     flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(2)
@@ -504,8 +505,11 @@ def test_bad_computed_label_on_one_device_raises_and_the_session_goes_on():
     x = np.ones((4, 3), np.float32)
     good = np.array([0, 1, 2, 3], np.int32)
     job(x, good)
+    before = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
     with pytest.raises(OpRunError, match=r"received 5 at index \(1,\) \(in the part of device cpu:1"):
         job(x, np.array([0, 1, 2, 4], np.int32))
+    for k, v in flow.get_all_variables().items():
+        np.testing.assert_array_equal(v.numpy(), before[k], err_msg=k)
     assert np.isfinite(job(x, good)).all()
 
 

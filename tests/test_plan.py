@@ -11,6 +11,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
+from graphfront.framework.errors import OpRunError
+from graphfront.framework.session import default_session
 from graphfront.ops import fused_ops
 from graphfront.ops.builder import UserOpConfBuilder
 from graphfront.runtime.plan import KernelCtx, Plan
@@ -308,3 +310,42 @@ def test_a_failed_op_before_the_agreement_skips_the_ops_after_it_but_not_the_col
     assert env["plan"]() == (411 if not fails else 1)
     assert calls == ([4, 41] if not fails else [0, 0])
     assert [type(e).__name__ if e else None for e in agreed] == ["ValueError" if fails else None]
+
+
+@pytest.mark.parametrize("policy", [None, "dynamic"])
+def test_a_failed_in_step_index_check_skips_every_variable_update(policy):
+    """A label computed in the job, checked in the step (as on a GPU: clamped, flagged):
+    when it is out of range no variable changes, neither the weights and their momentum
+    (the update op's ``skip_if``, with dynamic loss scaling's count too) nor the train step
+    (its old value put back), and the error is raised after the step; a good step then
+    updates them as usual."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((4, 3)), ids: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+        labels = flow.math.add(ids, flow.constant(1, dtype=flow.int32, shape=(4,)))  # (computed: checked in the step)
+        logits = flow.layers.dense(x, 3, kernel_initializer=flow.constant_initializer(0.1), name="fc")
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0.9,
+                           loss_scale_policy=policy and flow.optimizer.loss_scale.dynamic_loss_scale(
+                               initial_loss_scale=4.0)).minimize(loss)
+        return loss
+
+    job = train.compiled_job.job
+    store = default_session().variables  # (made by compiling the job)
+    plan = Plan(job, store, checks_in_step=True)  # (the GPU's checks, on the CPU)
+    x = torch.arange(12, dtype=torch.float32).reshape(4, 3) / 10
+
+    def state():
+        return {k: v.clone() for k, v in store.tensors.items()}
+    before = state()
+    *_, flags = plan._fn([x, torch.tensor([0, 1, 0, 1], dtype=torch.int32)])
+    good = state()
+    assert int(flags[0]) == 0 and not torch.equal(good["fc-weight"], before["fc-weight"])
+    *_, flags = plan._fn([x, torch.tensor([0, 1, 0, 2], dtype=torch.int32)])   # label 3 of 3 classes
+    with pytest.raises(OpRunError, match=r"received 3 at index \(3,\)"):
+        plan.checks.raise_failed(flags.numpy())
+    for k, v in state().items():
+        assert torch.equal(v, good[k]), k
+    *_, flags = plan._fn([x, torch.tensor([0, 1, 0, 1], dtype=torch.int32)])
+    assert int(flags[0]) == 0 and not torch.equal(store.tensors["fc-weight"], good["fc-weight"])

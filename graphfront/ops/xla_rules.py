@@ -142,12 +142,20 @@ class StepChecks:
 
     def raise_failed(self, flags):
         """Raise the error of the first failed in-step check, given the step's ``flags``."""
+        error = self.error(flags)
+        if error is not None:
+            raise error
+
+    def error(self, flags):
+        """The error of the first failed in-step check, or None, given ``flags`` (the step's,
+        or those of its first checks only)."""
         flags = np.asarray(flags)
         if not flags.item(0):  # (the common case, kept cheap: this runs after every step)
-            return
+            return None
         for (failed, index, value), (_, shape, error) in zip(flags[1:].reshape(-1, 3), self.in_step):
             if failed:
-                raise error(int(value), tuple(int(i) for i in np.unravel_index(int(index), shape)))
+                return error(int(value), tuple(int(i) for i in np.unravel_index(int(index), shape)))
+        return None
 
 
 _CHECKS = []  # the StepChecks of the steps being traced, innermost last

@@ -88,7 +88,7 @@ from graphfront.passes.mirrored import is_mirrored
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.plan import Plan
 from graphfront.runtime.variable_store import VariableStore
-from graphfront.runtime.walk import INTERFACE_KINDS, ScheduleWalk, mutated_lbns, schedule
+from graphfront.runtime.walk import INTERFACE_KINDS, ScheduleWalk, schedule, update_ops
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -253,14 +253,6 @@ def op_origins(job) -> list:
     return list(origins)
 
 
-def update_ops(job) -> list:
-    """Names of the ops of ``job`` that update a variable in place after the forward pass
-    (the optimizer's: not batch norm's moving statistics)."""
-    variables = {f"{op.name}/out" for op in job.net.op if jb.op_kind(op) == "variable_conf"}
-    return [op.name for op in job.net.op if calculation_pass_of(op.scope_symbol_id) != "forward_pass"
-            and any(lbn in variables for lbn in mutated_lbns(op))]
-
-
 def forward_ops(job) -> set:
     """Names of the forward ops of a micro-batch job: the non-interface ops that read
     (through data or control edges) no output of an op of the backward pass."""
@@ -309,7 +301,7 @@ class _WorkerJob:
         ranks = {} if self.mirrored else op_ranks(job, n)
         own = any(r != tuple(range(n)) for r in ranks.values())
         lj = local_job(job, n, rank, own_ops_only=own, device_index=device.index)
-        kw = dict(checks_in_step=True, fuse_bytes=fuse_bytes,
+        kw = dict(checks_in_step=True, fuse_bytes=fuse_bytes, updates=updates,
                   signatures=None if self.mirrored else _sbp.op_signatures(job),
                   parallel_ctxs={name: (r.index(rank), len(r)) for name, r in ranks.items() if rank in r},
                   logical_descs=None if self.mirrored else
@@ -320,6 +312,7 @@ class _WorkerJob:
                              agree_before=set(updates), **kw)
         else:  # (the devices of a job reading files agree before the first collective)
             kw["agree"] = _agreement() if any(op_def(op).data_source for op in job.net.op) else None
+            kw["updates"] = ()  # (a failed call's accumulation is zeroed by the client)
             forward = {op.name for op in lj.net.op if op.name in forward}
             fwd_job, bound = forward_part(lj, forward)
             self.forward = Plan(fwd_job, store, {}, cuda_graph=False, returning=bound, **kw)

@@ -33,11 +33,16 @@ Two lowering steps go beyond one call per op:
   (:meth:`Plan.check_feeds`, by the session before it copies them to the device, or by
   the call for CPU tensors). A computed value on a GPU is clamped into range on the
   device, its first bad element flagged, and the flags, returned as one more result of
-  the plan function, are read after the step to raise the op's error (the step then has
-  run on clamped values; a bad index never trips a device-side assert, which would end
-  every later CUDA call of the process). On the CPU the kernel raises it itself, except
-  on the workers of a multi-device job (``checks_in_step``), which check as on a GPU so
-  that every worker completes the step's collectives.
+  the plan function, are read after the step to raise the op's error (a bad index never
+  trips a device-side assert, which would end every later CUDA call of the process). The
+  variable updates of such a step are skipped on the device, with no read on the host:
+  the update ops take the flags as their ``skip_if`` (as dynamic loss scaling skips an
+  overflowing step), and another op that writes a variable after the forward pass (the
+  train step's counter) has its old values put back; the step's outputs are those of the
+  clamped values. On the CPU the kernel raises the error itself, except on the workers of
+  a multi-device job (``checks_in_step``), which check as on a GPU so that every worker
+  completes the step's collectives, and agree on the flags before the updates (``agree``:
+  then no device updates a variable).
 
 Hooks: ``kernel_wrapper(op_conf, fn) -> fn`` wraps every kernel (profiling, debugging).
 
@@ -56,10 +61,11 @@ import torch
 from graphfront.framework import job_builder as jb
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.ops import registry
+from graphfront.ops.common import keep_unless_skipped
 from graphfront.ops.xla_rules import StepChecks
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.walk import (INTERFACE_KINDS, ScheduleWalk, call_layout, device_of, is_view, mutated_lbns,
-                                     placements_of, schedule, watcher)
+                                     placements_of, schedule, update_ops, watcher)
 
 __all__ = ["INTERFACE_KINDS", "KernelCtx", "Plan", "CudaGraphRunner", "call_layout", "device_of", "is_pure",
            "make_kernel", "placements_of", "run_op", "schedule"]
@@ -298,7 +304,11 @@ class Plan(ScheduleWalk, Lowering):
             theirs.
         agree_before: op names: the agreement point is before the first of them (a train
             job's variable updates), at the plan's end when none is in it; None: before
-            the plan's first collective.
+            the plan's first collective. The index checks made in the step before that
+            point are part of the agreement (a bad index is the device's error).
+        updates: names of the ops that update a variable after the forward pass, which a
+            failed in-step index check skips (default: those of ``job``, from the scope
+            symbols of this process, :func:`graphfront.runtime.walk.update_ops`).
         signatures: op name -> its SBP signature (bn -> SBP string), for the plan of one
             device of a multi-device job: its kernels see their layouts and device index
             (:class:`KernelCtx`).
@@ -320,7 +330,7 @@ class Plan(ScheduleWalk, Lowering):
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False,
                  bound=(), signatures=None, parallel_ctxs=None, logical_descs=None, ran=(), returning=(),
-                 checks_in_step=False, fuse_bytes=0, agree=None, agree_before=None):
+                 checks_in_step=False, fuse_bytes=0, agree=None, agree_before=None, updates=None):
         super().__init__(job)
         self._signatures = signatures or {}
         self._parallel_ctxs = parallel_ctxs or {}
@@ -332,7 +342,10 @@ class Plan(ScheduleWalk, Lowering):
         self._in_flight = {}  # handle name -> output lbns of a bucket whose collective may still run
         self._agree, self._agree_at = agree, None  # (the line before which the workers agree)
         self._agree_before = agree_before
+        self._agree_rows = None  # the check rows made before the agreement point
         self._collective_lines = {}  # line index -> the line on zero inputs (None: no zero variant)
+        self._updates = set(update_ops(job) if updates is None else updates)
+        self._skip_flags = {}  # device -> the name of the in-step checks' skip flag there
         self.cuda_graph = bool(cuda_graph)
         self._variables, self._watchers = variables, watchers
         self._kernel_wrapper, self._native = kernel_wrapper, native
@@ -369,8 +382,11 @@ class Plan(ScheduleWalk, Lowering):
         for handle in list(self._in_flight):
             self._wait(handle)
         if agree is not None:
+            rows = self._check_rows if self._agree_rows is None else self._agree_rows
+            if rows:
+                self.env["CHECK_ERROR"] = lambda rows: self.checks.error(_check_flags(rows).cpu().numpy())
             self._lines = _agreeing(self._lines, len(self._lines) if self._agree_at is None else self._agree_at,
-                                    self._collective_lines)
+                                    self._collective_lines, rows)
             self.env["AGREE"] = agree
         names, lines, var_keys = self._names, self._lines, self._var_keys
         src = []
@@ -426,7 +442,7 @@ class Plan(ScheduleWalk, Lowering):
         collective = registry.op_def(op).boxing
         if self._agree is not None and self._agree_at is None and (
                 collective if self._agree_before is None else op.name in self._agree_before):
-            self._agree_at = len(self._lines)
+            self._agree_at, self._agree_rows = len(self._lines), list(self._check_rows)
         for key, members in list(self._buckets.items()):  # a bucket runs before its outputs are read
             if collective and not self._joins(op) or any(out in reads for _, _, out in members):
                 self._flush(key)
@@ -497,6 +513,16 @@ class Plan(ScheduleWalk, Lowering):
         del self._in_flight[handle]
         self._collective(f"{handle}.wait()")
         self._collective(f"del {handle}")
+
+    def _skip_flag(self, device) -> str:
+        """The name of the int64 ``(1,)`` flag on ``device``, nonzero when an index check made
+        in the step so far failed (the ``skip_if`` of the variable updates)."""
+        if device not in self._skip_flags:
+            name = f"skip{len(self._skip_flags)}"
+            self.env["SKIP_FLAG"], self.env["SKIP_EITHER"] = _skip_flag, _skip_either
+            self._lines.append(f"{name} = SKIP_FLAG([{', '.join(self._check_rows)}], {self._device_key(device)})")
+            self._skip_flags[device] = name
+        return self._skip_flags[device]
 
     def _collective(self, line, on_zeros=None):
         """Append a line of a collective, which runs also after an op before the agreement
@@ -570,8 +596,20 @@ class Plan(ScheduleWalk, Lowering):
         if self._kernel_wrapper is not None:
             fn = self._kernel_wrapper(op, fn)
         self.env[key] = fn
+        skip = self._skip_flag(device) if op.name in self._updates and self._check_rows \
+            and self._agree is None else None
+        if skip is not None and "skip_if" in (a.name for a in opdef.inputs):
+            at = [a.name for a in opdef.inputs].index("skip_if")
+            args[at] = skip if args[at] == "None" else f"SKIP_EITHER({args[at]}, {skip})"
+            skip = None  # (the update op skips itself)
         assign = "" if not targets else f"{', '.join(targets)} = "
         line = f"{assign}{key}({', '.join(args)})  # {_comment(op)}"
+        if skip is not None:  # another op writing variables: their old values put back
+            written = "".join(names[lbn] + ", " for lbn in mutated_lbns(op))
+            self.env["KEEP_UNLESS_SKIPPED"] = keep_unless_skipped
+            self._lines += [f"kept = [t.clone() for t in ({written})]", line,
+                            f"KEEP_UNLESS_SKIPPED({skip}, ({written}), ({written}), kept)", "del kept"]
+            return
         if opdef.boxing and self._agree is not None and op.name not in self.hoisted:
             zeros = [("[" + ", ".join(self._zeros(l, device) for l in lbns) + "]") if rep else
                      (self._zeros(lbns[0], device) if lbns else "None") for lbns, rep in ins]
@@ -614,12 +652,16 @@ class Plan(ScheduleWalk, Lowering):
         """The expression reading blob ``lbn`` on ``device`` (a copy when it lives elsewhere)."""
         expr = self._names[lbn]
         if self._lbn_device.get(lbn) != device:
-            key = str(device)
-            if key not in self._device_keys:
-                self._device_keys[key] = f"D{len(self._device_keys)}"
-                self.env[self._device_keys[key]] = device
-            expr = f"{expr}.to({self._device_keys[key]}, non_blocking=True)"
+            expr = f"{expr}.to({self._device_key(device)}, non_blocking=True)"
         return expr
+
+    def _device_key(self, device) -> str:
+        """The name that binds ``device`` in the plan's globals."""
+        key = str(device)
+        if key not in self._device_keys:
+            self._device_keys[key] = f"D{len(self._device_keys)}"
+            self.env[self._device_keys[key]] = device
+        return self._device_keys[key]
 
     @property
     def uses_cuda_graph(self) -> bool:
@@ -705,12 +747,13 @@ def _index_guard(size):
     return guard
 
 
-def _agreeing(lines, at, collective):
+def _agreeing(lines, at, collective, rows=()):
     """``lines`` with those before index ``at`` draining, and the exception they raised (or
     None) handed to ``AGREE`` there (:class:`Plan`'s ``agree``): the runs of lines between
     the collectives' lines (``collective``: line index -> the line on zero inputs, or None
     for a line that runs as it is) each in a ``try`` block; after an exception the later
-    runs are skipped and each collective runs on zeros."""
+    runs are skipped and each collective runs on zeros. The index check ``rows`` made
+    before ``at`` are read there (``CHECK_ERROR``): a failed one is the exception."""
     out, run = ["failed = None"], []
 
     def close_run():
@@ -727,7 +770,19 @@ def _agreeing(lines, at, collective):
         on_zeros = collective[i]
         out.extend([line] if on_zeros is None else ["if failed is None:", "    " + line, "else:", "    " + on_zeros])
     close_run()
+    if rows:
+        out += ["if failed is None:", f"    failed = CHECK_ERROR([{', '.join(rows)}])"]
     return out + ["AGREE(failed)", "del failed"] + lines[at:]
+
+
+def _skip_flag(rows, device):
+    """The int64 ``(1,)`` flag on ``device``: 1 when one of the check ``rows`` failed."""
+    return torch.stack([row[0].to(device) for row in rows]).amax().reshape(1)
+
+
+def _skip_either(skip_if, flag):
+    """``skip_if`` (a one-element count) or ``flag``: nonzero when either is."""
+    return ((skip_if.reshape(1) != 0) | (flag != 0)).to(skip_if.dtype)
 
 
 def _check_flags(rows):

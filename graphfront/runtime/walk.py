@@ -21,6 +21,7 @@ import torch
 
 from graphfront.framework import job_builder as jb
 from graphfront.framework.job_builder import TensorDesc
+from graphfront.framework.scope_symbols import calculation_pass_of
 from graphfront.ops import registry
 
 INTERFACE_KINDS = ("input_conf", "variable_conf", "return_conf", "foreign_watch_conf")
@@ -55,6 +56,15 @@ def mutated_args(op_conf) -> tuple:
     """The input args an op updates in place."""
     opdef = registry.op_def(op_conf)
     return tuple(opdef.mutated_args(jb.user_attrs(op_conf))) if opdef.may_mutate else ()
+
+
+def update_ops(job) -> list:
+    """Names of the ops of ``job`` that update a variable in place after the forward pass
+    (the optimizer's, gradient accumulation's: not batch norm's moving statistics). The
+    calculation passes are read from the scope symbols of this process (the client's)."""
+    variables = {f"{op.name}/out" for op in job.net.op if jb.op_kind(op) == "variable_conf"}
+    return [op.name for op in job.net.op if calculation_pass_of(op.scope_symbol_id) != "forward_pass"
+            and any(lbn in variables for lbn in mutated_lbns(op))]
 
 
 def mutated_lbns(op_conf) -> list:

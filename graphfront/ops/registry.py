@@ -235,9 +235,10 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     their outputs as one list, valid once ``handle.wait()`` has returned (a collective may
     still run): the plan runs gradient all-reduces in buckets with it (all-reduce fusion),
     the rest of the step going on until an output is read. ``data_source=True`` marks data
-    readers (their values come from files, which may be bad): on several devices the
-    workers of a job holding one agree that every device read its part before the step's
-    first collective, so a bad file on one device raises the error on all of them.
+    readers (their values come from files, which may be bad): the workers of a pipelined
+    micro-batch job holding one agree that every device read its part before the step's
+    first collective, so a bad file on one device raises the error on all of them (the
+    workers of other jobs agree on any op's error: :mod:`graphfront.runtime.distributed`).
     ``boxing=True`` marks the boxing ops (collectives and the local layout changes beside
     them): each worker runs those it shares with others in one order, and a worker's plan
     runs no all-reduce bucket past one. ``origin`` says how another process (a worker of
@@ -284,7 +285,9 @@ def _importing_module() -> tuple:
     name = frame.f_globals.get("__name__") if frame is not None else None
     path = frame.f_globals.get("__file__") if frame is not None else None
     if frame is None or name == "__main__" or not path:
-        caller = sys._getframe(2)
+        caller = sys._getframe(2)  # (named by the user's code that called graphfront)
+        while caller.f_back is not None and caller.f_globals.get("__name__", "").startswith("graphfront."):
+            caller = caller.f_back
         return ("unloadable", f"{caller.f_code.co_name} in {caller.f_code.co_filename}")
     return ("module", name, os.path.abspath(path))
 

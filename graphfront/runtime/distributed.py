@@ -369,10 +369,11 @@ _AGREEMENT_GROUP = []
 
 
 def _agreement():
-    """The ``agree`` function of a train job's plans (:class:`Plan`): every worker tells the
+    """The ``agree`` function of a worker's plan (:class:`Plan`): every worker tells the
     others, over a gloo group of them all (so that a GPU job waits on no device), whether
-    its ops before the variable updates failed; the one that failed raises its exception
-    (marked ``agreed``), the others :class:`_PeerFailed`, and none updates a variable."""
+    its ops before the agreement point (a train job's variable updates; a pipelined job's
+    first collective) failed; the one that failed raises its exception (marked
+    ``agreed``), the others :class:`_PeerFailed`, and none runs the ops after that point."""
     import torch.distributed as dist
     if not _AGREEMENT_GROUP:  # (made by every worker as it compiles the first such job, in order)
         _AGREEMENT_GROUP.append(dist.new_group(backend="gloo"))

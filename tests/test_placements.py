@@ -16,7 +16,7 @@ import pytest
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
-from graphfront.framework.errors import JobBuildError
+from graphfront.framework.errors import JobBuildError, OpRunError
 from graphfront.framework.session import default_session, trace
 from graphfront.parallel import sbp as _sbp
 from graphfront.passes import complete
@@ -195,12 +195,12 @@ def test_training_across_placements_matches_one_device():
     assert "_boxing_across_placements" in str(job.graph)
 
 
-def _stages_train_job(stages, split_axis, accumulation=1, dropout=0.0):
+def _stages_train_job(stages, split_axis, accumulation=1, dropout=0.0, computed_labels=False):
     """A two-stage train job as OneFlow-Benchmark places pipeline stages: the placeholders
     and fc1 (data parallel: weight broadcast, rows split) on ``stages[0]``, fc2 (weight
     split along ``split_axis``, None: broadcast, data parallel too) and the loss on
     ``stages[1]``; SGD with momentum; ``accumulation`` micro-batches per call, ``dropout``
-    after fc1."""
+    after fc1; with ``computed_labels`` the labels pass through an op (checked in the step)."""
     cfg = flow.FunctionConfig()
     cfg.default_placement_scope(flow.scope.placement("cpu", stages[0]))
     cfg.train.num_gradient_accumulation_steps(accumulation)
@@ -214,6 +214,8 @@ def _stages_train_job(stages, split_axis, accumulation=1, dropout=0.0):
             if dropout:
                 h = flow.nn.dropout(h, rate=dropout)
         with flow.scope.placement("cpu", stages[1]):
+            if computed_labels:
+                y = flow.math.add(y, flow.constant(0, dtype=flow.int32, shape=y.shape))
             logits = flow.layers.dense(h, 6, kernel_initializer=init, name="fc2",
                                        model_distribute=flow.distribute.broadcast() if split_axis is None
                                        else flow.distribute.split(split_axis))
@@ -223,12 +225,13 @@ def _stages_train_job(stages, split_axis, accumulation=1, dropout=0.0):
     return train_job
 
 
-def _stage_session(ndev, stages, split_axis=0, accumulation=1, dropout=0.0):
+def _stage_session(ndev, stages, split_axis=0, accumulation=1, dropout=0.0, computed_labels=False):
     flow.clear_default_session()
     flow.manual_seed(0)
     flow.config.gpu_device_num(0)
     flow.config.cpu_device_num(ndev)
-    return _stages_train_job(stages if ndev > 1 else ("0:0", "0:0"), split_axis, accumulation, dropout)
+    return _stages_train_job(stages if ndev > 1 else ("0:0", "0:0"), split_axis, accumulation, dropout,
+                             computed_labels)
 
 
 def _stage_batches(steps):
@@ -316,6 +319,32 @@ def test_pipeline_stages_run_micro_batches_pipelined_and_train_as_on_one_device(
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
     for k, v in _all_variables().items():
         np.testing.assert_allclose(v, want_vars[k], rtol=RTOL, atol=ATOL, err_msg=k)
+
+
+@slow
+def test_a_micro_batch_failing_on_one_device_of_a_pipeline_stage_raises_and_the_pipeline_goes_on():
+    """A label computed out of range in the third of 4 pipelined micro-batches, on one
+    device of the second stage: that worker runs only the collectives of its later plans
+    (the first stage's workers complete the call), the call raises the op's error naming
+    the device, and the gradients the call had accumulated are dropped: the run goes on as
+    a run without that call."""
+    stages = ("0:0-1", "0:2-3")
+    batches = _stage_batches(3)
+    reference = _stage_session(4, stages, accumulation=4, computed_labels=True)
+    want = [reference(*batches[0]), reference(*batches[2])]
+    want_vars = _all_variables()
+    several = _stage_session(4, stages, accumulation=4, computed_labels=True)
+    assert several.compiled_job.plan.micro.micro_batches == 4
+    got = [several(*batches[0])]
+    x, y = batches[1]
+    bad = y.copy()
+    bad[5] = 8  # (micro-batch 3 is rows 4-5: row 5 on the stage's second device)
+    with pytest.raises(OpRunError, match=r"received 8 at index \(0,\) \(in the part of device cpu:3"):
+        several(x, bad)
+    got.append(several(*batches[2]))
+    np.testing.assert_array_equal(got, want)
+    for k, v in _all_variables().items():
+        np.testing.assert_array_equal(v, want_vars[k], err_msg=k)
 
 
 @slow

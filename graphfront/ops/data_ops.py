@@ -199,8 +199,7 @@ _split_outputs = _split_over("data_part_num")
 
 
 op("OFRecordReader", outputs=["out"], attrs=dict(READER_ATTRS, nd_sbp="list_string"),
-   infer=_reader_infer, kernel=_reader_kernel, sbp=_split_outputs, no_grad=True, random=True, cpu_only=True,
-   data_source=True)
+   infer=_reader_infer, kernel=_reader_kernel, sbp=_split_outputs, no_grad=True, random=True, cpu_only=True)
 
 
 def _check_color_space(ctx):
@@ -713,7 +712,7 @@ def _onerec_reader_kernel(k):
 
 op("OneRecReader", outputs=["out"], attrs=ONEREC_READER_ATTRS, infer=_onerec_reader_infer,
    kernel=_onerec_reader_kernel, sbp=_split_over("files"), no_grad=True, random=True, cpu_only=True,
-   data_source=True, doc="batches of OneRec records (frame payloads) from a list of files, as a tensor_buffer")
+   doc="batches of OneRec records (frame payloads) from a list of files, as a tensor_buffer")
 
 #: the dtypes onerec_decoder reads and the OneRec list each is stored as (OneFlow's kernel has no others)
 ONEREC_LISTS = {"int8": "Int8List", "int32": "Int32List", "int64": "Int64List", "float32": "Float32List",
@@ -940,4 +939,4 @@ def _gpt_loader_kernel(k):
 
 op("megatron_gpt_mmap_data_loader", inputs=["iteration?"], outputs=["out"], attrs=GPT_LOADER_ATTRS,
    infer=_gpt_loader_infer, kernel=_gpt_loader_kernel, no_grad=True, random=True, mutates=("iteration",),
-   host_reads=True, data_source=True, doc="batches of seq_length + 1 tokens from a Megatron-LM indexed data set")
+   host_reads=True, doc="batches of seq_length + 1 tokens from a Megatron-LM indexed data set")

@@ -142,7 +142,6 @@ class OpDef:
     host_reads: bool = False            # the kernel reads device values on the host (never in a CUDA graph)
     cpu_only: bool = False              # a CPU kernel only: the op is placed on the CPU whatever its scope
     fused: Optional[Callable] = None    # kernel factory running several of the op's instances at once
-    data_source: bool = False           # reads its values from files (a data reader)
     boxing: bool = False                # a boxing op: the workers run those they share in one order
     origin: Optional[tuple] = None      # how another process registers the op type: see :func:`load_origin`
 
@@ -191,7 +190,7 @@ QAT_ROLES = ("int8", "int8_google", "transparent")
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
        xla=None, amp=None, amp_no_cast=(), qat=None, conf="user_conf", interface=False, checks=None,
-       host_reads=False, cpu_only=False, fused=None, data_source=False, boxing=False, origin=None):
+       host_reads=False, cpu_only=False, fused=None, boxing=False, origin=None):
     """Register an op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
@@ -234,16 +233,13 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     inputs of several instances of the op as lists and returning ``(outputs, handle)``:
     their outputs as one list, valid once ``handle.wait()`` has returned (a collective may
     still run): the plan runs gradient all-reduces in buckets with it (all-reduce fusion),
-    the rest of the step going on until an output is read. ``data_source=True`` marks data
-    readers (their values come from files, which may be bad): the workers of a pipelined
-    micro-batch job holding one agree that every device read its part before the step's
-    first collective, so a bad file on one device raises the error on all of them (the
-    workers of other jobs agree on any op's error: :mod:`graphfront.runtime.distributed`).
-    ``boxing=True`` marks the boxing ops (collectives and the local layout changes beside
-    them): each worker runs those it shares with others in one order, and a worker's plan
-    runs no all-reduce bucket past one. ``origin`` says how another process (a worker of
-    a job on several devices) registers the op type too (:func:`load_origin`); by default
-    the module whose import registers it (the innermost one being imported).
+    the rest of the step going on until an output is read. ``boxing=True`` marks the
+    boxing ops (collectives and the local layout changes beside them): each worker runs
+    those it shares with others in one order (also after one of its ops failed: on zeros),
+    and a worker's plan runs no all-reduce bucket past one. ``origin`` says how another
+    process (a worker of a job on several devices) registers the op type too
+    (:func:`load_origin`); by default the module whose import registers it (the innermost
+    one being imported).
 
     Raises:
         ValueError: ``op_type`` already registered, an attr of unknown type, ``amp``
@@ -268,7 +264,7 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     opdef = OpDef(op_type, [ArgDef.parse(s) for s in inputs], [ArgDef.parse(s) for s in outputs],
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
                   view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), qat, conf, interface,
-                  checks, host_reads, cpu_only, fused, data_source, boxing,
+                  checks, host_reads, cpu_only, fused, boxing,
                   origin if origin is not None else _importing_module())
     _REGISTRY[conf, op_type] = opdef
     return opdef

@@ -50,9 +50,10 @@ later ops but still runs the collectives (on zeros), so that the others complete
 and before the variable updates of a train job all workers agree, over a gloo group,
 whether every device's step went well; if one did not, no device updates a variable
 (batch norm's moving statistics, updated in the forward, excepted) and the call raises
-that op's error naming its device. (A pipelined micro-batch job agrees only on its data
-readers, before its first collective; an op that raises after that point, or in an
-update, still ends the session as a dying worker does.) A worker that dies ends the call
+that op's error naming its device. (A pipelined micro-batch job's worker runs only the
+collectives of its plans after the one that failed, and raises the error at the end of
+the call, whose accumulated gradients the client then zeroes; an op that raises in an
+update still ends the session as a dying worker does.) A worker that dies ends the call
 with :class:`WorkerError` naming its device within the collective timeout; the client
 process survives (the session's workers are stopped and later calls raise the same
 error).
@@ -310,9 +311,8 @@ class _WorkerJob:
         if forward is None:  # (the devices agree before the variable updates: see module docstring)
             self.plan = Plan(lj, store, {}, cuda_graph=False, agree=_agreement() if updates else _raise_agreed,
                              agree_before=set(updates), **kw)
-        else:  # (the devices of a job reading files agree before the first collective)
-            kw["agree"] = _agreement() if any(op_def(op).data_source for op in job.net.op) else None
-            kw["updates"] = ()  # (a failed call's accumulation is zeroed by the client)
+        else:  # (a device whose micro-batch failed drains the rest: :meth:`_run_micro_batches`)
+            kw.update(agree=_raise_agreed, updates=())  # (a failed call's accumulation is zeroed by the client)
             forward = {op.name for op in lj.net.op if op.name in forward}
             fwd_job, bound = forward_part(lj, forward)
             self.forward = Plan(fwd_job, store, {}, cuda_graph=False, returning=bound, **kw)
@@ -350,15 +350,30 @@ class _WorkerJob:
 
     def _run_micro_batches(self):
         """Every micro-batch's forward ops, then the rest of each (see class docstring):
-        feed and result buffers hold one slice per micro-batch along a leading axis."""
+        feed and result buffers hold one slice per micro-batch along a leading axis. After
+        an op failed here, the later plans of the call run their collectives alone (the
+        other devices complete theirs) and the error is raised at the end."""
         feeds = [[shard(f[i], s, m, _part_of(self.rank, r)).to(self.device)
                   for f, (s, m, r) in zip(self.feeds, self.feed_sbps)] for i in range(self.micro_batches)]
-        saved = [self.forward([fed[j] for j in self.forward_feeds]) for fed in feeds]
+        failed = []
+
+        def run(plan, plan_feeds):
+            if failed:
+                return plan.drain()
+            try:
+                return plan(plan_feeds)
+            except Exception as e:  # noqa: BLE001 - an op's error (drained: see Plan's agree) is raised at the end
+                if not getattr(e, "agreed", False):
+                    raise
+                failed.append(e)
+        saved = [run(self.forward, [fed[j] for j in self.forward_feeds]) for fed in feeds]
         for i, fed in enumerate(feeds):
-            results = self.plan(fed + list(saved[i]))
+            results = run(self.plan, fed + list(saved[i] or ()))
             saved[i] = None
-            for buf, local, (s, m, r) in zip(self.outs, results, self.out_sbps):
+            for buf, local, (s, m, r) in zip(self.outs, results or (), self.out_sbps):
                 _write_part(buf[i], local.detach().to("cpu"), s, m, r, self.rank, self.local_rank)
+        if failed:
+            raise failed[0]
 
 
 class _PeerFailed(RuntimeError):
@@ -369,11 +384,10 @@ _AGREEMENT_GROUP = []
 
 
 def _agreement():
-    """The ``agree`` function of a worker's plan (:class:`Plan`): every worker tells the
+    """The ``agree`` function of a train job's plan (:class:`Plan`): every worker tells the
     others, over a gloo group of them all (so that a GPU job waits on no device), whether
-    its ops before the agreement point (a train job's variable updates; a pipelined job's
-    first collective) failed; the one that failed raises its exception (marked
-    ``agreed``), the others :class:`_PeerFailed`, and none runs the ops after that point."""
+    its ops before the variable updates failed; the one that failed raises its exception
+    (marked ``agreed``), the others :class:`_PeerFailed`, and none updates a variable."""
     import torch.distributed as dist
     if not _AGREEMENT_GROUP:  # (made by every worker as it compiles the first such job, in order)
         _AGREEMENT_GROUP.append(dist.new_group(backend="gloo"))
@@ -390,7 +404,7 @@ def _agreement():
 
 
 def _raise_agreed(failed):
-    """The ``agree`` function of a job without variable updates: a device whose step failed
+    """The ``agree`` function of a plan without variable updates: a device whose step failed
     raises the error once its collectives ran (the others completed theirs)."""
     if failed is not None:
         failed.agreed = True

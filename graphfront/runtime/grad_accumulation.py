@@ -50,6 +50,7 @@ from graphfront.parallel import sbp as _sbp
 from graphfront.passes.rewrite import Net
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.plan import Plan
+from graphfront.runtime.walk import schedule
 
 BUFFER_PREFIX = "System-GradientAccumulation-Acc-"
 
@@ -79,7 +80,7 @@ def split_job(job, k):
     ops = {op.name: op for op in job.net.op}
     producer = {lbn: op.name for op in job.net.op for _, _, lbn in jb.op_outputs(op)}
     fed = set()  # lbns that differ between micro-batches: from the fed batch or a per-run draw
-    for op in job.net.op:
+    for op in schedule(job)[0]:  # (producers first: the boxing pass appends its ops to the job)
         if (jb.op_kind(op) == "input_conf" or op_def(op).random
                 or any(lbn in fed for _, _, lbn in jb.op_inputs(op))):
             fed.update(lbn for _, _, lbn in jb.op_outputs(op))

@@ -303,9 +303,10 @@ class Plan(ScheduleWalk, Lowering):
             collectives, which still run (on zeros), so that the other devices complete
             theirs.
         agree_before: op names: the agreement point is before the first of them (a train
-            job's variable updates), at the plan's end when none is in it; None: before
-            the plan's first collective. The index checks made in the step before that
-            point are part of the agreement (a bad index is the device's error).
+            job's variable updates), at the plan's end when none is in it. The index
+            checks made in the step before that point are part of the agreement (a bad
+            index is the device's error). With ``agree``, :meth:`drain` runs the plan's
+            collectives alone, on zeros (a worker whose step failed, on its later plans).
         updates: names of the ops that update a variable after the forward pass, which a
             failed in-step index check skips (default: those of ``job``, from the scope
             symbols of this process, :func:`graphfront.runtime.walk.update_ops`).
@@ -330,7 +331,7 @@ class Plan(ScheduleWalk, Lowering):
 
     def __init__(self, job, variables, watchers=None, kernel_wrapper=None, cuda_graph=True, native=False,
                  bound=(), signatures=None, parallel_ctxs=None, logical_descs=None, ran=(), returning=(),
-                 checks_in_step=False, fuse_bytes=0, agree=None, agree_before=None, updates=None):
+                 checks_in_step=False, fuse_bytes=0, agree=None, agree_before=(), updates=None):
         super().__init__(job)
         self._signatures = signatures or {}
         self._parallel_ctxs = parallel_ctxs or {}
@@ -382,6 +383,7 @@ class Plan(ScheduleWalk, Lowering):
         for handle in list(self._in_flight):
             self._wait(handle)
         if agree is not None:
+            drain = [self._collective_lines[i] or self._lines[i] for i in sorted(self._collective_lines)]
             rows = self._check_rows if self._agree_rows is None else self._agree_rows
             if rows:
                 self.env["CHECK_ERROR"] = lambda rows: self.checks.error(_check_flags(rows).cpu().numpy())
@@ -390,6 +392,8 @@ class Plan(ScheduleWalk, Lowering):
             self.env["AGREE"] = agree
         names, lines, var_keys = self._names, self._lines, self._var_keys
         src = []
+        if agree is not None:
+            src.append("def drain():\n" + "\n".join("    " + line for line in drain or ["pass"]) + "\n")
         if self._hoist_lines and self._hoist_outs:
             hoisted_inputs = {l for op in self.order if op.name in self.hoisted for _, _, l in jb.op_inputs(op)}
             hoist_vars = [(n, k) for n, k in var_keys.items() if f"{n}/out" in hoisted_inputs]
@@ -422,6 +426,7 @@ class Plan(ScheduleWalk, Lowering):
         code = compile(self.source, f"<graphfront plan {job.job_conf.job_name!r}>", "exec")
         exec(code, self.env)
         self._fn = self.env["plan"]
+        self._drain = self.env.get("drain")
         self.cudnn_flags = cudnn_flags(job.job_conf)
         self._graph = None
         # (only a job wholly on the GPU: a graph replays device work only, never the host's ops)
@@ -440,8 +445,7 @@ class Plan(ScheduleWalk, Lowering):
         self._device = device
         reads = {lbn for _, _, lbn in jb.op_inputs(op)}
         collective = registry.op_def(op).boxing
-        if self._agree is not None and self._agree_at is None and (
-                collective if self._agree_before is None else op.name in self._agree_before):
+        if self._agree is not None and self._agree_at is None and op.name in self._agree_before:
             self._agree_at, self._agree_rows = len(self._lines), list(self._check_rows)
         for key, members in list(self._buckets.items()):  # a bucket runs before its outputs are read
             if collective and not self._joins(op) or any(out in reads for _, _, out in members):
@@ -662,6 +666,11 @@ class Plan(ScheduleWalk, Lowering):
             self._device_keys[key] = f"D{len(self._device_keys)}"
             self.env[self._device_keys[key]] = device
         return self._device_keys[key]
+
+    def drain(self):
+        """Run the plan's collectives alone, each on zeros (made with ``agree``): the part a
+        worker whose step failed still takes in a call, so that the others complete theirs."""
+        self._drain()
 
     @property
     def uses_cuda_graph(self) -> bool:

@@ -48,7 +48,7 @@ case $part in
   all)
     tests
     step 150 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 2
-    step 130 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 2 ;;
+    step 150 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 2 ;;
   more)
     step 90 python3 benchmarks/peers.py --device gpu --workloads mlp_train,lenet_train --rounds 3 --steps 30 \
       --only graphfront-plan,torch-eager,torch-compile-ro,jax-jit

@@ -395,9 +395,7 @@ def _agreement():
     def agree(failed):
         flag = torch.tensor([0 if failed is None else 1])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=_AGREEMENT_GROUP[0])
-        if failed is not None:
-            failed.agreed = True
-            raise failed
+        _raise_agreed(failed)
         if flag.item():
             raise _PeerFailed("another device's step failed")
     return agree

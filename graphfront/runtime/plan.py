@@ -602,8 +602,9 @@ class Plan(ScheduleWalk, Lowering):
         self.env[key] = fn
         skip = self._skip_flag(device) if op.name in self._updates and self._check_rows \
             and self._agree is None else None
-        if skip is not None and "skip_if" in (a.name for a in opdef.inputs):
-            at = [a.name for a in opdef.inputs].index("skip_if")
+        arg_names = [a.name for a in opdef.inputs]
+        if skip is not None and "skip_if" in arg_names:
+            at = arg_names.index("skip_if")
             args[at] = skip if args[at] == "None" else f"SKIP_EITHER({args[at]}, {skip})"
             skip = None  # (the update op skips itself)
         assign = "" if not targets else f"{', '.join(targets)} = "

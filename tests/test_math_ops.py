@@ -559,10 +559,12 @@ def test_square_sum_and_count_not_finite():
 @pytest.mark.parametrize("chunk", [None, 1 << 26, 7])
 def test_multi_tensor_reductions_over_layouts_and_chunks(monkeypatch, chunk):
     """multi_count_not_finite and multi_square_sum read many tensors in a few large kernels
-    (as on a GPU): concatenated in memory order (contiguous, channels-last, transposed and
-    strided views) in bounded chunks (7 elements forces one chunk per tensor and splits),
-    or one tensor at a time (``None``, as on the CPU), against numpy."""
+    (as on a GPU): the count concatenated in memory order (contiguous, channels-last,
+    transposed and strided views) in bounded chunks (7 elements forces one chunk per tensor
+    and splits), the square sum from one multi-tensor norm with no concatenation; or one
+    tensor at a time (``None``, as on the CPU), against numpy."""
     from graphfront.ops import reduce_ops
+    from test_plan import _AtenCalls
     if chunk is not None:
         monkeypatch.setattr(reduce_ops, "_concatenates", lambda device: True)
         monkeypatch.setattr(reduce_ops, "_CHUNK", chunk)
@@ -578,9 +580,19 @@ def test_multi_tensor_reductions_over_layouts_and_chunks(monkeypatch, chunk):
     assert count(xs).tolist() == [sum(int((~np.isfinite(a)).sum()) for a in arrays)] == [5]
     finite = [torch.nan_to_num(x, nan=0.5, posinf=1.5, neginf=-1.5) for x in xs]
     want = sum(float((x.numpy().astype(np.float64) ** 2).sum()) for x in finite)
-    got = square_sum(finite)
+    with _AtenCalls() as calls:
+        got = square_sum(finite)
     assert got.shape == (1,) and got.dtype == torch.float32
     np.testing.assert_allclose(got.numpy(), [want], rtol=1e-6)
+    if chunk is not None:   # each element read once, by one multi-tensor kernel
+        assert calls.count["_foreach_norm"] == 1 and not calls.count["cat"], calls.count
+    # float16 tensors: float32 accumulation, a float16 result; at most two float16 roundings
+    # (of each product where the squares are float16, of the result), 2 ** -11 each
+    half = [x.half() for x in finite]
+    got = square_sum(half)
+    want = sum(float((x.numpy().astype(np.float64) ** 2).sum()) for x in half)
+    assert got.dtype == torch.float16
+    np.testing.assert_allclose(got.float().numpy(), [want], rtol=2 * 2 ** -11)
     half = [x.half() for x in xs]
     assert count(half).tolist() == [5]
     assert count([torch.arange(6), torch.ones(2, dtype=torch.int64)]).tolist() == [0]

@@ -962,6 +962,30 @@ def test_dropout_masks_and_scales_in_one_kernel(op_type, x_arg, dtype):
     assert out[mask == 0].signbit().any()   # (negative inputs were dropped)
 
 
+def test_random_mask_like_off_the_cpu_draws_its_int8_mask_in_one_kernel():
+    """random_mask_like's GPU branch (taken for any device but the CPU; built here for the
+    ``meta`` device, then given a CPU ``like`` so that its draws hold values): one
+    ``bernoulli_`` kernel writes the int8 mask, each element kept with probability
+    ``1 - rate`` (the kept count within 5 binomial standard deviations)."""
+    from graphfront.framework import job_builder as jb
+    from graphfront.ops.builder import UserOpConfBuilder
+    from graphfront.runtime.plan import KernelCtx
+    from test_plan import _AtenCalls
+    b = UserOpConfBuilder("m", prefix=False).Op("random_mask_like").Input("like", ["x/0"]).Output("out") \
+        .Attr("rate", 0.3).Attr("seed", 4)
+    b.CheckAndComplete()
+    n = 100_000
+    kernel = registry.lookup("random_mask_like").kernel(
+        KernelCtx(b.op_conf, {"x/0": jb.TensorDesc((n,), flow.float16)}, torch.device("meta")))
+    like = torch.empty(n, dtype=torch.float16)
+    torch.manual_seed(0)
+    with _AtenCalls() as calls:
+        mask = kernel(like)
+    assert calls.count["bernoulli_"] == 1 and sum(calls.count.values()) == 2, calls.count   # (empty, bernoulli_)
+    assert mask.dtype == torch.int8 and set(mask.unique().tolist()) == {0, 1}
+    assert abs(int(mask.sum()) - 0.7 * n) < 5 * (n * 0.7 * 0.3) ** 0.5
+
+
 def test_half_layer_norm_statistics_are_float32():
     """layer_norm of a float16 blob gives ``mean`` and ``inv_variance`` in float32, as
     OneFlow's InferBnParamDataType, and ``y`` in float16; layer_norm_grad reads them."""

@@ -769,8 +769,9 @@ def _random_mask_like_kernel(k):
     turned into a float by ``std::uniform_real_distribution<float>`` (word / 2**32 in float), so
     a seeded mask, and the masks of the job's successive runs, are the ones OneFlow draws. On a
     GPU they come from a torch generator seeded with ``seed`` (OneFlow's curand stream is not
-    reproduced). On several devices each draws the mask of the whole ``like`` and keeps its
-    part, so the masks are one device's."""
+    reproduced): each element is kept with probability ``1 - rate`` (``Tensor.bernoulli_``, one
+    kernel). On several devices each draws the mask of the whole ``like`` and keeps its part, so
+    the masks are one device's."""
     rate = k.attr("rate")
     layout, n, index = k.sbp("out"), k.parallel_num, k.parallel_id
     whole = k.logical("like").shape if layout != "B" else None  # (None: like's shape in this run)
@@ -783,9 +784,11 @@ def _random_mask_like_kernel(k):
             u *= np.float32(2 ** -32)
             return _sbp.local_part(torch.from_numpy((u > threshold).astype(np.int8)), layout, n, index)
         return random_mask_like
-    gen = k.generator(k.attr("seed"))
+    gen, keep = k.generator(k.attr("seed")), 1.0 - rate
+    # one kernel writing the int8 mask (``bernoulli_``), not a float32 draw, a comparison and a cast
     return lambda like_: _sbp.local_part(
-        (torch.rand(whole or like_.shape, generator=gen, device=like_.device) > rate).to(torch.int8), layout, n, index)
+        torch.empty(whole or like_.shape, dtype=torch.int8, device=like_.device).bernoulli_(keep, generator=gen),
+        layout, n, index)
 
 
 def _random_mask_like_native(k):

@@ -528,7 +528,13 @@ def _multi_count_not_finite(xs):
 
 
 def _multi_square_sum(xs):
-    """``sum(x * x)`` over every element of all ``xs``, shape ``(1,)``, their dtype."""
+    """``sum(x * x)`` over every element of all ``xs``, shape ``(1,)``, their dtype. Where
+    :func:`_concatenates` (a GPU) the tensors' L2 norms come from one multi-tensor kernel
+    (``torch._foreach_norm``: each element read once, accumulated in float32 or wider, no
+    concatenation), then the sum of their squares; else one reduction per tensor."""
+    if _concatenates(xs[0].device):
+        norms = torch.stack(torch._foreach_norm(xs, 2, dtype=torch.promote_types(xs[0].dtype, torch.float32)))
+        return (norms * norms).sum().to(xs[0].dtype).reshape(1)
     return functools.reduce(torch.add, [_square_sum(f) for f in _chunks(xs)])
 
 

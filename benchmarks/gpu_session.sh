@@ -11,7 +11,10 @@
 #
 # Run from the project's root on the device machine, after `bash benchmarks/gpu_prepare.sh`
 # here (carry [".gpu"]): its wheels are installed to /tmp/site and its Fashion-MNIST files
-# where Debian puts them. The suite runs as two processes at once: the cuda-marked tests in
+# where Debian puts them, and graphfront itself is installed editable into the device's python3
+# (the venv /opt/torch/.venv; pip builds it offline from the build backend's wheels in .gpu/build),
+# so that its distribution metadata is there, as after the README's install; the checkout is
+# also first on PYTHONPATH. The suite runs as two processes at once: the cuda-marked tests in
 # one, the README's test command without them under pytest-xdist (one torch thread per
 # worker) in the other. Everything printed is written to $OUT/gpu_<part>.txt; the tests'
 # full logs to $OUT/gpu_cuda_tests.txt and $OUT/gpu_tests.txt.
@@ -22,6 +25,13 @@ log=$out/gpu_$part.txt
 root=$(pwd)
 if compgen -G ".gpu/whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl >/dev/null 2>&1
+fi
+install=""
+if compgen -G ".gpu/build/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --find-links .gpu/build --no-deps --no-cache-dir -e . >/tmp/gpu_install.txt 2>&1 \
+    || install="graphfront's editable install failed (its distribution metadata is missing): $(tail -3 /tmp/gpu_install.txt)"
+else
+  install="no .gpu/build wheels (run benchmarks/gpu_prepare.sh here): graphfront is not installed, only on PYTHONPATH"
 fi
 if [[ -d .gpu/fashion-mnist && ! -d /usr/share/datasets/fashion-mnist ]]; then
   mkdir -p /usr/share/datasets && cp -r .gpu/fashion-mnist /usr/share/datasets/
@@ -43,6 +53,7 @@ tests() {
 }
 {
 nvidia-smi -L
+[[ -n $install ]] && echo "gpu_session: $install"
 python3 -c "import torch, google.protobuf as p; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'protobuf', p.__version__)"
 case $part in
   all)

@@ -40,7 +40,19 @@ OPTIONAL = ("tqdm", "matplotlib", "graphviz", "mlxtend", "pillow", "onnx", "onnx
             "xxhash", "pytest", "grpcio-tools", "tensorboard")
 
 
+#: Distributions whose import name is not their name with ``-`` as ``_``.
+MODULES = {"protobuf": "google.protobuf", "pillow": "PIL", "grpcio-tools": "grpc_tools"}
+
+
 def _version(dist):
+    """The version of ``dist`` as Python runs it: the ``__version__`` of its module when that
+    module is imported and has one (torch's carries its build, e.g. ``2.11.0+cu130``, which
+    the distribution's metadata leaves out), else the installed distribution's metadata;
+    None when neither is there. (A module not imported yet is not imported for this.)"""
+    module = sys.modules.get(MODULES.get(dist, dist.replace("-", "_")))
+    version = getattr(module, "__version__", None)
+    if isinstance(version, str) and version:
+        return version
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -115,8 +127,8 @@ def job_tables(job) -> str:
     """Ops, inputs, outputs and variables of a Job, as text tables."""
     conf = job.job_conf
     kind = conf.WhichOneof("job_type")
-    ops = [(i, op.name, jb.op_type_name(op), "\n".join(l for _, _, l in jb.op_inputs(op)),
-            "\n".join(l for _, _, l in jb.op_outputs(op))) for i, op in enumerate(job.net.op)]
+    ops = [(i, op.name, jb.op_type_name(op), "\n".join(lbn for _, _, lbn in jb.op_inputs(op)),
+            "\n".join(lbn for _, _, lbn in jb.op_outputs(op))) for i, op in enumerate(job.net.op)]
     inputs, outputs, variables = [], [], []
     for op in job.net.op:
         which = jb.op_kind(op)
@@ -158,8 +170,6 @@ def _signature_rows(graph, output_descs) -> list:
 
 def _output_descs(version_dir, graph_names) -> dict:
     """``{graph name: {lbn: (shape, dtype name)}}`` by building the saved model's jobs on the CPU."""
-    from graphfront import serving
-
     option = serving.SessionOption()
     option.device_tag = "cpu"
     with serving.InferenceSession(option) as sess:

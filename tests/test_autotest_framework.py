@@ -363,8 +363,18 @@ def test_records_hold_the_exercised_op_types_without_the_harness_ops(capsys):
     assert test_relu_train.autotest.last_run.ops == ["relu", "relu_grad"]
     assert test_relu_forward.autotest.last_run.ops == ["relu"]
     out = capsys.readouterr().out
-    assert "autotest test_relu_train: 3 draws (cpu 3), 0 skipped, ops: relu, relu_grad" in out
-    assert "autotest test_relu_forward: 2 draws (cpu 2), 0 skipped, ops: relu" in out
+    # each draw's device is drawn among those present (cpu, and cuda where available): the
+    # record line counts the draws per device, in name order, and they add up to the draws
+    present = {"cpu", "cuda"} if torch.cuda.is_available() else {"cpu"}
+    for test, draws, ops in ((test_relu_train, 3, "relu, relu_grad"), (test_relu_forward, 2, "relu")):
+        name = test.autotest.name
+        line = re.search(rf"^autotest {name}: {draws} draws \(([^)]*)\), 0 skipped, ops: {ops}$", out, re.M)
+        assert line, (name, out)
+        counts = [part.split(" ") for part in line.group(1).split(", ")]
+        devices = [d for d, _ in counts]
+        assert devices == sorted(set(devices)) and set(devices) <= present, line.group(0)
+        assert all(int(n) > 0 for _, n in counts) and sum(int(n) for _, n in counts) == draws, line.group(0)
+        assert {d: int(n) for d, n in counts} == test.autotest.last_run.devices, line.group(0)
     rec = test_relu_train.autotest.record
     assert rec.forward_ops == {"relu"} and rec.backward_ops == {"relu_grad"} and rec.draws >= 3
     here = os.path.dirname(os.path.abspath(__file__))

@@ -229,14 +229,16 @@ _CHILD = textwrap.dedent("""
     from graphfront.framework.session import default_session
     cfg = flow.FunctionConfig()
     cfg.compile_mode("native")
+    # the whole job on the CPU, its inputs and update ops too: this process lacks the suite's
+    # CPU default placement (tests/conftest.py), and native is refused for a job on a GPU
+    cfg.default_placement_scope(flow.scope.placement("cpu", "0:0"))
 
     @flow.global_function(type="train", function_config=cfg)
     def mlp(x: tp.Numpy.Placeholder((4, 8), dtype=flow.float),
             y: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
-        with flow.scope.placement("cpu", "0:0"):
-            h = flow.layers.dense(x, 8, activation=flow.nn.relu, name="fc0")
-            h = flow.layers.dense(h, 3, name="fc1")
-            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, h, name="loss")
+        h = flow.layers.dense(x, 8, activation=flow.nn.relu, name="fc0")
+        h = flow.layers.dense(h, 3, name="fc1")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, h, name="loss")
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
         return loss
 

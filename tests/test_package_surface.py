@@ -57,6 +57,22 @@ def test_doctor_reports_versions_devices_and_data():
     assert "protobuf" in text and "numpy" in text
 
 
+def test_doctor_reports_the_imported_modules_version_with_its_build_tag(monkeypatch):
+    """A CUDA build of torch says ``2.11.0+cu130`` in ``torch.__version__`` while its
+    distribution metadata may say ``2.11.0``: the doctor reports the module's; a module
+    without ``__version__`` (or not imported) falls back to the metadata."""
+    from importlib.metadata import version
+    import tabulate
+    import torch
+    monkeypatch.setattr(torch, "__version__", "9.8.7+cu999")
+    monkeypatch.delattr(tabulate, "__version__", raising=False)
+    monkeypatch.delitem(sys.modules, "psutil", raising=False)
+    rows = {(section, item): value for section, item, value in cli.doctor_rows()}
+    assert rows[("required", "torch")] == "9.8.7+cu999"
+    assert rows[("required", "tabulate")] == version("tabulate")
+    assert rows[("required", "psutil")] == version("psutil")
+
+
 def test_doctor_names_the_data_sources(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHFRONT_DATA_DIR", str(tmp_path / "nowhere"))
     monkeypatch.setattr(datasets, "FASHION_MNIST_DEBIAN_DIR", str(tmp_path / "no-debian"))

@@ -372,6 +372,55 @@ def test_disk_cache_serves_the_same_job_only(tmp_path):
     assert other_batch[0] == 0 and other_batch[1] != cold[1]
 
 
+def _conv_dense_step():
+    """A one-step train job of a convolution and a dense layer, on the CPU, compiled by XLA: its plan."""
+    flow.clear_default_session()
+    cfg = _config("xla")
+    cfg.default_placement_scope(flow.scope.placement("cpu", "0:0"))
+
+    @flow.global_function(type="train", function_config=cfg)
+    def conv_dense(x: tp.Numpy.Placeholder((2, 1, 6, 6))) -> tp.Numpy:
+        h = flow.layers.conv2d(x, 2, 3, name="conv")
+        h = flow.layers.dense(flow.reshape(h, (2, -1)), 3, name="fc")
+        loss = flow.math.reduce_mean(h * h)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    conv_dense(np.ones((2, 1, 6, 6), np.float32))
+    return default_session().jobs["conv_dense"].plan
+
+
+def _operand_precisions(plan):
+    """``{(HLO instruction, operand_precision)}`` of the compiled step's matmuls and convolutions."""
+    import re
+    text = plan._step.as_text()  # (the compiled executable's HLO: the step ran once)
+    found = set(re.findall(r"\b(dot|convolution)\(.*?operand_precision=\{(\w+),\w+\}", text))
+    assert {kind for kind, _ in found} == {"dot", "convolution"}, text
+    return found
+
+
+def test_float32_matmuls_and_convolutions_run_in_full_precision():
+    """The step's matmuls and convolutions (forward and gradients) carry precision=HIGHEST,
+    which XLA on a GPU needs to compute float32 as the plan's torch kernels do (its default
+    rounds the operands to TF32); TF32 asked of torch (``enable_tensor_float_32_compute``)
+    lowers it to XLA's TF32 setting for jobs lowered afterwards. (XLA:CPU computes float32 in
+    full either way: this checks the module it is handed.)"""
+    import torch
+    from graphfront.runtime.xla import float32_precision
+    assert torch.get_float32_matmul_precision() == "highest" and float32_precision() == "float32"
+    plan = _conv_dense_step()
+    assert plan.precision == "float32"
+    assert {p for _, p in _operand_precisions(plan)} == {"highest"}
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        flow.config.enable_tensor_float_32_compute(True)
+        plan = _conv_dense_step()
+        assert plan.precision == "tensorfloat32"
+        assert {p for _, p in _operand_precisions(plan)} == {"high"}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    assert float32_precision() == "float32"
+
+
 # ---------------------------------------------------------------- the host data prologue
 
 def _write_text_shards(path, parts=2, per_part=12):

@@ -78,9 +78,11 @@ def _lengths(t):
 
 def _reached(input_lengths, target_lengths, t, width, np_):
     """(N, T, width) mask of the forward variables the recursion computes: steps before
-    ``input_lengths[b]``, states of the first ``2 * target_lengths[b] + 1``."""
-    steps = np_.arange(t)[None, :, None] < input_lengths[:, None, None]
-    return steps & (np_.arange(width)[None, None, :] < 2 * target_lengths[:, None, None] + 1)
+    ``input_lengths[b]``, states of the first ``2 * target_lengths[b] + 1``; ``np_`` is torch
+    (the ranges are made on the lengths' device) or jax.numpy."""
+    on = {"device": input_lengths.device} if np_ is torch else {}
+    steps = np_.arange(t, **on)[None, :, None] < input_lengths[:, None, None]
+    return steps & (np_.arange(width, **on)[None, None, :] < 2 * target_lengths[:, None, None] + 1)
 
 
 def _ctc_loss_kernel(k):

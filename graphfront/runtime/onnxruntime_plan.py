@@ -26,7 +26,13 @@ defaults win — all graph optimizations (``ORT_ENABLE_ALL``), sequential execut
 intra-op thread per physical core with spinning. One intra-op thread was 1.5-1.6x
 slower (LeNet 389 vs 242 us, ResNet 272 vs 176 us), parallel execution 1.7-2.4x slower,
 and disabling spinning or the memory arena made no difference beyond noise; so the
-session is created with default options.
+session is created with default options. One exception: when creating it fails with
+NOT_IMPLEMENTED, the session is created again with basic graph optimizations only
+(``ORT_ENABLE_BASIC``, ONNX-standard rewrites), which runs the converted graph's own
+standard ops (:func:`inference_session`). The extended levels rewrite the graph into
+onnxruntime's contrib (``com.microsoft``) ops, and an onnxruntime build can fuse
+``Sigmoid * Mul`` (silu) into a ``QuickGelu`` that it has no CPU kernel for (session
+creation then fails). A model that fails at basic level too raises that error.
 
 Calls go through an ``IOBinding`` (onnxruntime's documented API for binding inputs and
 outputs to memory the caller owns): every graph input and output is bound once, when
@@ -45,6 +51,8 @@ execution provider runs the model), dynamic (``ListNumpy``) inputs, and a missin
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from graphfront.framework import job_builder as jb
@@ -53,9 +61,11 @@ from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.onnx_export import OnnxExportError, job_to_onnx, missing_converters
 from graphfront.runtime.walk import ScheduleWalk
 
-__all__ = ["OrtPlan", "fastest_providers", "refusal"]
+__all__ = ["OrtPlan", "fastest_providers", "inference_session", "refusal"]
 
 PIP_HINT = "pip install graphfront[onnx]"
+
+logger = logging.getLogger(__name__)
 
 
 # the execution providers ``use_tensorrt(True)`` asks for, fastest first
@@ -71,6 +81,25 @@ def fastest_providers() -> list:
         return ["CPUExecutionProvider"]
     available = set(onnxruntime.get_available_providers())
     return [p for p in FASTEST_FIRST if p in available or p == "CPUExecutionProvider"]
+
+
+def inference_session(model: bytes, providers) -> tuple:
+    """``(onnxruntime.InferenceSession, level)`` of a serialized ONNX model: created with
+    onnxruntime's default options (all graph optimizations, ``level`` ``"all"``), or, when
+    that fails with NOT_IMPLEMENTED (a kernel missing for an op an optimizer fusion made,
+    see the module docstring), with basic graph optimizations only (``level`` ``"basic"``).
+    Raises onnxruntime's error when the basic level fails too."""
+    import onnxruntime as ort
+    from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
+    try:
+        return ort.InferenceSession(model, ort.SessionOptions(), providers=providers), "all"
+    except OrtNotImplemented as e:
+        first = str(e)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    session = ort.InferenceSession(model, options, providers=providers)
+    logger.info("onnxruntime session created with basic graph optimizations: at the default level %s", first)
+    return session, "basic"
 
 
 def refusal(job, gpu=False) -> str | None:
@@ -127,6 +156,9 @@ class OrtPlan(Lowering):
         model: the current ``onnx.ModelProto`` (variables as initializers).
         builds: how many onnxruntime sessions were created (the first call creates one;
             a call after a variable was written converts the job again and creates another).
+        optimization_level: the graph optimizations of the current onnxruntime session,
+            ``"all"`` (the default) or ``"basic"`` (see :func:`inference_session`); None
+            before the first is created.
         takes_numpy: True: ``__call__`` takes numpy arrays.
         gives_numpy: True: ``__call__`` returns a list of new numpy arrays.
 
@@ -169,17 +201,16 @@ class OrtPlan(Lowering):
         self._versions = [t._version for t in tensors]
         self._generation = store.generation
         self._session = None  # the onnxruntime session is created by the next call
+        self.optimization_level = None
 
     def _start(self):
         """Create the onnxruntime session and bind every graph input and output to a buffer."""
-        import onnxruntime as ort
         from onnx.helper import tensor_dtype_to_np_dtype
 
         def buffer(value_info):
             t = value_info.type.tensor_type
             return np.empty([d.dim_value for d in t.shape.dim], tensor_dtype_to_np_dtype(t.elem_type))
-        session = ort.InferenceSession(self.model.SerializeToString(), ort.SessionOptions(),
-                                       providers=self.providers)
+        session, self.optimization_level = inference_session(self.model.SerializeToString(), self.providers)
         binding = session.io_binding()
         graph = self.model.graph  # its inputs and outputs are named after the input and return ops
         graph_values = {v.name: v for v in (*graph.input, *graph.output)}

@@ -76,6 +76,16 @@ cached executables, native code, from that directory: it must be as trusted as t
 installed packages (as TorchInductor's cache of ``compile_mode("native")``); graphfront
 itself reads nothing from it.
 
+Float32 precision. The step is traced under ``jax.default_matmul_precision`` set from
+torch's float32 matmul precision, read when the job is lowered (:func:`float32_precision`):
+full float32 (``"highest"``, torch's default and so graphfront's) makes every matmul and
+convolution of the step carry ``precision=HIGHEST``, so on a GPU, where XLA's default
+rounds float32 operands to TF32, the step computes what the per-op plan's torch kernels
+compute (TF32 stays off there unless asked). ``flow.config.enable_tensor_float_32_compute()``
+(torch's ``"high"``) gives TF32, torch's ``"medium"`` bfloat16, as in torch's matmuls; the
+convolutions follow the same setting (torch's cuDNN ones follow
+``torch.backends.cudnn.allow_tf32`` instead). XLA:CPU computes float32 in full either way.
+
 Dtypes: jax runs with 64-bit types enabled (``jax_enable_x64``), so int64 and float64
 blobs keep their dtypes, as in the other lowerings. That setting is global to the process.
 
@@ -130,6 +140,18 @@ def import_jax():
         jax.config.update("jax_compilation_cache_dir", path)
         compilation_cache.reset_cache()
     return jax
+
+
+#: torch's float32 matmul precision (``torch.get_float32_matmul_precision()``) -> the name
+#: ``jax.default_matmul_precision`` takes for the same arithmetic
+_FLOAT32_PRECISION = {"highest": "float32", "high": "tensorfloat32", "medium": "bfloat16"}
+
+
+def float32_precision() -> str:
+    """The ``jax.default_matmul_precision`` an XLA step is traced with (module docstring):
+    ``"float32"`` (full precision) unless torch's float32 matmul precision was lowered
+    (``"tensorfloat32"`` for ``"high"``, ``"bfloat16"`` for ``"medium"``)."""
+    return _FLOAT32_PRECISION.get(torch.get_float32_matmul_precision(), "float32")
 
 
 def _on_event(event, **kwargs):
@@ -283,6 +305,9 @@ class XlaPlan(Lowering):
         compile_seconds: wall time of tracing and compiling the step on the first call (or
             loading it from the disk cache), without running it.
         cache_hits: persistent-cache hits during that compile (> 0: loaded from disk).
+        precision: the ``jax.default_matmul_precision`` of the step's matmuls and convolutions
+            (:func:`float32_precision`, read when the job is lowered): ``"float32"`` unless
+            torch's float32 matmul precision was lowered.
         takes_numpy: True: feeds are passed as numpy arrays (no torch conversion).
     """
 
@@ -321,7 +346,8 @@ class XlaPlan(Lowering):
         self.variables = JaxVariables.of(variables)
         # (the rules are made first: a rule drawing its kernel's seed from torch's generator, as
         # decode_random's, draws it in the same order as the per-op plan's kernels)
-        step, self.lr_ops, self.checks = builder.build(jax, self.mutable_names, self.const_names)
+        self.precision = float32_precision()
+        step, self.lr_ops, self.checks = builder.build(jax, self.mutable_names, self.const_names, self.precision)
         self.has_random = any(_is_random(op) for op in order)
         self.key = None
         if self.has_random:  # the key's raw bits, drawn on the host (no XLA computation before the step's
@@ -437,10 +463,11 @@ class _StepBuilder(ScheduleWalk):
         self.lr_ops = []  # (learning_rate_schedule_conf, train-step variable name), fed as learning_rates
         self.checks = xla_rules.StepChecks()
 
-    def build(self, jax, mutable_names, const_names):
+    def build(self, jax, mutable_names, const_names, precision="float32"):
         """``(step, lr_ops, checks)``: the pure step function of the job (module docstring),
         the learning-rate ops fed to it, and the StepChecks its rules report (filled each
-        time the step is traced)."""
+        time the step is traced). ``precision``: the ``jax.default_matmul_precision`` the
+        step is traced with (:func:`float32_precision`)."""
         self.mutable_index = {n: i for i, n in enumerate(mutable_names)}
         self.const_index = {n: i for i, n in enumerate(const_names)}
         self.walk()
@@ -464,7 +491,9 @@ class _StepBuilder(ScheduleWalk):
             # The jnp functions the rules call are jitted functions of their own; with jit disabled
             # while the step is traced they add their operations straight to the step's jaxpr instead
             # of each being traced as a nested jit first: about half the tracing time in a fresh process.
-            with jax.disable_jit():
+            # The precision is set while tracing: each matmul and convolution records it in the module
+            # (whatever context the step is later called in).
+            with jax.disable_jit(), jax.default_matmul_precision(precision):
                 return step(*args)
 
         return flat_step, self.lr_ops, checks
@@ -524,7 +553,7 @@ class _StepBuilder(ScheduleWalk):
 
         def call(t):
             env = t.env
-            args = [[env[l] for l in lbns] if rep else (env[lbns[0]] if lbns else None) for lbns, rep in ins]
+            args = [[env[lbn] for lbn in lbns] if rep else (env[lbns[0]] if lbns else None) for lbns, rep in ins]
             if random:
                 t.key, sub = t.jax.random.split(t.key)
                 args.insert(0, sub)

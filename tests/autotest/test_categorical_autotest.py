@@ -23,4 +23,4 @@ def test_categorical_ordinal_encoder(check):
     x = check.rng.integers(0, 40, size=shape).astype(dtype) * int(check.rng.choice([1, 7, 1000003]))
     capacity = len(np.unique(x)) + int(check.rng.integers(0, 4))
     check(graphfront=lambda flow, x: flow.layers.categorical_ordinal_encoder(x, capacity),
-          torch=lambda torch, x: torch.from_numpy(_ordinals(x.numpy())), x=constant(x))
+          torch=lambda torch, x: torch.from_numpy(_ordinals(x.cpu().numpy())).to(x.device), x=constant(x))

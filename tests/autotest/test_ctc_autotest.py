@@ -59,9 +59,9 @@ def test_ctc_greedy_decoder(check):
     lengths = check.rng.integers(0, t + 1, size=n).astype(np.int64)
     merge = bool(check.rng.random() < 0.5)
 
-    def th(torch, lp, il):
-        d, s = _greedy_ref(lp.numpy(), il.numpy(), merge)
-        return [torch.from_numpy(d), torch.from_numpy(s)]
+    def th(torch, lp, il):  # (a CUDA draw's tensors are copied to the host for the reference)
+        d, s = _greedy_ref(lp.cpu().numpy(), il.cpu().numpy(), merge)
+        return [torch.from_numpy(d).to(lp.device), torch.from_numpy(s).to(lp.device)]
 
     check(graphfront=lambda flow, lp, il: list(flow.nn.ctc_greedy_decoder(lp, il, merge_repeated=merge)),
           torch=th, lp=constant(lp), il=constant(lengths))

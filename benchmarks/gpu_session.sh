@@ -3,11 +3,12 @@
 # (every step under its own `timeout`, so a hang still returns the rest; a call made within
 # 30 s of the last finds the machine warm):
 #
-#   bash benchmarks/gpu_session.sh all      # the suite, then ResNet-50 and BERT (plan, kernel profiles,
-#                                           # against torch eager and torch.compile): about 7 minutes
-#   bash benchmarks/gpu_session.sh more     # MLP and LeNet steps against the peers, ResNet-50 native: about 6
-#   bash benchmarks/gpu_session.sh native   # BERT native against torch.compile
-#   bash benchmarks/gpu_session.sh tests    # the suite only
+#   bash benchmarks/gpu_session.sh all          # the suite, then ResNet-50 (NHWC) and BERT (plan, kernel profiles,
+#                                               # against torch eager and torch.compile): about 5 minutes
+#   bash benchmarks/gpu_session.sh more         # MLP and LeNet (b100, b1000) steps against the peers: about 3
+#   bash benchmarks/gpu_session.sh native       # ResNet-50 native against torch.compile: about 5
+#   bash benchmarks/gpu_session.sh native-bert  # BERT native against torch.compile: about 5
+#   bash benchmarks/gpu_session.sh tests        # the suite only
 #
 # Run from the project's root on the device machine, after `bash benchmarks/gpu_prepare.sh`
 # here (carry [".gpu"]): its wheels are installed to /tmp/site and its Fashion-MNIST files
@@ -61,16 +62,17 @@ case $part in
     step 150 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 2
     step 150 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 2 ;;
   more)
-    step 90 python3 benchmarks/peers.py --device gpu --workloads mlp_train,lenet_train --rounds 3 --steps 30 \
+    step 150 python3 benchmarks/peers.py --device gpu --workloads mlp_train,lenet_train --rounds 3 --steps 30 \
       --only graphfront-plan,torch-eager,torch-compile-ro,jax-jit
-    step 50 python3 benchmarks/peers.py --device gpu --workloads lenet_train --lenet-batch 1000 --rounds 3 --steps 20 \
-      --only graphfront-plan,torch-compile-ro,jax-jit
-    step 240 python3 benchmarks/resnet50.py --device gpu --modes native --only graphfront-native,torch-compile --rounds 2 ;;
+    step 60 python3 benchmarks/peers.py --device gpu --workloads lenet_train --lenet-batch 1000 --rounds 3 --steps 20 \
+      --only graphfront-plan,torch-compile-ro,jax-jit ;;
   native)
-    step 270 python3 benchmarks/bert_pretrain.py --device gpu --modes native --only graphfront-native,torch-compile --rounds 2 ;;
+    step 300 python3 benchmarks/resnet50.py --device gpu --modes native --only graphfront-native,torch-compile --rounds 2 ;;
+  native-bert)
+    step 300 python3 benchmarks/bert_pretrain.py --device gpu --modes native --only graphfront-native,torch-compile --rounds 2 ;;
   tests)
     tests ;;
-  *) echo "usage: bash benchmarks/gpu_session.sh all|more|native|tests"; exit 2 ;;
+  *) echo "usage: bash benchmarks/gpu_session.sh all|more|native|native-bert|tests"; exit 2 ;;
 esac
 echo "=== end [+${SECONDS}s]"
 } 2>&1 | tee "$log"

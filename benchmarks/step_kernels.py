@@ -21,8 +21,11 @@ allocations (``view``, ``permute``, ``empty``, ...), a close proxy for kernel la
 
 Printed: kernels per step of each side, their ratio (lower is better for graphfront), the
 calls of graphfront's step that made a tensor on the host or copied one in (none expected: on
-a GPU they would be host work inside the step and would break its CUDA-graph capture) and
-graphfront's most frequent aten calls with the ops that make them.
+a GPU they would be host work inside the step and would break its CUDA-graph capture),
+graphfront's memory traffic per step (GB: the bytes of every kernel call's tensor inputs and
+outputs at the GPU sizes, matrix products included; an estimate of the HBM traffic that bounds
+a step made of memory-bound kernels, whatever the caches save) and graphfront's most frequent
+aten calls with the ops that make them.
 """
 import argparse
 import collections
@@ -63,6 +66,7 @@ class Kernels(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.count, self.where, self.host = collections.Counter(), collections.Counter(), []
+        self.bytes = 0   # of the kernel calls' tensor inputs and outputs
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = func.overloadpacket.__name__
@@ -73,6 +77,8 @@ class Kernels(TorchDispatchMode):
         host = bool(made - {"meta"}) or (name in ("_to_copy", "copy_", "copy") and "cpu" in read)
         if kernel:
             self.count[name] += 1
+            self.bytes += sum(t.numel() * t.element_size() for t in pytree.tree_leaves((args, kwargs, out))
+                              if isinstance(t, torch.Tensor))
         if kernel or host:  # (the stack is walked only for the calls it is recorded for)
             source = _graphfront_source()
             if kernel and source is not None:
@@ -207,11 +213,11 @@ def main(argv=None):
         gf, pt = {"resnet50": resnet, "bert": bert, "lenet": lenet}[model](o)
         n_gf, n_pt = sum(gf.count.values()), sum(pt.count.values())
         counts[model] = n_gf, n_pt, gf.host
-        rows.append([model, n_gf, n_pt, f"{n_gf / n_pt:.2f}", len(gf.host)])
+        rows.append([model, n_gf, n_pt, f"{n_gf / n_pt:.2f}", len(gf.host), f"{gf.bytes / 1e9:.2f}"])
         details.append((model, gf.where.most_common(o.top)))
     print(f"torch {torch.__version__}; aten calls per steady train step other than views (a proxy for GPU kernels)")
     print(tabulate(rows, headers=["model", "graphfront plan (meta device)", "PyTorch eager (CPU)", "ratio",
-                                  "graphfront host calls"], disable_numparse=True))
+                                  "graphfront host calls", "graphfront GB moved"], disable_numparse=True))
     for model, (_, _, host) in counts.items():
         if host:
             print(f"{model}: graphfront's step made or copied in host tensors: {host[:10]}")

@@ -222,6 +222,63 @@ def test_fuse_scalar_mul_matmul_folds_scales_into_alpha_as_torch():
     assert -3.0 in alphas and 0.125 in alphas
 
 
+def _residual_train(config):
+    """A forward ``add_n`` (dropout output + the input) and a gradient ``add_n`` (two matmuls
+    reading ``h``): both fusable into ``_add_to_output``."""
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((6, 8))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            init = flow.random_normal_initializer(stddev=0.3)
+            v = flow.get_variable("v", (6, 8), initializer=flow.ones_initializer())
+            w1, w2 = (flow.get_variable(n, (8, 8), initializer=init) for n in ("w1", "w2"))
+            h = x * v
+            a, b = flow.matmul(h, w1), flow.matmul(h, w2)
+            loss = flow.math.reduce_mean((flow.nn.dropout(a, rate=0.25) + x) * b)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    return job
+
+
+def test_fuse_add_to_output_moves_each_two_input_add_n_into_its_producer():
+    x = RNG.standard_normal((6, 8)).astype(np.float32)
+    on = _run(_residual_train, (x,), steps=3)
+    off = _run(_residual_train, (x,), steps=3, disabled=["fuse_add_to_output"])
+    _check_same(on, off)
+    assert "fuse_add_to_output" in on[3] and "fuse_add_to_output" not in off[3]
+    assert off[2].count("add_n") == 2 and "add_n" not in on[2]
+    flow.clear_default_session()
+    job = _residual_train(_config())
+    job.compiled_job
+    fused = {jb.op_type_name(op) for op in job.graph.proto.net.op if "_add_to_output" in op.user_conf.input}
+    assert fused == {"dropout", "matmul"}
+    # the config's explicit False keeps every add_n
+    flow.clear_default_session()
+    config = _config()
+    config.enable_fuse_add_to_output(False)
+    job = _residual_train(config)
+    assert _types(job).count("add_n") == 2 and "fuse_add_to_output" not in job.graph.passes
+    with pytest.raises(TypeError, match="expects a bool"):
+        config.enable_fuse_add_to_output(1)
+
+
+def test_dropout_adds_its_add_to_output_in_the_mask_scale_kernel():
+    """dropout with ``_add_to_output``: ``add_to + x * mask * scale`` in one ``addcmul``."""
+    b = UserOpConfBuilder("d", prefix=False).Op("dropout").Input("in", ["x/0"]).Input("mask", ["m/0"]) \
+        .Input("_add_to_output", ["r/0"]).Output("out").Attr("scale", 1 / 0.75)
+    b.CheckAndComplete()
+    descs = {"x/0": jb.TensorDesc((32,), flow.float32), "m/0": jb.TensorDesc((32,), flow.int8),
+             "r/0": jb.TensorDesc((32,), flow.float32)}
+    from graphfront.ops import registry
+    kernel = registry.lookup("dropout").kernel(KernelCtx(b.op_conf, descs, torch.device("cpu")))
+    g = torch.Generator().manual_seed(2)
+    x, r = torch.randn(32, generator=g), torch.randn(32, generator=g)
+    mask = (torch.rand(32, generator=g) > 0.25).to(torch.int8)
+    with _AtenCalls() as calls:
+        out = kernel(x, mask, r)
+    assert calls.count["addcmul"] == 1 and sum(calls.count.values()) == 1, calls.count
+    torch.testing.assert_close(out, r + x * mask / 0.75, rtol=1e-6, atol=1e-7)
+
+
 def _const_predict(config):
     @flow.global_function(function_config=config)
     def job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:

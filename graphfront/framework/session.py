@@ -203,6 +203,25 @@ class FunctionConfig:
         """
         self._passes = bool(value)
 
+    def enable_fuse_add_to_output(self, value=True) -> None:
+        """Whether the add-to-output fusion runs for the job (``JobConfigProto.enable_fuse_add_to_output``,
+        OneFlow's ``FuseAddToOutputPass``): an ``add_n`` of two blobs, one of them made by an op
+        taking an ``_add_to_output`` input (matmuls, dropout, normalization, the layer-norm
+        and conv data gradients) and read by nothing else, becomes that op adding the other
+        blob in its own kernel. Unset, graphfront runs it as its other fusions (OneFlow's
+        default is off; OneFlow-Benchmark's ResNet-50 and BERT jobs turn it on); ``False``
+        keeps every ``add_n``. Results differ from the unfused job by float rounding at most.
+
+        Args:
+            value: bool; default True.
+
+        Raises:
+            TypeError: ``value`` is not a bool.
+        """
+        if not isinstance(value, bool):
+            raise TypeError(f"FunctionConfig.enable_fuse_add_to_output expects a bool, received {value!r}")
+        self.job_config_proto.enable_fuse_add_to_output = value
+
     @property
     def train(self):
         """Training settings of the job.

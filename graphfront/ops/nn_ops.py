@@ -702,6 +702,10 @@ def _check_dropout_mask(ctx, x_arg):
 
 def _dropout_infer(ctx):
     x = _check_dropout_mask(ctx, "in")
+    if ctx.has_input("_add_to_output"):
+        d = ctx.input("_add_to_output")
+        ctx.check(d.shape == x.shape and d.dtype is x.dtype,
+                  f"input '_add_to_output' expected {x.dtype.name} of shape {x.shape}, received {d.dtype.name} {d.shape}")
     ctx.set_output("out", x.shape, x.dtype)
 
 
@@ -715,11 +719,11 @@ def _mask_scale(k, x_arg):
 
 
 def _dropout_kernel(k):
-    mask_scale = _mask_scale(k, "in")
+    """``x * mask * scale``, plus ``_add_to_output`` in the same ``addcmul`` where given."""
+    mask_scale, scale = _mask_scale(k, "in"), k.attr("scale")
 
     def dropout(x, mask, add_to):
-        out = mask_scale(x, mask)
-        return out if add_to is None else out + add_to
+        return mask_scale(x, mask) if add_to is None else torch.addcmul(add_to, x, mask, value=scale)
     return dropout
 
 
@@ -747,8 +751,9 @@ def _mask_scale_onnx(x, out):
 
 op("dropout", inputs=["in", "mask", "_add_to_output?"], outputs=["out"], attrs={"scale": ("float", 0.0)},
    infer=_dropout_infer, kernel=_dropout_kernel, xla=_dropout_xla, onnx=_mask_scale_onnx("in", "out"),
-   grad=lambda g: g.set_grad("in", g.emit("dropout_grad", {"dy": g.dout("out"), "mask": g.input("mask")},
-                                          {"scale": g.attr("scale")})),
+   grad=lambda g: (g.set_grad("in", g.emit("dropout_grad", {"dy": g.dout("out"), "mask": g.input("mask")},
+                                           {"scale": g.attr("scale")})),
+                   g.needs("_add_to_output") and g.set_grad("_add_to_output", g.dout("out"))),
    amp="gray", sbp=_sbp.elementwise())
 
 

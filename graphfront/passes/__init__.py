@@ -21,9 +21,9 @@ from graphfront.passes.autograd import autograd
 from graphfront.passes.cleanup import prune_dead_ops
 from graphfront.passes.fold import fold_constants
 from graphfront.passes.indexed_slices import indexed_slices_optimizer
-from graphfront.passes.fusion import (fold_batch_norm, fuse_bias_add, fuse_bias_add_relu, fuse_cast_scale,
-                                      fuse_conv_grads, fuse_layer_norm_grads, fuse_max_pool_grad, fuse_scalar_chains,
-                                      fuse_scalar_mul_matmul, fuse_update_ops)
+from graphfront.passes.fusion import (fold_batch_norm, fuse_add_to_output, fuse_bias_add, fuse_bias_add_relu,
+                                      fuse_cast_scale, fuse_conv_grads, fuse_layer_norm_grads, fuse_max_pool_grad,
+                                      fuse_scalar_chains, fuse_scalar_mul_matmul, fuse_update_ops)
 from graphfront.passes.optimizer import optimizer
 from graphfront.passes.qat import quantization_aware_training
 from graphfront.passes.ssp import add_ssp_variable_proxy
@@ -34,7 +34,7 @@ REQUIRED_PASSES = [unroll_time_shape, quantization_aware_training, auto_mixed_pr
                    add_ssp_variable_proxy, indexed_slices_optimizer]
 CLEANUP_PASSES = [prune_dead_ops, fold_constants, fuse_cast_scale, fuse_update_ops, fuse_scalar_chains, fuse_bias_add,
                   fuse_scalar_mul_matmul, fold_batch_norm, fuse_bias_add_relu, fuse_conv_grads, fuse_layer_norm_grads, fuse_max_pool_grad,
-                  group_update_ops, group_scalar_mul_by_tensor, prune_dead_ops]
+                  fuse_add_to_output, group_update_ops, group_scalar_mul_by_tensor, prune_dead_ops]
 COMPLETION_LOG = "__completion_log__"
 DISABLED_PASSES = "graphfront_disabled_passes"
 

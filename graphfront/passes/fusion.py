@@ -36,6 +36,11 @@ pass                              rewrite
 :func:`fuse_layer_norm_grads`     ``layer_norm_param_grad`` whose ``normalized_diff`` only
                                   ``layer_norm_grad`` reads (parameters over the normalized
                                   axes) becomes, with it, ``fused_layer_norm_grad``
+:func:`fuse_add_to_output`        (OneFlow's ``FuseAddToOutputPass``) an ``add_n`` of two
+                                  blobs, one the output of an op taking ``_add_to_output``
+                                  (matmuls, dropout, normalization, the layer-norm and conv
+                                  data gradients) read by nothing else, becomes that op
+                                  adding the other blob in its own kernel
 :func:`fuse_max_pool_grad`        ``tf_max_pool_*`` with its ``tf_max_pool_*_grad`` becomes
                                   ``fused_tf_max_pool_*`` (+ ``indices``) and
                                   ``fused_tf_max_pool_*_grad``, which also takes over a
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 from graphfront.ops import registry
 from graphfront.passes.rewrite import Net, has_op_types, single_input, single_output, user_type
+from graphfront.runtime import walk
 
 
 def _order(job):
@@ -500,6 +506,59 @@ def fuse_layer_norm_grads(job):
             net.drop_unread_output(norm, "normalized")
         changed = True
     return net.finish() if changed else job
+
+
+# ------------------------------------------------------------------ add to output
+
+def fuse_add_to_output(job):
+    """(OneFlow's ``FuseAddToOutputPass``) ``add_n(x, addend)`` where ``x`` is the first
+    output of an op that takes an ``_add_to_output`` input (``matmul``, ``batch_matmul``,
+    ``broadcast_matmul*``, ``dropout``, ``normalization``, ``layer_norm_grad``,
+    ``conv_data_grad`` and their fused forms), read by nothing but the ``add_n`` -> that op
+    with ``_add_to_output = addend``, the ``add_n`` removed. The op's kernel adds the addend
+    itself: a matmul in its GEMM's epilogue (``beta = 1``), dropout in its mask-and-scale
+    kernel, so the sum costs no pass over memory. Only two-input ``add_n``s whose op and
+    producer share a placement are rewritten, where the addend is made before the op in the
+    job's order (so no cycle is made and the order stays producers-first); with both inputs
+    eligible the later producer takes the earlier one's blob. Skipped when the job sets
+    ``enable_fuse_add_to_output(False)`` (unset: on, as the other fusions)."""
+    if not has_op_types(job, ("add_n",)):
+        return job
+    net = Net(job)
+    pos = {op.name: i for i, op in enumerate(job.net.op)}
+    placements = walk.placements_of(job)
+    changed = False
+    for op in _order(job):
+        if user_type(op) != "add_n" or len(op.user_conf.input["in"].s) != 2:
+            continue
+        out = single_output(op, "out")
+        if out in net.protected:
+            continue
+        ins = list(op.user_conf.input["in"].s)
+        producers = [net.producer_op(lbn) for lbn in ins]
+        # candidates: (the op taking the addend, its output read here, the addend), later producer first
+        for i in sorted(range(2), key=lambda i: -pos.get(getattr(producers[i], "name", ""), -1)):
+            prod, x, addend = producers[i], ins[i], ins[1 - i]
+            t = user_type(prod)
+            if t is None:
+                continue
+            opdef = registry.lookup(t)
+            other = net.producer_op(addend)
+            if opdef.input_def("_add_to_output") is None or "_add_to_output" in prod.user_conf.input or \
+                    single_output(prod, opdef.outputs[0].name) != x or net.sole_reader(x) is not op or \
+                    (other is not None and pos[other.name] >= pos[prod.name]) or \
+                    (prod.device_tag, placements.get(prod.name)) != (op.device_tag, placements.get(op.name)):
+                continue
+            net.add_input(prod, "_add_to_output", addend)
+            net.redirect(out, x)
+            net.remove(op.name)
+            changed = True
+            break
+    return net.finish() if changed else job
+
+
+fuse_add_to_output.is_enabled = lambda job: (not job.job_conf.HasField("enable_fuse_add_to_output")
+                                             or job.job_conf.enable_fuse_add_to_output)
 
 
 # ------------------------------------------------------------------ max pooling

@@ -142,6 +142,26 @@ def test_transpose_forward_and_grad():
     check(lambda x: flow.transpose(x, perm=[2, 0, 1]), lambda x: x.permute(2, 0, 1) * 1, rand(2, 3, 4))
 
 
+@pytest.mark.parametrize("perm, view", [((1, 0), True), ((0, 2, 1), True), ((0, 1, 3, 2), True),
+                                        ((0, 2, 1, 3), False), ((2, 0, 1), False)])
+def test_transpose_writes_out_a_permutation_its_gemm_readers_cannot_take(perm, view):
+    """transpose's kernel: a (batch of) matrix transpose stays a view of its input; any other
+    permutation is one contiguous copy (its readers then copy nothing)."""
+    from graphfront.framework import job_builder as jb
+    from graphfront.ops.builder import UserOpConfBuilder
+    from graphfront.runtime.plan import KernelCtx
+    shape = (2, 3, 4, 5)[:len(perm)]
+    x = torch.arange(float(np.prod(shape))).reshape(shape)
+    b = UserOpConfBuilder("t", prefix=False).Op("transpose").Input("input", ["x/0"]).Output("output") \
+        .Attr("perm", list(perm))
+    b.CheckAndComplete()
+    kernel = registry.lookup("transpose").kernel(KernelCtx(b.op_conf, {"x/0": jb.TensorDesc(tuple(x.shape), flow.float32)},
+                                                         torch.device("cpu")))
+    out = kernel(x)
+    assert torch.equal(out, x.permute(perm))
+    assert (out.data_ptr() == x.data_ptr()) is view and out.is_contiguous() is not view
+
+
 def test_concat_split_stack_forward_and_grad():
     a, b, c = rand(2, 3), rand(2, 1), rand(2, 4)
     check(lambda a, b, c: flow.concat([a, b, c], axis=-1) * flow.concat([c, a, b], axis=1),

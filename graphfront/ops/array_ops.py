@@ -201,8 +201,20 @@ def _transpose_sbp(ctx):
         [{"input": _sbp.P, "output": _sbp.P}]
 
 
+def _transpose_kernel(k):
+    """A matrix's transpose, or a batch of matrices' (the last two axes swapped), is a view:
+    GEMMs read it as it is. Any other permutation is written out contiguous once, as
+    OneFlow's transpose kernel does (attention heads' ``[0, 2, 1, 3]``, say): its readers
+    (batched GEMMs, reshapes) would otherwise each copy it, elementwise ones read it strided."""
+    perm = tuple(k.attr("perm"))
+    n = len(perm)
+    if perm[:n - 2] == tuple(range(n - 2)):
+        return lambda x: x.permute(perm)
+    return lambda x: x.permute(perm).contiguous()
+
+
 op("transpose", inputs=["input"], outputs=["output"], attrs={"perm": "list_int32"}, infer=_transpose_infer,
-   kernel=lambda k: (lambda x, p=tuple(k.attr("perm")): x.permute(p)), grad=_transpose_grad, view=True,
+   kernel=_transpose_kernel, grad=_transpose_grad, view=True,
    sbp=_transpose_sbp,
    xla=lambda k: (lambda x, p=tuple(k.attr("perm")): x.transpose(p)),
    onnx=lambda c: c.node("Transpose", [c.input("input")], [c.output("output")], perm=list(c.attr("perm"))), amp="clear")

@@ -2,8 +2,8 @@
 
 Inductor compiles are slow on a small machine, so this file compiles few jobs: the LeNet
 train job (outputs and updated variables over three steps against the plan's), the LeNet
-predict job served by an InferenceSession from a saved model, and a small MLP step twice
-in fresh processes for the on-disk cache.
+predict job served by an InferenceSession from a saved model, a small MLP step twice
+in fresh processes for the on-disk cache, and a small ResNet-50 example step.
 """
 import os
 import subprocess
@@ -299,3 +299,33 @@ def test_the_variables_of_a_native_step_are_static_inputs(tmp_path, monkeypatch)
     assert losses[2] < losses[1] < losses[0]
     assert {name: t.data_ptr() for name, t in tensors.items()} == storage
     assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_resnet50_example_with_one_pixel_maps_trains_in_one_graph(tmp_path, monkeypatch):
+    """The ResNet-50 example (OneFlow-Benchmark's synthetic mode, one block per stage, a
+    quarter of the channels) at 32x32, whose last stage's maps are 1x1: the CPU conv
+    kernels' dense-strides guard rewrites such tensors' strides, traceably (Dynamo refuses
+    ``Tensor.storage_offset()``), so the whole train step is one Dynamo graph whose loss
+    falls as the plan's."""
+    import importlib.util
+    from torch._dynamo.utils import counters
+    monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))   # (its helper modules)
+    spec = importlib.util.spec_from_file_location("bench_resnet50", os.path.join(ROOT, "benchmarks", "resnet50.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    a = bench.parse(["--device", "cpu", "--batch-size", "2", "--image-size", "32", "--block-counts", "1,1,1,1",
+                     "--width", "0.25"])
+    losses = {}
+    for mode in ("plan", "native"):
+        flow.clear_default_session()
+        flow.manual_seed(0)
+        counters.clear()
+        job = bench.graphfront_job(bench.example_args(a, mode), f"TrainNet_{mode}")
+        assert isinstance(job.compiled_job.plan, NativePlan if mode == "native" else Plan)
+        losses[mode] = [float(np.asarray(job()).reshape(-1)[0]) for _ in range(3)]
+    assert counters["stats"]["unique_graphs"] == 1
+    # the synthetic batches differ (native draws from torch's generator): both start near
+    # ln(1000) (label smoothing 0.1 over 1000 classes) and both fall
+    for mode, got in losses.items():
+        assert np.all(np.isfinite(got)) and abs(got[0] - np.log(1000)) < 1.0 and got[2] < got[0], (mode, got)

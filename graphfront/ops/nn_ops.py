@@ -107,7 +107,7 @@ def dense(t):
     if not t.is_contiguous():
         return t.contiguous()
     standard = _standard_strides(t.shape)
-    return t if t.stride() == standard else t.as_strided(t.shape, standard, t.storage_offset())
+    return t if t.stride() == standard else t.as_strided(t.shape, standard)  # (its storage offset kept)
 
 
 def _standard_strides(shape):

@@ -293,24 +293,34 @@ def test_bert_fp16_skips_overflowing_steps_then_trains_as_pytorch(device):
 
 @pytest.mark.cuda
 @cuda
+@pytest.mark.parametrize("mode", ["plan", "native"])
 @pytest.mark.parametrize("model", ["resnet50", "bert"])
-def test_benchmark_models_amp_steps_replay_as_cuda_graphs(model):
+def test_benchmark_models_amp_steps_replay_as_cuda_graphs(model, mode, monkeypatch, tmp_path):
     """The benchmarks' configurations on a GPU (AMP float16 with dynamic loss scaling; the
     ResNet-50 example's synthetic data made in the job, channels-last; BERT fed one batch)
-    are captured: after the warm-up call each step replays one CUDA graph (a capture that
-    fails is reported by ``uses_cuda_graph``), and its losses are finite. (That such steps
-    never wait on the host is checked on smaller jobs of the same ops in test_cuda.py.)"""
+    are captured, by the per-op plan and by the native lowering (Inductor; offered on a GPU
+    to be measured there): after the warm-up call each step replays one CUDA graph (a
+    capture that fails is reported by ``uses_cuda_graph``; native's step is one Dynamo
+    graph), and its losses are finite. (That such steps never wait on the host is checked
+    on smaller jobs of the same ops in test_cuda.py.)"""
+    from torch._dynamo.utils import counters
+    monkeypatch.setenv("GRAPHFRONT_NATIVE_ON_GPU", "1")
+    monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path))
+    counters.clear()
     flow.manual_seed(0)
     if model == "resnet50":
-        args = _resnet_args(device="gpu", use_fp16=True, channel_last=True, batch_size_per_device=8)
+        args = _resnet_args(device="gpu", use_fp16=True, channel_last=True, batch_size_per_device=8,
+                            compile_mode=mode)
         job, feeds, key = r50.make_train_job(args), (), "loss"
     else:
-        args = _bert_args(device="gpu", use_fp16=True)
+        args = _bert_args(device="gpu", use_fp16=True, compile_mode=mode)
         job, key = pretrain.make_pretrain_job(args), "total_loss"
         feeds = pretrain.feeds(pretrain.synthetic_batch(args, seed=1))
     losses = [float(job(*feeds)[key].reshape(-1)[0]) for _ in range(5)]
     assert job.compiled_job.plan.uses_cuda_graph
     assert np.isfinite(losses).all()
+    if mode == "native":
+        assert counters["stats"]["unique_graphs"] == 1
 
 
 def test_bert_warmup_from_zero_holds_the_loss_as_oneflow_benchmark_defaults_do():

@@ -279,6 +279,30 @@ def test_dropout_adds_its_add_to_output_in_the_mask_scale_kernel():
     torch.testing.assert_close(out, r + x * mask / 0.75, rtol=1e-6, atol=1e-7)
 
 
+def test_dropout_passes_its_gradient_to_its_add_to_output():
+    """A dropout built with ``_add_to_output`` (as OneFlow's pass leaves it, or by hand)
+    differentiates ``out = addend + in * mask * scale`` in the addend too: d out/d addend = 1."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train", function_config=_config())
+    def job(x: tp.Numpy.Placeholder((8,))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            v = flow.get_variable("v", (8,), initializer=flow.zeros_initializer())
+            mask = flow.nn.random_mask_like(x, 0.5, seed=3)
+            out = user_op_builder("d").Op("dropout").Input("in", [x]).Input("mask", [mask]) \
+                .Input("_add_to_output", [v]).Output("out").Attr("scale", 2.0).Build().InferAndTryRun() \
+                .RemoteBlobList()[0]
+            loss = flow.math.reduce_sum(out * out) * 0.5
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return out
+    x = RNG.standard_normal(8).astype(np.float32)
+    out = job(x)
+    kept = out != 0
+    assert 0 < kept.sum() < 8   # (the mask drops some)
+    # d loss / d v = out (with v = 0): one SGD step moves v to -0.1 * out
+    np.testing.assert_allclose(flow.get_all_variables()["v"].numpy(), -0.1 * out, rtol=1e-6)
+
+
 def _const_predict(config):
     @flow.global_function(function_config=config)
     def job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:

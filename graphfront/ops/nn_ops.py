@@ -749,12 +749,15 @@ def _mask_scale_onnx(x, out):
     return rule
 
 
+def _dropout_grad(g):
+    g.set_grad("in", g.emit("dropout_grad", {"dy": g.dout("out"), "mask": g.input("mask")}, {"scale": g.attr("scale")}))
+    if g.needs("_add_to_output"):
+        g.set_grad("_add_to_output", g.dout("out"))
+
+
 op("dropout", inputs=["in", "mask", "_add_to_output?"], outputs=["out"], attrs={"scale": ("float", 0.0)},
    infer=_dropout_infer, kernel=_dropout_kernel, xla=_dropout_xla, onnx=_mask_scale_onnx("in", "out"),
-   grad=lambda g: (g.set_grad("in", g.emit("dropout_grad", {"dy": g.dout("out"), "mask": g.input("mask")},
-                                           {"scale": g.attr("scale")})),
-                   g.needs("_add_to_output") and g.set_grad("_add_to_output", g.dout("out"))),
-   amp="gray", sbp=_sbp.elementwise())
+   grad=_dropout_grad, amp="gray", sbp=_sbp.elementwise())
 
 
 def _dropout_grad_infer(ctx):

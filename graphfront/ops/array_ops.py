@@ -204,7 +204,8 @@ def _transpose_sbp(ctx):
 def _transpose_kernel(k):
     """A matrix's transpose, or a batch of matrices' (the last two axes swapped), is a view:
     GEMMs read it as it is. Any other permutation is written out contiguous once, as
-    OneFlow's transpose kernel does (attention heads' ``[0, 2, 1, 3]``, say): its readers
+    OneFlow's transpose kernel does (``oneflow/user/kernels/transpose_kernel.cpp`` at v0.6.0;
+    the attention heads' ``[0, 2, 1, 3]``, say): its readers
     (batched GEMMs, reshapes) would otherwise each copy it, elementwise ones read it strided."""
     perm = tuple(k.attr("perm"))
     n = len(perm)

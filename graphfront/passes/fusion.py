@@ -511,8 +511,9 @@ def fuse_layer_norm_grads(job):
 # ------------------------------------------------------------------ add to output
 
 def fuse_add_to_output(job):
-    """(OneFlow's ``FuseAddToOutputPass``) ``add_n(x, addend)`` where ``x`` is the first
-    output of an op that takes an ``_add_to_output`` input (``matmul``, ``batch_matmul``,
+    """(OneFlow's ``FuseAddToOutputPass``,
+    ``oneflow/core/job_rewriter/fuse_add_to_output_pass.cpp`` at v0.6.0) ``add_n(x, addend)``
+    where ``x`` is the first output of an op that takes an ``_add_to_output`` input (``matmul``, ``batch_matmul``,
     ``broadcast_matmul*``, ``dropout``, ``normalization``, ``layer_norm_grad``,
     ``conv_data_grad`` and their fused forms), read by nothing but the ``add_n`` -> that op
     with ``_add_to_output = addend``, the ``add_n`` removed. The op's kernel adds the addend

@@ -40,7 +40,7 @@ fi
 export PYTHONPATH=/tmp/site:$root${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 step() { local limit=$1; shift; echo "=== $* [+${SECONDS}s]"; timeout "$limit" "$@" 2>&1; echo "=== rc $? [+${SECONDS}s]"; }
 tests() {
-  timeout 200 python3 -m pytest -v -p no:cacheprovider -m cuda -rfEs --durations=8 tests/ >"$out/gpu_cuda_tests.txt" 2>&1 &
+  timeout 270 python3 -m pytest -v -p no:cacheprovider -m cuda -rfEs --durations=8 tests/ >"$out/gpu_cuda_tests.txt" 2>&1 &
   echo "=== the suite without the cuda tests, 14 workers [+${SECONDS}s]"
   OMP_NUM_THREADS=1 timeout 200 python3 -m pytest -v -p no:cacheprovider -n 14 -rfE --tb=line --durations=15 -m "not cuda" >"$out/gpu_tests.txt" 2>&1
   echo "=== rc $? [+${SECONDS}s]"
@@ -60,7 +60,7 @@ case $part in
   all)
     tests
     step 150 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 2
-    step 150 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 2 ;;
+    step 120 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 2 ;;
   more)
     step 150 python3 benchmarks/peers.py --device gpu --workloads mlp_train,lenet_train --rounds 3 --steps 30 \
       --only graphfront-plan,torch-eager,torch-compile-ro,jax-jit

@@ -92,9 +92,8 @@ def graphfront_job(args, name):
 
 def torch_step(values, a, compiled):
     dev = torch.device("cuda" if a.device == "gpu" else "cpu")
-    if a.channel_last:   # graphfront's NHWC model keeps (out, k, k, in) convolution weights; PyTorch's are OIHW
-        values = {k: v.transpose(0, 3, 1, 2) if k.endswith("-weight") and v.ndim == 4 else v
-                  for k, v in values.items()}
+    if a.channel_last:
+        values = tm.oihw_weights(values, a.block_counts)
     model = tm.TorchResNet50(values, a.block_counts).to(dev).train()
     fmt = torch.channels_last if dev.type == "cuda" else torch.contiguous_format
     model = model.to(memory_format=fmt)

@@ -59,6 +59,13 @@ def resnet_variable_names(block_counts=RESNET50_BLOCKS):
     return convs, bns
 
 
+def oihw_weights(values, block_counts=RESNET50_BLOCKS):
+    """``values`` with the convolution weights of graphfront's NHWC model (OneFlow's
+    ``(out, k, k, in)`` of ``--channel_last``) as PyTorch's ``(out, in, k, k)``."""
+    convs, _ = resnet_variable_names(block_counts)
+    return {**values, **{c + "-weight": values[c + "-weight"].transpose(0, 3, 1, 2) for c in convs}}
+
+
 def _same_lower(size, k, stride):
     """``(before, after)`` padding of OneFlow's "SAME" (SAME_LOWER: the larger half before)."""
     total = max((-(-size // stride) - 1) * stride + k - size, 0)

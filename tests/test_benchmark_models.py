@@ -108,8 +108,7 @@ def test_resnet50_train_step_matches_pytorch(device, channel_last):
     assert {c + "-weight" for c in convs} | {b + "-gamma" for b in bns} | {"fc1001-weight"} <= set(before)
     if channel_last:   # (out, k, k, in) convolution weights, as OneFlow-Benchmark's NHWC model
         assert before["conv1-weight"].shape == (8, 7, 7, 3)
-        for d in (before, after):
-            d.update({c + "-weight": d[c + "-weight"].transpose(0, 3, 1, 2) for c in convs})
+        before, after = (tm.oihw_weights(d, args.block_counts) for d in (before, after))
 
     dev = "cuda" if device == "gpu" else "cpu"
     model = tm.TorchResNet50(before, args.block_counts).to(dev).train()

@@ -488,8 +488,9 @@ _CHUNK = 1 << 26   # elements per concatenation of a multi-tensor reduction (a b
 
 
 def _concatenates(device) -> bool:
-    """Whether multi-tensor reductions on ``device`` concatenate their tensors: on a GPU a
-    kernel costs microseconds however small, on the CPU the copy costs more than the calls."""
+    """Whether multi-tensor reductions on ``device`` run a few large kernels (the finiteness
+    count over concatenations, the square sum as one multi-tensor norm): on a GPU a kernel
+    costs microseconds however small, on the CPU a copy costs more than the calls."""
     return device.type != "cpu"
 
 

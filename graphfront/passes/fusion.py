@@ -538,7 +538,7 @@ def fuse_add_to_output(job):
         ins = list(op.user_conf.input["in"].s)
         producers = [net.producer_op(lbn) for lbn in ins]
         # candidates: (the op taking the addend, its output read here, the addend), later producer first
-        for i in sorted(range(2), key=lambda i: -pos.get(getattr(producers[i], "name", ""), -1)):
+        for i in sorted(range(2), key=lambda i: pos[producers[i].name] if producers[i] else -1, reverse=True):
             prod, x, addend = producers[i], ins[i], ins[1 - i]
             t = user_type(prod)
             if t is None:

@@ -24,8 +24,9 @@ calls of graphfront's step that made a tensor on the host or copied one in (none
 a GPU they would be host work inside the step and would break its CUDA-graph capture),
 graphfront's memory traffic per step (GB: the bytes of every kernel call's tensor inputs and
 outputs at the GPU sizes, matrix products included; an estimate of the HBM traffic that bounds
-a step made of memory-bound kernels, whatever the caches save) and graphfront's most frequent
-aten calls with the ops that make them.
+a step made of memory-bound kernels, whatever the caches save) and graphfront's aten calls
+that move the most memory: GB, number of calls, and the graphfront source line making them
+(``plan``: a torch function the generated step calls directly, such as ``torch.relu``).
 """
 import argparse
 import collections
@@ -67,6 +68,7 @@ class Kernels(TorchDispatchMode):
         super().__init__()
         self.count, self.where, self.host = collections.Counter(), collections.Counter(), []
         self.bytes = 0   # of the kernel calls' tensor inputs and outputs
+        self.where_bytes = collections.Counter()
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = func.overloadpacket.__name__
@@ -77,12 +79,14 @@ class Kernels(TorchDispatchMode):
         host = bool(made - {"meta"}) or (name in ("_to_copy", "copy_", "copy") and "cpu" in read)
         if kernel:
             self.count[name] += 1
-            self.bytes += sum(t.numel() * t.element_size() for t in pytree.tree_leaves((args, kwargs, out))
-                              if isinstance(t, torch.Tensor))
+            moved = sum(t.numel() * t.element_size() for t in pytree.tree_leaves((args, kwargs, out))
+                        if isinstance(t, torch.Tensor))
+            self.bytes += moved
         if kernel or host:  # (the stack is walked only for the calls it is recorded for)
             source = _graphfront_source()
-            if kernel and source is not None:
-                self.where[(name, source)] += 1
+            if kernel:
+                self.where[(name, source or "plan")] += 1
+                self.where_bytes[(name, source or "plan")] += moved
             if host:
                 self.host.append((name, source or "?"))
         return out
@@ -205,7 +209,7 @@ def main(argv=None):
     p.add_argument("--block-counts", default="3,4,6,3", help="ResNet-50's blocks per stage")
     p.add_argument("--layers", type=int, default=12, help="BERT's layers")
     p.add_argument("--lenet-batch", type=int, default=1000)
-    p.add_argument("--top", type=int, default=10, help="graphfront's most frequent calls to list per model")
+    p.add_argument("--top", type=int, default=10, help="graphfront's heaviest calls to list per model")
     o = p.parse_args(argv)
     from tabulate import tabulate
     counts, rows, details = {}, [], []
@@ -214,16 +218,17 @@ def main(argv=None):
         n_gf, n_pt = sum(gf.count.values()), sum(pt.count.values())
         counts[model] = n_gf, n_pt, gf.host
         rows.append([model, n_gf, n_pt, f"{n_gf / n_pt:.2f}", len(gf.host), f"{gf.bytes / 1e9:.2f}"])
-        details.append((model, gf.where.most_common(o.top)))
+        details.append((model, gf.where_bytes.most_common(o.top), gf.where))
     print(f"torch {torch.__version__}; aten calls per steady train step other than views (a proxy for GPU kernels)")
     print(tabulate(rows, headers=["model", "graphfront plan (meta device)", "PyTorch eager (CPU)", "ratio",
                                   "graphfront host calls", "graphfront GB moved"], disable_numparse=True))
     for model, (_, _, host) in counts.items():
         if host:
             print(f"{model}: graphfront's step made or copied in host tensors: {host[:10]}")
-    for model, common in details:
-        print(f"\n{model}: graphfront's most frequent calls")
-        print(tabulate([[n, op, src] for (op, src), n in common], headers=["calls", "aten op", "graphfront source"]))
+    for model, heaviest, calls in details:
+        print(f"\n{model}: graphfront's calls moving the most memory")
+        print(tabulate([[f"{b / 1e9:.2f}", calls[key], *key] for key, b in heaviest],
+                       headers=["GB", "calls", "aten op", "graphfront source"], disable_numparse=True))
     return counts
 
 

@@ -432,4 +432,4 @@ def test_step_kernels_counts_both_sides_of_each_model(capsys):
     out = capsys.readouterr().out
     for model, (g, p, _) in counts.items():
         assert f"{model} " in out and f"{g / p:.2f}" in out
-    assert out.count("graphfront's most frequent calls") == 3 and "graphfront GB moved" in out
+    assert out.count("graphfront's calls moving the most memory") == 3 and "graphfront GB moved" in out

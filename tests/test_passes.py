@@ -165,6 +165,45 @@ def test_fuse_bias_add_relu_and_scalar_chains():
     assert "relu" in _run(_dense_relu_train, (x,), disabled=["fuse_bias_add_relu"])[2]
 
 
+def _in_out_dense_train(config):
+    """Two dense layers as OneFlow-Benchmark's BERT writes them: an ``(in, out)`` weight,
+    ``matmul`` without ``transpose_b``, then ``bias_add``."""
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((8, 6), dtype=flow.float)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            h = x
+            for name, (n_in, n_out) in (("d1", (6, 5)), ("d2", (5, 3))):
+                w = flow.get_variable(f"{name}-weight", (n_in, n_out), initializer=flow.random_normal_initializer())
+                b = flow.get_variable(f"{name}-bias", (n_out,), initializer=flow.random_normal_initializer())
+                h = flow.math.tanh(flow.nn.bias_add(flow.matmul(h, w), b))
+            loss = flow.math.reduce_mean(flow.math.square(h))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return h
+    return job
+
+
+def test_fuse_bias_add_takes_in_out_weights_through_a_view():
+    x = RNG.standard_normal((8, 6)).astype(np.float32)
+    on = _run(_in_out_dense_train, (x,), steps=3)
+    off = _run(_in_out_dense_train, (x,), steps=3, disabled=["fuse_bias_add"])
+    _check_same(on, off)
+    assert on[2].count("fused_matmul_bias") == 2 and "bias_add" not in on[2] and on[2].count("transpose") == 2
+    assert off[2].count("bias_add") == 2
+    # the weight's transpose is a view: the forward GEMMs add the biases, nothing is copied
+    calls = {}
+    for key, disabled in (("on", ()), ("off", ["fuse_bias_add"])):
+        flow.clear_default_session()
+        job = _in_out_dense_train(_config(disabled))
+        job(x)
+        with _AtenCalls() as calls[key]:
+            job(x)
+    on_calls, off_calls = calls["on"].count, calls["off"].count
+    assert on_calls["add"] == off_calls["add"] - 2 and on_calls["mm"] == off_calls["mm"] - 2, (on_calls, off_calls)
+    assert on_calls["addmm"] == off_calls["addmm"] + 2
+    for copy in ("clone", "copy_", "contiguous", "_to_copy"):
+        assert on_calls[copy] == off_calls[copy], (copy, on_calls, off_calls)
+
+
 def test_scalar_chain_values_against_numpy():
     @flow.global_function(function_config=_config())
     def job(x: tp.Numpy.Placeholder((3,), dtype=flow.float)) -> tp.Numpy:

@@ -24,8 +24,10 @@ pass                              rewrite
                                   read only as matrix products' ``a`` / ``b`` inputs, becomes
                                   the products' ``alpha`` (the GEMM scales in its epilogue)
 :func:`fuse_bias_add`             ``conv*d`` -> ``bias_add`` on the channel axis becomes the
-                                  conv's own ``bias`` input; ``matmul`` (``transpose_b``)
-                                  -> ``bias_add`` becomes ``fused_matmul_bias``
+                                  conv's own ``bias`` input; ``matmul`` -> ``bias_add``
+                                  becomes ``fused_matmul_bias`` (the bias added in the
+                                  GEMM's epilogue), an ``(in, out)`` weight through a
+                                  ``transpose`` (a view)
 :func:`fold_batch_norm`           (predict jobs) ``conv*d`` -> inference ``normalization``
                                   becomes one conv whose weight and bias are computed from
                                   the variables (hoisted by the plan: once per variable state)
@@ -295,12 +297,14 @@ def fuse_bias_add(job):
             net.remove(ba.name)
         elif t == "matmul":
             pa = net.attrs(prod)
-            if pa["transpose_a"] or not pa["transpose_b"] or pa["alpha"] != 1.0 or axis != 1 or \
-                    "_add_to_output" in prod.user_conf.input:
+            if pa["transpose_a"] or pa["alpha"] != 1.0 or axis != 1 or "_add_to_output" in prod.user_conf.input:
                 continue
+            weight = single_input(prod, "b")
+            if not pa["transpose_b"]:  # an (in, out) weight: its transpose is a view, the GEMM reads it as is
+                weight = net.add_user_op(f"{prod.name}-weight_t", "transpose", {"input": weight}, {"perm": [1, 0]},
+                                         outputs=("output",), like_op=prod.name).user_conf.output["output"].s[0]
             fused = net.add_user_op(f"{ba.name}-fused", "fused_matmul_bias",
-                                    {"x": single_input(prod, "a"), "weight": single_input(prod, "b"), "bias": b},
-                                    like_op=ba.name)
+                                    {"x": single_input(prod, "a"), "weight": weight, "bias": b}, like_op=ba.name)
             net.redirect(out, fused.user_conf.output["out"].s[0])
             net.remove(prod.name, ba.name)
         else:

@@ -149,6 +149,31 @@ def test_data_parallel_lenet_matches_one_device():
     assert _types(job.graph.proto).count("_nccl_logical_all_reduce") == 8
 
 
+def test_model_parallel_in_out_dense_with_its_bias_in_the_gemm_matches_one_device():
+    """OneFlow-Benchmark BERT's dense layer (an ``(in, out)`` weight, ``matmul`` then
+    ``bias_add``) split over its output units: the fusion's transposed weight view and
+    ``fused_matmul_bias`` take the split layouts, and training matches one device."""
+    def make():
+        @flow.global_function(type="train")
+        def train_job(x: tp.Numpy.Placeholder((B, 20)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
+            w = flow.get_variable("fc-weight", (20, 6), initializer=flow.random_normal_initializer(),
+                                  distribute=flow.distribute.split(1))
+            b = flow.get_variable("fc-bias", (6,), initializer=flow.random_normal_initializer(),
+                                  distribute=flow.distribute.split(0))
+            x = flow.parallel_cast(x, distribute=flow.distribute.broadcast())
+            logits = flow.nn.bias_add(flow.matmul(x, w), b)
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
+            return loss
+        return train_job
+    job = _trains_as_on_one_device(make, _batches(5, (B, 20), 6, seed=3))
+    fused = [op for op in job.net.op if jb.op_type_name(op) == "fused_matmul_bias"]
+    assert len(fused) == 1 and "bias_add" not in _types(job)
+    sig = job.job_parallel_view_conf.op_name2sbp_signature_conf[fused[0].name].bn_in_op2sbp_parallel
+    assert {k: _sbp.from_proto(v) for k, v in sig.items()} == {"x_0": "B", "weight_0": "S(0)", "bias_0": "S(0)",
+                                                                "out_0": "S(1)"}
+
+
 def test_model_parallel_dense_matches_one_device():
     batches = _batches(5, (B, 20), 5, seed=2)
     make = lambda: _mlp_train_job(model_distribute=flow.distribute.split(0))  # noqa: E731

@@ -49,7 +49,7 @@ from _common import torch_train_step  # noqa: E402
 
 import graphfront as flow  # noqa: E402
 from graphfront.framework import session as session_mod  # noqa: E402
-from graphfront.passes import fold  # noqa: E402
+from graphfront.passes import attention as attention_pass, fold  # noqa: E402
 from graphfront.runtime import plan as plan_mod, walk as walk_mod  # noqa: E402
 
 META = torch.device("meta")
@@ -103,20 +103,22 @@ def _graphfront_source():
 
 @contextlib.contextmanager
 def gpu_as_meta():
-    """Jobs compiled inside the block place their GPU (any non-CPU) ops on the meta device;
-    constant folding still computes on the CPU."""
+    """Jobs compiled inside the block place their GPU (any non-CPU) ops on the meta device,
+    and the passes that rewrite GPU placements only (``fuse_attention``) take their ops (placed
+    on the CPU where CUDA is missing) for GPU ones; constant folding still computes on the CPU."""
     saved = [(m, m.device_of) for m in (plan_mod, walk_mod, session_mod)]
-    folding = fold.rt
+    folding, gpu_tags = fold.rt, attention_pass.GPU_TAGS
     for m, _ in saved:
         m.device_of = lambda op_conf, ids: META
     fold.rt = types.SimpleNamespace(device_of=saved[0][1], is_pure=plan_mod.is_pure,
                                     placements_of=plan_mod.placements_of, run_op=plan_mod.run_op)
+    attention_pass.GPU_TAGS = gpu_tags + ("cpu",)
     try:
         yield
     finally:
         for m, f in saved:
             m.device_of = f
-        fold.rt = folding
+        fold.rt, attention_pass.GPU_TAGS = folding, gpu_tags
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from graphfront.ops import amp_ops  # noqa: F401
 from graphfront.ops import boxing_ops  # noqa: F401
 from graphfront.ops import data_ops  # noqa: F401
 from graphfront.ops import summary_ops  # noqa: F401
-from graphfront.ops import fused_attention_ops  # noqa: F401
+from graphfront.ops import fused_attention_ops, attention_ops  # noqa: F401
 from graphfront.ops import dynamic_ops  # noqa: F401
 from graphfront.ops import random_ops  # noqa: F401
 from graphfront.ops import ctc_ops  # noqa: F401

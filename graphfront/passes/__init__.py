@@ -1,22 +1,23 @@
 """Job completion passes: each is a function ``Job -> Job`` over the proto.
 
 :func:`complete` runs them in order: the unrolling of repeat/unpack ... acc/pack regions
-(when the job has them), quantization-aware training and auto mixed precision (when the job
-enables them),
-autograd, optimizer, the SSP variable proxies (``enable_ssp``) and the indexed-slices
+(when the job has them), quantization-aware training (when the job enables it), the forward
+fusions (:data:`FORWARD_PASSES`: a GPU attention becomes one fused op), auto mixed precision
+(when the job enables it), autograd, optimizer, the SSP variable proxies (``enable_ssp``) and the indexed-slices
 rewrite of configured embedding updates (train jobs), then the
 cleanup passes (:data:`CLEANUP_PASSES`: constant folding, fusions, multi-tensor update
 grouping, dead-op pruning). The names of the passes that ran are appended to
 ``job.job_conf.flag_name2flag_value["__completion_log__"]`` (a list of strings); a pass
 with an ``is_enabled(job)`` attribute runs (and is logged) only where it returns True.
 
-``FunctionConfig().enable_passes(False)`` skips every cleanup pass; finer control:
+``FunctionConfig().enable_passes(False)`` skips every forward fusion and cleanup pass; finer control:
 :func:`disable_passes` names single passes to skip (it writes the list into the job
 config flag ``graphfront_disabled_passes``, which :func:`complete` reads).
 """
 from __future__ import annotations
 
 from graphfront.passes.amp import auto_mixed_precision
+from graphfront.passes.attention import fuse_attention
 from graphfront.passes.autograd import autograd
 from graphfront.passes.cleanup import prune_dead_ops
 from graphfront.passes.fold import fold_constants
@@ -32,6 +33,9 @@ from graphfront.passes.update_group import group_scalar_mul_by_tensor, group_upd
 
 REQUIRED_PASSES = [unroll_time_shape, quantization_aware_training, auto_mixed_precision, autograd, optimizer,
                    add_ssp_variable_proxy, indexed_slices_optimizer]
+# fusions of the job as built, run before auto mixed precision (and so before autograd) when the
+# cleanup passes run
+FORWARD_PASSES = [fuse_attention]
 CLEANUP_PASSES = [prune_dead_ops, fold_constants, fuse_cast_scale, fuse_update_ops, fuse_scalar_chains, fuse_bias_add,
                   fuse_scalar_mul_matmul, fold_batch_norm, fuse_bias_add_relu, fuse_conv_grads, fuse_layer_norm_grads, fuse_max_pool_grad,
                   fuse_add_to_output, group_update_ops, group_scalar_mul_by_tensor, prune_dead_ops]
@@ -40,8 +44,9 @@ DISABLED_PASSES = "graphfront_disabled_passes"
 
 
 def pass_names() -> list:
-    """Names of the cleanup passes, in the order they run."""
-    return list(dict.fromkeys(p.__name__ for p in CLEANUP_PASSES))
+    """Names of the passes that ``enable_passes(False)`` skips and :func:`disable_passes` may
+    name (the forward fusions, then the cleanup passes), in the order they run."""
+    return list(dict.fromkeys(p.__name__ for p in FORWARD_PASSES + CLEANUP_PASSES))
 
 
 def disable_passes(function_config, *names):
@@ -63,7 +68,10 @@ def complete(job, enable_passes=True):
     """Run the completion passes over ``job`` and return the completed Job."""
     flags = job.job_conf.flag_name2flag_value
     disabled = set(flags[DISABLED_PASSES].at_list_string.val) if DISABLED_PASSES in flags else set()
-    passes = REQUIRED_PASSES + ([p for p in CLEANUP_PASSES if p.__name__ not in disabled] if enable_passes else [])
+    def optional(ps):
+        return [p for p in ps if p.__name__ not in disabled] if enable_passes else []
+    at_amp = REQUIRED_PASSES.index(auto_mixed_precision)
+    passes = REQUIRED_PASSES[:at_amp] + optional(FORWARD_PASSES) + REQUIRED_PASSES[at_amp:] + optional(CLEANUP_PASSES)
     log = flags[COMPLETION_LOG].at_list_string
     log.SetInParent()
     for p in passes:

@@ -48,6 +48,7 @@ _FIRST_MAX = ("routes each window's gradient to its first maximum (ties, NaN as 
 _NVTX = "marks a range on the CUDA profiler's timeline from the host"
 _HASH_TABLE = "a hash table that grows as it meets new keys"
 _IN_PLACE = "updates a variable in place; an ONNX graph holds no mutable state"
+_RANDOMNESS = "randomness the lowering cannot reproduce: "
 _RANDOM_XLA = "randomness the lowering cannot reproduce: draws from torch's generator, which jax.random cannot replay"
 _RANDOM_ONNX = "randomness the lowering cannot reproduce: draws from torch's generator, which ONNX's random ops cannot replay"
 
@@ -173,6 +174,10 @@ NO_ONNX = {
     "ofrecord_image_decoder_random_crop": _onnx(_FILES),
     "ofrecord_raw_decoder": _onnx(_FILES),
     "random_mask_like": _RANDOM_ONNX,
+    "fused_multi_head_attention": _RANDOMNESS + "its dropout mask is PyTorch's Philox stream on a GPU, elsewhere a "
+                                                "hash of a seed drawn from torch's generator",
+    "fused_multi_head_attention_grad": _RANDOMNESS + "it draws again the dropout mask of its forward op, from the "
+                                                     "seed that op drew",
     "rmsprop_update": _onnx(_IN_PLACE),
     "sgd_update": _onnx(_IN_PLACE),
     "summary_write_histogram": _onnx(_FILES),
@@ -184,9 +189,6 @@ NO_ONNX = {
     "tensor_buffer_to_tensor": _onnx(_BUFFERS),
     "tensor_to_tensor_buffer": _onnx(_BUFFERS),
 }
-
-_RANDOMNESS = "randomness the lowering cannot reproduce: "
-
 
 @functools.lru_cache(maxsize=None)
 def _graphfront_op_types():

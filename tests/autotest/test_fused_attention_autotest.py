@@ -1,5 +1,5 @@
-"""AutoTest of the fused transformer-layer ops (graphfront/ops/fused_attention_ops.py) against
-PyTorch eager compositions of the unfused operations.
+"""AutoTest of the fused transformer-layer ops (graphfront/ops/fused_attention_ops.py,
+graphfront/ops/attention_ops.py) against PyTorch eager compositions of the unfused operations.
 
 Ops taking a keep-mask are checked with the mask as a fixed int8 input (values compared
 exactly, gradients included); the flow.nn dropout wrappers, whose masks are random, are
@@ -132,3 +132,25 @@ def test_fused_cast_scale(check):
                                                  outputs=("y",)),
           torch=lambda torch, x, s: x.float() * scale * s[0],
           x=x, s=tensor([1], 0.1, 2.0, requires_grad=False))
+
+
+@autotest(n=N)
+def test_fused_multi_head_attention(check):
+    """Without dropout (its mask is the op's own stream): heads of size 4 or 8 (on a GPU, the
+    memory-efficient kernel takes 8), a bias broadcast over the heads, the query or both."""
+    batch, sq, sk, heads = dims(check, 4, 1, 6)
+    d, dv = (int(x) for x in check.rng.choice([4, 8], size=2))
+    scale = float(check.rng.uniform(0.2, 1.5))
+    bias_shape = [[batch, 1, sq, sk], [batch, heads, sq, sk], [sk], [sq, sk]][int(check.rng.integers(0, 4))]
+
+    def gf(flow, q, k, v, b):
+        return build_op("fused_multi_head_attention", {"query": q, "key": k, "value": v, "attn_bias": b},
+                        {"scale": scale, "dropout_rate": 0.0},
+                        outputs=("out", "softmax_lse", "philox_seed", "philox_offset"))[0]
+
+    def th(torch, q, k, v, b):
+        s = q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2) * scale + b
+        return (torch.softmax(s, dim=-1) @ v.transpose(1, 2)).transpose(1, 2)
+
+    check(graphfront=gf, torch=th, q=tensor([batch, sq, heads, d]), k=tensor([batch, sk, heads, d]),
+          v=tensor([batch, sk, heads, dv]), b=tensor(bias_shape))

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import graphfront as flow
+from graphfront import passes
 from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import OpRunError
@@ -314,6 +315,70 @@ def test_a_steady_transformer_block_step_never_waits_on_the_host():
     assert np.isfinite(losses[True]).all()
     # (one seed: the captured graph replays the plain plan's dropout draws)
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-3, atol=1e-4)
+
+
+def _attention_train(rate=0.0, cuda_graph=True, amp=False, fuse=True, seq=16, heads=2, head=64):
+    """One BERT attention layer on the GPU (heads of 64: the memory-efficient kernel's
+    case), a padding mask fed as (B, 1, S, S), SGD on a squared-output loss; the labels
+    feed is unused."""
+    flow.clear_default_session()
+    flow.manual_seed(4)
+    cfg = _gpu_config(cuda_graph, amp)
+    if not fuse:
+        passes.disable_passes(cfg, "fuse_attention")
+    width, b = heads * head, 4
+
+    @flow.global_function(type="train", function_config=cfg)
+    def train(x: tp.Numpy.Placeholder((b * seq, width)), mask: tp.Numpy.Placeholder((b, 1, seq, seq))):
+        init = flow.random_normal_initializer(stddev=0.05)
+
+        def dense(t, name):
+            return flow.matmul(t, flow.get_variable(name, (width, width), initializer=init))
+
+        def split_heads(t):
+            return flow.transpose(flow.reshape(t, (b, seq, heads, head)), perm=[0, 2, 1, 3])
+        q, k, v = (split_heads(dense(x, n)) for n in ("q", "k", "v"))
+        scores = flow.matmul(q, k, transpose_b=True) * (1.0 / np.sqrt(head)) + (mask - 1.0) * 10000.0
+        probs = flow.nn.softmax(scores)
+        if rate:
+            probs = flow.nn.dropout(probs, rate=rate)
+        ctx = flow.reshape(flow.transpose(flow.matmul(probs, v), perm=[0, 2, 1, 3]), (b * seq, width))
+        loss = flow.math.reduce_mean(flow.math.square(dense(ctx, "o")))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
+        return loss
+    rng = np.random.RandomState(5)
+    feeds = [(rng.randn(b * seq, width).astype(np.float32), (rng.rand(b, 1, seq, seq) > 0.2).astype(np.float32))
+             for _ in range(6)]
+    return train, feeds
+
+
+def test_fused_attention_runs_memory_efficient_attention_and_trains_as_the_unfused_ops():
+    """float32, no dropout: the fused job (PyTorch's memory-efficient attention forward and
+    backward) gives the unfused job's losses and weights, up to float32 rounding of sums over
+    the key length and the head size, a few steps deep."""
+    runs = {}
+    for fuse in (True, False):
+        train, feeds = _attention_train(fuse=fuse)
+        types = {jb.op_type_name(op) for op in train.compiled_job.plan.order} if fuse else None
+        runs[fuse] = _run(train, feeds), _variables()
+        if fuse:
+            assert "fused_multi_head_attention_grad" in types and "softmax" not in types, types
+    np.testing.assert_allclose(runs[True][0], runs[False][0], rtol=1e-4)
+    for name in ("q", "k", "v", "o"):
+        np.testing.assert_allclose(runs[True][1][name], runs[False][1][name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_fused_attention_dropout_in_a_captured_graph_follows_the_uncaptured_draws():
+    """float16 AMP and dropout 0.1: the memory-efficient kernel's Philox draws replay inside
+    the CUDA graph as uncaptured (same seed), the steady steps never wait on the host."""
+    losses = {}
+    for graph in (True, False):
+        train, feeds = _attention_train(rate=0.1, cuda_graph=graph, amp=True)
+        warm, steady = _steady_losses_without_sync(train, feeds)
+        assert train.compiled_job.plan.uses_cuda_graph is graph
+        losses[graph] = np.concatenate([warm, steady])
+    assert np.isfinite(losses[True]).all()
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-3, atol=1e-5)
 
 
 # ------------------------------------------------------------------ bad values

@@ -10,8 +10,10 @@ positions with the tied decoder, next-sentence head, AdamW with epsilon 1e-6 and
 weight decay, linear warmup and polynomial decay, clipping at global norm 1, ``--use_fp16``
 AMP with dynamic loss scaling), one job per lowering (``--modes``: ``plan``, ``native``,
 ``xla``; one that fails is reported and skipped), fed one fixed synthetic batch each step.
-The PyTorch side (``benchmarks/torch_models.py``, the same weights) copies the same batch
-to the device each step and runs ``torch.optim.AdamW``, ``clip_grad_norm_`` and, on a GPU,
+On a GPU graphfront's attention is one ``fused_multi_head_attention`` (the ``fuse_attention``
+pass; ``--no-fused-attention`` disables it). The PyTorch side (``benchmarks/torch_models.py``,
+the same weights, its attention by ``F.scaled_dot_product_attention`` as transformers' BERT
+runs it) copies the same batch to the device each step and runs ``torch.optim.AdamW``, ``clip_grad_norm_`` and, on a GPU,
 ``torch.autocast`` float16 with a ``GradScaler``; ``torch-compile`` is the same model under
 ``torch.compile``. Printed: median step time, samples/s and the ratio of each side's
 samples/s to the best PyTorch side (higher is better). Dropout is 0.1 on every side.
@@ -47,6 +49,8 @@ def parse(argv=None):
     p.add_argument("--vocab-size", type=int, default=30522)
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                    help="AMP (float16 on a GPU); default on for a GPU, off for a CPU")
+    p.add_argument("--fused-attention", action=argparse.BooleanOptionalAction, default=True,
+                   help="graphfront's fuse_attention pass (GPU placements); default on")
     p.add_argument("--modes", default="plan,native,xla", help="graphfront lowerings to run")
     p.add_argument("--only", default="", help="comma-separated sides to run (default: all)")
     p.add_argument("--rounds", type=int, default=3)
@@ -70,6 +74,7 @@ def example_args(a, mode):
         "--seq_length", str(a.seq_length), "--vocab_size", str(a.vocab_size), "--device", a.device,
         "--iter_num", "1000000", "--warmup_proportion", "0"] + (["--use_fp16"] if a.amp else []))
     args.compile_mode = mode
+    args.disabled_passes = () if a.fused_attention else ("fuse_attention",)
     return args
 
 

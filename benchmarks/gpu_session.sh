@@ -4,7 +4,8 @@
 # 30 s of the last finds the machine warm):
 #
 #   bash benchmarks/gpu_session.sh all          # the suite, then ResNet-50 (NHWC) and BERT (plan, kernel profiles,
-#                                               # against torch eager and torch.compile): about 5 minutes
+#                                               # against torch eager and torch.compile; then BERT's plan without
+#                                               # the fused attention): about 6 minutes
 #   bash benchmarks/gpu_session.sh more         # MLP and LeNet (b100, b1000) steps against the peers: about 3
 #   bash benchmarks/gpu_session.sh native       # ResNet-50 native against torch.compile: about 5
 #   bash benchmarks/gpu_session.sh native-bert  # BERT native against torch.compile: about 5
@@ -60,7 +61,9 @@ case $part in
   all)
     tests
     step 150 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 2
-    step 120 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 2 ;;
+    step 120 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 2
+    step 60 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --only graphfront-plan --no-fused-attention \
+      --rounds 2 ;;
   more)
     step 150 python3 benchmarks/peers.py --device gpu --workloads mlp_train,lenet_train --rounds 3 --steps 30 \
       --only graphfront-plan,torch-eager,torch-compile-ro,jax-jit

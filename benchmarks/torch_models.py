@@ -154,7 +154,8 @@ def bert_variable_names(num_layers):
 
 class TorchBertPretrain(nn.Module):
     """BERT pretraining (masked-LM head on the gathered positions with the decoder tied
-    to the word embeddings, next-sentence head) over OneFlow-Benchmark-named tensors;
+    to the word embeddings, next-sentence head, attention by ``F.scaled_dot_product_attention``)
+    over OneFlow-Benchmark-named tensors;
     ``forward`` returns ``(total_loss, mlm_loss, nsp_loss)`` with OneFlow-Benchmark's
     masked-LM normalisation (per-example sum of weighted losses over the batch mean of
     the weight sums)."""
@@ -190,8 +191,11 @@ class TorchBertPretrain(nn.Module):
             def heads(t):
                 return t.view(b, s, self.heads, d).transpose(1, 2)
             q, k, val = (heads(self._dense(h, p + "attention-self-" + n)) for n in ("query", "key", "value"))
-            scores = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(d)) + bias
-            ctx = (self._drop(torch.softmax(scores, -1)) @ val).transpose(1, 2).reshape(b * s, width)
+            # PyTorch's fused attention (flash / memory-efficient kernels on a GPU), as
+            # transformers' BertModel runs it by default
+            ctx = F.scaled_dot_product_attention(q, k, val, attn_mask=bias.to(q.dtype),
+                                                 dropout_p=self.dropout if self.training else 0.0,
+                                                 scale=1.0 / math.sqrt(d)).transpose(1, 2).reshape(b * s, width)
             a = self._ln(self._drop(self._dense(ctx, p + "attention-output-dense")) + h,
                          p + "attention-output-LayerNorm")
             inter = F.gelu(self._dense(a, p + "intermediate-dense"))

@@ -62,6 +62,23 @@ def test_save_then_load_is_bit_identical(tmp_path):
     np.testing.assert_array_equal(job(x), x * before["w"] + before["b"])
 
 
+def test_a_scalar_variable_loads_and_saves(tmp_path):
+    """A variable of shape () (a step counter, a scale) takes a 0-d array as it is."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            return x * flow.get_variable("s", shape=(), initializer=flow.zeros_initializer())
+    job(np.ones(2, np.float32))
+    flow.load_variables({"s": np.array(2.5, np.float32)})
+    np.testing.assert_array_equal(job(np.ones(2, np.float32)), [2.5, 2.5])
+    flow.checkpoint.save(tmp_path / "ckpt")
+    flow.load_variables({"s": np.array(0.0, np.float32)})
+    flow.load_variables(flow.checkpoint.get(tmp_path / "ckpt"))
+    assert _vars()["s"].shape == () and _vars()["s"] == 2.5
+
+
 def test_get_returns_lazy_blobs_with_meta(tmp_path):
     _define_mixed_job()
     before = _vars()

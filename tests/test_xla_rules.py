@@ -619,6 +619,20 @@ CASES.update({
     "fused_tril_scale_softmax_mask_scale_grad": ({"softmax_y": lambda r: r.dirichlet(np.ones(5), (2, 4)),
                                                   "dy": _any((2, 4, 5), _F64), "mask": _MASK((2, 4, 5))},
                                                  {"diagonal": 0, "tril_scale_value": 0.5, "mask_scale_value": 2.0}),
+    # without dropout (the draws of the two lowerings differ); the gradient with dropout: both draw the mask again
+    # from the seed given, by the same hash
+    "fused_multi_head_attention": ({"query": _any((2, 3, 2, 4), _F64), "key": _any((2, 5, 2, 4), _F64),
+                                    "value": _any((2, 5, 2, 3), _F64), "attn_bias": _any((2, 1, 3, 5), _F64)},
+                                   {"scale": 0.5, "dropout_rate": 0.0},
+                                   ["out", "softmax_lse", "philox_seed", "philox_offset"]),
+    "fused_multi_head_attention_grad": ({"dy": _any((2, 3, 2, 3), _F64), "query": _any((2, 3, 2, 4), _F64),
+                                         "key": _any((2, 5, 2, 4), _F64), "value": _any((2, 5, 2, 3), _F64),
+                                         "attn_bias": _any((2, 1, 3, 5), _F64), "out": _any((2, 3, 2, 3), _F64),
+                                         "softmax_lse": lambda r: r.uniform(1.0, 2.0, (2, 2, 32)),
+                                         "philox_seed": lambda r: np.array(2 ** 31 - 5, np.int64),
+                                         "philox_offset": lambda r: np.array(0, np.int64)},
+                                        {"scale": 0.5, "dropout_rate": 0.4},
+                                        ["query_grad", "key_grad", "value_grad", "attn_bias_grad"]),
     "fused_self_attention_query_mul_key_and_value": ({"hidden_states": _any((4, 2, 12), _F64)},
                                                      {"head_size": 2, "alpha": 0.5}, ["query_mul_key", "value"]),
     "fused_self_attention_query_mul_key_and_value_grad": ({"query_mul_key_grad": _any((2, 2, 4, 4), _F64),
@@ -697,8 +711,8 @@ def _run(op_type, mode, arrays, attrs, outputs, variables):
     def job(*blobs):
         with flow.scope.placement("cpu", "0:0"):
             ins = {}
-            for (arg, _, _), blob in zip(feeds, blobs):
-                ins.setdefault(arg, []).append(blob)
+            for (arg, _, a), blob in zip(feeds, blobs):
+                ins.setdefault(arg, []).append(blob if a.ndim else flow.reshape(blob, ()))  # (scalars fed as (1,))
             for arg in variables:
                 values = arrays[arg] if isinstance(arrays[arg], list) else [arrays[arg]]
                 ins[arg] = [flow.get_variable(f"var_{arg}_{i}", shape=a.shape, dtype=_flow_dtype(a.dtype),
@@ -709,7 +723,7 @@ def _run(op_type, mode, arrays, attrs, outputs, variables):
             return (out if isinstance(out, tuple) else (out,)) if outputs else None
 
     params = [inspect.Parameter(f"{arg}_{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                annotation=tp.Numpy.Placeholder(a.shape, dtype=_flow_dtype(a.dtype)))
+                                annotation=tp.Numpy.Placeholder(a.shape or (1,), dtype=_flow_dtype(a.dtype)))
               for arg, i, a in feeds]
     ret = typing.Tuple[tuple(tp.Numpy for _ in outputs)] if outputs else None
     job.__signature__ = inspect.Signature(params, return_annotation=ret)
@@ -718,7 +732,7 @@ def _run(op_type, mode, arrays, attrs, outputs, variables):
     if variables:
         flow.load_variables({f"var_{arg}_{i}": a for arg in variables for i, a in
                              enumerate(arrays[arg] if isinstance(arrays[arg], list) else [arrays[arg]])})
-    results = fn(*[a for _, _, a in feeds])
+    results = fn(*[a.reshape(a.shape or (1,)) for _, _, a in feeds])
     after = {k: v.numpy() for k, v in flow.get_all_variables().items()} if variables else {}
     return list(results or ()), after
 

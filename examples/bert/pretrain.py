@@ -135,6 +135,8 @@ def GetFunctionConfig(args):  # noqa: N802
         config.mixed_precision_data_type(args.amp_dtype)
     if getattr(args, "compile_mode", None):
         config.compile_mode(args.compile_mode)
+    if getattr(args, "disabled_passes", ()):
+        flow.passes.disable_passes(config, *args.disabled_passes)
     return config
 
 

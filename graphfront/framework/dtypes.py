@@ -132,7 +132,8 @@ def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
 def numpy_to_tensor(arr: np.ndarray) -> torch.Tensor:
     """A CPU tensor sharing ``arr``'s memory (made contiguous); ``ml_dtypes.bfloat16``
     arrays become ``torch.bfloat16`` bit-exactly."""
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+        arr = np.ascontiguousarray(arr)
     if arr.dtype == bfloat16.np:
         return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(arr)

@@ -300,9 +300,11 @@ def _mha_xla(k):
         s = scores(q, key, bias)
         lse = jax.nn.logsumexp(s, axis=-1)
         p = jnp.exp(s - lse[..., None])
-        seed = jax.random.randint(key_, (), 0, 2 ** 31, dtype=jnp.int64)
         if rate:
+            seed = jax.random.randint(key_, (), 0, 2 ** 31, dtype=jnp.int64)
             p = p * _keep_mask_xla(seed, p.shape, rate) * keep_scale
+        else:
+            seed = jnp.zeros((), jnp.int64)
         out = jnp.swapaxes(jnp.matmul(p, heads(v)), 1, 2).astype(q.dtype)
         return out, jnp.pad(lse, ((0, 0), (0, 0), (0, pad))), seed, jnp.zeros((), jnp.int64)
     return fused_multi_head_attention

@@ -20,6 +20,7 @@ from graphfront.framework import dtypes as dt
 from graphfront.framework import job_builder as jb
 from graphfront.ops import attention_ops, registry
 from graphfront.ops.builder import UserOpConfBuilder
+from graphfront.parallel import sbp as _sbp
 from graphfront.passes import attention
 from graphfront.runtime.plan import KernelCtx
 from graphfront.testing.compare import assert_close_at_scale, fraction_tolerance
@@ -42,7 +43,7 @@ def _dense(x, name, n_in, n_out):
     return flow.matmul(x, w)
 
 
-def _attention_train(rate, disabled=(), mode=None):
+def _attention_train(rate, disabled=(), mode=None, devices="0:0"):
     """One BERT attention layer (OneFlow-Benchmark's layout) with a squared-output loss."""
     config = flow.FunctionConfig()
     if disabled:
@@ -52,7 +53,7 @@ def _attention_train(rate, disabled=(), mode=None):
 
     @flow.global_function(type="train", function_config=config)
     def job(x: tp.Numpy.Placeholder((B * S, W)), mask: tp.Numpy.Placeholder((B, 1, S, S))) -> tp.Numpy:
-        with flow.scope.placement("gpu", "0:0"):
+        with flow.scope.placement("gpu", devices):
             def heads(t):
                 return flow.transpose(flow.reshape(t, (B, S, H, D)), perm=[0, 2, 1, 3])
             q, k, v = (heads(_dense(x, n, W, W)) for n in ("query", "key", "value"))
@@ -69,14 +70,20 @@ def _attention_train(rate, disabled=(), mode=None):
     return job
 
 
-def _train(rate, steps=3, disabled=(), mode=None):
+def _train(rate, steps=3, disabled=(), mode=None, ndev=1):
     flow.clear_default_session()
     flow.manual_seed(0)
-    job = _attention_train(rate, disabled, mode)
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(ndev)
+    job = _attention_train(rate, disabled, mode, devices=f"0:0-{ndev - 1}")
     losses = [job(X, MASK).item() for _ in range(steps)]
     variables = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
     assert job.compiled_job.compile_mode == (mode or "plan")
-    return losses, variables, [jb.op_type_name(op) for op in job.graph.proto.net.op]
+    proto = job.graph.proto
+    sbp = {jb.op_type_name(op): {k: _sbp.from_proto(v) for k, v in
+                                 proto.job_parallel_view_conf.op_name2sbp_signature_conf[op.name].bn_in_op2sbp_parallel.items()}
+           for op in proto.net.op if jb.op_type_name(op).startswith("fused_multi_head_attention")}
+    return losses, variables, [jb.op_type_name(op) for op in proto.net.op], sbp
 
 
 def test_fused_attention_trains_as_the_unfused_ops():
@@ -92,7 +99,7 @@ def test_fused_attention_trains_as_the_unfused_ops():
 
 @pytest.mark.parametrize("mode", [None, "xla", pytest.param("native", marks=pytest.mark.slow)])
 def test_fused_attention_with_dropout_trains(mode):
-    losses, _, types = _train(0.3, steps=30, mode=mode)
+    losses, _, types, _ = _train(0.3, steps=30, mode=mode)
     assert types.count("fused_multi_head_attention") == 1 and "random_mask_like" not in types
     assert np.all(np.isfinite(losses)) and np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
 
@@ -104,6 +111,20 @@ def test_fused_attention_in_other_lowerings_trains_as_the_plan(mode):
     assert_close_at_scale(fused[0], plan[0], rtol=1e-5)
     for name in plan[1]:
         assert_close_at_scale(fused[1][name], plan[1][name], rtol=1e-5, err_msg=name)
+
+
+@pytest.mark.slow
+def test_fused_attention_on_two_devices_trains_as_on_one():
+    """Data parallel over 2 CPU devices (the batch split): SBP splits the fused op and its
+    gradient on the batch axis; the same losses and weights as on one device."""
+    two, one = _train(0.0, ndev=2), _train(0.0)
+    assert "fused_multi_head_attention" in two[2]
+    for op_type, sig in two[3].items():
+        assert sig["query_0"] == sig["out_0" if op_type == "fused_multi_head_attention" else "dy_0"] == "S(0)"
+        assert sig["philox_seed_0"] == "B", (op_type, sig)
+    assert_close_at_scale(two[0], one[0], rtol=1e-5)
+    for name in one[1]:
+        assert_close_at_scale(two[1][name], one[1][name], rtol=1e-5, err_msg=name)
 
 
 def test_pass_leaves_other_jobs_alone(monkeypatch):

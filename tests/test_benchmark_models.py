@@ -23,7 +23,7 @@ from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
 from graphfront.framework.session import default_session, trace
 from graphfront.parallel import sbp as _sbp
-from graphfront.passes import complete
+from graphfront.passes import attention as attention_pass, complete
 from graphfront.passes.boxing import boxing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -179,13 +179,19 @@ def _torch_batch(batch, dev="cpu"):
     return [torch.from_numpy(v).to(dev) for v in pretrain.feeds(batch)]
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_bert_pretrain_step_matches_pytorch(device):
+@pytest.mark.parametrize("device,fused", [("cpu", False), ("cpu", True),
+                                          pytest.param("gpu", True, marks=[pytest.mark.cuda, cuda])])
+def test_bert_pretrain_step_matches_pytorch(device, fused, monkeypatch):
+    """One step against PyTorch's model (its attention F.scaled_dot_product_attention); on a
+    GPU graphfront's attention is fused_multi_head_attention, as ``fused`` makes it on the CPU."""
+    if fused and device == "cpu":  # (fuse_attention rewrites GPU placements only)
+        monkeypatch.setattr(attention_pass, "GPU_TAGS", attention_pass.GPU_TAGS + ("cpu",))
     args = _bert_args(device=device)
     batch = pretrain.synthetic_batch(args, seed=1)
     batch["masked_lm_weights"][0, -1] = 0.0          # a padded prediction slot
     step = _bert_step(args)
-    step.compiled_job
+    types = {jb.op_type_name(op) for op in step.compiled_job.job.net.op}
+    assert ("fused_multi_head_attention_grad" in types) is fused and ("softmax" in types) is not fused
     before = _variables()
     loss = step(*pretrain.feeds(batch))
     after = _variables()

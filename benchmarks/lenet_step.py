@@ -1,6 +1,6 @@
 """LeNet train step, batch 100: graphfront vs hand-written PyTorch eager (same run).
 
-    python benchmarks/lenet_step.py [--steps 30] [--threads N] [--device cpu|gpu]
+    python benchmarks/lenet_step.py [--steps 30] [--threads N] [--device cpu|gpu] [--batch 100] [--profile 5]
 
 graphfront runs ``examples/lenet/lenet.py`` as a train job (SGD lr 0.1, momentum 0,
 dropout 0.5, sparse softmax cross entropy); the baseline is an ``nn.Module`` with the
@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _common import interleaved, machine, parser, report, setup_threads, torch_train_step
+from _common import interleaved, machine, parser, profile_sides, report, setup_threads, torch_train_step
 
 import graphfront as flow
 from graphfront import typing as tp
@@ -62,7 +62,14 @@ def torch_model(device):
 
 
 def main(argv=None):
-    args = parser(__doc__.splitlines()[0]).parse_args(argv)
+    global B
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=B)
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="after timing, print the top kernels of graphfront, PyTorch eager and torch.compile "
+                        "(reduce-overhead) over STEPS steps (torch.profiler)")
+    args = p.parse_args(argv)
+    B = args.batch
     threads = setup_threads(args)
     rng = np.random.default_rng(0)
     x = rng.random((B, 1, 28, 28), dtype=np.float32)
@@ -77,6 +84,14 @@ def main(argv=None):
     gf, pt = interleaved(args.steps, args.warmup, lambda: train_job(x, y), torch_step, args.device)
     print(f"machine: {machine(args.device)}; torch threads: {threads}")
     report(f"LeNet train step (batch {B}, median of {args.steps})", gf, pt)
+    if args.profile:
+        compiled = torch_model(args.device)
+        step = torch_train_step(torch.compile(compiled, mode="reduce-overhead"),
+                                torch.optim.SGD(compiled.parameters(), lr=0.1, momentum=0), x, y)
+        for _ in range(3):  # (compiles, records its CUDA graphs)
+            step()
+        profile_sides({"graphfront-plan": lambda: train_job(x, y), "torch-eager": torch_step,
+                       "torch-compile-ro": step}, args.profile, args.device)
 
 
 if __name__ == "__main__":

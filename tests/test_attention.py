@@ -114,10 +114,12 @@ def test_fused_attention_in_other_lowerings_trains_as_the_plan(mode):
 
 
 @pytest.mark.slow
-def test_fused_attention_on_two_devices_trains_as_on_one():
+@pytest.mark.parametrize("rate", [0.0, 0.3])
+def test_fused_attention_on_two_devices_trains_as_on_one(rate):
     """Data parallel over 2 CPU devices (the batch split): SBP splits the fused op and its
-    gradient on the batch axis; the same losses and weights as on one device."""
-    two, one = _train(0.0, ndev=2), _train(0.0)
+    gradient on the batch axis; the same losses and weights as on one device, dropout
+    included (each device hashes its elements' indices in the whole scores)."""
+    two, one = _train(rate, ndev=2), _train(rate)
     assert "fused_multi_head_attention" in two[2]
     for op_type, sig in two[3].items():
         assert sig["query_0"] == sig["out_0" if op_type == "fused_multi_head_attention" else "dy_0"] == "S(0)"
@@ -220,7 +222,7 @@ def test_op_matches_float64_autograd_with_the_hashed_mask(rate, bias_shape):
 def test_hashed_mask_keeps_one_minus_rate_and_changes_every_run():
     rate, n = 0.3, 200_000
     seed = torch.tensor(12345)
-    keep = attention_ops.keep_mask(seed, (n,), rate, torch.device("cpu"))
+    keep = attention_ops.keep_mask(seed, torch.arange(n), rate)
     np.testing.assert_array_equal(keep.numpy(), _lowbias32(12345, n) >= np.uint32(int(rate * 2 ** 32)))
     assert abs(keep.float().mean().item() - (1 - rate)) <= fraction_tolerance(1 - rate, n)
     fwd, _ = _kernels({"query": (1, 4, 1, 8), "key": (1, 4, 1, 8), "value": (1, 4, 1, 8)}, torch.float32,

@@ -42,8 +42,9 @@ Kernels:
   ``scaled_dot_product_attention`` does before calling it.
 * elsewhere (the CPU, other head sizes), the formulas above op by op in float32 (float64
   stays float64), the dropout mask drawn by a counter-based hash of (``philox_seed``, element
-  index) — the 32-bit integer hash "lowbias32" (C. Wellons, "Prospecting for hash
-  functions", 2018) — so the gradient recomputes the very mask without storing it;
+  index in the logical scores) — the 32-bit integer hash "lowbias32" (C. Wellons,
+  "Prospecting for hash functions", 2018) — so the gradient recomputes the very mask without
+  storing it, and a part of the op on one of several devices draws the one-device mask's part;
   ``philox_seed`` is drawn once per run from the op's generator (seeded by attr ``seed``).
 
 The masks are therefore not those of the unfused ``random_mask_like`` (another stream, the
@@ -144,17 +145,33 @@ def _heads(t):
     return t.transpose(1, 2)
 
 
-def keep_mask(seed, shape, rate, device):
+def keep_mask(seed, index, rate):
     """The bool keep-mask of the op's CPU kernels: ``lowbias32(seed + i) >= rate * 2**32`` for
-    element ``i`` in row-major order (integer arithmetic kept below 2**63 in int64)."""
-    n = math.prod(shape)
-    x = (torch.arange(n, dtype=torch.int64, device=device) + seed) & _M32
+    each element's index ``i`` (int64 tensor) in the row-major order of the logical (B, H, Sq,
+    Sk) scores (integer arithmetic kept below 2**63 in int64)."""
+    x = (index + seed) & _M32
     x = x ^ (x >> 16)
     x = _mul32(x, 0x7FEB352D)
     x = x ^ (x >> 15)
     x = _mul32(x, 0x846CA68B)
     x = x ^ (x >> 16)
-    return (x >= int(rate * 2 ** 32)).reshape(shape)
+    return x >= int(rate * 2 ** 32)
+
+
+def _mask_index(k):
+    """``device -> index``: the row-major indices in the logical (B, H, Sq, Sk) scores of the
+    elements this device computes (its part where the op is split over devices, so that the
+    mask of each element is the one-device mask whatever the layout)."""
+    q, key = k.logical("query").shape, k.logical("key").shape
+    full = (q[0], q[2], q[1], key[1])
+    layout = k.sbp("query")
+    along = {"S(0)": "S(0)", "S(2)": "S(1)"}  # the split axis of the (B, Sq, H, D) query -> of the scores
+    mask_layout = tuple(along.get(s, "B") for s in layout) if isinstance(layout, tuple) else along.get(layout, "B")
+
+    def index(device):
+        whole = torch.arange(math.prod(full), dtype=torch.int64, device=device).view(full)
+        return _sbp.local_part(whole, mask_layout, k.parallel_num, k.parallel_id) if k.parallel_num > 1 else whole
+    return index
 
 
 def _mul32(x, c):
@@ -179,6 +196,7 @@ def _mha_math_kernel(k, draw_seed):
     scores, rate, keep_scale, opmath = _math_parts(k)
     sq = k.input("query").shape[1]
     pad = lse_length(sq) - sq
+    index = _mask_index(k)
 
     def fused_multi_head_attention(q, key, v, bias):
         s = scores(q, key, bias)
@@ -186,7 +204,7 @@ def _mha_math_kernel(k, draw_seed):
         p = torch.exp(s - lse.unsqueeze(-1))
         if rate:
             seed = draw_seed(q.device)
-            p = p * keep_mask(seed, p.shape, rate, p.device) * keep_scale
+            p = p * keep_mask(seed, index(p.device), rate) * keep_scale
         else:
             seed = torch.zeros((), dtype=torch.int64, device=q.device)
         out = torch.matmul(p, _heads(v).to(opmath)).to(q.dtype)
@@ -244,10 +262,11 @@ def _mha_grad_kernel(k):
     scores, rate, keep_scale, opmath = _math_parts(k)
     scale = k.attr("scale")
     sq = k.input("query").shape[1]
+    index = _mask_index(k)
 
     def fused_multi_head_attention_grad(dy, q, key, v, bias, out, lse, seed, offset):
         p = torch.exp(scores(q, key, bias) - lse[..., :sq].unsqueeze(-1))
-        keep = keep_mask(seed, p.shape, rate, p.device).to(opmath) * keep_scale if rate else None
+        keep = keep_mask(seed, index(p.device), rate).to(opmath) * keep_scale if rate else None
         dyh, vh = _heads(dy).to(opmath), _heads(v).to(opmath)
         dv = torch.matmul((p if keep is None else p * keep).transpose(-1, -2), dyh)
         dp = torch.matmul(dyh, vh.transpose(-1, -2))

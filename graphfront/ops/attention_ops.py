@@ -158,6 +158,11 @@ def keep_mask(seed, index, rate):
     return x >= int(rate * 2 ** 32)
 
 
+def _mul32(x, c):
+    """``x * c mod 2**32`` for ``x`` < 2**32, in two 16-bit halves of ``c``."""
+    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & _M32
+
+
 def _mask_index(k):
     """``device -> index``: the row-major indices in the logical (B, H, Sq, Sk) scores of the
     elements this device computes (its part where the op is split over devices, so that the
@@ -172,11 +177,6 @@ def _mask_index(k):
         whole = torch.arange(math.prod(full), dtype=torch.int64, device=device).view(full)
         return _sbp.local_part(whole, mask_layout, k.parallel_num, k.parallel_id) if k.parallel_num > 1 else whole
     return index
-
-
-def _mul32(x, c):
-    """``x * c mod 2**32`` for ``x`` < 2**32, in two 16-bit halves of ``c``."""
-    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & _M32
 
 
 def _math_parts(k):

@@ -69,6 +69,20 @@ def _default_low_precision(job_func):
     return (flow.float16, np.float16) if on_gpu else (flow.bfloat16, ml_dtypes.bfloat16)
 
 
+def _variable_casts(job_func):
+    """variable name -> the dtype the job casts it to: its ``cast`` ops, and the ``multi_cast``
+    the cleanup passes group them into."""
+    proto = job_func.graph.proto
+    variables = {op.name for op in proto.net.op if op.HasField("variable_conf")}
+    out = {}
+    for op in proto.net.op:
+        if jb.op_type_name(op) in ("cast", "multi_cast"):
+            for lbn in op.user_conf.input["in"].s:
+                if lbn.split("/")[0] in variables:
+                    out[lbn.split("/")[0]] = jb.user_attrs(op)["dtype"]
+    return out
+
+
 def _user_ops(job_func, op_type):
     return [op for op in job_func.graph.proto.net.op if op.HasField("user_conf") and op.user_conf.op_type_name == op_type]
 
@@ -82,9 +96,11 @@ def test_amp_job_shows_casts_and_keeps_float32_master_weights():
     # forward: inputs of the white matmuls cast down, the last matmul's output cast back up
     x_op = next(op.name for op in g.proto.net.op if op.HasField("input_conf")
                 and jb.TensorDesc.from_proto(g.proto.helper.lbn2logical_blob_desc[f"{op.name}/out"]).shape == (B, D))
-    for name in (f"{x_op}-out-cast_f2h", "fc1-weight-out-cast_f2h", "fc1-bias-out-cast_f2h",
-                 "fc2-weight-out-cast_f2h"):
-        assert casts.get(name) is flow.bfloat16, (name, sorted(casts))
+    assert casts.get(f"{x_op}-out-cast_f2h") is flow.bfloat16, sorted(casts)
+    # the variables' casts, in one multi-tensor op (the group_variable_casts pass)
+    assert _variable_casts(train) == {"fc1-weight": flow.bfloat16, "fc1-bias": flow.bfloat16,
+                                      "fc2-weight": flow.bfloat16}
+    assert len(_user_ops(train, "multi_cast")) == 1
     assert casts.get("fc2-matmul-out_0-cast_h2f") is flow.float32
     # backward follows: the casts' gradients are casts back to float32 before the update
     for name in ("fc1-weight-out-cast_f2h_grad", "fc2-weight-out-cast_f2h_grad"):
@@ -155,8 +171,9 @@ def test_amp_conv_batch_norm_job_tracks_float32():
     amp, train = run(True)
     # rtol 4.0e-3 (bf16, batch 8); measured max over the 8 steps: 1.6e-3
     np.testing.assert_allclose(amp, ref, rtol=amp_loss_rtol(flow.bfloat16, 8))
-    casts = {op.name for op in _user_ops(train, "cast")}
-    assert {"c1-weight-out-cast_f2h", "c2-weight-out-cast_f2h"} <= casts
+    low = _default_low_precision(train)[0]
+    assert {k: v for k, v in _variable_casts(train).items() if k in ("c1-weight", "c2-weight")} == \
+        {"c1-weight": low, "c2-weight": low}
     # the batch norm between the convolutions runs in low precision with float32 statistics (never cast)
     bn = next(op for op in _user_ops(train, "normalization") if op.name == "bn1")
     assert bn.user_conf.input["moving_mean"].s[0] == "bn1-moving_mean/out"

@@ -614,6 +614,7 @@ CASES.update({
                         lambda: ({"dy": t(2, 3, 4), "x": t(2, 3, 4), "mean": t(2), "inv_variance": t(2, **_POSITIVE)},
                                  {"begin_norm_axis": 1, "epsilon": 1e-5})),
     "multi_scalar_mul_by_tensor": lambda: ({"x": [t(2, 3), t(4, dtype=flow.float16), t(5)], "scalar": t(1)}, {}),
+    "multi_cast": lambda: ({"in": [t(2, 3), t(4), t(5)]}, {"dtype": flow.float16}),
     "fused_layer_norm_grad": (lambda: ({"dy": t(2, 3, 4), "x": t(2, 3, 4), "mean": t(2, 3),
                                         "inv_variance": t(2, 3, **_POSITIVE), "gamma": t(4),
                                         "_add_to_output": oneof(t(2, 3, 4), nothing())},

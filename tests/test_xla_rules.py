@@ -172,6 +172,7 @@ CASES = {
                     {"amsgrad": True, "epsilon": 1e-8, "weight_decay": 0.01}, [], {"model", "m", "v", "max_v"}),
     "multi_scalar_mul_by_tensor": ({"x": [_any((2, 3)), _any((4,), np.float16), _any((5,))], "scalar": _any((1,))},
                                    {}, ["y", "y", "y"]),
+    "multi_cast": ({"in": [_any((2, 3)), _any((4,)), _any((5,))]}, {"dtype": flow.float16}, ["out", "out", "out"]),
     "multi_tensor_sgd_update": ({"model": [_any((2, 3)), _any((4,))], "model_diff": [_any((2, 3)), _any((4,))],
                                  "learning_rate": _pos((1,))}, {"weight_decay": 0.1}, [], {"model"}),
     "multi_tensor_momentum_update": ({"model": [_any((2, 3)), _any((4,))], "model_diff": [_any((2, 3)), _any((4,))],

@@ -41,6 +41,10 @@ op type                            origin   computes
                                             ``fused_cast_scale`` each) in a few
                                             multi-tensor kernels: the loss-scale undo of
                                             a job's gradients
+``multi_cast``                     gf       ``out_i = cast(in_i)`` for every ``in_i`` (one
+                                            source and one target dtype) in a few
+                                            multi-tensor kernels: the float32 variables'
+                                            casts of a mixed-precision step
 ``multi_tensor_adam_update``       gf       ``adam_update`` (Adam / AdamW) over lists of
                                             models, grads, ``m``, ``v``, ``max_v`` in one
                                             fused kernel; bias correction from input
@@ -899,6 +903,43 @@ op("multi_scalar_mul_by_tensor", inputs=["x*", "scalar"], outputs=["y*"], infer=
    onnx=_multi_scale_onnx,
    doc="graphfront-only: y_i = x_i (cast to the scalar's dtype) * scalar for every x_i: the scalar_mul_by_tensor "
        "and fused_cast_scale ops of one (1,) scalar in a few multi-tensor kernels")
+
+
+# ------------------------------------------------------------------ multi_cast
+
+def _multi_cast_infer(ctx):
+    ins, dtype = ctx.inputs("in"), ctx.attr("dtype")
+    ctx.check(dtype is not None, "attr 'dtype' must be set")
+    ctx.check(len(ins) == ctx.output_count("out"), f"expected one output 'out' per input 'in' ({len(ins)}), "
+                                                   f"received {ctx.output_count('out')}")
+    for i, d in enumerate(ins):
+        ctx.check(d.dtype is ins[0].dtype, f"input 'in_{i}' expected dtype {ins[0].dtype.name} (as 'in_0'), "
+                                           f"received {d.dtype.name}")
+        ctx.set_output("out", d.shape, dtype, i=i)
+
+
+def _multi_cast_kernel(k):
+    """New tensors of ``dtype`` filled by one ``torch._foreach_copy_`` (a multi-tensor kernel
+    converting as it copies, on a GPU; one copy each on the CPU): each ``cast``'s result."""
+    dtype = k.attr("dtype").torch
+
+    def multi_cast(xs):
+        out = [torch.empty_like(x, dtype=dtype) for x in xs]
+        torch._foreach_copy_(out, xs)
+        return out
+    return multi_cast
+
+
+def _multi_cast_onnx(c):
+    for i, x in enumerate(c.inputs("in")):
+        c.node("Cast", [x], [c.output("out", i)], to=c.dtype_code(c.attr("dtype")))
+
+
+op("multi_cast", inputs=["in*"], outputs=["out*"], attrs={"dtype": "dtype"}, infer=_multi_cast_infer,
+   kernel=_multi_cast_kernel, no_grad=True, sbp=lambda ctx: [_sbp.signature(ctx, _sbp.B)],
+   xla=lambda k: (lambda xs, t=k.attr("dtype").np: [x.astype(t) for x in xs]), onnx=_multi_cast_onnx,
+   doc="graphfront-only: out_i = cast(in_i) for every in_i, in a few multi-tensor kernels: the casts of a "
+       "mixed-precision job's float32 variables")
 
 
 _UPDATE_ATTRS = {"learning_rate_val": ("float", 0.0), "scale": ("double", 1.0), "l1": ("float", 0.0),

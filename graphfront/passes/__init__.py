@@ -29,7 +29,7 @@ from graphfront.passes.optimizer import optimizer
 from graphfront.passes.qat import quantization_aware_training
 from graphfront.passes.ssp import add_ssp_variable_proxy
 from graphfront.passes.time_shape import unroll_time_shape
-from graphfront.passes.update_group import group_scalar_mul_by_tensor, group_update_ops
+from graphfront.passes.update_group import group_scalar_mul_by_tensor, group_update_ops, group_variable_casts
 
 REQUIRED_PASSES = [unroll_time_shape, quantization_aware_training, auto_mixed_precision, autograd, optimizer,
                    add_ssp_variable_proxy, indexed_slices_optimizer]
@@ -38,7 +38,8 @@ REQUIRED_PASSES = [unroll_time_shape, quantization_aware_training, auto_mixed_pr
 FORWARD_PASSES = [fuse_attention]
 CLEANUP_PASSES = [prune_dead_ops, fold_constants, fuse_cast_scale, fuse_update_ops, fuse_scalar_chains, fuse_bias_add,
                   fuse_scalar_mul_matmul, fold_batch_norm, fuse_bias_add_relu, fuse_conv_grads, fuse_layer_norm_grads, fuse_max_pool_grad,
-                  fuse_add_to_output, group_update_ops, group_scalar_mul_by_tensor, prune_dead_ops]
+                  fuse_add_to_output, group_update_ops, group_scalar_mul_by_tensor, group_variable_casts,
+                  prune_dead_ops]
 COMPLETION_LOG = "__completion_log__"
 DISABLED_PASSES = "graphfront_disabled_passes"
 

@@ -9,7 +9,9 @@ kernel chain per variable (``graphfront/ops/fused_ops.py``).
 
 :func:`group_scalar_mul_by_tensor` likewise makes the ``scalar_mul_by_tensor`` ops that
 scale gradients by one factor for the optimizer (dynamic loss scaling's undo) one
-``multi_scalar_mul_by_tensor``.
+``multi_scalar_mul_by_tensor``, and :func:`group_variable_casts` the ``cast`` ops of
+variables (auto mixed precision's float32 weights to float16 at every step) one
+``multi_cast``.
 
 ``adam_update`` groups only without ``l1``/``l2`` and, with ``do_bias_correction``, when its
 ``bias_correction1/2`` blobs are ``adam_bias_correction_factor`` ops of its own ``beta1`` /
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from graphfront.framework import job_builder as jb
 from graphfront.ops import registry
+from graphfront.passes.boxing import parallel_num
 from graphfront.passes.rewrite import Net, has_op_types, single_input, user_type
 from graphfront.runtime import plan as rt
 
@@ -148,6 +151,36 @@ def group_scalar_mul_by_tensor(job):
                                 outputs={"y": len(ops)}, like_op=ops[-1].name)
         for i, o in enumerate(ops):
             net.redirect(o.user_conf.output["y"].s[0], multi.user_conf.output["y"].s[i])
+        net.remove(*(o.name for o in ops))
+        changed = True
+    return net.finish() if changed else job
+
+
+def group_variable_casts(job):
+    """Replace the ``cast`` ops reading a variable, of one source and target dtype, by one
+    ``multi_cast`` placed where the first of them was (each output then exists before any of
+    their readers): on a GPU a few multi-tensor kernels instead of one small kernel per
+    weight. Jobs on one device only (the multi-op's inputs share one layout)."""
+    if not has_op_types(job, ("cast",)) or parallel_num(job) > 1:
+        return job
+    net = Net(job)
+    groups = {}
+    for op in job.net.op:
+        if user_type(op) != "cast" or op.ctrl_in_op_name:
+            continue
+        x = single_input(op, "in")
+        if jb.op_kind(net.producer_op(x)) != "variable_conf":
+            continue
+        groups.setdefault((op.device_tag, net.desc(x).dtype.name, net.attrs(op)["dtype"]), []).append(op)
+    changed = False
+    for (_, _, dtype), ops in groups.items():
+        if len(ops) < 2:
+            continue
+        multi = net.add_user_op(f"System-MultiCast-{ops[0].name}", "multi_cast",
+                                {"in": [single_input(o, "in") for o in ops]}, {"dtype": dtype},
+                                outputs={"out": len(ops)}, like_op=ops[0].name)
+        for i, o in enumerate(ops):
+            net.redirect(o.user_conf.output["out"].s[0], multi.user_conf.output["out"].s[i])
         net.remove(*(o.name for o in ops))
         changed = True
     return net.finish() if changed else job

@@ -46,6 +46,9 @@ EXEMPT = {
                                   "float32 gradients of a dynamic-loss-scale train job; checked by tests/test_passes.py "
                                   "(bit for bit against one scalar_mul_by_tensor each) and its xla and onnx rules by "
                                   "tests/test_xla_rules.py and tests/test_onnx_export.py",
+    "multi_cast": "made only by the group_variable_casts pass, from the casts of a mixed-precision job's float32 "
+                  "variables; checked by tests/test_passes.py (bit for bit against one cast each) and its xla and onnx "
+                  "rules by tests/test_xla_rules.py and tests/test_onnx_export.py",
     "dynamic_loss_scale_schedule": "in-place update of the loss-scale and good-step-counter variables (no outputs); "
                                    "checked by tests/test_amp.py against a numpy model of OneFlow's rule",
     "assign_if": "conditional in-place write of a variable (no outputs); checked by tests/test_amp.py",

@@ -261,6 +261,36 @@ def test_fuse_scalar_mul_matmul_folds_scales_into_alpha_as_torch():
     assert -3.0 in alphas and 0.125 in alphas
 
 
+def _repeated_mask_train(config):
+    """Each of two attention-like layers computes ``(mask - 1) * 10000`` again from the fed
+    mask (OneFlow-Benchmark BERT's way), and a dropout of the same blob twice."""
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((4, 6)), mask: tp.Numpy.Placeholder((4, 6))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            h = x
+            for i in range(2):
+                w = flow.get_variable(f"w{i}", (6, 6), initializer=flow.random_normal_initializer())
+                h = flow.nn.softmax(flow.matmul(h, w) + (mask - 1.0) * 10000.0)
+            d = flow.nn.dropout(h, rate=0.5, seed=1) + flow.nn.dropout(h, rate=0.5, seed=1)
+            loss = flow.math.reduce_sum(d * d)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    return job
+
+
+def test_merge_duplicate_ops_computes_a_repeated_subexpression_once():
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    mask = (RNG.random((4, 6)) > 0.3).astype(np.float32)
+    on = _run(_repeated_mask_train, (x, mask), steps=3)
+    off = _run(_repeated_mask_train, (x, mask), steps=3, disabled=["merge_duplicate_ops"])
+    _check_same(on, off, rtol=0, atol=0)
+    assert "merge_duplicate_ops" in on[3]
+    for t in ("scalar_add", "scalar_mul"):   # (mask - 1) * 10000 once (and the train step's own + 1)
+        assert off[2].count(t) - on[2].count(t) == 1, t
+    # random ops are never merged: the two dropouts keep their own masks
+    assert on[2].count("random_mask_like") == off[2].count("random_mask_like") == 2
+
+
 def _amp_dense_train(config, devices="0:0"):
     """Two dense layers with auto mixed precision (bfloat16 on the CPU): three float32
     variables cast down at every step."""

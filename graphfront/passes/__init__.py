@@ -5,8 +5,8 @@
 fusions (:data:`FORWARD_PASSES`: a GPU attention becomes one fused op), auto mixed precision
 (when the job enables it), autograd, optimizer, the SSP variable proxies (``enable_ssp``) and the indexed-slices
 rewrite of configured embedding updates (train jobs), then the
-cleanup passes (:data:`CLEANUP_PASSES`: constant folding, fusions, multi-tensor update
-grouping, dead-op pruning). The names of the passes that ran are appended to
+cleanup passes (:data:`CLEANUP_PASSES`: common-subexpression elimination, constant folding,
+fusions, multi-tensor update grouping, dead-op pruning). The names of the passes that ran are appended to
 ``job.job_conf.flag_name2flag_value["__completion_log__"]`` (a list of strings); a pass
 with an ``is_enabled(job)`` attribute runs (and is logged) only where it returns True.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from graphfront.passes.amp import auto_mixed_precision
 from graphfront.passes.attention import fuse_attention
 from graphfront.passes.autograd import autograd
-from graphfront.passes.cleanup import prune_dead_ops
+from graphfront.passes.cleanup import merge_duplicate_ops, prune_dead_ops
 from graphfront.passes.fold import fold_constants
 from graphfront.passes.indexed_slices import indexed_slices_optimizer
 from graphfront.passes.fusion import (fold_batch_norm, fuse_add_to_output, fuse_bias_add, fuse_bias_add_relu,
@@ -36,7 +36,7 @@ REQUIRED_PASSES = [unroll_time_shape, quantization_aware_training, auto_mixed_pr
 # fusions of the job as built, run before auto mixed precision (and so before autograd) when the
 # cleanup passes run
 FORWARD_PASSES = [fuse_attention]
-CLEANUP_PASSES = [prune_dead_ops, fold_constants, fuse_cast_scale, fuse_update_ops, fuse_scalar_chains, fuse_bias_add,
+CLEANUP_PASSES = [prune_dead_ops, merge_duplicate_ops, fold_constants, fuse_cast_scale, fuse_update_ops, fuse_scalar_chains, fuse_bias_add,
                   fuse_scalar_mul_matmul, fold_batch_norm, fuse_bias_add_relu, fuse_conv_grads, fuse_layer_norm_grads, fuse_max_pool_grad,
                   fuse_add_to_output, group_update_ops, group_scalar_mul_by_tensor, group_variable_casts,
                   prune_dead_ops]

@@ -154,6 +154,29 @@ def test_gpu_placed_train_step_makes_every_tensor_on_its_device(on_meta):
         assert loss.device == META and flags.device == META and flags.shape == (1 + 3 * 2,)
 
 
+def test_fed_labels_seen_through_whole_views_are_checked_on_the_host(on_meta):
+    """Labels fed and then reshaped or squeezed (BERT's masked-LM and next-sentence labels)
+    hold the feed's values: their checks are the feed's, on the host, and the step has no
+    in-step check (no clamp, no flags, no skipped update); a slice of them is computed."""
+    cfg = flow.FunctionConfig()
+    cfg.default_placement_scope(flow.scope.placement("cpu", "0:0"))
+
+    @flow.global_function(type="train", function_config=cfg)
+    def train(x: tp.Numpy.Placeholder((B, 4)), y: tp.Numpy.Placeholder((B, 1), dtype=flow.int32),
+              z: tp.Numpy.Placeholder((2, B), dtype=flow.int32)):
+        logits = flow.layers.dense(x, C, name="fc", kernel_initializer=flow.truncated_normal(0.1))
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(flow.squeeze(y, [1]), logits))
+        sliced = flow.reshape(flow.slice(z, [None, None], [1, B]), (B,))   # half of z: not its values
+        loss = loss + flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(sliced, logits))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    plan = train.compiled_job.plan
+    assert {i for i, _, _ in plan.checks.on_feeds} == {1}   # y, through its squeeze
+    assert len(plan.checks.in_step) == 2                     # the slice of z: the loss and its gradient
+    with pytest.raises(OpRunError, match=str(C + 3)):
+        plan.check_feeds([None, np.full((B, 1), C + 3, np.int32), None])
+
+
 class _Clones(TorchDispatchMode):
     """Counts ``aten.clone`` calls: a copy into another memory layout (``contiguous``, a
     ``reshape`` of a non-contiguous blob)."""

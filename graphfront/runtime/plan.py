@@ -29,7 +29,8 @@ Two lowering steps go beyond one call per op:
   captured; a failed capture falls back to eager execution for good. This path needs a
   GPU and is exercised only where one is.
 * **Index checks.** An op's ``checks`` rule names integer inputs that must lie in
-  ``[0, size)`` (class labels). Fed values are checked on the host before the step
+  ``[0, size)`` (class labels). Fed values, and views holding every value of a fed blob (a
+  reshape or squeeze of fed labels), are checked on the host before the step
   (:meth:`Plan.check_feeds`, by the session before it copies them to the device, or by
   the call for CPU tensors). A computed value on a GPU is clamped into range on the
   device, its first bad element flagged, and the flags, returned as one more result of
@@ -583,6 +584,7 @@ class Plan(ScheduleWalk, Lowering):
                          self._parallel_ctxs.get(op.name), self._logical_descs)
         opdef = registry.op_def(op)
         self.host_reads |= opdef.host_reads
+        self._follow_feed(op, opdef)
         guarded, guard_lines = self._index_checks(i, op, opdef, device)
         ins, out_groups = call_layout(op)
         args = []
@@ -629,6 +631,16 @@ class Plan(ScheduleWalk, Lowering):
         self._lines.append(line)
         if guarded:
             self._lines.append(f"del {', '.join(guarded.values())}")
+
+    def _follow_feed(self, op, opdef):
+        """A view op of one fed blob whose one output holds every element of it, of its dtype
+        (a reshape, squeeze, transpose, a whole slice...): its output's values are the feed's,
+        so an index check of them is made on the host, on the feed, like the feed's own."""
+        ins, outs = jb.op_inputs(op), jb.op_outputs(op)
+        if opdef.view and len(ins) == 1 and len(outs) == 1 and ins[0][2] in self._feed_of:
+            src, out = self.descs[ins[0][2]], self.descs[outs[0][2]]
+            if src.numel == out.numel and src.dtype is out.dtype:
+                self._feed_of[outs[0][2]] = self._feed_of[ins[0][2]]
 
     def _index_checks(self, i, op, opdef, device):
         """The index checks of op ``i`` (its ``checks`` rule): each fed value is added to the

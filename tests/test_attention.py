@@ -253,3 +253,13 @@ def test_gpu_branch_on_the_meta_device_gives_the_declared_blobs():
     assert seed.shape == () and seed.dtype == torch.int64 and offset.shape == ()
     for name, got in zip(("query", "key", "value", "attn_bias"), grads):
         assert (got.shape, got.dtype) == (shapes[name], torch.float16), name
+
+
+def test_a_device_without_the_memory_efficient_kernels_gets_the_formulas_with_a_warning():
+    """The GPU branch probes PyTorch's memory-efficient attention once per device and kind
+    before it takes it; where it cannot run (here: the CPU, which has no such kernel) the op
+    computes its formulas, with a warning naming the device, instead of failing at the first step."""
+    attention_ops._efficient_kernel_runs.cache_clear()
+    with pytest.warns(UserWarning, match="memory-efficient attention does not run on cpu"):
+        assert not attention_ops._efficient_kernel_runs(torch.device("cpu"), torch.float16, 64, 64, True, True)
+    attention_ops._efficient_kernel_runs.cache_clear()

@@ -39,7 +39,9 @@ Kernels:
   scores; its dropout draws from the default CUDA generator's Philox stream (so
   ``flow.manual_seed`` repeats it), inside captured CUDA graphs too. It takes head sizes that
   are multiples of 8; the bias is padded to a 16-element row stride as PyTorch's own
-  ``scaled_dot_product_attention`` does before calling it.
+  ``scaled_dot_product_attention`` does before calling it. A probe run once per device and
+  kind when the job compiles falls back to the formulas below, with a warning, on a card or
+  build without those kernels.
 * elsewhere (the CPU, other head sizes), the formulas above op by op in float32 (float64
   stays float64), the dropout mask drawn by a counter-based hash of (``philox_seed``, element
   index in the logical scores) — the 32-bit integer hash "lowbias32" (C. Wellons,
@@ -52,7 +54,9 @@ same distribution).
 """
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -123,11 +127,34 @@ def _mha_grad_infer(ctx):
 def uses_efficient_kernel(k) -> bool:
     """Whether op ``k`` (either op of the pair: the same static facts) runs PyTorch's
     memory-efficient attention: a device other than the CPU, head sizes multiples of 8,
-    16- or 32-bit floats."""
+    16- or 32-bit floats, and on a GPU the kernels there (:func:`_efficient_kernel_runs`)."""
     q = k.input("query")
     dv = k.input("value").shape[3]
-    return k.device.type != "cpu" and q.shape[3] % 8 == 0 and dv % 8 == 0 and \
-        q.dtype in (_dt.float16, _dt.bfloat16, _dt.float32)
+    if k.device.type == "cpu" or q.shape[3] % 8 or dv % 8 or q.dtype not in (_dt.float16, _dt.bfloat16, _dt.float32):
+        return False
+    return k.device.type != "cuda" or _efficient_kernel_runs(
+        k.device, q.dtype.torch, q.shape[3], dv, k.has_input("attn_bias"), k.attr("dropout_rate") > 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _efficient_kernel_runs(device, dtype, d, dv, bias, dropout) -> bool:
+    """Whether the memory-efficient attention runs, forward and backward, on ``device`` for
+    heads of ``d`` / ``dv`` in ``dtype`` (a probe on one sequence of 8, once per kind): a
+    build or card without those kernels gets the formulas, with a warning, not an error at
+    the first step."""
+    rate = 0.5 if dropout else 0.0
+    try:
+        q = torch.zeros(1, 1, 8, d, dtype=dtype, device=device)
+        v = torch.zeros(1, 1, 8, dv, dtype=dtype, device=device)
+        b = torch.zeros(1, 1, 8, _BIAS_ALIGN, dtype=dtype, device=device)[..., :8] if bias else None
+        out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(q, q, v, b, True, rate, False)
+        torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+            out, q, q, v, b, out, lse, seed, offset, rate, [True, True, True, False], False)
+        return True
+    except RuntimeError as e:
+        warnings.warn(f"fused_multi_head_attention: PyTorch's memory-efficient attention does not run on {device} "
+                      f"for {dtype} heads of {d} ({str(e).splitlines()[0][:200]}); the op computes its formulas")
+        return False
 
 
 def _bias4(bias, full):

@@ -44,7 +44,7 @@ step() { local limit=$1; shift; echo "=== $* [+${SECONDS}s]"; timeout "$limit" "
 tests() {
   timeout 270 python3 -m pytest -v -p no:cacheprovider -m cuda -rfEs --durations=8 tests/ >"$out/gpu_cuda_tests.txt" 2>&1 &
   echo "=== the suite without the cuda tests, 14 workers [+${SECONDS}s]"
-  OMP_NUM_THREADS=1 timeout 200 python3 -m pytest -v -p no:cacheprovider -n 14 -rfE --tb=line --durations=15 -m "not cuda" >"$out/gpu_tests.txt" 2>&1
+  OMP_NUM_THREADS=1 timeout 240 python3 -m pytest -v -p no:cacheprovider -n 14 -rfE --tb=line --durations=15 -m "not cuda" >"$out/gpu_tests.txt" 2>&1
   echo "=== rc $? [+${SECONDS}s]"
   grep -E " (FAILED|ERROR) " "$out/gpu_tests.txt" | sed -E 's/^\[gw[0-9]+\] \[ *[0-9]+%\] //' | sort -u | head -150
   sed -n '/short test summary/,$p' "$out/gpu_tests.txt" | cut -c1-400 | tail -80

@@ -81,9 +81,14 @@ def lse_length(sq: int) -> int:
     return -(-sq // _LSE_BLOCK) * _LSE_BLOCK
 
 
+def _scores_shape(query_shape, key_shape) -> tuple:
+    """(B, H, Sq, Sk): the shape of the scores of a (B, Sq, H, D) query and a (B, Sk, H, D) key."""
+    b, sq, h, _ = query_shape
+    return b, h, sq, key_shape[1]
+
+
 def _check_bias(ctx, q, k):
-    b, sq, h, _ = q.shape
-    full = (b, h, sq, k.shape[1])
+    full = _scores_shape(q.shape, k.shape)
     bias = ctx.input("attn_bias")
     ok = len(bias.shape) <= 4 and all(s in (1, f) for s, f in zip(reversed(bias.shape), reversed(full)))
     ctx.check(ok, f"input 'attn_bias' expected a shape broadcastable to (batch, heads, query, key) = {full}, "
@@ -194,8 +199,7 @@ def _mask_index(k):
     """``device -> index``: the row-major indices in the logical (B, H, Sq, Sk) scores of the
     elements this device computes (its part where the op is split over devices, so that the
     mask of each element is the one-device mask whatever the layout)."""
-    q, key = k.logical("query").shape, k.logical("key").shape
-    full = (q[0], q[2], q[1], key[1])
+    full = _scores_shape(k.logical("query").shape, k.logical("key").shape)
     layout = k.sbp("query")
     along = {"S(0)": "S(0)", "S(2)": "S(1)"}  # the split axis of the (B, Sq, H, D) query -> of the scores
     mask_layout = tuple(along.get(s, "B") for s in layout) if isinstance(layout, tuple) else along.get(layout, "B")
@@ -244,8 +248,7 @@ def _mha_kernel(k):
     (module docstring)."""
     if uses_efficient_kernel(k):
         scale, rate = k.attr("scale"), k.attr("dropout_rate")
-        b, sq, h, _ = k.input("query").shape
-        full = (b, h, sq, k.input("key").shape[1])
+        full = _scores_shape(k.input("query").shape, k.input("key").shape)
 
         def fused_multi_head_attention(q, key, v, bias):
             out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
@@ -276,8 +279,7 @@ def _mha_grad_kernel(k):
     bias_shape = k.input("attn_bias").shape if k.has_input("attn_bias") else None
     if uses_efficient_kernel(k):
         scale, rate = k.attr("scale"), k.attr("dropout_rate")
-        b, sq, h, _ = k.input("query").shape
-        full = (b, h, sq, k.input("key").shape[1])
+        full = _scores_shape(k.input("query").shape, k.input("key").shape)
 
         def fused_multi_head_attention_grad(dy, q, key, v, bias, out, lse, seed, offset):
             dq, dk, dv, db = torch.ops.aten._scaled_dot_product_efficient_attention_backward(

@@ -871,8 +871,7 @@ def _multi_scale_kernel(k):
             for i, y in zip(same, torch._foreach_mul([xs[i] for i in same], s)):
                 ys[i] = y
         if cast:
-            out = [torch.empty_like(xs[i], dtype=s.dtype) for i in cast]
-            torch._foreach_copy_(out, [xs[i] for i in cast])
+            out = _cast_all([xs[i] for i in cast], s.dtype)
             torch._foreach_mul_(out, s)
             for i, y in zip(cast, out):
                 ys[i] = y
@@ -918,16 +917,18 @@ def _multi_cast_infer(ctx):
         ctx.set_output("out", d.shape, dtype, i=i)
 
 
-def _multi_cast_kernel(k):
-    """New tensors of ``dtype`` filled by one ``torch._foreach_copy_`` (a multi-tensor kernel
-    converting as it copies, on a GPU; one copy each on the CPU): each ``cast``'s result."""
-    dtype = k.attr("dtype").torch
+def _cast_all(xs, dtype):
+    """``xs`` cast to ``dtype``: new tensors filled by one ``torch._foreach_copy_`` (a
+    multi-tensor kernel converting as it copies, on a GPU; one copy each on the CPU)."""
+    out = [torch.empty_like(x, dtype=dtype) for x in xs]
+    torch._foreach_copy_(out, xs)
+    return out
 
-    def multi_cast(xs):
-        out = [torch.empty_like(x, dtype=dtype) for x in xs]
-        torch._foreach_copy_(out, xs)
-        return out
-    return multi_cast
+
+def _multi_cast_kernel(k):
+    """Each ``cast``'s result, all in one :func:`_cast_all`."""
+    dtype = k.attr("dtype").torch
+    return lambda xs: _cast_all(xs, dtype)
 
 
 def _multi_cast_onnx(c):

@@ -23,7 +23,6 @@ backward. On the CPU the unfused ops stay: there they draw OneFlow's own dropout
 from __future__ import annotations
 
 from graphfront.passes.rewrite import Net, has_op_types, single_input, single_output, user_type
-from graphfront.runtime import walk
 
 _HEADS = [0, 2, 1, 3]
 #: the device tags of GPU placements (a job on a machine without CUDA is placed on the CPU)
@@ -43,10 +42,9 @@ def _heads_of(net, lbn, reader):
     return single_input(t, "input"), t
 
 
-def _match(net, mm, placements):
+def _match(net, mm):
     """The fused op's inputs, attrs and the ops it replaces, for the pattern starting at the
-    scores' ``batch_matmul`` ``mm`` (``placements``: op name -> its devices); None where it
-    does not hold."""
+    scores' ``batch_matmul`` ``mm``; None where it does not hold."""
     a = net.attrs(mm)
     if mm.device_tag not in GPU_TAGS or a["transpose_a"] or not a["transpose_b"] or "_add_to_output" in mm.user_conf.input:
         return None
@@ -95,7 +93,7 @@ def _match(net, mm, placements):
     if value is None or user_type(out_t) != "transpose" or list(net.attrs(out_t)["perm"]) != _HEADS:
         return None
     ops += [tv, nxt, out_t]
-    if any((o.device_tag, placements.get(o.name)) != (mm.device_tag, placements.get(mm.name)) for o in ops):
+    if any(net.placement(o) != net.placement(mm) for o in ops):
         return None  # (one placement for all of them)
     inputs = {"query": query, "key": key, "value": value, "attn_bias": bias}
     return inputs, {"scale": scale, "dropout_rate": rate, "seed": seed}, ops, single_output(out_t, "output")
@@ -121,12 +119,12 @@ def _dropout_of(net, p):
 
 def fuse_attention(job):
     """Rewrite every match of the module docstring's pattern; returns the job."""
-    net, placements = Net(job), walk.placements_of(job)
+    net = Net(job)
     changed = False
     for op in list(job.net.op):
         if user_type(op) != "batch_matmul" or net.is_removed(op.name):
             continue
-        found = _match(net, op, placements)
+        found = _match(net, op)
         if found is None:
             continue
         inputs, attrs, ops, out = found

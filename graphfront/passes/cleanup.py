@@ -49,7 +49,6 @@ def merge_duplicate_ops(job):
     (a loss, a watched blob) stays. Example: OneFlow-Benchmark's BERT makes its attention mask
     ``(mask - 1) * 10000`` in every layer; it is then computed once."""
     net = Net(job)
-    placements = rt.placements_of(job)
     mutated = {lbn for op in job.net.op for lbn in walk.mutated_lbns(op)}  # (an op's own outputs stay its own)
     first = {}
     changed = False
@@ -58,7 +57,7 @@ def merge_duplicate_ops(job):
                 any(lbn in mutated for _, _, lbn in jb.op_outputs(op)):
             continue
         uc = op.user_conf
-        key = (uc.op_type_name, op.device_tag, placements.get(op.name),
+        key = (uc.op_type_name, net.placement(op),
                tuple((arg, tuple(uc.input[arg].s)) for arg in uc.input_order),
                tuple(sorted((k, v.SerializeToString(deterministic=True)) for k, v in uc.attr.items())),
                tuple((arg, len(uc.output[arg].s)) for arg in uc.output_order))

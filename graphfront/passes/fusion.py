@@ -55,7 +55,6 @@ from __future__ import annotations
 
 from graphfront.ops import registry
 from graphfront.passes.rewrite import Net, has_op_types, single_input, single_output, user_type
-from graphfront.runtime import walk
 
 
 def _order(job):
@@ -531,7 +530,6 @@ def fuse_add_to_output(job):
         return job
     net = Net(job)
     pos = {op.name: i for i, op in enumerate(job.net.op)}
-    placements = walk.placements_of(job)
     changed = False
     for op in _order(job):
         if user_type(op) != "add_n" or len(op.user_conf.input["in"].s) != 2:
@@ -552,7 +550,7 @@ def fuse_add_to_output(job):
             if opdef.input_def("_add_to_output") is None or "_add_to_output" in prod.user_conf.input or \
                     single_output(prod, opdef.outputs[0].name) != x or net.sole_reader(x) is not op or \
                     (other is not None and pos[other.name] >= pos[prod.name]) or \
-                    (prod.device_tag, placements.get(prod.name)) != (op.device_tag, placements.get(op.name)):
+                    net.placement(prod) != net.placement(op):
                 continue
             net.add_input(prod, "_add_to_output", addend)
             net.redirect(out, x)

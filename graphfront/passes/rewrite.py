@@ -16,6 +16,7 @@ from __future__ import annotations
 from graphfront.framework import job_builder as jb
 from graphfront.ops import registry
 from graphfront.ops.builder import UserOpConfBuilder
+from graphfront.runtime import walk
 
 
 class Net:
@@ -41,6 +42,7 @@ class Net:
         self._removed = set()
         self._anchor = {}  # added op name -> the op it sits after in job.net.op
         self._descs = {}
+        self._placements = None
 
     @property
     def b(self):
@@ -75,6 +77,14 @@ class Net:
         if len(rs) != 1 or lbn in self.protected:
             return None
         return rs[0][0]
+
+    def placement(self, op_conf):
+        """``(device tag, device names)`` of an op: its placement group in the job as this Net
+        first read it (None for the names of an op added since). Ops may be merged or fused
+        only where these are equal."""
+        if self._placements is None:
+            self._placements = walk.placements_of(self.job)
+        return op_conf.device_tag, self._placements.get(op_conf.name)
 
     def desc(self, lbn):
         d = self._descs.get(lbn)

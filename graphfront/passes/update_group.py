@@ -24,7 +24,6 @@ from graphfront.framework import job_builder as jb
 from graphfront.ops import registry
 from graphfront.passes.boxing import parallel_num
 from graphfront.passes.rewrite import Net, has_op_types, single_input, user_type
-from graphfront.runtime import plan as rt
 
 GROUPABLE = {"sgd_update": ("multi_tensor_sgd_update", ()),
              "momentum_update": ("multi_tensor_momentum_update", ("momentum",)),
@@ -58,7 +57,6 @@ def group_update_ops(job):
     if not has_op_types(job, GROUPABLE):
         return job
     net = Net(job)
-    placements = rt.placements_of(job)
     groups = {}
     for op in job.net.op:
         t = user_type(op)
@@ -70,7 +68,7 @@ def group_update_ops(job):
             continue
         scalars = tuple(single_input(op, a) for a in _SCALARS) + (train_step,)
         model = single_input(op, "model")
-        key = (t, attrs, scalars, op.device_tag, placements.get(op.name), net.desc(model).dtype.name)
+        key = (t, attrs, scalars, net.placement(op), net.desc(model).dtype.name)
         groups.setdefault(key, []).append(op.name)
     changed = False
     for key, names in groups.items():
@@ -128,7 +126,6 @@ def group_scalar_mul_by_tensor(job):
     if not has_op_types(job, _SCALINGS):
         return job
     net = Net(job)
-    placements = rt.placements_of(job)
     groups = {}
     for op in job.net.op:
         t = user_type(op)
@@ -140,7 +137,7 @@ def group_scalar_mul_by_tensor(job):
                 user_type(r) not in _OPTIMIZER_READERS and user_type(r) not in GROUPABLE
                 and not (user_type(r) or "").startswith("multi_tensor_") for r in readers):
             continue
-        key = (single_input(op, _SCALINGS[t]), op.device_tag, placements.get(op.name), net.desc(y).dtype.name)
+        key = (single_input(op, _SCALINGS[t]), net.placement(op), net.desc(y).dtype.name)
         groups.setdefault(key, []).append(op)
     changed = False
     for (scalar, *_), ops in groups.items():

@@ -27,6 +27,13 @@ outputs at the GPU sizes, matrix products included; an estimate of the HBM traff
 a step made of memory-bound kernels, whatever the caches save) and graphfront's aten calls
 that move the most memory: GB, number of calls, and the graphfront source line making them
 (``plan``: a torch function the generated step calls directly, such as ``torch.relu``).
+
+A kernel that graphfront compiles with TorchInductor on a GPU (``normalization_add_relu`` and
+its gradient) cannot be compiled for the meta device; each of its calls counts as the kernels
+Inductor makes of one reduction and its pointwise neighbours, 3 (a split statistics
+reduction and one pointwise pass), moving the inputs its formula reads twice and its outputs
+once (an upper bound: the statistics pass reads only some of them), listed as
+``inductor:<op type>``.
 """
 import argparse
 import collections
@@ -39,7 +46,7 @@ import types
 import numpy as np
 import torch
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bert_pretrain  # noqa: E402
@@ -49,7 +56,8 @@ from _common import torch_train_step  # noqa: E402
 
 import graphfront as flow  # noqa: E402
 from graphfront.framework import session as session_mod  # noqa: E402
-from graphfront.passes import attention as attention_pass, fold  # noqa: E402
+from graphfront.ops import common  # noqa: E402
+from graphfront.passes import fold, rewrite  # noqa: E402
 from graphfront.runtime import plan as plan_mod, walk as walk_mod  # noqa: E402
 
 META = torch.device("meta")
@@ -91,6 +99,51 @@ class Kernels(TorchDispatchMode):
                 self.host.append((name, source or "?"))
         return out
 
+    def inductor(self, op_type, read, out):
+        """One call of a kernel that TorchInductor compiles on a GPU, which reads the tensors
+        ``read`` and returns ``out`` (module docstring)."""
+        size = [sum(t.numel() * t.element_size() for t in pytree.tree_leaves(v) if isinstance(t, torch.Tensor))
+                for v in (read, out)]
+        key = (f"inductor:{op_type}", "ops/common.py (TorchInductor)")
+        self.count[key[0]] += INDUCTOR_KERNELS
+        self.where[key] += INDUCTOR_KERNELS
+        self.bytes += 2 * size[0] + size[1]
+        self.where_bytes[key] += 2 * size[0] + size[1]
+
+
+#: the counter of the step being counted (a kernel compiled by TorchInductor reports to it)
+_ACTIVE = []
+INDUCTOR_KERNELS = 3
+
+
+def _counted_inductor_kernel(make):
+    """``common.inductor_kernel`` whose runners, on the meta device, run their eager kernel
+    uncounted and report one Inductor-compiled call instead (see the module docstring)."""
+    def inductor_kernel(key, formula, eager=None):
+        real, eager = make(key, formula, eager), eager or formula
+
+        def run(*args):
+            if not _ACTIVE or all(a is None or a.device.type != "meta" for a in args):
+                return real(*args)
+            with _disable_current_modes(), _Reads() as reads:
+                out = formula(*args)
+            _ACTIVE[-1].inductor(key[0], [a for a in args if a is not None and id(a) in reads.ids], out)
+            return out
+        return run
+    return inductor_kernel
+
+
+class _Reads(TorchDispatchMode):
+    """The ids of the tensors the aten calls inside the block take."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids = set()
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        self.ids.update(id(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
+        return func(*args, **(kwargs or {}))
+
 
 def _graphfront_source():
     """``"<path under graphfront/>:<line>"`` of the innermost graphfront frame of the current
@@ -104,21 +157,22 @@ def _graphfront_source():
 @contextlib.contextmanager
 def gpu_as_meta():
     """Jobs compiled inside the block place their GPU (any non-CPU) ops on the meta device,
-    and the passes that rewrite GPU placements only (``fuse_attention``) take their ops (placed
+    and the passes that rewrite GPU placements only (``fuse_attention``, ``fuse_normalization_add_relu``) take their ops (placed
     on the CPU where CUDA is missing) for GPU ones; constant folding still computes on the CPU."""
     saved = [(m, m.device_of) for m in (plan_mod, walk_mod, session_mod)]
-    folding, gpu_tags = fold.rt, attention_pass.GPU_TAGS
+    folding, gpu_tags, make = fold.rt, rewrite.GPU_TAGS, common.inductor_kernel
     for m, _ in saved:
         m.device_of = lambda op_conf, ids: META
     fold.rt = types.SimpleNamespace(device_of=saved[0][1], is_pure=plan_mod.is_pure,
                                     placements_of=plan_mod.placements_of, run_op=plan_mod.run_op)
-    attention_pass.GPU_TAGS = gpu_tags + ("cpu",)
+    rewrite.GPU_TAGS = gpu_tags + ("cpu",)
+    common.inductor_kernel = _counted_inductor_kernel(make)
     try:
         yield
     finally:
         for m, f in saved:
             m.device_of = f
-        fold.rt, attention_pass.GPU_TAGS = folding, gpu_tags
+        fold.rt, rewrite.GPU_TAGS, common.inductor_kernel = folding, gpu_tags, make
 
 
 @contextlib.contextmanager
@@ -198,8 +252,12 @@ def _steady(step, warmup=2):
     for _ in range(warmup):
         step()
     counter = Kernels()
-    with counter:
-        step()
+    _ACTIVE.append(counter)
+    try:
+        with counter:
+            step()
+    finally:
+        _ACTIVE.pop()
     return counter
 
 

@@ -238,7 +238,9 @@ ONEFLOW_AMP_LISTS = {
 # graphfront's own op types (no OneFlow op to follow), with the list each declares
 GRAPHFRONT_AMP_LISTS = {"white": {"fused_multi_head_attention"}, "gray": set(), "clear": set()}
 ONEFLOW_NO_CAST = {("normalization", "moving_mean"), ("normalization", "moving_variance"), ("normalization", "gamma"),
-                   ("normalization", "beta"), ("normalization_grad", "gamma")}
+                   ("normalization", "beta"), ("normalization_grad", "gamma"),
+                   ("normalization_add_relu", "moving_mean"), ("normalization_add_relu", "moving_variance"),
+                   ("normalization_add_relu", "gamma"), ("normalization_add_relu", "beta")}
 
 
 def test_amp_fields_of_the_op_definitions_are_oneflows_lists():

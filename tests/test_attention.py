@@ -5,7 +5,7 @@ nothing), torch float64 autograd of the attention formula with the dropout mask 
 numpy implementation of the lowbias32 hash, and the op's declared shapes for the GPU branch,
 run on the ``meta`` device. The pass rewrites GPU placements only; where CUDA is missing a job
 placed on "gpu" runs on the CPU, so the tests here take the CPU's tag for a GPU one
-(``GPU_TAGS``) to run the fused job on the CPU kernels.
+(``rewrite.GPU_TAGS``) to run the fused job on the CPU kernels.
 """
 import math
 
@@ -21,7 +21,7 @@ from graphfront.framework import job_builder as jb
 from graphfront.ops import attention_ops, registry
 from graphfront.ops.builder import UserOpConfBuilder
 from graphfront.parallel import sbp as _sbp
-from graphfront.passes import attention
+from graphfront.passes import rewrite
 from graphfront.runtime.plan import KernelCtx
 from graphfront.testing.compare import assert_close_at_scale, fraction_tolerance
 from test_plan import _AtenCalls
@@ -35,7 +35,7 @@ MASK = (RNG.random((B, 1, S, S)) > 0.2).astype(np.float32)
 
 @pytest.fixture(autouse=True)
 def cpu_placement_counts_as_gpu(monkeypatch):
-    monkeypatch.setattr(attention, "GPU_TAGS", attention.GPU_TAGS + ("cpu",))
+    monkeypatch.setattr(rewrite, "GPU_TAGS", rewrite.GPU_TAGS + ("cpu",))
 
 
 def _dense(x, name, n_in, n_out):
@@ -131,7 +131,7 @@ def test_fused_attention_on_two_devices_trains_as_on_one(rate):
 
 def test_pass_leaves_other_jobs_alone(monkeypatch):
     assert "fused_multi_head_attention" not in _train(0.1, steps=1, disabled=["fuse_attention"])[2]
-    monkeypatch.setattr(attention, "GPU_TAGS", ("gpu", "cuda"))
+    monkeypatch.setattr(rewrite, "GPU_TAGS", ("gpu", "cuda"))
     if not torch.cuda.is_available():  # (placed on the CPU: OneFlow's own dropout masks stay)
         assert "fused_multi_head_attention" not in _train(0.1, steps=1)[2]
     assert "fuse_attention" in passes.pass_names()

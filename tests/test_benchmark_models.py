@@ -23,7 +23,7 @@ from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
 from graphfront.framework.session import default_session, trace
 from graphfront.parallel import sbp as _sbp
-from graphfront.passes import attention as attention_pass, complete
+from graphfront.passes import complete, rewrite
 from graphfront.passes.boxing import boxing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,8 +83,13 @@ def _resnet_args(**kw):
 
 
 @pytest.mark.parametrize("channel_last", [False, True], ids=["NCHW", "NHWC"])
-@pytest.mark.parametrize("device", DEVICES)
-def test_resnet50_train_step_matches_pytorch(device, channel_last):
+@pytest.mark.parametrize("device,fused", [("cpu", False), ("cpu", True),
+                                          pytest.param("gpu", True, marks=[pytest.mark.cuda, cuda])])
+def test_resnet50_train_step_matches_pytorch(device, fused, channel_last, monkeypatch):
+    """One step against PyTorch's model; on a GPU graphfront's batch norms with their relu (and
+    residual add) are normalization_add_relu ops, as ``fused`` makes them on the CPU."""
+    if fused and device == "cpu":  # (fuse_normalization_add_relu rewrites GPU placements only)
+        monkeypatch.setattr(rewrite, "GPU_TAGS", rewrite.GPU_TAGS + ("cpu",))
     args = _resnet_args(device=device, channel_last=channel_last)
     rng = np.random.default_rng(0)
     images = rng.standard_normal((4, 3, 64, 64)).astype(np.float32)
@@ -100,7 +105,9 @@ def test_resnet50_train_step_matches_pytorch(device, channel_last):
         _sgd1().minimize(loss)
         return loss
 
-    step.compiled_job   # compiles the session and initializes the variables
+    types = [jb.op_type_name(op) for op in step.compiled_job.job.net.op]  # (compiles, initializes the variables)
+    fusable = 1 + 3 * sum(args.block_counts)   # (the stem's, and each block's but its shortcut's)
+    assert types.count("normalization_add_relu") == (fusable if fused else 0) and ("relu" in types) is not fused
     before = _variables()
     loss = step(fed, labels)
     after = _variables()
@@ -185,7 +192,7 @@ def test_bert_pretrain_step_matches_pytorch(device, fused, monkeypatch):
     """One step against PyTorch's model (its attention F.scaled_dot_product_attention); on a
     GPU graphfront's attention is fused_multi_head_attention, as ``fused`` makes it on the CPU."""
     if fused and device == "cpu":  # (fuse_attention rewrites GPU placements only)
-        monkeypatch.setattr(attention_pass, "GPU_TAGS", attention_pass.GPU_TAGS + ("cpu",))
+        monkeypatch.setattr(rewrite, "GPU_TAGS", rewrite.GPU_TAGS + ("cpu",))
     args = _bert_args(device=device)
     batch = pretrain.synthetic_batch(args, seed=1)
     batch["masked_lm_weights"][0, -1] = 0.0          # a padded prediction slot

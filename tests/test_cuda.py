@@ -381,6 +381,66 @@ def test_fused_attention_dropout_in_a_captured_graph_follows_the_uncaptured_draw
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-3, atol=1e-5)
 
 
+def _residual_train(fuse=True, cuda_graph=True, amp=False):
+    """A residual block in NHWC on the GPU: convolution, batch norm + relu, convolution, batch
+    norm + the block's input + relu, a dense classifier; SGD."""
+    flow.clear_default_session()
+    flow.manual_seed(3)
+    cfg = _gpu_config(cuda_graph, amp)
+    if not fuse:
+        passes.disable_passes(cfg, "fuse_normalization_add_relu")
+    hw, ch = 8, 32
+
+    @flow.global_function(type="train", function_config=cfg)
+    def train(x: tp.Numpy.Placeholder((B, hw, hw, ch)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)):
+        def conv(t, name):
+            w = flow.get_variable(f"{name}-weight", (ch, 3, 3, ch), initializer=flow.random_normal_initializer(stddev=0.1))
+            return flow.nn.conv2d(t, w, 1, "SAME", data_format="NHWC", name=name)
+        a = flow.layers.batch_normalization_relu(conv(x, "conv1"), axis=3, name="bn1")
+        out = flow.layers.batch_normalization_add_relu(conv(a, "conv2"), x, axis=3, name="bn2")
+        logits = flow.layers.dense(flow.math.reduce_mean(out, axis=[1, 2]), C, name="fc",
+                                   kernel_initializer=flow.random_normal_initializer(stddev=0.1))
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
+        return loss
+    rng = np.random.RandomState(0)
+    batches = [(rng.randn(B, hw, hw, ch).astype(np.float32), rng.randint(0, C, B).astype(np.int32)) for _ in range(6)]
+    return train, batches
+
+
+def test_batch_norm_add_relu_runs_inductor_kernels_and_trains_as_the_unfused_ops():
+    """float32: the fused job (TorchInductor's Triton kernels for normalization_add_relu and
+    its gradient) gives the unfused job's losses and weights, up to float32 rounding of the
+    per-channel sums (another reduction order), a few steps deep."""
+    from graphfront.ops import common
+    runs = {}
+    for fuse in (True, False):
+        train, batches = _residual_train(fuse=fuse, cuda_graph=False)
+        types = {jb.op_type_name(op) for op in train.compiled_job.plan.order}
+        runs[fuse] = _run(train, batches), _variables()
+        assert ("normalization_add_relu_grad" in types) is fuse and ("relu" in types) is not fuse, types
+    compiled = [fn for (key, sig), fn in common._INDUCTOR.items() if key[0].startswith("normalization_add_relu")
+                and sig[0][3].type == "cuda"]
+    assert compiled and None not in compiled   # (compiled: no fallback warning)
+    np.testing.assert_allclose(runs[True][0], runs[False][0], rtol=1e-4)
+    for name, value in runs[False][1].items():
+        np.testing.assert_allclose(runs[True][1][name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_batch_norm_add_relu_with_amp_replays_in_a_captured_graph_without_host_sync():
+    """float16 AMP: the Inductor kernels are captured into the step's CUDA graph; the steady
+    steps never wait on the host and give the uncaptured steps' losses (the same kernels; cuDNN's
+    weight-gradient algorithms may sum in another order: float16's 2**-10)."""
+    losses = {}
+    for graph in (True, False):
+        train, batches = _residual_train(cuda_graph=graph, amp=True)
+        warm, steady = _steady_losses_without_sync(train, batches)
+        assert train.compiled_job.plan.uses_cuda_graph is graph
+        losses[graph] = np.concatenate([warm, steady])
+    assert np.isfinite(losses[True]).all()
+    np.testing.assert_allclose(losses[True], losses[False], rtol=2 ** -10)
+
+
 # ------------------------------------------------------------------ bad values
 
 def test_bad_fed_label_raises_the_ops_error_and_the_next_call_is_right():

@@ -166,6 +166,9 @@ NO_ONNX = {
     "multi_tensor_adam_update": _onnx(_IN_PLACE),
     "multi_tensor_momentum_update": _onnx(_IN_PLACE),
     "multi_tensor_sgd_update": _onnx(_IN_PLACE),
+    "normalization_add_relu": _onnx("a training batch norm (ONNX's BatchNormalization infers) whose reserve_space "
+                                    "packs 32 relu mask bits in an int32 word, a bitwise reduction ONNX lacks"),
+    "normalization_add_relu_grad": _onnx("a training batch norm's gradient, its relu mask read from 32-bit words"),
     "nvtx_end": _onnx(_NVTX),
     "nvtx_start": _onnx(_NVTX),
     "ofrecord_bytes_decoder": _onnx(_FILES),

@@ -1,6 +1,9 @@
 """Small helpers shared by op families: inference rules, broadcasting, grad wiring."""
 from __future__ import annotations
 
+import types
+import warnings
+
 import torch
 
 from graphfront.framework.errors import OpCheckError, OpRunError
@@ -251,3 +254,55 @@ def in_layout_of(t, ref):
     fmt = last if last is not None and ref.is_contiguous(memory_format=last) and not ref.is_contiguous() \
         else torch.contiguous_format
     return t if t.is_contiguous(memory_format=fmt) else t.contiguous(memory_format=fmt)
+
+
+#: the device types on which :func:`inductor_kernel` runs its formula compiled (tests add "cpu")
+INDUCTOR_DEVICES = ("cuda",)
+_INDUCTOR = {}  # (key, input signature) -> the compiled formula, None where compiling it failed
+
+
+def _signature(args) -> tuple:
+    return tuple(None if a is None else (tuple(a.shape), a.stride(), a.dtype, a.device) for a in args)
+
+
+def inductor_kernel(key, formula, eager=None):
+    """A kernel callable that runs ``formula`` (a function of tensors and Nones, in torch
+    ops) compiled by TorchInductor, as one fused kernel per reduction and its pointwise
+    neighbours (Triton on CUDA), where that pays: on the device types of
+    :data:`INDUCTOR_DEVICES`.
+
+    ``key`` (hashable) must name everything the formula's closure depends on (op type and
+    attrs): every op with the same ``key`` and input shapes, strides, dtypes and device
+    shares one compiled function, so a ResNet-50 compiles one per distinct layer shape.
+    Each compiled function is specialized to its shapes (``dynamic=False``) and has its own
+    code object, so TorchDynamo's per-function recompile limit never applies. On other
+    devices, inside a step TorchDynamo is tracing (the native lowering compiles the whole
+    step), and where compiling failed (a UserWarning says why, once per key and shapes),
+    ``eager`` (default: ``formula``) runs instead. Errors of the computation itself
+    propagate.
+    """
+    eager = eager or formula
+
+    def run(*args):
+        device = next(a.device for a in args if a is not None)
+        if device.type not in INDUCTOR_DEVICES or torch.compiler.is_compiling():
+            return eager(*args)
+        sig = (key, _signature(args))
+        if sig in _INDUCTOR:
+            compiled = _INDUCTOR[sig]
+            return eager(*args) if compiled is None else compiled(*args)
+        name = f"graphfront_{key[0] if isinstance(key, tuple) else key}_{len(_INDUCTOR)}"
+        fresh = types.FunctionType(formula.__code__.replace(co_name=name, co_qualname=name), formula.__globals__,
+                                   name, formula.__defaults__, formula.__closure__)
+        compiled = torch.compile(fresh, fullgraph=True, dynamic=False, backend="inductor")
+        try:
+            out = compiled(*args)
+        except torch._dynamo.exc.TorchDynamoException as e:  # compiling failed; nothing has run
+            warnings.warn(f"graphfront: TorchInductor could not compile {name} for {device.type} "
+                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); its kernel runs "
+                          f"unfused")
+            _INDUCTOR[sig] = None
+            return eager(*args)
+        _INDUCTOR[sig] = compiled
+        return out
+    return run

@@ -22,6 +22,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import JobBuildError, format_location
+from graphfront.ops import common
 from graphfront.ops.common import in_layout_of, numel
 from graphfront.ops import xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, reduce_node
@@ -63,9 +64,11 @@ def _norm_infer(ctx):
               "inputs 'moving_mean' and 'moving_variance' must be given together")
     ctx.check(ctx.attr("training") or ctx.has_input("moving_mean"),
               "attr 'training' is false, so inputs 'moving_mean' and 'moving_variance' are required")
-    if ctx.has_input("_add_to_output"):
-        d = ctx.input("_add_to_output")
-        ctx.check(d.shape == x.shape, f"input '_add_to_output' expected shape {x.shape}, received {d.shape}")
+    for a in ("_add_to_output", "addend"):
+        if ctx.has_input(a):
+            d = ctx.input(a)
+            ctx.check(d.shape == x.shape and d.dtype is x.dtype,
+                      f"input '{a}' expected {x.dtype.name} {x.shape} (as input 'x'), received {d.dtype.name} {d.shape}")
     ctx.set_output("y", x.shape, x.dtype)
     ctx.set_output("mean", (c,), pdtype)
     ctx.set_output("inv_variance", (c,), pdtype)
@@ -288,7 +291,7 @@ def _norm_xla(k):
 
 #: batch norm's and its gradient's args split along the batch axis (the others broadcast;
 #: gamma_diff / beta_diff partial sums)
-_NORM_SPLIT = ("x", "y", "dy", "dx", "_add_to_output")
+_NORM_SPLIT = ("x", "y", "dy", "dx", "_add_to_output", "addend", "addend_diff", "reserve_space")
 
 
 def _norm_sbp(ctx):
@@ -299,9 +302,15 @@ def _norm_sbp(ctx):
     ``gamma_diff`` / ``beta_diff`` partial sums. Each device normalizes its part of the
     batch with its own part's statistics and updates its copy of the moving statistics
     with them (OneFlow's batch norm is not synchronized across devices); a checkpoint
-    keeps the first device's moving statistics."""
+    keeps the first device's moving statistics. ``normalization_add_relu``'s
+    ``reserve_space`` (32 elements a word) splits with its ``x`` where each device's part of
+    ``x`` fills whole words, else the op stays whole."""
     if ctx.attr("axis") == 0:
         return []
+    if ctx.has("reserve_space"):
+        x, n = ctx.shape("x"), ctx.parallel_num
+        if x[0] % n or (numel(x) // n) % 32:
+            return []
     return [{a: _sbp.split(0) if a in _NORM_SPLIT else _sbp.P if a in ("gamma_diff", "beta_diff") else _sbp.B
              for a in ctx.args}]
 
@@ -418,6 +427,149 @@ op("normalization_grad", inputs=["x", "dy", "mean", "inv_variance", "gamma"],
    infer=_norm_grad_infer, kernel=_norm_grad_kernel, xla=_norm_grad_xla, onnx=_norm_grad_onnx, sbp=_norm_sbp,
    doc="batch-norm backward with batch statistics: dx = gamma * inv / n * (n dy - sum dy - xhat sum(dy xhat))",
    amp_no_cast=("gamma",))
+
+
+# ------------------------------------------------------------------ normalization_add_relu
+# relu(batch norm + addend) as one op (OneFlow's, ``oneflow/user/ops/normalization_op.cpp``),
+# which ``fuse_normalization_add_relu`` (graphfront/passes/norm_add_relu.py) writes on GPU
+# placements. On CUDA its forward and backward are each compiled by TorchInductor into a
+# statistics reduction and one fused pointwise pass, the relu, the residual add and the relu
+# mask included; elsewhere they run PyTorch's batch-norm kernels, then the add and the relu.
+
+def _norm_add_relu_infer(ctx):
+    _norm_infer(ctx)
+    ctx.set_output("reserve_space", (-(-numel(ctx.input("x").shape) // 32),), _dt.int32)
+
+
+def relu_bits(mask):
+    """``normalization_add_relu``'s ``reserve_space``: bool ``mask`` packed 32 to an int32
+    word, bit ``i`` of word ``j`` = element ``32 j + i`` of the flattened (C-order) mask,
+    the last word zero-padded (OneFlow's layout, ``oneflow/user/kernels/normalization_kernel.cpp``)."""
+    flat = mask.reshape(-1)
+    words = torch.nn.functional.pad(flat.to(torch.int64), (0, -flat.numel() % 32)).view(-1, 32)
+    v = (words << torch.arange(32, device=mask.device)).sum(1)
+    return torch.where(v >= 2 ** 31, v - 2 ** 32, v).to(torch.int32)
+
+
+def relu_mask(words, shape):
+    """The bool mask of ``shape`` that :func:`relu_bits` packed into ``words``."""
+    bits = (words.view(-1, 1) >> torch.arange(32, dtype=torch.int32, device=words.device)) & 1
+    return bits.view(-1)[:numel(shape)].view(shape).bool()
+
+
+def _with_add_relu(normalize):
+    """``normalization_add_relu`` from a ``normalization`` kernel (the addend as its ``_add_to_output``)."""
+    def normalization_add_relu(x, addend, moving_mean, moving_variance, gamma, beta):
+        y, mean, inv = normalize(x, moving_mean, moving_variance, gamma, beta, addend)
+        y = torch.relu(y)
+        return y, relu_bits(y > 0), mean, inv
+    return normalization_add_relu
+
+
+def _inductor_key(k):
+    """What the formulas of :func:`_norm_add_relu_kernel` and its grad's depend on besides their inputs."""
+    return (k.conf.op_type_name, tuple(sorted(k.attrs.items())),
+            tuple(o for o in ("mean", "inv_variance", "addend_diff") if k.has_output(o)))
+
+
+def _norm_add_relu_kernel(k):
+    return common.inductor_kernel(_inductor_key(k), _with_add_relu(_norm_formula(k)), _with_add_relu(_norm_kernel(k)))
+
+
+def _norm_add_relu_xla(k):
+    jnp, lax = xla_rules.jnp(), xla_rules.lax()
+    normalize, training = _norm_xla(k), k.attr("training")
+
+    def bits(mask):
+        flat = mask.reshape(-1).astype(jnp.uint32)
+        words = jnp.pad(flat, (0, -flat.size % 32)).reshape(-1, 32) << jnp.arange(32, dtype=jnp.uint32)
+        return lax.bitcast_convert_type(words.sum(axis=1, dtype=jnp.uint32), jnp.int32)
+
+    def normalization_add_relu(x, addend, moving_mean, moving_variance, gamma, beta):
+        res = normalize(x, moving_mean, moving_variance, gamma, beta, addend)
+        (y, mean, inv), updates = res if training else (res, None)
+        y = jnp.maximum(y, 0)
+        outs = (y, bits(y > 0), mean, inv)
+        return (outs, updates) if training else outs
+    return normalization_add_relu
+
+
+def _norm_add_relu_grad(g):
+    """One ``normalization_add_relu_grad`` fed the batch statistics, the relu mask in
+    ``reserve_space``; ``addend_diff`` is the masked ``dy``."""
+    dy = g.dout("y")
+    if dy is None or not any(g.needs(a) for a in ("x", "gamma", "beta", "addend")):
+        return
+    name = g.op_name
+    if not (g.attr("training") and g.outputs("mean") and g.outputs("inv_variance")):
+        raise JobBuildError(f"op '{name}' (normalization_add_relu): only a training batch norm with its outputs "
+                            f"'mean' and 'inv_variance' can be differentiated; build normalization, add_n and relu "
+                            f"instead{format_location(g.builder.locations.get(name))}")
+    ins = {"x": g.input("x"), "dy": dy, "mean": g.output("mean"), "inv_variance": g.output("inv_variance"),
+           "gamma": g.input("gamma"), "beta": g.input("beta"), "reserve_space": g.output("reserve_space"),
+           "y": g.output("y")}
+    wants_addend = g.has_input("addend") and g.needs("addend")
+    outs = g.emit("normalization_add_relu_grad", ins, {"axis": g.attr("axis"), "epsilon": g.attr("epsilon")},
+                  outputs=["gamma_diff", "beta_diff", "dx"] + (["addend_diff"] if wants_addend else []))
+    for arg, out in (("x", "dx"), ("gamma", "gamma_diff"), ("beta", "beta_diff"), ("addend", "addend_diff")):
+        if g.needs(arg) and out in outs:
+            g.set_grad(arg, outs[out])
+
+
+op("normalization_add_relu", inputs=["x", "addend?", "moving_mean?", "moving_variance?", "gamma", "beta"],
+   outputs=["y", "reserve_space", "mean?", "inv_variance?"], attrs=NORM_ATTRS, infer=_norm_add_relu_infer,
+   kernel=_norm_add_relu_kernel, xla=_norm_add_relu_xla, grad=_norm_add_relu_grad,
+   mutates=lambda attrs: ("moving_mean", "moving_variance") if attrs["training"] else (), sbp=_norm_sbp,
+   amp="gray", amp_no_cast=("beta", "gamma", "moving_mean", "moving_variance"),
+   doc="y = relu(normalization(x) + addend), reserve_space its relu mask packed 32 to an int32 word")
+
+
+def _norm_add_relu_grad_infer(ctx):
+    _norm_grad_infer(ctx)
+    x = ctx.input("x")
+    ctx.check(ctx.input("y").shape == x.shape, f"input 'y' expected shape {x.shape}, received {ctx.input('y').shape}")
+    words = (-(-numel(x.shape) // 32),)
+    rs = ctx.input("reserve_space")
+    ctx.check(rs.shape == words and rs.dtype is _dt.int32,
+              f"input 'reserve_space' expected int32 {words}, received {rs.dtype.name} {rs.shape}")
+    if ctx.has_output("addend_diff"):
+        ctx.set_output("addend_diff", x.shape, x.dtype)
+
+
+def _with_relu_grad(k, normalize_grad):
+    """``normalization_add_relu_grad`` from a ``normalization_grad`` kernel: ``dy`` masked by the relu first."""
+    wants_addend = k.has_output("addend_diff")
+
+    def normalization_add_relu_grad(x, dy, mean, inv_variance, gamma, beta, reserve_space, y):
+        dyr = torch.where(relu_mask(reserve_space, x.shape), dy, 0.0)
+        gamma_diff, beta_diff, dx = normalize_grad(x, dyr, mean, inv_variance, gamma)
+        return gamma_diff, beta_diff, dx, dyr if wants_addend else None
+    return normalization_add_relu_grad
+
+
+def _norm_add_relu_grad_kernel(k):
+    pdtype = param_dtype(k.input("x").dtype).torch
+    formula = _with_relu_grad(k, _norm_grad_fn(k, pdtype, lambda t, dtype: t.to(dtype)))
+    return common.inductor_kernel(_inductor_key(k), formula, _with_relu_grad(k, _norm_grad_kernel(k)))
+
+
+def _norm_add_relu_grad_xla(k):
+    jnp = xla_rules.jnp()
+    normalize_grad, shape, wants_addend = _norm_grad_xla(k), k.input("x").shape, k.has_output("addend_diff")
+
+    def normalization_add_relu_grad(x, dy, mean, inv_variance, gamma, beta, reserve_space, y):
+        bits = (reserve_space.reshape(-1, 1) >> jnp.arange(32, dtype=jnp.int32)) & 1
+        dyr = jnp.where(bits.reshape(-1)[:numel(shape)].reshape(shape) != 0, dy, jnp.zeros((), dy.dtype))
+        gamma_diff, beta_diff, dx = normalize_grad(x, dyr, mean, inv_variance, gamma)
+        return gamma_diff, beta_diff, dx, dyr if wants_addend else None
+    return normalization_add_relu_grad
+
+
+op("normalization_add_relu_grad",
+   inputs=["x", "dy", "mean", "inv_variance", "gamma", "beta", "reserve_space", "y"],
+   outputs=["gamma_diff", "beta_diff", "dx", "addend_diff?"], attrs={"axis": ("int32", 0), "epsilon": ("float", 0.0)},
+   infer=_norm_add_relu_grad_infer, kernel=_norm_add_relu_grad_kernel, xla=_norm_add_relu_grad_xla, sbp=_norm_sbp,
+   doc="normalization_grad of dy masked by the relu bits of reserve_space; addend_diff = the masked dy")
 
 
 # ------------------------------------------------------------------ layer_norm

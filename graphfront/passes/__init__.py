@@ -2,7 +2,8 @@
 
 :func:`complete` runs them in order: the unrolling of repeat/unpack ... acc/pack regions
 (when the job has them), quantization-aware training (when the job enables it), the forward
-fusions (:data:`FORWARD_PASSES`: a GPU attention becomes one fused op), auto mixed precision
+fusions (:data:`FORWARD_PASSES`: on a GPU, an attention and a batch norm with its residual add
+and relu each become one fused op), auto mixed precision
 (when the job enables it), autograd, optimizer, the SSP variable proxies (``enable_ssp``) and the indexed-slices
 rewrite of configured embedding updates (train jobs), then the
 cleanup passes (:data:`CLEANUP_PASSES`: common-subexpression elimination, constant folding,
@@ -22,6 +23,7 @@ from graphfront.passes.autograd import autograd
 from graphfront.passes.cleanup import merge_duplicate_ops, prune_dead_ops
 from graphfront.passes.fold import fold_constants
 from graphfront.passes.indexed_slices import indexed_slices_optimizer
+from graphfront.passes.norm_add_relu import fuse_normalization_add_relu
 from graphfront.passes.fusion import (fold_batch_norm, fuse_add_to_output, fuse_bias_add, fuse_bias_add_relu,
                                       fuse_cast_scale, fuse_conv_grads, fuse_layer_norm_grads, fuse_max_pool_grad,
                                       fuse_scalar_chains, fuse_scalar_mul_matmul, fuse_update_ops)
@@ -35,7 +37,7 @@ REQUIRED_PASSES = [unroll_time_shape, quantization_aware_training, auto_mixed_pr
                    add_ssp_variable_proxy, indexed_slices_optimizer]
 # fusions of the job as built, run before auto mixed precision (and so before autograd) when the
 # cleanup passes run
-FORWARD_PASSES = [fuse_attention]
+FORWARD_PASSES = [fuse_attention, fuse_normalization_add_relu]
 CLEANUP_PASSES = [prune_dead_ops, merge_duplicate_ops, fold_constants, fuse_cast_scale, fuse_update_ops, fuse_scalar_chains, fuse_bias_add,
                   fuse_scalar_mul_matmul, fold_batch_norm, fuse_bias_add_relu, fuse_conv_grads, fuse_layer_norm_grads, fuse_max_pool_grad,
                   fuse_add_to_output, group_update_ops, group_scalar_mul_by_tensor, group_variable_casts,

@@ -22,16 +22,14 @@ backward. On the CPU the unfused ops stay: there they draw OneFlow's own dropout
 """
 from __future__ import annotations
 
-from graphfront.passes.rewrite import Net, has_op_types, single_input, single_output, user_type
+from graphfront.passes.rewrite import Net, has_op_types, on_gpu, single_input, single_output, user_type
 
 _HEADS = [0, 2, 1, 3]
-#: the device tags of GPU placements (a job on a machine without CUDA is placed on the CPU)
-GPU_TAGS = ("gpu", "cuda")
 
 
 def _is_enabled(job) -> bool:
     return has_op_types(job, ("softmax",)) and has_op_types(job, ("batch_matmul",)) and \
-        any(op.device_tag in GPU_TAGS for op in job.net.op)
+        any(on_gpu(op) for op in job.net.op)
 
 
 def _heads_of(net, lbn, reader):
@@ -46,7 +44,7 @@ def _match(net, mm):
     """The fused op's inputs, attrs and the ops it replaces, for the pattern starting at the
     scores' ``batch_matmul`` ``mm``; None where it does not hold."""
     a = net.attrs(mm)
-    if mm.device_tag not in GPU_TAGS or a["transpose_a"] or not a["transpose_b"] or "_add_to_output" in mm.user_conf.input:
+    if not on_gpu(mm) or a["transpose_a"] or not a["transpose_b"] or "_add_to_output" in mm.user_conf.input:
         return None
     query, tq = _heads_of(net, single_input(mm, "a"), mm)
     key, tk = _heads_of(net, single_input(mm, "b"), mm)

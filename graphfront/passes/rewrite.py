@@ -242,6 +242,16 @@ def set_op_input(op_conf, arg, index, lbn):
     return old
 
 
+#: the device tags of GPU placements (a job on a machine without CUDA is placed on the CPU)
+GPU_TAGS = ("gpu", "cuda")
+
+
+def on_gpu(op_conf) -> bool:
+    """Whether ``op_conf`` is placed on a GPU (its device tag is one of :data:`GPU_TAGS`):
+    where the GPU-only fusions apply."""
+    return op_conf.device_tag in GPU_TAGS
+
+
 def has_op_types(job, types) -> bool:
     """Whether any user op of ``job`` has one of ``types`` (cheap pre-check of a pass)."""
     types = set(types)

@@ -287,6 +287,33 @@ def test_normalization_inference(check):
 
 
 @autotest(n=N)
+def test_normalization_add_relu(check):
+    """relu(training batch norm + addend) with or without the addend, OneFlow's fused op: y * c
+    and the gradients to x, gamma, beta and the addend (normalization_add_relu_grad). (Its
+    update of the moving statistics, in place, is compared with the unfused ops' in
+    tests/test_norm_add_relu.py.)"""
+    shape, axis, view, axes = _bn_case(check)
+    c = shape[axis]
+    with_addend = check.draw == 0 or bool(check.rng.random() < 0.7)
+
+    def gf(flow, x, gamma, beta, k, mm, mv, addend=None):
+        ins = {"x": x, "moving_mean": mm, "moving_variance": mv, "gamma": gamma, "beta": beta}
+        if addend is not None:
+            ins["addend"] = addend
+        y, reserve, _mean, _inv = build(flow, "normalization_add_relu", ins, ["y", "reserve_space", "mean", "inv_variance"],
+                                        {"axis": axis, "epsilon": EPS, "training": True, "momentum": 0.9})
+        return flow.math.multiply(y, k)
+
+    def th(torch, x, gamma, beta, k, mm, mv, addend=None):
+        var, mean = torch.var_mean(x, dim=axes, unbiased=False, keepdim=True)
+        y = (x - mean) / torch.sqrt(var + EPS) * gamma.reshape(view) + beta.reshape(view)
+        return torch.relu(y if addend is None else y + addend) * k
+    check(graphfront=gf, torch=th, x=tensor(shape, -3, 3), gamma=tensor([c], 0.5, 2), beta=tensor([c], -1, 1),
+          k=tensor(shape, requires_grad=False), mm=tensor([c], -1, 1, requires_grad=False),
+          mv=tensor([c], 0.5, 2, requires_grad=False), addend=tensor(shape) if with_addend else nothing())
+
+
+@autotest(n=N)
 def test_layer_norm(check):
     shape = dims(check, int(check.rng.integers(2, 5)), 2, 5)
     ndim = len(shape)

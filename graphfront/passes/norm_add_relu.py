@@ -1,0 +1,76 @@
+"""``fuse_normalization_add_relu``: a training batch norm followed by a relu, with or without a
+residual add between them, becomes one ``normalization_add_relu`` on a GPU
+(:mod:`graphfront.ops.norm_ops`), as OneFlow's ``flow.layers.batch_normalization_add_relu``
+builds it there.
+
+It runs on the job as built, before auto mixed precision and autograd (so the fused op's
+own gradient op replaces the backward of the ops it takes), for GPU placements, unless
+``FunctionConfig().enable_passes(False)`` or ``passes.disable_passes(config,
+"fuse_normalization_add_relu")``. The pattern, every blob in it read only by the next op:
+
+    y = normalization(x, moving_mean, moving_variance, gamma, beta)  # training, outputs mean and inv_variance
+    y = add_n(y, addend)                                             # optional; addend of y's shape and dtype
+    out = relu(y)
+
+becomes ``out = normalization_add_relu(x, addend, moving_mean, moving_variance, gamma, beta)``
+(same attrs and variables). On a GPU its kernels are compiled by TorchInductor, so the
+normalized blob, the sum and the relu's input are no longer written, nor read back by the
+relu's gradient: the backward reads the relu mask from 32-element bit words.
+"""
+from __future__ import annotations
+
+from graphfront.passes.rewrite import Net, has_op_types, on_gpu, single_input, single_output, user_type
+
+
+def _is_enabled(job) -> bool:
+    return has_op_types(job, ("normalization",)) and has_op_types(job, ("relu",)) and \
+        any(on_gpu(op) for op in job.net.op)
+
+
+def _match(net, bn):
+    """``(inputs, ops, out)`` of the fused op for the pattern starting at ``bn``; None where it does not hold."""
+    if not on_gpu(bn) or not net.attrs(bn)["training"] or "_add_to_output" in bn.user_conf.input:
+        return None
+    stats = [single_output(bn, a) for a in ("mean", "inv_variance")]
+    if None in stats or any(net.readers(s) or s in net.protected for s in stats):
+        return None
+    y = single_output(bn, "y")
+    nxt, ops, addend = net.sole_reader(y), [bn], None
+    if user_type(nxt) == "add_n" and len(nxt.user_conf.input["in"].s) == 2:
+        a, b = nxt.user_conf.input["in"].s
+        addend = b if a == y else a
+        if addend == y or net.desc(addend).shape != net.desc(y).shape or net.desc(addend).dtype is not net.desc(y).dtype:
+            return None
+        ops.append(nxt)
+        y = single_output(nxt, "out")
+        nxt = net.sole_reader(y)
+    if user_type(nxt) != "relu" or "_add_to_output" in nxt.user_conf.input:
+        return None
+    ops.append(nxt)
+    if any(net.placement(o) != net.placement(bn) for o in ops):
+        return None
+    inputs = {arg: single_input(bn, arg) for arg in ("x", "moving_mean", "moving_variance", "gamma", "beta")}
+    inputs["addend"] = addend
+    return inputs, ops, single_output(nxt, "y")
+
+
+def fuse_normalization_add_relu(job):
+    """Rewrite every match of the module docstring's pattern; returns the job."""
+    net = Net(job)
+    changed = False
+    for op in list(job.net.op):
+        if user_type(op) != "normalization" or net.is_removed(op.name):
+            continue
+        found = _match(net, op)
+        if found is None:
+            continue
+        inputs, ops, out = found
+        fused = net.add_user_op(f"{op.name}-add_relu", "normalization_add_relu", inputs, net.attrs(op),
+                                outputs=("y", "reserve_space", "mean", "inv_variance"), like_op=ops[-1].name)
+        net.redirect(out, fused.user_conf.output["y"].s[0])
+        net.remove(*(o.name for o in ops))
+        changed = True
+    return net.finish() if changed else job
+
+
+fuse_normalization_add_relu.is_enabled = _is_enabled

@@ -61,7 +61,7 @@ python3 -c "import torch, google.protobuf as p; print('torch', torch.__version__
 case $part in
   all)
     tests
-    step 150 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 2
+    step 240 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 2
     step 120 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 2
     step 60 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --only graphfront-plan --no-fused-attention \
       --rounds 2 ;;

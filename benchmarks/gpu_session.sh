@@ -7,7 +7,8 @@
 #                                               # against torch eager and torch.compile; then BERT's plan without
 #                                               # the fused attention): about 6 minutes
 #   bash benchmarks/gpu_session.sh more         # MLP and LeNet (b100, b1000) steps against the peers, LeNet b1000's
-#                                               # kernels (graphfront, eager, compile): about 4
+#                                               # kernels (graphfront, eager, compile), then graphfront's LeNet
+#                                               # b1000 in NHWC (channels-last convolutions): about 5
 #   bash benchmarks/gpu_session.sh native       # ResNet-50 native against torch.compile: about 5
 #   bash benchmarks/gpu_session.sh native-bert  # BERT native against torch.compile: about 5
 #   bash benchmarks/gpu_session.sh tests        # the suite only
@@ -70,7 +71,8 @@ case $part in
       --only graphfront-plan,torch-eager,torch-compile-ro,jax-jit
     step 60 python3 benchmarks/peers.py --device gpu --workloads lenet_train --lenet-batch 1000 --rounds 3 --steps 20 \
       --only graphfront-plan,torch-compile-ro,jax-jit
-    step 90 python3 benchmarks/lenet_step.py --device gpu --batch 1000 --steps 20 --profile 3 ;;
+    step 90 python3 benchmarks/lenet_step.py --device gpu --batch 1000 --steps 20 --profile 3
+    step 60 python3 benchmarks/lenet_step.py --device gpu --batch 1000 --steps 20 --channel-last ;;
   native)
     step 300 python3 benchmarks/resnet50.py --device gpu --modes native --only graphfront-native,torch-compile --rounds 2 ;;
   native-bert)

@@ -408,11 +408,13 @@ def _residual_train(fuse=True, cuda_graph=True, amp=False):
     return train, batches
 
 
-def test_batch_norm_add_relu_runs_inductor_kernels_and_trains_as_the_unfused_ops():
-    """float32: the fused job (TorchInductor's Triton kernels for normalization_add_relu and
-    its gradient) gives the unfused job's losses and weights, up to float32 rounding of the
-    per-channel sums (another reduction order), a few steps deep."""
+def test_batch_norm_add_relu_runs_inductor_kernels_and_trains_as_the_unfused_ops(monkeypatch):
+    """float32 (no TF32 convolutions, which would round the two jobs' inputs apart): the fused
+    job (TorchInductor's Triton kernels for normalization_add_relu and its gradient) gives the
+    unfused job's losses and weights, up to float32 rounding of the per-channel sums (another
+    reduction order), a few steps deep."""
     from graphfront.ops import common
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     runs = {}
     for fuse in (True, False):
         train, batches = _residual_train(fuse=fuse, cuda_graph=False)

@@ -168,6 +168,25 @@ def test_fused_job_in_other_lowerings_trains_as_the_plan(mode):
     _assert_same_training(got, plan)
 
 
+def test_a_device_part_of_no_whole_number_of_words_is_left_unfused():
+    """4 x 6 float32 on 2 devices: 12 elements a device, no whole 32-bit word of the relu mask,
+    so the batch norms keep their per-device statistics unfused; on one device they fuse."""
+    for ndev, fused in ((2, False), (1, True)):
+        flow.clear_default_session()
+        flow.config.cpu_device_num(ndev)
+
+        @flow.global_function(type="train")
+        def job(x: tp.Numpy.Placeholder((4, 6))) -> tp.Numpy:
+            with flow.scope.placement("gpu", f"0:0-{ndev - 1}"):
+                w = flow.get_variable("w", (4, 6), initializer=flow.random_normal_initializer())
+                loss = flow.math.reduce_mean(flow.layers.batch_normalization_relu(x * w, axis=1, name="bn"))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+            return loss
+        job(X[:, 0, 0, :6].copy())
+        types = [jb.op_type_name(op) for op in job.graph.proto.net.op]
+        assert ("normalization_add_relu" in types) is fused and ("normalization" in types) is not fused, (ndev, types)
+
+
 def test_two_devices_train_as_one():
     """Each device normalizes its half of the batch with that half's statistics (OneFlow's
     unsynchronized batch norm), so the reference is the unfused job on two devices."""
@@ -186,12 +205,3 @@ def test_relu_bits_follow_oneflows_layout(n):
     got = norm_ops.relu_bits(torch.from_numpy(mask).reshape(1, n))
     assert got.dtype == torch.int32 and got.tolist() == want.tolist()
     assert torch.equal(norm_ops.relu_mask(got, (n,)), torch.from_numpy(mask))
-
-
-def test_reserve_space_is_whole_where_a_device_part_is_no_whole_number_of_words():
-    ctx = _sbp.SbpCtx.__new__(_sbp.SbpCtx)
-    ctx.attrs, ctx.parallel_num, ctx.input_args, ctx.output_args = {"axis": 1}, 2, ["x"], ["reserve_space"]
-    ctx.shape = lambda arg, index=0: {"x": (4, 24)}[arg]
-    assert norm_ops._norm_sbp(ctx) == []                        # 48 elements a device: 1.5 words
-    ctx.shape = lambda arg, index=0: {"x": (4, 16)}[arg]
-    assert norm_ops._norm_sbp(ctx)[0]["reserve_space"] == "S(0)"  # 32 elements a device

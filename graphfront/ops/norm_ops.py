@@ -304,7 +304,8 @@ def _norm_sbp(ctx):
     with them (OneFlow's batch norm is not synchronized across devices); a checkpoint
     keeps the first device's moving statistics. ``normalization_add_relu``'s
     ``reserve_space`` (32 elements a word) splits with its ``x`` where each device's part of
-    ``x`` fills whole words, else the op stays whole."""
+    ``x`` fills whole words, else the op runs whole on each device (the statistics of the
+    whole batch; ``fuse_normalization_add_relu`` fuses only where the parts fill whole words)."""
     if ctx.attr("axis") == 0:
         return []
     if ctx.has("reserve_space"):

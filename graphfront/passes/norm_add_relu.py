@@ -13,12 +13,15 @@ own gradient op replaces the backward of the ops it takes), for GPU placements, 
     out = relu(y)
 
 becomes ``out = normalization_add_relu(x, addend, moving_mean, moving_variance, gamma, beta)``
-(same attrs and variables). On a GPU its kernels are compiled by TorchInductor, so the
+(same attrs and variables); on several devices, where each device's part of ``x`` fills
+whole 32-element words of the relu mask. On a GPU its kernels are compiled by TorchInductor, so the
 normalized blob, the sum and the relu's input are no longer written, nor read back by the
 relu's gradient: the backward reads the relu mask from 32-element bit words.
 """
 from __future__ import annotations
 
+from graphfront.framework.scope_symbols import device_count
+from graphfront.ops.common import numel
 from graphfront.passes.rewrite import Net, has_op_types, on_gpu, single_input, single_output, user_type
 
 
@@ -47,11 +50,21 @@ def _match(net, bn):
     if user_type(nxt) != "relu" or "_add_to_output" in nxt.user_conf.input:
         return None
     ops.append(nxt)
-    if any(net.placement(o) != net.placement(bn) for o in ops):
+    if any(net.placement(o) != net.placement(bn) for o in ops) or not _whole_words(net, bn):
         return None
     inputs = {arg: single_input(bn, arg) for arg in ("x", "moving_mean", "moving_variance", "gamma", "beta")}
     inputs["addend"] = addend
     return inputs, ops, single_output(nxt, "y")
+
+
+def _whole_words(net, bn) -> bool:
+    """Whether each device's part of the batch norm's input fills whole 32-element words of
+    the relu mask: so the fused op splits over the devices as the batch norm does (each
+    device normalizing its part with its part's statistics)."""
+    names = net.placement(bn)[1]
+    n = device_count(names) if names else 1
+    shape = net.desc(single_input(bn, "x")).shape
+    return n == 1 or (shape[0] % n == 0 and numel(shape) % (32 * n) == 0)
 
 
 def fuse_normalization_add_relu(job):

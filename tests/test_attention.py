@@ -3,9 +3,9 @@
 References: the same job with the pass disabled (the unfused ops; no dropout, so both draw
 nothing), torch float64 autograd of the attention formula with the dropout mask computed by a
 numpy implementation of the lowbias32 hash, and the op's declared shapes for the GPU branch,
-run on the ``meta`` device. The pass rewrites GPU placements only; where CUDA is missing a job
-placed on "gpu" runs on the CPU, so the tests here take the CPU's tag for a GPU one
-(``rewrite.GPU_TAGS``) to run the fused job on the CPU kernels.
+run on the ``meta`` device. The pass rewrites GPU placements only; the jobs here are placed on
+the CPU, whose tag they take for a GPU one (``rewrite.GPU_TAGS``), so the fused job runs on
+the CPU's kernels on any machine (tests/test_cuda.py runs it on a GPU).
 """
 import math
 
@@ -53,7 +53,7 @@ def _attention_train(rate, disabled=(), mode=None, devices="0:0"):
 
     @flow.global_function(type="train", function_config=config)
     def job(x: tp.Numpy.Placeholder((B * S, W)), mask: tp.Numpy.Placeholder((B, 1, S, S))) -> tp.Numpy:
-        with flow.scope.placement("gpu", devices):
+        with flow.scope.placement("cpu", devices):
             def heads(t):
                 return flow.transpose(flow.reshape(t, (B, S, H, D)), perm=[0, 2, 1, 3])
             q, k, v = (heads(_dense(x, n, W, W)) for n in ("query", "key", "value"))
@@ -131,9 +131,8 @@ def test_fused_attention_on_two_devices_trains_as_on_one(rate):
 
 def test_pass_leaves_other_jobs_alone(monkeypatch):
     assert "fused_multi_head_attention" not in _train(0.1, steps=1, disabled=["fuse_attention"])[2]
-    monkeypatch.setattr(rewrite, "GPU_TAGS", ("gpu", "cuda"))
-    if not torch.cuda.is_available():  # (placed on the CPU: OneFlow's own dropout masks stay)
-        assert "fused_multi_head_attention" not in _train(0.1, steps=1)[2]
+    monkeypatch.setattr(rewrite, "GPU_TAGS", ("gpu", "cuda"))   # (on the CPU OneFlow's own dropout masks stay)
+    assert "fused_multi_head_attention" not in _train(0.1, steps=1)[2]
     assert "fuse_attention" in passes.pass_names()
 
 

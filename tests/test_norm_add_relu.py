@@ -4,8 +4,8 @@
 References: the same job with the pass disabled (OneFlow's unfused ops: normalization, add_n,
 relu), numpy's ``packbits`` for the relu mask's bit layout, and the float64 formulas of the
 unfused ops in the AutoTest (tests/autotest/test_nn_autotest.py). The pass rewrites GPU
-placements only; where CUDA is missing a job placed on "gpu" runs on the CPU, so these tests
-take the CPU's tag for a GPU one (``rewrite.GPU_TAGS``). The kernels compiled by TorchInductor,
+placements only; the jobs here are placed on the CPU, whose tag they take for a GPU one
+(``rewrite.GPU_TAGS``), so they run on any machine (tests/test_cuda.py runs them on a GPU). The kernels compiled by TorchInductor,
 which a GPU runs, are checked here on the CPU too (``common.INDUCTOR_DEVICES``): Inductor
 traces the same formulas there and generates C++ instead of Triton.
 """
@@ -50,7 +50,7 @@ def _residual_train(disabled=(), mode=None, ndev=1, separate_ops=False, amp=Fals
 
     @flow.global_function(type="train", function_config=config)
     def job(x: tp.Numpy.Placeholder((N, HW, HW, C))) -> tp.Numpy:
-        with flow.scope.placement("gpu", f"0:0-{ndev - 1}"):
+        with flow.scope.placement("cpu", f"0:0-{ndev - 1}"):
             stem = _conv(x, "stem", C, C)
             a = _conv(stem, "conv1", C, C)
             if separate_ops:
@@ -112,8 +112,7 @@ def test_fused_job_with_amp_trains_as_the_unfused_ops():
 
 def test_pass_leaves_cpu_jobs_and_other_patterns_alone(monkeypatch):
     monkeypatch.setattr(rewrite, "GPU_TAGS", ("gpu", "cuda"))
-    if not torch.cuda.is_available():  # (placed on the CPU)
-        assert "normalization_add_relu" not in _train(steps=1)[2]
+    assert "normalization_add_relu" not in _train(steps=1)[2]
     assert "fuse_normalization_add_relu" in passes.pass_names()
 
 
@@ -123,7 +122,7 @@ def test_a_batch_norm_read_twice_is_left_unfused():
 
     @flow.global_function(type="train")
     def job(x: tp.Numpy.Placeholder((N, C))) -> tp.Numpy:
-        with flow.scope.placement("gpu", "0:0"):
+        with flow.scope.placement("cpu", "0:0"):
             w = flow.get_variable("w", (N, C), initializer=flow.random_normal_initializer())
             y = flow.layers.batch_normalization(x * w, axis=1, name="bn")
             loss = flow.math.reduce_mean(flow.nn.relu(y) + y)   # y is read by the relu and by the add
@@ -177,7 +176,7 @@ def test_a_device_part_of_no_whole_number_of_words_is_left_unfused():
 
         @flow.global_function(type="train")
         def job(x: tp.Numpy.Placeholder((4, 6))) -> tp.Numpy:
-            with flow.scope.placement("gpu", f"0:0-{ndev - 1}"):
+            with flow.scope.placement("cpu", f"0:0-{ndev - 1}"):
                 w = flow.get_variable("w", (4, 6), initializer=flow.random_normal_initializer())
                 loss = flow.math.reduce_mean(flow.layers.batch_normalization_relu(x * w, axis=1, name="bn"))
             flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)

@@ -28,12 +28,12 @@ a step made of memory-bound kernels, whatever the caches save) and graphfront's 
 that move the most memory: GB, number of calls, and the graphfront source line making them
 (``plan``: a torch function the generated step calls directly, such as ``torch.relu``).
 
-A kernel that graphfront compiles with TorchInductor on a GPU (``normalization_add_relu`` and
-its gradient) cannot be compiled for the meta device; each of its calls counts as the kernels
-Inductor makes of one reduction and its pointwise neighbours, 3 (a split statistics
-reduction and one pointwise pass), moving the inputs its formula reads twice and its outputs
-once (an upper bound: the statistics pass reads only some of them), listed as
-``inductor:<op type>``.
+A kernel that graphfront compiles with TorchInductor on a GPU (``normalization_add_relu``,
+the fused max pool and their gradients) cannot be compiled for the meta device; each of its
+calls counts as the kernels Inductor makes of it (:data:`INDUCTOR_KERNELS`: a batch norm's
+split statistics reduction and its pointwise pass, 3; a pool's, 1), moving the inputs its
+formula reads once per pass over them (the batch norm's two: an upper bound, its statistics
+pass reads only some of them) and its outputs once, listed as ``inductor:<op type>``.
 """
 import argparse
 import collections
@@ -104,16 +104,18 @@ class Kernels(TorchDispatchMode):
         ``read`` and returns ``out`` (module docstring)."""
         size = [sum(t.numel() * t.element_size() for t in pytree.tree_leaves(v) if isinstance(t, torch.Tensor))
                 for v in (read, out)]
+        kernels, passes = INDUCTOR_KERNELS.get(op_type, (1, 1))
         key = (f"inductor:{op_type}", "ops/common.py (TorchInductor)")
-        self.count[key[0]] += INDUCTOR_KERNELS
-        self.where[key] += INDUCTOR_KERNELS
-        self.bytes += 2 * size[0] + size[1]
-        self.where_bytes[key] += 2 * size[0] + size[1]
+        self.count[key[0]] += kernels
+        self.where[key] += kernels
+        self.bytes += passes * size[0] + size[1]
+        self.where_bytes[key] += passes * size[0] + size[1]
 
 
 #: the counter of the step being counted (a kernel compiled by TorchInductor reports to it)
 _ACTIVE = []
-INDUCTOR_KERNELS = 3
+#: op type -> (kernels, passes over the inputs) of its TorchInductor-compiled kernel; others (1, 1)
+INDUCTOR_KERNELS = {"normalization_add_relu": (3, 2), "normalization_add_relu_grad": (3, 2)}
 
 
 def _counted_inductor_kernel(make):

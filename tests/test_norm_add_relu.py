@@ -145,21 +145,6 @@ def test_kernels_compiled_by_inductor_train_as_the_unfused_ops(monkeypatch):
     _assert_same_training(fused, _train(disabled=["fuse_normalization_add_relu"]))
 
 
-def test_inductor_kernel_falls_back_with_a_warning_where_compiling_fails(monkeypatch):
-    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(common, "_INDUCTOR", {})
-
-    def formula(x):
-        return torch.tensor(x.tolist())   # a host read: fullgraph tracing refuses it
-
-    run = common.inductor_kernel(("probe",), formula, eager=lambda x: x * 2)
-    x = torch.arange(3.0)
-    with pytest.warns(UserWarning, match="TorchInductor could not compile graphfront_probe_0 for cpu"):
-        assert run(x).tolist() == [0.0, 2.0, 4.0]
-    assert run(x).tolist() == [0.0, 2.0, 4.0]          # (remembered: no second attempt, no second warning)
-    assert list(common._INDUCTOR.values()) == [None]
-
-
 @pytest.mark.parametrize("mode", ["xla", pytest.param("native", marks=pytest.mark.slow)])
 def test_fused_job_in_other_lowerings_trains_as_the_plan(mode):
     got, plan = _train(mode=mode), _train()

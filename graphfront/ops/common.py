@@ -265,14 +265,21 @@ def _signature(args) -> tuple:
     return tuple(None if a is None else (tuple(a.shape), a.stride(), a.dtype, a.device) for a in args)
 
 
+def inductor_key(k) -> tuple:
+    """A user op's :func:`inductor_kernel` key: its type, attrs and the outputs it has (what a
+    formula built from a kernel context depends on besides its inputs)."""
+    attrs = tuple(sorted((a, tuple(v) if isinstance(v, list) else v) for a, v in k.attrs.items()))
+    return k.conf.op_type_name, attrs, tuple(sorted(k.conf.output))
+
+
 def inductor_kernel(key, formula, eager=None):
     """A kernel callable that runs ``formula`` (a function of tensors and Nones, in torch
     ops) compiled by TorchInductor, as one fused kernel per reduction and its pointwise
     neighbours (Triton on CUDA), where that pays: on the device types of
     :data:`INDUCTOR_DEVICES`.
 
-    ``key`` (hashable) must name everything the formula's closure depends on (op type and
-    attrs): every op with the same ``key`` and input shapes, strides, dtypes and device
+    ``key`` (hashable, :func:`inductor_key`) must name everything the formula's closure
+    depends on besides its inputs: every op with the same ``key`` and input shapes, strides, dtypes and device
     shares one compiled function, so a ResNet-50 compiles one per distinct layer shape.
     Each compiled function is specialized to its shapes (``dynamic=False``) and has its own
     code object, so TorchDynamo's per-function recompile limit never applies. On other
@@ -291,7 +298,7 @@ def inductor_kernel(key, formula, eager=None):
         if sig in _INDUCTOR:
             compiled = _INDUCTOR[sig]
             return eager(*args) if compiled is None else compiled(*args)
-        name = f"graphfront_{key[0] if isinstance(key, tuple) else key}_{len(_INDUCTOR)}"
+        name = f"graphfront_{key[0]}_{len(_INDUCTOR)}"
         fresh = types.FunctionType(formula.__code__.replace(co_name=name, co_qualname=name), formula.__globals__,
                                    name, formula.__defaults__, formula.__closure__)
         compiled = torch.compile(fresh, fullgraph=True, dynamic=False, backend="inductor")

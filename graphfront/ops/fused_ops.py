@@ -87,7 +87,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import host_skipped, in_layout_of, keep_unless_skipped, like, reads_host, same_dtype
 from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, _pool_infer, bias_add_infer, conv_data_grad_onnx,
                                    conv_filter_grad_onnx, conv_xla_fn, layout_for, pool_geometry, torch_dilation)
-from graphfront.ops import onnx_rules, optimizer_ops, xla_rules
+from graphfront.ops import common, onnx_rules, optimizer_ops, xla_rules
 from graphfront.ops.onnx_rules import channels_first_io, const_as, int64s, np_dtype
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -341,7 +341,7 @@ def _fused_pool_kernel(n):
             if not p["first"]:
                 y, idx = _to_last(y, n), _to_last(idx, n)
             return y, idx
-        return fused_tf_max_pool
+        return common.inductor_kernel(common.inductor_key(k), fused_tf_max_pool)
     return make
 
 
@@ -374,7 +374,7 @@ def _fused_pool_grad_kernel(n):
             if p["flat"] is not None:
                 dx = dx[(slice(None), slice(None)) + crop]
             return dx if p["first"] else _to_last(dx, n)
-        return fused_tf_max_pool_grad
+        return common.inductor_kernel(common.inductor_key(k), fused_tf_max_pool_grad)
     return make
 
 

@@ -467,14 +467,8 @@ def _with_add_relu(normalize):
     return normalization_add_relu
 
 
-def _inductor_key(k):
-    """What the formulas of :func:`_norm_add_relu_kernel` and its grad's depend on besides their inputs."""
-    return (k.conf.op_type_name, tuple(sorted(k.attrs.items())),
-            tuple(o for o in ("mean", "inv_variance", "addend_diff") if k.has_output(o)))
-
-
 def _norm_add_relu_kernel(k):
-    return common.inductor_kernel(_inductor_key(k), _with_add_relu(_norm_formula(k)), _with_add_relu(_norm_kernel(k)))
+    return common.inductor_kernel(common.inductor_key(k), _with_add_relu(_norm_formula(k)), _with_add_relu(_norm_kernel(k)))
 
 
 def _norm_add_relu_xla(k):
@@ -551,7 +545,7 @@ def _with_relu_grad(k, normalize_grad):
 def _norm_add_relu_grad_kernel(k):
     pdtype = param_dtype(k.input("x").dtype).torch
     formula = _with_relu_grad(k, _norm_grad_fn(k, pdtype, lambda t, dtype: t.to(dtype)))
-    return common.inductor_kernel(_inductor_key(k), formula, _with_relu_grad(k, _norm_grad_kernel(k)))
+    return common.inductor_kernel(common.inductor_key(k), formula, _with_relu_grad(k, _norm_grad_kernel(k)))
 
 
 def _norm_add_relu_grad_xla(k):

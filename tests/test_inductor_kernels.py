@@ -1,0 +1,77 @@
+"""Kernels that TorchInductor compiles on a GPU (``graphfront.ops.common.inductor_kernel``):
+the fused max pool and its gradient here, the fused batch norm in tests/test_norm_add_relu.py.
+
+Inductor compiles for the CPU too (C++ instead of Triton, from the same traced formulas), so
+these tests add the CPU to ``common.INDUCTOR_DEVICES`` and compare the compiled kernels with
+the same kernels run op by op.
+"""
+import numpy as np
+import pytest
+import torch
+
+import graphfront as flow
+from graphfront import typing as tp
+from graphfront.framework import job_builder as jb
+from graphfront.ops import common
+from graphfront.testing.compare import assert_close_at_scale
+
+N, HW, C = 4, 10, 8
+
+
+@pytest.fixture
+def fresh_cache(monkeypatch):
+    monkeypatch.setattr(common, "_INDUCTOR", {})
+
+
+def test_inductor_kernel_falls_back_with_a_warning_where_compiling_fails(monkeypatch, fresh_cache):
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
+
+    def formula(x):
+        return torch.tensor(x.tolist())   # a host read: fullgraph tracing refuses it
+
+    run = common.inductor_kernel(("probe",), formula, eager=lambda x: x * 2)
+    x = torch.arange(3.0)
+    with pytest.warns(UserWarning, match="TorchInductor could not compile graphfront_probe_0 for cpu"):
+        assert run(x).tolist() == [0.0, 2.0, 4.0]
+    assert run(x).tolist() == [0.0, 2.0, 4.0]          # (remembered: no second attempt, no second warning)
+    assert list(common._INDUCTOR.values()) == [None]
+
+
+def _pool_train(fmt):
+    """conv + relu + a 3x3 stride-2 SAME max pool (padded after, not before: ResNet's stem pool)
+    whose relu moves into the fused pool, then a dense layer; three SGD steps."""
+    flow.clear_default_session()
+    flow.manual_seed(0)
+    shape = (N, C, HW, HW) if fmt == "NCHW" else (N, HW, HW, C)
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder(shape)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            h = flow.layers.conv2d(x, C, 3, padding="SAME", data_format=fmt, activation=flow.nn.relu, name="conv",
+                                   kernel_initializer=flow.random_normal_initializer(stddev=0.3))
+            h = flow.nn.max_pool2d(h, ksize=3, strides=2, padding="SAME", data_format=fmt, name="pool")
+            out = flow.layers.dense(flow.reshape(h, (N, -1)), 3, name="fc",
+                                    kernel_initializer=flow.random_normal_initializer(stddev=0.3))
+            loss = flow.math.reduce_mean(flow.math.square(out))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    losses = [float(job(x).mean()) for _ in range(3)]
+    types = [jb.op_type_name(op) for op in job.graph.proto.net.op]
+    return losses, {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}, types
+
+
+@pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
+def test_fused_max_pool_compiled_trains_as_its_kernels_op_by_op(fmt, monkeypatch, fresh_cache):
+    """The pool's argmax indices are the same (its gradient reaches the same elements); the
+    gradients of overlapping windows may be summed in another order: float32 rounding."""
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
+    compiled = _pool_train(fmt)
+    assert {"fused_tf_max_pool_2d", "fused_tf_max_pool_2d_grad"} <= set(compiled[2]) and "relu" not in compiled[2]
+    pools = [fn for (key, _), fn in common._INDUCTOR.items() if key[0].startswith("fused_tf_max_pool")]
+    assert len(pools) == 2 and None not in pools
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda",))
+    eager = _pool_train(fmt)
+    assert_close_at_scale(compiled[0], eager[0], rtol=1e-6)
+    for name, value in eager[1].items():
+        assert_close_at_scale(compiled[1][name], value, rtol=1e-6, err_msg=name)

@@ -443,6 +443,25 @@ def test_batch_norm_add_relu_with_amp_replays_in_a_captured_graph_without_host_s
     np.testing.assert_allclose(losses[True], losses[False], rtol=2 ** -10)
 
 
+@pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
+def test_fused_max_pool_runs_inductor_kernels_and_trains_as_its_kernels_op_by_op(fmt, monkeypatch):
+    """The fused max pool (its SAME padding, relu and crop) and its gradient as TorchInductor's
+    Triton kernels against the same kernels op by op, float32 without TF32: the same argmax,
+    overlapping windows' gradients summed in another order, and cuDNN's weight gradients
+    possibly too: float32 rounding, a few ulps a step over three steps."""
+    from graphfront.ops import common
+    from test_inductor_kernels import pool_train
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    compiled = pool_train(fmt, "gpu")
+    assert any(key[0].startswith("fused_tf_max_pool") and sig[0][3].type == "cuda" and fn is not None
+               for (key, sig), fn in common._INDUCTOR.items())
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ())
+    eager = pool_train(fmt, "gpu")
+    np.testing.assert_allclose(compiled[0], eager[0], rtol=1e-5)
+    for name, value in eager[1].items():
+        np.testing.assert_allclose(compiled[1][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 # ------------------------------------------------------------------ bad values
 
 def test_bad_fed_label_raises_the_ops_error_and_the_next_call_is_right():

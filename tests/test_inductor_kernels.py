@@ -37,7 +37,7 @@ def test_inductor_kernel_falls_back_with_a_warning_where_compiling_fails(monkeyp
     assert list(common._INDUCTOR.values()) == [None]
 
 
-def _pool_train(fmt):
+def pool_train(fmt, device="cpu"):
     """conv + relu + a 3x3 stride-2 SAME max pool (padded after, not before: ResNet's stem pool)
     whose relu moves into the fused pool, then a dense layer; three SGD steps."""
     flow.clear_default_session()
@@ -46,7 +46,7 @@ def _pool_train(fmt):
 
     @flow.global_function(type="train")
     def job(x: tp.Numpy.Placeholder(shape)) -> tp.Numpy:
-        with flow.scope.placement("cpu", "0:0"):
+        with flow.scope.placement(device, "0:0"):
             h = flow.layers.conv2d(x, C, 3, padding="SAME", data_format=fmt, activation=flow.nn.relu, name="conv",
                                    kernel_initializer=flow.random_normal_initializer(stddev=0.3))
             h = flow.nn.max_pool2d(h, ksize=3, strides=2, padding="SAME", data_format=fmt, name="pool")
@@ -66,12 +66,12 @@ def test_fused_max_pool_compiled_trains_as_its_kernels_op_by_op(fmt, monkeypatch
     """The pool's argmax indices are the same (its gradient reaches the same elements); the
     gradients of overlapping windows may be summed in another order: float32 rounding."""
     monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
-    compiled = _pool_train(fmt)
+    compiled = pool_train(fmt)
     assert {"fused_tf_max_pool_2d", "fused_tf_max_pool_2d_grad"} <= set(compiled[2]) and "relu" not in compiled[2]
     pools = [fn for (key, _), fn in common._INDUCTOR.items() if key[0].startswith("fused_tf_max_pool")]
     assert len(pools) == 2 and None not in pools
     monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda",))
-    eager = _pool_train(fmt)
+    eager = pool_train(fmt)
     assert_close_at_scale(compiled[0], eager[0], rtol=1e-6)
     for name, value in eager[1].items():
         assert_close_at_scale(compiled[1][name], value, rtol=1e-6, err_msg=name)

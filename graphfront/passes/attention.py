@@ -22,7 +22,7 @@ backward. On the CPU the unfused ops stay: there they draw OneFlow's own dropout
 """
 from __future__ import annotations
 
-from graphfront.passes.rewrite import Net, has_op_types, on_gpu, single_input, single_output, user_type
+from graphfront.passes.rewrite import fuse_matches, has_op_types, on_gpu, single_input, single_output, user_type
 
 _HEADS = [0, 2, 1, 3]
 
@@ -117,21 +117,8 @@ def _dropout_of(net, p):
 
 def fuse_attention(job):
     """Rewrite every match of the module docstring's pattern; returns the job."""
-    net = Net(job)
-    changed = False
-    for op in list(job.net.op):
-        if user_type(op) != "batch_matmul" or net.is_removed(op.name):
-            continue
-        found = _match(net, op)
-        if found is None:
-            continue
-        inputs, attrs, ops, out = found
-        fused = net.add_user_op(f"{ops[-1].name}-fused_attention", "fused_multi_head_attention", inputs, attrs,
-                                outputs=("out", "softmax_lse", "philox_seed", "philox_offset"), like_op=ops[-1].name)
-        net.redirect(out, fused.user_conf.output["out"].s[0])
-        net.remove(*(o.name for o in ops))
-        changed = True
-    return net.finish() if changed else job
+    return fuse_matches(job, "batch_matmul", _match, "fused_multi_head_attention",
+                        ("out", "softmax_lse", "philox_seed", "philox_offset"), "-fused_attention")
 
 
 fuse_attention.is_enabled = _is_enabled

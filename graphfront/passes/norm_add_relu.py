@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.common import numel
-from graphfront.passes.rewrite import Net, has_op_types, on_gpu, single_input, single_output, user_type
+from graphfront.passes.rewrite import fuse_matches, has_op_types, on_gpu, single_input, single_output, user_type
 
 
 def _is_enabled(job) -> bool:
@@ -31,7 +31,8 @@ def _is_enabled(job) -> bool:
 
 
 def _match(net, bn):
-    """``(inputs, ops, out)`` of the fused op for the pattern starting at ``bn``; None where it does not hold."""
+    """``(inputs, attrs, ops, out)`` of the fused op for the pattern starting at ``bn``
+    (:func:`~graphfront.passes.rewrite.fuse_matches`); None where it does not hold."""
     if not on_gpu(bn) or not net.attrs(bn)["training"] or "_add_to_output" in bn.user_conf.input:
         return None
     stats = [single_output(bn, a) for a in ("mean", "inv_variance")]
@@ -54,7 +55,7 @@ def _match(net, bn):
         return None
     inputs = {arg: single_input(bn, arg) for arg in ("x", "moving_mean", "moving_variance", "gamma", "beta")}
     inputs["addend"] = addend
-    return inputs, ops, single_output(nxt, "y")
+    return inputs, net.attrs(bn), ops, single_output(nxt, "y")
 
 
 def _whole_words(net, bn) -> bool:
@@ -69,21 +70,8 @@ def _whole_words(net, bn) -> bool:
 
 def fuse_normalization_add_relu(job):
     """Rewrite every match of the module docstring's pattern; returns the job."""
-    net = Net(job)
-    changed = False
-    for op in list(job.net.op):
-        if user_type(op) != "normalization" or net.is_removed(op.name):
-            continue
-        found = _match(net, op)
-        if found is None:
-            continue
-        inputs, ops, out = found
-        fused = net.add_user_op(f"{op.name}-add_relu", "normalization_add_relu", inputs, net.attrs(op),
-                                outputs=("y", "reserve_space", "mean", "inv_variance"), like_op=ops[-1].name)
-        net.redirect(out, fused.user_conf.output["y"].s[0])
-        net.remove(*(o.name for o in ops))
-        changed = True
-    return net.finish() if changed else job
+    return fuse_matches(job, "normalization", _match, "normalization_add_relu",
+                        ("y", "reserve_space", "mean", "inv_variance"), "-fused_bn")
 
 
 fuse_normalization_add_relu.is_enabled = _is_enabled

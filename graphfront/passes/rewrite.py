@@ -279,3 +279,29 @@ def is_system_kind(op_conf, kind) -> bool:
 
 
 __all__ = ["Net", "set_op_input", "has_op_types", "user_type", "single_input", "single_output", "is_system_kind"]
+
+
+def fuse_matches(job, op_type, match, fused_type, outputs, suffix):
+    """Replace each match of a pattern by one fused op; returns the job.
+
+    For every op of user type ``op_type`` (in job order, skipping ops an earlier match took),
+    ``match(net, op)`` returns None or ``(inputs, attrs, ops, out)``: the fused op's inputs and
+    attrs, the ops it replaces (the last one makes ``out``) and the lbn the fused op's first
+    output (of ``outputs``) takes the place of. The fused op is named after the last replaced
+    op plus ``suffix`` and placed like it.
+    """
+    net = Net(job)
+    changed = False
+    for op in list(job.net.op):
+        if user_type(op) != op_type or net.is_removed(op.name):
+            continue
+        found = match(net, op)
+        if found is None:
+            continue
+        inputs, attrs, ops, out = found
+        fused = net.add_user_op(f"{ops[-1].name}{suffix}", fused_type, inputs, attrs, outputs=outputs,
+                                like_op=ops[-1].name)
+        net.redirect(out, fused.user_conf.output[outputs[0]].s[0])
+        net.remove(*(o.name for o in ops))
+        changed = True
+    return net.finish() if changed else job

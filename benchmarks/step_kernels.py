@@ -119,10 +119,10 @@ INDUCTOR_KERNELS = {"normalization_add_relu": (3, 2), "normalization_add_relu_gr
 
 
 def _counted_inductor_kernel(make):
-    """``common.inductor_kernel`` whose runners, on the meta device, run their eager kernel
+    """``common.inductor_kernel`` whose runners, on the meta device, run their formula
     uncounted and report one Inductor-compiled call instead (see the module docstring)."""
     def inductor_kernel(key, formula, eager=None):
-        real, eager = make(key, formula, eager), eager or formula
+        real = make(key, formula, eager)
 
         def run(*args):
             if not _ACTIVE or all(a is None or a.device.type != "meta" for a in args):
@@ -159,8 +159,10 @@ def _graphfront_source():
 @contextlib.contextmanager
 def gpu_as_meta():
     """Jobs compiled inside the block place their GPU (any non-CPU) ops on the meta device,
-    and the passes that rewrite GPU placements only (``fuse_attention``, ``fuse_normalization_add_relu``) take their ops (placed
-    on the CPU where CUDA is missing) for GPU ones; constant folding still computes on the CPU."""
+    the passes that rewrite GPU placements only (``fuse_attention``,
+    ``fuse_normalization_add_relu``) take their ops (placed on the CPU where CUDA is missing)
+    for GPU ones, and kernels compiled by TorchInductor on a GPU are counted as such (module
+    docstring); constant folding still computes on the CPU."""
     saved = [(m, m.device_of) for m in (plan_mod, walk_mod, session_mod)]
     folding, gpu_tags, make = fold.rt, rewrite.GPU_TAGS, common.inductor_kernel
     for m, _ in saved:

@@ -279,8 +279,9 @@ def inductor_kernel(key, formula, eager=None):
     :data:`INDUCTOR_DEVICES`.
 
     ``key`` (hashable, :func:`inductor_key`) must name everything the formula's closure
-    depends on besides its inputs: every op with the same ``key`` and input shapes, strides, dtypes and device
-    shares one compiled function, so a ResNet-50 compiles one per distinct layer shape.
+    depends on besides its inputs: every op with the same ``key`` and input shapes,
+    strides, dtypes and device shares one compiled function, so a ResNet-50 compiles one
+    per distinct layer shape.
     Each compiled function is specialized to its shapes (``dynamic=False``) and has its own
     code object, so TorchDynamo's per-function recompile limit never applies. On other
     devices, inside a step TorchDynamo is tracing (the native lowering compiles the whole

@@ -278,9 +278,6 @@ def is_system_kind(op_conf, kind) -> bool:
     return jb.op_kind(op_conf) == kind
 
 
-__all__ = ["Net", "set_op_input", "has_op_types", "user_type", "single_input", "single_output", "is_system_kind"]
-
-
 def fuse_matches(job, op_type, match, fused_type, outputs, suffix):
     """Replace each match of a pattern by one fused op; returns the job.
 
@@ -305,3 +302,8 @@ def fuse_matches(job, op_type, match, fused_type, outputs, suffix):
         net.remove(*(o.name for o in ops))
         changed = True
     return net.finish() if changed else job
+
+
+__all__ = ["Net", "set_op_input", "has_op_types", "user_type", "single_input", "single_output", "is_system_kind",
+           "GPU_TAGS", "on_gpu", "fuse_matches"]
+

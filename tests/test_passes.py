@@ -379,6 +379,49 @@ def test_fuse_add_to_output_moves_each_two_input_add_n_into_its_producer():
         config.enable_fuse_add_to_output(1)
 
 
+def _projections_train(config):
+    """``h`` read by three matmuls (query, key and value projections) and a residual ``+ h``,
+    reshaped to its own shape on the way (as OneFlow-Benchmark's BERT does): the gradient of
+    ``h`` is a sum of four terms, one nested ``add_n`` and a no-op reshape deep."""
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((6, 8))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            init = flow.random_normal_initializer(stddev=0.3)
+            v = flow.get_variable("v", (6, 8), initializer=flow.ones_initializer())
+            w1, w2, w3 = (flow.get_variable(n, (8, 8), initializer=init) for n in ("w1", "w2", "w3"))
+            h = x * v
+            q, k = flow.matmul(h, w1), flow.matmul(flow.reshape(h, (6, 8)), w2)
+            val = flow.matmul(h, w3)
+            loss = flow.math.reduce_mean(flow.math.tanh(q * k + val) + h * h)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    return job
+
+
+def test_fuse_add_to_output_sums_a_gradient_of_several_terms_inside_the_matmuls():
+    """(graphfront's extension of OneFlow's two-input rule) no add_n is left: the terms made
+    first are summed once, then each matmul adds the running sum in its GEMM's epilogue."""
+    x = RNG.standard_normal((6, 8)).astype(np.float32)
+    on = _run(_projections_train, (x,), steps=3)
+    off = _run(_projections_train, (x,), steps=3, disabled=["fuse_add_to_output"])
+    _check_same(on, off)
+
+    def sums(disabled):
+        """(input counts of the add_n ops, matmuls taking an _add_to_output)"""
+        flow.clear_default_session()
+        job = _projections_train(_config(disabled))
+        job.compiled_job
+        ops = job.graph.proto.net.op
+        return (sorted(len(op.user_conf.input["in"].s) for op in ops if jb.op_type_name(op) == "add_n"),
+                sum(jb.op_type_name(op) == "matmul" and "_add_to_output" in op.user_conf.input for op in ops))
+    # the forward's two sums stay (their matmul runs before the other term is made); the
+    # gradient of h: its five terms (h * h's two and the three matmuls', one through the no-op
+    # reshape) were one add_n; now the two terms no matmul can take (read twice) are one
+    # add_n, the running sum then passes through the three matmuls' epilogues
+    assert sums(["fuse_add_to_output"]) == ([2, 2, 5], 0)
+    assert sums([]) == ([2, 2, 2], 3)
+
+
 def test_dropout_adds_its_add_to_output_in_the_mask_scale_kernel():
     """dropout with ``_add_to_output``: ``add_to + x * mask * scale`` in one ``addcmul``."""
     b = UserOpConfBuilder("d", prefix=False).Op("dropout").Input("in", ["x/0"]).Input("mask", ["m/0"]) \

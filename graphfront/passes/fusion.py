@@ -521,10 +521,17 @@ def fuse_add_to_output(job):
     ``conv_data_grad`` and their fused forms), read by nothing but the ``add_n`` -> that op
     with ``_add_to_output = addend``, the ``add_n`` removed. The op's kernel adds the addend
     itself: a matmul in its GEMM's epilogue (``beta = 1``), dropout in its mask-and-scale
-    kernel, so the sum costs no pass over memory. Only two-input ``add_n``s whose op and
-    producer share a placement are rewritten, where the addend is made before the op in the
-    job's order (so no cycle is made and the order stays producers-first); with both inputs
-    eligible the later producer takes the earlier one's blob. Skipped when the job sets
+    kernel, so the sum costs no pass over memory. An op and the ``add_n`` must share a
+    placement, and the addend must be made before the op in the job's order (so no cycle
+    is made and the order stays producers-first).
+
+    graphfront extends OneFlow's two-input rule to sums of more terms: the terms of an
+    ``add_n`` (and of the ``add_n`` s and shape-preserving ``reshape`` s feeding only it) are
+    taken in the order their producers run; the sum of those no op can take in
+    (one ``add_n``, or the earliest term) passes from op to op as each later op's
+    ``_add_to_output``. So the gradient reaching a transformer layer's input from its
+    query, key and value projections and its residual path is summed inside the three
+    GEMMs, with no ``add_n`` left. Skipped when the job sets
     ``enable_fuse_add_to_output(False)`` (unset: on, as the other fusions)."""
     if not has_op_types(job, ("add_n",)):
         return job
@@ -532,32 +539,89 @@ def fuse_add_to_output(job):
     pos = {op.name: i for i, op in enumerate(job.net.op)}
     changed = False
     for op in _order(job):
-        if user_type(op) != "add_n" or len(op.user_conf.input["in"].s) != 2:
+        if user_type(op) != "add_n" or net.is_removed(op.name) or single_output(op, "out") in net.protected or \
+                _inside_a_sum(net, op):
             continue
-        out = single_output(op, "out")
-        if out in net.protected:
+        terms, inner = [], []
+        _sum_terms(net, op, terms, inner)
+        if len(terms) < 2:
             continue
-        ins = list(op.user_conf.input["in"].s)
-        producers = [net.producer_op(lbn) for lbn in ins]
-        # candidates: (the op taking the addend, its output read here, the addend), later producer first
-        for i in sorted(range(2), key=lambda i: pos[producers[i].name] if producers[i] else -1, reverse=True):
-            prod, x, addend = producers[i], ins[i], ins[1 - i]
-            t = user_type(prod)
-            if t is None:
-                continue
-            opdef = registry.lookup(t)
-            other = net.producer_op(addend)
-            if opdef.input_def("_add_to_output") is None or "_add_to_output" in prod.user_conf.input or \
-                    single_output(prod, opdef.outputs[0].name) != x or net.sole_reader(x) is not op or \
-                    (other is not None and pos[other.name] >= pos[prod.name]) or \
-                    net.placement(prod) != net.placement(op):
-                continue
-            net.add_input(prod, "_add_to_output", addend)
-            net.redirect(out, x)
-            net.remove(op.name)
-            changed = True
-            break
+
+        def at(term):
+            producer = net.producer_op(term[0])
+            return pos.get(producer.name, -1) if producer is not None else -1
+        terms.sort(key=at)
+        takers = [t for t in terms if t[1] is not None]
+        rest = [t for t in terms if t[1] is None]
+        if rest:  # an op can take only what is made before it
+            last = max(at(t) for t in rest)
+            rest += [t for t in takers if at(t) <= last]
+            takers = [t for t in takers if at(t) > last]
+        else:
+            rest, takers = takers[:1], takers[1:]
+        if not takers:
+            continue
+        rest.sort(key=at)
+        anchor = net.producer_op(rest[-1][0])
+        if len(rest) == 1:
+            running = rest[0][0]
+        elif anchor is not None and net.placement(anchor) == net.placement(op):
+            added = net.add_user_op(f"{op.name}-rest", "add_n", {"in": [t[0] for t in rest]}, like_op=anchor.name)
+            running = added.user_conf.output["out"].s[0]
+        else:
+            continue
+        for lbn, taker in takers:
+            net.add_input(taker, "_add_to_output", running)
+            running = lbn
+        net.redirect(single_output(op, "out"), running)
+        net.remove(op.name, *inner)
+        changed = True
     return net.finish() if changed else job
+
+
+def _view_of(net, lbn):
+    """``(reshape op, its input)`` where ``lbn`` is the output of a ``reshape`` that keeps its
+    input's shape and is its input's only reader, else ``(None, lbn)``."""
+    r = net.producer_op(lbn)
+    if user_type(r) == "reshape" and lbn not in net.protected:
+        src = single_input(r, "in")
+        if net.desc(src).shape == net.desc(lbn).shape and net.sole_reader(src) is r:
+            return r, src
+    return None, lbn
+
+
+def _inside_a_sum(net, add) -> bool:
+    """Whether ``add`` (an ``add_n``) is a term of another ``add_n`` that :func:`_sum_terms`
+    opens (the outer sum is rewritten whole)."""
+    out = single_output(add, "out")
+    reader = net.sole_reader(out)
+    if user_type(reader) == "reshape" and _view_of(net, single_output(reader, "out"))[0] is reader:
+        reader = net.sole_reader(single_output(reader, "out"))
+    return user_type(reader) == "add_n" and net.placement(reader) == net.placement(add)
+
+
+def _sum_terms(net, add, terms, inner):
+    """Collect the terms of ``add`` (an ``add_n``) into ``terms`` as ``(lbn, taker)``, seen
+    through the shape-preserving reshapes and the ``add_n`` s read only by the sum (their
+    names appended to ``inner``: the rewrite removes them); ``taker`` is the op making
+    ``lbn`` that can add the sum of the terms before it into its own output
+    (:func:`fuse_add_to_output`), else None."""
+    for lbn in add.user_conf.input["in"].s:
+        view, src = _view_of(net, lbn) if net.sole_reader(lbn) is add else (None, lbn)
+        if view is not None:
+            inner.append(view.name)
+        prod = net.producer_op(src)
+        if net.sole_reader(src) is not (view or add) or prod is None or net.placement(prod) != net.placement(add):
+            terms.append((src, None))
+        elif user_type(prod) == "add_n":
+            inner.append(prod.name)
+            _sum_terms(net, prod, terms, inner)
+        else:
+            t = user_type(prod)
+            opdef = registry.lookup(t) if t is not None else None
+            takes = opdef is not None and opdef.input_def("_add_to_output") is not None and \
+                "_add_to_output" not in prod.user_conf.input and single_output(prod, opdef.outputs[0].name) == src
+            terms.append((src, prod if takes else None))
 
 
 fuse_add_to_output.is_enabled = lambda job: (not job.job_conf.HasField("enable_fuse_add_to_output")

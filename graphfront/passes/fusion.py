@@ -592,12 +592,13 @@ def _view_of(net, lbn):
 
 def _inside_a_sum(net, add) -> bool:
     """Whether ``add`` (an ``add_n``) is a term of another ``add_n`` that :func:`_sum_terms`
-    opens (the outer sum is rewritten whole)."""
+    opens (the outer sum is rewritten whole; a fetched one is not rewritten)."""
     out = single_output(add, "out")
     reader = net.sole_reader(out)
     if user_type(reader) == "reshape" and _view_of(net, single_output(reader, "out"))[0] is reader:
         reader = net.sole_reader(single_output(reader, "out"))
-    return user_type(reader) == "add_n" and net.placement(reader) == net.placement(add)
+    return user_type(reader) == "add_n" and net.placement(reader) == net.placement(add) and \
+        single_output(reader, "out") not in net.protected
 
 
 def _sum_terms(net, add, terms, inner):

@@ -422,6 +422,32 @@ def test_fuse_add_to_output_sums_a_gradient_of_several_terms_inside_the_matmuls(
     assert sums([]) == ([2, 2, 2], 3)
 
 
+def _inner_sum_train(config):
+    """``(x * v + matmul(x, w)) + tanh(x)``: the outer sum's last term is made after the
+    matmul, so only the inner sum can go into the matmul's epilogue."""
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((6, 8))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            v = flow.get_variable("v", (6, 8), initializer=flow.ones_initializer())
+            w = flow.get_variable("w", (8, 8), initializer=flow.random_normal_initializer(stddev=0.3))
+            inner = x * v + flow.matmul(x, w)
+            loss = flow.math.reduce_mean(flow.math.square(inner + flow.math.tanh(x * v)))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    return job
+
+
+def test_fuse_add_to_output_rewrites_an_inner_sum_its_outer_sum_cannot_take():
+    x = RNG.standard_normal((6, 8)).astype(np.float32)
+    on = _run(_inner_sum_train, (x,), steps=3)
+    _check_same(on, _run(_inner_sum_train, (x,), steps=3, disabled=["fuse_add_to_output"]))
+    flow.clear_default_session()
+    job = _inner_sum_train(_config())
+    job.compiled_job
+    forward = [op for op in job.graph.proto.net.op if jb.op_type_name(op) == "matmul" and "_grad" not in op.name]
+    assert len(forward) == 1 and "_add_to_output" in forward[0].user_conf.input
+
+
 def test_dropout_adds_its_add_to_output_in_the_mask_scale_kernel():
     """dropout with ``_add_to_output``: ``add_to + x * mask * scale`` in one ``addcmul``."""
     b = UserOpConfBuilder("d", prefix=False).Op("dropout").Input("in", ["x/0"]).Input("mask", ["m/0"]) \

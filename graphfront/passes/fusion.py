@@ -538,9 +538,8 @@ def fuse_add_to_output(job):
     net = Net(job)
     pos = {op.name: i for i, op in enumerate(job.net.op)}
     changed = False
-    for op in _order(job):
-        if user_type(op) != "add_n" or net.is_removed(op.name) or single_output(op, "out") in net.protected or \
-                _inside_a_sum(net, op):
+    for op in reversed(_order(job)):  # (a sum before the add_n s it opens; one it cannot rewrite leaves them be)
+        if user_type(op) != "add_n" or net.is_removed(op.name) or single_output(op, "out") in net.protected:
             continue
         terms, inner = [], []
         _sum_terms(net, op, terms, inner)
@@ -588,17 +587,6 @@ def _view_of(net, lbn):
         if net.desc(src).shape == net.desc(lbn).shape and net.sole_reader(src) is r:
             return r, src
     return None, lbn
-
-
-def _inside_a_sum(net, add) -> bool:
-    """Whether ``add`` (an ``add_n``) is a term of another ``add_n`` that :func:`_sum_terms`
-    opens (the outer sum is rewritten whole; a fetched one is not rewritten)."""
-    out = single_output(add, "out")
-    reader = net.sole_reader(out)
-    if user_type(reader) == "reshape" and _view_of(net, single_output(reader, "out"))[0] is reader:
-        reader = net.sole_reader(single_output(reader, "out"))
-    return user_type(reader) == "add_n" and net.placement(reader) == net.placement(add) and \
-        single_output(reader, "out") not in net.protected
 
 
 def _sum_terms(net, add, terms, inner):

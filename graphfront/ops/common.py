@@ -287,18 +287,25 @@ def inductor_kernel(key, formula, eager=None):
     devices, inside a step TorchDynamo is tracing (the native lowering compiles the whole
     step), and where compiling failed (a UserWarning says why, once per key and shapes),
     ``eager`` (default: ``formula``) runs instead. Errors of the computation itself
-    propagate.
+    propagate. The callable keeps what its first call chose (an op's inputs keep their
+    shapes, dtypes and device from step to step), so later calls go straight to it.
     """
     eager = eager or formula
+    chosen = []   # the callable the first call chose
 
     def run(*args):
+        if torch.compiler.is_compiling():
+            return eager(*args)
+        if chosen:
+            return chosen[0](*args)
         device = next(a.device for a in args if a is not None)
-        if device.type not in INDUCTOR_DEVICES or torch.compiler.is_compiling():
+        if device.type not in INDUCTOR_DEVICES:
+            chosen.append(eager)
             return eager(*args)
         sig = (key, _signature(args))
         if sig in _INDUCTOR:
-            compiled = _INDUCTOR[sig]
-            return eager(*args) if compiled is None else compiled(*args)
+            chosen.append(_INDUCTOR[sig] or eager)
+            return chosen[0](*args)
         name = f"graphfront_{key[0]}_{len(_INDUCTOR)}"
         fresh = types.FunctionType(formula.__code__.replace(co_name=name, co_qualname=name), formula.__globals__,
                                    name, formula.__defaults__, formula.__closure__)
@@ -310,7 +317,9 @@ def inductor_kernel(key, formula, eager=None):
                           f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); its kernel runs "
                           f"unfused")
             _INDUCTOR[sig] = None
+            chosen.append(eager)
             return eager(*args)
         _INDUCTOR[sig] = compiled
+        chosen.append(compiled)
         return out
     return run

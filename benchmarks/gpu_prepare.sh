@@ -7,7 +7,7 @@
 # wheels of the build backend that pyproject.toml's [build-system] requires (setuptools), from
 # which the session script's pip installs graphfront editable on the device (it has no
 # network; kept apart from .gpu/whl, whose wheels go to /tmp/site). Then: device run, command
-# "bash benchmarks/gpu_session.sh all", carry [".gpu"].
+# "bash benchmarks/gpu_session.sh bench", then "... tests", carry [".gpu"].
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # A lent GPU's checks and measurements, one device `run` per part, most important first
 # (every step under its own `timeout`, so a hang still returns the rest; a call made within
-# 30 s of the last finds the machine warm):
+# 30 s of the last finds the machine warm). A session's 15 device minutes hold `bench` and
+# `tests`, the two first calls:
 #
-#   bash benchmarks/gpu_session.sh all          # the suite, then ResNet-50 (NHWC) and BERT (plan, kernel profiles,
-#                                               # against torch eager and torch.compile; then BERT's plan without
-#                                               # the fused attention): about 8 minutes (the cuda tests get 330 s: their first calls compile Inductor kernels)
-#   bash benchmarks/gpu_session.sh more         # MLP and LeNet (b100, b1000) steps against the peers, LeNet b1000's
-#                                               # kernels (graphfront, eager, compile), then graphfront's LeNet
-#                                               # b1000 in NHWC (channels-last convolutions): about 5
+#   bash benchmarks/gpu_session.sh bench        # ResNet-50 (NHWC) and BERT (plan, kernel profiles, against torch
+#                                               # eager and torch.compile), ResNet-50's plan with its batch norms
+#                                               # unfused, LeNet b1000 against the peers: at most 8.5 minutes
+#   bash benchmarks/gpu_session.sh tests        # the suite: at most 5 minutes (the cuda tests' first calls compile
+#                                               # Inductor kernels)
+#   bash benchmarks/gpu_session.sh more         # MLP and LeNet b100 against the peers, LeNet b1000's kernels
+#                                               # (graphfront, eager, compile), graphfront's LeNet b1000 in NHWC,
+#                                               # BERT's plan without the fused attention: about 6
 #   bash benchmarks/gpu_session.sh native       # ResNet-50 native against torch.compile: about 5
 #   bash benchmarks/gpu_session.sh native-bert  # BERT native against torch.compile: about 5
-#   bash benchmarks/gpu_session.sh tests        # the suite only
 #
 # Run from the project's root on the device machine, after `bash benchmarks/gpu_prepare.sh`
 # here (carry [".gpu"]): its wheels are installed to /tmp/site and its Fashion-MNIST files
@@ -23,7 +25,7 @@
 # worker) in the other. Everything printed is written to $OUT/gpu_<part>.txt; the tests'
 # full logs to $OUT/gpu_cuda_tests.txt and $OUT/gpu_tests.txt.
 set -u
-part=${1:-all}
+part=${1:-bench}
 out=${OUT:-/tmp}
 log=$out/gpu_$part.txt
 root=$(pwd)
@@ -43,7 +45,7 @@ fi
 export PYTHONPATH=/tmp/site:$root${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 step() { local limit=$1; shift; echo "=== $* [+${SECONDS}s]"; timeout "$limit" "$@" 2>&1; echo "=== rc $? [+${SECONDS}s]"; }
 tests() {
-  timeout 330 python3 -m pytest -v -p no:cacheprovider -m cuda -rfEs --durations=8 tests/ >"$out/gpu_cuda_tests.txt" 2>&1 &
+  timeout 300 python3 -m pytest -v -p no:cacheprovider -m cuda -rfEs --durations=8 tests/ >"$out/gpu_cuda_tests.txt" 2>&1 &
   echo "=== the suite without the cuda tests, 14 workers [+${SECONDS}s]"
   OMP_NUM_THREADS=1 timeout 240 python3 -m pytest -v -p no:cacheprovider -n 14 -rfE --tb=line --durations=15 -m "not cuda" >"$out/gpu_tests.txt" 2>&1
   echo "=== rc $? [+${SECONDS}s]"
@@ -60,26 +62,26 @@ nvidia-smi -L
 [[ -n $install ]] && echo "gpu_session: $install"
 python3 -c "import torch, google.protobuf as p; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'protobuf', p.__version__)"
 case $part in
-  all)
-    tests
+  bench)
     step 240 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 2
     step 120 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 2
-    step 60 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --only graphfront-plan --no-fused-attention \
-      --rounds 2 ;;
+    step 80 python3 benchmarks/resnet50.py --device gpu --modes plan --only graphfront-plan --no-fused-bn --rounds 2
+    step 60 python3 benchmarks/peers.py --device gpu --workloads lenet_train --lenet-batch 1000 --rounds 3 --steps 20 \
+      --only graphfront-plan,torch-compile-ro,jax-jit ;;
+  tests)
+    tests ;;
   more)
     step 150 python3 benchmarks/peers.py --device gpu --workloads mlp_train,lenet_train --rounds 3 --steps 30 \
       --only graphfront-plan,torch-eager,torch-compile-ro,jax-jit
-    step 60 python3 benchmarks/peers.py --device gpu --workloads lenet_train --lenet-batch 1000 --rounds 3 --steps 20 \
-      --only graphfront-plan,torch-compile-ro,jax-jit
     step 90 python3 benchmarks/lenet_step.py --device gpu --batch 1000 --steps 20 --profile 3
-    step 60 python3 benchmarks/lenet_step.py --device gpu --batch 1000 --steps 20 --channel-last ;;
+    step 60 python3 benchmarks/lenet_step.py --device gpu --batch 1000 --steps 20 --channel-last
+    step 60 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --only graphfront-plan --no-fused-attention \
+      --rounds 2 ;;
   native)
     step 300 python3 benchmarks/resnet50.py --device gpu --modes native --only graphfront-native,torch-compile --rounds 2 ;;
   native-bert)
     step 300 python3 benchmarks/bert_pretrain.py --device gpu --modes native --only graphfront-native,torch-compile --rounds 2 ;;
-  tests)
-    tests ;;
-  *) echo "usage: bash benchmarks/gpu_session.sh all|more|native|native-bert|tests"; exit 2 ;;
+  *) echo "usage: bash benchmarks/gpu_session.sh bench|tests|more|native|native-bert"; exit 2 ;;
 esac
 echo "=== end [+${SECONDS}s]"
 } 2>&1 | tee "$log"

@@ -13,7 +13,9 @@ with dynamic loss scaling), one job per lowering (``--modes``: ``plan``, ``nativ
 (``benchmarks/torch_models.py``, starting from the same weights) makes its random batch on
 the device each step as well, and on a GPU runs channels-last with ``cudnn.benchmark``,
 ``torch.autocast`` float16 and a ``GradScaler``; ``torch-compile`` is the same model
-under ``torch.compile``. Printed: median step time, samples/s and the ratio of each
+under ``torch.compile``. On a GPU graphfront fuses each batch norm with its relu (and the
+residual add before it) into OneFlow's ``normalization_add_relu``; ``--no-fused-bn`` runs the
+unfused job for the comparison. Printed: median step time, samples/s and the ratio of each
 side's samples/s to the best PyTorch side (higher is better).
 
 CPU defaults (so the script runs everywhere): float32, batch 8, 64x64 images, one block
@@ -50,6 +52,9 @@ def parse(argv=None):
     p.add_argument("--channel-last", action=argparse.BooleanOptionalAction, default=None,
                    help="graphfront's model in NHWC (OneFlow-Benchmark's --channel_last, which its float16 runs "
                         "use); default on with AMP on a GPU, as the PyTorch side runs channels_last there")
+    p.add_argument("--fused-bn", action=argparse.BooleanOptionalAction, default=True,
+                   help="graphfront's batch norm + (add +) relu fused on a GPU (the fuse_normalization_add_relu "
+                        "pass; --no-fused-bn disables it: PyTorch's batch-norm kernels, then the add and the relu)")
     p.add_argument("--modes", default="plan,native,xla", help="graphfront lowerings to run")
     p.add_argument("--only", default="", help="comma-separated sides to run (default: all)")
     p.add_argument("--rounds", type=int, default=3)
@@ -70,11 +75,13 @@ def parse(argv=None):
 
 
 def example_args(a, mode):
-    return r50.add_arguments(argparse.ArgumentParser()).parse_args([
+    args = r50.add_arguments(argparse.ArgumentParser()).parse_args([
         "--batch_size", str(a.batch_size), "--image_size", str(a.image_size), "--num_classes", str(a.classes),
         "--block_counts", ",".join(map(str, a.block_counts)), "--width", str(a.width), "--device", a.device,
         "--compile_mode", mode, "--steps", "1000000"] + (["--use_fp16"] if a.amp else [])
         + (["--channel_last"] if a.channel_last else []))
+    args.disabled_passes = () if a.fused_bn else ("fuse_normalization_add_relu",)
+    return args
 
 
 def graphfront_job(args, name):
@@ -151,7 +158,8 @@ def main(argv=None):
     amp = "AMP float16" if a.amp and a.device == "gpu" else ("AMP bfloat16" if a.amp else "float32")
     print(f"machine: {machine(a.device)}; torch threads {torch.get_num_threads()}")
     print(f"ResNet-50 v1.5 train step, batch {a.batch_size}, {a.image_size}x{a.image_size}, blocks "
-          f"{a.block_counts}, width {a.width}, {amp}, graphfront in {'NHWC' if a.channel_last else 'NCHW'}; "
+          f"{a.block_counts}, width {a.width}, {amp}, graphfront in {'NHWC' if a.channel_last else 'NCHW'}"
+          f"{'' if a.fused_bn else ', batch norms unfused'}; "
           f"median of {a.rounds} rounds x {a.steps} steps")
     print(throughput_table(medians, a.batch_size, PEERS, notes))
     if a.profile:

@@ -446,3 +446,19 @@ def test_step_kernels_counts_both_sides_of_each_model(capsys):
     for model, (g, p, _) in counts.items():
         assert f"{model} " in out and f"{g / p:.2f}" in out
     assert out.count("graphfront's calls moving the most memory") == 3 and "graphfront GB moved" in out
+
+
+@pytest.mark.parametrize("flag, fused", [([], True), (["--no-fused-bn"], False)])
+def test_resnet50_benchmark_fuses_its_batch_norms_unless_told_not_to(flag, fused, monkeypatch):
+    """benchmarks/resnet50.py's graphfront job on a GPU placement (the CPU taken for one here)
+    has its batch norm + (add +) relu fused; ``--no-fused-bn`` keeps them apart, for the
+    comparison."""
+    monkeypatch.setattr(rewrite, "GPU_TAGS", rewrite.GPU_TAGS + ("cpu",))
+    spec = importlib.util.spec_from_file_location("bench_resnet50", os.path.join(ROOT, "benchmarks", "resnet50.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    a = bench.parse(["--device", "cpu", "--batch-size", "2", "--image-size", "32", "--width", "0.125"] + flag)
+    flow.clear_default_session()
+    job = bench.graphfront_job(bench.example_args(a, "plan"), "TrainNet_plan")
+    types = [jb.op_type_name(op) for op in job.compiled_job.job.net.op]
+    assert ("normalization_add_relu" in types) is fused and ("relu" in types) is not fused

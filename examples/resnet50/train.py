@@ -123,6 +123,8 @@ def function_config(args):
     config.cudnn_conv_heuristic_search_algo(False)  # (cuDNN times the algorithms, as OneFlow-Benchmark's train job)
     if args.compile_mode:
         config.compile_mode(args.compile_mode)
+    if getattr(args, "disabled_passes", ()):
+        flow.passes.disable_passes(config, *args.disabled_passes)
     return config
 
 

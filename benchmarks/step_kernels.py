@@ -29,9 +29,10 @@ that move the most memory: GB, number of calls, and the graphfront source line m
 (``plan``: a torch function the generated step calls directly, such as ``torch.relu``).
 
 A kernel that graphfront compiles with TorchInductor on a GPU (``normalization_add_relu``,
-the fused max pool and their gradients) cannot be compiled for the meta device; each of its
-calls counts as the kernels Inductor makes of it (:data:`INDUCTOR_KERNELS`: a batch norm's
-split statistics reduction and its pointwise pass, 3; a pool's, 1), moving the inputs its
+the fused max pool and their gradients, the finiteness count of loss scaling) cannot be
+compiled for the meta device; each of its calls counts as the kernels Inductor makes of it
+(:data:`INDUCTOR_KERNELS`: a batch norm's split statistics reduction and its pointwise pass,
+3; a count's split sum, 2; a pool's, 1), moving the inputs its
 formula reads once per pass over them (the batch norm's two: an upper bound, its statistics
 pass reads only some of them) and its outputs once, listed as ``inductor:<op type>``.
 """
@@ -115,7 +116,8 @@ class Kernels(TorchDispatchMode):
 #: the counter of the step being counted (a kernel compiled by TorchInductor reports to it)
 _ACTIVE = []
 #: op type -> (kernels, passes over the inputs) of its TorchInductor-compiled kernel; others (1, 1)
-INDUCTOR_KERNELS = {"normalization_add_relu": (3, 2), "normalization_add_relu_grad": (3, 2)}
+INDUCTOR_KERNELS = {"normalization_add_relu": (3, 2), "normalization_add_relu_grad": (3, 2),
+                    "count_not_finite": (2, 1)}   # (a large sum is split in two reductions)
 
 
 def _counted_inductor_kernel(make):

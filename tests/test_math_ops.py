@@ -598,6 +598,31 @@ def test_multi_tensor_reductions_over_layouts_and_chunks(monkeypatch, chunk):
     assert count([torch.arange(6), torch.ones(2, dtype=torch.int64)]).tolist() == [0]
 
 
+@pytest.mark.parametrize("chunk", [1 << 26, 7])
+def test_count_not_finite_compiled_by_inductor(monkeypatch, chunk):
+    """On a GPU each chunk's count is compiled by TorchInductor into one reduction (the CPU,
+    added to ``INDUCTOR_DEVICES``, compiles the same formula to C++): the counts of float32 and
+    float16 tensors against numpy, one compiled function per chunk size, and a later call of
+    the same kernel with other tensors still right."""
+    from graphfront.ops import common, reduce_ops
+    monkeypatch.setattr(common, "_INDUCTOR", {})
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(reduce_ops, "_concatenates", lambda device: True)
+    monkeypatch.setattr(reduce_ops, "_CHUNK", chunk)
+    rng = np.random.default_rng(5)
+    xs = [torch.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in ((3, 4), (5,), (2, 3))]
+    xs[0][1, 2], xs[1][4], xs[2][0, 0], xs[2][1, 1] = np.inf, np.nan, -np.inf, np.nan
+    count = registry.lookup("multi_count_not_finite").kernel(None)
+    want = sum(int((~np.isfinite(x.numpy())).sum()) for x in xs)
+    assert count(xs).tolist() == [want] == [4]
+    compiled = [fn for (key, _), fn in common._INDUCTOR.items() if key == ("count_not_finite",)]
+    assert compiled and None not in compiled
+    assert len(compiled) == (1 if chunk > 100 else 3)   # (7 elements: one chunk per tensor)
+    assert count([x.half() for x in xs]).tolist() == [4]
+    xs[1][0] = np.inf
+    assert count(xs).tolist() == [5]
+
+
 def test_l2_normalize():
     x = rand(3, 4)
     check_grad(lambda v: flow.math.l2_normalize(v, axis=1),

@@ -16,7 +16,7 @@ import torch
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpRunError
 from graphfront.ops.common import at_least_1d, float_input, index_checks, like, norm_axis, raising_bad_ids
-from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops import common, onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, nonzero, reduce_node
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -520,12 +520,29 @@ def _memory_order(x):
     return x.permute(order).reshape(-1)
 
 
-def _multi_count_not_finite(xs):
-    """The inf and NaN elements of all ``xs``, int64 ``(1,)``: ``f - f`` is 0 exactly for a
-    finite ``f`` and NaN for inf and NaN, so the count is its nonzeros."""
-    if not xs[0].is_floating_point():
-        return torch.zeros(1, dtype=torch.int64, device=xs[0].device)
-    return functools.reduce(torch.add, [torch.count_nonzero(f - f) for f in _chunks(xs)]).reshape(1)
+def _count_not_finite(f):
+    """The inf and NaN elements of ``f``, an int64 scalar: ``f - f`` is 0 exactly for a finite
+    ``f`` and NaN for inf and NaN, so the count is its nonzeros."""
+    return torch.count_nonzero(f - f)
+
+
+def _count_not_finite_kernel(k):
+    """The kernel of ``count_not_finite`` / ``multi_count_not_finite``: the inf and NaN elements
+    of all ``xs``, int64 ``(1,)``, summed over :func:`_chunks`. Each chunk's count is an
+    :func:`~graphfront.ops.common.inductor_kernel`: on a GPU one reduction reading the chunk
+    once (eager, ``f - f`` is written, then compared with 0, then summed)."""
+    counts = []   # one compiled count per chunk (the chunks of a step keep their sizes)
+
+    def run(xs):
+        if not xs[0].is_floating_point():
+            return torch.zeros(1, dtype=torch.int64, device=xs[0].device)
+        parts = []
+        for i, f in enumerate(_chunks(xs)):
+            if i == len(counts):
+                counts.append(common.inductor_kernel(("count_not_finite",), _count_not_finite))
+            parts.append(counts[i](f))
+        return functools.reduce(torch.add, parts).reshape(1)
+    return run
 
 
 def _multi_square_sum(xs):
@@ -601,11 +618,12 @@ def _count_not_finite_onnx(c):
 
 
 op("count_not_finite", inputs=["x"], outputs=["y"], infer=_sum_infer(_dt.int64),
-   kernel=lambda k: (lambda x: _multi_count_not_finite([x])), no_grad=True, onnx=_count_not_finite_onnx,
+   kernel=lambda k: (lambda x, count=_count_not_finite_kernel(k): count([x])), no_grad=True,
+   onnx=_count_not_finite_onnx,
    sbp=_sbp.reduce(split_to_partial=True),
    xla=lambda k: _count_not_finite_xla)
 op("multi_count_not_finite", inputs=["x*"], outputs=["y"], infer=_sum_infer(_dt.int64, repeated=True),
-   kernel=lambda k: _multi_count_not_finite, no_grad=True, sbp=_multi_sum_sbp,
+   kernel=_count_not_finite_kernel, no_grad=True, sbp=_multi_sum_sbp,
    onnx=_count_not_finite_onnx, xla=lambda k: (lambda xs: functools.reduce(lambda a, b: a + b,
                                                                            [_count_not_finite_xla(x) for x in xs])))
 

@@ -317,6 +317,21 @@ def test_a_steady_transformer_block_step_never_waits_on_the_host():
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-3, atol=1e-4)
 
 
+def test_non_finite_count_runs_an_inductor_kernel():
+    """multi_count_not_finite on the GPU: TorchInductor's Triton reduction over the
+    concatenated float32 and float16 gradients counts their inf and NaN as numpy does."""
+    from graphfront.ops import common, registry
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in ((64, 33), (1000,), (3, 5, 7))]
+    xs[0][3, 4], xs[1][999], xs[2][1, 2, 3], xs[2][0, 0, 0] = np.inf, np.nan, -np.inf, np.nan
+    count = registry.lookup("multi_count_not_finite").kernel(None)
+    for dtype in (torch.float32, torch.float16):
+        got = count([torch.from_numpy(x).to("cuda", dtype) for x in xs])
+        assert got.device.type == "cuda" and got.tolist() == [4]
+    assert any(key == ("count_not_finite",) and sig[0][3].type == "cuda" and fn is not None
+               for (key, sig), fn in common._INDUCTOR.items())
+
+
 def _attention_train(rate=0.0, cuda_graph=True, amp=False, fuse=True, seq=16, heads=2, head=64):
     """One BERT attention layer on the GPU (heads of 64: the memory-efficient kernel's
     case), a padding mask fed as (B, 1, S, S), SGD on a squared-output loss; the labels

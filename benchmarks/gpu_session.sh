@@ -4,14 +4,16 @@
 # 30 s of the last finds the machine warm). A session's 15 device minutes hold `bench` and
 # `tests`, the two first calls:
 #
-#   bash benchmarks/gpu_session.sh bench        # ResNet-50 (NHWC) and BERT (plan, kernel profiles, against torch
-#                                               # eager and torch.compile), ResNet-50's plan with its batch norms
-#                                               # unfused, LeNet b1000 against the peers: at most 8.5 minutes
+#   bash benchmarks/gpu_session.sh bench        # ResNet-50 (NHWC; its first call compiles and times the fused
+#                                               # batch norms' kernels) and BERT (plan, kernel profiles, against
+#                                               # torch eager and torch.compile), LeNet b1000 against the peers:
+#                                               # at most 8 minutes
 #   bash benchmarks/gpu_session.sh tests        # the suite: at most 5 minutes (the cuda tests' first calls compile
 #                                               # Inductor kernels)
 #   bash benchmarks/gpu_session.sh more         # MLP and LeNet b100 against the peers, LeNet b1000's kernels
 #                                               # (graphfront, eager, compile), graphfront's LeNet b1000 in NHWC,
-#                                               # BERT's plan without the fused attention: about 6
+#                                               # BERT's plan without the fused attention, ResNet-50's with its
+#                                               # batch norms unfused: about 7
 #   bash benchmarks/gpu_session.sh native       # ResNet-50 native against torch.compile: about 5
 #   bash benchmarks/gpu_session.sh native-bert  # BERT native against torch.compile: about 5
 #
@@ -63,9 +65,8 @@ nvidia-smi -L
 python3 -c "import torch, google.protobuf as p; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'protobuf', p.__version__)"
 case $part in
   bench)
-    step 240 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 2
+    step 300 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 2
     step 120 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 2
-    step 80 python3 benchmarks/resnet50.py --device gpu --modes plan --only graphfront-plan --no-fused-bn --rounds 2
     step 60 python3 benchmarks/peers.py --device gpu --workloads lenet_train --lenet-batch 1000 --rounds 3 --steps 20 \
       --only graphfront-plan,torch-compile-ro,jax-jit ;;
   tests)
@@ -75,6 +76,7 @@ case $part in
       --only graphfront-plan,torch-eager,torch-compile-ro,jax-jit
     step 90 python3 benchmarks/lenet_step.py --device gpu --batch 1000 --steps 20 --profile 3
     step 60 python3 benchmarks/lenet_step.py --device gpu --batch 1000 --steps 20 --channel-last
+    step 80 python3 benchmarks/resnet50.py --device gpu --modes plan --only graphfront-plan --no-fused-bn --rounds 2
     step 60 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --only graphfront-plan --no-fused-attention \
       --rounds 2 ;;
   native)

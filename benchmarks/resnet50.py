@@ -23,6 +23,7 @@ per stage (``--block-counts 1,1,1,1``) and a quarter of the channels (``--width 
 ``--block-counts 3,4,6,3 --width 1 --image-size 224`` is the real network.
 """
 import argparse
+import collections
 import sys
 import time
 
@@ -33,6 +34,7 @@ import torch_models as tm
 
 import graphfront as flow
 from graphfront import typing as tp
+from graphfront.ops import common
 
 r50 = resnet50_example()
 PEERS = ("torch-eager", "torch-compile")
@@ -162,6 +164,10 @@ def main(argv=None):
           f"{'' if a.fused_bn else ', batch norms unfused'}; "
           f"median of {a.rounds} rounds x {a.steps} steps")
     print(throughput_table(medians, a.batch_size, PEERS, notes))
+    choices = collections.Counter((key[0], ("TorchInductor", "PyTorch's batch norm + compiled add-relu")[i])
+                                  for (key, _), i in common._TUNED.items())
+    if choices:   # (the kernels that graphfront's fused batch norms timed fastest at their first call)
+        print("fused batch norms' kernels:", ", ".join(f"{op} {how}: {n}" for (op, how), n in sorted(choices.items())))
     if a.profile:
         profile_sides(sides, a.profile, a.device)
     return medians

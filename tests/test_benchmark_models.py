@@ -462,3 +462,31 @@ def test_resnet50_benchmark_fuses_its_batch_norms_unless_told_not_to(flag, fused
     job = bench.graphfront_job(bench.example_args(a, "plan"), "TrainNet_plan")
     types = [jb.op_type_name(op) for op in job.compiled_job.job.net.op]
     assert ("normalization_add_relu" in types) is fused and ("relu" in types) is not fused
+
+
+def test_resnet50_benchmark_prints_the_kernels_its_batch_norms_chose(monkeypatch, capsys):
+    """On a GPU each fused batch norm's kernels are timed at the first call; the benchmark
+    prints what each op type chose (here the CPU is timed on, by a clock that finds the
+    second candidate, cuDNN's batch norm with a compiled relu, faster)."""
+    from graphfront.ops import common
+    monkeypatch.setattr(rewrite, "GPU_TAGS", rewrite.GPU_TAGS + ("cpu",))
+    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(common, "_TUNED", {})
+    trials = []
+
+    def timed(fn, args, device, reps):
+        fn(*args)
+        trials.append(fn)
+        return len(trials) % 2   # (the second of each pair is faster)
+    monkeypatch.setattr(common, "_timed", timed)
+    spec = importlib.util.spec_from_file_location("bench_resnet50", os.path.join(ROOT, "benchmarks", "resnet50.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    flow.clear_default_session()
+    bench.main(["--device", "cpu", "--modes", "plan", "--only", "graphfront-plan", "--rounds", "1", "--steps", "1",
+                "--warmup", "1", "--batch-size", "2", "--image-size", "32", "--width", "0.125"])
+    out = capsys.readouterr().out
+    n = len(common._TUNED) // 2
+    assert n and set(common._TUNED.values()) == {1}
+    assert (f"fused batch norms' kernels: normalization_add_relu PyTorch's batch norm + compiled add-relu: {n}, "
+            f"normalization_add_relu_grad PyTorch's batch norm + compiled add-relu: {n}") in out

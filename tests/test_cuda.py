@@ -439,6 +439,33 @@ def test_batch_norm_add_relu_runs_inductor_kernels_and_trains_as_the_unfused_ops
     compiled = [fn for (key, sig), fn in common._INDUCTOR.items() if key[0].startswith("normalization_add_relu")
                 and sig[0][3].type == "cuda"]
     assert compiled and None not in compiled   # (compiled: no fallback warning)
+    tuned = {key[0] for key, sig in common._TUNED if sig[0][3].type == "cuda"}
+    assert tuned == {"normalization_add_relu", "normalization_add_relu_grad"}, tuned
+    np.testing.assert_allclose(runs[True][0], runs[False][0], rtol=1e-4)
+    for name, value in runs[False][1].items():
+        np.testing.assert_allclose(runs[True][1][name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("fastest", [0, 1])
+def test_each_batch_norm_add_relu_kernel_choice_trains_as_the_unfused_ops(fastest, monkeypatch):
+    """Both kernels a fused batch norm may be timed to (a clock that finds ``fastest``
+    faster): the whole op in TorchInductor's Triton kernels (0), cuDNN's batch norm, then a
+    Triton add and relu writing the mask (1); float32 without TF32, as above."""
+    from graphfront.ops import common
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(common, "_TUNED", {})
+    trials = []
+
+    def timed(fn, args, device, reps):
+        fn(*args)
+        trials.append(fn)
+        return 1.0 if (len(trials) - 1) % 2 == fastest else 2.0
+    monkeypatch.setattr(common, "_timed", timed)
+    runs = {}
+    for fuse in (True, False):
+        train, batches = _residual_train(fuse=fuse, cuda_graph=False)
+        runs[fuse] = _run(train, batches), _variables()
+    assert set(common._TUNED.values()) == {fastest}
     np.testing.assert_allclose(runs[True][0], runs[False][0], rtol=1e-4)
     for name, value in runs[False][1].items():
         np.testing.assert_allclose(runs[True][1][name], value, rtol=1e-4, atol=1e-6, err_msg=name)

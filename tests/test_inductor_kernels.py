@@ -37,6 +37,48 @@ def test_inductor_kernel_falls_back_with_a_warning_where_compiling_fails(monkeyp
     assert list(common._INDUCTOR.values()) == [None]
 
 
+def test_tuned_kernel_times_its_candidates_once_per_signature(monkeypatch):
+    """``tuned_kernel`` on a device it times on: each candidate is called on copies of the
+    inputs it updates in place, the faster one runs, and a second op of the same key and
+    signature takes the choice without timing; the clock is the host's on the CPU (a
+    candidate sleeping 10 ms measures at least that); where it does not time (another device,
+    or deterministic algorithms asked for) the first candidate runs untimed."""
+    import time
+    monkeypatch.setattr(common, "_TUNED", {})
+    calls = []
+
+    def slow(x, acc):
+        calls.append("slow")
+        time.sleep(0.01)
+        acc.add_(1)
+        return x + 1
+
+    def fast(x, acc):
+        calls.append("fast")
+        acc.add_(1)
+        return x + 1
+    x, acc = torch.zeros(2), torch.zeros(1)
+    assert common.tuned_kernel(("t",), [slow, fast], mutated=(1,))(x, acc).tolist() == [1.0, 1.0]
+    assert calls == ["slow"] and acc.item() == 1        # (the CPU is not timed on)
+    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda", "cpu"))
+    calls.clear()
+    torch.use_deterministic_algorithms(True)
+    try:
+        common.tuned_kernel(("t",), [slow, fast], mutated=(1,))(x, acc)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert calls == ["slow"] and not common._TUNED
+    calls.clear()
+    run = common.tuned_kernel(("t",), [slow, fast], mutated=(1,))
+    assert run(x, acc).tolist() == [1.0, 1.0] and run(x, acc).tolist() == [1.0, 1.0]
+    assert calls == ["slow"] * 6 + ["fast"] * 8 and acc.item() == 4   # (1 + 5 timed trials each on copies, 2 runs)
+    assert common._TUNED == {(("t",), common._signature((x, acc))): 1}
+    calls.clear()
+    common.tuned_kernel(("t",), [slow, fast], mutated=(1,))(x, acc)
+    assert calls == ["fast"]
+    assert common._timed(slow, (x, torch.zeros(1)), torch.device("cpu"), 3) >= 0.01
+
+
 def pool_train(fmt, device="cpu"):
     """conv + relu + a 3x3 stride-2 SAME max pool (padded after, not before: ResNet's stem pool)
     whose relu moves into the fused pool, then a dense layer; three SGD steps."""

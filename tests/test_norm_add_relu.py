@@ -145,6 +145,32 @@ def test_kernels_compiled_by_inductor_train_as_the_unfused_ops(monkeypatch):
     _assert_same_training(fused, _train(disabled=["fuse_normalization_add_relu"]))
 
 
+@pytest.mark.parametrize("fastest", [0, 1])
+def test_the_tuned_choice_of_kernels_trains_as_the_unfused_ops(monkeypatch, fastest):
+    """On a GPU each fused batch norm and its gradient run the faster, for its inputs, of the
+    whole op compiled by TorchInductor (0) and PyTorch's batch-norm kernels with a compiled
+    relu (1). Either trains as the unfused ops; the timed trial calls (a clock that always
+    finds ``fastest`` faster here) update copies of the moving statistics, not the variables."""
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(common, "_INDUCTOR", {})
+    monkeypatch.setattr(common, "_TUNED", {})
+    trials = []
+
+    def timed(fn, args, device, reps):
+        fn(*args)
+        trials.append(fn)
+        return 1.0 if (len(trials) - 1) % 2 == fastest else 2.0   # (candidates are timed in order: 0, then 1)
+    monkeypatch.setattr(common, "_timed", timed)
+    fused = _train()
+    tuned = {sig[0][0]: choice for sig, choice in common._TUNED.items()}
+    assert set(tuned) == {"normalization_add_relu", "normalization_add_relu_grad"} and len(common._TUNED) == 4
+    assert set(tuned.values()) == {fastest} and len(trials) == 8   # (each signature timed once, 2 candidates)
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda",))
+    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda",))
+    _assert_same_training(fused, _train(disabled=["fuse_normalization_add_relu"]))
+
+
 @pytest.mark.parametrize("mode", ["xla", pytest.param("native", marks=pytest.mark.slow)])
 def test_fused_job_in_other_lowerings_trains_as_the_plan(mode):
     got, plan = _train(mode=mode), _train()

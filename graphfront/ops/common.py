@@ -1,6 +1,7 @@
 """Small helpers shared by op families: inference rules, broadcasting, grad wiring."""
 from __future__ import annotations
 
+import time
 import types
 import warnings
 
@@ -322,4 +323,63 @@ def inductor_kernel(key, formula, eager=None):
         _INDUCTOR[sig] = compiled
         chosen.append(compiled)
         return out
+    return run
+
+
+#: the device types on which :func:`tuned_kernel` times its candidates (tests add "cpu")
+TUNED_DEVICES = ("cuda",)
+_TUNED = {}   # (key, input signature) -> the index of the fastest candidate
+
+
+def _timed(fn, args, device, reps):
+    """Seconds per call of ``fn(*args)``: the median of ``reps`` calls after one unmeasured
+    call (its compile and autotuning), by CUDA events on a GPU, the host clock elsewhere."""
+    fn(*args)
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*args)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t = time.perf_counter()
+            fn(*args)
+            times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]
+
+
+def tuned_kernel(key, candidates, mutated=(), reps=5):
+    """A kernel callable that runs the fastest of ``candidates`` (callables computing the same
+    op, such as a formula compiled by :func:`inductor_kernel` and PyTorch's library kernels
+    with a compiled epilogue) for its inputs, as ``cudnn.benchmark`` picks a convolution
+    algorithm: on the device types of :data:`TUNED_DEVICES`, the first call times each
+    candidate (``reps`` calls after one unmeasured call, their median) on the inputs, the ones
+    at the indices ``mutated`` (updated in place) replaced by copies, then runs the fastest.
+
+    Every op with the same ``key`` and input signature shares the choice. Elsewhere, inside a
+    step TorchDynamo is tracing, and where ``torch.use_deterministic_algorithms`` is on (the
+    candidates may round differently), ``candidates[0]`` runs. The callable keeps what its
+    first call chose, as :func:`inductor_kernel` does. Errors of the candidates propagate.
+    """
+    chosen = []
+
+    def run(*args):
+        if chosen:
+            return chosen[0](*args)
+        if torch.compiler.is_compiling():
+            return candidates[0](*args)
+        device = next(a.device for a in args if a is not None)
+        if device.type not in TUNED_DEVICES or torch.are_deterministic_algorithms_enabled():
+            chosen.append(candidates[0])
+            return candidates[0](*args)
+        sig = (key, _signature(args))
+        if sig not in _TUNED:
+            trial = [a.clone() if i in mutated and a is not None else a for i, a in enumerate(args)]
+            times = [_timed(c, trial, device, reps) for c in candidates]
+            _TUNED[sig] = times.index(min(times))
+        chosen.append(candidates[_TUNED[sig]])
+        return chosen[0](*args)
     return run

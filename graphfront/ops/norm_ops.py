@@ -433,9 +433,11 @@ op("normalization_grad", inputs=["x", "dy", "mean", "inv_variance", "gamma"],
 # ------------------------------------------------------------------ normalization_add_relu
 # relu(batch norm + addend) as one op (OneFlow's, ``oneflow/user/ops/normalization_op.cpp``),
 # which ``fuse_normalization_add_relu`` (graphfront/passes/norm_add_relu.py) writes on GPU
-# placements. On CUDA its forward and backward are each compiled by TorchInductor into a
-# statistics reduction and one fused pointwise pass, the relu, the residual add and the relu
-# mask included; elsewhere they run PyTorch's batch-norm kernels, then the add and the relu.
+# placements. On CUDA its forward and backward each run, per input signature, the faster at
+# the first call of: the op compiled by TorchInductor into a statistics reduction and one
+# fused pointwise pass (the residual add, the relu and its mask included), and PyTorch's
+# (cuDNN's) batch-norm kernels with the add, the relu and its mask as one compiled kernel;
+# elsewhere they run PyTorch's batch-norm kernels, then the add and the relu.
 
 def _norm_add_relu_infer(ctx):
     _norm_infer(ctx)
@@ -458,17 +460,30 @@ def relu_mask(words, shape):
     return bits.view(-1)[:numel(shape)].view(shape).bool()
 
 
-def _with_add_relu(normalize):
-    """``normalization_add_relu`` from a ``normalization`` kernel (the addend as its ``_add_to_output``)."""
+def _add_relu_and_bits(y, addend):
+    """``relu(y + addend)`` (``relu(y)`` without addend) and its mask packed by :func:`relu_bits`."""
+    y = torch.relu(y if addend is None else y + addend)
+    return y, relu_bits(y > 0)
+
+
+def _with_add_relu(normalize, add_relu=_add_relu_and_bits):
+    """``normalization_add_relu`` from a ``normalization`` kernel, then ``add_relu``
+    (:func:`_add_relu_and_bits`, or a compiled one)."""
     def normalization_add_relu(x, addend, moving_mean, moving_variance, gamma, beta):
-        y, mean, inv = normalize(x, moving_mean, moving_variance, gamma, beta, addend)
-        y = torch.relu(y)
-        return y, relu_bits(y > 0), mean, inv
+        y, mean, inv = normalize(x, moving_mean, moving_variance, gamma, beta, None)
+        return (*add_relu(y, addend), mean, inv)
     return normalization_add_relu
 
 
 def _norm_add_relu_kernel(k):
-    return common.inductor_kernel(common.inductor_key(k), _with_add_relu(_norm_formula(k)), _with_add_relu(_norm_kernel(k)))
+    """The faster for its inputs (:func:`~graphfront.ops.common.tuned_kernel`, on a GPU) of
+    the whole op compiled by TorchInductor, and PyTorch's batch-norm kernels (cuDNN's where
+    ``F.batch_norm`` takes them) followed by one compiled kernel adding the addend and
+    writing the relu and its mask. Elsewhere: PyTorch's kernels, the add and the relu."""
+    key = common.inductor_key(k)
+    library = _with_add_relu(_norm_kernel(k), common.inductor_kernel(("add_relu_and_bits",), _add_relu_and_bits))
+    compiled = common.inductor_kernel(key, _with_add_relu(_norm_formula(k)), library)
+    return common.tuned_kernel(key, [compiled, library], mutated=(2, 3))
 
 
 def _norm_add_relu_xla(k):
@@ -531,21 +546,31 @@ def _norm_add_relu_grad_infer(ctx):
         ctx.set_output("addend_diff", x.shape, x.dtype)
 
 
-def _with_relu_grad(k, normalize_grad):
-    """``normalization_add_relu_grad`` from a ``normalization_grad`` kernel: ``dy`` masked by the relu first."""
+def _relu_masked(dy, reserve_space):
+    """``dy`` where the relu mask packed in ``reserve_space`` (:func:`relu_bits`) is set, else 0."""
+    return torch.where(relu_mask(reserve_space, dy.shape), dy, 0.0)
+
+
+def _with_relu_grad(k, normalize_grad, masked=_relu_masked):
+    """``normalization_add_relu_grad`` from a ``normalization_grad`` kernel: ``dy`` masked by
+    the relu first (:func:`_relu_masked`, or a compiled one)."""
     wants_addend = k.has_output("addend_diff")
 
     def normalization_add_relu_grad(x, dy, mean, inv_variance, gamma, beta, reserve_space, y):
-        dyr = torch.where(relu_mask(reserve_space, x.shape), dy, 0.0)
+        dyr = masked(dy, reserve_space)
         gamma_diff, beta_diff, dx = normalize_grad(x, dyr, mean, inv_variance, gamma)
         return gamma_diff, beta_diff, dx, dyr if wants_addend else None
     return normalization_add_relu_grad
 
 
 def _norm_add_relu_grad_kernel(k):
-    pdtype = param_dtype(k.input("x").dtype).torch
-    formula = _with_relu_grad(k, _norm_grad_fn(k, pdtype, lambda t, dtype: t.to(dtype)))
-    return common.inductor_kernel(common.inductor_key(k), formula, _with_relu_grad(k, _norm_grad_kernel(k)))
+    """As :func:`_norm_add_relu_kernel`: the whole gradient compiled by TorchInductor, or the
+    relu's mask applied by a compiled kernel, then PyTorch's batch-norm gradient kernels."""
+    key, pdtype = common.inductor_key(k), param_dtype(k.input("x").dtype).torch
+    library = _with_relu_grad(k, _norm_grad_kernel(k), common.inductor_kernel(("relu_masked",), _relu_masked))
+    compiled = common.inductor_kernel(key, _with_relu_grad(k, _norm_grad_fn(k, pdtype, lambda t, dtype: t.to(dtype))),
+                                      library)
+    return common.tuned_kernel(key, [compiled, library])
 
 
 def _norm_add_relu_grad_xla(k):

@@ -14,8 +14,9 @@ own gradient op replaces the backward of the ops it takes), for GPU placements, 
 
 becomes ``out = normalization_add_relu(x, addend, moving_mean, moving_variance, gamma, beta)``
 (same attrs and variables); on several devices, where each device's part of ``x`` fills
-whole 32-element words of the relu mask. On a GPU its kernels are compiled by TorchInductor, so the
-normalized blob, the sum and the relu's input are no longer written, nor read back by the
+whole 32-element words of the relu mask. On a GPU its kernels are compiled by TorchInductor (or
+run cuDNN's batch norm and one compiled add and relu, where the first call times that
+faster), so the sum and the relu's input are no longer written, nor read back by the
 relu's gradient: the backward reads the relu mask from 32-element bit words.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@
 #                                               # batch norms' kernels) and BERT (plan, kernel profiles, against
 #                                               # torch eager and torch.compile), LeNet b1000 against the peers:
 #                                               # at most 8 minutes
-#   bash benchmarks/gpu_session.sh tests        # the suite: at most 5 minutes (the cuda tests' first calls compile
+#   bash benchmarks/gpu_session.sh tests        # the suite: at most 5.5 minutes (the cuda tests' first calls compile
 #                                               # Inductor kernels)
 #   bash benchmarks/gpu_session.sh more         # MLP and LeNet b100 against the peers, LeNet b1000's kernels
 #                                               # (graphfront, eager, compile), graphfront's LeNet b1000 in NHWC,
@@ -47,7 +47,7 @@ fi
 export PYTHONPATH=/tmp/site:$root${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 step() { local limit=$1; shift; echo "=== $* [+${SECONDS}s]"; timeout "$limit" "$@" 2>&1; echo "=== rc $? [+${SECONDS}s]"; }
 tests() {
-  timeout 300 python3 -m pytest -v -p no:cacheprovider -m cuda -rfEs --durations=8 tests/ >"$out/gpu_cuda_tests.txt" 2>&1 &
+  timeout 330 python3 -m pytest -v -p no:cacheprovider -m cuda -rfEs --durations=8 tests/ >"$out/gpu_cuda_tests.txt" 2>&1 &
   echo "=== the suite without the cuda tests, 14 workers [+${SECONDS}s]"
   OMP_NUM_THREADS=1 timeout 240 python3 -m pytest -v -p no:cacheprovider -n 14 -rfE --tb=line --durations=15 -m "not cuda" >"$out/gpu_tests.txt" 2>&1
   echo "=== rc $? [+${SECONDS}s]"

@@ -79,6 +79,17 @@ def test_tuned_kernel_times_its_candidates_once_per_signature(monkeypatch):
     assert common._timed(slow, (x, torch.zeros(1)), torch.device("cpu"), 3) >= 0.01
 
 
+def test_tuned_kernel_runs_its_first_candidate_where_the_trials_run_out_of_memory(monkeypatch):
+    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(common, "_TUNED", {})
+
+    def timed(fn, args, device, reps):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+    monkeypatch.setattr(common, "_timed", timed)
+    run = common.tuned_kernel(("t",), [lambda x: x + 1, lambda x: x + 2])
+    assert run(torch.zeros(1)).item() == 1.0 and list(common._TUNED.values()) == [0]
+
+
 def pool_train(fmt, device="cpu"):
     """conv + relu + a 3x3 stride-2 SAME max pool (padded after, not before: ResNet's stem pool)
     whose relu moves into the fused pool, then a dense layer; three SGD steps."""

@@ -361,8 +361,9 @@ def tuned_kernel(key, candidates, mutated=(), reps=5):
 
     Every op with the same ``key`` and input signature shares the choice. Elsewhere, inside a
     step TorchDynamo is tracing, and where ``torch.use_deterministic_algorithms`` is on (the
-    candidates may round differently), ``candidates[0]`` runs. The callable keeps what its
-    first call chose, as :func:`inductor_kernel` does. Errors of the candidates propagate.
+    candidates may round differently), ``candidates[0]`` runs, as it does, untimed, where the
+    trials run out of device memory. The callable keeps what its first call chose, as
+    :func:`inductor_kernel` does. Other errors of the candidates propagate.
     """
     chosen = []
 
@@ -378,7 +379,11 @@ def tuned_kernel(key, candidates, mutated=(), reps=5):
         sig = (key, _signature(args))
         if sig not in _TUNED:
             trial = [a.clone() if i in mutated and a is not None else a for i, a in enumerate(args)]
-            times = [_timed(c, trial, device, reps) for c in candidates]
+            try:
+                times = [_timed(c, trial, device, reps) for c in candidates]
+            except torch.OutOfMemoryError:   # (the trials' outputs did not fit beside the step's tensors)
+                times = [0.0]
+            del trial
             _TUNED[sig] = times.index(min(times))
         chosen.append(candidates[_TUNED[sig]])
         return chosen[0](*args)

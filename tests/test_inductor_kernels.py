@@ -128,3 +128,56 @@ def test_fused_max_pool_compiled_trains_as_its_kernels_op_by_op(fmt, monkeypatch
     assert_close_at_scale(compiled[0], eager[0], rtol=1e-6)
     for name, value in eager[1].items():
         assert_close_at_scale(compiled[1][name], value, rtol=1e-6, err_msg=name)
+
+
+def _dropout_train(dtype):
+    """A dense layer, dropout 0.3 onto a residual (``_add_to_output``, by the add-to-output
+    fusion) and dropout without one, in ``dtype`` AMP or float32; three SGD steps."""
+    flow.clear_default_session()
+    flow.manual_seed(2)
+    cfg = flow.FunctionConfig()
+    if dtype is not None:
+        cfg.enable_auto_mixed_precision(True)
+        cfg.mixed_precision_data_type(dtype)
+
+    @flow.global_function(type="train", function_config=cfg)
+    def job(x: tp.Numpy.Placeholder((8, 16))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            h = flow.layers.dense(x, 16, name="fc1", kernel_initializer=flow.random_normal_initializer(stddev=0.3))
+            h = flow.nn.dropout(h, rate=0.3) + x
+            h = flow.nn.dropout(flow.layers.dense(h, 16, name="fc2"), rate=0.3)
+            loss = flow.math.reduce_mean(flow.math.square(h))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    x = np.random.default_rng(1).standard_normal((8, 16)).astype(np.float32)
+    losses = [float(job(x).mean()) for _ in range(3)]
+    adds = [op.name for op in job.graph.proto.net.op if jb.op_type_name(op) == "dropout"
+            and "_add_to_output" in op.user_conf.input]
+    types = [jb.op_type_name(op) for op in job.graph.proto.net.op]
+    return losses, {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}, types, adds
+
+
+@pytest.mark.parametrize("dtype", [None, flow.bfloat16])
+def test_dropout_compiled_by_inductor_gives_the_same_bits(monkeypatch, fresh_cache, dtype):
+    """Where a GPU times TorchInductor's dropout faster than PyTorch's ``addcmul`` (a clock
+    that always does so here, on the CPU), the job trains bit for bit as with ``addcmul``,
+    the residual taken into the dropout included."""
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(common, "_TUNED", {})
+    trials = []
+
+    def timed(fn, args, device, reps):   # (candidates are timed in order: addcmul, then compiled)
+        fn(*args)
+        trials.append(fn)
+        return 2.0 if len(trials) % 2 else 1.0
+    monkeypatch.setattr(common, "_timed", timed)
+    compiled = _dropout_train(dtype)
+    assert {"dropout", "dropout_grad"} <= set(compiled[2]) and len(compiled[3]) == 1
+    assert {key[0][0] for key in common._TUNED} == {"dropout", "dropout_grad"} and set(common._TUNED.values()) == {1}
+    assert any(key[0] == "dropout" and fn is not None for (key, _), fn in common._INDUCTOR.items())
+    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda",))
+    eager = _dropout_train(dtype)
+    assert compiled[0] == eager[0]
+    for name, value in eager[1].items():
+        np.testing.assert_array_equal(compiled[1][name], value, err_msg=name)

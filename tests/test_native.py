@@ -70,6 +70,9 @@ def test_native_lowering_uses_an_ops_native_rule_instead_of_its_kernel():
 
 def test_lenet_train_and_serving_native_match_plan(tmp_path, monkeypatch, serve_saved_model):
     monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path))
+    # the initial weights: from the global generator's state that earlier tests left, the loss
+    # of these unnormalized images did not always fall within the three steps checked below
+    flow.manual_seed(0)
     B = 8
 
     def train_job(mode):

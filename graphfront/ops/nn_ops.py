@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import bad_labels, label_checks, label_error, like, norm_axis, same_dtype, vjp
-from graphfront.ops import onnx_rules, xla_rules
+from graphfront.ops import common, onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, neg, pick_last
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -718,13 +718,23 @@ def _mask_scale(k, x_arg):
     return lambda x, mask: torch.addcmul(zero.expand(x.shape), x, mask, value=scale)
 
 
+def _tuned_mask_scale(k, kernel):
+    """``kernel`` (a dropout's ``addcmul``) or the same formula compiled by TorchInductor,
+    whichever the first call times faster on a GPU (:func:`~graphfront.ops.common.tuned_kernel`):
+    PyTorch's kernel reads the int8 mask beside half or float tensors element by element (it
+    converts types as it loads, unvectorized); Triton's kernel loads each in its own type.
+    The two give the same bits (a 0/1 mask)."""
+    key = common.inductor_key(k)
+    return common.tuned_kernel(key, [kernel, common.inductor_kernel(key, kernel)])
+
+
 def _dropout_kernel(k):
     """``x * mask * scale``, plus ``_add_to_output`` in the same ``addcmul`` where given."""
     mask_scale, scale = _mask_scale(k, "in"), k.attr("scale")
 
     def dropout(x, mask, add_to):
         return mask_scale(x, mask) if add_to is None else torch.addcmul(add_to, x, mask, value=scale)
-    return dropout
+    return _tuned_mask_scale(k, dropout)
 
 
 def _dropout_xla(k):
@@ -766,7 +776,7 @@ def _dropout_grad_infer(ctx):
 
 
 op("dropout_grad", inputs=["dy", "mask"], outputs=["dx"], attrs={"scale": ("float", 0.0)},
-   infer=_dropout_grad_infer, kernel=lambda k: _mask_scale(k, "dy"),
+   infer=_dropout_grad_infer, kernel=lambda k: _tuned_mask_scale(k, _mask_scale(k, "dy")),
    onnx=_mask_scale_onnx("dy", "dx"),
    xla=lambda k: (lambda dy, mask, s=k.attr("scale"): dy * mask.astype(dy.dtype) * s), sbp=_sbp.elementwise())
 

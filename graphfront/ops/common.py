@@ -381,10 +381,9 @@ def tuned_kernel(key, candidates, mutated=(), reps=5):
             trial = [a.clone() if i in mutated and a is not None else a for i, a in enumerate(args)]
             try:
                 times = [_timed(c, trial, device, reps) for c in candidates]
+                _TUNED[sig] = times.index(min(times))
             except torch.OutOfMemoryError:   # (the trials' outputs did not fit beside the step's tensors)
-                times = [0.0]
-            del trial
-            _TUNED[sig] = times.index(min(times))
+                _TUNED[sig] = 0
         chosen.append(candidates[_TUNED[sig]])
         return chosen[0](*args)
     return run

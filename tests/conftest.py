@@ -104,3 +104,24 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if text:
         terminalreporter.write_sep("-", "graphfront autotest summary")
         terminalreporter.write_line(text)
+
+
+@pytest.fixture
+def tuned_fastest(monkeypatch):
+    """``tuned_fastest(i)``: every ``graphfront.ops.common.tuned_kernel`` choosing between two
+    candidates from here on times (on the CPU too) by a clock that finds candidate ``i``
+    faster; each trial calls its candidate once. Returns the list of candidates called."""
+    from graphfront.ops import common
+
+    def set_fastest(index):
+        monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda", "cpu"))
+        monkeypatch.setattr(common, "_TUNED", {})
+        trials = []
+
+        def timed(fn, args, device, reps):   # (tuned_kernel times its candidates in order)
+            fn(*args)
+            trials.append(fn)
+            return 1.0 if (len(trials) - 1) % 2 == index else 2.0
+        monkeypatch.setattr(common, "_timed", timed)
+        return trials
+    return set_fastest

@@ -464,21 +464,13 @@ def test_resnet50_benchmark_fuses_its_batch_norms_unless_told_not_to(flag, fused
     assert ("normalization_add_relu" in types) is fused and ("relu" in types) is not fused
 
 
-def test_resnet50_benchmark_prints_the_kernels_its_batch_norms_chose(monkeypatch, capsys):
+def test_resnet50_benchmark_prints_the_kernels_its_batch_norms_chose(monkeypatch, capsys, tuned_fastest):
     """On a GPU each fused batch norm's kernels are timed at the first call; the benchmark
     prints what each op type chose (here the CPU is timed on, by a clock that finds the
-    second candidate, cuDNN's batch norm with a compiled relu, faster)."""
+    second candidate, cuDNN's batch norm with a compiled add and relu, faster)."""
     from graphfront.ops import common
     monkeypatch.setattr(rewrite, "GPU_TAGS", rewrite.GPU_TAGS + ("cpu",))
-    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(common, "_TUNED", {})
-    trials = []
-
-    def timed(fn, args, device, reps):
-        fn(*args)
-        trials.append(fn)
-        return len(trials) % 2   # (the second of each pair is faster)
-    monkeypatch.setattr(common, "_timed", timed)
+    tuned_fastest(1)
     spec = importlib.util.spec_from_file_location("bench_resnet50", os.path.join(ROOT, "benchmarks", "resnet50.py"))
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

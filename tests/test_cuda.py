@@ -447,20 +447,13 @@ def test_batch_norm_add_relu_runs_inductor_kernels_and_trains_as_the_unfused_ops
 
 
 @pytest.mark.parametrize("fastest", [0, 1])
-def test_each_batch_norm_add_relu_kernel_choice_trains_as_the_unfused_ops(fastest, monkeypatch):
+def test_each_batch_norm_add_relu_kernel_choice_trains_as_the_unfused_ops(fastest, monkeypatch, tuned_fastest):
     """Both kernels a fused batch norm may be timed to (a clock that finds ``fastest``
     faster): the whole op in TorchInductor's Triton kernels (0), cuDNN's batch norm, then a
     Triton add and relu writing the mask (1); float32 without TF32, as above."""
     from graphfront.ops import common
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    monkeypatch.setattr(common, "_TUNED", {})
-    trials = []
-
-    def timed(fn, args, device, reps):
-        fn(*args)
-        trials.append(fn)
-        return 1.0 if (len(trials) - 1) % 2 == fastest else 2.0
-    monkeypatch.setattr(common, "_timed", timed)
+    tuned_fastest(fastest)
     runs = {}
     for fuse in (True, False):
         train, batches = _residual_train(fuse=fuse, cuda_graph=False)

@@ -158,20 +158,12 @@ def _dropout_train(dtype):
 
 
 @pytest.mark.parametrize("dtype", [None, flow.bfloat16])
-def test_dropout_compiled_by_inductor_gives_the_same_bits(monkeypatch, fresh_cache, dtype):
+def test_dropout_compiled_by_inductor_gives_the_same_bits(monkeypatch, fresh_cache, tuned_fastest, dtype):
     """Where a GPU times TorchInductor's dropout faster than PyTorch's ``addcmul`` (a clock
     that always does so here, on the CPU), the job trains bit for bit as with ``addcmul``,
     the residual taken into the dropout included."""
     monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(common, "_TUNED", {})
-    trials = []
-
-    def timed(fn, args, device, reps):   # (candidates are timed in order: addcmul, then compiled)
-        fn(*args)
-        trials.append(fn)
-        return 2.0 if len(trials) % 2 else 1.0
-    monkeypatch.setattr(common, "_timed", timed)
+    tuned_fastest(1)
     compiled = _dropout_train(dtype)
     assert {"dropout", "dropout_grad"} <= set(compiled[2]) and len(compiled[3]) == 1
     assert {key[0][0] for key in common._TUNED} == {"dropout", "dropout_grad"} and set(common._TUNED.values()) == {1}

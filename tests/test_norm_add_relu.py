@@ -146,22 +146,15 @@ def test_kernels_compiled_by_inductor_train_as_the_unfused_ops(monkeypatch):
 
 
 @pytest.mark.parametrize("fastest", [0, 1])
-def test_the_tuned_choice_of_kernels_trains_as_the_unfused_ops(monkeypatch, fastest):
+def test_the_tuned_choice_of_kernels_trains_as_the_unfused_ops(monkeypatch, tuned_fastest, fastest):
     """On a GPU each fused batch norm and its gradient run the faster, for its inputs, of the
     whole op compiled by TorchInductor (0) and PyTorch's batch-norm kernels with a compiled
-    relu (1). Either trains as the unfused ops; the timed trial calls (a clock that always
-    finds ``fastest`` faster here) update copies of the moving statistics, not the variables."""
+    add and relu (1). Either trains as the unfused ops; the timed trial calls (a clock that
+    always finds ``fastest`` faster here) update copies of the moving statistics, not the
+    variables."""
     monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(common, "_INDUCTOR", {})
-    monkeypatch.setattr(common, "_TUNED", {})
-    trials = []
-
-    def timed(fn, args, device, reps):
-        fn(*args)
-        trials.append(fn)
-        return 1.0 if (len(trials) - 1) % 2 == fastest else 2.0   # (candidates are timed in order: 0, then 1)
-    monkeypatch.setattr(common, "_timed", timed)
+    trials = tuned_fastest(fastest)
     fused = _train()
     tuned = {sig[0][0]: choice for sig, choice in common._TUNED.items()}
     assert set(tuned) == {"normalization_add_relu", "normalization_add_relu_grad"} and len(common._TUNED) == 4

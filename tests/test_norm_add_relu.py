@@ -164,6 +164,20 @@ def test_the_tuned_choice_of_kernels_trains_as_the_unfused_ops(monkeypatch, tune
     _assert_same_training(fused, _train(disabled=["fuse_normalization_add_relu"]))
 
 
+def test_the_choice_timed_by_the_real_clock_trains_as_the_unfused_ops(monkeypatch):
+    """The timing as a GPU does it, on the CPU's clock (compiled C++ against PyTorch's CPU
+    kernels): whichever each signature chooses, the job trains as the unfused ops."""
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(common, "_INDUCTOR", {})
+    monkeypatch.setattr(common, "_TUNED", {})
+    fused = _train()
+    assert len(common._TUNED) == 4 and set(common._TUNED.values()) <= {0, 1}
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda",))
+    monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda",))
+    _assert_same_training(fused, _train(disabled=["fuse_normalization_add_relu"]))
+
+
 @pytest.mark.parametrize("mode", ["xla", pytest.param("native", marks=pytest.mark.slow)])
 def test_fused_job_in_other_lowerings_trains_as_the_plan(mode):
     got, plan = _train(mode=mode), _train()

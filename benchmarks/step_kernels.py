@@ -34,9 +34,9 @@ compiled for the meta device; each of its calls counts as the kernels Inductor m
 (:data:`INDUCTOR_KERNELS`: a batch norm's split statistics reduction and its pointwise pass,
 3; a count's split sum, 2; a pool's, 1), moving the inputs its
 formula reads once per pass over them (the batch norm's two: an upper bound, its statistics
-pass reads only some of them) and its outputs once, listed as ``inductor:<op type>``. A
-batch norm whose kernels a GPU times at the first call (``common.tuned_kernel``) is counted
-as its first candidate, the compiled op.
+pass reads only some of them) and its outputs once, listed as ``inductor:<op type>``. An op
+whose kernels a GPU times at the first call (``common.tuned_kernel``) is counted as its first
+candidate: the fused batch norm as its compiled op, dropout as PyTorch's ``addcmul``.
 """
 import argparse
 import collections

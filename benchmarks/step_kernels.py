@@ -84,6 +84,8 @@ class Kernels(TorchDispatchMode):
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         out = func(*args, **(kwargs or {}))
+        if name in ("convolution", "convolution_backward"):
+            out = _as_cudnn_lays_out(args, out)
         kernel = name not in NOT_KERNELS
         made = {t.device.type for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)}
         read = {t.device.type for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
@@ -137,6 +139,17 @@ def _counted_inductor_kernel(make):
             return out
         return run
     return inductor_kernel
+
+
+def _as_cudnn_lays_out(args, out):
+    """A convolution's outputs (``out``) laid out as cuDNN lays them out: channels-last where
+    an input is (torch's meta kernels return them contiguous whatever the inputs, which would
+    make the step look as if it converted layouts that on a GPU it never converts)."""
+    if not any(isinstance(a, torch.Tensor) and a.dim() == 4 and not a.is_contiguous()
+               and a.is_contiguous(memory_format=torch.channels_last) for a in args):
+        return out
+    return pytree.tree_map(lambda t: t.contiguous(memory_format=torch.channels_last)
+                           if isinstance(t, torch.Tensor) and t.dim() == 4 else t, out)
 
 
 class _Reads(TorchDispatchMode):

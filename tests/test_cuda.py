@@ -397,8 +397,10 @@ def test_fused_attention_dropout_in_a_captured_graph_follows_the_uncaptured_draw
 
 
 def _residual_train(fuse=True, cuda_graph=True, amp=False):
-    """A residual block in NHWC on the GPU: convolution, batch norm + relu, convolution, batch
-    norm + the block's input + relu, a dense classifier; SGD."""
+    """Two residual blocks in NHWC on the GPU, each: convolution, batch norm + relu,
+    convolution, batch norm + the block's input + relu (the gradient at the first block's
+    output reaches its fused batch norm in two parts: ``dy`` and ``dy_addend``); a dense
+    classifier; SGD."""
     flow.clear_default_session()
     flow.manual_seed(3)
     cfg = _gpu_config(cuda_graph, amp)
@@ -411,8 +413,10 @@ def _residual_train(fuse=True, cuda_graph=True, amp=False):
         def conv(t, name):
             w = flow.get_variable(f"{name}-weight", (ch, 3, 3, ch), initializer=flow.random_normal_initializer(stddev=0.1))
             return flow.nn.conv2d(t, w, 1, "SAME", data_format="NHWC", name=name)
-        a = flow.layers.batch_normalization_relu(conv(x, "conv1"), axis=3, name="bn1")
-        out = flow.layers.batch_normalization_add_relu(conv(a, "conv2"), x, axis=3, name="bn2")
+        out = x
+        for i in (1, 3):
+            a = flow.layers.batch_normalization_relu(conv(out, f"conv{i}"), axis=3, name=f"bn{i}")
+            out = flow.layers.batch_normalization_add_relu(conv(a, f"conv{i + 1}"), out, axis=3, name=f"bn{i + 1}")
         logits = flow.layers.dense(flow.math.reduce_mean(out, axis=[1, 2]), C, name="fc",
                                    kernel_initializer=flow.random_normal_initializer(stddev=0.1))
         loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
@@ -436,6 +440,7 @@ def test_batch_norm_add_relu_runs_inductor_kernels_and_trains_as_the_unfused_ops
         types = {jb.op_type_name(op) for op in train.compiled_job.plan.order}
         runs[fuse] = _run(train, batches), _variables()
         assert ("normalization_add_relu_grad" in types) is fuse and ("relu" in types) is not fuse, types
+        assert any("dy_addend" in op.user_conf.input for op in train.compiled_job.plan.order) is fuse
     compiled = [fn for (key, sig), fn in common._INDUCTOR.items() if key[0].startswith("normalization_add_relu")
                 and sig[0][3].type == "cuda"]
     assert compiled and None not in compiled   # (compiled: no fallback warning)

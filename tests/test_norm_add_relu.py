@@ -37,10 +37,10 @@ def _conv(x, name, c_in, c_out):
     return flow.nn.conv2d(x, w, 1, "SAME", data_format="NHWC", name=name)
 
 
-def _residual_train(disabled=(), mode=None, ndev=1, separate_ops=False, amp=False):
-    """A residual block in NHWC: conv, batch norm + relu, conv, batch norm + the block's input + relu,
-    built by ``flow.layers.batch_normalization_*relu`` or (``separate_ops``) by the
-    batch norm, ``+`` and ``flow.nn.relu``."""
+def _residual_train(disabled=(), mode=None, ndev=1, separate_ops=False, amp=False, blocks=1):
+    """``blocks`` residual blocks in NHWC after a stem convolution, each: conv, batch norm + relu,
+    conv, batch norm + the block's input + relu, built by ``flow.layers.batch_normalization_*relu``
+    or (``separate_ops``) by the batch norm, ``+`` and ``flow.nn.relu``."""
     config = flow.FunctionConfig()
     if disabled:
         passes.disable_passes(config, *disabled)
@@ -51,17 +51,19 @@ def _residual_train(disabled=(), mode=None, ndev=1, separate_ops=False, amp=Fals
     @flow.global_function(type="train", function_config=config)
     def job(x: tp.Numpy.Placeholder((N, HW, HW, C))) -> tp.Numpy:
         with flow.scope.placement("cpu", f"0:0-{ndev - 1}"):
-            stem = _conv(x, "stem", C, C)
-            a = _conv(stem, "conv1", C, C)
-            if separate_ops:
-                a = flow.nn.relu(flow.layers.batch_normalization(a, axis=3, name="bn1"))
-            else:
-                a = flow.layers.batch_normalization_relu(a, axis=3, name="bn1")
-            b = _conv(a, "conv2", C, C)
-            if separate_ops:
-                out = flow.nn.relu(flow.layers.batch_normalization(b, axis=3, name="bn2") + stem)
-            else:
-                out = flow.layers.batch_normalization_add_relu(b, stem, axis=3, name="bn2")
+            out = _conv(x, "stem", C, C)
+            for i in range(blocks):
+                block_in, p = out, f"block{i}-" if i else ""
+                a = _conv(block_in, f"{p}conv1", C, C)
+                if separate_ops:
+                    a = flow.nn.relu(flow.layers.batch_normalization(a, axis=3, name=f"{p}bn1"))
+                else:
+                    a = flow.layers.batch_normalization_relu(a, axis=3, name=f"{p}bn1")
+                b = _conv(a, f"{p}conv2", C, C)
+                if separate_ops:
+                    out = flow.nn.relu(flow.layers.batch_normalization(b, axis=3, name=f"{p}bn2") + block_in)
+                else:
+                    out = flow.layers.batch_normalization_add_relu(b, block_in, axis=3, name=f"{p}bn2")
             loss = flow.math.reduce_mean(flow.math.square(out - 0.5))
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
         return loss
@@ -80,7 +82,7 @@ def _train(steps=3, ndev=1, **kwargs):
     sbp = {op.name: {k: _sbp.from_proto(v) for k, v in
                      proto.job_parallel_view_conf.op_name2sbp_signature_conf[op.name].bn_in_op2sbp_parallel.items()}
            for op in proto.net.op if jb.op_type_name(op).startswith("normalization_add_relu")}
-    return losses, variables, [jb.op_type_name(op) for op in proto.net.op], sbp
+    return losses, variables, [jb.op_type_name(op) for op in proto.net.op], sbp, proto
 
 
 def _assert_same_training(got, want, rtol=1e-5):
@@ -178,10 +180,43 @@ def test_the_choice_timed_by_the_real_clock_trains_as_the_unfused_ops(monkeypatc
     _assert_same_training(fused, _train(disabled=["fuse_normalization_add_relu"]))
 
 
+@pytest.mark.parametrize("kernels", ["unfused", 0, 1])
+def test_the_gradient_at_a_blocks_output_is_summed_in_its_batch_norms_gradient(monkeypatch, tuned_fastest, kernels):
+    """Two blocks: the gradient at the first block's output is the sum of the second block's
+    first convolution's data gradient and its residual add's. fuse_add_to_output hands both
+    to the first block's ``normalization_add_relu_grad`` (``dy`` and ``dy_addend``), which adds
+    them in its pass over ``dy``: no ``add_n``, no ``_add_to_output`` of that convolution. It
+    trains as the unfused ops, with PyTorch's kernels (``unfused``: the add, the relu mask,
+    the batch-norm gradient) and with each of the GPU's two kernel choices (compiled C++
+    here)."""
+    if kernels != "unfused":
+        monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
+        monkeypatch.setattr(common, "_INDUCTOR", {})
+        tuned_fastest(kernels)
+    fused = _train(blocks=2)
+    grads = {op.name: op.user_conf for op in fused[4].net.op if jb.op_type_name(op) == "normalization_add_relu_grad"}
+    taking = {name for name, uc in grads.items() if "dy_addend" in uc.input}
+    assert len(grads) == 4 and taking == {next(n for n in grads if n.startswith("bn2"))}, sorted(grads)
+    types = {op.name: jb.op_type_name(op) for op in fused[4].net.op}
+    made_by = sorted(types[grads[n].input[a].s[0].split("/")[0]] for n in taking for a in ("dy", "dy_addend"))
+    assert made_by == ["conv_data_grad", "normalization_add_relu_grad"], made_by
+    assert "add_n" not in fused[2]
+    assert not any("_add_to_output" in op.user_conf.input for op in fused[4].net.op
+                   if op.name.startswith("block1-conv1"))
+    if kernels != "unfused":
+        assert {sig[0][0] for sig in common._TUNED} == {"normalization_add_relu", "normalization_add_relu_grad"}
+        monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda",))
+        monkeypatch.setattr(common, "TUNED_DEVICES", ("cuda",))
+    _assert_same_training(fused, _train(blocks=2, disabled=["fuse_normalization_add_relu"]))
+    _assert_same_training(fused, _train(blocks=2, disabled=["fuse_add_to_output"]))
+
+
 @pytest.mark.parametrize("mode", ["xla", pytest.param("native", marks=pytest.mark.slow)])
 def test_fused_job_in_other_lowerings_trains_as_the_plan(mode):
-    got, plan = _train(mode=mode), _train()
+    """Two blocks, so a gradient takes ``dy_addend`` too."""
+    got, plan = _train(mode=mode, blocks=2), _train(blocks=2)
     assert "normalization_add_relu" in got[2]
+    assert any("dy_addend" in op.user_conf.input for op in got[4].net.op)
     _assert_same_training(got, plan)
 
 

@@ -291,7 +291,7 @@ def _norm_xla(k):
 
 #: batch norm's and its gradient's args split along the batch axis (the others broadcast;
 #: gamma_diff / beta_diff partial sums)
-_NORM_SPLIT = ("x", "y", "dy", "dx", "_add_to_output", "addend", "addend_diff", "reserve_space")
+_NORM_SPLIT = ("x", "y", "dy", "dy_addend", "dx", "_add_to_output", "addend", "addend_diff", "reserve_space")
 
 
 def _norm_sbp(ctx):
@@ -542,22 +542,27 @@ def _norm_add_relu_grad_infer(ctx):
     rs = ctx.input("reserve_space")
     ctx.check(rs.shape == words and rs.dtype is _dt.int32,
               f"input 'reserve_space' expected int32 {words}, received {rs.dtype.name} {rs.shape}")
+    if ctx.has_input("dy_addend"):
+        dy, d = ctx.input("dy"), ctx.input("dy_addend")
+        ctx.check(d.shape == dy.shape and d.dtype is dy.dtype,
+                  f"input 'dy_addend' expected {dy.dtype.name} {dy.shape} (as 'dy'), received {d.dtype.name} {d.shape}")
     if ctx.has_output("addend_diff"):
         ctx.set_output("addend_diff", x.shape, x.dtype)
 
 
-def _relu_masked(dy, reserve_space):
-    """``dy`` where the relu mask packed in ``reserve_space`` (:func:`relu_bits`) is set, else 0."""
-    return torch.where(relu_mask(reserve_space, dy.shape), dy, 0.0)
+def _relu_masked(dy, dy_addend, reserve_space):
+    """``dy`` (plus ``dy_addend`` where given) where the relu mask packed in ``reserve_space``
+    (:func:`relu_bits`) is set, else 0."""
+    return torch.where(relu_mask(reserve_space, dy.shape), dy if dy_addend is None else dy + dy_addend, 0.0)
 
 
 def _with_relu_grad(k, normalize_grad, masked=_relu_masked):
-    """``normalization_add_relu_grad`` from a ``normalization_grad`` kernel: ``dy`` masked by
-    the relu first (:func:`_relu_masked`, or a compiled one)."""
+    """``normalization_add_relu_grad`` from a ``normalization_grad`` kernel: ``dy`` (+
+    ``dy_addend``) masked by the relu first (:func:`_relu_masked`, or a compiled one)."""
     wants_addend = k.has_output("addend_diff")
 
-    def normalization_add_relu_grad(x, dy, mean, inv_variance, gamma, beta, reserve_space, y):
-        dyr = masked(dy, reserve_space)
+    def normalization_add_relu_grad(x, dy, mean, inv_variance, gamma, beta, reserve_space, y, dy_addend):
+        dyr = masked(dy, dy_addend, reserve_space)
         gamma_diff, beta_diff, dx = normalize_grad(x, dyr, mean, inv_variance, gamma)
         return gamma_diff, beta_diff, dx, dyr if wants_addend else None
     return normalization_add_relu_grad
@@ -577,7 +582,8 @@ def _norm_add_relu_grad_xla(k):
     jnp = xla_rules.jnp()
     normalize_grad, shape, wants_addend = _norm_grad_xla(k), k.input("x").shape, k.has_output("addend_diff")
 
-    def normalization_add_relu_grad(x, dy, mean, inv_variance, gamma, beta, reserve_space, y):
+    def normalization_add_relu_grad(x, dy, mean, inv_variance, gamma, beta, reserve_space, y, dy_addend):
+        dy = dy if dy_addend is None else dy + dy_addend
         bits = (reserve_space.reshape(-1, 1) >> jnp.arange(32, dtype=jnp.int32)) & 1
         dyr = jnp.where(bits.reshape(-1)[:numel(shape)].reshape(shape) != 0, dy, jnp.zeros((), dy.dtype))
         gamma_diff, beta_diff, dx = normalize_grad(x, dyr, mean, inv_variance, gamma)
@@ -586,10 +592,11 @@ def _norm_add_relu_grad_xla(k):
 
 
 op("normalization_add_relu_grad",
-   inputs=["x", "dy", "mean", "inv_variance", "gamma", "beta", "reserve_space", "y"],
+   inputs=["x", "dy", "mean", "inv_variance", "gamma", "beta", "reserve_space", "y", "dy_addend?"],
    outputs=["gamma_diff", "beta_diff", "dx", "addend_diff?"], attrs={"axis": ("int32", 0), "epsilon": ("float", 0.0)},
    infer=_norm_add_relu_grad_infer, kernel=_norm_add_relu_grad_kernel, xla=_norm_add_relu_grad_xla, sbp=_norm_sbp,
-   doc="normalization_grad of dy masked by the relu bits of reserve_space; addend_diff = the masked dy")
+   doc="normalization_grad of dy masked by the relu bits of reserve_space; addend_diff = the masked dy. "
+       "graphfront's dy_addend (fuse_add_to_output's, not OneFlow's) is added to dy in the same pass")
 
 
 # ------------------------------------------------------------------ layer_norm

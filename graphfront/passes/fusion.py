@@ -531,7 +531,11 @@ def fuse_add_to_output(job):
     (one ``add_n``, or the earliest term) passes from op to op as each later op's
     ``_add_to_output``. So the gradient reaching a transformer layer's input from its
     query, key and value projections and its residual path is summed inside the three
-    GEMMs, with no ``add_n`` left. Skipped when the job sets
+    GEMMs, with no ``add_n`` left. Where the sum's only reader reads it as its ``dy`` and
+    has a ``dy_addend`` input (``normalization_add_relu_grad``: the gradient at a ResNet
+    block's output, from the next block's first convolution and its shortcut), that op
+    takes the last term as ``dy`` and the sum of the others as ``dy_addend``, adding them
+    in the pass over ``dy`` it makes anyway. Skipped when the job sets
     ``enable_fuse_add_to_output(False)`` (unset: on, as the other fusions)."""
     if not has_op_types(job, ("add_n",)):
         return job
@@ -545,37 +549,68 @@ def fuse_add_to_output(job):
         _sum_terms(net, op, terms, inner)
         if len(terms) < 2:
             continue
-
-        def at(term):
-            producer = net.producer_op(term[0])
-            return pos.get(producer.name, -1) if producer is not None else -1
-        terms.sort(key=at)
-        takers = [t for t in terms if t[1] is not None]
-        rest = [t for t in terms if t[1] is None]
-        if rest:  # an op can take only what is made before it
-            last = max(at(t) for t in rest)
-            rest += [t for t in takers if at(t) <= last]
-            takers = [t for t in takers if at(t) > last]
-        else:
-            rest, takers = takers[:1], takers[1:]
-        if not takers:
+        terms.sort(key=lambda term: _made_at(net, pos, term[0]))
+        out = single_output(op, "out")
+        consumer = _dy_taker(net, op, out)
+        last = terms.pop() if consumer is not None else None   # (the consumer runs after every term)
+        running = terms[0][0] if len(terms) == 1 else _chain(net, pos, op, terms)
+        if running is None:
             continue
-        rest.sort(key=at)
-        anchor = net.producer_op(rest[-1][0])
-        if len(rest) == 1:
-            running = rest[0][0]
-        elif anchor is not None and net.placement(anchor) == net.placement(op):
-            added = net.add_user_op(f"{op.name}-rest", "add_n", {"in": [t[0] for t in rest]}, like_op=anchor.name)
-            running = added.user_conf.output["out"].s[0]
+        if consumer is not None:
+            net.redirect(out, last[0])
+            net.add_input(consumer, "dy_addend", running)
         else:
-            continue
-        for lbn, taker in takers:
-            net.add_input(taker, "_add_to_output", running)
-            running = lbn
-        net.redirect(single_output(op, "out"), running)
+            net.redirect(out, running)
         net.remove(op.name, *inner)
         changed = True
     return net.finish() if changed else job
+
+
+def _made_at(net, pos, lbn):
+    producer = net.producer_op(lbn)
+    return pos.get(producer.name, -1) if producer is not None else -1
+
+
+def _chain(net, pos, op, terms):
+    """The lbn of the sum of ``terms`` (``(lbn, taker)`` pairs sorted by their producers'
+    order, at least two) after adding each term made before a taker into the taker's
+    ``_add_to_output`` (those no op can take summed first by one ``add_n`` placed like
+    ``op``); None where no term can take another."""
+    takers = [t for t in terms if t[1] is not None]
+    rest = [t for t in terms if t[1] is None]
+    if rest:  # an op can take only what is made before it
+        last = max(_made_at(net, pos, t[0]) for t in rest)
+        rest += [t for t in takers if _made_at(net, pos, t[0]) <= last]
+        takers = [t for t in takers if _made_at(net, pos, t[0]) > last]
+    else:
+        rest, takers = takers[:1], takers[1:]
+    if not takers:
+        return None
+    rest.sort(key=lambda term: _made_at(net, pos, term[0]))
+    anchor = net.producer_op(rest[-1][0])
+    if len(rest) == 1:
+        running = rest[0][0]
+    elif anchor is not None and net.placement(anchor) == net.placement(op):
+        added = net.add_user_op(f"{op.name}-rest", "add_n", {"in": [t[0] for t in rest]}, like_op=anchor.name)
+        running = added.user_conf.output["out"].s[0]
+    else:
+        return None
+    for lbn, taker in takers:
+        net.add_input(taker, "_add_to_output", running)
+        running = lbn
+    return running
+
+
+def _dy_taker(net, add, out):
+    """The only reader of ``out`` (``add``'s sum) where it reads it as its ``dy`` alone and
+    can add a second gradient to it in its own kernel (an op with a free ``dy_addend``
+    input, such as ``normalization_add_relu_grad``) on ``add``'s placement, else None."""
+    reader = net.sole_reader(out)
+    t = user_type(reader)
+    opdef = registry.lookup(t) if t is not None else None
+    takes = opdef is not None and opdef.input_def("dy_addend") is not None and "dy_addend" not in reader.user_conf.input
+    return reader if takes and single_input(reader, "dy") == out and net.placement(reader) == net.placement(add) \
+        else None
 
 
 def _view_of(net, lbn):

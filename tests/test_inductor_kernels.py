@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import graphfront as flow
+from graphfront import passes
 from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
 from graphfront.ops import common
@@ -90,19 +91,26 @@ def test_tuned_kernel_runs_its_first_candidate_where_the_trials_run_out_of_memor
     assert run(torch.zeros(1)).item() == 1.0 and list(common._TUNED.values()) == [0]
 
 
-def pool_train(fmt, device="cpu"):
+def pool_train(fmt, device="cpu", residual=False, disabled=()):
     """conv + relu + a 3x3 stride-2 SAME max pool (padded after, not before: ResNet's stem pool)
-    whose relu moves into the fused pool, then a dense layer; three SGD steps."""
+    whose relu moves into the fused pool, then (``residual``) the pool's output plus a
+    convolution of it, then a dense layer; three SGD steps (``disabled``: passes skipped)."""
     flow.clear_default_session()
     flow.manual_seed(0)
     shape = (N, C, HW, HW) if fmt == "NCHW" else (N, HW, HW, C)
+    config = flow.FunctionConfig()
+    if disabled:
+        passes.disable_passes(config, *disabled)
 
-    @flow.global_function(type="train")
+    @flow.global_function(type="train", function_config=config)
     def job(x: tp.Numpy.Placeholder(shape)) -> tp.Numpy:
         with flow.scope.placement(device, "0:0"):
             h = flow.layers.conv2d(x, C, 3, padding="SAME", data_format=fmt, activation=flow.nn.relu, name="conv",
                                    kernel_initializer=flow.random_normal_initializer(stddev=0.3))
             h = flow.nn.max_pool2d(h, ksize=3, strides=2, padding="SAME", data_format=fmt, name="pool")
+            if residual:
+                h = h + flow.layers.conv2d(h, C, 3, padding="SAME", data_format=fmt, name="conv2",
+                                           kernel_initializer=flow.random_normal_initializer(stddev=0.3))
             out = flow.layers.dense(flow.reshape(h, (N, -1)), 3, name="fc",
                                     kernel_initializer=flow.random_normal_initializer(stddev=0.3))
             loss = flow.math.reduce_mean(flow.math.square(out))
@@ -110,8 +118,9 @@ def pool_train(fmt, device="cpu"):
         return loss
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     losses = [float(job(x).mean()) for _ in range(3)]
-    types = [jb.op_type_name(op) for op in job.graph.proto.net.op]
-    return losses, {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}, types
+    ops = job.graph.proto.net.op
+    return losses, {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}, \
+        [jb.op_type_name(op) for op in ops], ops
 
 
 @pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
@@ -128,6 +137,25 @@ def test_fused_max_pool_compiled_trains_as_its_kernels_op_by_op(fmt, monkeypatch
     assert_close_at_scale(compiled[0], eager[0], rtol=1e-6)
     for name, value in eager[1].items():
         assert_close_at_scale(compiled[1][name], value, rtol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("inductor", [False, True])
+def test_the_gradient_at_a_pools_output_is_summed_in_the_pools_gradient(inductor, monkeypatch, fresh_cache):
+    """The pool's output read twice (a residual add and a convolution): its gradient's two
+    parts reach ``fused_tf_max_pool_2d_grad`` as ``dy`` and ``dy_addend`` (fuse_add_to_output),
+    which adds them in its kernel (compiled, or op by op), and trains as the job whose
+    ``add_n`` sums them."""
+    if inductor:
+        monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
+    got = pool_train("NHWC", residual=True)
+    grads = [op for op in got[3] if jb.op_type_name(op) == "fused_tf_max_pool_2d_grad"]
+    assert len(grads) == 1 and "dy_addend" in grads[0].user_conf.input
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda",))
+    want = pool_train("NHWC", residual=True, disabled=["fuse_add_to_output"])
+    assert got[2].count("add_n") == 1 and want[2].count("add_n") == 2   # (the forward's residual add, and its gradient's)
+    assert_close_at_scale(got[0], want[0], rtol=1e-6)
+    for name, value in want[1].items():
+        assert_close_at_scale(got[1][name], value, rtol=1e-6, err_msg=name)
 
 
 def _dropout_train(dtype):

@@ -24,7 +24,9 @@ op type                            origin   computes
                                             argmax ``indices`` (on a CPU computed in
                                             channels-last memory layout, much faster
                                             there)
-``fused_tf_max_pool_{1,2,3}d_grad`` gf      scatters ``dy`` through ``indices``; with attr
+``fused_tf_max_pool_{1,2,3}d_grad`` gf      scatters ``dy`` (+ ``dy_addend``, where
+                                            ``fuse_add_to_output`` gives one) through
+                                            ``indices``; with attr
                                             ``relu_grad`` it also applies ``relu_grad``
                                             with ``y`` = the pool's input: the argmax of
                                             a window is > 0 exactly when the window's max
@@ -357,7 +359,9 @@ def _fused_pool_grad_kernel(n):
 
         relu = k.attr("relu_grad")
 
-        def fused_tf_max_pool_grad(x, y, indices, dy):
+        def fused_tf_max_pool_grad(x, y, indices, dy, dy_addend):
+            if dy_addend is not None:
+                dy = dy + dy_addend
             if relu:  # the argmax of a window is > 0 exactly when the window's max is
                 dy = _aten.threshold_backward(dy, y, 0)
             if not p["first"]:
@@ -419,7 +423,9 @@ def _fused_pool_grad_xla(n):
         crop = tuple(slice(b, b + s) for s, (b, a) in zip(cf[2:], pads))
         relu = k.attr("relu_grad")
 
-        def fused_tf_max_pool_grad(x, y, indices, dy):
+        def fused_tf_max_pool_grad(x, y, indices, dy, dy_addend):
+            if dy_addend is not None:
+                dy = dy + dy_addend
             if relu:
                 dy = jnp.where(y > 0, dy, 0)
             if not first:
@@ -445,6 +451,8 @@ def _fused_pool_grad_infer(ctx):
                                                            "'relu_grad' is true")
     ctx.check(idx.shape == dy.shape and idx.dtype is _dt.int64,
               f"input 'indices' expected int64 of shape {dy.shape}, received {idx.dtype.name} {idx.shape}")
+    common.same_shape(ctx, "dy", "dy_addend")
+    same_dtype(ctx, "dy", "dy_addend")
     ctx.set_output("dx", x.shape, x.dtype)
 
 
@@ -478,12 +486,12 @@ for _n in (1, 2, 3):
        onnx=_fused_tf_max_pool_onnx(_n),
        doc=f"graphfront-only: tf_max_pool_{_n}d that also returns the argmax indices; with relu, "
            "the pool of relu(x), computed as relu of the pool")
-    op(f"fused_tf_max_pool_{_n}d_grad", inputs=["x", "y?", "indices", "dy"], outputs=["dx"],
+    op(f"fused_tf_max_pool_{_n}d_grad", inputs=["x", "y?", "indices", "dy", "dy_addend?"], outputs=["dx"],
        attrs={**POOL_ATTRS, "relu_grad": ("bool", False)},
        infer=_fused_pool_grad_infer, kernel=_fused_pool_grad_kernel(_n), sbp=_sbp.batch(),
        xla=_fused_pool_grad_xla(_n),
-       doc=f"graphfront-only: tf_max_pool_{_n}d_grad through the indices of fused_tf_max_pool_{_n}d; "
-           "with relu_grad, also relu_grad(y=x, dy=dx) (then input 'y' is the pool's output)")
+       doc=f"graphfront-only: tf_max_pool_{_n}d_grad of dy (+ dy_addend) through the indices of "
+           f"fused_tf_max_pool_{_n}d; with relu_grad, also relu_grad(y=x, dy=dx) (then input 'y' is the pool's output)")
 
 
 # ------------------------------------------------------------------ folded_constant

@@ -542,10 +542,8 @@ def _norm_add_relu_grad_infer(ctx):
     rs = ctx.input("reserve_space")
     ctx.check(rs.shape == words and rs.dtype is _dt.int32,
               f"input 'reserve_space' expected int32 {words}, received {rs.dtype.name} {rs.shape}")
-    if ctx.has_input("dy_addend"):
-        dy, d = ctx.input("dy"), ctx.input("dy_addend")
-        ctx.check(d.shape == dy.shape and d.dtype is dy.dtype,
-                  f"input 'dy_addend' expected {dy.dtype.name} {dy.shape} (as 'dy'), received {d.dtype.name} {d.shape}")
+    common.same_shape(ctx, "dy", "dy_addend")
+    common.same_dtype(ctx, "dy", "dy_addend")
     if ctx.has_output("addend_diff"):
         ctx.set_output("addend_diff", x.shape, x.dtype)
 

@@ -533,9 +533,10 @@ def fuse_add_to_output(job):
     query, key and value projections and its residual path is summed inside the three
     GEMMs, with no ``add_n`` left. Where the sum's only reader reads it as its ``dy`` and
     has a ``dy_addend`` input (``normalization_add_relu_grad``: the gradient at a ResNet
-    block's output, from the next block's first convolution and its shortcut), that op
-    takes the last term as ``dy`` and the sum of the others as ``dy_addend``, adding them
-    in the pass over ``dy`` it makes anyway. Skipped when the job sets
+    block's output, from the next block's first convolution and its shortcut;
+    ``fused_tf_max_pool_2d_grad``), that op takes the last term as ``dy`` and the sum of
+    the others as ``dy_addend``, adding them in the pass over ``dy`` it makes anyway.
+    Skipped when the job sets
     ``enable_fuse_add_to_output(False)`` (unset: on, as the other fusions)."""
     if not has_op_types(job, ("add_n",)):
         return job

@@ -321,8 +321,14 @@ def test_assign_if_and_assign_if_not():
     np.testing.assert_array_equal(v["b"].numpy(), [1, 2, 3])
 
 
-def test_dynamic_loss_scale_skips_overflowing_steps_and_halves_the_scale():
-    # float16 gradients of a loss scaled by 2**24 overflow: those steps must change nothing
+@pytest.mark.parametrize("multi_tensor", [False, True])
+def test_dynamic_loss_scale_skips_overflowing_steps_and_halves_the_scale(monkeypatch, multi_tensor):
+    """float16 gradients of a loss scaled by 2**24 overflow: those steps must change nothing.
+    ``multi_tensor``: the GPU's kernels on the CPU (the unscaled gradients packed in one
+    buffer, counted in place; the square sum as one multi-tensor norm)."""
+    if multi_tensor:
+        from graphfront.ops import common
+        monkeypatch.setattr(common, "multi_tensor_kernels", lambda device: True)
     policy = flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=2.0 ** 24, increment_period=3)
     train = _mlp_job(flow.float16, policy=policy)
     x, y = _data()
@@ -343,6 +349,7 @@ def test_dynamic_loss_scale_skips_overflowing_steps_and_halves_the_scale():
     assert after[STEP][0] == 12 - sum(overflowed)
     text = text_format.MessageToString(train.graph.proto)
     assert 'op_type_name: "dynamic_loss_scale_schedule"' in text and "skip_if" in text
+    assert 'op_type_name: "multi_scalar_mul_by_tensor"' in text and 'op_type_name: "multi_count_not_finite"' in text
 
 
 def test_dynamic_loss_scale_grows_and_matches_unscaled_training():

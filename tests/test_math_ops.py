@@ -3,6 +3,8 @@ graphfront/math.py) against PyTorch eager autograd."""
 import inspect
 import typing
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -563,10 +565,10 @@ def test_multi_tensor_reductions_over_layouts_and_chunks(monkeypatch, chunk):
     transposed and strided views) in bounded chunks (7 elements forces one chunk per tensor
     and splits), the square sum from one multi-tensor norm with no concatenation; or one
     tensor at a time (``None``, as on the CPU), against numpy."""
-    from graphfront.ops import reduce_ops
+    from graphfront.ops import common, reduce_ops
     from test_plan import _AtenCalls
     if chunk is not None:
-        monkeypatch.setattr(reduce_ops, "_concatenates", lambda device: True)
+        monkeypatch.setattr(common, "multi_tensor_kernels", lambda device: True)
         monkeypatch.setattr(reduce_ops, "_CHUNK", chunk)
     rng = np.random.default_rng(3)
     base = torch.from_numpy(rng.standard_normal((2, 3, 4, 5)).astype(np.float32))
@@ -607,7 +609,7 @@ def test_count_not_finite_compiled_by_inductor(monkeypatch, chunk):
     from graphfront.ops import common, reduce_ops
     monkeypatch.setattr(common, "_INDUCTOR", {})
     monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(reduce_ops, "_concatenates", lambda device: True)
+    monkeypatch.setattr(common, "multi_tensor_kernels", lambda device: True)
     monkeypatch.setattr(reduce_ops, "_CHUNK", chunk)
     rng = np.random.default_rng(5)
     xs = [torch.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in ((3, 4), (5,), (2, 3))]
@@ -621,6 +623,43 @@ def test_count_not_finite_compiled_by_inductor(monkeypatch, chunk):
     assert count([x.half() for x in xs]).tolist() == [4]
     xs[1][0] = np.inf
     assert count(xs).tolist() == [5]
+
+
+def test_unscaled_gradients_packed_in_one_buffer_are_counted_in_place(monkeypatch):
+    """As on a GPU, multi_scalar_mul_by_tensor writes its outputs side by side in one buffer
+    (each laid out as its input: contiguous, channels-last, transposed, a scalar, an empty
+    one), bit for bit the per-tensor results, and multi_count_not_finite over them reads that
+    buffer in place: no concatenation, one count (numpy's)."""
+    from graphfront.ops import common
+    from test_plan import _AtenCalls
+    rng = np.random.default_rng(7)
+    base = torch.from_numpy(rng.standard_normal((2, 3, 4, 5)).astype(np.float32))
+    xs = [base.half(), base.clone().contiguous(memory_format=torch.channels_last), base.clone().transpose(1, 3),
+          torch.tensor(2.5, dtype=torch.float16), torch.zeros(0, 3), base[:, ::2, 1:]]
+    xs[0][0, 1, 2, 3], xs[1][1, 2, 0, 4] = np.inf, np.nan
+    scalar = torch.tensor([2.0 ** -4])
+    scale = registry.lookup("multi_scalar_mul_by_tensor").kernel(types.SimpleNamespace(
+        input=lambda arg, i=0: types.SimpleNamespace(dtype=flow.float32 if arg == "scalar" else
+                                                     {torch.float16: flow.float16}.get(xs[i].dtype, flow.float32)),
+        output_count=lambda arg: len(xs)))
+    count = registry.lookup("multi_count_not_finite").kernel(None)
+    separate = scale(xs, scalar)
+    monkeypatch.setattr(common, "multi_tensor_kernels", lambda device: True)
+    packed = scale(xs, scalar)
+    storage = packed[0].untyped_storage()._cdata
+    assert all(y.untyped_storage()._cdata == storage for y in packed)
+    for x, y, want in zip(xs, packed, separate):
+        assert y.dtype == torch.float32 and y.shape == x.shape
+        assert torch.equal(y.isnan(), want.isnan()) and torch.equal(y.nan_to_num(0.5), want.nan_to_num(0.5))
+        if x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last) or x.dim() < 2:
+            assert y.stride() == want.stride(), (x.stride(), y.stride(), want.stride())
+    with _AtenCalls() as calls:
+        got = count(packed)
+    assert got.tolist() == [sum(int((~np.isfinite(y.numpy())).sum()) for y in separate)] == [2]
+    assert not calls.count["cat"] and calls.count["sub"] == 1, calls.count
+    with _AtenCalls() as calls:
+        assert count(separate).tolist() == [2]
+    assert calls.count["cat"] == 1
 
 
 def test_l2_normalize():

@@ -242,6 +242,30 @@ def gelu_grad(x, dy):
     return torch.ops.aten.gelu_backward(dy.to(x.dtype), x)
 
 
+def multi_tensor_kernels(device) -> bool:
+    """Whether multi-tensor ops on ``device`` run a few large kernels over all their tensors
+    (a GPU, where a kernel costs microseconds however small: the finiteness count over
+    concatenations, outputs packed by :func:`packed_empty_like`) rather than one call per
+    tensor (the CPU, where a copy costs more than the calls)."""
+    return device.type != "cpu"
+
+
+def packed_empty_like(xs, dtype):
+    """New tensors of ``dtype`` shaped as ``xs``, each dense in its own tensor's dimension
+    order (channels-last stays channels-last, as ``torch.empty_like``), side by side in one
+    buffer in the order of ``xs``: a later reduction over all of them reads that buffer in
+    place (``multi_count_not_finite``) instead of concatenating them."""
+    flat = torch.empty(sum(x.numel() for x in xs), dtype=dtype, device=xs[0].device)
+    out, at = [], 0
+    for x in xs:
+        strides, step = [0] * x.dim(), 1
+        for d in sorted(range(x.dim()), key=lambda d: (x.stride(d), -d)):   # innermost first
+            strides[d], step = step, step * x.shape[d]
+        out.append(flat.as_strided(x.shape, strides, at))
+        at += x.numel()
+    return out
+
+
 _CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 

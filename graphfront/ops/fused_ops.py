@@ -867,13 +867,21 @@ def _multi_scale_kernel(k):
     """``torch._foreach_mul`` over the inputs of the scalar's dtype; the narrower ones are cast
     into new tensors of that dtype first (``torch._foreach_copy_``), then scaled in place
     (which inputs are which is read from their descs, once). Each result is
-    ``fused_cast_scale``'s / ``scalar_mul_by_tensor``'s, bit for bit."""
+    ``fused_cast_scale``'s / ``scalar_mul_by_tensor``'s, bit for bit. Where
+    :func:`~graphfront.ops.common.multi_tensor_kernels` (a GPU) every input is copied (cast)
+    into :func:`~graphfront.ops.common.packed_empty_like` outputs, then scaled in place: the
+    loss scale's finiteness count over the unscaled gradients reads them in place."""
     dtype = k.input("scalar").dtype
     same = [i for i in range(k.output_count("y")) if k.input("x", i).dtype is dtype]
     cast = [i for i in range(k.output_count("y")) if k.input("x", i).dtype is not dtype]
 
     def multi_scalar_mul_by_tensor(xs, scalar):
         s = scalar.reshape(())
+        if common.multi_tensor_kernels(s.device):
+            ys = common.packed_empty_like(xs, s.dtype)
+            torch._foreach_copy_(ys, xs)
+            torch._foreach_mul_(ys, s)
+            return ys
         ys = [None] * len(xs)
         if same:
             for i, y in zip(same, torch._foreach_mul([xs[i] for i in same], s)):

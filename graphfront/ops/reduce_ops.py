@@ -487,30 +487,45 @@ def _square_sum(x):
 _CHUNK = 1 << 26   # elements per concatenation of a multi-tensor reduction (a bound on its temporary memory)
 
 
-def _concatenates(device) -> bool:
-    """Whether multi-tensor reductions on ``device`` run a few large kernels (the finiteness
-    count over concatenations, the square sum as one multi-tensor norm): on a GPU a kernel
-    costs microseconds however small, on the CPU a copy costs more than the calls."""
-    return device.type != "cpu"
-
-
 def _chunks(xs):
     """The elements of the tensors ``xs`` (one dtype) as 1-D tensors in memory order
-    (:func:`_memory_order`): where :func:`_concatenates`, a few concatenations of at most
-    ``_CHUNK`` elements (or one tensor, when larger), so that a multi-tensor reduction runs
-    a few large kernels whatever the number of tensors, as OneFlow's multi-tensor kernels
-    do; else one per tensor."""
-    if not _concatenates(xs[0].device):
+    (:func:`_memory_order`): where :func:`~graphfront.ops.common.multi_tensor_kernels`, each
+    run of consecutive tensors lying side by side in one buffer
+    (:func:`~graphfront.ops.common.packed_empty_like`) as one view of it, and the others in
+    a few concatenations of at most ``_CHUNK`` elements (or one tensor, when larger), so that
+    a multi-tensor reduction runs a few large kernels whatever the number of tensors, as
+    OneFlow's multi-tensor kernels do; else one per tensor."""
+    if not common.multi_tensor_kernels(xs[0].device):
         yield from (_memory_order(x) for x in xs)
         return
     chunk, size = [], 0
-    for x in xs:
-        if chunk and size + x.numel() > _CHUNK:
+    for run in _runs([_memory_order(x) for x in xs]):
+        if len(run) > 1:
+            yield run[0].as_strided((sum(p.numel() for p in run),), (1,))
+            continue
+        if chunk and size + run[0].numel() > _CHUNK:
             yield torch.cat(chunk) if len(chunk) > 1 else chunk[0]
             chunk, size = [], 0
-        chunk.append(_memory_order(x))
-        size += x.numel()
-    yield torch.cat(chunk) if len(chunk) > 1 else chunk[0]
+        chunk.append(run[0])
+        size += run[0].numel()
+    if chunk:
+        yield torch.cat(chunk) if len(chunk) > 1 else chunk[0]
+
+
+def _runs(parts):
+    """``parts`` (1-D tensors) split into runs of consecutive ones that share one storage,
+    each starting where the one before ends (the same storage, not merely adjacent memory:
+    which separate allocations happen to touch varies from step to step)."""
+    run = []
+    for p in parts:
+        if run and not (p.stride() == (1,) and run[-1].stride() == (1,)
+                        and p.untyped_storage()._cdata == run[-1].untyped_storage()._cdata
+                        and p.storage_offset() == run[-1].storage_offset() + run[-1].numel()):
+            yield run
+            run = []
+        run.append(p)
+    if run:
+        yield run
 
 
 def _memory_order(x):
@@ -547,10 +562,10 @@ def _count_not_finite_kernel(k):
 
 def _multi_square_sum(xs):
     """``sum(x * x)`` over every element of all ``xs``, shape ``(1,)``, their dtype. Where
-    :func:`_concatenates` (a GPU) the tensors' L2 norms come from one multi-tensor kernel
+    :func:`~graphfront.ops.common.multi_tensor_kernels` (a GPU) the tensors' L2 norms come from one multi-tensor kernel
     (``torch._foreach_norm``: each element read once, accumulated in float32 or wider, no
     concatenation), then the sum of their squares; else one reduction per tensor."""
-    if _concatenates(xs[0].device):
+    if common.multi_tensor_kernels(xs[0].device):
         norms = torch.stack(torch._foreach_norm(xs, 2, dtype=torch.promote_types(xs[0].dtype, torch.float32)))
         return (norms * norms).sum().to(xs[0].dtype).reshape(1)
     return functools.reduce(torch.add, [_square_sum(f) for f in _chunks(xs)])

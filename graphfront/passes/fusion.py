@@ -552,9 +552,12 @@ def fuse_add_to_output(job):
             continue
         terms.sort(key=lambda term: _made_at(net, pos, term[0]))
         out = single_output(op, "out")
-        consumer = _dy_taker(net, op, out)
-        last = terms.pop() if consumer is not None else None   # (the consumer runs after every term)
-        running = terms[0][0] if len(terms) == 1 else _chain(net, pos, op, terms)
+        consumer, running = _dy_taker(net, op, out), None
+        if consumer is not None:   # (it runs after every term: it takes the last one as dy)
+            *others, last = terms
+            running = others[0][0] if len(others) == 1 else _chain(net, pos, op, others)
+        if running is None:
+            consumer, running = None, _chain(net, pos, op, terms)
         if running is None:
             continue
         if consumer is not None:

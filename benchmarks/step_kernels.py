@@ -127,8 +127,8 @@ INDUCTOR_KERNELS = {"normalization_add_relu": (3, 2), "normalization_add_relu_gr
 def _counted_inductor_kernel(make):
     """``common.inductor_kernel`` whose runners, on the meta device, run their formula
     uncounted and report one Inductor-compiled call instead (see the module docstring)."""
-    def inductor_kernel(key, formula, eager=None):
-        real = make(key, formula, eager)
+    def inductor_kernel(key, formula, eager=None, dynamic=False):
+        real = make(key, formula, eager, dynamic)
 
         def run(*args):
             if not _ACTIVE or all(a is None or a.device.type != "meta" for a in args):

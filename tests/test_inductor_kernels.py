@@ -13,7 +13,7 @@ import graphfront as flow
 from graphfront import passes
 from graphfront import typing as tp
 from graphfront.framework import job_builder as jb
-from graphfront.ops import common
+from graphfront.ops import common, norm_ops
 from graphfront.testing.compare import assert_close_at_scale
 
 N, HW, C = 4, 10, 8
@@ -36,6 +36,27 @@ def test_inductor_kernel_falls_back_with_a_warning_where_compiling_fails(monkeyp
         assert run(x).tolist() == [0.0, 2.0, 4.0]
     assert run(x).tolist() == [0.0, 2.0, 4.0]          # (remembered: no second attempt, no second warning)
     assert list(common._INDUCTOR.values()) == [None]
+
+
+def test_a_dynamic_inductor_kernel_compiles_once_for_every_shape(monkeypatch, fresh_cache):
+    """``dynamic=True`` (a pointwise formula: the fused batch norm's add, relu and mask bits):
+    the ops of one key, whatever their shapes of one rank (the mask's 32-bit words included, a last word
+    padded or not), share one compiled function and one TorchDynamo graph, and each result
+    equals the formula run op by op; a shape-specialized kernel compiles once per shape."""
+    from torch._dynamo.utils import counters
+    monkeypatch.setattr(common, "INDUCTOR_DEVICES", ("cuda", "cpu"))
+    shapes = [(2, 8, 8, 64), (2, 7, 7, 20), (3, 3, 5, 3)]
+    rng = np.random.default_rng(2)
+    for dynamic, compiles in ((True, 1), (False, len(shapes))):
+        common._INDUCTOR.clear()
+        graphs = counters["stats"]["unique_graphs"]
+        for shape in shapes:   # (each shape another op: its own callable)
+            run = common.inductor_kernel(("add_relu_and_bits", dynamic), norm_ops._add_relu_and_bits, dynamic=dynamic)
+            y, addend = (torch.from_numpy(rng.standard_normal(shape).astype(np.float32)) for _ in range(2))
+            got, want = run(y, addend), norm_ops._add_relu_and_bits(y, addend)
+            assert all(torch.equal(g, w) for g, w in zip(got, want)), shape
+        assert len(common._INDUCTOR) == compiles and None not in common._INDUCTOR.values()
+        assert counters["stats"]["unique_graphs"] - graphs == compiles
 
 
 def test_tuned_kernel_times_its_candidates_once_per_signature(monkeypatch):

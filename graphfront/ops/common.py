@@ -6,6 +6,7 @@ import types
 import warnings
 
 import torch
+import torch.fx.experimental._config  # noqa: F401 - (TorchDynamo's shape config, for inductor_kernel)
 
 from graphfront.framework.errors import OpCheckError, OpRunError
 
@@ -297,7 +298,7 @@ def inductor_key(k) -> tuple:
     return k.conf.op_type_name, attrs, tuple(sorted(k.conf.output))
 
 
-def inductor_kernel(key, formula, eager=None):
+def inductor_kernel(key, formula, eager=None, dynamic=False):
     """A kernel callable that runs ``formula`` (a function of tensors and Nones, in torch
     ops) compiled by TorchInductor, as one fused kernel per reduction and its pointwise
     neighbours (Triton on CUDA), where that pays: on the device types of
@@ -307,8 +308,11 @@ def inductor_kernel(key, formula, eager=None):
     depends on besides its inputs: every op with the same ``key`` and input shapes,
     strides, dtypes and device shares one compiled function, so a ResNet-50 compiles one
     per distinct layer shape.
-    Each compiled function is specialized to its shapes (``dynamic=False``) and has its own
-    code object, so TorchDynamo's per-function recompile limit never applies. On other
+    Each compiled function is specialized to its shapes and has its own code object, so
+    TorchDynamo's per-function recompile limit never applies. With ``dynamic`` (for
+    pointwise formulas, whose kernels gain nothing from fixed sizes) the sizes stay
+    symbolic instead: one compiled function serves every shape of the same ranks, dtypes
+    and device, which saves a compile (about a second) per distinct shape. On other
     devices, inside a step TorchDynamo is tracing (the native lowering compiles the whole
     step), and where compiling failed (a UserWarning says why, once per key and shapes),
     ``eager`` (default: ``formula``) runs instead. Errors of the computation itself
@@ -327,16 +331,18 @@ def inductor_kernel(key, formula, eager=None):
         if device.type not in INDUCTOR_DEVICES:
             chosen.append(eager)
             return eager(*args)
-        sig = (key, _signature(args))
+        sig = (key, _signature(args) if not dynamic else
+               tuple(None if a is None else (a.dim(), a.dtype, a.device) for a in args))
         if sig in _INDUCTOR:
             chosen.append(_INDUCTOR[sig] or eager)
             return chosen[0](*args)
         name = f"graphfront_{key[0]}_{len(_INDUCTOR)}"
         fresh = types.FunctionType(formula.__code__.replace(co_name=name, co_qualname=name), formula.__globals__,
                                    name, formula.__defaults__, formula.__closure__)
-        compiled = torch.compile(fresh, fullgraph=True, dynamic=False, backend="inductor")
-        try:
-            out = compiled(*args)
+        compiled = torch.compile(fresh, fullgraph=True, dynamic=dynamic, backend="inductor")
+        try:   # (sizes that happen to be equal in the first call stay distinct symbols)
+            with torch.fx.experimental._config.patch(use_duck_shape=not dynamic):
+                out = compiled(*args)
         except torch._dynamo.exc.TorchDynamoException as e:  # compiling failed; nothing has run
             warnings.warn(f"graphfront: TorchInductor could not compile {name} for {device.type} "
                           f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); its kernel runs "

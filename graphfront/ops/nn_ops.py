@@ -725,7 +725,7 @@ def _tuned_mask_scale(k, kernel):
     converts types as it loads, unvectorized); Triton's kernel loads each in its own type.
     The two give the same bits (a 0/1 mask)."""
     key = common.inductor_key(k)
-    return common.tuned_kernel(key, [kernel, common.inductor_kernel(key, kernel)])
+    return common.tuned_kernel(key, [kernel, common.inductor_kernel(key, kernel, dynamic=True)])
 
 
 def _dropout_kernel(k):

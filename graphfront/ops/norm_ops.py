@@ -481,7 +481,8 @@ def _norm_add_relu_kernel(k):
     ``F.batch_norm`` takes them) followed by one compiled kernel adding the addend and
     writing the relu and its mask. Elsewhere: PyTorch's kernels, the add and the relu."""
     key = common.inductor_key(k)
-    library = _with_add_relu(_norm_kernel(k), common.inductor_kernel(("add_relu_and_bits",), _add_relu_and_bits))
+    add_relu = common.inductor_kernel(("add_relu_and_bits",), _add_relu_and_bits, dynamic=True)
+    library = _with_add_relu(_norm_kernel(k), add_relu)
     compiled = common.inductor_kernel(key, _with_add_relu(_norm_formula(k)), library)
     return common.tuned_kernel(key, [compiled, library], mutated=(2, 3))
 
@@ -570,7 +571,8 @@ def _norm_add_relu_grad_kernel(k):
     """As :func:`_norm_add_relu_kernel`: the whole gradient compiled by TorchInductor, or the
     relu's mask applied by a compiled kernel, then PyTorch's batch-norm gradient kernels."""
     key, pdtype = common.inductor_key(k), param_dtype(k.input("x").dtype).torch
-    library = _with_relu_grad(k, _norm_grad_kernel(k), common.inductor_kernel(("relu_masked",), _relu_masked))
+    masked = common.inductor_kernel(("relu_masked",), _relu_masked, dynamic=True)
+    library = _with_relu_grad(k, _norm_grad_kernel(k), masked)
     compiled = common.inductor_kernel(key, _with_relu_grad(k, _norm_grad_fn(k, pdtype, lambda t, dtype: t.to(dtype))),
                                       library)
     return common.tuned_kernel(key, [compiled, library])

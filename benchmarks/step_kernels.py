@@ -29,10 +29,12 @@ that move the most memory: GB, number of calls, and the graphfront source line m
 (``plan``: a torch function the generated step calls directly, such as ``torch.relu``).
 
 A kernel that graphfront compiles with TorchInductor on a GPU (``normalization_add_relu``,
-the fused max pool and their gradients, the finiteness count of loss scaling) cannot be
+the fused max pool, the fused softmax cross entropy and their gradients, the finiteness
+count of loss scaling) cannot be
 compiled for the meta device; each of its calls counts as the kernels Inductor makes of it
 (:data:`INDUCTOR_KERNELS`: a batch norm's split statistics reduction and its pointwise pass,
-3; a count's split sum, 2; a pool's, 1), moving the inputs its
+3; a count's split sum, 2; the fused softmax cross entropy's and its gradient's, 2; a
+pool's, 1), moving the inputs its
 formula reads once per pass over them (the batch norm's two: an upper bound, its statistics
 pass reads only some of them) and its outputs once, listed as ``inductor:<op type>``. An op
 whose kernels a GPU times at the first call (``common.tuned_kernel``) is counted as its first
@@ -121,7 +123,9 @@ class Kernels(TorchDispatchMode):
 _ACTIVE = []
 #: op type -> (kernels, passes over the inputs) of its TorchInductor-compiled kernel; others (1, 1)
 INDUCTOR_KERNELS = {"normalization_add_relu": (3, 2), "normalization_add_relu_grad": (3, 2),
-                    "count_not_finite": (2, 1)}   # (a large sum is split in two reductions)
+                    "count_not_finite": (2, 1),   # (a large sum is split in two reductions)
+                    "fused_bias_add_sparse_softmax_cross_entropy": (2, 2),        # (the softmax's sums, then prob)
+                    "fused_bias_add_sparse_softmax_cross_entropy_grad": (2, 2)}   # (the gradient, then the bias's sum)
 
 
 def _counted_inductor_kernel(make):

@@ -469,6 +469,23 @@ def test_each_batch_norm_add_relu_kernel_choice_trains_as_the_unfused_ops(fastes
         np.testing.assert_allclose(runs[True][1][name], value, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
+def test_fused_bias_add_cross_entropy_in_triton_trains_as_the_unfused_ops():
+    """float16 AMP: the fused classifier loss (TorchInductor's Triton kernels, forward and
+    gradient) reads the matmul's float16 logits uncast and trains as the unfused cast,
+    bias_add and loss; the softmax's sums round in another order (float32), which the float16
+    gradients of the weights may round apart by one float16 ulp (2**-11) a step."""
+    from graphfront.ops import common
+    from test_fused_cross_entropy import FUSED, _train
+    fused = _train(amp=True, device="gpu")
+    unfused = _train(amp=True, device="gpu", disabled=["fuse_bias_add_sparse_softmax_cross_entropy"])
+    assert FUSED in fused[2] and FUSED not in unfused[2]
+    assert any(key[0].startswith(FUSED) and sig[0][3].type == "cuda" and fn is not None
+               for (key, sig), fn in common._INDUCTOR.items())
+    np.testing.assert_allclose(fused[0], unfused[0], rtol=1e-3)
+    for name, value in unfused[1].items():
+        np.testing.assert_allclose(fused[1][name], value, rtol=1e-3, atol=1e-4, err_msg=name)
+
+
 def test_batch_norm_add_relu_with_amp_replays_in_a_captured_graph_without_host_sync():
     """float16 AMP: the Inductor kernels are captured into the step's CUDA graph; the steady
     steps never wait on the host and give the uncaptured steps' losses (the same kernels; cuDNN's

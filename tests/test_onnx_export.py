@@ -439,6 +439,8 @@ CASES = {
     **{k: lambda: ({"prediction": t(4, 5, low=-3, high=3),
                     "label": oneof(_int(4, low=0, high=5), _int(4, low=0, high=5, dtype=flow.int32))}, {"depth": 5})
        for k in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms")},
+    "fused_bias_add_sparse_softmax_cross_entropy": lambda: (
+        {"prediction": t(4, 5, low=-3, high=3), "bias": t(5), "label": _int(4, low=0, high=5)}, {"depth": 5}),
     **{k: lambda: ({"prediction": t(2, 3, 5, low=0.05, high=1.0), "label": _int(2, 3, low=0, high=5)}, {"depth": 5})
        for k in ("sparse_cross_entropy", "sparse_cross_entropy_ms")},
     "sigmoid_cross_entropy": lambda: ({"prediction": oneof(t(3, 4, low=-30, high=30), t(3, 4, low=-3, high=3)),
@@ -577,6 +579,9 @@ CASES.update({
     **{f"{k}_grad": lambda: ({"label": oneof(_int(4, low=0, high=5), _int(4, low=0, high=5, dtype=flow.int32)),
                               "dy": t(4), "prob": t(4, 5, low=0, high=1)}, {"depth": 5})
        for k in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms")},
+    "fused_bias_add_sparse_softmax_cross_entropy_grad": lambda: (
+        {"label": _int(4, low=0, high=5), "dy": t(4), "prob": t(4, 5, low=0, high=1)},
+        {"depth": 5, "dtype": oneof(flow.float32, flow.double)}),
     **{f"{k}_grad": lambda: ({"prediction": t(2, 3, 5, low=0.05, high=1.0), "label": _int(2, 3, low=0, high=5),
                               "dy": t(2, 3)}, {"depth": 5})
        for k in ("sparse_cross_entropy", "sparse_cross_entropy_ms")},

@@ -1141,14 +1141,15 @@ def _sparse_softmax_cross_entropy_onnx(c):
     neg(c, pick_last(c, logp, c.input("label")), c.output("out"))
 
 
-def _sparse_softmax_cross_entropy_grad_onnx(c):
-    """prob * dy, plus -dy at [..., label] (in-range labels only, as the forward)."""
+def _sparse_softmax_cross_entropy_grad_onnx(c, out=None):
+    """prob * dy, plus -dy at [..., label] (in-range labels only, as the forward), into ``out``
+    (default: the output ``prediction_diff``)."""
     d = c.input_desc("prob")
     dy = c.input("dy")
     scaled = c.node("Mul", [c.input("prob"), c.node("Unsqueeze", [dy, c.const(onnx_rules.int64s([-1]))])])
     at_label = onnx_rules.last_axis_is(c, c.input("label"), d.shape[-1])
     c.node("Where", [at_label, c.node("Add", [scaled, c.node("Unsqueeze", [neg(c, dy), c.const(onnx_rules.int64s([-1]))])]),
-                     scaled], [c.output("prediction_diff")])
+                     scaled], [out or c.output("prediction_diff")])
 
 
 for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
@@ -1165,5 +1166,142 @@ for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
        checks=label_checks(f"{_t}_grad"),
        xla=_sce_grad_xla(f"{_t}_grad"), onnx=_sparse_softmax_cross_entropy_grad_onnx)
 
+
+
+# ------------------------------------------------------------------ fused_bias_add_sparse_softmax_cross_entropy
+# graphfront's fusion of ``bias_add`` over the classes and ``sparse_softmax_cross_entropy``
+# (``fuse_bias_add_sparse_softmax_cross_entropy``, on GPU placements): under AMP the
+# prediction stays in its low-precision type (the float16 logits of BERT's masked-LM
+# decoder) and the op computes in the bias's type, so the float32 copy of the logits, the
+# float32 sum and their gradients' casts are never written.
+
+_FUSED_SCE = "fused_bias_add_sparse_softmax_cross_entropy"
+
+
+def _fused_sce_infer(ctx):
+    _sce_infer(ctx)
+    pred, bias = ctx.input("prediction"), ctx.input("bias")
+    ctx.check(bias.shape == pred.shape[-1:],
+              f"input 'bias' expected shape {pred.shape[-1:]} (the classes of 'prediction' {pred.shape}), received "
+              f"{bias.shape}")
+    ctx.check(bias.dtype.is_floating_point and bias.dtype.torch.itemsize >= pred.dtype.torch.itemsize,
+              f"input 'bias' expected a floating dtype at least as wide as 'prediction' ({pred.dtype.name}), "
+              f"received {bias.dtype.name}")
+    ctx.set_output("prob", pred.shape, bias.dtype)
+    ctx.set_output("out", ctx.input("label").shape, bias.dtype)
+
+
+def _fused_sce_formula(pred, bias, label):
+    """``(prob, out)`` of ``sparse_softmax_cross_entropy(bias_add(pred cast to bias's dtype, bias))``,
+    each step the unfused ops' own torch call."""
+    logp = torch.log_softmax(pred.to(bias.dtype) + bias, -1)
+    return logp.exp(), -logp.gather(-1, label.long().unsqueeze(-1)).squeeze(-1)
+
+
+def _fused_sce_kernel(k):
+    """On a GPU one TorchInductor-compiled function (the cast, the add, the softmax's
+    reductions and the loss in two passes over the logits); elsewhere the unfused ops'
+    calls. A label outside ``[0, depth)`` raises the op's OpRunError."""
+    run = common.inductor_kernel(common.inductor_key(k), _fused_sce_formula)
+
+    def fused_sce(pred, bias, label):
+        try:
+            return run(pred, bias, label)
+        except (RuntimeError, IndexError) as e:
+            bad_labels(k, _FUSED_SCE, label, e)
+    return fused_sce
+
+
+def _fused_sce_grad(g):
+    dy = g.dout("out")
+    if dy is None or not (g.needs("prediction") or g.needs("bias")):
+        return
+    outs = g.emit(f"{_FUSED_SCE}_grad", {"label": g.input("label"), "dy": dy, "prob": g.output("prob")},
+                  {"depth": g.attr("depth"), "dtype": g.desc(g.input("prediction")).dtype},
+                  outputs=["prediction_diff", "bias_diff"])
+    for arg, out in (("prediction", "prediction_diff"), ("bias", "bias_diff")):
+        if g.needs(arg):
+            g.set_grad(arg, outs[out])
+
+
+def _fused_sce_xla(k):
+    sce = _sce_xla(_FUSED_SCE)(k)
+    return lambda pred, bias, label: sce(pred.astype(bias.dtype) + bias, label)
+
+
+def _fused_sce_onnx(c):
+    """The prediction cast to the bias's type, plus the bias; then the unfused op's nodes."""
+    pred = c.node("Cast", [c.input("prediction")], to=c.dtype_code(c.input_desc("bias").dtype))
+    logp = c.node("LogSoftmax", [c.node("Add", [pred, c.input("bias")])], axis=-1)
+    c.node("Exp", [logp], [c.output("prob")])
+    neg(c, pick_last(c, logp, c.input("label")), c.output("out"))
+
+
+op(_FUSED_SCE, inputs=["prediction", "bias", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
+   infer=_fused_sce_infer, kernel=_fused_sce_kernel, grad=_fused_sce_grad, checks=label_checks(_FUSED_SCE),
+   sbp=lambda ctx: [] if ctx.ndim("prediction") < 2 else [_sbp.signature(ctx, _sbp.split(0), bias=_sbp.B)],
+   xla=_fused_sce_xla, onnx=_fused_sce_onnx, amp_no_cast=("prediction",),
+   doc="graphfront-only: sparse_softmax_cross_entropy(bias_add(prediction, bias) over the last axis), computed in "
+       "bias's dtype (prediction, as narrow or as wide, is not cast first); prob and out of bias's dtype")
+
+
+def _fused_sce_grad_infer(ctx):
+    _sce_grad_infer(ctx)
+    prob = ctx.input("prob")
+    ctx.check(ctx.attr("dtype") is not None and ctx.attr("dtype").is_floating_point,
+              f"attr 'dtype' expected a floating dtype (the prediction's), received {ctx.attr('dtype')}")
+    ctx.set_output("prediction_diff", prob.shape, ctx.attr("dtype"))
+    ctx.set_output("bias_diff", prob.shape[-1:], prob.dtype)
+
+
+def _fused_sce_grad_formula(depth, dtype):
+    """``(prediction_diff, bias_diff)``: ``prob * dy`` minus ``dy`` at each label, in ``dtype``,
+    and its sum over the leading axes in prob's type (``torch.where`` against the class ids
+    instead of the unfused kernel's ``scatter_add_``: the same values, and pointwise, so
+    TorchInductor fuses it with the cast and the sum)."""
+    def fused_sce_grad(label, dy, prob):
+        d = prob * dy.unsqueeze(-1)
+        hit = torch.arange(depth, device=prob.device) == label.long().unsqueeze(-1)
+        d = torch.where(hit, d - dy.unsqueeze(-1), d)
+        return d.to(dtype), d.sum(tuple(range(d.dim() - 1)))
+    return fused_sce_grad
+
+
+def _fused_sce_grad_kernel(k):
+    """On a GPU :func:`_fused_sce_grad_formula` compiled by TorchInductor; elsewhere the
+    unfused kernels' calls (``scatter_add_``, the sum, the cast)."""
+    t, dtype = f"{_FUSED_SCE}_grad", k.attr("dtype").torch
+    unfused = _sce_grad_kernel(t)(k)
+
+    def eager(label, dy, prob):
+        d = unfused(label, dy, prob)
+        return d.to(dtype), d.sum(tuple(range(d.dim() - 1)))
+    return common.inductor_kernel(common.inductor_key(k), _fused_sce_grad_formula(k.attr("depth"), dtype), eager)
+
+
+def _fused_sce_grad_xla(k):
+    grad, dtype = _sce_grad_xla(f"{_FUSED_SCE}_grad")(k), k.attr("dtype").np
+
+    def fused_sce_grad(label, dy, prob):
+        d = grad(label, dy, prob)
+        return d.astype(dtype), d.sum(axis=tuple(range(d.ndim - 1)))
+    return fused_sce_grad
+
+
+def _fused_sce_grad_onnx(c):
+    """The unfused gradient's nodes, then its cast to ``dtype`` and its sum over the leading axes."""
+    d = c.tmp("prediction_diff_wide")
+    _sparse_softmax_cross_entropy_grad_onnx(c, out=d)
+    c.node("Cast", [d], [c.output("prediction_diff")], to=c.dtype_code(c.attr("dtype")))
+    onnx_rules.reduce_node(c, "ReduceSum", d, list(range(len(c.input_desc("prob").shape) - 1)), 0,
+                           out=c.output("bias_diff"))
+
+
+op(f"{_FUSED_SCE}_grad", inputs=["label", "dy", "prob"], outputs=["prediction_diff", "bias_diff"],
+   attrs={"depth": ("int64", 0), "dtype": "dtype"}, infer=_fused_sce_grad_infer, kernel=_fused_sce_grad_kernel,
+   checks=label_checks(f"{_FUSED_SCE}_grad"),
+   sbp=lambda ctx: [] if ctx.ndim("prob") < 2 else [_sbp.signature(ctx, _sbp.split(0), bias_diff=_sbp.P)],
+   xla=_fused_sce_grad_xla, onnx=_fused_sce_grad_onnx,
+   doc=f"graphfront-only: the gradient of {_FUSED_SCE}: prediction_diff (attr dtype) and bias_diff (prob's dtype)")
 
 __all__ = ["pool_geometry", "conv_out_size", "norm_axis"]

@@ -21,6 +21,7 @@ from graphfront.passes.amp import auto_mixed_precision
 from graphfront.passes.attention import fuse_attention
 from graphfront.passes.autograd import autograd
 from graphfront.passes.cleanup import merge_duplicate_ops, prune_dead_ops
+from graphfront.passes.cross_entropy import fuse_bias_add_sparse_softmax_cross_entropy
 from graphfront.passes.fold import fold_constants
 from graphfront.passes.indexed_slices import indexed_slices_optimizer
 from graphfront.passes.norm_add_relu import fuse_normalization_add_relu
@@ -37,7 +38,7 @@ REQUIRED_PASSES = [unroll_time_shape, quantization_aware_training, auto_mixed_pr
                    add_ssp_variable_proxy, indexed_slices_optimizer]
 # fusions of the job as built, run before auto mixed precision (and so before autograd) when the
 # cleanup passes run
-FORWARD_PASSES = [fuse_attention, fuse_normalization_add_relu]
+FORWARD_PASSES = [fuse_attention, fuse_normalization_add_relu, fuse_bias_add_sparse_softmax_cross_entropy]
 CLEANUP_PASSES = [prune_dead_ops, merge_duplicate_ops, fold_constants, fuse_cast_scale, fuse_update_ops, fuse_scalar_chains, fuse_bias_add,
                   fuse_scalar_mul_matmul, fold_batch_norm, fuse_bias_add_relu, fuse_conv_grads, fuse_layer_norm_grads, fuse_max_pool_grad,
                   fuse_add_to_output, group_update_ops, group_scalar_mul_by_tensor, group_variable_casts,

@@ -22,7 +22,9 @@ kernel; OneFlow's black list is empty, so no black set is computed):
    the white set for another op gets a ``cast`` back named ``<producer>-<blob>-cast_h2f``.
    An op's ``amp_no_cast`` inputs are never cast (OneFlow's no-cast registry:
    ``normalization``'s ``moving_mean``/``moving_variance``/``gamma``/``beta``,
-   ``normalization_grad``'s ``gamma``).
+   ``normalization_grad``'s ``gamma``; graphfront's
+   ``fused_bias_add_sparse_softmax_cross_entropy``'s ``prediction``, which it reads in its
+   low-precision type and computes on in float32).
 
 The low-precision type: OneFlow v0.6.0 only knows float16 (and only on CUDA). graphfront
 also runs CPU ops in low precision; the type is the job flag
@@ -148,7 +150,7 @@ def auto_mixed_precision(job):
                 continue
             if in_white and arg not in no_cast:
                 set_op_input(conf, arg, i, cast(lbn, low, "-cast_f2h"))
-            elif not in_white:
+            elif not in_white and arg not in no_cast:
                 set_op_input(conf, arg, i, cast(lbn, _dt.float32, "-cast_h2f"))
         with placed(op.name):
             b.add_op(conf)

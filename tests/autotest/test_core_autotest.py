@@ -570,6 +570,23 @@ def test_sparse_softmax_cross_entropy_ops(check):
           logits=_tensor([n, c], -3, 3), labels=random_tensor(1, n, low=0, high=c, dtype=int))
 
 
+@autotest()
+def test_fused_bias_add_sparse_softmax_cross_entropy(check):
+    """graphfront's fusion of bias_add over the classes and the softmax cross entropy (its
+    gradient op too, through ``out``): prediction of rank 2 or 3, as the unfused ops."""
+    lead = _dims(random(1, 3).to(int).value(), 1, 5)
+    c = random(2, 7).to(int).value()
+    check(graphfront=lambda flow, logits, bias, labels: _build(
+              flow, "fused_bias_add_sparse_softmax_cross_entropy",
+              {"prediction": logits, "bias": bias, "label": labels}, {"depth": c}, ["prob", "out"]),
+          torch=lambda torch, logits, bias, labels: (
+              torch.softmax((logits + bias).detach(), -1),
+              torch.nn.functional.cross_entropy((logits + bias).reshape(-1, c), labels.long().reshape(-1),
+                                                reduction="none").reshape(labels.shape)),
+          logits=_tensor(lead + [c], -3, 3), bias=_tensor([c], -1, 1),
+          labels=_tensor(lead, low=0, high=c, dtype=int))
+
+
 def _torch_combined_margin(torch, x, labels, m1, m2, m3):
     """cos(m1 * acos(x) + m2) - m3 at each row's label class, x elsewhere (rows whose label is
     outside [0, classes) unchanged)."""

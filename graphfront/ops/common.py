@@ -1,6 +1,7 @@
 """Small helpers shared by op families: inference rules, broadcasting, grad wiring."""
 from __future__ import annotations
 
+import contextlib
 import time
 import types
 import warnings
@@ -312,7 +313,8 @@ def inductor_kernel(key, formula, eager=None, dynamic=False):
     TorchDynamo's per-function recompile limit never applies. With ``dynamic`` (for
     pointwise formulas, whose kernels gain nothing from fixed sizes) the sizes stay
     symbolic instead: one compiled function serves every shape of the same ranks, dtypes
-    and device, which saves a compile (about a second) per distinct shape. On other
+    and device (TorchDynamo still specializes sizes 0 and 1, recompiling for them), which
+    saves a compile (about a second) per distinct shape. On other
     devices, inside a step TorchDynamo is tracing (the native lowering compiles the whole
     step), and where compiling failed (a UserWarning says why, once per key and shapes),
     ``eager`` (default: ``formula``) runs instead. Errors of the computation itself
@@ -340,8 +342,10 @@ def inductor_kernel(key, formula, eager=None, dynamic=False):
         fresh = types.FunctionType(formula.__code__.replace(co_name=name, co_qualname=name), formula.__globals__,
                                    name, formula.__defaults__, formula.__closure__)
         compiled = torch.compile(fresh, fullgraph=True, dynamic=dynamic, backend="inductor")
-        try:   # (sizes that happen to be equal in the first call stay distinct symbols)
-            with torch.fx.experimental._config.patch(use_duck_shape=not dynamic):
+        # (dynamic: sizes that happen to be equal in the first call stay distinct symbols)
+        symbols = torch.fx.experimental._config.patch(use_duck_shape=False) if dynamic else contextlib.nullcontext()
+        try:
+            with symbols:
                 out = compiled(*args)
         except torch._dynamo.exc.TorchDynamoException as e:  # compiling failed; nothing has run
             warnings.warn(f"graphfront: TorchInductor could not compile {name} for {device.type} "

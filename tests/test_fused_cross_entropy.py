@@ -32,13 +32,13 @@ def cpu_placement_counts_as_gpu(monkeypatch):
     monkeypatch.setattr(rewrite, "GPU_TAGS", rewrite.GPU_TAGS + ("cpu",))
 
 
-def _train(disabled=(), amp=False, steps=3, read_prob=False, labels=Y, mean=True, device="cpu"):
+def _train(disabled=(), amp=False, steps=3, read_prob=False, labels=Y, mean=True, device="cpu", ndev=1):
     """A classifier over the last axis of (N, T, D) features (a broadcast matmul, the bias
     added by ``bias_add`` on the last axis), the mean softmax cross entropy; SGD. Returns the losses,
     the variables and the job's op types."""
     flow.clear_default_session()
     flow.manual_seed(0)
-    flow.config.cpu_device_num(1)
+    flow.config.cpu_device_num(ndev)
     config = flow.FunctionConfig()
     config.enable_auto_mixed_precision(amp)
     if disabled:
@@ -46,7 +46,7 @@ def _train(disabled=(), amp=False, steps=3, read_prob=False, labels=Y, mean=True
 
     @flow.global_function(type="train", function_config=config)
     def job(x: tp.Numpy.Placeholder((N, T, D)), y: tp.Numpy.Placeholder((N, T), dtype=flow.int32)) -> tp.Numpy:
-        with flow.scope.placement(device, "0:0"):
+        with flow.scope.placement(device, f"0:0-{ndev - 1}"):
             w = flow.get_variable("w", (D, C), initializer=flow.random_normal_initializer(stddev=0.5))
             b = flow.get_variable("b", (C,), initializer=flow.random_normal_initializer(stddev=0.5))
             logits = flow.nn.bias_add(flow.matmul(x, w), b, data_format="channels_last")
@@ -78,6 +78,17 @@ def test_fused_job_trains_bit_for_bit_as_the_unfused_ops(amp):
     assert "sparse_softmax_cross_entropy" in unfused[2]
     if amp:   # (the features' and the weight's casts, the weight gradient's; not the logits')
         assert fused[2].count("cast") == 3 and unfused[2].count("cast") == 5, (fused[2], unfused[2])
+    assert fused[0] == unfused[0]
+    for name, value in unfused[1].items():
+        np.testing.assert_array_equal(fused[1][name], value, err_msg=name)
+
+
+def test_two_devices_train_bit_for_bit_as_the_unfused_ops():
+    """Data parallel: the fused op splits along the batch as the unfused ops do, its bias
+    broadcast and the bias's gradient a partial sum, all-reduced as bias_add's was."""
+    fused = _train(ndev=2)
+    unfused = _train(ndev=2, disabled=["fuse_bias_add_sparse_softmax_cross_entropy"])
+    assert FUSED in fused[2] and FUSED not in unfused[2]
     assert fused[0] == unfused[0]
     for name, value in unfused[1].items():
         np.testing.assert_array_equal(fused[1][name], value, err_msg=name)

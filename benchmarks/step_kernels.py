@@ -23,7 +23,8 @@ Printed: kernels per step of each side, their ratio (lower is better for graphfr
 calls of graphfront's step that made a tensor on the host or copied one in (none expected: on
 a GPU they would be host work inside the step and would break its CUDA-graph capture),
 graphfront's memory traffic per step (GB: the bytes of every kernel call's tensor inputs and
-outputs at the GPU sizes, matrix products included; an estimate of the HBM traffic that bounds
+outputs at the GPU sizes, matrix products included, and the copy CUDA's ``addmm`` makes of a
+whole-matrix addend before its GEMM; an estimate of the HBM traffic that bounds
 a step made of memory-bound kernels, whatever the caches save) and graphfront's aten calls
 that move the most memory: GB, number of calls, and the graphfront source line making them
 (``plan``: a torch function the generated step calls directly, such as ``torch.relu``).
@@ -95,7 +96,7 @@ class Kernels(TorchDispatchMode):
         if kernel:
             self.count[name] += 1
             moved = sum(t.numel() * t.element_size() for t in pytree.tree_leaves((args, kwargs, out))
-                        if isinstance(t, torch.Tensor))
+                        if isinstance(t, torch.Tensor)) + _addend_copy(name, args, kwargs or {}, out)
             self.bytes += moved
         if kernel or host:  # (the stack is walked only for the calls it is recorded for)
             source = _graphfront_source()
@@ -143,6 +144,19 @@ def _counted_inductor_kernel(make):
             return out
         return run
     return inductor_kernel
+
+
+def _addend_copy(name, args, kwargs, out):
+    """The bytes a CUDA ``addmm`` / ``baddbmm`` moves besides its operands and result when its
+    addend is a whole matrix (not a bias row, which cuBLASLt's epilogue reads): PyTorch first
+    copies the addend into the result (read and write), then runs the GEMM with ``beta = 1``
+    over it; the dispatcher never sees that copy."""
+    if name not in ("addmm", "baddbmm") or kwargs.get("beta", 1) == 0:
+        return 0
+    addend = args[0]
+    if addend.dim() < 2 or addend.numel() != out.numel():
+        return 0
+    return 2 * out.numel() * out.element_size()
 
 
 def _as_cudnn_lays_out(args, out):

@@ -448,6 +448,21 @@ def test_step_kernels_counts_both_sides_of_each_model(capsys):
     assert out.count("graphfront's calls moving the most memory") == 3 and "graphfront GB moved" in out
 
 
+def test_step_kernels_counts_the_copy_addmm_makes_of_a_whole_matrix_addend():
+    """CUDA's addmm copies a whole-matrix addend into its result, then runs the GEMM over it
+    (beta = 1): 2 x the result's bytes besides operands and result; a bias row (cuBLASLt's
+    epilogue reads it) or beta = 0 (the addend is not read) adds nothing."""
+    spec = importlib.util.spec_from_file_location("bench_step_kernels", os.path.join(ROOT, "benchmarks",
+                                                                                      "step_kernels.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    a, b, out = torch.empty(4, 3, device="meta"), torch.empty(3, 5, device="meta"), torch.empty(4, 5, device="meta")
+    assert module._addend_copy("addmm", (torch.empty(4, 5, device="meta"), a, b), {}, out) == 2 * 20 * 4
+    assert module._addend_copy("addmm", (torch.empty(4, 5, device="meta"), a, b), {"beta": 0.0}, out) == 0
+    assert module._addend_copy("addmm", (torch.empty(5, device="meta"), a, b), {}, out) == 0
+    assert module._addend_copy("mm", (a, b), {}, out) == 0
+
+
 @pytest.mark.parametrize("flag, fused", [([], True), (["--no-fused-bn"], False)])
 def test_resnet50_benchmark_fuses_its_batch_norms_unless_told_not_to(flag, fused, monkeypatch):
     """benchmarks/resnet50.py's graphfront job on a GPU placement (the CPU taken for one here)

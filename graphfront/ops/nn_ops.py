@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import bad_labels, label_checks, label_error, like, norm_axis, same_dtype, vjp
+from graphfront.ops.common import (bad_labels, label_checks, label_error, like, norm_axis, raising_bad_ids, same_dtype,
+                                   vjp)
 from graphfront.ops import common, onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, neg, pick_last
 from graphfront.ops.registry import op
@@ -1134,9 +1135,10 @@ def _sce_grad_xla(op_type):
     return make
 
 
-def _sparse_softmax_cross_entropy_onnx(c):
-    """prob = softmax(prediction); out = -log_softmax(prediction)[..., label]."""
-    logp = c.node("LogSoftmax", [c.input("prediction")], axis=-1)
+def _sparse_softmax_cross_entropy_onnx(c, logits=None):
+    """prob = softmax(logits); out = -log_softmax(logits)[..., label] (``logits``: default the
+    input ``prediction``)."""
+    logp = c.node("LogSoftmax", [logits or c.input("prediction")], axis=-1)
     c.node("Exp", [logp], [c.output("prob")])
     neg(c, pick_last(c, logp, c.input("label")), c.output("out"))
 
@@ -1201,15 +1203,8 @@ def _fused_sce_formula(pred, bias, label):
 def _fused_sce_kernel(k):
     """On a GPU one TorchInductor-compiled function (the cast, the add, the softmax's
     reductions and the loss in two passes over the logits); elsewhere the unfused ops'
-    calls. A label outside ``[0, depth)`` raises the op's OpRunError."""
-    run = common.inductor_kernel(common.inductor_key(k), _fused_sce_formula)
-
-    def fused_sce(pred, bias, label):
-        try:
-            return run(pred, bias, label)
-        except (RuntimeError, IndexError) as e:
-            bad_labels(k, _FUSED_SCE, label, e)
-    return fused_sce
+    calls."""
+    return common.inductor_kernel(common.inductor_key(k), _fused_sce_formula)
 
 
 def _fused_sce_grad(g):
@@ -1232,13 +1227,12 @@ def _fused_sce_xla(k):
 def _fused_sce_onnx(c):
     """The prediction cast to the bias's type, plus the bias; then the unfused op's nodes."""
     pred = c.node("Cast", [c.input("prediction")], to=c.dtype_code(c.input_desc("bias").dtype))
-    logp = c.node("LogSoftmax", [c.node("Add", [pred, c.input("bias")])], axis=-1)
-    c.node("Exp", [logp], [c.output("prob")])
-    neg(c, pick_last(c, logp, c.input("label")), c.output("out"))
+    _sparse_softmax_cross_entropy_onnx(c, c.node("Add", [pred, c.input("bias")]))
 
 
 op(_FUSED_SCE, inputs=["prediction", "bias", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
-   infer=_fused_sce_infer, kernel=_fused_sce_kernel, grad=_fused_sce_grad, checks=label_checks(_FUSED_SCE),
+   infer=_fused_sce_infer, kernel=raising_bad_ids(label_checks(_FUSED_SCE), 2, _fused_sce_kernel),
+   grad=_fused_sce_grad, checks=label_checks(_FUSED_SCE),
    sbp=lambda ctx: [] if ctx.ndim("prediction") < 2 else [_sbp.signature(ctx, _sbp.split(0), bias=_sbp.B)],
    xla=_fused_sce_xla, onnx=_fused_sce_onnx, amp_no_cast=("prediction",),
    doc="graphfront-only: sparse_softmax_cross_entropy(bias_add(prediction, bias) over the last axis), computed in "

@@ -3,8 +3,10 @@
 
 torch 2.13's CPU convolution corrupts memory and returns wrong, run-to-run different
 gradients for channels_last-strided inputs with 1x1 kernels and strides > 1; graphfront's
-kernels hand torch contiguous tensors and dilation 1 on size-1 kernel dims instead. Each
-autotest runs several times within its test so that run-to-run variance shows.
+kernels give torch stride 1 along such unpadded kernel dims, reading every s-th input
+position (``nn_ops.ConvRoute``), else contiguous tensors, and dilation 1 on
+size-1 kernel dims. Each autotest runs several times within its test so that run-to-run
+variance shows.
 """
 import numpy as np
 import pytest
@@ -110,9 +112,9 @@ def test_convolution_family_sweep(family):
     assert stats.draws == SWEEP_DRAWS and not stats.torch_bugs
 
 
-def _train_1x1(channels_last, cin=3, device_tag=None):
-    """Gradients of sum(conv2d) with a 1x1 kernel, strides (2, 1), dilations (2, 1), on
-    the session's default device or on ``device_tag`` ("cpu" / "gpu")."""
+def _train_1x1(channels_last, cin=3, device_tag=None, pads=((0, 0), (0, 0))):
+    """Gradients of sum(conv2d) with a 1x1 kernel, strides (2, 1), dilations (2, 1), padding
+    ``pads`` (VALID), on the session's default device or on ``device_tag`` ("cpu" / "gpu")."""
     flow.clear_default_session()
     rng = np.random.default_rng(7)
     x = rng.standard_normal((2, 7, 5, cin) if channels_last else (2, cin, 7, 5)).astype(np.float32)
@@ -125,7 +127,7 @@ def _train_1x1(channels_last, cin=3, device_tag=None):
     @flow.global_function(type="train", function_config=cfg)
     def job(x: tp.Numpy.Placeholder(x.shape)) -> tp.Numpy:
         w = flow.get_variable("w", w0.shape, initializer=flow.zeros_initializer())
-        y = flow.nn.conv2d(x, w, [2, 1], "VALID", data_format="NHWC" if channels_last else "NCHW",
+        y = flow.nn.conv2d(x, w, [2, 1], [list(p) for p in pads], data_format="NHWC" if channels_last else "NCHW",
                            dilations=[2, 1])
         loss = flow.math.reduce_sum(y * y)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(loss)
@@ -135,7 +137,7 @@ def _train_1x1(channels_last, cin=3, device_tag=None):
     flow.load_variables({"w": w0})
     y = job(x)
     xt, wt = torch.from_numpy(x).double(), torch.from_numpy(w0).double().requires_grad_()
-    ref = float64_conv(torch, xt, wt, [2, 1], [(0, 0), (0, 0)], [2, 1], 1, channels_last).double()
+    ref = float64_conv(torch, xt, wt, [2, 1], pads, [2, 1], 1, channels_last).double()
     (ref * ref).sum().backward()
     return y, grads["w"], ref.detach().numpy(), wt.grad.numpy()
 
@@ -199,11 +201,9 @@ def test_nhwc_one_channel_strided_filter_gradient():
         np.testing.assert_allclose(grads["x"], xt.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_conv_backward_gets_contiguous_inputs_and_undilated_1x1_kernels(monkeypatch):
-    """Where the route around torch's broken path is taken: every convolution_backward call
-    (data, filter and fused grads) receives contiguous tensors and dilation 1 for a 1x1 kernel.
-    The broken path is torch's CPU convolution, so the job runs on the CPU (also where
-    CUDA is present: on a GPU the tensors are left in torch's own layout)."""
+def _spy_convolution_backward(monkeypatch):
+    """The (dy, x, w, stride, dilation) of every convolution_backward call graphfront's
+    convolution kernels make from here on."""
     from graphfront.ops import fused_ops, nn_ops
     real = torch.ops.aten.convolution_backward
     seen = []
@@ -214,16 +214,42 @@ def test_conv_backward_gets_contiguous_inputs_and_undilated_1x1_kernels(monkeypa
 
         @staticmethod
         def convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation, *rest):
-            seen.append((standard(dy), standard(x), standard(w), list(dilation)))
+            seen.append((dy, x, w, list(stride), list(dilation)))
             return real(dy, x, w, bias_sizes, stride, padding, dilation, *rest)
-
-    def standard(t):  # contiguous *and* with channels_first strides, whatever the size-1 dims
-        return t.is_contiguous() and t.stride() == torch.empty(t.shape).stride()
 
     monkeypatch.setattr(nn_ops, "_aten", Spy())
     monkeypatch.setattr(fused_ops, "_aten", Spy())
+    return seen
+
+
+def test_unpadded_strided_1x1_kernels_reach_torch_with_stride_1_in_their_layout(monkeypatch):
+    """The route around torch's broken path for unpadded size-1 kernel dims: every
+    convolution_backward call (data, filter and fused grads) gets stride 1 and dilation 1
+    there and reads every second row of x in x's own layout (an NHWC job's x stays
+    channels-last: a view, not a channels-first copy). On the CPU, also where CUDA is present."""
+    seen = _spy_convolution_backward(monkeypatch)
     for channels_last in (False, True):
         for cin in (3, 1):
-            _train_1x1(channels_last, cin, "cpu")
+            y, gw, ref_y, ref_gw = _train_1x1(channels_last, cin, "cpu")
+            np.testing.assert_allclose(gw, ref_gw, rtol=1e-4, atol=1e-4)
+            assert seen and all(stride == [1, 1] and dilation == [1, 1] for *_, stride, dilation in seen), seen
+            assert all(x.shape[2] == 4 for _, x, *_ in seen)           # (rows 0, 2, 4, 6 of 7)
+            if channels_last and cin > 1:
+                assert all(x.stride(1) == 1 for _, x, *_ in seen)    # (channels innermost, as the NHWC blob)
+            seen.clear()
+
+
+def test_padded_strided_1x1_kernels_get_contiguous_inputs_and_undilated_kernels(monkeypatch):
+    """Where the route cannot go (a padded size-1 kernel dim reads zeros outside x): every
+    convolution_backward call receives contiguous channels_first tensors and dilation 1."""
+    def standard(t):  # contiguous *and* with channels_first strides, whatever the size-1 dims
+        return t.is_contiguous() and t.stride() == torch.empty(t.shape).stride()
+    seen = _spy_convolution_backward(monkeypatch)
+    for channels_last in (False, True):
+        for cin in (3, 1):
+            y, gw, ref_y, ref_gw = _train_1x1(channels_last, cin, "cpu", pads=((1, 1), (0, 0)))
+            np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(gw, ref_gw, rtol=1e-4, atol=1e-4)
     assert len(seen) >= 2
-    assert all(c == (True, True, True, [1, 1]) for c in seen), seen
+    assert all((standard(dy), standard(x), standard(w), stride, dilation) == (True, True, True, [2, 1], [1, 1])
+               for dy, x, w, stride, dilation in seen), seen

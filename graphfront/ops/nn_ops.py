@@ -263,8 +263,8 @@ for _n in (1, 2, 3):
 
 def _conv_backward_args(k):
     n = k.attr("num_spatial_dims")
-    return n, dict(stride=k.attr("strides"), padding=k.attr("padding_before"), dilation=torch_dilation(k),
-                   transposed=False, output_padding=[0] * n, groups=k.attr("groups"))
+    return n, dict(padding=k.attr("padding_before"), dilation=torch_dilation(k), transposed=False,
+                   output_padding=[0] * n, groups=k.attr("groups"))
 
 
 def _conv_data_grad_kernel(k):
@@ -1213,7 +1213,6 @@ for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
        infer=_sce_grad_infer, kernel=_sce_grad_kernel(f"{_t}_grad"), sbp=_sbp.batch(min_ndim_arg="prob"),
        checks=label_checks(f"{_t}_grad"),
        xla=_sce_grad_xla(f"{_t}_grad"), onnx=_sparse_softmax_cross_entropy_grad_onnx)
-
 
 
 # ------------------------------------------------------------------ fused_bias_add_sparse_softmax_cross_entropy

@@ -6,14 +6,15 @@
 #
 #   bash benchmarks/gpu_session.sh bench        # ResNet-50 (NHWC; its first call compiles and times the fused
 #                                               # batch norms' kernels) and BERT (plan, kernel profiles, against
-#                                               # torch eager and torch.compile), LeNet b1000 against the peers:
-#                                               # at most 8 minutes
+#                                               # torch eager and torch.compile), LeNet b1000 against the peers
+#                                               # (cuDNN timing its algorithms on every side): at most 8 minutes
 #   bash benchmarks/gpu_session.sh tests        # the suite: at most 5.5 minutes (the cuda tests' first calls compile
 #                                               # Inductor kernels)
-#   bash benchmarks/gpu_session.sh more         # MLP and LeNet b100 against the peers, LeNet b1000's kernels
+#   bash benchmarks/gpu_session.sh more         # MLP and LeNet b100 against the peers, LeNet b1000 with cuDNN's
+#                                               # heuristics (each side's default), LeNet b1000's kernels
 #                                               # (graphfront, eager, compile), graphfront's LeNet b1000 in NHWC,
 #                                               # BERT's plan without the fused attention, ResNet-50's with its
-#                                               # batch norms unfused: about 7
+#                                               # batch norms unfused: about 8
 #   bash benchmarks/gpu_session.sh native       # ResNet-50 native against torch.compile: about 5
 #   bash benchmarks/gpu_session.sh native-bert  # BERT native against torch.compile: about 5
 #
@@ -68,12 +69,14 @@ case $part in
     step 300 python3 benchmarks/resnet50.py --device gpu --modes plan --rounds 2 --profile 2
     step 120 python3 benchmarks/bert_pretrain.py --device gpu --modes plan --rounds 2 --profile 2
     step 60 python3 benchmarks/peers.py --device gpu --workloads lenet_train --lenet-batch 1000 --rounds 3 --steps 20 \
-      --only graphfront-plan,torch-compile-ro,jax-jit ;;
+      --only graphfront-plan,torch-compile-ro,jax-jit --cudnn-benchmark ;;
   tests)
     tests ;;
   more)
     step 150 python3 benchmarks/peers.py --device gpu --workloads mlp_train,lenet_train --rounds 3 --steps 30 \
       --only graphfront-plan,torch-eager,torch-compile-ro,jax-jit
+    step 60 python3 benchmarks/peers.py --device gpu --workloads lenet_train --lenet-batch 1000 --rounds 3 --steps 20 \
+      --only graphfront-plan,torch-compile-ro,jax-jit
     step 90 python3 benchmarks/lenet_step.py --device gpu --batch 1000 --steps 20 --profile 3
     step 60 python3 benchmarks/lenet_step.py --device gpu --batch 1000 --steps 20 --channel-last
     step 80 python3 benchmarks/resnet50.py --device gpu --modes plan --only graphfront-plan --no-fused-bn --rounds 2

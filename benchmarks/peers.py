@@ -2,7 +2,7 @@
 
     python benchmarks/peers.py [--workloads mlp_train,lenet_train,lenet_predict,resnet_predict]
                                [--rounds 7] [--steps 30] [--threads 2]
-    python benchmarks/peers.py --device gpu --workloads mlp_train,lenet_train [--lenet-batch 1000]
+    python benchmarks/peers.py --device gpu --workloads mlp_train,lenet_train [--lenet-batch 1000] [--cudnn-benchmark]
 
 Workloads (numpy in, numpy out on every side, as a user's loop sees it):
 
@@ -19,7 +19,11 @@ With ``--device gpu`` the train workloads run on the GPU (graphfront's job place
 ``"gpu"``, the torch models and tensors on CUDA, jax on its default GPU backend) and
 ``torch-compile-ro`` (``torch.compile(mode="reduce-overhead")``: CUDA graphs) joins the
 peers; every step still takes numpy feeds and returns the losses as numpy. The predict
-workloads run on the CPU only.
+workloads run on the CPU only. ``--cudnn-benchmark`` has cuDNN time its convolution
+algorithms at the first call on every side (graphfront's
+``cudnn_conv_heuristic_search_algo(False)``, as OneFlow-Benchmark's train jobs set it, and
+torch's ``cudnn.benchmark``; XLA autotunes its GPU convolutions either way); without it
+each picks by cuDNN's heuristics, OneFlow's and torch's default.
 
 graphfront runs in each of its lowerings (``compile_mode``): ``plan`` (per-op plan, the
 default), ``native`` (TorchInductor), ``onnxruntime`` (predict jobs converted to ONNX and
@@ -71,13 +75,15 @@ def _feeds(workload):
     return (rng.random((1, 1, 28, 28), dtype=np.float32),)
 
 
-def _graphfront_train(workload, mode):
+def _graphfront_train(workload, mode, cudnn_benchmark=False):
     import graphfront as flow
     from graphfront import typing as tp
     sys.path.insert(0, os.path.join(ROOT, "examples", "lenet"))
     from lenet import lenet
     cfg = flow.FunctionConfig()
     cfg.compile_mode(mode)
+    if cudnn_benchmark:
+        cfg.cudnn_conv_heuristic_search_algo(False)
     if workload == "mlp_train":
         shapes = ((MLP_B, MLP_W), (MLP_B,))
     else:
@@ -253,7 +259,7 @@ def _onnxruntime(workload, model_dir):
     return lambda: sess.run(None, {name: x})
 
 
-def worker(framework, workload, threads, model_dir, cache_dir, device, lenet_batch):
+def worker(framework, workload, threads, model_dir, cache_dir, device, lenet_batch, cudnn_benchmark):
     """Serve timing requests on stdin ("N" -> JSON list of N step times in seconds)."""
     global DEVICE, LENET_B
     DEVICE, LENET_B = device, lenet_batch
@@ -262,6 +268,8 @@ def worker(framework, workload, threads, model_dir, cache_dir, device, lenet_bat
     import torch
     if threads:
         torch.set_num_threads(threads)
+    if cudnn_benchmark and framework.startswith("torch"):
+        torch.backends.cudnn.benchmark = True
     start = time.perf_counter()
     if framework.startswith("graphfront"):
         mode = framework.split("-")[1]
@@ -274,7 +282,7 @@ def worker(framework, workload, threads, model_dir, cache_dir, device, lenet_bat
                   flush=True)
             return
         step = (_graphfront_serve(workload, mode, model_dir) if workload.endswith("predict")
-                else _graphfront_train(workload, mode))
+                else _graphfront_train(workload, mode, cudnn_benchmark))
     elif framework.startswith("torch"):
         step = _torch(workload, {"torch-eager": False, "torch-compile": True}.get(framework, "reduce-overhead"))
     elif framework == "jax-jit":
@@ -345,7 +353,8 @@ def run(workload, args, model_dir):
     cache = tempfile.mkdtemp(prefix="graphfront-cache-")
     for f in list(frameworks):  # started one after the other: each compiles alone
         procs[f] = subprocess.Popen([sys.executable, __file__, "--worker", f, workload, str(args.threads), model_dir,
-                                     cache, args.device, str(args.lenet_batch)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+                                     cache, args.device, str(args.lenet_batch), str(int(args.cudnn_benchmark))],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         first = _reply(procs[f], f)
         if "skip" in first:
             print(f"{workload}: skipping {f}: {first['skip']}")
@@ -383,8 +392,9 @@ def run(workload, args, model_dir):
 
 def main(argv=None):
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _, _, framework, workload, threads, model_dir, cache, device, lenet_batch = sys.argv
-        return worker(framework, workload, int(threads), model_dir, cache, device, int(lenet_batch))
+        _, _, framework, workload, threads, model_dir, cache, device, lenet_batch, cudnn_benchmark = sys.argv
+        return worker(framework, workload, int(threads), model_dir, cache, device, int(lenet_batch),
+                      cudnn_benchmark == "1")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--only", default="", help="comma-separated frameworks to run (default: all)")
@@ -394,6 +404,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads of the torch-based workers")
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where the train workloads run")
     p.add_argument("--lenet-batch", type=int, default=LENET_B, help="lenet_train's batch size")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="cuDNN times its convolution algorithms at the first call, on every side")
     args = p.parse_args(argv)
     args.only = [f for f in args.only.split(",") if f]
     if args.device == "gpu" and any(w.endswith("predict") for w in args.workloads.split(",")):

@@ -76,7 +76,7 @@ def _recorded(fn):
 def _meta_fused_sgd(*tensor_lists, found_inf, **_):
     """``torch._fused_sgd_`` on the meta device: checks that every tensor it would read or
     write is on the device (its meta kernel, a no-op, checks nothing), writes nothing."""
-    off = [t.device for ts in tensor_lists for t in ts] + [found_inf.device]
+    off = [t.device for ts in tensor_lists for t in ts] + ([] if found_inf is None else [found_inf.device])
     assert set(off) == {META}, f"torch._fused_sgd_ given tensors on {set(off)}"
 
 

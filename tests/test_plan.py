@@ -138,6 +138,43 @@ def test_multi_tensor_updates_match_single_updates(kind, lr_on_host):
 
 
 @pytest.mark.parametrize("kind", ["sgd", "momentum"])
+@pytest.mark.parametrize("layout", ["same", "channels_last_model"])
+def test_multi_tensor_updates_read_each_tensor_once_with_a_host_learning_rate(kind, layout):
+    """With a learning rate the host reads and only ``scale`` and ``l2`` regularizing (the
+    usual momentum SGD with L2 decay), the update is one call of PyTorch's fused SGD kernel
+    on the diffs themselves, nothing computed beside it: its results equal the
+    single-tensor ops' (``m = beta m - lr (scale d + l2 w); w += m``, SGD ``w -= lr (scale d
+    + l2 w)``) to a few float32 roundings, a contiguous diff of a channels-last model (a
+    CPU convolution weight) is read in the model's layout, and no diff is written."""
+    attrs = {"scale": 0.5, "l1": 0.0, "l2": 0.02, "weight_decay": 0.0}
+    state = ("momentum",) if kind == "momentum" else ()
+    if kind == "momentum":
+        attrs["beta"] = 0.9
+    g = torch.Generator().manual_seed(2)
+    models, diffs, moms = ([torch.randn(4, 3, 2, 2, generator=g) for _ in range(3)] for _ in range(3))
+    single = _kernel(f"{kind}_update", 1, attrs, state)
+    multi = _kernel(f"multi_tensor_{kind}_update", 3, attrs, state)
+    ref_m, ref_s = [m.clone() for m in models], [s.clone() for s in moms]
+    for i in range(3):
+        single(*([ref_m[i], diffs[i]] + ([ref_s[i]] if state else []) + [torch.tensor([0.1]), None, None]))
+    fmt = torch.channels_last if layout == "channels_last_model" else torch.contiguous_format
+    got_m, got_s = ([t.clone(memory_format=fmt) for t in ts] for ts in (models, moms))
+    diffs_before = [d.clone() for d in diffs]
+    calls = _AtenCalls()
+    with calls:
+        multi(*([got_m, diffs] + ([got_s] if state else []) + [torch.tensor([0.1]), None, None]))
+    assert calls.count["_fused_sgd_"] == 1
+    assert not any(name.startswith("_foreach") for name in calls.count), calls.count
+    assert calls.count["copy_"] == (3 if layout == "channels_last_model" else 0)   # (the diffs, into that layout)
+    assert all(t.is_contiguous(memory_format=fmt) for t in got_m + got_s)
+    bound = 4 * torch.finfo(torch.float32).eps * max(t.abs().max() for t in models + moms + ref_m + ref_s)
+    for got, want in zip(got_m + (got_s if state else []), ref_m + (ref_s if state else [])):
+        assert (got - want).abs().max() <= bound
+    for a, b in zip(diffs, diffs_before):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "momentum"])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.03])
 def test_multi_tensor_updates_skip_on_the_device_without_host_reads_or_copies(kind, weight_decay):
     """With a ``skip_if`` on a device (never read on the host) the update skips inside

@@ -35,7 +35,9 @@ op type                            origin   computes
 ``folded_constant``                gf       a constant tensor: the value of a folded
                                             subgraph (see below)
 ``multi_tensor_sgd_update``        OneFlow  ``sgd_update`` over lists of models/grads in
-                                            one ``torch._foreach_*`` sequence
+                                            PyTorch's fused SGD kernel (a
+                                            ``torch._foreach_*`` sequence with decoupled
+                                            ``weight_decay``)
 ``multi_tensor_momentum_update``   OneFlow  ``momentum_update`` likewise
 ``multi_scalar_mul_by_tensor``     gf       ``y_i = x_i * scalar`` for every ``x_i``, each
                                             cast to the scalar's dtype first where
@@ -632,22 +634,39 @@ def _meta_kernels():
 _META_KERNELS = _meta_kernels()
 
 
-def _fused_sgd_skippable(models, steps, moms, skip_if, beta=0.0):
-    """PyTorch's fused SGD kernel (``torch._fused_sgd_``) as a skippable multi-tensor update
-    that leaves every tensor untouched inside the kernel when ``skip_if`` is nonzero (its
-    ``found_inf``): no host read, no copy or select of the variables. ``steps`` (``lr * g``)
-    are new tensors (the kernel may write them). Not in a step traced by the native
-    lowering (Inductor cannot call the kernel), which selects instead and fuses the selects.
+def _fused_sgd(models, diffs, moms, lr, attrs, skip_if, beta=0.0):
+    """OneFlow's SGD update (``w -= lr * g``) or, with ``moms``, its momentum update (``mom =
+    beta * mom - lr * g; w += mom``), ``g = scale * diff (* scale_by_tensor) + l1 * sign(w) +
+    l2 * w``, in PyTorch's fused SGD kernel (``torch._fused_sgd_``, the kernel of
+    ``torch.optim.SGD(fused=True)``): one pass reading each diff, model and momentum once
+    and writing the model and momentum (separate multi-tensor calls would pass over them
+    four times).
+    ``attrs``: ``(scale, l1, l2, scale_by_tensor)``. A nonzero ``skip_if`` (the kernel's
+    ``found_inf``) leaves every tensor untouched inside the kernel: no host read, no copy or
+    select of the variables. The diffs are never written.
 
-    With ``moms``: ``mom = beta * mom - step; w += mom`` (OneFlow's momentum update, as the
-    kernel's ``buf = beta * buf + (1 - 2) * step`` and ``w -= (-1) * buf``); without:
-    ``w -= step`` (OneFlow's SGD update).
+    The kernel computes ``g' = grad + weight_decay * w``, ``buf = momentum * buf + (1 -
+    dampening) * g'`` and ``w -= lr * buf`` (``w -= lr * g'`` without momentum). With a
+    learning rate the host reads, ``grad`` is the diff itself, ``weight_decay = l2 / scale``
+    and the learning rate ``lr * scale`` (``dampening = 1 + lr * scale``, kernel ``lr = -1``
+    with momentum), where there is no ``l1`` or ``scale_by_tensor``; otherwise ``grad`` is
+    the step ``lr * g``, computed first (``dampening = 2``). Not in a step traced by the
+    native lowering (Inductor cannot call the kernel).
     """
-    steps = [_strided_like(t, m) for t, m in zip(steps, models)]
+    scale, l1, l2, scale_by_tensor = attrs
+    direct = isinstance(lr, float) and not l1 and scale_by_tensor is None and scale != 0 and all(
+        d.dtype == m.dtype for m, d in zip(models, diffs))
+    if direct:
+        grads, rate, decay = diffs, lr * scale, l2 / scale
+    else:
+        g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
+        grads, rate, decay = torch._foreach_mul(g, lr), 1.0, 0.0
+    grads = [_strided_like(t, m) for t, m in zip(grads, models)]
     bufs = [_strided_like(b, m) for b, m in zip(moms, models)]
-    torch._fused_sgd_(models, steps, bufs, weight_decay=0.0, momentum=beta if moms else 0.0,
-                      lr=-1.0 if moms else 1.0, dampening=2.0 if moms else 0.0, nesterov=False, maximize=False,
-                      is_first_step=False, found_inf=(skip_if.reshape(()) != 0).float())
+    torch._fused_sgd_(models, grads, bufs, weight_decay=decay, momentum=beta if moms else 0.0,
+                      lr=-1.0 if moms else rate, dampening=1.0 + rate if moms else 0.0, nesterov=False,
+                      maximize=False, is_first_step=False,
+                      found_inf=None if skip_if is None else (skip_if.reshape(()) != 0).float())
     for b, used in zip(moms, bufs):
         if used is not b:
             b.copy_(used)
@@ -667,10 +686,10 @@ def _multi_sgd_kernel(k):
         if plain and isinstance(lr, float) and not select:
             torch._foreach_add_(models, diffs, alpha=-lr * scale)
             return None
-        g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
-        if select and not wd and not torch.compiler.is_compiling():
-            _fused_sgd_skippable(models, torch._foreach_mul(g, lr), [], skip_if)
+        if not wd and not torch.compiler.is_compiling():
+            _fused_sgd(models, diffs, [], lr, (scale, l1, l2, scale_by_tensor), skip_if if select else None)
             return None
+        g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
         if wd:
             g = torch._foreach_add(g, models, alpha=wd)
         if isinstance(lr, float):
@@ -693,10 +712,10 @@ def _multi_momentum_kernel(k):
             return None
         select = _selects(skip_if)   # (skipped in the fused kernel, or new tensors selected at the end)
         lr = _host_lr(lr, lr_val)
-        g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
-        if select and not wd and not torch.compiler.is_compiling():
-            _fused_sgd_skippable(models, torch._foreach_mul(g, lr), moms, skip_if, beta)
+        if not wd and not torch.compiler.is_compiling():
+            _fused_sgd(models, diffs, moms, lr, (scale, l1, l2, scale_by_tensor), skip_if if select else None, beta)
             return None
+        g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
         decay = None
         if wd:  # lr * wd * w, from the weights before this step
             decay = torch._foreach_mul(models, wd)
@@ -967,11 +986,12 @@ _LR = ["learning_rate?", "scale_by_tensor?", "skip_if?"]
 
 op("multi_tensor_sgd_update", inputs=["model*", "model_diff*"] + _LR, outputs=[], attrs=_UPDATE_ATTRS,
    infer=_multi_infer(), kernel=_multi_sgd_kernel, no_grad=True, mutates=("model",), xla=_multi_update_xla(False),
-   doc="sgd_update over every (model, model_diff) pair in torch._foreach_* calls")
+   doc="sgd_update over every (model, model_diff) pair in PyTorch's fused SGD kernel or torch._foreach_* calls")
 op("multi_tensor_momentum_update", inputs=["model*", "model_diff*", "momentum*"] + _LR, outputs=[],
    attrs={**_UPDATE_ATTRS, "beta": ("float", 0.9)}, infer=_multi_infer(("momentum",)),
    kernel=_multi_momentum_kernel, no_grad=True, mutates=("model", "momentum"), xla=_multi_update_xla(True),
-   doc="momentum_update over every (model, model_diff, momentum) triple in torch._foreach_* calls")
+   doc="momentum_update over every (model, model_diff, momentum) triple in PyTorch's fused SGD kernel or "
+       "torch._foreach_* calls")
 op("multi_tensor_adam_update", inputs=["model*", "model_diff*", "m*", "v*", "max_v*"] + _LR + ["train_step?"],
    outputs=[], attrs={"learning_rate_val": ("float", 0.0), "scale": ("double", 1.0), "beta1": ("float", 0.9),
                       "beta2": ("float", 0.999), "epsilon": ("float", 0.0), "weight_decay": ("float", 0.0),

@@ -176,12 +176,14 @@ def test_multi_tensor_updates_read_each_tensor_once_with_a_host_learning_rate(ki
 
 @pytest.mark.parametrize("kind", ["sgd", "momentum"])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.03])
-def test_multi_tensor_updates_skip_on_the_device_without_host_reads_or_copies(kind, weight_decay):
+@pytest.mark.parametrize("lr_on_host", [False, True])
+def test_multi_tensor_updates_skip_on_the_device_without_host_reads_or_copies(kind, weight_decay, lr_on_host):
     """With a ``skip_if`` on a device (never read on the host) the update skips inside
     PyTorch's fused SGD kernel, or (with weight decay) is computed into new tensors and
     selected into the variables: a nonzero flag leaves models and momenta bit for bit as
     they were though the gradients hold inf and NaN; a zero flag gives the in-place update
-    (no ``skip_if``) to float32 rounding."""
+    (no ``skip_if``) to float32 rounding. With the learning rate on the device the kernel
+    gets the step ``lr * g``; read by the host, the diffs themselves."""
     attrs = {"scale": 0.5, "l1": 0.0, "l2": 0.02, "weight_decay": weight_decay}
     state = ("momentum",) if kind == "momentum" else ()
     if kind == "momentum":
@@ -192,13 +194,14 @@ def test_multi_tensor_updates_skip_on_the_device_without_host_reads_or_copies(ki
     finite = [torch.randn(3, 2, generator=g) for _ in range(3)]
     overflowed = [d.clone() for d in finite]
     overflowed[0][1, 0], overflowed[2][0, 1] = float("inf"), float("nan")
-    lr, sbt = torch.tensor([0.1]), torch.tensor([0.25])
+    # (without scale_by_tensor, a learning rate on the host takes the diffs themselves)
+    lr, sbt = torch.tensor([0.1]), None if lr_on_host else torch.tensor([0.25])
     multi = _kernel(f"multi_tensor_{kind}_update", 3, attrs, state, extra=[("skip_if", flow.int64)])
 
     def run(diffs, skip_if, calls=contextlib.nullcontext()):
         m, s = [t.clone() for t in models], [t.clone() for t in moms]
         with calls:
-            multi(*([m, diffs] + ([s] if state else []) + [_NotCpu(lr), sbt, skip_if]))   # (lr on the device)
+            multi(*([m, diffs] + ([s] if state else []) + [lr if lr_on_host else _NotCpu(lr), sbt, skip_if]))
         return m + (s if state else [])
     before = models + (moms if state else [])
     calls = _AtenCalls()

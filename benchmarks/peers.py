@@ -34,6 +34,11 @@ per round, rotating the order each round, so that load from other processes hits
 side alike. Printed: per framework the median step time over all rounds, its ratio to
 the fastest peer and to graphfront, and each worker's first-call time (compile included;
 for ``native`` the Inductor cache directory is a fresh temporary one, so it is cold).
+
+A graphfront worker's CPU plan has glibc's ``malloc`` keep the host memory a step frees
+(``graphfront.runtime.plan.keep_freed_host_memory``); the other workers run with glibc's
+defaults. ``MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824`` in the
+environment gives every side the same settings (graphfront then leaves them as they are).
 """
 import argparse
 import json

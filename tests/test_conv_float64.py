@@ -14,7 +14,7 @@ import torch
 
 import graphfront as flow
 from graphfront import typing as tp
-from graphfront.ops.nn_ops import dense
+from graphfront.ops.nn_ops import channels_last, dense
 from graphfront.testing import autotest, oneof, random, random_bool, random_tensor
 
 FORMATS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
@@ -165,6 +165,16 @@ def test_dense_copies_only_strided_cpu_tensors():
     assert torch.equal(dense(one), one)
 
 
+def test_channels_last_restrides_one_channel_tensors_and_copies_the_others():
+    one = torch.randn(2, 1, 4, 5)
+    assert channels_last(one).stride() == (20, 1, 5, 1) and channels_last(one).data_ptr() == one.data_ptr()
+    assert torch.equal(channels_last(one), one)
+    many = torch.randn(2, 3, 4, 5, 6)
+    last = channels_last(many)
+    assert last.stride() == (360, 1, 90, 18, 3) and torch.equal(last, many)
+    assert channels_last(last) is last
+
+
 def test_nhwc_one_channel_strided_filter_gradient():
     """The AutoTest draw that found torch's channels_last path through an NHWC input with
     one channel: x (2, 6, 4, 1), w (2, 1, 1, 1), strides (2, 2), dilations (2, 1), VALID;
@@ -254,3 +264,57 @@ def test_padded_strided_1x1_kernels_get_contiguous_inputs_and_undilated_kernels(
     assert len(seen) >= 2
     assert all((standard(dy), standard(x), standard(w), stride, dilation) == (True, True, True, [2, 1], [1, 1])
                for dy, x, w, stride, dilation in seen), seen
+
+
+def _cl_strides(t):
+    """The strides of a channels-last tensor of ``t``'s shape."""
+    return torch.empty(t.shape, memory_format=torch.channels_last).stride()
+
+
+@pytest.mark.parametrize("cin", [1, 3])
+def test_one_channel_nchw_convolutions_run_channels_last_on_the_cpu(monkeypatch, cin):
+    """An NCHW float32 convolution of a one-channel input (LeNet's first layer) hands torch
+    channels-last x, w and dy (oneDNN's fast path; the one-channel x and w as views, no
+    copy); with more input channels x keeps its contiguous layout (the CPU stores every
+    NCHW convolution's weight channels-last anyway). Every gradient against
+    float64, over repeated steps."""
+    seen = _spy_convolution_backward(monkeypatch)
+    rng = np.random.default_rng(20261128)
+    x = rng.uniform(-1, 1, (4, cin, 12, 12)).astype(np.float32)
+    w0 = rng.uniform(-1, 1, (6, cin, 5, 5)).astype(np.float32)
+    v = rng.uniform(-1, 1, (4, 6, 12, 12)).astype(np.float32)
+    grads = {}
+    flow.clear_default_session()
+    cfg = flow.FunctionConfig()
+    cfg.default_placement_scope(flow.scope.placement("cpu", "0:0"))
+
+    @flow.global_function(type="train", function_config=cfg)
+    def job(x: tp.Numpy.Placeholder(x.shape), v: tp.Numpy.Placeholder(v.shape)) -> tp.Numpy:
+        xv = flow.get_variable("x", x.shape, initializer=flow.zeros_initializer())
+        w = flow.get_variable("w", w0.shape, initializer=flow.zeros_initializer())
+        y = flow.nn.conv2d(xv + x, w, [1, 1], "SAME", data_format="NCHW")
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(
+            flow.math.reduce_sum(flow.math.relu(y) * v))
+        flow.watch_diff(w, lambda g: grads.__setitem__("w", np.array(g)))
+        flow.watch_diff(xv, lambda g: grads.__setitem__("x", np.array(g)))
+        return y
+
+    flow.load_variables({"w": w0})
+    xt = torch.from_numpy(x).double().requires_grad_()
+    wt = torch.from_numpy(w0).double().requires_grad_()
+    ref = float64_conv(torch, xt, wt, [1, 1], [(2, 2), (2, 2)], [1, 1], 1, False).double()
+    (torch.relu(ref) * torch.from_numpy(v).double()).sum().backward()
+    # float32 error bound: a gradient element sums at most 4 * 12 * 12 = 576 (w) or
+    # 6 * 25 = 150 (x) products of values in [-1, 1]: |error| <= 576**2 * 2**-24 ~ 2e-2 worst
+    # case, ~576 * 2**-24 * sqrt(576) ~ 1e-3 for rounding errors that do not all align
+    for _ in range(3):
+        y = job(x, v)
+        np.testing.assert_allclose(y, ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(grads["w"], wt.grad.numpy(), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(grads["x"], xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    assert seen
+    for dy, xs, w, *_ in seen:
+        if cin == 1:
+            assert xs.stride() == _cl_strides(xs) and w.stride() == _cl_strides(w) and dy.stride() == _cl_strides(dy)
+        else:
+            assert xs.stride() == torch.empty(xs.shape).stride()

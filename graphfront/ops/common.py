@@ -268,7 +268,7 @@ def packed_empty_like(xs, dtype):
     return out
 
 
-_CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
 def in_layout_of(t, ref):
@@ -277,7 +277,7 @@ def in_layout_of(t, ref):
     is (no copy). A gradient kernel (``convolution_backward``, ``native_batch_norm_backward``)
     given an input and a gradient of different layouts converts inside, on a slower path,
     or copies both; the CPU's channels-last max pool makes such mixes in an NCHW job."""
-    last = _CHANNELS_LAST.get(ref.dim())
+    last = CHANNELS_LAST.get(ref.dim())
     fmt = last if last is not None and ref.is_contiguous(memory_format=last) and not ref.is_contiguous() \
         else torch.contiguous_format
     return t if t.is_contiguous(memory_format=fmt) else t.contiguous(memory_format=fmt)

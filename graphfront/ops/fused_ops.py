@@ -237,12 +237,15 @@ def _conv_grad_kernel(k):
     wshape = (dy_shape[1], x_desc.shape[1] // groups) + tuple(k.attr("kernel_size"))
     mask = [k.has_output("dx"), k.has_output("filter_diff"), k.has_output("bias_diff")]
     bias_sizes = [dy_shape[1]] if mask[2] else None
-    placeholder = None if k.has_input("filter") else torch.empty(wshape, dtype=x_desc.dtype.torch, device=k.device)
-    route = ConvRoute(k)
+    route = ConvRoute(k, x_desc)
     dense = route.dense
+    placeholder = None if k.has_input("filter") else \
+        dense(torch.empty(wshape, dtype=x_desc.dtype.torch, device=k.device))
 
     def fused_conv_grad(dy, w, x):
-        dx, dw, db = _aten.convolution_backward(dense(in_layout_of(dy, x)), dense(route.view(x)),
+        if not route.last:  # (else dense makes every operand channels-last)
+            dy = in_layout_of(dy, x)
+        dx, dw, db = _aten.convolution_backward(dense(dy), dense(route.view(x)),
                                                 placeholder if w is None else dense(w), bias_sizes, route.stride,
                                                 padding, dilation, False, [0] * n, groups, mask)
         if mask[0]:

@@ -123,6 +123,18 @@ def _as_is(t):
     return t
 
 
+def channels_last(t):
+    """``t`` (rank 4 or 5) with channels-last strides: a view where it is contiguous in that
+    layout already (a size-1 dim's stride addresses nothing), else a copy."""
+    fmt = common.CHANNELS_LAST[t.dim()]
+    if not t.is_contiguous(memory_format=fmt):
+        return t.contiguous(memory_format=fmt)
+    shape = (t.shape[0],) + tuple(t.shape[2:]) + (t.shape[1],)
+    perm = _standard_strides(shape)
+    strides = (perm[0], perm[-1]) + perm[1:-1]
+    return t if t.stride() == strides else t.as_strided(t.shape, strides)
+
+
 def layout_for(k):
     """:func:`dense` for convolutions with a size-1 kernel dim of stride > 1 (torch's broken
     path), else the identity (other convolutions keep torch's own layout choice)."""
@@ -142,12 +154,24 @@ class ConvRoute:
     channels-first, several times faster for ResNet-50's shortcuts. Elsewhere the
     convolution is called as it is, through :func:`layout_for`'s :attr:`dense`.
 
+    A channels_first float32 convolution on the CPU of an input with one channel (LeNet's
+    first layer on its images) runs channels-last (:attr:`last`): such an input and its
+    filter are contiguous in both layouts and torch would pick its channels_first path.
+    Their channels-last strides are views, no copy; the output comes out channels-last,
+    the layout of the CPU max pool and convolutions after it. LeNet's first layer (5x5
+    SAME over 100x1x28x28 images, a 2-core x86-64 VM): the filter gradient 2.8 -> 1.6 ms,
+    the 2.4 ms copy of the output into the max pool's layout gone, the forward as fast.
+
     Attributes:
         stride: the strides to call torch with (a list of ints).
-        dense: :func:`dense` or the identity, for every tensor handed to torch.
+        dense: :func:`dense`, :func:`channels_last` or the identity, for every tensor handed
+            to torch.
+        last: whether :attr:`dense` is :func:`channels_last`.
     """
 
-    def __init__(self, k):
+    def __init__(self, k, x):
+        """``k``: the conv op's kernel context; ``x``: the TensorDesc of its input (or of the
+        input whose gradient it computes)."""
         sizes, strides, pads = k.attr("kernel_size"), k.attr("strides"), k.attr("padding_before")
         steps = [s if size == 1 and s > 1 else 1 for size, s in zip(sizes, strides)]
         routed = k.device.type == "cpu" and any(step > 1 for step in steps) and \
@@ -156,6 +180,10 @@ class ConvRoute:
         self._index = (slice(None), slice(None)) + tuple(slice(None, None, step) for step in steps) if routed \
             else None
         self.dense = _as_is if routed else layout_for(k)
+        self.last = k.device.type == "cpu" and not routed and self.dense is _as_is and len(sizes) in (2, 3) and \
+            k.attr("data_format") == "channels_first" and x.shape[1] == 1 and x.dtype.torch == torch.float32
+        if self.last:
+            self.dense = channels_last
 
     def view(self, x):
         """The positions of ``x`` (channels_first, rank n + 2) the convolution reads."""
@@ -175,7 +203,7 @@ def _conv_kernel(n):
     conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[n]
 
     def make(k):
-        route = ConvRoute(k)
+        route = ConvRoute(k, k.input("in"))
         args = dict(stride=route.stride, padding=k.attr("padding_before"), dilation=torch_dilation(k),
                     groups=k.attr("groups"))
         dense, read = route.dense, route.view
@@ -270,14 +298,14 @@ def _conv_backward_args(k):
 def _conv_data_grad_kernel(k):
     n, a = _conv_backward_args(k)
     first = k.attr("data_format") == "channels_first"
-    route = ConvRoute(k)
+    route = ConvRoute(k, k.input("x_like"))
     dense = route.dense
 
     def data_grad(dy, w, x_like, add_to):
         if not first:
             dy, w, x_like = _to_first(dy, n), _to_first(w, n), _to_first(x_like, n)
-        dx = _aten.convolution_backward(dense(dy), route.view(x_like), dense(w), None, route.stride, a["padding"],
-                                        a["dilation"], False, a["output_padding"], a["groups"],
+        dx = _aten.convolution_backward(dense(dy), dense(route.view(x_like)), dense(w), None, route.stride,
+                                        a["padding"], a["dilation"], False, a["output_padding"], a["groups"],
                                         [True, False, False])[0]
         dx = route.scatter(dx, x_like)
         dx = dx if first else _to_last(dx, n)
@@ -291,7 +319,7 @@ def _conv_filter_grad_kernel(k):
     # (only its shape, dtype and memory layout matter: channels-last, its filter's, for an
     # NHWC job, so the gradient comes out laid out as the variable)
     placeholder = torch.empty(k.output("filter_diff").shape, dtype=k.input("x").dtype.torch, device=k.device)
-    route = ConvRoute(k)
+    route = ConvRoute(k, k.input("x"))
     dense = route.dense
     if not first:
         placeholder = dense(_to_first(placeholder, n))

@@ -143,13 +143,17 @@ def test_multi_tensor_updates_match_single_updates(kind, lr_on_host):
 
 @pytest.mark.parametrize("kind", ["sgd", "momentum"])
 @pytest.mark.parametrize("layout", ["same", "channels_last_model"])
-def test_multi_tensor_updates_read_each_tensor_once_with_a_host_learning_rate(kind, layout):
-    """With a learning rate the host reads and only ``scale`` and ``l2`` regularizing (the
-    usual momentum SGD with L2 decay), the update is one call of PyTorch's fused SGD kernel
-    on the diffs themselves, nothing computed beside it: its results equal the
-    single-tensor ops' (``m = beta m - lr (scale d + l2 w); w += m``, SGD ``w -= lr (scale d
-    + l2 w)``) to a few float32 roundings, a contiguous diff of a channels-last model (a
-    CPU convolution weight) is read in the model's layout, and no diff is written."""
+@pytest.mark.parametrize("lr_on_host", [True, False])
+def test_multi_tensor_updates_read_each_tensor_once(kind, layout, lr_on_host):
+    """With only ``scale`` and ``l2`` regularizing (the usual momentum SGD with L2 decay),
+    the update is one call of PyTorch's fused SGD kernel on the diffs themselves, nothing
+    computed beside it, with a learning rate the host reads, and for SGD with one on the
+    device too (the kernel's tensor learning rate); momentum with a learning rate on the
+    device first computes the step ``lr * g`` (the l2 term added into new tensors, which
+    are then multiplied in place). The results
+    equal the single-tensor ops' (``m = beta m - lr (scale d + l2 w); w += m``, SGD ``w -=
+    lr (scale d + l2 w)``) to a few float32 roundings, a contiguous diff of a channels-last
+    model (a CPU convolution weight) is read in the model's layout, and no diff is written."""
     attrs = {"scale": 0.5, "l1": 0.0, "l2": 0.02, "weight_decay": 0.0}
     state = ("momentum",) if kind == "momentum" else ()
     if kind == "momentum":
@@ -165,11 +169,15 @@ def test_multi_tensor_updates_read_each_tensor_once_with_a_host_learning_rate(ki
     got_m, got_s = ([t.clone(memory_format=fmt) for t in ts] for ts in (models, moms))
     diffs_before = [d.clone() for d in diffs]
     calls = _AtenCalls()
+    lr = torch.tensor([0.1])
     with calls:
-        multi(*([got_m, diffs] + ([got_s] if state else []) + [torch.tensor([0.1]), None, None]))
+        multi(*([got_m, diffs] + ([got_s] if state else []) + [lr if lr_on_host else _NotCpu(lr), None, None]))
+    step = not lr_on_host and kind == "momentum"
     assert calls.count["_fused_sgd_"] == 1
-    assert not any(name.startswith("_foreach") for name in calls.count), calls.count
-    assert calls.count["copy_"] == (3 if layout == "channels_last_model" else 0)   # (the diffs, into that layout)
+    assert {name: n for name, n in calls.count.items() if name.startswith("_foreach")} == \
+        ({"_foreach_add": 1, "_foreach_mul_": 1} if step else {}), calls.count
+    # (the diffs, or the step, into the model's layout)
+    assert calls.count["copy_"] == (3 if layout == "channels_last_model" else 0)
     assert all(t.is_contiguous(memory_format=fmt) for t in got_m + got_s)
     bound = 4 * torch.finfo(torch.float32).eps * max(t.abs().max() for t in models + moms + ref_m + ref_s)
     for got, want in zip(got_m + (got_s if state else []), ref_m + (ref_s if state else [])):

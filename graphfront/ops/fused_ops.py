@@ -572,10 +572,10 @@ def _multi_infer(state=()):
     return infer
 
 
-def _grads(models, diffs, scale, l1, l2, scale_by_tensor):
-    """The regularized gradients ``diff * scale (* scale_by_tensor) + l1 * sign(w) + l2 * w``:
-    the first term that applies makes new tensors, the later ones write those (the diffs
-    are never written)."""
+def _grads(models, diffs, scale, l1, l2, scale_by_tensor, rate=None):
+    """The regularized gradients ``diff * scale (* scale_by_tensor) + l1 * sign(w) + l2 * w``
+    (times ``rate``, a float or 0-d tensor, where given): the first term that applies makes
+    new tensors, the later ones write those (the diffs are never written)."""
     g = [d if d.dtype == m.dtype else d.to(m.dtype) for m, d in zip(models, diffs)]
     fresh = False
 
@@ -593,6 +593,8 @@ def _grads(models, diffs, scale, l1, l2, scale_by_tensor):
         apply("add", torch._foreach_sign(models), alpha=l1)
     if l2:
         apply("add", models, alpha=l2)
+    if rate is not None:
+        apply("mul", rate)
     return g
 
 
@@ -649,21 +651,24 @@ def _fused_sgd(models, diffs, moms, lr, attrs, skip_if, beta=0.0):
     select of the variables. The diffs are never written.
 
     The kernel computes ``g' = grad + weight_decay * w``, ``buf = momentum * buf + (1 -
-    dampening) * g'`` and ``w -= lr * buf`` (``w -= lr * g'`` without momentum). With a
-    learning rate the host reads, ``grad`` is the diff itself, ``weight_decay = l2 / scale``
-    and the learning rate ``lr * scale`` (``dampening = 1 + lr * scale``, kernel ``lr = -1``
-    with momentum), where there is no ``l1`` or ``scale_by_tensor``; otherwise ``grad`` is
-    the step ``lr * g``, computed first (``dampening = 2``). Not in a step traced by the
-    native lowering (Inductor cannot call the kernel).
+    dampening) * g'`` and ``w -= lr * buf`` (``w -= lr * g'`` without momentum). With
+    ``s = scale`` (1 where it is 0), ``g = s * (d + l2 / s * w)`` where ``d = scale / s *
+    diff (* scale_by_tensor) + l1 / s * sign(w)`` is the diff itself when only ``scale``
+    and ``l2`` apply. SGD passes ``grad = d``, ``weight_decay = l2 / s`` and the learning
+    rate ``lr * s`` (a float, or a tensor on the device); momentum the same with a float
+    learning rate (``dampening = 1 + lr * s``, kernel ``lr = -1``). Momentum with a tensor
+    learning rate passes the step ``lr * g`` (``dampening = 2``): the kernel's buffer cannot
+    take a learning rate that changes. Not in a step traced by the native lowering
+    (Inductor cannot call the kernel).
     """
     scale, l1, l2, scale_by_tensor = attrs
-    direct = isinstance(lr, float) and not l1 and scale_by_tensor is None and scale != 0 and all(
-        d.dtype == m.dtype for m, d in zip(models, diffs))
-    if direct:
-        grads, rate, decay = diffs, lr * scale, l2 / scale
+    s = scale or 1.0
+    if isinstance(lr, float) or not moms:
+        grads = _grads(models, diffs, scale / s, l1 / s, 0.0, scale_by_tensor)
+        rate, decay = lr if s == 1.0 else lr * s, l2 / s
     else:
-        g = _grads(models, diffs, scale, l1, l2, scale_by_tensor)
-        grads, rate, decay = torch._foreach_mul(g, lr), 1.0, 0.0
+        grads = _grads(models, diffs, scale / s, l1 / s, l2 / s, scale_by_tensor, lr if s == 1.0 else lr * s)
+        rate, decay = 1.0, 0.0
     grads = [_strided_like(t, m) for t, m in zip(grads, models)]
     bufs = [_strided_like(b, m) for b, m in zip(moms, models)]
     torch._fused_sgd_(models, grads, bufs, weight_decay=decay, momentum=beta if moms else 0.0,

@@ -154,9 +154,10 @@ class ConvRoute:
     channels-first, several times faster for ResNet-50's shortcuts. Elsewhere the
     convolution is called as it is, through :func:`layout_for`'s :attr:`dense`.
 
-    A channels_first float32 convolution on the CPU of an input with one channel (LeNet's
-    first layer on its images) runs channels-last (:attr:`last`): such an input and its
-    filter are contiguous in both layouts and torch would pick its channels_first path.
+    A channels_first float32 2-D convolution on the CPU of an input with one channel
+    (LeNet's first layer on its images) runs channels-last (:attr:`last`) where oneDNN runs
+    it (not a single small image): such an input and its filter are contiguous in both
+    layouts and torch would pick its channels_first path.
     Their channels-last strides are views, no copy; the output comes out channels-last,
     the layout of the CPU max pool and convolutions after it. LeNet's first layer (5x5
     SAME over 100x1x28x28 images, a 2-core x86-64 VM): the filter gradient 2.8 -> 1.6 ms,
@@ -180,8 +181,12 @@ class ConvRoute:
         self._index = (slice(None), slice(None)) + tuple(slice(None, None, step) for step in steps) if routed \
             else None
         self.dense = _as_is if routed else layout_for(k)
-        self.last = k.device.type == "cpu" and not routed and self.dense is _as_is and len(sizes) in (2, 3) and \
-            k.attr("data_format") == "channels_first" and x.shape[1] == 1 and x.dtype.torch == torch.float32
+        # (torch's rule for oneDNN over its direct kernel, faster for a single small image:
+        # ConvParams::use_mkldnn in aten/src/ATen/native/Convolution.cpp)
+        onednn = x.shape[0] > 1 or min(sizes) > 3 or math.prod(x.shape) > 20480
+        self.last = k.device.type == "cpu" and not routed and self.dense is _as_is and len(sizes) == 2 and \
+            k.attr("data_format") == "channels_first" and x.shape[1] == 1 and x.dtype.torch == torch.float32 and \
+            onednn
         if self.last:
             self.dense = channels_last
 

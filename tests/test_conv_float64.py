@@ -318,3 +318,59 @@ def test_one_channel_nchw_convolutions_run_channels_last_on_the_cpu(monkeypatch,
             assert xs.stride() == _cl_strides(xs) and w.stride() == _cl_strides(w) and dy.stride() == _cl_strides(dy)
         else:
             assert xs.stride() == torch.empty(xs.shape).stride()
+
+
+@pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("shapes", [((2, 1, 5, 4), (1, 1, 2, 3), [1, 2], (0, 0)),
+                                    ((4, 1, 10, 4), (5, 1, 2, 3), [1, 2], (1, 0)),
+                                    ((6, 1, 10, 3), (1, 1, 4, 3), [1, 3], (2, 1))],
+                         ids=["2x1x5x4", "4x1x10x4-padded", "6x1x10x3"])
+def test_one_channel_convolution_with_a_strided_size_1_output_dim(fmt, shapes):
+    """torch 2.13's channels-last CPU convolution of a one-channel input writes garbage
+    where an output dim of size 1 has stride > 1 (found by the conv2d AutoTest; NHWC
+    inputs with one channel reach that path by permuting): such convolutions run on
+    channels-first strides. Forward against float64 in both data formats."""
+    x_shape, w_shape, strides, pads = shapes
+    last = fmt == "NHWC"
+    # (values of their own per format: the garbage is whatever the output's memory held,
+    # which may be another test's identical result)
+    rng = np.random.default_rng(3 + last)
+    x = rng.uniform(-1, 1, x_shape).astype(np.float32)
+    w = rng.uniform(-1, 1, w_shape).astype(np.float32)
+    # (NHWC arrays laid out as a user's are: a transposed view keeps the channel dim's
+    # channels-first stride, which numpy's contiguity ignores for a size-1 dim)
+    xf, wf = (a.transpose(0, 2, 3, 1).copy() for a in (x, w)) if last else (x, w)
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder(xf.shape), w: tp.Numpy.Placeholder(wf.shape)) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            return flow.nn.conv2d(x, w, strides, [[p, p] for p in pads], data_format=fmt)
+
+    ref = float64_conv(torch, torch.from_numpy(x), torch.from_numpy(w), strides, [(p, p) for p in pads], [1, 1], 1,
+                       False).double().numpy()
+    assert ref.shape[3] == 1
+    got = job(xf, wf)
+    # (each output sums at most 12 products of values in [-1, 1]: float32 error < 12 * 2**-24)
+    np.testing.assert_allclose(got.transpose(0, 3, 1, 2) if last else got, ref, rtol=0, atol=1e-6)
+
+
+def test_one_channel_ndhwc_convolution_with_a_strided_size_1_output_dim():
+    """The same torch fault in 3-D: an NDHWC one-channel input, its last output dim of size
+    1 with stride 3."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, (3, 1, 4, 5, 4)).astype(np.float32)
+    w = rng.uniform(-1, 1, (2, 1, 2, 2, 3)).astype(np.float32)
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3, 4, 5, 4, 1)), w: tp.Numpy.Placeholder((2, 2, 2, 3, 1))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            return flow.nn.conv3d(x, w, [2, 1, 3], "VALID", data_format="NDHWC")
+
+    ref = float64_conv(torch, torch.from_numpy(x), torch.from_numpy(w), [2, 1, 3], [(0, 0)] * 3, [1, 1, 1], 1,
+                       False).double().numpy()
+    assert ref.shape[2:] == (2, 4, 1)
+    got = job(x.transpose(0, 2, 3, 4, 1).copy(), w.transpose(0, 2, 3, 4, 1).copy())
+    # (each output sums 12 products of values in [-1, 1]: float32 error < 12 * 2**-24)
+    np.testing.assert_allclose(got.transpose(0, 4, 1, 2, 3), ref, rtol=0, atol=1e-6)

@@ -151,8 +151,10 @@ class ConvRoute:
     there, a strided view) with stride 1 there (:attr:`stride`). That keeps torch off its
     broken path (:func:`dense`) with the input in its own layout: torch copies only the
     positions read (channels-last stays channels-last) instead of all of ``x`` to
-    channels-first, several times faster for ResNet-50's shortcuts. Elsewhere the
-    convolution is called as it is, through :func:`layout_for`'s :attr:`dense`.
+    channels-first, several times faster for ResNet-50's shortcuts. A one-channel input
+    whose output has a size-1 dim with stride > 1 gets :func:`dense` (torch's channels-last
+    path computes garbage there). Elsewhere the convolution is called as it is, through
+    :func:`layout_for`'s :attr:`dense`.
 
     A channels_first float32 2-D convolution on the CPU of an input with one channel
     (LeNet's first layer on its images) runs channels-last (:attr:`last`) where oneDNN runs
@@ -180,13 +182,18 @@ class ConvRoute:
         self.stride = [1 if step > 1 else s for s, step in zip(strides, steps)] if routed else list(strides)
         self._index = (slice(None), slice(None)) + tuple(slice(None, None, step) for step in steps) if routed \
             else None
-        self.dense = _as_is if routed else layout_for(k)
+        first = k.attr("data_format") == "channels_first"
+        cin, spatial = (x.shape[1], x.shape[2:]) if first else (x.shape[-1], x.shape[1:-1])
+        # torch 2.13's channels-last CPU convolution of a one-channel input writes garbage
+        # where an output dim of size 1 has stride > 1 (an NHWC input with one channel)
+        single = cin == 1 and any(st > 1 and conv_out_size(size, kk, p, st, d) == 1 for size, kk, p, st, d in
+                                  zip(spatial, sizes, pads, self.stride, k.attr("dilation_rate")))
+        self.dense = dense if single else _as_is if routed else layout_for(k)
         # (torch's rule for oneDNN over its direct kernel, faster for a single small image:
         # ConvParams::use_mkldnn in aten/src/ATen/native/Convolution.cpp)
         onednn = x.shape[0] > 1 or min(sizes) > 3 or math.prod(x.shape) > 20480
         self.last = k.device.type == "cpu" and not routed and self.dense is _as_is and len(sizes) == 2 and \
-            k.attr("data_format") == "channels_first" and x.shape[1] == 1 and x.dtype.torch == torch.float32 and \
-            onednn
+            first and cin == 1 and x.dtype.torch == torch.float32 and onednn
         if self.last:
             self.dense = channels_last
 

@@ -175,6 +175,32 @@ def test_channels_last_restrides_one_channel_tensors_and_copies_the_others():
     assert channels_last(last) is last
 
 
+def _conv_train_job(x, w0, v, conv, device_tag=None):
+    """A train job returning ``y = conv(xv + x, w)`` and minimizing ``sum(y * v)`` (SGD,
+    learning rate 0) over variables ``xv`` (zeros) and ``w`` (``w0``), on the default
+    device or on ``device_tag``; the dict it returns beside the job receives the gradients
+    of ``w`` ("w") and ``xv`` ("x") at each call."""
+    grads = {}
+    flow.clear_default_session()
+    cfg = flow.FunctionConfig()
+    if device_tag is not None:
+        cfg.default_placement_scope(flow.scope.placement(device_tag, "0:0"))
+
+    @flow.global_function(type="train", function_config=cfg)
+    def job(x: tp.Numpy.Placeholder(x.shape), v: tp.Numpy.Placeholder(v.shape)) -> tp.Numpy:
+        xv = flow.get_variable("x", x.shape, initializer=flow.zeros_initializer())
+        w = flow.get_variable("w", w0.shape, initializer=flow.zeros_initializer())
+        y = conv(xv + x, w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(
+            flow.math.reduce_sum(y * v))
+        flow.watch_diff(w, lambda g: grads.__setitem__("w", np.array(g)))
+        flow.watch_diff(xv, lambda g: grads.__setitem__("x", np.array(g)))
+        return y
+
+    flow.load_variables({"w": w0})
+    return job, grads
+
+
 def test_nhwc_one_channel_strided_filter_gradient():
     """The AutoTest draw that found torch's channels_last path through an NHWC input with
     one channel: x (2, 6, 4, 1), w (2, 1, 1, 1), strides (2, 2), dilations (2, 1), VALID;
@@ -183,21 +209,8 @@ def test_nhwc_one_channel_strided_filter_gradient():
     x = rng.uniform(-1, 1, (2, 6, 4, 1)).astype(np.float32)
     w0 = rng.uniform(-1, 1, (2, 1, 1, 1)).astype(np.float32)
     v = rng.uniform(-1, 1, (2, 3, 2, 2)).astype(np.float32)
-    grads = {}
-    flow.clear_default_session()
-
-    @flow.global_function(type="train")
-    def job(x: tp.Numpy.Placeholder(x.shape), v: tp.Numpy.Placeholder(v.shape)) -> tp.Numpy:
-        xv = flow.get_variable("x", x.shape, initializer=flow.zeros_initializer())
-        w = flow.get_variable("w", w0.shape, initializer=flow.zeros_initializer())
-        y = flow.nn.conv2d(xv + x, w, [2, 2], "VALID", data_format="NHWC", dilations=[2, 1])
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(
-            flow.math.reduce_sum(y * v))
-        flow.watch_diff(w, lambda g: grads.__setitem__("w", np.array(g)))
-        flow.watch_diff(xv, lambda g: grads.__setitem__("x", np.array(g)))
-        return y
-
-    flow.load_variables({"w": w0})
+    job, grads = _conv_train_job(x, w0, v, lambda x, w: flow.nn.conv2d(x, w, [2, 2], "VALID", data_format="NHWC",
+                                                                       dilations=[2, 1]))
     xt = torch.from_numpy(x).double().requires_grad_()
     wt = torch.from_numpy(w0).double().requires_grad_()
     ref = float64_conv(torch, xt, wt, [2, 2], [(0, 0), (0, 0)], [2, 1], 1, True).double()
@@ -283,27 +296,12 @@ def test_one_channel_nchw_convolutions_run_channels_last_on_the_cpu(monkeypatch,
     x = rng.uniform(-1, 1, (4, cin, 12, 12)).astype(np.float32)
     w0 = rng.uniform(-1, 1, (6, cin, 5, 5)).astype(np.float32)
     v = rng.uniform(-1, 1, (4, 6, 12, 12)).astype(np.float32)
-    grads = {}
-    flow.clear_default_session()
-    cfg = flow.FunctionConfig()
-    cfg.default_placement_scope(flow.scope.placement("cpu", "0:0"))
-
-    @flow.global_function(type="train", function_config=cfg)
-    def job(x: tp.Numpy.Placeholder(x.shape), v: tp.Numpy.Placeholder(v.shape)) -> tp.Numpy:
-        xv = flow.get_variable("x", x.shape, initializer=flow.zeros_initializer())
-        w = flow.get_variable("w", w0.shape, initializer=flow.zeros_initializer())
-        y = flow.nn.conv2d(xv + x, w, [1, 1], "SAME", data_format="NCHW")
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(
-            flow.math.reduce_sum(flow.math.relu(y) * v))
-        flow.watch_diff(w, lambda g: grads.__setitem__("w", np.array(g)))
-        flow.watch_diff(xv, lambda g: grads.__setitem__("x", np.array(g)))
-        return y
-
-    flow.load_variables({"w": w0})
+    job, grads = _conv_train_job(x, w0, v, lambda x, w: flow.nn.conv2d(x, w, [1, 1], "SAME", data_format="NCHW"),
+                                 "cpu")
     xt = torch.from_numpy(x).double().requires_grad_()
     wt = torch.from_numpy(w0).double().requires_grad_()
     ref = float64_conv(torch, xt, wt, [1, 1], [(2, 2), (2, 2)], [1, 1], 1, False).double()
-    (torch.relu(ref) * torch.from_numpy(v).double()).sum().backward()
+    (ref * torch.from_numpy(v).double()).sum().backward()
     # float32 error bound: a gradient element sums at most 4 * 12 * 12 = 576 (w) or
     # 6 * 25 = 150 (x) products of values in [-1, 1]: |error| <= 576**2 * 2**-24 ~ 2e-2 worst
     # case, ~576 * 2**-24 * sqrt(576) ~ 1e-3 for rounding errors that do not all align

@@ -187,6 +187,34 @@ def test_multi_tensor_updates_read_each_tensor_once(kind, layout, lr_on_host):
 
 
 @pytest.mark.parametrize("kind", ["sgd", "momentum"])
+@pytest.mark.parametrize("lr_on_host", [True, False])
+@pytest.mark.parametrize("scale", [0.5, 0.0])
+def test_multi_tensor_updates_with_every_regularizer_match_the_single_updates(kind, lr_on_host, scale):
+    """``scale`` (0 included: the diffs drop out), ``scale_by_tensor``, ``l1`` and ``l2``
+    together, with the learning rate on the host or the device: the grouped update (PyTorch's
+    fused SGD kernel after the regularized gradient) equals three single-tensor updates
+    (OneFlow's formulas, term by term) to a few float32 roundings."""
+    attrs = {"scale": scale, "l1": 0.01, "l2": 0.02, "weight_decay": 0.0}
+    state = ("momentum",) if kind == "momentum" else ()
+    if kind == "momentum":
+        attrs["beta"] = 0.9
+    g = torch.Generator().manual_seed(3)
+    models, diffs, moms = ([torch.randn(3, 2, generator=g) for _ in range(3)] for _ in range(3))
+    lr, sbt = torch.tensor([0.1]), torch.tensor([1.5])
+    single = _kernel(f"{kind}_update", 1, attrs, state)
+    multi = _kernel(f"multi_tensor_{kind}_update", 3, attrs, state)
+    ref_m, ref_s = [m.clone() for m in models], [s.clone() for s in moms]
+    for i in range(3):
+        single(*([ref_m[i], diffs[i]] + ([ref_s[i]] if state else []) + [lr, sbt, None]))
+    got_m, got_s = [m.clone() for m in models], [s.clone() for s in moms]
+    multi(*([got_m, diffs] + ([got_s] if state else []) + [lr if lr_on_host else _NotCpu(lr), sbt, None]))
+    bound = 4 * torch.finfo(torch.float32).eps * max(t.abs().max() for t in models + moms + ref_m + ref_s)
+    for got, want, old in zip(got_m + (got_s if state else []), ref_m + (ref_s if state else []),
+                              models + (moms if state else [])):
+        assert (got - want).abs().max() <= bound and not torch.equal(got, old)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "momentum"])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.03])
 @pytest.mark.parametrize("lr_on_host", [False, True])
 def test_multi_tensor_updates_skip_on_the_device_without_host_reads_or_copies(kind, weight_decay, lr_on_host):

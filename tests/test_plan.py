@@ -112,8 +112,15 @@ def _kernel(op_type, n, attrs, state=(), extra=()):
 
 @pytest.mark.parametrize("kind", ["sgd", "momentum"])
 @pytest.mark.parametrize("lr_on_host", [True, False])
-def test_multi_tensor_updates_match_single_updates(kind, lr_on_host):
-    attrs = {"scale": 0.5, "l1": 0.01, "l2": 0.02, "weight_decay": 0.03}
+@pytest.mark.parametrize("weight_decay", [0.03, 0.0])
+@pytest.mark.parametrize("scale", [0.5, 0.0])
+def test_multi_tensor_updates_match_single_updates(kind, lr_on_host, weight_decay, scale):
+    """``scale`` (0 included: the diffs drop out), ``scale_by_tensor``, ``l1`` and ``l2``
+    together, with decoupled weight decay (the multi-tensor ops) or without (PyTorch's fused
+    SGD kernel after the regularized gradient), the learning rate on the host or the device:
+    the grouped update equals three single-tensor updates (OneFlow's formulas, term by term)
+    to a few float32 roundings, and never writes the diffs."""
+    attrs = {"scale": scale, "l1": 0.01, "l2": 0.02, "weight_decay": weight_decay}
     state = ("momentum",) if kind == "momentum" else ()
     if kind == "momentum":
         attrs["beta"] = 0.9
@@ -137,6 +144,10 @@ def test_multi_tensor_updates_match_single_updates(kind, lr_on_host):
         torch.testing.assert_close(a, b)
     for a, b in zip(got_s, ref_s):
         torch.testing.assert_close(a, b)
+    bound = 4 * torch.finfo(torch.float32).eps * max(t.abs().max() for t in models + moms + ref_m + ref_s)
+    for got, want, old in zip(got_m + (got_s if state else []), ref_m + (ref_s if state else []),
+                              models + (moms if state else [])):
+        assert (got - want).abs().max() <= bound and not torch.equal(got, old)
     for a, b in zip(diffs, diffs_before):
         assert torch.equal(a, b)  # gradients are never written
 
@@ -184,34 +195,6 @@ def test_multi_tensor_updates_read_each_tensor_once(kind, layout, lr_on_host):
         assert (got - want).abs().max() <= bound
     for a, b in zip(diffs, diffs_before):
         assert torch.equal(a, b)
-
-
-@pytest.mark.parametrize("kind", ["sgd", "momentum"])
-@pytest.mark.parametrize("lr_on_host", [True, False])
-@pytest.mark.parametrize("scale", [0.5, 0.0])
-def test_multi_tensor_updates_with_every_regularizer_match_the_single_updates(kind, lr_on_host, scale):
-    """``scale`` (0 included: the diffs drop out), ``scale_by_tensor``, ``l1`` and ``l2``
-    together, with the learning rate on the host or the device: the grouped update (PyTorch's
-    fused SGD kernel after the regularized gradient) equals three single-tensor updates
-    (OneFlow's formulas, term by term) to a few float32 roundings."""
-    attrs = {"scale": scale, "l1": 0.01, "l2": 0.02, "weight_decay": 0.0}
-    state = ("momentum",) if kind == "momentum" else ()
-    if kind == "momentum":
-        attrs["beta"] = 0.9
-    g = torch.Generator().manual_seed(3)
-    models, diffs, moms = ([torch.randn(3, 2, generator=g) for _ in range(3)] for _ in range(3))
-    lr, sbt = torch.tensor([0.1]), torch.tensor([1.5])
-    single = _kernel(f"{kind}_update", 1, attrs, state)
-    multi = _kernel(f"multi_tensor_{kind}_update", 3, attrs, state)
-    ref_m, ref_s = [m.clone() for m in models], [s.clone() for s in moms]
-    for i in range(3):
-        single(*([ref_m[i], diffs[i]] + ([ref_s[i]] if state else []) + [lr, sbt, None]))
-    got_m, got_s = [m.clone() for m in models], [s.clone() for s in moms]
-    multi(*([got_m, diffs] + ([got_s] if state else []) + [lr if lr_on_host else _NotCpu(lr), sbt, None]))
-    bound = 4 * torch.finfo(torch.float32).eps * max(t.abs().max() for t in models + moms + ref_m + ref_s)
-    for got, want, old in zip(got_m + (got_s if state else []), ref_m + (ref_s if state else []),
-                              models + (moms if state else [])):
-        assert (got - want).abs().max() <= bound and not torch.equal(got, old)
 
 
 @pytest.mark.parametrize("kind", ["sgd", "momentum"])

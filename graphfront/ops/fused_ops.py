@@ -663,11 +663,11 @@ def _fused_sgd(models, diffs, moms, lr, attrs, skip_if, beta=0.0):
     """
     scale, l1, l2, scale_by_tensor = attrs
     s = scale or 1.0
+    rate = lr if s == 1.0 else lr * s
     if isinstance(lr, float) or not moms:
-        grads = _grads(models, diffs, scale / s, l1 / s, 0.0, scale_by_tensor)
-        rate, decay = lr if s == 1.0 else lr * s, l2 / s
+        grads, decay = _grads(models, diffs, scale / s, l1 / s, 0.0, scale_by_tensor), l2 / s
     else:
-        grads = _grads(models, diffs, scale / s, l1 / s, l2 / s, scale_by_tensor, lr if s == 1.0 else lr * s)
+        grads = _grads(models, diffs, scale / s, l1 / s, l2 / s, scale_by_tensor, rate)
         rate, decay = 1.0, 0.0
     grads = [_strided_like(t, m) for t, m in zip(grads, models)]
     bufs = [_strided_like(b, m) for b, m in zip(moms, models)]

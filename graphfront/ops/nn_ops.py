@@ -333,8 +333,7 @@ def _conv_filter_grad_kernel(k):
     placeholder = torch.empty(k.output("filter_diff").shape, dtype=k.input("x").dtype.torch, device=k.device)
     route = ConvRoute(k, k.input("x"))
     dense = route.dense
-    if not first:
-        placeholder = dense(_to_first(placeholder, n))
+    placeholder = dense(placeholder if first else _to_first(placeholder, n))
 
     def filter_grad(dy, x):
         if not first:

@@ -673,6 +673,17 @@ def test_l2_normalize():
                lambda t: t / torch.sqrt(torch.clamp((t * t).sum(1, keepdim=True), min=0.1)), small)
 
 
+def test_l2_normalize_of_a_lone_element_is_its_sign_with_a_zero_gradient():
+    """Along an axis of size 1, y = x / |x| is exactly +-1 and dx exactly 0 (as in float64):
+    OneFlow's kernel divides by the rounded square root. Multiplying by ``rsqrt`` instead
+    rounds twice, and at small |x| its gradient's cancellation error (about
+    ``float32 eps * |dy| / |x|``) exceeds any fixed tolerance."""
+    x = np.array([[[8.496549e-3]], [[-3e-4]], [[0.7]], [[-1.9]]], np.float32) * np.ones((1, 1, 4), np.float32)
+    out, (dx,), _ = train(lambda v: flow.math.l2_normalize(v, axis=1), [x])
+    np.testing.assert_array_equal(out, np.sign(x))
+    np.testing.assert_array_equal(dx, np.zeros_like(x))
+
+
 # ----------------------------------------------------------------- where / masked_fill / tril
 
 def test_where_grads_with_broadcast():

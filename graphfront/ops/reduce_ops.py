@@ -643,7 +643,9 @@ op("multi_count_not_finite", inputs=["x*"], outputs=["y"], infer=_sum_infer(_dt.
                                                                            [_count_not_finite_xla(x) for x in xs])))
 
 
-# l2_normalize (x -> y, square_x_sum): y = x / sqrt(max(sum(x^2, axis), epsilon))
+# l2_normalize (x -> y, square_x_sum): y = x / sqrt(max(sum(x^2, axis), epsilon)), a division
+# by the rounded square root as OneFlow's kernel does (``x * rsqrt`` rounds twice: a lone
+# element along ``axis`` would not normalize to exactly +-1, nor its gradient cancel to 0)
 
 def _l2_normalize_infer(ctx):
     x = float_input(ctx, "x")
@@ -658,7 +660,7 @@ def _l2_normalize_kernel(k):
 
     def l2_normalize(x):
         ss = torch.sum(x * x, dim=axis, keepdim=True)
-        return x * torch.rsqrt(torch.clamp(ss, min=eps)), ss
+        return x / torch.sqrt(torch.clamp(ss, min=eps)), ss
     return l2_normalize
 
 
@@ -667,7 +669,7 @@ def _l2_normalize_xla(k):
 
     def l2_normalize(x):
         ss = (x * x).sum(axis=axis, keepdims=True)
-        return x * xla_rules.lax().rsqrt(xla_rules.jnp().maximum(ss, eps)), ss
+        return x / xla_rules.jnp().sqrt(xla_rules.jnp().maximum(ss, eps)), ss
     return l2_normalize
 
 
@@ -700,8 +702,8 @@ def _l2_normalize_onnx(c):
     x, d = c.input("x"), c.input_desc("x")
     axis = c.attr("axis") % len(d.shape)
     ss = reduce_node(c, "ReduceSum", c.node("Mul", [x, x]), [axis], 1, c.output("square_x_sum"))
-    inv = c.node("Reciprocal", [c.node("Sqrt", [c.node("Max", [ss, const_as(c, c.attr("epsilon"), d)])])])
-    c.node("Mul", [x, inv], [c.output("y")])
+    norm = c.node("Sqrt", [c.node("Max", [ss, const_as(c, c.attr("epsilon"), d)])])
+    c.node("Div", [x, norm], [c.output("y")])
 
 
 def _l2_normalize_grad_onnx(c):

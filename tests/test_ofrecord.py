@@ -53,6 +53,18 @@ def test_shards_round_trip_bit_identical(tmp_path):
     assert open(tmp_path / "copy", "rb").read() == b"".join(open(p, "rb").read() for p in paths)
 
 
+@pytest.mark.parametrize("n, parts", [(4, 3), (9, 4), (5, 5), (10, 3)])
+def test_every_shard_is_written_with_balanced_sizes(tmp_path, n, parts):
+    recs = _records(n)
+    with ShardWriter(str(tmp_path), n, data_part_num=parts) as w:
+        for r in recs:
+            w.write(r)
+    sizes = [len(list(iter_raw_records(p))) for p in shard_paths(str(tmp_path), parts)]
+    assert sum(sizes) == n and max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True), sizes
+    raws = [raw for p in shard_paths(str(tmp_path), parts) for raw in iter_raw_records(p)]
+    assert raws == [r.SerializeToString() for r in recs]
+
+
 def test_unpadded_shard_names_and_missing_shard(tmp_path):
     write_records(str(tmp_path / "part-0"), _records(1))
     assert shard_paths(str(tmp_path), 1) == [str(tmp_path / "part-0")]

@@ -134,9 +134,10 @@ def write_records(path, records) -> int:
 class ShardWriter:
     """Write a data set of ``num_records`` records as ``data_part_num`` shards.
 
-    Records ``0 .. n-1`` of a data set of ``n`` records go to shards in order, shard ``i``
-    receiving ``records_per_shard`` consecutive records (the last one the rest). Use as a
-    context manager::
+    Records ``0 .. n-1`` of a data set of ``n`` records go to the shards in order, each
+    shard receiving ``n // data_part_num`` consecutive records and the first ``n %
+    data_part_num`` shards one more, so that every shard file exists and holds at least one
+    record. Use as a context manager::
 
         with ShardWriter(out_dir, num_records=60000, data_part_num=4, part_name_suffix_length=5) as w:
             for image, label in data:
@@ -151,8 +152,8 @@ class ShardWriter:
         os.makedirs(data_dir, exist_ok=True)
         self.paths = [os.path.join(data_dir, shard_name(i, part_name_prefix, part_name_suffix_length))
                       for i in range(data_part_num)]
-        per = -(-num_records // data_part_num)
-        self._bounds = [min(per * (i + 1), num_records) for i in range(data_part_num)]
+        per, extra = divmod(num_records, data_part_num)
+        self._bounds = [per * (i + 1) + min(i + 1, extra) for i in range(data_part_num)]
         self._num_records = num_records
         self._written = 0
         self._shard = -1

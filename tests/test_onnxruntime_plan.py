@@ -9,6 +9,7 @@ with errors naming them; ``SessionOption.compile_mode = "auto"`` records its cho
 """
 import importlib.util
 import os
+import re
 import sys
 
 import numpy as np
@@ -241,6 +242,38 @@ def test_auto_falls_back_to_the_plan_and_says_why(tmp_path, serve_saved_model):
         option = flow.serving.SessionOption()
         option.compile_mode = "ort"
         flow.serving.InferenceSession(option)
+
+
+def test_auto_falls_back_for_system_ops_and_attrs_a_converter_refuses():
+    """"auto" runs the plan, never raises, for a system op without an ONNX form
+    (``constant_like_conf``) and for an op whose converter refuses its attrs (an NHWC batch
+    norm: ONNX's is NCHW); "onnxruntime" refuses both, naming them."""
+    x = np.random.default_rng(3).standard_normal((4, 3, 2, 2)).astype(np.float32)
+
+    def jobs(mode):
+        flow.clear_default_session()
+
+        @flow.global_function(type="predict", function_config=_config(mode))
+        def ones_like(a: tp.Numpy.Placeholder(x.shape, dtype=flow.float)) -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0"):
+                return flow.ones_like(a) + a
+
+        @flow.global_function(type="predict", function_config=_config(mode))
+        def nhwc_norm(a: tp.Numpy.Placeholder(x.shape, dtype=flow.float)) -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0"):
+                return flow.layers.batch_normalization(a, axis=3, name="bn")
+        return ones_like, nhwc_norm
+
+    ones_like, nhwc_norm = jobs("auto")
+    np.testing.assert_array_equal(ones_like(x), x + 1)
+    # the initial moving statistics (mean 0, variance 1) and OneFlow's default epsilon 0.001
+    np.testing.assert_allclose(nhwc_norm(x), x / np.sqrt(1.001), rtol=1e-6)
+    whys = (r"constant_like_conf \(op '.*'\)", "only axis=1")
+    for job, why in zip((ones_like, nhwc_norm), whys):
+        assert job.compiled_job.compile_mode == "plan" and re.search(why, job.compiled_job.fallback_reason)
+    for job, why in zip(jobs("onnxruntime"), whys):
+        with pytest.raises(JobBuildError, match=r"cannot use compile_mode\('onnxruntime'\): .*" + why):
+            job(x)
 
 
 def test_missing_onnxruntime_names_the_pip_extra(monkeypatch):

@@ -116,7 +116,19 @@ def _ort_plan(r, job):
 def _auto(r):
     job = export_job(r.user_job)
     r.fallback_reason = refusal(job)
-    return _plan(r) if r.fallback_reason else _ort_plan(r, job)
+    plan = None if r.fallback_reason else _converted(r, job)
+    return _plan(r) if plan is None else plan
+
+
+def _converted(r, job, providers=("CPUExecutionProvider",)):
+    """The OrtPlan of ``job``, or None with ``r.fallback_reason`` set where a converter
+    cannot express an op's attribute values (a training batch norm in a predict job)."""
+    r.session.init_variables(job)
+    try:
+        return OrtPlan(job, r.session, providers)
+    except JobBuildError as e:
+        r.fallback_reason = str(e)
+        return None
 
 
 def _xla_jit(r):
@@ -131,10 +143,9 @@ def _tensorrt(r):
     job = export_job(r.user_job)
     providers = fastest_providers()
     r.fallback_reason = refusal(job, gpu="CPUExecutionProvider" not in providers[:1])
-    if r.fallback_reason:
+    plan = None if r.fallback_reason else _converted(r, job, providers)
+    if plan is None:
         return _fell_back(r, "use_tensorrt")
-    r.session.init_variables(job)
-    plan = OrtPlan(job, r.session, providers)
     logger.info("job '%s': use_tensorrt(True) runs onnxruntime on %s", r.name, plan.provider)
     if plan.provider != "TensorrtExecutionProvider":
         _warn(f"job '{r.name}': use_tensorrt(True) runs onnxruntime on {plan.provider}: the "

@@ -26,7 +26,7 @@ from graphfront.framework.job_builder import TensorDesc
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops import registry
 from graphfront.passes import complete
-from graphfront.runtime.walk import ScheduleWalk
+from graphfront.runtime.walk import INTERFACE_KINDS, ScheduleWalk
 
 __all__ = ["export_job", "job_to_onnx", "convertible_op_types", "OnnxExportError", "DEFAULT_OPSET"]
 
@@ -246,11 +246,17 @@ def export_job(user_job):
 
 def missing_converters(ops) -> str | None:
     """The op types of ``ops`` without an ONNX converter, each with its op names
-    (``"lgamma (op 'a', 'b'); top_k (op 'c')"``), or None when every op has one."""
+    (``"lgamma (op 'a', 'b'); top_k (op 'c')"``), or None when every op has one. Of the
+    system ops, only the interface ops (inputs, variables, returns, watches) convert: any
+    other (``constant_like_conf``, ``sync_dynamic_resize_conf``, ...) is listed by its kind."""
     missing = {}
     for op in ops:
-        if jb.op_kind(op) == "user_conf" and registry.lookup(op.user_conf.op_type_name).onnx is None:
-            missing.setdefault(op.user_conf.op_type_name, []).append(op.name)
+        kind = jb.op_kind(op)
+        if kind == "user_conf":
+            if registry.lookup(op.user_conf.op_type_name).onnx is None:
+                missing.setdefault(op.user_conf.op_type_name, []).append(op.name)
+        elif kind not in INTERFACE_KINDS:
+            missing.setdefault(kind, []).append(op.name)
     if not missing:
         return None
     return "; ".join(f"{t} (op {', '.join(repr(n) for n in names)})" for t, names in sorted(missing.items()))

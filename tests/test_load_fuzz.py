@@ -38,7 +38,7 @@ def _leaves(msg):
     for field, value in msg.ListFields():
         if field.type == descriptor.FieldDescriptor.TYPE_MESSAGE:
             if field.message_type.GetOptions().map_entry:
-                for key in list(value):
+                for key in sorted(value):  # (a protobuf map's own order changes from process to process)
                     entry = value[key]
                     if hasattr(entry, "ListFields"):
                         yield from _leaves(entry)
@@ -52,6 +52,12 @@ def _leaves(msg):
                 yield msg, field, i
         else:
             yield msg, field, None
+
+
+def _serialized(msg, text=False):
+    """``msg`` in text format, or binary with its maps' entries in a fixed order (protobuf's
+    own map order changes from process to process, and with it the bytes a seed mutates)."""
+    return text_format.MessageToString(msg).encode() if text else msg.SerializePartialToString(deterministic=True)
 
 
 def _hostile_value(rng, field, payloads):
@@ -177,9 +183,8 @@ def test_fuzzed_job_files_load_or_raise_graphfront_errors(model, tmp_path):
 
     def mutant(i):
         if i % 3 == 2:
-            return _mutate_bytes(rng, text_format.MessageToString(job).encode() if i % 2 else job.SerializeToString())
-        mutant = _mutate_proto(rng, job, payloads)
-        return text_format.MessageToString(mutant).encode() if i % 2 else mutant.SerializePartialToString()
+            return _mutate_bytes(rng, _serialized(job, text=i % 2))
+        return _serialized(_mutate_proto(rng, job, payloads), text=i % 2)
     _fuzz(JOB_MUTANTS, mutant, path.write_bytes, lambda sess: sess.load_job(str(path)), marker)
 
 
@@ -197,8 +202,8 @@ def test_fuzzed_saved_models_load_or_raise_graphfront_errors(model, tmp_path):
 
     def mutant(i):
         if i % 3 == 2:
-            return _mutate_bytes(rng, model_proto.SerializeToString())
-        return _mutate_proto(rng, model_proto, payloads).SerializePartialToString()
+            return _mutate_bytes(rng, _serialized(model_proto))
+        return _serialized(_mutate_proto(rng, model_proto, payloads))
 
     def load(sess):
         sess.load_saved_model(str(work))
@@ -250,7 +255,15 @@ def test_invalid_utf8_names_and_negative_dims_in_job_files_are_named(model, tmp_
     data = job.SerializeToString().replace(variable.name.encode(), bad)
     path = tmp_path / "bad_utf8.pb"
     path.write_bytes(data)
-    with pytest.raises(flow.GraphfrontError, match=r"invalid op name b'\\xff\\xfe.*': it must be a str, received bytes"):
+    with pytest.raises(flow.GraphfrontError, match=r"bad_utf8.pb': net\.op\[\d+\]\.name is not valid UTF-8"):
+        flow.serving.InferenceSession(flow.serving.SessionOption()).load_job(str(path))
+    # a map key (an argument name) of invalid UTF-8 raises UnicodeDecodeError when protobuf first reads it
+    keyed = job_pb2.Job()
+    keyed.CopyFrom(job)
+    user_op = next(op for op in keyed.net.op if op.HasField("user_conf") and op.user_conf.input)
+    user_op.user_conf.input["qqzz"].s.extend(next(iter(user_op.user_conf.input.values())).s)
+    path.write_bytes(keyed.SerializeToString().replace(b"qqzz", b"\xf4\x80\xff\xfe"))
+    with pytest.raises(flow.GraphfrontError, match=rf"net\.op\[\d+\]\.user_conf\.input.* is not valid UTF-8"):
         flow.serving.InferenceSession(flow.serving.SessionOption()).load_job(str(path))
 
     negative = job_pb2.Job()

@@ -41,7 +41,7 @@ from graphfront.core import job_pb2
 from graphfront.framework import tempfiles
 from graphfront.framework.checkpoint_io import _fsync_dir
 from graphfront.framework.errors import GraphfrontError
-from graphfront.framework.names import InvalidNameError, check_job_names
+from graphfront.framework.names import InvalidNameError, check_job_names, check_strings, printable
 
 __all__ = ["JobFileError", "load_job", "save_job", "job_from_bytes", "job_to_bytes"]
 
@@ -133,7 +133,7 @@ def job_from_bytes(data: bytes, source="<bytes>", allow_unknown_field=False) -> 
         try:
             text_format.Parse(data.decode("utf-8"), job, allow_unknown_field=allow_unknown_field)
         except text_format.ParseError as e:
-            raise JobFileError(f"job file {source}: not a valid Job in protobuf text format: {e}") from None
+            raise JobFileError(f"job file {source}: not a valid Job in protobuf text format: {printable(e)}") from None
     else:
         kind = "binary"
         try:
@@ -144,6 +144,7 @@ def job_from_bytes(data: bytes, source="<bytes>", allow_unknown_field=False) -> 
         raise JobFileError(f"job file {source} ({kind}): the Job misses required fields: "
                            f"{', '.join(job.FindInitializationErrors())}")
     try:
+        check_strings(job, f"job file {source}")
         check_job_names(job, f"job file {source}")
     except InvalidNameError as e:
         raise JobFileError(str(e)) from None

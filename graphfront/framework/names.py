@@ -17,6 +17,9 @@ The rules, checked by :func:`check_name` for every name that comes from a file o
 """
 from __future__ import annotations
 
+from google.protobuf.descriptor import FieldDescriptor
+
+from graphfront.core.descriptor_compat import is_repeated
 from graphfront.framework.errors import GraphfrontError
 from graphfront.ops import registry
 
@@ -55,6 +58,13 @@ def shown(name, quote=False) -> str:
     return repr(name)
 
 
+def printable(text) -> str:
+    """``text`` with each non-printable character (line breaks, NUL, ...) escaped as in a
+    ``repr``: for messages that quote a file's contents (a parser's error)."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def check_name(name, kind="op", where="") -> str:
     """Return ``name`` if it is a valid ``kind`` name; raise :class:`InvalidNameError` otherwise.
 
@@ -79,6 +89,35 @@ def check_lbn(lbn, where="") -> str:
     check_name(op_name, "op", where)
     check_name(blob_name, "blob", where)
     return lbn
+
+
+def check_strings(msg, where, path="") -> None:
+    """Check that every string of a proto message read from a file (``msg`` and the
+    messages under it, map keys included) is valid UTF-8 (raises :class:`InvalidNameError`
+    naming the field). protobuf's binary parser accepts any bytes there: such a field reads
+    back as ``bytes``, such a map key raises ``UnicodeDecodeError`` when first read."""
+    for field, value in msg.ListFields():
+        at = f"{path}.{field.name}" if path else field.name
+        if _is_map(field):
+            try:
+                value = list(value.items())
+            except UnicodeDecodeError:
+                raise InvalidNameError(f"{where}: a key of {at} is not valid UTF-8") from None
+            key_field, value_field = (field.message_type.fields_by_name[n] for n in ("key", "value"))
+            entries = [(f"{at} key", key_field, key) for key, _ in value] + \
+                      [(f"{at}[{key!r}]", value_field, v) for key, v in value]
+        else:
+            values = value if is_repeated(field) else [value]
+            entries = [(f"{at}[{i}]" if is_repeated(field) else at, field, v) for i, v in enumerate(values)]
+        for name, f, v in entries:
+            if f.type == FieldDescriptor.TYPE_MESSAGE:
+                check_strings(v, where, name)
+            elif f.type == FieldDescriptor.TYPE_STRING and isinstance(v, bytes):
+                raise InvalidNameError(f"{where}: {name} is not valid UTF-8")
+
+
+def _is_map(field) -> bool:
+    return field.message_type is not None and field.message_type.GetOptions().map_entry
 
 
 def check_job_names(job, where) -> None:

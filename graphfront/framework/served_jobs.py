@@ -23,7 +23,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import GraphfrontError, JobBuildError, format_location, user_frame
 from graphfront.framework.names import (InvalidNameError, check_name, shown, check_op_names, check_signature_names,
-                                        name_problem)
+                                        check_strings, name_problem, printable)
 from graphfront.framework.session import CompiledJob
 from graphfront.ops import registry
 from graphfront.passes.rewrite import set_op_input
@@ -131,7 +131,8 @@ def read_saved_model(version_dir, basename):
         try:
             text_format.Parse(data.decode("utf-8"), model)
         except (text_format.ParseError, UnicodeDecodeError) as e:
-            raise SavedModelError(f"saved model file {txt!r} is not a valid SavedModel in text format: {e}") from None
+            raise SavedModelError(f"saved model file {txt!r} is not a valid SavedModel in text format: "
+                                  f"{printable(e)}") from None
     else:
         raise FileNotFoundError(f"saved model version directory {version_dir!r} has neither {basename}.pb nor "
                                 f"{basename}.prototxt")
@@ -139,6 +140,7 @@ def read_saved_model(version_dir, basename):
         raise SavedModelError(f"saved model file {path!r} misses required fields: "
                               f"{', '.join(model.FindInitializationErrors())}")
     try:
+        check_strings(model, f"saved model file {path!r}")
         for graph_name, graph in model.graphs.items():
             where = f"saved model file {path!r}, graph {graph_name!r}"
             check_name(graph_name, "job", f"saved model file {path!r}")

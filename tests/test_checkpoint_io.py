@@ -230,6 +230,7 @@ def test_missing_out_file(tmp_path):
         "shape {\n  dim: 3\n}\ndata_type: kOFRecord\n",  # no numpy equivalent
         "shape {\n  dim: -3\n}\ndata_type: kFloat\n",
         b"\xff\xfe garbage",
+        "shape {\n  dim: 3\r\x00% }\n",  # control characters, quoted by the parser's error
     ],
 )
 def test_corrupted_meta(tmp_path, meta_text):
@@ -242,6 +243,7 @@ def test_corrupted_meta(tmp_path, meta_text):
     with pytest.raises(CheckpointError) as ei:
         load_checkpoint(tmp_path / "c")
     assert "'w'" in str(ei.value) and str(meta) in str(ei.value)
+    assert str(ei.value).isprintable(), str(ei.value)  # (a file's bytes never reach a message raw)
 
 
 def test_incomplete_checkpoint_without_snapshot_done(tmp_path):

@@ -63,7 +63,7 @@ from google.protobuf import text_format
 
 from graphfront.framework import dtypes as _dtypes
 from graphfront.framework import tempfiles
-from graphfront.framework.errors import GraphfrontError
+from graphfront.framework.errors import GraphfrontError, printable
 from graphfront.core import variable_meta_info_pb2
 
 __all__ = [
@@ -425,7 +425,7 @@ class FileBackendVariableBlob:
                 raise ValueError(f"data type {_dtypes.proto_name(meta.data_type)} cannot be read into numpy")
         except (text_format.ParseError, UnicodeDecodeError, ValueError) as e:
             raise CheckpointError(
-                f"variable {self._name!r}: cannot parse meta file {meta_path!r}: {e}"
+                f"variable {self._name!r}: cannot parse meta file {meta_path!r}: {printable(e)}"
             ) from None
         return shape, dt
 

@@ -64,6 +64,13 @@ class OpCheckError(Exception):
 _INSIDE: dict = {}  # code filename -> whether it is inside the package (perf: abspath once per file)
 
 
+def printable(text) -> str:
+    """``text`` with each non-printable character (line breaks, NUL, ...) escaped as in a
+    ``repr``: for messages that quote a file's contents (a parser's error)."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _inside(filename) -> bool:
     inside = _INSIDE.get(filename)
     if inside is None:

@@ -40,8 +40,8 @@ from google.protobuf import text_format
 from graphfront.core import job_pb2
 from graphfront.framework import tempfiles
 from graphfront.framework.checkpoint_io import _fsync_dir
-from graphfront.framework.errors import GraphfrontError
-from graphfront.framework.names import InvalidNameError, check_job_names, check_strings, printable
+from graphfront.framework.errors import GraphfrontError, printable
+from graphfront.framework.names import InvalidNameError, check_job_names, check_strings
 
 __all__ = ["JobFileError", "load_job", "save_job", "job_from_bytes", "job_to_bytes"]
 

@@ -58,13 +58,6 @@ def shown(name, quote=False) -> str:
     return repr(name)
 
 
-def printable(text) -> str:
-    """``text`` with each non-printable character (line breaks, NUL, ...) escaped as in a
-    ``repr``: for messages that quote a file's contents (a parser's error)."""
-    text = str(text)
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def check_name(name, kind="op", where="") -> str:
     """Return ``name`` if it is a valid ``kind`` name; raise :class:`InvalidNameError` otherwise.
 

@@ -21,9 +21,9 @@ from graphfront.core import op_conf_pb2, saved_model_pb2
 from graphfront.framework import annotations as tp
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
-from graphfront.framework.errors import GraphfrontError, JobBuildError, format_location, user_frame
+from graphfront.framework.errors import GraphfrontError, JobBuildError, format_location, printable, user_frame
 from graphfront.framework.names import (InvalidNameError, check_name, shown, check_op_names, check_signature_names,
-                                        check_strings, name_problem, printable)
+                                        check_strings, name_problem)
 from graphfront.framework.session import CompiledJob
 from graphfront.ops import registry
 from graphfront.passes.rewrite import set_op_input

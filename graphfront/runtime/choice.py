@@ -108,9 +108,9 @@ def _onnxruntime(r):
     return _ort_plan(r, export_job(r.user_job))
 
 
-def _ort_plan(r, job):
+def _ort_plan(r, job, providers=("CPUExecutionProvider",)):
     r.session.init_variables(job)  # the same variables as the completed job, unless a pass dropped one
-    return OrtPlan(job, r.session)  # (raises JobBuildError when onnxruntime cannot run the job)
+    return OrtPlan(job, r.session, providers)  # (raises JobBuildError when onnxruntime cannot run the job)
 
 
 def _auto(r):
@@ -122,10 +122,9 @@ def _auto(r):
 
 def _converted(r, job, providers=("CPUExecutionProvider",)):
     """The OrtPlan of ``job``, or None with ``r.fallback_reason`` set where a converter
-    cannot express an op's attribute values (a training batch norm in a predict job)."""
-    r.session.init_variables(job)
+    cannot express an op's attribute values (an NHWC batch norm)."""
     try:
-        return OrtPlan(job, r.session, providers)
+        return _ort_plan(r, job, providers)
     except JobBuildError as e:
         r.fallback_reason = str(e)
         return None

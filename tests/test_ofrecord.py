@@ -168,7 +168,7 @@ def test_decoder_errors_name_the_op_and_the_feature(tmp_path):
         rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=2, part_name_suffix_length=5)
         return flow.data.OFRecordRawDecoder(rec, "image", shape=(784,), dtype=flow.uint8, name="pixels")
 
-    with pytest.raises(Exception, match=r"op 'pixels': the OFRecord has no feature 'image' \(it has \['images', "
+    with pytest.raises(OpRunError, match=r"op 'pixels': the OFRecord has no feature 'image' \(it has \['images', "
                                         r"'labels'\]\)"):
         missing()
 
@@ -261,6 +261,35 @@ def test_prefetcher_hands_items_in_order_and_stops_its_process():
     assert [next(pf) for _ in range(5)] == [0, 1, 2, 3, 4]
     pf.close()
     assert not pf._process.is_alive()
+
+
+def test_prefetcher_is_stopped_only_by_the_process_that_started_it():
+    """A forked process (another reader's worker) that collects a prefetcher it inherited
+    must not stop that prefetcher's worker, nor try to join a process not its child."""
+    from graphfront.ofrecord.reader import Prefetcher
+    pf = Prefetcher(lambda: iter(range(100)), depth=2)
+    assert next(pf) == 0
+    child = os.fork()
+    if child == 0:  # (the child's finalizer is its copy of the parent's)
+        try:
+            pf.close()
+        finally:
+            os._exit(0 if not pf._stop.is_set() else 3)
+    assert os.waitpid(child, 0)[1] == 0
+    assert not pf._stop.is_set() and [next(pf) for _ in range(3)] == [1, 2, 3]
+    pf.close()
+    assert not pf._process.is_alive()
+
+
+def test_corrupted_records_are_ofrecord_file_errors_without_reading_a_bogus_length(tmp_path):
+    path = tmp_path / "part-0"
+    good = _records(1)[0].SerializeToString()
+    path.write_bytes(struct.pack("<q", len(good)) + good + struct.pack("<q", 2 ** 62) + b"\0" * 16)
+    with pytest.raises(OFRecordFileError, match=r"record 1 is truncated \(16 of 4611686018427387904 bytes\)"):
+        list(iter_raw_records(str(path)))
+    path.write_bytes(struct.pack("<q", 3) + b"\xff\xff\xff")
+    with pytest.raises(flow.GraphfrontError, match=r"part-0: record 0: not a serialized OFRecord"):
+        read_records(str(path))
 
 
 def test_prefetcher_raises_the_producers_error():

@@ -45,7 +45,7 @@ import weakref
 
 import numpy as np
 
-from graphfront.ofrecord.records import OFRecord, iter_raw_records
+from graphfront.ofrecord.records import iter_raw_records, parse_record
 from graphfront.ops.common import balanced_range
 
 #: how a reader shuffles: records one at a time, or whole batches (OneRec's ``shuffle_mode``)
@@ -146,7 +146,7 @@ def record_batches(paths, batch_size, parse=True, shuffle_mode="instance", **str
     else:
         batches = grouped(record_stream(paths, **stream_kw), batch_size)
     for raw in batches:
-        yield [OFRecord.FromString(r) for r in raw] if parse else raw
+        yield [parse_record(r, "a read record") for r in raw] if parse else raw
 
 
 _DONE = "__graphfront_prefetch_done__"
@@ -183,7 +183,9 @@ def _produce(make_items, out, stop, parent):
     out.put((_DONE, None))
 
 
-def _shutdown(stop, process):
+def _shutdown(stop, process, owner):
+    if os.getpid() != owner:  # a forked reader collecting a prefetcher it inherited: not its worker
+        return
     stop.set()
     process.join(timeout=1.0)
     if process.is_alive() and hasattr(process, "terminate"):  # (a thread ends at its next stop check)
@@ -216,7 +218,7 @@ class Prefetcher:
             self._process = ctx.Process(target=_produce, args=(make_items, self._queue, self._stop, os.getpid()),
                                         name=name, daemon=True)
         self._process.start()
-        self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._process)
+        self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._process, os.getpid())
 
     def __iter__(self):
         return self

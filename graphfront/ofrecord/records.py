@@ -22,13 +22,15 @@ import struct
 import numpy as np
 
 from graphfront.core.record_pb2 import BytesList, DoubleList, Feature, FloatList, Int32List, Int64List, OFRecord
+from graphfront.framework.errors import GraphfrontError
 
 _LENGTH = struct.Struct("<q")
 _READ_BUFFER = 1 << 22
 
 
-class OFRecordFileError(ValueError):
-    """A file is not a well-formed OFRecord file (truncated record, negative length)."""
+class OFRecordFileError(GraphfrontError, ValueError):
+    """A file is not a well-formed OFRecord file (truncated record, negative length, a
+    record that is no ``OFRecord``)."""
 
 
 def _values(value):
@@ -91,10 +93,13 @@ def shard_paths(data_dir, data_part_num, part_name_prefix="part-", part_name_suf
 def iter_raw_records(path):
     """Yield the serialized ``OFRecord`` bytes of each record of one file, in order.
 
-    Raises OFRecordFileError for a truncated record or a negative length."""
+    Raises OFRecordFileError for a truncated record or a negative length; a length beyond
+    the end of the file is refused before anything is read (a corrupted length field never
+    allocates its size)."""
     # a large buffer: few reads that release the GIL (each costs a thread switch when the
     # reader runs beside the training step)
     with open(path, "rb", buffering=_READ_BUFFER) as f:
+        left = os.fstat(f.fileno()).st_size
         index = 0
         while True:
             head = f.read(_LENGTH.size)
@@ -104,18 +109,29 @@ def iter_raw_records(path):
                 raise OFRecordFileError(f"{path}: record {index} has a truncated length field "
                                         f"({len(head)} of 8 bytes)")
             (n,) = _LENGTH.unpack(head)
+            left -= _LENGTH.size
             if n < 0:
                 raise OFRecordFileError(f"{path}: record {index} has a negative length {n}")
-            body = f.read(n)
+            body = f.read(n) if n <= left else b""
             if len(body) != n:
-                raise OFRecordFileError(f"{path}: record {index} is truncated ({len(body)} of {n} bytes)")
+                raise OFRecordFileError(f"{path}: record {index} is truncated ({min(left, n)} of {n} bytes)")
+            left -= n
             yield body
             index += 1
 
 
+def parse_record(raw, where="") -> OFRecord:
+    """The ``OFRecord`` serialized in ``raw``; raises OFRecordFileError (naming ``where``)
+    for bytes that are no ``OFRecord``."""
+    try:
+        return OFRecord.FromString(raw)
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, by runtime
+        raise OFRecordFileError(f"{where or 'record'}: not a serialized OFRecord ({e})") from None
+
+
 def read_records(path) -> list:
     """Every ``OFRecord`` of one file, parsed."""
-    return [OFRecord.FromString(raw) for raw in iter_raw_records(path)]
+    return [parse_record(raw, f"{path}: record {i}") for i, raw in enumerate(iter_raw_records(path))]
 
 
 def write_records(path, records) -> int:

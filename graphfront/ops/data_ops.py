@@ -46,7 +46,7 @@ from graphfront.framework.megatron_dataset import GPTSamples, MegatronIndex
 from graphfront.ofrecord import images as _img
 from graphfront.ofrecord import onerec as _onerec
 from graphfront.ofrecord.reader import SHUFFLE_MODES, Prefetcher, record_batches
-from graphfront.ofrecord.records import OFRecord, shard_paths
+from graphfront.ofrecord.records import parse_record, shard_paths
 from graphfront.ops import tensor_buffer_ops  # noqa: F401  (tensor_buffer_to_tensor and the other buffer ops)
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.registry import op
@@ -155,8 +155,8 @@ class SourceKernel:
             raise RuntimeError(f"reader op '{self._name}': the record stream ended") from None
 
 
-def _parse(raw_batch):
-    return [OFRecord.FromString(r) for r in raw_batch]
+def _parse(raw_batch, op_name):
+    return [parse_record(r, f"reader op '{op_name}': record {i} of the batch") for i, r in enumerate(raw_batch)]
 
 
 def _reader_infer(ctx):
@@ -166,7 +166,8 @@ def _reader_infer(ctx):
 
 def _reader_kernel(k):
     part = ReaderPart(k)
-    return SourceKernel(lambda: _batches(k.attrs, parse=False, part=part), k.op_name, _parse)
+    return SourceKernel(lambda: _batches(k.attrs, parse=False, part=part), k.op_name,
+                        lambda batch: _parse(batch, k.op_name))
 
 
 def _file_count(value) -> int:
@@ -241,7 +242,7 @@ op("ofrecord_image_classification_reader", outputs=["image", "label"],
 
 def _feature(record, name, op_name):
     if name not in record.feature:
-        raise KeyError(f"op '{op_name}': the OFRecord has no feature {name!r} "
+        raise OpRunError(f"op '{op_name}': the OFRecord has no feature {name!r} "
                        f"(it has {sorted(record.feature)})")
     return record.feature[name]
 

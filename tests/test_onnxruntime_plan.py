@@ -276,6 +276,37 @@ def test_auto_falls_back_for_system_ops_and_attrs_a_converter_refuses():
             job(x)
 
 
+def test_auto_falls_back_where_onnxruntime_has_no_kernel_for_an_op(monkeypatch):
+    """A converted job onnxruntime cannot load (it has no kernel for an op's types, as
+    onnxruntime 1.32's ``Unique`` for int32): "auto" runs the plan, and "onnxruntime" raises
+    JobBuildError quoting onnxruntime, at the first call."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
+    import graphfront.runtime.onnxruntime_plan as ort_plan
+
+    def no_kernel(model, providers):
+        raise OrtNotImplemented("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for "
+                                "Relu(14) node")
+    monkeypatch.setattr(ort_plan, "inference_session", no_kernel)
+    x = np.array([[-1.0, 2.0]], np.float32)
+
+    def job(mode):
+        flow.clear_default_session()
+
+        @flow.global_function(type="predict", function_config=_config(mode))
+        def relu(a: tp.Numpy.Placeholder(x.shape, dtype=flow.float)) -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0"):
+                return flow.math.relu(a)
+        return relu
+
+    auto = job("auto")
+    np.testing.assert_array_equal(auto(x), [[0.0, 2.0]])
+    assert auto.compiled_job.compile_mode == "plan"
+    assert "onnxruntime cannot load the converted job (NotImplemented" in auto.compiled_job.fallback_reason
+    with pytest.raises(JobBuildError, match=r"cannot use compile_mode\('onnxruntime'\): onnxruntime cannot load "
+                                            r"the converted job \(NotImplemented: .*Relu"):
+        job("onnxruntime")(x)
+
+
 def test_missing_onnxruntime_names_the_pip_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime raises ImportError
     job = _predict("lenet", "onnxruntime")

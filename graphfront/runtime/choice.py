@@ -121,10 +121,13 @@ def _auto(r):
 
 
 def _converted(r, job, providers=("CPUExecutionProvider",)):
-    """The OrtPlan of ``job``, or None with ``r.fallback_reason`` set where a converter
-    cannot express an op's attribute values (an NHWC batch norm)."""
+    """The OrtPlan of ``job`` with its onnxruntime session, or None with
+    ``r.fallback_reason`` set where a converter cannot express an op's attribute values (an
+    NHWC batch norm) or onnxruntime has no kernel for an op's types."""
     try:
-        return _ort_plan(r, job, providers)
+        plan = _ort_plan(r, job, providers)
+        plan.provider  # noqa: B018 - creates the onnxruntime session now, not at the first run
+        return plan
     except JobBuildError as e:
         r.fallback_reason = str(e)
         return None

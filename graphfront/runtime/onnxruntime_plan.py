@@ -210,7 +210,14 @@ class OrtPlan(Lowering):
         def buffer(value_info):
             t = value_info.type.tensor_type
             return np.empty([d.dim_value for d in t.shape.dim], tensor_dtype_to_np_dtype(t.elem_type))
-        session, self.optimization_level = inference_session(self.model.SerializeToString(), self.providers)
+        try:
+            session, self.optimization_level = inference_session(self.model.SerializeToString(), self.providers)
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own error classes (a kernel it lacks for a type)
+            if not type(e).__module__.startswith("onnxruntime"):
+                raise
+            raise JobBuildError(f"job '{self.job.job_conf.job_name}' cannot use compile_mode('onnxruntime'): "
+                                f"onnxruntime cannot load the converted job ({type(e).__name__}: {e}); "
+                                "use compile_mode('plan')") from None
         binding = session.io_binding()
         graph = self.model.graph  # its inputs and outputs are named after the input and return ops
         graph_values = {v.name: v for v in (*graph.input, *graph.output)}

@@ -243,7 +243,7 @@ op("ofrecord_image_classification_reader", outputs=["image", "label"],
 def _feature(record, name, op_name):
     if name not in record.feature:
         raise OpRunError(f"op '{op_name}': the OFRecord has no feature {name!r} "
-                       f"(it has {sorted(record.feature)})")
+                         f"(it has {sorted(record.feature)})")
     return record.feature[name]
 
 

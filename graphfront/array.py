@@ -304,19 +304,20 @@ def broadcast_like(x, like, broadcast_axes=None, name=None) -> BlobDesc:
     Op ``broadcast_like``; OneFlow v0.6.0 ``python/oneflow/compatible/single_client/ops/array_ops.py``.
 
     Args:
-        x: blob, any dtype; its shape is ``like``'s with the broadcast axes removed or set to 1.
-        like: blob whose shape is taken.
+        x: blob; its shape is ``like``'s with the broadcast axes removed or set to 1 ((1,) where
+            every axis is broadcast), its dtype ``like``'s.
+        like: blob whose shape and dtype are taken.
         broadcast_axes: int or list of ints of ``like``'s dims; None: every axis where ``x``
             (left-padded with 1s to ``like``'s rank) differs from ``like`` (for a one-element
             ``x``, every axis, OneFlow's default).
         name: op name; default ``BroadcastLike_<n>``.
 
     Returns:
-        BlobDesc: ``like.shape``, the dtype of ``x``.
+        BlobDesc: ``like.shape``, the dtype of ``x`` (and ``like``).
 
     Raises:
         ArgumentError: ``x`` or ``like`` is not a blob, or ``broadcast_axes`` is not ints.
-        JobBuildError: the shapes do not fit the axes.
+        JobBuildError: the shapes do not fit the axes, or the dtypes differ.
     """
     _blob(x, "broadcast_like")
     _blob(like, "broadcast_like", "like")

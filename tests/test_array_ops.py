@@ -213,6 +213,26 @@ def test_identity_n_and_broadcast_like():
           rand(3, 1), rand(3, 4), const=(1,))
 
 
+@pytest.mark.parametrize("x_shape, x_dtype, axes, expected", [
+    ((2, 3), flow.float32, None, r"input 'x' must have shape \(1, 1\) or \(1,\).*received \(2, 3\)"),
+    ((2, 5), flow.float32, [1], r"input 'x' must have shape \(2, 1\) or \(2,\).*received \(2, 5\)"),
+    ((2, 1), flow.float32, [2], r"attr 'broadcast_axes' \[2\] has an axis out of range"),
+    ((2, 1), flow.int32, [1], r"input 'x' must have the dtype of input 'like', .*float32, received .*int32"),
+])
+def test_broadcast_like_refuses_x_that_does_not_fit_like_at_build_time(x_shape, x_dtype, axes, expected):
+    """OneFlow's y is like's BlobDesc: x must be like's shape with the broadcast axes set to 1 or
+    removed, and of like's dtype (a same-shape x with every axis broadcast used to reach the
+    kernel and fail there with torch's RuntimeError)."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder(x_shape, dtype=x_dtype), like: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.broadcast_like(x, like, broadcast_axes=axes, name="bl")
+
+    with pytest.raises(flow.JobBuildError, match=r"op 'bl' \(broadcast_like\): " + expected):
+        job(np.zeros(x_shape, x_dtype.np), np.zeros((2, 3), np.float32))
+
+
 # ------------------------------------------------------------------ slicing
 
 def _indicator(shape, index):

@@ -182,11 +182,27 @@ op("reduce_all", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUC
    onnx=_reduce_logical_onnx("ReduceMin"), xla=_reduce_logical_xla("all"), sbp=_KEPT_AXES)
 
 
+def _check_reduced_shape(ctx, big, small, axes_attr):
+    """``small``'s shape must be ``big``'s with the dims on attr ``axes_attr`` set to 1 or
+    removed, (1,) where all are removed (OneFlow's ``IsAxesLegal`` of ``broadcast_like`` and
+    ``reduce_sum_like``); a dynamic blob, whose dims are upper bounds, is checked for its
+    rank only."""
+    b, s = ctx.input(big), ctx.input(small)
+    axes = ctx.attr(axes_attr)
+    ctx.check(all(-len(b.shape) <= a < len(b.shape) for a in axes),
+              f"attr '{axes_attr}' {list(axes)} has an axis out of range for input '{big}' of shape {b.shape}")
+    axes = {a % len(b.shape) for a in axes}
+    ones = tuple(1 if i in axes else d for i, d in enumerate(b.shape))
+    removed = tuple(d for i, d in enumerate(b.shape) if i not in axes) or (1,)
+    fits = (len(s.shape) in (len(ones), len(removed)) if b.is_dynamic or s.is_dynamic
+            else tuple(s.shape) in (ones, removed))
+    ctx.check(fits, f"input '{small}' must have shape {ones} or {removed} (input '{big}' {b.shape} with "
+                    f"attr '{axes_attr}' {sorted(axes)} set to 1 or removed), received {s.shape}")
+
+
 def _reduce_sum_like_infer(ctx):
     x, like_ = ctx.input("x"), ctx.input("like")
-    if not ctx.attr("axis"):
-        ctx.check(x.shape == like_.shape, f"with empty 'axis', input 'x' must have shape {like_.shape}, "
-                                          f"received {x.shape}")
+    _check_reduced_shape(ctx, "x", "like", "axis")
     ctx.set_output("y", like_.shape, x.dtype)
 
 
@@ -245,6 +261,10 @@ op("reduce_sum_like", inputs=["x", "like"], outputs=["y"], attrs={"axis": "list_
 
 def _broadcast_like_infer(ctx):
     ctx.check(len(ctx.attr("broadcast_axes")) > 0, "attr 'broadcast_axes' must not be empty")
+    _check_reduced_shape(ctx, "like", "x", "broadcast_axes")
+    ctx.check(ctx.input("x").dtype == ctx.input("like").dtype,  # y is like's desc: OneFlow reads x as y's type
+              f"input 'x' must have the dtype of input 'like', {ctx.input('like').dtype}, "
+              f"received {ctx.input('x').dtype}")
     ctx.set_output("y", ctx.input("like").shape, ctx.input("like").dtype)
 
 

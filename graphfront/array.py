@@ -22,7 +22,7 @@ from graphfront.framework.errors import ArgumentError
 from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import BlobDesc, expect_blob
+from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_int, expect_ints, expect_number
 from graphfront.ops.builder import build_op, placed_blob, unique_str
 from graphfront.ops import registry
 from graphfront.ops.common import balanced_range
@@ -54,17 +54,11 @@ def _blobs(xs, fn, arg):
 
 
 def _int(v, fn, arg):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise ArgumentError(f"flow.{fn}: argument '{arg}' expects an int, received {v!r}")
-    return int(v)
+    return expect_int(v, f"flow.{fn}", arg)
 
 
 def _ints(v, fn, arg):
-    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
-        return [int(v)]
-    if not isinstance(v, (list, tuple)):
-        raise ArgumentError(f"flow.{fn}: argument '{arg}' expects an int or a list of ints, received {v!r}")
-    return [_int(e, fn, arg) for e in v]
+    return expect_ints(v, f"flow.{fn}", arg)
 
 
 def _axis(axis, ndim, fn, arg="axis"):
@@ -83,8 +77,8 @@ def _dtype(dtype, fn, arg="dtype"):
 
 
 def _number(v, fn, arg):
-    if isinstance(v, bool) or not isinstance(v, numbers.Number):
-        raise ArgumentError(f"flow.{fn}: argument '{arg}' expects an int or float, received {v!r}")
+    """``v`` itself (an int stays an int) once it is known to be a real number."""
+    expect_number(v, f"flow.{fn}", arg)
     return v
 
 
@@ -110,11 +104,15 @@ def reshape(x, shape, name=None) -> BlobDesc:
         BlobDesc: ``shape`` (with -1 resolved), the dtype of ``x``.
 
     Raises:
-        ArgumentError: ``x`` is not a blob, ``shape`` has several -1, or no size fits the -1.
+        ArgumentError: ``x`` is not a blob, ``shape`` is not a list or tuple of ints, has
+            several -1, or no size fits the -1.
         JobBuildError: the element counts differ.
     """
     _blob(x, "reshape")
-    shape = list(shape)
+    if not isinstance(shape, (list, tuple)):
+        raise ArgumentError(f"flow.reshape: argument 'shape' expects a list or tuple of ints, received "
+                            f"{type(shape).__name__} {shape!r}")
+    shape = [_int(s, "reshape", "shape") for s in shape]
     if shape.count(-1) > 1:
         raise ArgumentError(f"flow.reshape: shape {tuple(shape)} may contain at most one -1")
     if -1 in shape:
@@ -1059,6 +1057,9 @@ def _pad_value_attrs(x, value, floating, integral, fn):
 
 
 def _pairs(paddings, n, fn):
+    if not isinstance(paddings, (list, tuple)):
+        raise ArgumentError(f"flow.{fn}: paddings expects a list of {n} (before, after) pairs, "
+                            f"received {type(paddings).__name__} {paddings!r}")
     pairs = list(paddings)
     if len(pairs) != n:
         raise ArgumentError(f"flow.{fn}: paddings needs {n} (before, after) pairs, received {paddings!r}")

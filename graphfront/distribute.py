@@ -19,7 +19,7 @@ import warnings
 from graphfront import scope as _scope
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
-from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.framework.errors import ArgumentError, JobBuildError, format_location, user_frame
 from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.builder import build_op
@@ -82,10 +82,14 @@ def split(axis) -> Distribute:
 
 
 def assert_is_valid_distribute(distribute):
-    """Raise TypeError unless ``distribute`` is a policy from this module."""
+    """Raise ArgumentError (a TypeError) unless ``distribute`` is a policy from this module."""
+    _check_distribute(distribute, "argument 'distribute'")
+
+
+def _check_distribute(distribute, what):
     if not isinstance(distribute, Distribute):
-        raise TypeError(f"expected a distribute policy (flow.distribute.split(axis), broadcast() or auto()), "
-                        f"received {type(distribute).__name__} {distribute!r}")
+        raise ArgumentError(f"{what} expects a distribute policy (flow.distribute.split(axis), broadcast() or "
+                            f"auto()), received {type(distribute).__name__} {distribute!r}")
 
 
 def _deprecated(old, new):
@@ -120,7 +124,7 @@ def mirrored_strategy_enabled() -> bool:
 def _sbp_string(distribute, where):
     if distribute is None:
         return ""
-    assert_is_valid_distribute(distribute)
+    _check_distribute(distribute, f"flow.parallel_cast: argument '{where}'")
     return {"auto": "", "broadcast": "B"}.get(distribute.kind, f"S({distribute.axis})")
 
 
@@ -188,9 +192,9 @@ def _with_distribute(self, distribute):
         BlobDesc: the handle, ``.distribute`` set to ``distribute``.
 
     Raises:
-        TypeError: ``distribute`` is not a ``flow.distribute`` policy.
+        ArgumentError: (a TypeError) ``distribute`` is not a ``flow.distribute`` policy.
     """
-    assert_is_valid_distribute(distribute)
+    _check_distribute(distribute, "BlobDesc.with_distribute: argument 'distribute'")
     names = self.parallel_conf.device_name
     if distribute.kind != "auto" and jb.is_building() and jb.current().job_name == self.job_name and \
             len(names) and device_count(names) > 1:

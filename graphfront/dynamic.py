@@ -10,6 +10,7 @@ from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import expect_blob
+from graphfront.framework.errors import ArgumentError
 from graphfront.ops.builder import build_op, placed_blob, unique_str
 
 __all__ = ["argwhere", "cast_to_static_shape", "sync_dynamic_resize"]
@@ -21,7 +22,7 @@ def _blob(x, fn, arg):
 
 def _index_dtype(dtype, fn, arg):
     if dtype not in (_dt.int32, _dt.int64):
-        raise TypeError(f"flow.{fn}: argument '{arg}' expects flow.int32 or flow.int64, received {dtype!r}")
+        raise ArgumentError(f"flow.{fn}: argument '{arg}' expects flow.int32 or flow.int64, received {dtype!r}")
     return dtype
 
 

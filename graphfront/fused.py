@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import expect_blob
+from graphfront.framework.blob_desc import expect_blob, expect_int, expect_number
+from graphfront.framework.errors import ArgumentError
 from graphfront.ops.builder import build_op, unique_str
 
 __all__ = ["fused_bias_add_dropout", "fused_bias_add_gelu", "fused_scale_tril_softmax_dropout",
@@ -31,20 +32,23 @@ def _bias_axis(value, data_format, fn):
                      f"'channels_last', received {data_format!r}")
 
 
-def _check_rate(rate, fn):
-    if rate is None or not 0.0 <= rate < 1.0:
-        raise ValueError(f"flow.nn.{fn}: rate must be in [0, 1), received {rate!r}")
+def check_rate(rate, api: str) -> float:
+    """A dropout ``rate`` as a float in [0, 1); ArgumentError naming ``api`` otherwise."""
+    rate = expect_number(rate, api, "rate")
+    if not 0.0 <= rate < 1.0:
+        raise ArgumentError(f"{api}: argument 'rate' must be in [0, 1), received {rate!r}")
+    return rate
 
 
-def mask_seed(seed):
-    """``seed`` as an int, or when None one drawn from torch's global generator (so
-    ``flow.manual_seed`` reproduces the masks)."""
-    return int(torch.randint(0, 2 ** 31, ())) if seed is None else int(seed)
+def mask_seed(seed, api: str) -> int:
+    """``seed`` as an int (ArgumentError naming ``api`` otherwise), or when None one drawn
+    from torch's global generator (so ``flow.manual_seed`` reproduces the masks)."""
+    return int(torch.randint(0, 2 ** 31, ())) if seed is None else expect_int(seed, api, "seed")
 
 
-def dropout_mask(x, rate, seed, name):
+def dropout_mask(x, rate, seed, name, api):
     """The ``random_mask_like`` keep-mask of the dropout op ``name``, named as OneFlow names it."""
-    return build_op("random_mask_like", {"like": x}, {"rate": float(rate), "seed": mask_seed(seed)},
+    return build_op("random_mask_like", {"like": x}, {"rate": rate, "seed": mask_seed(seed, api)},
                     name=f"{name}-dropout_random_mask_like")
 
 
@@ -66,16 +70,17 @@ def fused_bias_add_dropout(value, bias, data_format=None, rate=0.0, noise_shape=
     """``dropout(bias_add(value, bias), rate)`` in one op (``fused_bias_add_mask_scale``).
 
     Kept elements are scaled by ``1 / (1 - rate)``. In predict jobs and for ``rate == 0``
-    this is a plain ``bias_add`` (as OneFlow). Raises ValueError unless 0 <= rate < 1.
+    this is a plain ``bias_add`` (as OneFlow). Raises ArgumentError (a ValueError) unless
+    ``rate`` is a number in [0, 1) and ``seed`` None or an int.
     """
     _check_blob(value, "fused_bias_add_dropout", "value")
     _check_blob(bias, "fused_bias_add_dropout", "bias")
-    _check_rate(rate, "fused_bias_add_dropout")
+    rate = check_rate(rate, "flow.nn.fused_bias_add_dropout")
     axis = _bias_axis(value, data_format, "fused_bias_add_dropout")
     if rate == 0.0 or not jb.current().is_train:
         return build_op("bias_add", {"a": value, "b": bias}, {"axis": axis}, name=name, prefix="BiasAdd_")
     name = name or unique_str("BiasAddDropout_")
-    mask = dropout_mask(value, rate, seed, name)
+    mask = dropout_mask(value, rate, seed, name, "flow.nn.fused_bias_add_dropout")
     return build_op("fused_bias_add_mask_scale", {"a": value, "b": bias, "mask": mask},
                     {"axis": axis, "scale": 1.0 / (1.0 - rate)}, name=name)
 
@@ -89,12 +94,15 @@ def fused_scale_tril_softmax_dropout(x, diagonal=0, fill_value=0, scale=1, rate=
     before the softmax, the others ``x * scale``. Returns ``y`` shaped like ``x``.
     """
     _check_blob(x, "fused_scale_tril_softmax_dropout", "x")
-    _check_rate(rate, "fused_scale_tril_softmax_dropout")
+    api = "flow.nn.fused_scale_tril_softmax_dropout"
+    rate = check_rate(rate, api)
     name = name or unique_str("FusedTrilScaleSoftmaxMaskScale_")
-    mask = dropout_mask(x, rate, seed, name)
+    mask = dropout_mask(x, rate, seed, name, api)
     y, _softmax_y = build_op("fused_tril_scale_softmax_mask_scale", {"x": x, "mask": mask},
-                             {"diagonal": int(diagonal), "tril_fill_value": float(fill_value),
-                              "tril_scale_value": float(scale), "mask_scale_value": 1.0 / (1.0 - rate)},
+                             {"diagonal": expect_int(diagonal, api, "diagonal"),
+                              "tril_fill_value": expect_number(fill_value, api, "fill_value"),
+                              "tril_scale_value": expect_number(scale, api, "scale"),
+                              "mask_scale_value": 1.0 / (1.0 - rate)},
                              outputs=("y", "softmax_y"), name=name)
     return y
 
@@ -109,5 +117,8 @@ def fused_self_attention_query_mul_key_and_value(x, head_size, alpha=1.0, name=N
     """
     _check_blob(x, "fused_self_attention_query_mul_key_and_value", "x")
     return build_op("fused_self_attention_query_mul_key_and_value", {"hidden_states": x},
-                    {"head_size": int(head_size), "alpha": float(alpha)}, outputs=("query_mul_key", "value"),
+                    {"head_size": expect_int(head_size, "flow.nn.fused_self_attention_query_mul_key_and_value",
+                                             "head_size"),
+                     "alpha": expect_number(alpha, "flow.nn.fused_self_attention_query_mul_key_and_value", "alpha")},
+                    outputs=("query_mul_key", "value"),
                     name=name, prefix="FusedSelfAttentionQueryMulKeyAndValue_")

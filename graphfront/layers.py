@@ -375,13 +375,14 @@ def upsample_2d(x, size=(2, 2), align_corners=False, data_format="NCHW", interpo
     or "bilinear" (``align_corners`` applies to bilinear). Op ``upsample`` named ``name``."""
     if isinstance(size, int):
         size = (size, size)
-    size = tuple(size)
+    size = tuple(size) if isinstance(size, (list, tuple)) else (size,)
     if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size):
         _fail(f"layers.upsample_2d '{name}': size must be a positive int or two positive ints, received {size!r}")
     if interpolation not in ("nearest", "bilinear"):
         _fail(f"layers.upsample_2d '{name}': interpolation must be 'nearest' or 'bilinear', "
               f"received {interpolation!r}")
-    if data_format.upper() not in ("NCHW", "NHWC", "CHANNELS_FIRST", "CHANNELS_LAST"):
+    if not isinstance(data_format, str) or data_format.upper() not in ("NCHW", "NHWC", "CHANNELS_FIRST",
+                                                                        "CHANNELS_LAST"):
         _fail(f"layers.upsample_2d '{name}': data_format must be 'NCHW' or 'NHWC', received {data_format!r}")
     fmt = "channels_first" if data_format.upper() in ("NCHW", "CHANNELS_FIRST") else "channels_last"
     return build_op("upsample", {"x": x}, {"height_scale": float(size[0]), "width_scale": float(size[1]),

@@ -21,7 +21,7 @@ from graphfront.array import (broadcast_to_compatible_with, unsorted_batch_segme
                               unsorted_segment_sum, unsorted_segment_sum_like)
 from graphfront.framework import job_builder as jb
 from graphfront.fused import fused_scale_tril_softmax_dropout  # noqa: F401 - alias of flow.nn's
-from graphfront.framework.blob_desc import BlobDesc, expect_blob
+from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_int, expect_ints
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.dynamic import argwhere
@@ -653,7 +653,7 @@ def _axes(x, axis, fn="reduce"):
     ndim = len(x.shape)
     if axis is None:
         return list(range(ndim))
-    axes = [axis] if isinstance(axis, int) else list(axis)
+    axes = expect_ints(axis, f"flow.math.{fn}", "axis")
     for a in axes:
         if isinstance(a, bool) or not isinstance(a, int) or not -ndim <= a < builtins.max(ndim, 1):
             raise ArgumentError(f"flow.math.{fn}: axis {a!r} is out of range for input of shape {x.shape}")
@@ -1311,10 +1311,10 @@ def tril(x, diagonal=0, fill_value=0, name=None) -> BlobDesc:
         BlobDesc: the shape and dtype of ``x``.
 
     Raises:
-        ArgumentError: ``x`` is not a blob or ``fill_value`` is not a number.
+        ArgumentError: ``x`` is not a blob, ``diagonal`` not an int or ``fill_value`` not a number.
     """
     _check_blob(x, "tril", "x")
-    attrs = _fill_attrs(fill_value, "fill", {"diagonal": int(diagonal)})
+    attrs = _fill_attrs(fill_value, "fill", {"diagonal": expect_int(diagonal, "flow.math.tril", "diagonal")})
     return build_op("tril", {"in": x}, attrs, name=name, prefix="Tril_")
 
 
@@ -1334,10 +1334,12 @@ def fused_scale_tril(x, diagonal=0, fill_value=0, scale=1, name=None) -> BlobDes
         BlobDesc: the shape and dtype of ``x``.
 
     Raises:
-        ArgumentError: ``x`` is not a blob, or ``fill_value``/``scale`` is not a number.
+        ArgumentError: ``x`` is not a blob, ``diagonal`` not an int, or ``fill_value``/``scale``
+            not a number.
     """
     _check_blob(x, "fused_scale_tril", "x")
-    attrs = _fill_attrs(fill_value, "fill", {"diagonal": int(diagonal)})
+    attrs = _fill_attrs(fill_value, "fill", {"diagonal": expect_int(diagonal, "flow.math.fused_scale_tril",
+                                                                    "diagonal")})
     _fill_attrs(scale, "scale", attrs)
     return build_op("fused_scale_tril", {"in": x}, attrs, name=name, prefix="FusedScaleTril_")
 

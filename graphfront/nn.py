@@ -10,16 +10,15 @@ import re
 
 from graphfront.framework.errors import ArgumentError
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import BlobDesc, expect_blob
+from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_number
 from graphfront.framework.scope_symbols import device_count
 from graphfront.math import fused_scale_tril, relu, tril  # noqa: F401 - flow.nn.* aliases (same objects)
 from graphfront.ctc import ctc_greedy_decoder  # noqa: F401 - flow.nn.ctc_greedy_decoder
-from graphfront.fused import dropout_mask, mask_seed
+from graphfront.fused import check_rate, dropout_mask, mask_seed
 from graphfront.fused import (fused_bias_add_dropout, fused_bias_add_gelu,  # noqa: F401 - flow.nn.fused_*
                               fused_scale_tril_softmax_dropout, fused_self_attention_query_mul_key_and_value)
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.ops.nn_ops import conv_out_size
-from graphfront.ops import registry
 from graphfront import array
 from graphfront import math as _math
 from graphfront import scope as _scope
@@ -55,6 +54,23 @@ def _channels_first(data_format, fn):
     return data_format[1] == "C"
 
 
+def _pad_pairs(padding, who):
+    """A padding list's entries as (before, after) pairs of ints >= 0 (an int entry ``p`` is
+    ``(p, p)``); ``who`` names the caller in the ArgumentError raised for anything else."""
+    if not isinstance(padding, (list, tuple)):
+        raise ArgumentError(f"{who}: argument 'padding' expects a string or a list, received "
+                            f"{type(padding).__name__} {padding!r}")
+    pairs = []
+    for p in padding:
+        pair = (p, p) if isinstance(p, numbers.Integral) else tuple(p) if isinstance(p, (list, tuple)) else ()
+        if len(pair) != 2 or not all(isinstance(e, numbers.Integral) and not isinstance(e, bool) and e >= 0
+                                     for e in pair):
+            raise ArgumentError(f"{who}: each entry of argument 'padding' must be an int >= 0 or a (before, "
+                                f"after) pair of them, received {p!r} in {padding!r}")
+        pairs.append((int(pair[0]), int(pair[1])))
+    return pairs
+
+
 def _same_pads(size, k, s, d, lower=True):
     out = -(-size // s)
     total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
@@ -87,11 +103,14 @@ def conv_nd(n, input, filters, strides, padding, data_format, dilations, groups,
         BlobDesc: (N, out, *spatial') channels-first or (N, *spatial', out), ``input``'s dtype.
 
     Raises:
-        ArgumentError: bad ``data_format``, ``strides`` or ``dilations``; ``input`` not of rank
-            ``n + 2``; an unknown padding string or a padding list of the wrong length.
+        ArgumentError: ``input`` or ``filters`` not a blob; bad ``data_format``, ``strides`` or
+            ``dilations``; ``input`` not of rank ``n + 2``; an unknown padding string, or a
+            padding list of the wrong length or with entries other than ints >= 0 and pairs of them.
         JobBuildError: the op's shape checks fail (e.g. channels not matching ``groups``).
     """
     who = _who(f"conv{n}d", name)
+    expect_blob(input, f"flow.nn.{who}", "input")
+    expect_blob(filters, f"flow.nn.{who}", "filters")
     first = _channels_first(data_format, who)
     kernel = list(filters.shape[2:]) if first else list(filters.shape[1:-1])
     strides = _tuple(strides, n, f"{who}: argument 'strides'")
@@ -117,7 +136,7 @@ def conv_nd(n, input, filters, strides, padding, data_format, dilations, groups,
             raise ArgumentError(f'conv{n}d: padding must be "VALID", "SAME", "SAME_LOWER", "SAME_UPPER" or a list, '
                                 f"received {padding!r}")
     else:
-        pairs = [tuple(p) if isinstance(p, (list, tuple)) else (p, p) for p in padding]
+        pairs = _pad_pairs(padding, who)
         if len(pairs) == n + 2:
             pairs = pairs[2:] if first else pairs[1:-1]
         if len(pairs) != n:
@@ -276,32 +295,9 @@ def compat_conv2d(input, filters, strides, padding, data_format="NCHW", dilation
 
 
 def pad(x, paddings, constant_value=0, name=None):
-    """Constant padding with per-dimension (before, after) pairs (op ``pad``).
-
-    Args:
-        x: blob of any rank and dtype.
-        paddings: one (before, after) pair of non-negative ints per dimension of ``x``.
-        constant_value: fill value; a Python float sets ``floating_constant_value``, anything
-            else is converted with ``int`` into ``integral_constant_value``. Default 0.
-        name: op name; default ``Pad_<n>``.
-
-    Returns:
-        BlobDesc: ``x``'s dtype, each dim grown by ``before + after``.
-
-    Raises:
-        NotImplementedError: no ``pad`` op is registered.
-        JobBuildError: the op rejects the paddings (e.g. wrong number of pairs).
-    """
-    if not registry.has_op("pad"):
-        raise NotImplementedError("asymmetric padding needs the 'pad' op")
-    before = [int(p[0]) for p in paddings]
-    after = [int(p[1]) for p in paddings]
-    attrs = {"padding_before": before, "padding_after": after}
-    if isinstance(constant_value, float):
-        attrs["floating_constant_value"] = constant_value
-    else:
-        attrs["integral_constant_value"] = int(constant_value)
-    return build_op("pad", {"x": x}, attrs, outputs=("y",), name=name, prefix="Pad_")
+    """``flow.pad`` under ``flow.nn``: constant padding with one (before, after) pair per dim
+    (op ``pad``); see :func:`graphfront.array.pad` for the arguments, result and errors."""
+    return array.pad(x, paddings, constant_value, name)
 
 
 def bias_add(value, bias, data_format=None, name=None):
@@ -348,7 +344,7 @@ def _pool(kind, n, input, ksize, strides, padding, data_format, ceil_mode, name)
                                 f"received {padding!r}")
         attrs["padding"] = modes[padding.upper()]
     else:
-        pairs = [tuple(p) for p in padding]
+        pairs = _pad_pairs(padding, who)
         if len(pairs) != n + 2:
             raise ArgumentError(f"{who}: padding list needs {n + 2} (before, after) pairs, "
                                 f"received {padding!r}")
@@ -506,14 +502,13 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None):
         ``rate == 0`` (as OneFlow).
 
     Raises:
-        ArgumentError: ``rate`` outside [0, 1).
+        ArgumentError: ``rate`` is not a number in [0, 1), or ``seed`` not None or an int.
     """
-    if not 0 <= rate < 1:
-        raise ArgumentError(f"dropout: rate must be in [0, 1), received {rate}")
+    rate = check_rate(rate, "flow.nn.dropout")
     if rate == 0 or not jb.current().is_train:
         return x
     name = name or unique_str("Dropout_")
-    mask = dropout_mask(x, rate, seed, name)
+    mask = dropout_mask(x, rate, seed, name, "flow.nn.dropout")
     return build_op("dropout", {"in": x, "mask": mask}, {"scale": 1.0 / (1.0 - rate)}, name=name)
 
 
@@ -533,10 +528,11 @@ def random_mask_like(like, rate, seed=None, noise_shape=None, name=None):
         BlobDesc: int8 blob of ``like``'s shape.
 
     Raises:
-        JobBuildError: the op rejects ``rate`` (outside [0, 1)).
+        ArgumentError: ``rate`` is not a number in [0, 1), or ``seed`` not None or an int.
     """
-    return build_op("random_mask_like", {"like": like}, {"rate": float(rate), "seed": mask_seed(seed)}, name=name,
-                    prefix="RandomMaskLike_")
+    api = "flow.nn.random_mask_like"
+    return build_op("random_mask_like", {"like": like}, {"rate": check_rate(rate, api), "seed": mask_seed(seed, api)},
+                    name=name, prefix="RandomMaskLike_")
 
 
 def softmax(logits, axis=None, name=None):
@@ -669,10 +665,7 @@ def _check_blob(x, fn, arg="x"):
 
 
 def _number(v, fn, arg):
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise ArgumentError(f"flow.nn.{fn}: argument '{arg}' expects a Python number, "
-                            f"received {type(v).__name__} {v!r}")
-    return float(v)
+    return expect_number(v, f"flow.nn.{fn}", arg)
 
 
 def _activation(op_type, fn, x, attrs, name, prefix, args=("in", "out")):

@@ -461,7 +461,7 @@ def test_distribute_policies():
     assert d.broadcast() == d.broadcast() != d.auto()
     assert repr(d.split(1)) == "flow.distribute.split(1)" and str(d.split(1)) == "S(1)" and str(d.broadcast()) == "B"
     d.assert_is_valid_distribute(d.split(0))
-    with pytest.raises(TypeError, match=r"expected a distribute policy"):
+    with pytest.raises(TypeError, match=r"expects a distribute policy"):
         d.assert_is_valid_distribute("S(0)")
     with pytest.raises(ValueError, match=r"axis must be >= 0, received -1"):
         d.split(-1)

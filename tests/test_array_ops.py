@@ -437,6 +437,13 @@ def test_flow_nn_pad_as_conv_same_padding_uses_it():
           lambda x, w: F.conv2d(F.pad(x, [2, 1, 2, 1]), w), x, w, rtol=1e-4, atol=1e-5)
 
 
+def test_flow_nn_pad_is_flow_pad_an_int_constant_fills_a_float_blob():
+    # flow.nn.pad once put an int constant in integral_constant_value, which a float blob ignores: it padded with 0
+    x = rand(2, 3)
+    outs, _ = run(lambda x: flow.nn.pad(x, [(1, 0), (0, 2)], constant_value=5), x, train=False)
+    np.testing.assert_array_equal(outs[0], np.pad(x, [(1, 0), (0, 2)], constant_values=5))
+
+
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_constant_padnd(n):
     x = rand(*([2, 2] + [3] * n))

@@ -172,6 +172,28 @@ def test_list_int32_attr_out_of_range():
     (lambda x: flow.nn.max_pool2d(x, 0, 2, "VALID"), ["max_pool2d: argument 'ksize'", "received 0"]),
     (lambda x: flow.cast(x, "float32"), ["flow.cast: argument 'dtype'", "received 'float32'"]),
     (lambda x: flow.cast(x, np.float32), ["flow.cast: argument 'dtype'", "numpy.float32"]),
+    # values of the wrong type, which reached int(), float() or len() inside the wrappers
+    (lambda x: flow.math.reduce_sum(x, axis=2.5), ["flow.math.reduce_sum: argument 'axis' expects an int or a list",
+                                                   "received float 2.5"]),
+    (lambda x: flow.math.tril(x, diagonal="1"), ["flow.math.tril: argument 'diagonal' expects an int",
+                                                 "received str '1'"]),
+    (lambda x: flow.nn.dropout(x, rate="0.5"), ["flow.nn.dropout: argument 'rate' expects a number"]),
+    (lambda x: flow.nn.random_mask_like(x, 0.5, seed="7"), ["flow.nn.random_mask_like: argument 'seed' expects an "
+                                                            "int", "received str '7'"]),
+    (lambda x: flow.nn.fused_scale_tril_softmax_dropout(x, fill_value="-inf"),
+     ["fused_scale_tril_softmax_dropout: argument 'fill_value' expects a number", "received str '-inf'"]),
+    (lambda x: flow.matmul(x, x, alpha="2"), ["flow.matmul: argument 'alpha' expects a number"]),
+    (lambda x: flow.pad(x, 1), ["flow.pad: paddings expects a list of 4 (before, after) pairs", "received int 1"]),
+    (lambda x: flow.reshape(x, 192), ["flow.reshape: argument 'shape' expects a list or tuple", "received int 192"]),
+    (lambda x: flow.nn.max_pool2d(x, 2, 2, 1), ["max_pool2d: argument 'padding' expects a string or a list",
+                                                "received int 1"]),
+    (lambda x: flow.nn.conv2d(x, 4, 1, "SAME"), ["conv2d: argument 'filters' expects a blob", "received int 4"]),
+    (lambda x: flow.nn.conv2d(x, _w(), 1, [0, 0, (1, "a"), 1]), ["conv2d: each entry of argument 'padding'",
+                                                               "received (1, 'a')"]),
+    (lambda x: flow.layers.upsample_2d(x, size=2.0), ["upsample_2d 'Upsample2D': size must be", "received (2.0,)"]),
+    (lambda x: flow.layers.upsample_2d(x, data_format=1), ["upsample_2d 'Upsample2D': data_format", "received 1"]),
+    (lambda x: flow.parallel_cast(x, gradient_distribute="S(0)"),
+     ["flow.parallel_cast: argument 'gradient_distribute' expects a distribute policy", "received str 'S(0)'"]),
 ])
 def test_api_wrapper_argument_errors_point_at_the_user(body, parts):
     with pytest.raises(flow.JobBuildError) as e:
@@ -188,7 +210,7 @@ def test_api_wrapper_argument_errors_point_at_the_user(body, parts):
 def test_dropout_rate_outside_unit_interval(rate):
     with pytest.raises(flow.JobBuildError) as e:
         _build(lambda x: flow.nn.dropout(x, rate=rate), type="train")  # MARK-dropout
-    _expect(e, "MARK-dropout", "dropout: rate must be in [0, 1)", f"received {rate}")
+    _expect(e, "MARK-dropout", "flow.nn.dropout: argument 'rate' must be in [0, 1)", f"received {rate}")
 
 
 def test_list_numpy_part_bounded_by_the_element_count():

@@ -192,7 +192,7 @@ def test_fused_bias_add_dropout_is_bias_add_in_predict_jobs_and_checks_rate():
     def bad(x: tp.Numpy.Placeholder((2, 3)), b: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
         return flow.nn.fused_bias_add_dropout(x, b, rate=1.0)
 
-    with pytest.raises(ValueError, match=r"rate must be in \[0, 1\)"):
+    with pytest.raises(flow.JobBuildError, match=r"fused_bias_add_dropout: argument 'rate' must be in \[0, 1\)"):
         bad(x, b)
 
 

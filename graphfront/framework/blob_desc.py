@@ -7,6 +7,8 @@ carries what shape inference found: shape, dtype and placement. It holds no data
 """
 from __future__ import annotations
 
+import numbers
+
 from graphfront.core import logical_blob_id_pb2
 from graphfront.framework.errors import ArgumentError
 
@@ -147,3 +149,39 @@ def expect_blob(x, api: str, arg: str = "x") -> "BlobDesc":
     if not isinstance(x, BlobDesc):
         raise ArgumentError(f"{api}: argument '{arg}' expects a blob, received {type(x).__name__} {x!r}")
     return x
+
+
+def expect_int(v, api: str, arg: str) -> int:
+    """``v`` as an int when it is a Python or numpy integer (not a bool).
+
+    Raises:
+        ArgumentError: naming ``api`` and ``arg``, with what was received.
+    """
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise ArgumentError(f"{api}: argument '{arg}' expects an int, received {type(v).__name__} {v!r}")
+    return int(v)
+
+
+def expect_ints(v, api: str, arg: str) -> list:
+    """``v`` (an int, or a list or tuple of ints) as a list of ints.
+
+    Raises:
+        ArgumentError: naming ``api`` and ``arg``, with what was received.
+    """
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return [int(v)]
+    if not isinstance(v, (list, tuple)):
+        raise ArgumentError(f"{api}: argument '{arg}' expects an int or a list of ints, "
+                            f"received {type(v).__name__} {v!r}")
+    return [expect_int(e, api, arg) for e in v]
+
+
+def expect_number(v, api: str, arg: str) -> float:
+    """``v`` as a float when it is a real Python or numpy number (not a bool).
+
+    Raises:
+        ArgumentError: naming ``api`` and ``arg``, with what was received.
+    """
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ArgumentError(f"{api}: argument '{arg}' expects a number, received {type(v).__name__} {v!r}")
+    return float(v)

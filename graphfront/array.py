@@ -626,8 +626,8 @@ def slice(x, begin, size, name=None) -> BlobDesc:  # noqa: A001 - OneFlow's name
     """
     _blob(x, "slice")
     n = len(x.shape)
-    begin, size = list(begin), list(size)
-    if len(begin) != n or len(size) != n:
+    if not isinstance(begin, (list, tuple)) or not isinstance(size, (list, tuple)) or len(begin) != n or \
+            len(size) != n:
         raise ArgumentError(f"flow.slice: begin {begin} and size {size} need {n} entries (x has shape {x.shape})")
     tups = []
     for d, (b, s, dim) in enumerate(zip(begin, size, x.shape)):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 
 from graphfront import distribute, initializers, nn, scope
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_number
 from graphfront.categorical import categorical_ordinal_encoder  # noqa: F401 - flow.layers.*
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.ops.builder import build_op
@@ -22,7 +22,10 @@ from graphfront.framework import job_builder as jb
 from graphfront import math as _math
 
 
-def _activate(out, activation):
+def _activate(out, activation, who):
+    if activation is not None and not callable(activation):
+        _fail(f"{who}: activation must be a function such as flow.math.relu or None, received "
+              f"{type(activation).__name__} {activation!r}")
     return out if activation is None else activation(out, name="activation")
 
 
@@ -34,6 +37,7 @@ def _conv_layer(n, inputs, filters, kernel_size, strides, padding, data_format, 
         raise JobBuildError(f"layers.conv{n}d '{name}': input expects rank {n + 2} ({data_format}), received "
                             f"shape {inputs.shape}{format_location(user_frame())}")
     cin = inputs.shape[1] if first else inputs.shape[-1]
+    groups = nn._tuple(groups, 1, f"layers.conv{n}d '{name}': argument 'groups'")[0]
     if cin % groups:
         raise JobBuildError(f"layers.conv{n}d '{name}': input has {cin} channels, not divisible by groups={groups}"
                             + format_location(user_frame()))
@@ -55,7 +59,7 @@ def _conv_layer(n, inputs, filters, kernel_size, strides, padding, data_format, 
     if bias is not None:
         out = nn.bias_add(out, bias, data_format, name=f"{name}-bias_add")
     with scope.namespace(name):
-        return _activate(out, activation)
+        return _activate(out, activation, f"layers.conv{n}d '{name}'")
 
 
 def conv1d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_format="NCW", dilation_rate=None,
@@ -181,7 +185,7 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
                                 bias_initializer or initializers.constant_initializer(0), bias_regularizer, trainable,
                                 distribute=model_distribute if model_distribute == distribute.split(0) else None)
             out = build_op("bias_add", {"a": out, "b": bias}, {"axis": 1}, name="bias_add")
-        out = _activate(out, activation)
+        out = _activate(out, activation, f"layers.dense '{name}'")
     if len(inputs.shape) > 2:
         out = array.reshape(out, inputs.shape[:-1] + (units,))
     return out
@@ -225,10 +229,12 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
     if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
         _fail(f"layers.batch_normalization '{name}': axis {axis!r} is out of range for inputs of shape {inputs.shape}")
     axis %= ndim
-    if not 0.0 <= float(momentum) <= 1.0:
+    momentum = expect_number(momentum, f"layers.batch_normalization '{name}'", "momentum")
+    epsilon = expect_number(epsilon, f"layers.batch_normalization '{name}'", "epsilon")
+    if not 0.0 <= momentum <= 1.0:
         _fail(f"layers.batch_normalization '{name}': momentum must be in [0, 1] (the fraction of the moving "
               f"statistics kept per step), received {momentum}")
-    if not float(epsilon) > 0:
+    if not epsilon > 0:
         _fail(f"layers.batch_normalization '{name}': epsilon must be > 0, received {epsilon}")
     c = inputs.shape[axis]
     pdtype = _param_dtype(inputs.dtype)
@@ -268,6 +274,8 @@ def batch_normalization_add_relu(inputs, addend=None, axis=-1, momentum=0.99, ep
     ``<name>-add`` when ``addend`` is given and ``relu`` ``<name>-relu``. Returns y, shape
     and dtype of ``inputs``; JobBuildError when ``addend``'s shape or dtype differs.
     """
+    if addend is not None:
+        expect_blob(addend, f"layers.batch_normalization_add_relu '{name}'", "addend")
     if addend is not None and (addend.shape != inputs.shape or addend.dtype is not inputs.dtype):
         _fail(f"layers.batch_normalization_add_relu '{name}': addend expected {inputs.dtype.name} {inputs.shape} "
               f"(as inputs), received {addend.dtype.name} {addend.shape}")
@@ -320,7 +328,8 @@ def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=
     outputs = ("y", "mean", "inv_variance") + (("normalized",) if scale else ())
     outs = build_op("layer_norm", {"x": inputs, "beta": beta, "gamma": gamma},
                     {"center": bool(center), "scale": bool(scale), "begin_norm_axis": begin_norm_axis,
-                     "begin_params_axis": begin_params_axis, "epsilon": float(epsilon)},
+                     "begin_params_axis": begin_params_axis,
+                     "epsilon": expect_number(epsilon, f"layers.layer_norm '{name}'", "epsilon")},
                     outputs=outputs, name=name)
     return outs[0]
 
@@ -357,6 +366,8 @@ def prelu(inputs, alpha_initializer=None, alpha_regularizer=None, shared_axes=No
     _check_distribute("prelu", name, model_distribute)
     ndim = len(inputs.shape)
     shape = list(inputs.shape[1:])
+    if shared_axes is not None and not isinstance(shared_axes, (list, tuple)):
+        _fail(f"layers.prelu '{name}': shared_axes must be a list of axes 1..{ndim - 1}, received {shared_axes!r}")
     for a in shared_axes or ():
         if isinstance(a, bool) or not isinstance(a, int) or not 1 <= a < ndim:
             _fail(f"layers.prelu '{name}': shared_axes entries must be axes 1..{ndim - 1} of inputs "

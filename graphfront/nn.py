@@ -1465,7 +1465,7 @@ def moments(x, axes, keepdims=False, name=None):
             out of range.
     """
     _check_blob(x, "moments")
-    if isinstance(axes, int) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
+    if not isinstance(axes, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
         raise ArgumentError(f"flow.nn.moments: axes expects a list of ints, received {axes!r}")
     with _scope.namespace(name or unique_str("Moments_")):
         mean = _math.reduce_mean(x, list(axes), keepdims, name="mean")

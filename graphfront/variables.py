@@ -1,19 +1,24 @@
 """``flow.get_variable``: declare (or reuse) a variable in the job being built."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+import numbers
+from typing import Sequence
 
 from graphfront.framework import dtypes as _dt
 from graphfront.core import op_conf_pb2
+from graphfront.core.initializer_conf_pb2 import InitializerConf
+from graphfront.core.regularizer_conf_pb2 import RegularizerConf
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
-from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.framework.errors import ArgumentError, JobBuildError, format_location, user_frame
 from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
 from graphfront.parallel import sbp as _sbp
 
-if TYPE_CHECKING:
-    from graphfront.core.initializer_conf_pb2 import InitializerConf
-    from graphfront.core.regularizer_conf_pb2 import RegularizerConf
+#: what get_variable's typed arguments expect, for its errors
+_KINDS = {"dtype": "a graphfront dtype such as flow.float32",
+          "initializer": "an InitializerConf from flow.*_initializer or None",
+          "regularizer": "a RegularizerConf from flow.regularizers or None", "model_name": "a str or None",
+          "random_seed": "an int or None"}
 
 
 @renamed_keywords(PARALLEL_DISTRIBUTION)
@@ -42,16 +47,28 @@ def get_variable(name: str, shape: Sequence[int] | None = None, dtype: _dt.dtype
     Variables are shared by name across the jobs of a session: each job gets its own
     variable op, bound to one tensor in the session's variable store.
     Raises:
+        ArgumentError: ``name``, ``dtype``, ``initializer``, ``regularizer``, ``model_name`` or
+            ``random_seed`` of the wrong type.
         JobBuildError: missing or invalid shape, a redefinition with another
             shape/dtype, or an ``nd_sbp`` with a malformed string or not one entry per
             axis of the placement's hierarchy.
     """
     builder = jb.current()
+    if not isinstance(name, str) or not name:
+        raise ArgumentError(f"flow.get_variable: argument 'name' expects a non-empty str, received "
+                            f"{type(name).__name__} {name!r}")
     full = builder.scope.prefix + name
     loc = user_frame()
-    if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and d > 0 for d in shape):
+    if not isinstance(shape, (list, tuple)) or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool)
+                                                       and d > 0 for d in shape):
         raise JobBuildError(f"get_variable '{full}': shape must be a list/tuple of positive ints, received "
                             f"{shape!r}{format_location(loc)}")
+    for arg, value, kind in (("dtype", dtype, _dt.dtype), ("initializer", initializer, InitializerConf),
+                             ("regularizer", regularizer, RegularizerConf), ("model_name", model_name, str),
+                             ("random_seed", random_seed, numbers.Integral)):
+        if (value is not None or arg == "dtype") and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise ArgumentError(f"get_variable '{full}': argument '{arg}' expects {_KINDS[arg]}, received "
+                                f"{type(value).__name__} {value!r}")
     if full in builder.ops:
         existing = builder.ops[full]
         if jb.op_kind(existing) != "variable_conf":

@@ -18,7 +18,8 @@ def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, name=None):
     for arg, v in (("a", a), ("b", b)):
         if not isinstance(v, BlobDesc):
             raise ArgumentError(f"flow.matmul: argument '{arg}' expects a blob, received {type(v).__name__} {v!r}")
-    attrs = {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b), "alpha": expect_number(alpha, "flow.matmul", "alpha")}
+    attrs = {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b),
+             "alpha": expect_number(alpha, "flow.matmul", "alpha")}
     if len(a.shape) == len(b.shape) and len(a.shape) >= 2:
         op_type = "matmul" if len(a.shape) == 2 else "batch_matmul"
     elif len(b.shape) == 2 and len(a.shape) > 2 and not transpose_a:

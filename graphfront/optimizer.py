@@ -16,51 +16,57 @@ job that holds the learning rate of every step instead.
 """
 from __future__ import annotations
 
+import math
 import numbers
+import re
 import warnings
 
 from graphfront import losses as _losses
 from graphfront.core import job_conf_pb2, learning_rate_schedule_conf_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import BlobDesc
-from graphfront.framework.errors import JobBuildError, format_location, user_frame
+from graphfront.framework.errors import ArgumentError, JobBuildError, format_location, user_frame
 
 _lr_pb = learning_rate_schedule_conf_pb2
 
 
 # ------------------------------------------------------------------ argument checks
 
+# Each check raises ArgumentError: a JobBuildError that is also a TypeError and a ValueError,
+# whose message ends with the user's line.
+
 def _number(where, name, value, low=None, high=None, low_open=False):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{where}: {name} expects a number, received {value!r} ({type(value).__name__})")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ArgumentError(f"{where}: {name} expects a finite number, received {value!r} "
+                            f"({type(value).__name__})")
     value = float(value)
     if low is not None and (value < low or (low_open and value == low)):
-        raise ValueError(f"{where}: {name} must be {'>' if low_open else '>='} {low}, received {value}")
+        raise ArgumentError(f"{where}: {name} must be {'>' if low_open else '>='} {low}, received {value}")
     if high is not None and value > high:
-        raise ValueError(f"{where}: {name} must be <= {high}, received {value}")
+        raise ArgumentError(f"{where}: {name} must be <= {high}, received {value}")
     return value
 
 
 def _positive_int(where, name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{where}: {name} expects a positive int, received {value!r}")
+        raise ArgumentError(f"{where}: {name} expects a positive int, received {value!r}")
     return int(value)
 
 
 def _steps(where, value):
     """A warmup length: an int >= 0 (0 means no warmup, as OneFlow's schedule kernel)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"{where}: steps expects an int >= 0, received {value!r}")
+        raise ArgumentError(f"{where}: steps expects an int >= 0, received {value!r}")
     return int(value)
 
 
 def _int_list(where, name, values):
     if not isinstance(values, (list, tuple)) or not all(
             isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values):
-        raise TypeError(f"{where}: {name} expects a list of ints, received {values!r}")
+        raise ArgumentError(f"{where}: {name} expects a list of ints, received {values!r}")
     values = [int(v) for v in values]
     if any(b <= a for a, b in zip(values, values[1:])):
-        raise ValueError(f"{where}: {name} must be strictly increasing, received {values}")
+        raise ArgumentError(f"{where}: {name} must be strictly increasing, received {values}")
     return values
 
 
@@ -148,8 +154,8 @@ class LrScheduler:
         if lr_lbn is None:
             base_lr = _number(where, "base_lr", base_lr)
         if warmup is not None and not isinstance(warmup, _lr_pb.WarmupConf):
-            raise TypeError(f"{where}: warmup expects flow.optimizer.warmup.constant(...) or .linear(...), "
-                            f"received {warmup!r}")
+            raise ArgumentError(f"{where}: warmup expects flow.optimizer.warmup.constant(...) or .linear(...), "
+                                f"received {warmup!r}")
         self.base_lr = base_lr
         self.lr_lbn = lr_lbn
         self.warmup = warmup
@@ -244,7 +250,8 @@ class CustomScheduler(LrScheduler):
         if isinstance(lbn, BlobDesc):
             lbn = lbn.lbn
         if not isinstance(lbn, str) or "/" not in lbn:
-            raise TypeError(f"CustomScheduler: lbn expects a blob or a logical blob name 'op/blob', received {lbn!r}")
+            raise ArgumentError(f"CustomScheduler: lbn expects a blob or a logical blob name 'op/blob', "
+                                f"received {lbn!r}")
         super().__init__(lr_lbn=lbn)
 
 
@@ -273,8 +280,8 @@ class PiecewiseConstantScheduler(LrScheduler):
         where = "PiecewiseConstantScheduler"
         boundaries = _int_list(where, "boundaries", boundaries)
         if not isinstance(values, (list, tuple)) or len(values) != len(boundaries) + 1:
-            raise ValueError(f"{where}: len(values) must be len(boundaries) + 1 = {len(boundaries) + 1}, received "
-                             f"{values!r}")
+            raise ArgumentError(f"{where}: len(values) must be len(boundaries) + 1 = {len(boundaries) + 1}, received "
+                                f"{values!r}")
         values = [_number(where, "values[]", v) for v in values]
         super().__init__(base_lr=values[0], warmup=warmup)
         self.boundaries = boundaries
@@ -323,8 +330,8 @@ class PiecewiseScalingScheduler(LrScheduler):
         if not isinstance(scale, (list, tuple)):
             scale = [scale] * len(self.boundaries)
         if len(scale) != len(self.boundaries):
-            raise ValueError(f"{where}: len(scale) must equal len(boundaries) = {len(self.boundaries)}, received "
-                             f"{list(scale)!r}")
+            raise ArgumentError(f"{where}: len(scale) must equal len(boundaries) = {len(self.boundaries)}, received "
+                                f"{list(scale)!r}")
         self.scale = [1.0] + [_number(where, "scale[]", s) for s in scale]
 
     @property
@@ -458,12 +465,14 @@ class LinearCosineScheduler(LrScheduler):
 
 class _RateDecayScheduler(LrScheduler):
     _field = ""
+    _decay_rate_low = (None, False)  # (low, low_open) of decay_rate
 
     def __init__(self, base_lr, steps, decay_rate, staircase=False, warmup=None):
         where = type(self).__name__
         super().__init__(base_lr=base_lr, warmup=warmup)
         self.steps = _positive_int(where, "steps", steps)
-        self.decay_rate = _number(where, "decay_rate", decay_rate)
+        low, low_open = self._decay_rate_low
+        self.decay_rate = _number(where, "decay_rate", decay_rate, low, low_open=low_open)
         self.staircase = bool(staircase)
 
     @property
@@ -490,18 +499,19 @@ class ExponentialScheduler(_RateDecayScheduler):
     Args:
         base_lr: base learning rate, a number >= 0.
         steps: decay period in train steps, a positive int.
-        decay_rate: the decay rate, a number.
+        decay_rate: the decay rate, a number > 0 (a negative base has no real power).
         staircase: use ``floor(step / steps)`` (decay in discrete stages) instead of
             ``step / steps`` (truthy/falsy, default False).
         warmup: optional ``flow.optimizer.warmup.constant(...)`` or
             ``warmup.linear(...)`` (a ``WarmupConf``); None = no warmup.
 
     Raises:
-        TypeError: ``base_lr`` or ``decay_rate`` is not a number, or ``warmup`` is not a
-            ``WarmupConf``.
-        ValueError: ``steps`` is not a positive int.
+        ArgumentError: (a TypeError and a ValueError) ``base_lr`` or ``decay_rate`` is not a
+            finite number or out of range, ``warmup`` is not a ``WarmupConf``, or ``steps`` is
+            not a positive int.
     """
     _field = "exponential_conf"
+    _decay_rate_low = (0.0, True)
 
 
 class InverseTimeScheduler(_RateDecayScheduler):
@@ -513,18 +523,20 @@ class InverseTimeScheduler(_RateDecayScheduler):
     Args:
         base_lr: base learning rate, a number >= 0.
         steps: decay period in train steps, a positive int.
-        decay_rate: the decay rate, a number.
+        decay_rate: the decay rate, a number >= 0 (a negative one makes ``1 + decay_rate * p``
+            reach 0).
         staircase: use ``floor(step / steps)`` (decay in discrete stages) instead of
             ``step / steps`` (truthy/falsy, default False).
         warmup: optional ``flow.optimizer.warmup.constant(...)`` or
             ``warmup.linear(...)`` (a ``WarmupConf``); None = no warmup.
 
     Raises:
-        TypeError: ``base_lr`` or ``decay_rate`` is not a number, or ``warmup`` is not a
-            ``WarmupConf``.
-        ValueError: ``steps`` is not a positive int.
+        ArgumentError: (a TypeError and a ValueError) ``base_lr`` or ``decay_rate`` is not a
+            finite number or out of range, ``warmup`` is not a ``WarmupConf``, or ``steps`` is
+            not a positive int.
     """
     _field = "inverse_time_conf"
+    _decay_rate_low = (0.0, False)
 
 
 class NaturalExpScheduler(_RateDecayScheduler):
@@ -538,16 +550,15 @@ class NaturalExpScheduler(_RateDecayScheduler):
     Args:
         base_lr: base learning rate, a number >= 0.
         steps: decay period in train steps, a positive int.
-        decay_rate: the decay rate, a number.
+        decay_rate: the decay rate, a finite number.
         staircase: use ``floor(step / steps)`` (decay in discrete stages) instead of
             ``step / steps`` (truthy/falsy, default False).
         warmup: optional ``flow.optimizer.warmup.constant(...)`` or
             ``warmup.linear(...)`` (a ``WarmupConf``); None = no warmup.
 
     Raises:
-        TypeError: ``base_lr`` or ``decay_rate`` is not a number, or ``warmup`` is not a
-            ``WarmupConf``.
-        ValueError: ``steps`` is not a positive int.
+        ArgumentError: (a TypeError and a ValueError) ``base_lr`` or ``decay_rate`` is not a
+            finite number, ``warmup`` is not a ``WarmupConf``, or ``steps`` is not a positive int.
     """
     _field = "natural_exp_conf"
 
@@ -704,11 +715,11 @@ class Optimizer:
         where = type(self).__name__
         if loss_scale_factor is not None:
             if loss_scale_policy is not None:
-                raise ValueError(f"{where}: give loss_scale_factor or loss_scale_policy, not both")
+                raise ArgumentError(f"{where}: give loss_scale_factor or loss_scale_policy, not both")
             loss_scale_policy = loss_scale.static_loss_scale(loss_scale_factor)
         if loss_scale_policy is not None and not isinstance(loss_scale_policy, loss_scale.LossScalePolicy):
-            raise TypeError(f"{where}: loss_scale_policy expects flow.optimizer.loss_scale.static_loss_scale(...) "
-                            f"or dynamic_loss_scale(...), received {loss_scale_policy!r}")
+            raise ArgumentError(f"{where}: loss_scale_policy expects flow.optimizer.loss_scale.static_loss_scale(...) "
+                                f"or dynamic_loss_scale(...), received {loss_scale_policy!r}")
         if isinstance(train_step_lbn, BlobDesc):
             train_step_lbn = train_step_lbn.lbn
         self.train_step_lbn = train_step_lbn
@@ -798,11 +809,11 @@ class _SingleOptimizer(Optimizer):
         super().__init__(loss_scale_factor, train_step_lbn, loss_scale_policy)
         where = type(self).__name__
         if not isinstance(lr_scheduler, LrScheduler):
-            raise TypeError(f"{where}: lr_scheduler must be a flow.optimizer scheduler such as "
-                            f"PiecewiseConstantScheduler([], [0.1]), received {lr_scheduler!r}")
+            raise ArgumentError(f"{where}: lr_scheduler must be a flow.optimizer scheduler such as "
+                                f"PiecewiseConstantScheduler([], [0.1]), received {lr_scheduler!r}")
         if grad_clipping is not None and not isinstance(grad_clipping, (_ClipByGlobalNorm, job_conf_pb2.ClipConf)):
-            raise TypeError(f"{where}: grad_clipping expects flow.optimizer.grad_clipping.by_global_norm(clip_norm), "
-                            f"received {grad_clipping!r}")
+            raise ArgumentError(f"{where}: grad_clipping expects "
+                                f"flow.optimizer.grad_clipping.by_global_norm(clip_norm), received {grad_clipping!r}")
         self.lr_scheduler = lr_scheduler
         self.grad_clipping = grad_clipping
         self.variables = variables
@@ -840,15 +851,20 @@ class _WeightDecayMixin:
     def _init_weight_decay(self, weight_decay, includes, excludes):
         where = type(self).__name__
         if includes is not None and excludes is not None:
-            raise ValueError(f"{where}: weight_decay_includes and weight_decay_excludes are mutually exclusive")
+            raise ArgumentError(f"{where}: weight_decay_includes and weight_decay_excludes are mutually exclusive")
 
         def patterns(name, value):
             if value is None:
                 return None
-            value = [value] if isinstance(value, str) else list(value)
-            if not all(isinstance(p, str) for p in value):
-                raise TypeError(f"{where}: {name} expects a str or a list of str, received {value!r}")
-            return value
+            listed = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else None
+            if listed is None or not all(isinstance(p, str) for p in listed):
+                raise ArgumentError(f"{where}: {name} expects a str or a list of str, received {value!r}")
+            for p in listed:
+                try:
+                    re.compile(p)
+                except re.error as e:
+                    raise ArgumentError(f"{where}: {name} entry {p!r} is not a regular expression: {e}") from None
+            return listed
         self.weight_decay = None if weight_decay is None else _number(where, "weight_decay", weight_decay, 0.0)
         self.weight_decay_includes = patterns("weight_decay_includes", includes)
         self.weight_decay_excludes = patterns("weight_decay_excludes", excludes)
@@ -1343,11 +1359,11 @@ class CombinedOptimizer(Optimizer):
         optimizers = list(optimizers)
         for i, o in enumerate(optimizers):
             if not isinstance(o, _SingleOptimizer):
-                raise TypeError(f"CombinedOptimizer: optimizers[{i}] expects a single optimizer (SGD, Adam, ...), "
-                                f"received {o!r}")
+                raise ArgumentError(f"CombinedOptimizer: optimizers[{i}] expects a single optimizer (SGD, Adam, ...), "
+                                    f"received {o!r}")
             if o.train_step_lbn is not None or o.loss_scale_policy is not None:
-                raise ValueError(f"CombinedOptimizer: optimizers[{i}] ({type(o).__name__}) sets train_step_lbn or a "
-                                 "loss scale; set them on the CombinedOptimizer instead")
+                raise ArgumentError(f"CombinedOptimizer: optimizers[{i}] ({type(o).__name__}) sets train_step_lbn or a "
+                                    "loss scale; set them on the CombinedOptimizer instead")
         self.optimizers = optimizers
 
     def Variables(self):  # noqa: N802

@@ -277,7 +277,7 @@ def test_scheduler_argument_errors():
         opt.warmup.linear(3, 1.5)
     with pytest.raises(ValueError, match="warmup.constant: steps expects an int >= 0, received -1"):
         opt.warmup.constant(-1, 0.5)
-    with pytest.raises(TypeError, match="ExponentialScheduler: base_lr expects a number, received '0.1'"):
+    with pytest.raises(TypeError, match="ExponentialScheduler: base_lr expects a finite number, received '0.1'"):
         opt.ExponentialScheduler("0.1", 3, 0.5)
     with pytest.raises(TypeError, match="warmup expects flow.optimizer.warmup.constant"):
         opt.CosineScheduler(0.1, 3, warmup=0.5)

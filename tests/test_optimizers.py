@@ -627,6 +627,29 @@ def test_api_errors():
         flow.optimizer.CombinedOptimizer([flow.optimizer.SGD(lr, loss_scale_factor=4.0)])
 
 
+@pytest.mark.parametrize("make, message", [
+    # a NaN or infinite hyperparameter trained to a NaN loss without a word
+    (lambda lr: flow.optimizer.Adam(lr, beta1=float("nan")), "Adam: beta1 expects a finite number, received nan"),
+    (lambda lr: flow.optimizer.SGD(lr, momentum=float("inf")), "SGD: momentum expects a finite number, received inf"),
+    (lambda lr: flow.optimizer.CosineScheduler(float("nan"), 10), "CosineScheduler: base_lr expects a finite number"),
+    # 1 + decay_rate * p reached 0 mid-training: ZeroDivisionError in the schedule
+    (lambda lr: flow.optimizer.InverseTimeScheduler(0.1, 10, -5), "InverseTimeScheduler: decay_rate must be >= 0.0"),
+    (lambda lr: flow.optimizer.ExponentialScheduler(0.1, 10, -0.5), "ExponentialScheduler: decay_rate must be > 0.0"),
+    # an int or a bad regex reached list() or re at build time
+    (lambda lr: flow.optimizer.AdamW(lr, weight_decay=0.1, weight_decay_includes=3),
+     "AdamW: weight_decay_includes expects a str or a list of str, received 3"),
+    (lambda lr: flow.optimizer.AdamW(lr, weight_decay=0.1, weight_decay_excludes=["bias("]),
+     "AdamW: weight_decay_excludes entry 'bias(' is not a regular expression"),
+])
+def test_optimizer_and_scheduler_arguments_are_checked_at_the_user_line(make, message):
+    lr = flow.optimizer.PiecewiseConstantScheduler([], [0.1])
+    with pytest.raises(flow.JobBuildError) as e:
+        make(lr)
+    assert isinstance(e.value, TypeError) and isinstance(e.value, ValueError)  # (ArgumentError: both)
+    assert message in str(e.value)
+    assert f"\n  at {__file__}:" in str(e.value)
+
+
 def test_minimize_errors():
     lr = flow.optimizer.PiecewiseConstantScheduler([], [0.1])
 

@@ -248,3 +248,25 @@ def test_enable_non_distributed_optimizer_is_the_older_spelling_of_the_placement
     with pytest.warns(UserWarning, match="optimizer_placement_optimization_mode"):
         cfg.enable_non_distributed_optimizer(True)
     assert cfg.job_config_proto.optimizer_placement_optimization_mode == "non_distributed"
+
+
+@pytest.mark.parametrize("setting, message", [
+    (lambda fc: fc.default_initializer_conf("zeros"),
+     "FunctionConfig.default_initializer_conf expects InitializerConf (or its dict form), received str 'zeros'"),
+    (lambda fc: fc.default_initializer_conf({"zero_conf": {}}),
+     "FunctionConfig.default_initializer_conf: the dict does not fit InitializerConf"),
+    (lambda fc: fc.indexed_slices_optimizer_conf(3),
+     "FunctionConfig.indexed_slices_optimizer_conf expects IndexedSlicesOptimizerConf (or its dict form)"),
+    (lambda fc: fc.train.model_update_conf({"sgd_conf": {}}),
+     "FunctionConfig.train.model_update_conf: the dict does not fit NormalModelUpdateOpUserConf"),
+    (lambda fc: fc.train.primary_lr(float("nan")), "FunctionConfig.train.primary_lr expects a finite number"),
+    (lambda fc: fc.compile_mode("fast"), "FunctionConfig.compile_mode must be one of"),
+    (lambda fc: fc.default_data_type("float32"), "FunctionConfig.default_data_type expects a graphfront dtype"),
+])
+def test_a_bad_setting_raises_argument_error_at_the_user_line(setting, message):
+    # protobuf's CopyFrom TypeError and ParseError, and a NaN learning rate, once passed through
+    with pytest.raises(JobBuildError) as e:
+        setting(flow.FunctionConfig())
+    assert isinstance(e.value, TypeError) and isinstance(e.value, ValueError)  # (ArgumentError: both)
+    assert message in str(e.value)
+    assert f"\n  at {__file__}:" in str(e.value)

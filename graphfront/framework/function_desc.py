@@ -11,11 +11,13 @@ proto itself.
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 from google.protobuf import json_format
 
 from graphfront.core import job_conf_pb2
+from graphfront.framework.errors import ArgumentError
 
 
 class TrainConfig:
@@ -37,16 +39,10 @@ class TrainConfig:
         ``{"naive_conf": {}}``, ``{"momentum_conf": {"beta": 0.9}, "warmup_conf": ...}`` ...
         Used when the job calls no ``flow.optimizer.*.minimize`` (its losses come from
         ``flow.losses.add_loss``): every trainable variable is updated with it at ``primary_lr``.
-        Raises TypeError for a value of another type, ParseError for unknown fields."""
-        conf = job_conf_pb2.NormalModelUpdateOpUserConf()
-        if isinstance(value, dict):
-            json_format.ParseDict(value, conf)
-        elif isinstance(value, job_conf_pb2.NormalModelUpdateOpUserConf):
-            conf.CopyFrom(value)
-        else:
-            raise TypeError(f"FunctionConfig.train.model_update_conf expects a dict or a NormalModelUpdateOpUserConf, "
-                            f"received {value!r}")
-        self._proto.train_conf.model_update_conf.CopyFrom(conf)
+        Raises ArgumentError (a TypeError and a ValueError) for a value of another type or a
+        dict with unknown fields (protobuf's ParseError quoted)."""
+        self._proto.train_conf.model_update_conf.CopyFrom(
+            message_arg(value, job_conf_pb2.NormalModelUpdateOpUserConf, "train.model_update_conf"))
 
     def loss_scale_factor(self, value):
         """Static loss scale: the loss gradient is seeded with ``value`` and the variable
@@ -60,8 +56,8 @@ class TrainConfig:
         ``oneflow/core/job_rewriter/gradient_accumulation_rewrite_pass.cpp``). Returned
         blobs come back concatenated over the micro-batches along dim 0."""
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"FunctionConfig.train.num_gradient_accumulation_steps expects a positive int, "
-                             f"received {value!r}")
+            raise ArgumentError(f"FunctionConfig.train.num_gradient_accumulation_steps expects a positive int, "
+                                f"received {value!r}")
         self._proto.num_gradient_accumulation_steps = int(value)
         self._proto.train_conf.SetInParent()
 
@@ -88,7 +84,26 @@ class FunctionDescView:
         return getattr(self.job_config_proto, field)
 
 
+def message_arg(value, message_type, where):
+    """A setting's ``value`` as a ``message_type`` protobuf message: the message itself, or
+    its dict form (``json_format.ParseDict``).
+
+    Raises:
+        ArgumentError: (a TypeError and a ValueError) naming ``FunctionConfig.<where>``: a value
+            of another type, or a dict that does not fit the message (protobuf's ParseError quoted).
+    """
+    if isinstance(value, message_type):
+        return value
+    if not isinstance(value, dict):
+        raise ArgumentError(f"FunctionConfig.{where} expects {message_type.__name__} (or its dict form), received "
+                            f"{type(value).__name__} {value!r}")
+    try:
+        return json_format.ParseDict(value, message_type())
+    except json_format.ParseError as e:
+        raise ArgumentError(f"FunctionConfig.{where}: the dict does not fit {message_type.__name__}: {e}") from None
+
+
 def _number(where, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"FunctionConfig.{where} expects a number, received {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ArgumentError(f"FunctionConfig.{where} expects a finite number, received {value!r}")
     return float(value)

@@ -32,9 +32,10 @@ from graphfront.framework import eager
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope_symbols as scope_mod
 from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.function_desc import message_arg
 from graphfront.framework.placement_scope import LogicalView, PlacementScope
-from graphfront.framework.errors import (DeviceMemoryError, FeedError, GraphfrontError, JobBuildError, format_location,
-                                        user_frame)
+from graphfront.framework.errors import (ArgumentError, DeviceMemoryError, FeedError, GraphfrontError, JobBuildError,
+                                        format_location, user_frame)
 from graphfront.ops.builder import unique_str
 from graphfront.passes import complete
 from graphfront.passes.boxing import parallel_num
@@ -83,7 +84,7 @@ class FunctionConfig:
             TypeError: ``value`` is not a graphfront dtype.
         """
         if not isinstance(value, _dt.dtype):
-            raise TypeError(f"FunctionConfig.default_data_type expects a graphfront dtype, received {value!r}")
+            raise ArgumentError(f"FunctionConfig.default_data_type expects a graphfront dtype, received {value!r}")
         self.job_config_proto.default_data_type = value.proto
 
     def default_logical_view(self, value) -> None:
@@ -98,8 +99,8 @@ class FunctionConfig:
             TypeError: ``value`` is neither.
         """
         if not isinstance(value, LogicalView):
-            raise TypeError("FunctionConfig.default_logical_view expects flow.scope.consistent_view() or "
-                            f"flow.scope.mirrored_view(), received {value!r}")
+            raise ArgumentError("FunctionConfig.default_logical_view expects flow.scope.consistent_view() or "
+                                f"flow.scope.mirrored_view(), received {value!r}")
         self._logical_view = value.kind
 
     def default_distribute_strategy(self, value) -> None:
@@ -130,8 +131,8 @@ class FunctionConfig:
             TypeError: ``value`` is not a placement scope.
         """
         if not isinstance(value, PlacementScope):
-            raise TypeError("FunctionConfig.default_placement_scope expects flow.scope.placement(tag, ids), "
-                            f"received {value!r}")
+            raise ArgumentError("FunctionConfig.default_placement_scope expects flow.scope.placement(tag, ids), "
+                                f"received {value!r}")
         self._placement_scope = value
 
     def default_initializer_conf(self, value) -> None:
@@ -143,14 +144,12 @@ class FunctionConfig:
             value: ``InitializerConf`` or its dict form, e.g. ``{"constant_conf": {"value": 0.0}}``.
 
         Raises:
-            google.protobuf.json_format.ParseError: the dict is not an ``InitializerConf``.
-            TypeError: ``value`` is neither a dict nor an ``InitializerConf``.
+            ArgumentError: (a TypeError and a ValueError) ``value`` is neither an
+                ``InitializerConf`` nor a dict of one (protobuf's ParseError quoted).
         """
         from graphfront.core import initializer_conf_pb2
-        from google.protobuf import json_format
-        if isinstance(value, dict):
-            value = json_format.ParseDict(value, initializer_conf_pb2.InitializerConf())
-        self.job_config_proto.default_initializer_conf.CopyFrom(value)
+        self.job_config_proto.default_initializer_conf.CopyFrom(
+            message_arg(value, initializer_conf_pb2.InitializerConf, "default_initializer_conf"))
 
     def allow_cpu_return_op(self, value) -> None:
         """Record whether the job's return ops may run on the CPU (default True).
@@ -219,7 +218,7 @@ class FunctionConfig:
             TypeError: ``value`` is not a bool.
         """
         if not isinstance(value, bool):
-            raise TypeError(f"FunctionConfig.enable_fuse_add_to_output expects a bool, received {value!r}")
+            raise ArgumentError(f"FunctionConfig.enable_fuse_add_to_output expects a bool, received {value!r}")
         self.job_config_proto.enable_fuse_add_to_output = value
 
     @property
@@ -261,19 +260,11 @@ class FunctionConfig:
             value: ``IndexedSlicesOptimizerConf`` or its dict form.
 
         Raises:
-            TypeError: ``value`` is neither a dict nor an ``IndexedSlicesOptimizerConf``.
-            google.protobuf.json_format.ParseError: the dict does not fit the message.
+            ArgumentError: (a TypeError and a ValueError) ``value`` is neither an
+                ``IndexedSlicesOptimizerConf`` nor a dict of one (protobuf's ParseError quoted).
         """
-        from google.protobuf import json_format
-        conf = job_conf_pb2.IndexedSlicesOptimizerConf()
-        if isinstance(value, dict):
-            json_format.ParseDict(value, conf)
-        elif isinstance(value, job_conf_pb2.IndexedSlicesOptimizerConf):
-            conf.CopyFrom(value)
-        else:
-            raise TypeError("FunctionConfig.indexed_slices_optimizer_conf expects a dict or an "
-                            f"IndexedSlicesOptimizerConf, received {value!r}")
-        self.job_config_proto.indexed_slices_optimizer_conf.CopyFrom(conf)
+        self.job_config_proto.indexed_slices_optimizer_conf.CopyFrom(
+            message_arg(value, job_conf_pb2.IndexedSlicesOptimizerConf, "indexed_slices_optimizer_conf"))
 
     def enable_auto_mixed_precision(self, value=True) -> None:
         """Run the job's white-listed ops (matmul, conv2d ...) in float16/bfloat16 with float32 master weights.
@@ -299,8 +290,8 @@ class FunctionConfig:
             TypeError: ``value`` is another value.
         """
         if value not in (_dt.float16, _dt.bfloat16):
-            raise TypeError("FunctionConfig.mixed_precision_data_type expects flow.float16 or flow.bfloat16, "
-                            f"received {value!r}")
+            raise ArgumentError("FunctionConfig.mixed_precision_data_type expects flow.float16 or flow.bfloat16, "
+                                f"received {value!r}")
         self.job_config_proto.flag_name2flag_value["mixed_precision_data_type"].at_data_type = value.proto
 
     def compile_mode(self, mode) -> None:
@@ -349,7 +340,7 @@ class FunctionConfig:
             TypeError: ``value`` is not a bool.
         """
         if not isinstance(value, bool):
-            raise TypeError(f"FunctionConfig.enable_ssp expects a bool, received {value!r}")
+            raise ArgumentError(f"FunctionConfig.enable_ssp expects a bool, received {value!r}")
         self.job_config_proto.flag_name2flag_value["enable_ssp"].at_bool = value
         if value:
             _warn_once("enable_ssp", "FunctionConfig.enable_ssp(True): variables are read through SSP proxies "
@@ -364,7 +355,7 @@ class FunctionConfig:
             TypeError: ``value`` is not a str.
         """
         if not isinstance(value, str):
-            raise TypeError(f"FunctionConfig.ssp_partition_strategy expects a str, received {value!r}")
+            raise ArgumentError(f"FunctionConfig.ssp_partition_strategy expects a str, received {value!r}")
         self.job_config_proto.flag_name2flag_value["ssp_partition_strategy"].at_string = value
 
     def enable_qat(self, value=True) -> None:
@@ -381,7 +372,7 @@ class FunctionConfig:
             TypeError: ``value`` is not a bool.
         """
         if not isinstance(value, bool):
-            raise TypeError(f"FunctionConfig.enable_qat expects a bool, received {value!r}")
+            raise ArgumentError(f"FunctionConfig.enable_qat expects a bool, received {value!r}")
         self.job_config_proto.enable_quantization_aware_training = value
 
     @property
@@ -451,7 +442,7 @@ class FunctionConfig:
 
     def _xrt_switch(self, name, value):
         if not isinstance(value, bool):
-            raise TypeError(f"FunctionConfig.{name} expects a bool, received {value!r}")
+            raise ArgumentError(f"FunctionConfig.{name} expects a bool, received {value!r}")
         setattr(self.job_config_proto.xrt_config, name, value)
 
     # OneFlow setter names that differ from their JobConfigProto field
@@ -476,7 +467,7 @@ class FunctionConfig:
             try:
                 setattr(self.job_config_proto, field, value)
             except (TypeError, ValueError) as e:
-                raise TypeError(f"FunctionConfig.{name}: {e}") from None
+                raise ArgumentError(f"FunctionConfig.{name}: {e}") from None
             warnings.warn(f"FunctionConfig.{name}({value!r}) is recorded in the job config; graphfront's "
                           "runtime does not act on it", UserWarning, stacklevel=2)
         return setter
@@ -516,8 +507,8 @@ class QatSettings:
 
     def _set(self, field, value, types):
         if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-            raise TypeError(f"FunctionConfig.qat.{field} expects {' or '.join(t.__name__ for t in types)}, "
-                            f"received {value!r}")
+            raise ArgumentError(f"FunctionConfig.qat.{field} expects {' or '.join(t.__name__ for t in types)}, "
+                                f"received {value!r}")
         setattr(self._conf, field, value)
 
     def per_channel_weight_quantization(self, value=True) -> None:
@@ -537,8 +528,8 @@ class QatSettings:
         self._set("target_backend", value, (str,))
         if value not in QAT_TARGET_BACKENDS:
             self._conf.target_backend = ""
-            raise ValueError(f"FunctionConfig.qat.target_backend expects one of {QAT_TARGET_BACKENDS}, "
-                             f"received {value!r}")
+            raise ArgumentError(f"FunctionConfig.qat.target_backend expects one of {QAT_TARGET_BACKENDS}, "
+                                f"received {value!r}")
 
 
 class TensorRTSettings:
@@ -558,7 +549,7 @@ class TensorRTSettings:
 
     def _set(self, field, value, kind):
         if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
-            raise TypeError(f"FunctionConfig.tensorrt.{field} expects a {kind.__name__}, received {value!r}")
+            raise ArgumentError(f"FunctionConfig.tensorrt.{field} expects a {kind.__name__}, received {value!r}")
         setattr(self._conf, field, value)
         if value and kind is bool:
             _warn_once(f"tensorrt.{field}", f"FunctionConfig.tensorrt.{field}(True) is recorded in "
@@ -1013,7 +1004,7 @@ class GlobalFunction:
             if ann is p.empty and isinstance(p.default, tp.PlaceholderDef):
                 ann = p.default  # x=flow.FixedTensorDef(shape) / flow.MirroredTensorDef(shape)
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise TypeError(f"global function '{self.name}': *args/**kwargs are not supported")
+                raise ArgumentError(f"global function '{self.name}': *args/**kwargs are not supported")
             members = typing.get_args(ann) if typing.get_origin(ann) is tuple else None
             if members and all(isinstance(m, tp.PlaceholderDef) for m in members):
                 # typing.Tuple[tp.Numpy.Placeholder, ...]: the job receives a tuple of blobs
@@ -1025,9 +1016,10 @@ class GlobalFunction:
                     self.placeholders.append(ph)
                 continue
             if not isinstance(ann, tp.PlaceholderDef):
-                raise TypeError(f"global function '{self.name}': parameter '{p.name}' must be annotated with "
-                                f"tp.Numpy.Placeholder(shape, dtype), tp.ListNumpy.Placeholder or a typing.Tuple of "
-                                f"them (or default to flow.FixedTensorDef / flow.MirroredTensorDef), received {ann!r}")
+                raise ArgumentError(f"global function '{self.name}': parameter '{p.name}' must be annotated with "
+                                    f"tp.Numpy.Placeholder(shape, dtype), tp.ListNumpy.Placeholder or a typing.Tuple "
+                                    f"of them (or default to flow.FixedTensorDef / flow.MirroredTensorDef), "
+                                    f"received {ann!r}")
             ph = copy.copy(ann)
             ph.param_name = p.name
             self.arity.append(None)
@@ -1144,7 +1136,7 @@ def global_function(type: str | None = None,  # noqa: A002 - OneFlow's name
     if isinstance(type, FunctionConfig):
         type, function_config = None, type
     if type not in ("train", "predict", None):
-        raise ValueError(f'global_function: type must be "train" or "predict", received {type!r}')
+        raise ArgumentError(f'global_function: type must be "train" or "predict", received {type!r}')
     config = function_config or FunctionConfig()
 
     def decorator(func):

@@ -27,13 +27,16 @@ it, so the session never asks which lowering it holds.
 """
 from __future__ import annotations
 
+from graphfront.framework.errors import ArgumentError
+
 LOWERINGS = ("plan", "native", "xla", "onnxruntime", "auto")
 
 
 def check_mode(mode, where: str) -> str:
-    """``mode`` when it names a lowering; raises ValueError naming ``where`` (the setting) otherwise."""
+    """``mode`` when it names a lowering; raises ArgumentError (a ValueError) naming ``where``
+    (the setting) otherwise."""
     if mode not in LOWERINGS:
-        raise ValueError(f"{where} must be one of {LOWERINGS}, received {mode!r}")
+        raise ArgumentError(f"{where} must be one of {LOWERINGS}, received {mode!r}")
     return mode
 
 

@@ -31,6 +31,7 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework import checkpoint_io
 from graphfront.framework import session as _session
 from graphfront.framework.checkpoint_io import CheckpointError, FileBackendVariableBlob
+from graphfront.framework.errors import ArgumentError
 from graphfront.typing import LocalBlob
 
 __all__ = ["CheckpointError", "FileBackendVariableBlob", "MissingVariablesWarning", "get", "get_all_variables",
@@ -106,9 +107,9 @@ def save_dict(obj, save_dir):
     """``flow.save(obj, save_dir)``: write the dict ``obj`` ``{name: ndarray | LocalBlob |
     FileBackendVariableBlob}`` to ``save_dir`` in the checkpoint layout, without touching
     the session (OneFlow's ``flow.save``). Same rules for ``save_dir`` as :func:`save`;
-    TypeError when ``obj`` is not a dict."""
+    ArgumentError (a TypeError) when ``obj`` is not a dict."""
     if not isinstance(obj, dict):
-        raise TypeError(f"flow.save expects a dict {{name: array}} as obj, received {type(obj).__name__}")
+        raise ArgumentError(f"flow.save expects a dict {{name: array}} as obj, received {type(obj).__name__}")
     save(save_dir, obj)
 
 
@@ -144,7 +145,11 @@ def stage_values(store, value_dict, *, ignore_mismatch=True, what="load_variable
         CheckpointError: a shape or dtype differs (names the variable, the expected and
             the found shape/dtype), or a file is missing/truncated.
         RuntimeError: a name that is not a variable, with ``ignore_mismatch=False``.
+        ArgumentError: (a TypeError) ``value_dict`` is not a mapping.
     """
+    if not isinstance(value_dict, Mapping):
+        raise ArgumentError(f"{what}: value_dict expects a mapping {{name: array}}, received "
+                            f"{type(value_dict).__name__}")
     staged = {}
     for name, value in value_dict.items():
         if name not in store:
@@ -209,6 +214,7 @@ def load_variables(value_dict: Mapping[str, Any], ignore_mismatch: bool = True, 
             found), a checkpoint file is missing or truncated, or ``strict`` and a
             variable is missing.
         RuntimeError: an unknown name with ``ignore_mismatch=False``.
+        ArgumentError: (a TypeError) ``value_dict`` is not a mapping.
     """
     s = _started_session()
     staged = stage_values(s.variables, value_dict, ignore_mismatch=ignore_mismatch)

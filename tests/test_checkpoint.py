@@ -266,6 +266,22 @@ def test_unknown_names_are_skipped_or_rejected(tmp_path):
         flow.load_variables({"nope": np.zeros(1)}, ignore_mismatch=False)
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda p: flow.checkpoint.save(3), "checkpoint path expects a str or an os.PathLike, received int 3"),
+    (lambda p: flow.checkpoint.get(None), "checkpoint path expects a str or an os.PathLike, received NoneType"),
+    (lambda p: flow.save({"w": np.ones(2, np.float32)}, 5), "checkpoint path expects a str or an os.PathLike"),
+    (lambda p: flow.load_variables([("w", np.ones((2, 3), np.float32))]),
+     "load_variables: value_dict expects a mapping {name: array}, received list"),
+])
+def test_arguments_of_the_wrong_type_raise_argument_error(tmp_path, call, message):
+    # os.fspath's TypeError and a list's AttributeError once came from inside graphfront
+    _define_mixed_job()
+    with pytest.raises(flow.JobBuildError) as e:
+        call(tmp_path)
+    assert isinstance(e.value, TypeError) and message in str(e.value)
+    assert f"\n  at {__file__}:" in str(e.value)
+
+
 def test_incomplete_and_absent_checkpoints(tmp_path):
     _define_mixed_job()
     flow.checkpoint.save(tmp_path / "c")

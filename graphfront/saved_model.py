@@ -43,6 +43,7 @@ from graphfront.framework import checkpoint_io
 from graphfront.framework import job_builder as jb
 from graphfront.framework import tempfiles
 from graphfront.framework.checkpoint_io import _fsync_dir
+from graphfront.framework.errors import ArgumentError
 from graphfront.framework.session import GlobalFunction
 from graphfront.checkpoint import variable_arrays
 
@@ -66,7 +67,7 @@ class ModelBuilder:
 
     def __init__(self, save_path):
         if not isinstance(save_path, (str, os.PathLike)):
-            raise TypeError(f"ModelBuilder: save_path must be a str or path, received {type(save_path).__name__}")
+            raise ArgumentError(f"ModelBuilder: save_path must be a str or path, received {type(save_path).__name__}")
         self.save_path_ = os.fspath(save_path)
         self.proto_ = saved_model_pb2.SavedModel()
         self.graph_builders_ = {}
@@ -79,7 +80,7 @@ class ModelBuilder:
 
     def ModelName(self, model_name):  # noqa: N802 - OneFlow's fluent names
         if not isinstance(model_name, str) or not model_name:
-            raise ValueError(f"ModelBuilder.ModelName expects a non-empty str, received {model_name!r}")
+            raise ArgumentError(f"ModelBuilder.ModelName expects a non-empty str, received {model_name!r}")
         self.proto_.name = model_name
         return self
 
@@ -90,7 +91,7 @@ class ModelBuilder:
             ValueError: ``version`` is not a non-negative int.
         """
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-            raise ValueError(f"ModelBuilder.Version expects a non-negative int, received {version!r}")
+            raise ArgumentError(f"ModelBuilder.Version expects a non-negative int, received {version!r}")
         self._version = version
         self.proto_.version = version
         return self
@@ -109,10 +110,10 @@ class ModelBuilder:
             ValueError: a graph of the same name was added already.
         """
         if not isinstance(func, GlobalFunction):
-            raise TypeError(f"ModelBuilder.AddFunction expects a @flow.global_function, received "
-                            f"{type(func).__name__}")
+            raise ArgumentError(f"ModelBuilder.AddFunction expects a @flow.global_function, received "
+                                f"{type(func).__name__}")
         if func.name in self.graph_builders_:
-            raise ValueError(f"ModelBuilder.AddFunction: function '{func.name}' was already added")
+            raise ArgumentError(f"ModelBuilder.AddFunction: function '{func.name}' was already added")
         graph_builder = GraphBuilder(func.name, self)
         self.graph_builders_[func.name] = graph_builder
         self._funcs[func.name] = func
@@ -224,8 +225,8 @@ class GraphBuilder:
 
     def __init__(self, name, model_builder=None):
         if model_builder is not None and not isinstance(model_builder, ModelBuilder):
-            raise TypeError(f"GraphBuilder: model_builder must be a ModelBuilder, received "
-                            f"{type(model_builder).__name__}")
+            raise ArgumentError(f"GraphBuilder: model_builder must be a ModelBuilder, received "
+                                f"{type(model_builder).__name__}")
         self.name_ = name
         self.proto_ = saved_model_pb2.GraphDef()
         self.owner_ = model_builder
@@ -247,9 +248,9 @@ class GraphBuilder:
     def AddSignature(self, signature_name):  # noqa: N802
         """Add a signature (the first one is the graph's default); returns its SignatureBuilder."""
         if not isinstance(signature_name, str) or not signature_name:
-            raise ValueError(f"GraphBuilder.AddSignature expects a non-empty str, received {signature_name!r}")
+            raise ArgumentError(f"GraphBuilder.AddSignature expects a non-empty str, received {signature_name!r}")
         if signature_name in self.signature_builders_:
-            raise ValueError(f"graph '{self.name_}' already has a signature named '{signature_name}'")
+            raise ArgumentError(f"graph '{self.name_}' already has a signature named '{signature_name}'")
         sb = SignatureBuilder(signature_name, self)
         self.signature_builders_[signature_name] = sb
         if not self.proto_.HasField("default_signature_name"):
@@ -325,13 +326,13 @@ class SignatureBuilder:
 
     def _lbi(self, method, name, lbn, defs):
         if not isinstance(name, str) or not name or "/" in name:
-            raise ValueError(f"SignatureBuilder.{method}: name must be a non-empty str without '/' (it names an "
-                             f"interface op when served), received {name!r}")
+            raise ArgumentError(f"SignatureBuilder.{method}: name must be a non-empty str without '/' (it names an "
+                                f"interface op when served), received {name!r}")
         if not isinstance(lbn, str) or "/" not in lbn:
-            raise ValueError(f"SignatureBuilder.{method}('{name}'): lbn must be a logical blob name "
-                             f"'op_name/blob_name' (blob.logical_blob_name), received {lbn!r}")
+            raise ArgumentError(f"SignatureBuilder.{method}('{name}'): lbn must be a logical blob name "
+                                f"'op_name/blob_name' (blob.logical_blob_name), received {lbn!r}")
         if name in defs:
-            raise ValueError(f"signature '{self.name_}' already has an {method.lower()} named '{name}'")
+            raise ArgumentError(f"signature '{self.name_}' already has an {method.lower()} named '{name}'")
         op_name, blob_name = lbn.split("/", 1)
         d = defs[name]
         d.lbi.op_name = op_name

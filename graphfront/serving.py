@@ -52,7 +52,8 @@ from google.protobuf import text_format
 from graphfront.core import job_conf_pb2, job_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope_symbols as scope_mod
-from graphfront.framework.errors import format_location, user_frame
+from graphfront.framework.blob_desc import expect_path
+from graphfront.framework.errors import ArgumentError, FeedError, format_location, user_frame
 from graphfront.framework.served_jobs import (Building, ModelVersionPolicy, SavedModelError, build_served_job,
                                               checkpoint_dir, pick_version, read_saved_model)
 from graphfront.framework.names import shown
@@ -107,17 +108,17 @@ class SessionOption:
 
 def _check_option(option):
     if not isinstance(option, SessionOption):
-        raise TypeError(f"InferenceSession: option must be a flow.serving.SessionOption, received "
-                        f"{type(option).__name__}")
+        raise ArgumentError(f"InferenceSession: option must be a flow.serving.SessionOption, received "
+                            f"{type(option).__name__}")
     if option.device_tag not in ("cpu", "gpu"):
-        raise ValueError(f"SessionOption.device_tag must be 'cpu' or 'gpu', received {option.device_tag!r}")
+        raise ArgumentError(f"SessionOption.device_tag must be 'cpu' or 'gpu', received {option.device_tag!r}")
     if option.device_tag == "gpu" and not torch.cuda.is_available():
-        raise ValueError("SessionOption.device_tag is 'gpu' but CUDA is not available on this machine "
-                         "(torch.cuda.is_available() is False); set option.device_tag = 'cpu'")
+        raise ArgumentError("SessionOption.device_tag is 'gpu' but CUDA is not available on this machine "
+                            "(torch.cuda.is_available() is False); set option.device_tag = 'cpu'")
     check_mode(option.compile_mode, "SessionOption.compile_mode")
     if not isinstance(option.device_num, int) or isinstance(option.device_num, bool) or option.device_num != 1:
-        raise ValueError(f"SessionOption.device_num: graphfront serves on one device, so it must be 1; "
-                         f"received {option.device_num!r}")
+        raise ArgumentError(f"SessionOption.device_num: graphfront serves on one device, so it must be 1; "
+                            f"received {option.device_num!r}")
 
 
 class InferenceSession:
@@ -171,26 +172,26 @@ class InferenceSession:
         try:
             return self._jobs[job_name]
         except KeyError:
-            raise ValueError(f"InferenceSession: no job named '{job_name}'; jobs: {sorted(self._jobs)}") from None
+            raise ArgumentError(f"InferenceSession: no job named '{job_name}'; jobs: {sorted(self._jobs)}") from None
 
     # ------------------------------------------------------------------ configuration
     def set_checkpoint_path(self, checkpoint_path):
         """Directory (checkpoint layout) that ``launch()`` loads the variables from."""
         self._check_status(self.SessionStatus.OPEN, what="set_checkpoint_path")
-        self.checkpoint_path_ = os.fspath(checkpoint_path)
+        self.checkpoint_path_ = expect_path(checkpoint_path, "InferenceSession.set_checkpoint_path", "checkpoint_path")
 
     def set_job_signature(self, job_name, signature):
         """Use ``signature`` (a ``JobSignatureDef``) when job ``job_name`` is opened."""
         self._check_status(self.SessionStatus.OPEN, what="set_job_signature")
         if not isinstance(signature, job_conf_pb2.JobSignatureDef):
-            raise TypeError(f"set_job_signature expects a JobSignatureDef, received {type(signature).__name__}")
+            raise ArgumentError(f"set_job_signature expects a JobSignatureDef, received {type(signature).__name__}")
         self.job_name2signature_[job_name] = signature
 
     def set_job_batch_size(self, job_name, batch_size):
         """Overwrite dim 0 of every signature input shape of job ``job_name``."""
         self._check_status(self.SessionStatus.OPEN, what="set_job_batch_size")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            raise ValueError(f"set_job_batch_size expects a positive int, received {batch_size!r}")
+            raise ArgumentError(f"set_job_batch_size expects a positive int, received {batch_size!r}")
         self.job_name2batch_size_[job_name] = batch_size
 
     # ------------------------------------------------------------------ building
@@ -287,7 +288,7 @@ class InferenceSession:
             JobBuildError: an op of the graph fails its checks (names the op).
         """
         self._check_status(self.SessionStatus.OPEN, what="load_saved_model")
-        root = os.fspath(saved_model_dir)
+        root = expect_path(saved_model_dir, "InferenceSession.load_saved_model", "saved_model_dir")
         if not os.path.isdir(root):
             raise FileNotFoundError(f"saved model directory {root!r} does not exist")
         version_dir = os.path.join(root, str(pick_version(root, model_version)))
@@ -388,17 +389,17 @@ class InferenceSession:
         loc = user_frame()
         unknown = sorted(set(kwargs) - set(served.input_names))
         if unknown:
-            raise ValueError(f"job '{served.name}' has no input(s) {unknown}; its inputs are "
-                             f"{served.input_names}{format_location(loc)}")
+            raise FeedError(f"job '{served.name}' has no input(s) {unknown}; its inputs are "
+                            f"{served.input_names}{format_location(loc)}")
         args = []
         for name in served.input_names:
             if name not in kwargs:
-                raise ValueError(f'job \'{served.name}\': input "{name}" is absent; pass {name}=ndarray '
-                                 f"(inputs: {served.input_names}){format_location(loc)}")
+                raise FeedError(f'job \'{served.name}\': input "{name}" is absent; pass {name}=ndarray '
+                                f"(inputs: {served.input_names}){format_location(loc)}")
             value = kwargs[name]
             if not isinstance(value, np.ndarray):
-                raise ValueError(f"job '{served.name}': input \"{name}\" must be a numpy.ndarray, received "
-                                 f"{type(value).__name__}{format_location(loc)}")
+                raise FeedError(f"job '{served.name}': input \"{name}\" must be a numpy.ndarray, received "
+                                f"{type(value).__name__}{format_location(loc)}")
             args.append([value] if served.placeholders[name].list_input else value)
         arrays = served.compiled.launch(args, {})
         return arrays if served.output_index is None else [arrays[i] for i in served.output_index]
@@ -419,14 +420,14 @@ class InferenceSession:
         """``dict(shape=tuple, dtype=flow dtype)`` of an input."""
         served = self._job(job_name)
         if input_name not in served.placeholders:
-            raise ValueError(f"job '{served.name}' has no input '{input_name}'; inputs: {served.input_names}")
+            raise ArgumentError(f"job '{served.name}' has no input '{input_name}'; inputs: {served.input_names}")
         return served.input_info(input_name)
 
     def output_info(self, output_name, job_name=None):
         """``dict(shape=tuple, dtype=flow dtype)`` of an output."""
         served = self._job(job_name)
         if output_name not in served.output_names:
-            raise ValueError(f"job '{served.name}' has no output '{output_name}'; outputs: {served.output_names}")
+            raise ArgumentError(f"job '{served.name}' has no output '{output_name}'; outputs: {served.output_names}")
         return served.output_info(output_name)
 
     def compile_mode(self, job_name=None) -> str:

@@ -238,17 +238,18 @@ def test_truncated_or_mismatched_variable_names_it(small_model):
 def test_bad_feeds_name_the_input_and_keep_the_session_usable(small_model):
     path, x, want, *_ = small_model
     sess = _serve(path)
-    with pytest.raises(ValueError, match=r"job 'predict' has no input\(s\) \['images'\]; its inputs are \['x'\]"):
+    # every bad feed is a FeedError, as a job's call raises (was a bare ValueError for these three)
+    with pytest.raises(FeedError, match=r"job 'predict' has no input\(s\) \['images'\]; its inputs are \['x'\]"):
         sess.run("predict", images=x)
-    with pytest.raises(ValueError, match=r'input "x" is absent; pass x=ndarray'):
+    with pytest.raises(FeedError, match=r'input "x" is absent; pass x=ndarray'):
         sess.run("predict")
-    with pytest.raises(ValueError, match=r'input "x" must be a numpy.ndarray, received list'):
+    with pytest.raises(FeedError, match=r'input "x" must be a numpy.ndarray, received list'):
         sess.run("predict", x=x.tolist())
     with pytest.raises(FeedError, match=r"job 'predict' argument 'x': expected shape \(4, 3\), received \(2, 3\)"):
         sess.run("predict", x=x[:2])
     with pytest.raises(FeedError, match=r"argument 'x': expected dtype float32 \(float32\), received float64"):
         sess.run("predict", x=x.astype(np.float64))
-    with pytest.raises(ValueError, match=r"no job named 'nope'; jobs: \['predict'\]"):
+    with pytest.raises(flow.JobBuildError, match=r"no job named 'nope'; jobs: \['predict'\]"):
         sess.run("nope", x=x)
     (got,) = sess.run("predict", x=x)
     assert got.tobytes() == want.tobytes()
@@ -284,6 +285,11 @@ def test_lifecycle_and_options(small_model, monkeypatch, tmp_path):
     sess.load_saved_model(str(path))
     with pytest.raises(ValueError, match="a job named 'predict' is already compiled"):
         sess.load_saved_model(str(path))
+    with pytest.raises(flow.JobBuildError, match="set_checkpoint_path: argument 'checkpoint_path' expects a str or an "
+                                                 "os.PathLike path, received int 7"):
+        sess.set_checkpoint_path(7)  # (was os.fspath's TypeError)
+    with pytest.raises(flow.JobBuildError, match="load_saved_model: argument 'saved_model_dir' expects a str"):
+        flow.serving.InferenceSession(_cpu_option()).load_saved_model(None)
     sess.set_checkpoint_path(tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match="nowhere"):
         sess.launch()

@@ -8,6 +8,7 @@ carries what shape inference found: shape, dtype and placement. It holds no data
 from __future__ import annotations
 
 import numbers
+import os
 
 from graphfront.core import logical_blob_id_pb2
 from graphfront.framework.errors import ArgumentError
@@ -185,3 +186,15 @@ def expect_number(v, api: str, arg: str) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise ArgumentError(f"{api}: argument '{arg}' expects a number, received {type(v).__name__} {v!r}")
     return float(v)
+
+
+def expect_path(v, api: str, arg: str) -> str:
+    """``v`` (a str, bytes or os.PathLike) as a str path, ``os.fspath`` and ``os.fsdecode``.
+
+    Raises:
+        ArgumentError: naming ``api`` and ``arg``, with what was received.
+    """
+    if not isinstance(v, (str, bytes, os.PathLike)):
+        raise ArgumentError(f"{api}: argument '{arg}' expects a str or an os.PathLike path, "
+                            f"received {type(v).__name__} {v!r}")
+    return os.fsdecode(os.fspath(v))

@@ -63,7 +63,8 @@ from google.protobuf import text_format
 
 from graphfront.framework import dtypes as _dtypes
 from graphfront.framework import tempfiles
-from graphfront.framework.errors import ArgumentError, GraphfrontError, printable
+from graphfront.framework.blob_desc import expect_path
+from graphfront.framework.errors import GraphfrontError, printable
 from graphfront.core import variable_meta_info_pb2
 
 __all__ = [
@@ -144,11 +145,7 @@ def _sibling_prefix(path: str) -> Tuple[str, str]:
 
 
 def _normalize_path(path) -> str:
-    if not isinstance(path, (str, bytes, os.PathLike)):
-        raise ArgumentError(f"checkpoint path expects a str or an os.PathLike, received {type(path).__name__} {path!r}")
-    path = os.fspath(path)
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
+    path = expect_path(path, "checkpoint", "path")
     if path == "":
         raise CheckpointError("checkpoint path is empty")
     return os.path.abspath(path)

@@ -183,10 +183,10 @@ op("reduce_all", inputs=["input_tensor"], outputs=["output_tensor"], attrs=REDUC
 
 
 def _check_reduced_shape(ctx, big, small, axes_attr):
-    """``small``'s shape must be ``big``'s with the dims on attr ``axes_attr`` set to 1 or
-    removed, (1,) where all are removed (OneFlow's ``IsAxesLegal`` of ``broadcast_like`` and
-    ``reduce_sum_like``); a dynamic blob, whose dims are upper bounds, is checked for its
-    rank only."""
+    """``small``'s shape must be ``big``'s with the dims on attr ``axes_attr`` set to 1, or
+    that shape with leading 1s left out (a broadcast operand's gradient), or with those dims
+    removed ((1,) where all are): OneFlow's ``IsAxesLegal`` of ``broadcast_like``. A dynamic
+    blob, whose dims are upper bounds, is checked for its rank only."""
     b, s = ctx.input(big), ctx.input(small)
     axes = ctx.attr(axes_attr)
     ctx.check(all(-len(b.shape) <= a < len(b.shape) for a in axes),
@@ -194,8 +194,9 @@ def _check_reduced_shape(ctx, big, small, axes_attr):
     axes = {a % len(b.shape) for a in axes}
     ones = tuple(1 if i in axes else d for i, d in enumerate(b.shape))
     removed = tuple(d for i, d in enumerate(b.shape) if i not in axes) or (1,)
-    fits = (len(s.shape) in (len(ones), len(removed)) if b.is_dynamic or s.is_dynamic
-            else tuple(s.shape) in (ones, removed))
+    padded = (1,) * (len(b.shape) - len(s.shape)) + tuple(s.shape)
+    fits = (len(s.shape) <= len(b.shape) if b.is_dynamic or s.is_dynamic
+            else tuple(s.shape) == removed or padded == ones)
     ctx.check(fits, f"input '{small}' must have shape {ones} or {removed} (input '{big}' {b.shape} with "
                     f"attr '{axes_attr}' {sorted(axes)} set to 1 or removed), received {s.shape}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from graphfront.framework.blob_desc import expect_number
 from graphfront.framework.errors import ArgumentError
 from graphfront.framework import dtypes as _dt
 from graphfront.core import initializer_conf_pb2 as _pb
@@ -17,9 +18,27 @@ from graphfront.runtime.variable_store import fans
 InitializerConf = _pb.InitializerConf
 
 
+def _finite(value, fn, arg, low=None):
+    """``value`` as a float when it is a finite real number (>= ``low`` when given)."""
+    value = expect_number(value, fn, arg)
+    if not math.isfinite(value) or low is not None and value < low:
+        raise ArgumentError(f"{fn}: argument '{arg}' expects a finite number{f' >= {low}' if low is not None else ''}, "
+                            f"received {value!r}")
+    return value
+
+
+def _dtype(dtype, fn):
+    if not isinstance(dtype, _dt.dtype):
+        raise ArgumentError(f"{fn}: argument 'dtype' expects a graphfront dtype such as flow.float32, received "
+                            f"{type(dtype).__name__} {dtype!r}")
+    return dtype
+
+
 def _data_format(fmt: str) -> str:
     if fmt in ("", None):
         return ""
+    if not isinstance(fmt, str):
+        raise ArgumentError(f"data_format must be '', NC..., N...C, channels_first or channels_last, received {fmt!r}")
     if fmt.startswith("NC") or fmt == "channels_first":
         return "channels_first"
     if fmt.startswith("N") or fmt == "channels_last":
@@ -37,10 +56,14 @@ def constant_initializer(value=0, dtype=_dt.float32) -> InitializerConf:
 
     Returns:
         An ``InitializerConf`` proto.
+
+    Raises:
+        ArgumentError: ``value`` is not a finite number, or ``dtype`` not a graphfront dtype.
     """
+    value = _finite(value, "constant_initializer", "value")
     init = InitializerConf()
-    if dtype.is_floating_point:
-        init.constant_conf.value = float(value)
+    if _dtype(dtype, "constant_initializer").is_floating_point:
+        init.constant_conf.value = value
     else:
         init.constant_int_conf.value = int(value)
     return init
@@ -95,11 +118,20 @@ def random_uniform_initializer(minval=0, maxval=1, dtype=_dt.float32) -> Initial
 
     Returns:
         An ``InitializerConf`` proto.
+
+    Raises:
+        ArgumentError: a bound is not a finite number, ``minval > maxval`` (``>=`` for an
+            integer dtype, whose range is empty then), or ``dtype`` is not a graphfront dtype.
     """
+    fn = "random_uniform_initializer"
+    minval, maxval = _finite(minval, fn, "minval"), _finite(maxval, fn, "maxval")
+    floating = _dtype(dtype, fn).is_floating_point
+    if minval > maxval or not floating and int(minval) >= int(maxval):
+        raise ArgumentError(f"{fn}: minval must be below maxval, received minval={minval} and maxval={maxval}")
     init = InitializerConf()
-    if dtype.is_floating_point:
-        init.random_uniform_conf.min = float(minval)
-        init.random_uniform_conf.max = float(maxval)
+    if floating:
+        init.random_uniform_conf.min = minval
+        init.random_uniform_conf.max = maxval
     else:
         init.random_uniform_int_conf.min = int(minval)
         init.random_uniform_int_conf.max = int(maxval)
@@ -119,13 +151,14 @@ def random_normal_initializer(mean=0.0, stddev=1.0, seed=None, dtype=None) -> In
         An ``InitializerConf`` proto with ``random_normal_conf`` set.
 
     Raises:
-        ArgumentError: when ``seed`` or ``dtype`` is not None.
+        ArgumentError: when ``seed`` or ``dtype`` is not None, ``mean`` is not a finite number,
+            or ``stddev`` not a finite number >= 0.
     """
     if seed is not None or dtype is not None:
         raise ArgumentError("random_normal_initializer: seed and dtype must be None (set random_seed on the variable)")
     init = InitializerConf()
-    init.random_normal_conf.mean = float(mean)
-    init.random_normal_conf.std = float(stddev)
+    init.random_normal_conf.mean = _finite(mean, "random_normal_initializer", "mean")
+    init.random_normal_conf.std = _finite(stddev, "random_normal_initializer", "stddev", 0.0)
     return init
 
 
@@ -138,10 +171,13 @@ def truncated_normal_initializer(mean=0.0, stddev=1.0) -> InitializerConf:
 
     Returns:
         An ``InitializerConf`` proto with ``truncated_normal_conf`` set.
+
+    Raises:
+        ArgumentError: ``mean`` is not a finite number, or ``stddev`` not a finite number >= 0.
     """
     init = InitializerConf()
-    init.truncated_normal_conf.mean = float(mean)
-    init.truncated_normal_conf.std = float(stddev)
+    init.truncated_normal_conf.mean = _finite(mean, "truncated_normal_initializer", "mean")
+    init.truncated_normal_conf.std = _finite(stddev, "truncated_normal_initializer", "stddev", 0.0)
     return init
 
 
@@ -254,9 +290,14 @@ def kaiming_initializer(shape, distribution="random_normal", mode="fan_in", nonl
         An ``InitializerConf`` proto (``random_normal_conf`` or ``random_uniform_conf``).
 
     Raises:
-        ArgumentError: for an unknown ``mode``, ``nonlinearity``, ``distribution`` or
-            ``data_format``.
+        ArgumentError: for a ``shape`` that is not a sequence of positive ints, a
+            ``negative_slope`` that is not a finite number, an unknown ``mode``,
+            ``nonlinearity``, ``distribution`` or ``data_format``.
     """
+    if not isinstance(shape, (list, tuple)) or not shape or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise ArgumentError(f"kaiming_initializer: argument 'shape' expects a non-empty list or tuple of positive "
+                            f"ints, received {shape!r}")
     if mode not in _MODES:
         raise ArgumentError(f"kaiming_initializer: mode must be one of {list(_MODES)}, received {mode!r}")
     if distribution not in ("random_normal", "random_uniform"):
@@ -264,6 +305,7 @@ def kaiming_initializer(shape, distribution="random_normal", mode="fan_in", nonl
                             f"received {distribution!r}")
     if negative_slope is None:  # OneFlow's default slope of leaky_relu
         negative_slope = 0.01
+    negative_slope = _finite(negative_slope, "kaiming_initializer", "negative_slope")
     gains = {"linear": 1.0, "conv2d": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
              "leaky_relu": math.sqrt(2.0 / (1 + negative_slope ** 2))}
     if nonlinearity not in gains:

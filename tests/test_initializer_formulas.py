@@ -175,3 +175,22 @@ def test_kaiming_refuses_what_oneflow_refuses():
         flow.kaiming_initializer((4, 4), nonlinearity=None)
     with pytest.raises(ArgumentError, match="distribution"):
         flow.kaiming_initializer((4, 4), distribution="truncated_normal")
+
+
+@pytest.mark.parametrize("make, message", [
+    # float()'s ValueError, a missing attribute, torch's RuntimeError at the first run, or NaN weights, before
+    (lambda: flow.constant_initializer("1"), "constant_initializer: argument 'value' expects a number"),
+    (lambda: flow.constant_initializer(float("nan")), "constant_initializer: argument 'value' expects a finite number"),
+    (lambda: flow.zeros_initializer("float32"), "constant_initializer: argument 'dtype' expects a graphfront dtype"),
+    (lambda: flow.random_uniform_initializer(1, 0), "minval must be below maxval, received minval=1.0 and maxval=0.0"),
+    (lambda: flow.random_uniform_initializer(2, 2.5, dtype=flow.int32), "minval must be below maxval"),
+    (lambda: flow.random_normal_initializer(0, -1), "argument 'stddev' expects a finite number >= 0.0, received -1.0"),
+    (lambda: flow.truncated_normal_initializer(float("inf")), "argument 'mean' expects a finite number"),
+    (lambda: flow.xavier_uniform_initializer(data_format=1), "data_format must be '', NC..., N...C"),
+    (lambda: flow.kaiming_initializer(64), "kaiming_initializer: argument 'shape' expects a non-empty list or tuple"),
+    (lambda: flow.kaiming_initializer((4, 4), negative_slope="0.1"), "argument 'negative_slope' expects a number"),
+])
+def test_initializer_arguments_are_checked_when_the_conf_is_made(make, message):
+    with pytest.raises(ArgumentError) as e:
+        make()
+    assert message in str(e.value) and f"\n  at {__file__}:" in str(e.value)

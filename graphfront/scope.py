@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 
 from graphfront.framework import job_builder as jb
+from graphfront.framework.errors import ArgumentError
 from graphfront.framework.placement_scope import LogicalView, PlacementScope
 
 __all__ = ["LogicalView", "PlacementScope", "consistent_view", "consistent_view_enabled", "current_scope",
@@ -27,7 +28,7 @@ def placement(device_tag, machine_device_ids, hierarchy=None) -> PlacementScope:
 def namespace(name):
     """Prefix the names of ops and variables created inside with ``name + "-"``."""
     if not isinstance(name, str) or not name:
-        raise ValueError(f"flow.scope.namespace expects a non-empty str, received {name!r}")
+        raise ArgumentError(f"flow.scope.namespace expects a non-empty str, received {name!r}")
     builder = jb.current()
     with builder.scope_as(builder.scope.derive(namespace=builder.scope.namespace + (name,))) as s:
         yield s

@@ -37,6 +37,16 @@ def _build(body, shape=(1, 3, 8, 8), type="predict"):
     return job(np.ones(shape, np.float32))
 
 
+def _placed(x, device_ids):
+    with flow.scope.placement("cpu", device_ids):
+        return flow.math.relu(x)
+
+
+def _in_namespace(x, name):
+    with flow.scope.namespace(name):
+        return flow.math.relu(x)
+
+
 def _w():
     return flow.get_variable("w", (4, 3, 3, 3), initializer=flow.zeros_initializer())
 
@@ -214,6 +224,10 @@ def test_list_int32_attr_out_of_range():
                                                          "received 1.5"]),
     (lambda x: flow.layers.dense(flow.reshape(x, (1, 192)), 4, activation="relu"),
      ["layers.dense 'Dense': activation must be a function", "received str 'relu'"]),
+    # a placement on a reversed range counted -1 devices; an int or None reached list()
+    (lambda x: _placed(x, "0:3-1"), ["flow.scope.placement: the device range '0:3-1' ends before it starts"]),
+    (lambda x: _placed(x, 0), ["flow.scope.placement: machine_device_ids expects a string", "received int 0"]),
+    (lambda x: _in_namespace(x, 3), ["flow.scope.namespace expects a non-empty str, received 3"]),
 ])
 def test_api_wrapper_argument_errors_point_at_the_user(body, parts):
     with pytest.raises(flow.JobBuildError) as e:

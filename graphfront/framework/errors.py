@@ -7,6 +7,7 @@ than a trace into the compiler.
 """
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
 import sys
@@ -75,12 +76,14 @@ def _inside(filename) -> bool:
     inside = _INSIDE.get(filename)
     if inside is None:
         inside = _INSIDE[filename] = (filename.startswith("<graphfront")  # generated plans
-                                      or os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep))
+                                      or os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
+                                      or filename == contextlib.__file__)  # a `with` entering graphfront's scope
     return inside
 
 
 def user_frame(skip_package: bool = True):
-    """Return ``(filename, lineno, function, source)`` of the innermost frame outside graphfront.
+    """Return ``(filename, lineno, function, source)`` of the innermost frame outside graphfront
+    (and outside ``contextlib``, whose ``__enter__`` runs graphfront's context managers).
 
     Falls back to the outermost frame when every frame is inside the package (e.g. a
     job built by graphfront's own examples is still attributed to the example file).

@@ -286,7 +286,11 @@ _DEVICE_SPEC = re.compile(r"^(\d+):(\d+)(?:-(\d+))?$")
 
 
 def parse_device_ids(machine_device_ids) -> tuple:
-    """Normalize ``"0:0"``, ``"0:0-3"`` or a list of such strings; ValueError otherwise."""
+    """Normalize ``"0:0"``, ``"0:0-3"`` (first to last device, both included) or a list of
+    such strings; ValueError otherwise."""
+    if not isinstance(machine_device_ids, (str, list, tuple)):
+        raise ValueError(f'flow.scope.placement: machine_device_ids expects a string like "0:0" or "0:0-3" or a '
+                         f'list of them, received {type(machine_device_ids).__name__} {machine_device_ids!r}')
     ids = [machine_device_ids] if isinstance(machine_device_ids, str) else list(machine_device_ids)
     if not ids:
         raise ValueError("flow.scope.placement: machine_device_ids is empty")
@@ -295,6 +299,8 @@ def parse_device_ids(machine_device_ids) -> tuple:
         if not m:
             raise ValueError(f'flow.scope.placement: machine_device_ids expects strings like "0:0" '
                              f'or "0:0-3", received {spec!r}')
+        if m.group(3) and int(m.group(3)) < int(m.group(2)):
+            raise ValueError(f"flow.scope.placement: the device range {spec!r} ends before it starts")
     return tuple(ids)
 
 

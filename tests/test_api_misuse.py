@@ -1,0 +1,100 @@
+"""Every public op function of ``flow``, ``flow.math``, ``flow.nn`` and ``flow.layers``, called
+with one argument of a wrong type or value, raises one of graphfront's errors (an
+ArgumentError or JobBuildError naming the function or op, at the user's line) or accepts
+the value and runs: never Python's bare TypeError, ValueError or AttributeError from inside
+graphfront, nor a kernel's RuntimeError.
+
+The sweep: a function whose required arguments this file knows how to fill (``_TENSOR`` names
+take a (2, 3, 6, 6) float32 placeholder, ``_PLAUSIBLE`` the others) is first called with
+those values, which must build and run; then once for each (argument, bad value) pair, every
+other argument as in that first call. The bad values are a string, a negative int, a float,
+a long tuple, None, NaN, a huge int, a bool and an object.
+"""
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+import graphfront as flow
+from graphfront import typing as tp
+
+_TENSOR = {"x", "input", "input_tensor", "a", "b", "y", "data", "logits", "value", "like", "prediction",
+           "predictions", "target", "targets", "label", "labels", "src", "params", "dy", "condition", "mask", "one",
+           "ref", "log_probs", "mean", "values", "inputs", "input1", "input2", "anchor", "positive", "negative"}
+_PLAUSIBLE = {"ksize": 2, "strides": 1, "padding": "SAME", "filters": 4, "axis": 1, "k": 2, "size": 2, "rate": 0.5,
+              "dim": 1, "shape": (2, 3, 6, 6), "units": 4, "num_segments": 3,
+              "paddings": ((0, 0), (0, 0), (1, 1), (1, 1)), "dtype": flow.float32, "seed": 1, "kernel_size": 2,
+              "num_sample": 2, "start": 0, "max_acc_num": 2, "expand_size": (2, 3, 6, 6), "dims": [1],
+              "begin": [0, 0, 0, 0], "num_or_size_splits": 3, "shifts": 1, "repeat_num": 2, "pack_num": 2,
+              "unpack_num": 2, "length": 1, "upscale_factor": 1, "h_upscale_factor": 1, "w_upscale_factor": 1,
+              "capacity": 4, "axes": [0]}
+_BAD = {"str": "bad", "neg": -5, "float": 2.5, "long": (1, 2, 3, 4, 5, 6, 7), "none": None, "nan": math.nan,
+        "huge": 10 ** 12, "bool": True, "obj": object()}
+_NOT_SWEPT = {"name", "trainable", "model_distribute", "reuse", "op_name", "distribute"}  # names, flags, hints
+_MODULES = {"flow": flow, "flow.math": flow.math, "flow.nn": flow.nn, "flow.layers": flow.layers}
+#: the functions each module's sweep reaches today (so that it cannot pass vacuously)
+_LEAST_SWEPT = {"flow": 31, "flow.math": 85, "flow.nn": 38, "flow.layers": 8}
+
+
+def _sweepable(module_name):
+    """``(name, function, tensor args, plausible args)`` of the module's public functions
+    whose required arguments are all known here."""
+    module = _MODULES[module_name]
+    for name in sorted(dir(module)):
+        fn = getattr(module, name)
+        if name.startswith("_") or not inspect.isfunction(fn) or fn.__module__.startswith("graphfront.framework"):
+            continue
+        if name in ("build_op", "global_function", "clear_default_session"):
+            continue
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        required = [p.name for p in params if p.default is inspect.Parameter.empty]
+        tensors = [p for p in required if p in _TENSOR]
+        if not tensors or any(p not in _TENSOR and p not in _PLAUSIBLE for p in required):
+            continue
+        base = {p: _PLAUSIBLE[p] for p in required if p not in _TENSOR}
+        if module_name == "flow.layers" and "filters" in base:
+            base["filters"] = 4  # flow.layers takes a count, flow.nn a weight blob
+        if "begin" in base:
+            base["size"] = [1, 1, 2, 2]
+        swept = [p.name for p in params if p.name not in _TENSOR and p.name not in _NOT_SWEPT]
+        yield name, fn, tensors, base, swept
+
+
+def _call(module_name, fn, tensors, kwargs):
+    """Build and run a predict job calling ``fn(**kwargs)`` on placeholder tensors; return
+    None when it ran, else the exception raised."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3, 6, 6))):
+        args = dict(kwargs)
+        for t in tensors:
+            args[t] = [x, x] if t == "inputs" and module_name != "flow.layers" else x
+        return fn(**args)
+
+    try:
+        job(np.random.default_rng(0).random((2, 3, 6, 6), np.float32))
+    except Exception as e:  # noqa: BLE001 - the point of the sweep is to classify every exception
+        return e
+    return None
+
+
+@pytest.mark.parametrize("module_name", sorted(_MODULES))
+def test_a_bad_argument_raises_a_graphfront_error_or_is_accepted(module_name):
+    stray, swept = [], 0
+    for name, fn, tensors, base, params in _sweepable(module_name):
+        error = _call(module_name, fn, tensors, base)
+        if error is not None:  # the plausible values do not fit this function: its own error must say so
+            if not isinstance(error, flow.GraphfrontError):
+                stray.append(f"{module_name}.{name}() with {base}: {type(error).__name__}: {error}")
+            continue
+        swept += 1
+        for param in params:
+            for tag, value in _BAD.items():
+                error = _call(module_name, fn, tensors, {**base, param: value})
+                if error is not None and not isinstance(error, flow.GraphfrontError):
+                    stray.append(f"{module_name}.{name}({param}={tag}): {type(error).__name__}: {error}")
+    assert not stray, f"{len(stray)} calls raised errors that are not graphfront's:\n" + "\n".join(stray[:40])
+    assert swept >= _LEAST_SWEPT[module_name], f"the sweep reached only {swept} functions of {module_name}"

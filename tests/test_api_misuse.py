@@ -98,3 +98,88 @@ def test_a_bad_argument_raises_a_graphfront_error_or_is_accepted(module_name):
                     stray.append(f"{module_name}.{name}({param}={tag}): {type(error).__name__}: {error}")
     assert not stray, f"{len(stray)} calls raised errors that are not graphfront's:\n" + "\n".join(stray[:40])
     assert swept >= _LEAST_SWEPT[module_name], f"the sweep reached only {swept} functions of {module_name}"
+
+
+def _train_step(make_optimizer, initializer=None):
+    """Three steps of a small train job whose variable has ``initializer`` and whose loss is
+    minimized by ``make_optimizer()``; None when they ran and the first loss (the initial
+    variable's) is finite, else the exception."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 2), initializer=initializer or flow.random_normal_initializer(),
+                              random_seed=1)
+        loss = flow.math.reduce_mean(flow.matmul(x, w) ** 2)
+        make_optimizer().minimize(loss)
+        return loss
+
+    try:
+        losses = [job(np.ones((4, 3), np.float32)) for _ in range(3)]
+    except Exception as e:  # noqa: BLE001 - classified by the caller
+        return e
+    return None if np.isfinite(losses[0]).all() else ValueError(f"the initial loss is {losses[0]}")
+
+
+def _sgd():
+    return flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0)
+
+
+_INITIALIZERS = sorted(n for n in dir(flow) if n.endswith("_initializer") and n != "kaiming_initializer")
+_OPTIMIZERS = ["SGD", "SGDW", "Adam", "AdamW", "LAMB", "LARS", "LazyAdam", "RMSProp", "Adagrad"]
+_SCHEDULERS = {"PiecewiseConstantScheduler": {"boundaries": [2], "values": [0.1, 0.01]},
+               "CosineScheduler": {"base_lr": 0.1, "steps": 10},
+               "ExponentialScheduler": {"base_lr": 0.1, "steps": 10, "decay_rate": 0.9},
+               "InverseTimeScheduler": {"base_lr": 0.1, "steps": 10, "decay_rate": 0.9},
+               "NaturalExpScheduler": {"base_lr": 0.1, "steps": 10, "decay_rate": 0.9},
+               "LinearCosineScheduler": {"base_lr": 0.1, "steps": 10},
+               "PiecewiseScalingScheduler": {"base_lr": 0.1, "boundaries": [2], "scale": [0.5]},
+               "PolynomialScheduler": {"base_lr": 0.1, "steps": 10}}
+
+
+def test_initializers_refuse_a_bad_argument_or_initialize_finite_values():
+    # a NaN mean, a negative stddev, a reversed range once reached the variable (NaNs) or torch's RuntimeError
+    stray = []
+    for name in _INITIALIZERS:
+        make = getattr(flow, name)
+        for param in inspect.signature(make).parameters:
+            for tag, value in {**_BAD, "inf": math.inf, "zero": 0}.items():
+                try:
+                    conf = make(**{param: value})
+                except flow.GraphfrontError:
+                    continue
+                except Exception as e:  # noqa: BLE001
+                    stray.append(f"flow.{name}({param}={tag}): {type(e).__name__}: {e}")
+                    continue
+                error = _train_step(_sgd, conf)
+                if error is not None and not isinstance(error, flow.GraphfrontError):
+                    stray.append(f"a variable of flow.{name}({param}={tag}): {type(error).__name__}: {error}")
+    assert not stray, "\n".join(stray)
+
+
+def test_optimizers_and_schedulers_refuse_a_bad_argument_or_train_a_finite_step():
+    # NaN hyperparameters trained to a NaN loss; a negative inverse-time decay divided by zero mid-training
+    stray = []
+    cases = [(f"flow.optimizer.{o}", lambda o=o, **kw: getattr(flow.optimizer, o)(
+        flow.optimizer.PiecewiseConstantScheduler([], [0.1]), **kw), {}) for o in _OPTIMIZERS]
+    cases += [(f"flow.optimizer.{s}", lambda s=s, **kw: flow.optimizer.SGD(getattr(flow.optimizer, s)(**kw),
+                                                                           momentum=0), base)
+              for s, base in _SCHEDULERS.items()]
+    for what, make, base in cases:
+        target = getattr(flow.optimizer, what.rsplit(".", 1)[1])
+        for param in inspect.signature(target).parameters:
+            if param in ("lr_scheduler", "variables", "train_step_lbn", "loss_scale_policy", "grad_clipping",
+                         "warmup"):
+                continue
+            for tag, value in {**_BAD, "inf": math.inf, "zero": 0}.items():
+                try:
+                    optimizer = make(**{**base, param: value})
+                except flow.GraphfrontError:
+                    continue
+                except Exception as e:  # noqa: BLE001
+                    stray.append(f"{what}({param}={tag}): {type(e).__name__}: {e}")
+                    continue
+                error = _train_step(lambda: optimizer)
+                if error is not None and not isinstance(error, flow.GraphfrontError):
+                    stray.append(f"a step of {what}({param}={tag}): {type(error).__name__}: {error}")
+    assert not stray, "\n".join(stray)

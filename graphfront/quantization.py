@@ -21,7 +21,7 @@ __all__ = ["fake_quantization", "min_max_observer", "moving_average_min_max_obse
 
 
 def _quant_attrs(quantization_bit, quantization_scheme, quantization_formula):
-    return {"quantization_bit": int(quantization_bit), "quantization_scheme": quantization_scheme,
+    return {"quantization_bit": quantization_bit, "quantization_scheme": quantization_scheme,  # (the builder checks)
             "quantization_formula": quantization_formula}
 
 
@@ -76,7 +76,7 @@ def moving_average_min_max_observer(input: BlobDesc, quantization_bit: int = 8,
         step = get_variable("current_train_step", (1,), _dt.int64, initializers.zeros_initializer(_dt.int64),
                             trainable=False)
     attrs = _quant_attrs(quantization_bit, quantization_scheme, quantization_formula)
-    attrs.update(training=bool(jb.current().is_train), stop_update_after_iters=1, momentum=float(momentum))
+    attrs.update(training=bool(jb.current().is_train), stop_update_after_iters=1, momentum=momentum)
     return tuple(build_op("moving_average_min_max_observer",
                           {"in": input, "current_train_step": step, "moving_max": moving_max, "moving_min": moving_min},
                           attrs, outputs=("scale", "zero_point"), name=name))

@@ -10,6 +10,7 @@ from graphfront import toplevel as _toplevel
 from graphfront.array import gather as _gather
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.blob_desc import expect_blob
+from graphfront.framework.errors import ArgumentError
 from graphfront.ops.builder import build_op, unique_str
 
 from graphfront.data_pipeline import CoinFlip, coin_flip  # noqa: F401 - flow.random.CoinFlip
@@ -25,7 +26,7 @@ def _seed(seed, fn):
     if seed is None:
         return _random.randint(-2 ** 63 + 1, 2 ** 63 - 1)
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"flow.random.{fn}: seed expects an int or None, received {seed!r}")
+        raise ArgumentError(f"flow.random.{fn}: seed expects an int or None, received {seed!r}")
     return seed
 
 
@@ -38,7 +39,7 @@ def bernoulli(x, seed=None, dtype=None, name="Bernoulli"):
     """
     _blob(x, "bernoulli", "x")
     if dtype is not None and not isinstance(dtype, _dt.dtype):
-        raise TypeError(f"flow.random.bernoulli: dtype expects a graphfront dtype, received {dtype!r}")
+        raise ArgumentError(f"flow.random.bernoulli: dtype expects a graphfront dtype, received {dtype!r}")
     _toplevel.find_or_create_module(name, lambda: name)
     attrs = {"dtype": dtype or x.dtype, "has_seed": seed is not None, "seed": -1 if seed is None else
              _seed(seed, "bernoulli")}

@@ -1,4 +1,5 @@
-"""Every public op function of ``flow``, ``flow.math``, ``flow.nn`` and ``flow.layers``, called
+"""Every public op function of ``flow``, ``flow.math``, ``flow.nn``, ``flow.layers``, ``flow.random``
+and ``flow.quantization``, the initializers, optimizers and learning-rate schedulers, called
 with one argument of a wrong type or value, raises one of graphfront's errors (an
 ArgumentError or JobBuildError naming the function or op, at the user's line) or accepts
 the value and runs: never Python's bare TypeError, ValueError or AttributeError from inside
@@ -32,9 +33,11 @@ _PLAUSIBLE = {"ksize": 2, "strides": 1, "padding": "SAME", "filters": 4, "axis":
 _BAD = {"str": "bad", "neg": -5, "float": 2.5, "long": (1, 2, 3, 4, 5, 6, 7), "none": None, "nan": math.nan,
         "huge": 10 ** 12, "bool": True, "obj": object()}
 _NOT_SWEPT = {"name", "trainable", "model_distribute", "reuse", "op_name", "distribute"}  # names, flags, hints
-_MODULES = {"flow": flow, "flow.math": flow.math, "flow.nn": flow.nn, "flow.layers": flow.layers}
+_MODULES = {"flow": flow, "flow.math": flow.math, "flow.nn": flow.nn, "flow.layers": flow.layers,
+            "flow.random": flow.random, "flow.quantization": flow.quantization}
 #: the functions each module's sweep reaches today (so that it cannot pass vacuously)
-_LEAST_SWEPT = {"flow": 31, "flow.math": 85, "flow.nn": 38, "flow.layers": 8}
+_LEAST_SWEPT = {"flow": 31, "flow.math": 85, "flow.nn": 38, "flow.layers": 8, "flow.random": 3,
+                "flow.quantization": 2}
 
 
 def _sweepable(module_name):

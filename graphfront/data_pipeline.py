@@ -32,7 +32,7 @@ from graphfront.array import reshape as _reshape
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as _jb
 from graphfront.framework import session as _session
-from graphfront.framework.blob_desc import BlobDesc, expect_blob
+from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_int
 from graphfront.framework.errors import ArgumentError, JobBuildError, format_location, user_frame
 from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
 from graphfront.ops.builder import build_op, unique_str
@@ -61,12 +61,19 @@ def _fail(fn, msg):
     raise JobBuildError(f"flow.{fn}: {msg}" + format_location(user_frame()))
 
 
+def _shape(shape, fn, arg="shape"):
+    if not isinstance(shape, (list, tuple)):
+        raise ArgumentError(f"flow.{fn}: argument '{arg}' expects a list or tuple of ints, received "
+                            f"{type(shape).__name__} {shape!r}")
+    return tuple(shape)  # (the op builder checks the entries)
+
+
 def _blob(fn, arg, x):
     return expect_blob(x, f"flow.{fn}", arg)
 
 
-def _seed(seed):
-    return (-1, False) if seed is None else (int(seed), True)
+def _seed(seed, fn):
+    return (-1, False) if seed is None else (expect_int(seed, f"flow.{fn}", "seed"), True)
 
 
 # ------------------------------------------------------------------ readers
@@ -84,7 +91,7 @@ def ofrecord_reader(ofrecord_dir, batch_size=1, data_part_num=1, part_name_prefi
     addition; None: a fresh random seed) makes both reproducible.
     Raises JobBuildError when a shard is missing. OneFlow: ``OFRecordReader`` op.
     """
-    seed_value, _ = _seed(seed)
+    seed_value, _ = _seed(seed, "data.ofrecord_reader")
     return build_op("OFRecordReader", attrs={
         "data_dir": str(ofrecord_dir), "data_part_num": data_part_num, "batch_size": batch_size,
         "part_name_prefix": part_name_prefix, "part_name_suffix_length": part_name_suffix_length,
@@ -111,7 +118,7 @@ def ofrecord_image_classification_reader(ofrecord_dir, image_feature_name, label
     (H, W, C) uint8 images in ``color_space``, ``label`` an int32 blob ``(batch_size,)``
     (the first value of ``label_feature_name``). OneFlow:
     ``ofrecord_image_classification_reader`` op, then ``tensor_buffer_to_tensor``."""
-    seed_value, _ = _seed(seed)
+    seed_value, _ = _seed(seed, "data.ofrecord_image_classification_reader")
     image, label = build_op("ofrecord_image_classification_reader", outputs=("image", "label"), attrs={
         "data_dir": str(ofrecord_dir), "data_part_num": data_part_num, "batch_size": batch_size,
         "part_name_prefix": part_name_prefix, "part_name_suffix_length": part_name_suffix_length,
@@ -173,7 +180,7 @@ def onerec_reader(files, batch_size=1, random_shuffle=False, shuffle_mode="insta
     if not isinstance(files, (list, tuple)):
         raise ArgumentError(f"flow.data.onerec_reader: argument 'files' expects a list or tuple of paths, received "
                             f"{type(files).__name__} {files!r}")
-    seed_value, _ = _seed(seed)
+    seed_value, _ = _seed(seed, "data.onerec_reader")
     return build_op("OneRecReader", attrs={
         "files": [str(f) for f in files], "batch_size": batch_size, "random_shuffle": bool(random_shuffle),
         "shuffle_mode": shuffle_mode, "seed": seed_value, "shuffle_buffer_size": shuffle_buffer_size,
@@ -191,7 +198,7 @@ def ofrecord_raw_decoder(input_blob, blob_name, shape, dtype, dim1_varying_lengt
     read as raw bytes for int8/uint8. Raises at run time naming the op and the feature
     when a record does not fit. OneFlow: ``ofrecord_raw_decoder`` op."""
     return build_op("ofrecord_raw_decoder", {"in": _blob("data.OFRecordRawDecoder", "input_blob", input_blob)},
-                    {"name": blob_name, "shape": tuple(shape), "data_type": dtype,
+                    {"name": blob_name, "shape": _shape(shape, "data.OFRecordRawDecoder"), "data_type": dtype,
                      "dim1_varying_length": bool(dim1_varying_length or auto_zero_padding), "truncate": truncate},
                     name=name or unique_str("OFRecordRawDecoder_"))
 
@@ -218,7 +225,7 @@ def ofrecord_image_decoder_random_crop(input_blob, blob_name, color_space="BGR",
     area a fraction of the image drawn from ``random_area``, its aspect ratio (w/h) from
     ``random_aspect_ratio``; after ``num_attempts`` windows that do not fit, the whole image.
     OneFlow: ``ofrecord_image_decoder_random_crop`` op."""
-    seed_value, has_seed = _seed(seed)
+    seed_value, has_seed = _seed(seed, "data.ofrecord_image_decoder_random_crop")
     return build_op("ofrecord_image_decoder_random_crop",
                     {"in": _blob("data.OFRecordImageDecoderRandomCrop", "input_blob", input_blob)},
                     {"name": blob_name, "color_space": color_space, "num_attempts": num_attempts,
@@ -487,7 +494,7 @@ CropMirrorNormalize = crop_mirror_normalize
 def coin_flip(batch_size=1, seed=None, probability=0.5, name="CoinFlip"):
     """An int8 blob ``(batch_size,)`` of independent draws, 1 with ``probability``, new on
     every run (``seed``: reproducible draws). OneFlow: ``coin_flip`` op."""
-    seed_value, has_seed = _seed(seed)
+    seed_value, has_seed = _seed(seed, "random.coin_flip")
     return build_op("coin_flip", attrs={"probability": float(probability), "batch_size": batch_size,
                                         "seed": seed_value, "has_seed": has_seed},
                     name=unique_str(name + "_"))

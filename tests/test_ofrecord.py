@@ -2,6 +2,7 @@
 shard-writing tool and error messages."""
 import io
 import os
+import re
 import struct
 
 import numpy as np
@@ -159,7 +160,8 @@ def test_decoder_errors_name_the_op_and_the_feature(tmp_path):
         rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=2, part_name_suffix_length=5)
         return flow.data.OFRecordRawDecoder(rec, "images", shape=(10,), dtype=flow.uint8, name="pixels")
 
-    with pytest.raises(Exception, match=r"op 'pixels': feature 'images' has 784 values, shape \(10,\) needs 10"):
+    # a record that does not fit is an OpRunError at the user's call (was a bare ValueError)
+    with pytest.raises(OpRunError, match=r"op 'pixels': feature 'images' has 784 values, shape \(10,\) needs 10"):
         bad_shape()
     flow.clear_default_session()
 
@@ -171,6 +173,23 @@ def test_decoder_errors_name_the_op_and_the_feature(tmp_path):
     with pytest.raises(OpRunError, match=r"op 'pixels': the OFRecord has no feature 'image' \(it has \['images', "
                                         r"'labels'\]\)"):
         missing()
+
+
+@pytest.mark.parametrize("reader_kw, decoder_kw, message", [
+    ({"seed": "7"}, {}, "flow.data.ofrecord_reader: argument 'seed' expects an int, received str '7'"),
+    ({}, {"shape": 784}, "flow.data.OFRecordRawDecoder: argument 'shape' expects a list or tuple of ints"),
+])
+def test_reader_and_decoder_arguments_of_the_wrong_type(tmp_path, reader_kw, decoder_kw, message):
+    # int() and tuple() raised bare errors inside graphfront
+    _write_mnist_like(tmp_path, n=4, parts=1)
+
+    @flow.global_function(type="predict")
+    def read_job() -> tp.Numpy:
+        rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=2, part_name_suffix_length=5, **reader_kw)
+        return flow.data.OFRecordRawDecoder(rec, "images", **{"shape": (784,), "dtype": flow.uint8, **decoder_kw})
+
+    with pytest.raises(flow.JobBuildError, match=re.escape(message)):
+        read_job()
 
 
 def test_missing_shard_is_a_build_error(tmp_path):

@@ -250,7 +250,7 @@ def _feature(record, name, op_name):
 def _bytes_of(record, name, op_name) -> bytes:
     f = _feature(record, name, op_name)
     if f.WhichOneof("kind") != "bytes_list" or len(f.bytes_list.value) != 1:
-        raise ValueError(f"op '{op_name}': feature {name!r} must hold a bytes_list of one value, it holds "
+        raise OpRunError(f"op '{op_name}': feature {name!r} must hold a bytes_list of one value, it holds "
                          f"{f.WhichOneof('kind')} of {len(getattr(f, f.WhichOneof('kind') or 'bytes_list').value)}")
     return f.bytes_list.value[0]
 
@@ -265,7 +265,7 @@ def _values_of(record, name, np_dtype, op_name) -> np.ndarray:
     values = getattr(f, kind).value
     if kind == "bytes_list":
         if np.dtype(np_dtype).itemsize != 1 or len(values) != 1:
-            raise ValueError(f"op '{op_name}': feature {name!r} holds bytes; decode it as int8/uint8/char "
+            raise OpRunError(f"op '{op_name}': feature {name!r} holds bytes; decode it as int8/uint8/char "
                              f"(one bytes value), not {np.dtype(np_dtype)} of {len(values)} values")
         return np.frombuffer(values[0], dtype=np_dtype)
     return np.fromiter(values, np_dtype, len(values))
@@ -291,7 +291,7 @@ def _raw_decoder_kernel(k):
         elif v.size < count and varying:
             v = np.concatenate([v, np.zeros(count - v.size, v.dtype)])
         if v.size != count:
-            raise ValueError(f"op '{k.op_name}': feature {name!r} has {v.size} values, shape {shape} needs "
+            raise OpRunError(f"op '{k.op_name}': feature {name!r} has {v.size} values, shape {shape} needs "
                              f"{count} (set truncate=True to cut longer features)")
         return v
 
@@ -457,7 +457,7 @@ def _resize_fixed_kernel(k):
     def resize(images):
         for im in images:
             if im.ndim != 3 or im.shape[2] != c:
-                raise ValueError(f"op '{k.op_name}': attr channels={c}, received an image of shape {im.shape}")
+                raise OpRunError(f"op '{k.op_name}': attr channels={c}, received an image of shape {im.shape}")
         out = np.stack(_map(lambda im: _img.resize(im, w, h, interp), images)).astype(dtype.np, copy=False)
         scale = np.asarray([[w / im.shape[1], h / im.shape[0]] for im in images], np.float32)
         return torch.from_numpy(out), torch.from_numpy(scale)
@@ -519,7 +519,7 @@ def _resize_keep_kernel(k):
 
     def one(im):
         if im.ndim != 3:
-            raise ValueError(f"op '{k.op_name}': images must be (H, W, C), received shape {im.shape}")
+            raise OpRunError(f"op '{k.op_name}': images must be (H, W, C), received shape {im.shape}")
         h, w = im.shape[:2]
         rw, rh = keep_aspect_ratio_size(h, w, a["target_size"], a["min_size"], a["max_size"], a["resize_longer"])
         return (_img.resize(im, rw, rh, interp), np.asarray([rw, rh], np.int32),

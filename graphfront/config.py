@@ -19,6 +19,7 @@ import numbers
 import warnings
 
 from graphfront.framework import session as _session
+from graphfront.framework.errors import ArgumentError
 from graphfront.parallel import placement
 
 
@@ -34,7 +35,7 @@ def _check_open(name, stacklevel=3):
 
 def _count(name, val, least):
     if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < least:
-        raise ValueError(f"flow.config.{name}: expected an int >= {least}, received {val!r}")
+        raise ArgumentError(f"flow.config.{name}: expected an int >= {least}, received {val!r}")
     return int(val)
 
 
@@ -107,10 +108,10 @@ def collective_timeout_seconds(val) -> None:
         val: seconds, an int or float > 0.
 
     Raises:
-        ValueError: ``val`` is not a number > 0.
+        ArgumentError: (a ValueError) ``val`` is not a number > 0 (NaN is not).
     """
-    if isinstance(val, bool) or not isinstance(val, numbers.Real) or val <= 0:
-        raise ValueError(f"flow.config.collective_timeout_seconds: expected seconds > 0, received {val!r}")
+    if isinstance(val, bool) or not isinstance(val, numbers.Real) or not val > 0:
+        raise ArgumentError(f"flow.config.collective_timeout_seconds: expected seconds > 0, received {val!r}")
     s = _check_open("collective_timeout_seconds")
     if s is not None:
         s.collective_timeout_s = float(val)
@@ -200,15 +201,15 @@ def _record(name, val, kind):
     where = f"flow.config.{name}"
     if kind is bool:
         if not isinstance(val, (bool, int)) or isinstance(val, numbers.Integral) and val not in (0, 1):
-            raise TypeError(f"{where} expects a bool, received {val!r}")
+            raise ArgumentError(f"{where} expects a bool, received {val!r}")
         val = bool(val)
     elif kind is int:
         if isinstance(val, bool) or not isinstance(val, numbers.Integral):
-            raise TypeError(f"{where} expects an int, received {val!r}")
+            raise ArgumentError(f"{where} expects an int, received {val!r}")
         val = int(val)
     elif kind is str:
         if not isinstance(val, str):
-            raise TypeError(f"{where} expects a str, received {val!r}")
+            raise ArgumentError(f"{where} expects a str, received {val!r}")
     if _check_open(name, stacklevel=4) is not None:
         resource()[name] = val
 

@@ -41,7 +41,8 @@ from graphfront import image, random, summary
 from graphfront.data_pipeline import image_resize, image_target_resize, tensor_buffer_to_tensor
 from graphfront.tensor_buffer import gen_tensor_buffer, tensor_buffer_to_list_of_tensors, tensor_to_tensor_buffer
 from graphfront.framework.blob_desc import INVALID_SPLIT_AXIS, BlobDesc
-from graphfront.framework.errors import DeviceMemoryError, FeedError, GraphfrontError, JobBuildError
+from graphfront.framework.errors import (ArgumentError, DeviceMemoryError, FeedError, GraphfrontError, JobBuildError,
+                                        OpRunError)
 from graphfront.framework.session import FunctionConfig, clear_default_session, global_function
 from graphfront.initializers import (constant_initializer, empty_initializer, glorot_normal_initializer,
                                      glorot_uniform_initializer, kaiming_initializer, ones_initializer,

@@ -228,6 +228,10 @@ def test_list_int32_attr_out_of_range():
     (lambda x: _placed(x, "0:3-1"), ["flow.scope.placement: the device range '0:3-1' ends before it starts"]),
     (lambda x: _placed(x, 0), ["flow.scope.placement: machine_device_ids expects a string", "received int 0"]),
     (lambda x: _in_namespace(x, 3), ["flow.scope.namespace expects a non-empty str, received 3"]),
+    # a FunctionConfig of another type was accepted and failed at the first call; a non-function, __name__
+    (lambda x: flow.global_function(function_config=3),
+     ["global_function: function_config must be a flow.FunctionConfig, received int 3"]),
+    (lambda x: flow.global_function()(3), ["global_function decorates a function, received int 3"]),
 ])
 def test_api_wrapper_argument_errors_point_at_the_user(body, parts):
     with pytest.raises(flow.JobBuildError) as e:

@@ -10,6 +10,7 @@ after the session started is compiled on its first call.
 """
 from __future__ import annotations
 
+import builtins
 import copy
 import functools
 from typing import Callable
@@ -1131,14 +1132,22 @@ def global_function(type: str | None = None,  # noqa: A002 - OneFlow's name
         shape and dtype).
 
     Raises:
-        ValueError: for any other ``type``; TypeError for unannotated parameters.
+        ArgumentError: (a TypeError and a ValueError) for any other ``type``, a
+            ``function_config`` that is not a FunctionConfig, a decorated object that is not a
+            function, or unannotated parameters.
     """
     if isinstance(type, FunctionConfig):
         type, function_config = None, type
     if type not in ("train", "predict", None):
         raise ArgumentError(f'global_function: type must be "train" or "predict", received {type!r}')
+    if function_config is not None and not isinstance(function_config, FunctionConfig):
+        raise ArgumentError(f"global_function: function_config must be a flow.FunctionConfig, received "
+                            f"{builtins.type(function_config).__name__} {function_config!r}")
     config = function_config or FunctionConfig()
 
     def decorator(func):
+        if not callable(func) or not hasattr(func, "__name__"):
+            raise ArgumentError(f"global_function decorates a function, received {builtins.type(func).__name__} "
+                                f"{func!r}")
         return GlobalFunction(func, type, config)
     return decorator

@@ -13,6 +13,7 @@ say so in their docstrings (a Python number as the second operand of a compariso
 from __future__ import annotations
 
 import builtins
+import math as _pymath
 import numbers
 
 from graphfront.framework.errors import ArgumentError
@@ -21,7 +22,7 @@ from graphfront.array import (broadcast_to_compatible_with, unsorted_batch_segme
                               unsorted_segment_sum, unsorted_segment_sum_like)
 from graphfront.framework import job_builder as jb
 from graphfront.fused import fused_scale_tril_softmax_dropout  # noqa: F401 - alias of flow.nn's
-from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_int, expect_ints
+from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_int, expect_ints, expect_number
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.dynamic import argwhere
@@ -1074,6 +1075,11 @@ sort.__doc__ = """``input`` sorted along ``axis`` (op ``sort``; no gradient).
 
 # ----------------------------------------------------------------- clipping, norms, counts
 
+def _integral_bound(v) -> int:
+    """A clip bound as the int64 attr of an integer blob's clip: an infinite bound is int64's extreme."""
+    return int(v) if _pymath.isfinite(v) else -2 ** 63 if v < 0 else 2 ** 63 - 1
+
+
 def clip_by_value(values, min_value=None, max_value=None, name=None) -> BlobDesc:
     """Clamp ``values`` to [min_value, max_value]; either bound may be None.
 
@@ -1097,15 +1103,16 @@ def clip_by_value(values, min_value=None, max_value=None, name=None) -> BlobDesc
     """
     _check_blob(values, "clip_by_value", "values")
     for arg, v in (("min_value", min_value), ("max_value", max_value)):
-        if v is not None and not _is_number(v):
-            raise ArgumentError(f"flow.math.clip_by_value: {arg} expects a Python number or None, received {v!r}")
+        if v is not None and (not _is_number(v) or _pymath.isnan(v)):
+            raise ArgumentError(f"flow.math.clip_by_value: {arg} expects a Python number (not NaN) or None, "
+                                f"received {v!r}")
     if min_value is None and max_value is None:
         raise ArgumentError("flow.math.clip_by_value: min_value and max_value cannot both be None")
     attrs = {}
     if min_value is not None:
-        attrs.update(floating_min=float(min_value), integral_min=int(min_value))
+        attrs.update(floating_min=float(min_value), integral_min=_integral_bound(min_value))
     if max_value is not None:
-        attrs.update(floating_max=float(max_value), integral_max=int(max_value))
+        attrs.update(floating_max=float(max_value), integral_max=_integral_bound(max_value))
     if min_value is not None and max_value is not None:
         if min_value > max_value:
             raise ArgumentError(f"flow.math.clip_by_value: min_value {min_value} > max_value {max_value}")
@@ -1139,7 +1146,9 @@ def l2_normalize(input, axis=None, epsilon=1e-12, name=None) -> BlobDesc:  # noq
     ndim = len(input.shape)
     if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
         raise ArgumentError(f"flow.math.l2_normalize: axis must be an int in [{-ndim}, {ndim}), received {axis!r}")
-    y, _square_x_sum = build_op("l2_normalize", {"x": input}, {"axis": axis % ndim, "epsilon": float(epsilon)},
+    y, _square_x_sum = build_op("l2_normalize", {"x": input}, {"axis": axis % ndim,
+                                                                "epsilon": expect_number(epsilon, "flow.math.l2_normalize",
+                                                                                         "epsilon")},
                                 outputs=("y", "square_x_sum"), name=name, prefix="L2Normalize_")
     return y
 

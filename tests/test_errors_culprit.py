@@ -232,6 +232,8 @@ def test_list_int32_attr_out_of_range():
     (lambda x: flow.global_function(function_config=3),
      ["global_function: function_config must be a flow.FunctionConfig, received int 3"]),
     (lambda x: flow.global_function()(3), ["global_function decorates a function, received int 3"]),
+    (lambda x: flow.math.l2_normalize(x, axis=1, epsilon="1e-12"),
+     ["flow.math.l2_normalize: argument 'epsilon' expects a number", "received str '1e-12'"]),
 ])
 def test_api_wrapper_argument_errors_point_at_the_user(body, parts):
     with pytest.raises(flow.JobBuildError) as e:

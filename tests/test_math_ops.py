@@ -538,6 +538,24 @@ def test_clip_integer_and_errors():
         predict(lambda v: flow.math.clip_by_value(v), x)
 
 
+@pytest.mark.parametrize("dtype, lo, hi", [
+    (np.int32, -np.inf, 2 ** 40),  # int(-inf) raised OverflowError; 2**40 overflowed torch.clamp on int32
+    (np.int8, -1000, 1),
+    (np.float32, -np.inf, 0.5),
+    (np.float32, -0.5, np.inf),
+])
+def test_clip_bounds_beyond_the_dtype_or_infinite_clip_as_numpy(dtype, lo, hi):
+    x = np.array([-100, -5, 0, 3, 100], dtype)
+    out = predict(lambda v: flow.math.clip_by_value(v, lo, hi), x)
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(out, np.clip(x.astype(np.float64), lo, hi).astype(dtype))
+
+
+def test_clip_refuses_a_nan_bound():
+    with pytest.raises(flow.ArgumentError, match="min_value expects a Python number \\(not NaN\\) or None"):
+        predict(lambda v: flow.math.clip_by_value(v, float("nan"), 1.0), rand(3))
+
+
 def test_square_sum_and_count_not_finite():
     x = rand(3, 4)
     out = predict(flow.math.square_sum, x)

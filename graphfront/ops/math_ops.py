@@ -1165,10 +1165,14 @@ CLIP_ATTRS = {
 
 
 def _clip_bounds(k, dtype):
-    """(min, max) of a clip op for inputs of ``dtype``: floating_* for float dtypes, integral_* else."""
+    """(min, max) of a clip op for inputs of ``dtype``: floating_* for float dtypes, integral_*
+    else, brought into the integer dtype's range (a bound beyond it clips nothing there)."""
     prefix = "floating_" if dtype.is_floating_point else "integral_"
     lo = k.attrs.get(prefix + "min")
     hi = k.attrs.get(prefix + "max")
+    if not dtype.is_floating_point and dtype.torch is not torch.bool:
+        info = torch.iinfo(dtype.torch)
+        lo, hi = (None if b is None else min(max(b, info.min), info.max) for b in (lo, hi))
     return lo, hi
 
 

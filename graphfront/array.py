@@ -82,6 +82,14 @@ def _number(v, fn, arg):
     return v
 
 
+def _integral(v, fn, arg, dtype):
+    """A number ``v`` given for an element of an integer ``dtype`` blob, truncated to an int as
+    OneFlow's wrappers do; ArgumentError for NaN or an infinity, which no int is."""
+    if not math.isfinite(v):
+        raise ArgumentError(f"flow.{fn}: argument '{arg}' {v!r} cannot be an element of the {dtype.name} blob")
+    return int(v)
+
+
 def _sub_name(name, suffix):
     return None if name is None else f"{name}{suffix}"
 
@@ -1053,7 +1061,7 @@ def _pad_value_attrs(x, value, floating, integral, fn):
     _number(value, fn, "constant_value")
     if x.dtype.is_floating_point:
         return {floating: float(value), integral: 0}
-    return {floating: 0.0, integral: int(value)}
+    return {floating: 0.0, integral: _integral(value, fn, "constant_value", x.dtype)}
 
 
 def _pairs(paddings, n, fn):
@@ -1482,9 +1490,10 @@ def one_hot(indices, depth, on_value=1, off_value=0, axis=-1, dtype=None, name=N
     _number(off_value, "one_hot", "off_value")
     fp = dtype.is_floating_point
     attrs = {"depth": _int(depth, "one_hot", "depth"), "dtype": dtype,
-             "floating_on_value": float(on_value) if fp else 0.0, "integer_on_value": 0 if fp else int(on_value),
-             "floating_off_value": float(off_value) if fp else 0.0, "integer_off_value": 0 if fp else
-             int(off_value)}
+             "floating_on_value": float(on_value) if fp else 0.0,
+             "integer_on_value": 0 if fp else _integral(on_value, "one_hot", "on_value", dtype),
+             "floating_off_value": float(off_value) if fp else 0.0,
+             "integer_off_value": 0 if fp else _integral(off_value, "one_hot", "off_value", dtype)}
     out = build_op("one_hot", {"indices": indices}, attrs, name=name, prefix="OneHot_")
     if axis == n:
         return out

@@ -1,6 +1,7 @@
 """Numeric and build-time tests of the math op family (graphfront/ops/math_ops.py,
 graphfront/math.py) against PyTorch eager autograd."""
 import inspect
+import re
 import typing
 
 import types
@@ -549,6 +550,48 @@ def test_clip_bounds_beyond_the_dtype_or_infinite_clip_as_numpy(dtype, lo, hi):
     out = predict(lambda v: flow.math.clip_by_value(v, lo, hi), x)
     assert out.dtype == dtype
     np.testing.assert_array_equal(out, np.clip(x.astype(np.float64), lo, hi).astype(dtype))
+
+
+@pytest.mark.parametrize("build, message", [
+    # torch refused these at the first run (or while the plan folded constants) with its own RuntimeError
+    (lambda v: flow.pad(v, [(1, 1)], constant_value=1000), "(pad): attr 'integral_constant_value' 1000 does not fit"),
+    (lambda v: flow.one_hot(flow.cast(v, flow.int32), depth=3, on_value=1000, dtype=flow.int8),
+     "(one_hot): attr 'integer_on_value' 1000 does not fit"),
+    (lambda v: flow.math.tril(flow.reshape(flow.concat([v, v, v], 0), (3, 3)), fill_value=1000),
+     "(tril): attr 'integer_fill_value' 1000 does not fit"),
+    (lambda v: flow.masked_fill(v, v > 0, 1000), "the int_operand 1000 does not fit"),
+    (lambda v: v + flow.constant(2 ** 40, dtype=flow.int8, shape=(3,)),
+     "(constant): attr 'integer_value' 1099511627776"),
+    (lambda v: v + float("inf"), "(scalar_add): attr 'float_operand' inf does not fit"),
+])
+def test_a_fill_value_outside_an_integer_dtype_is_a_build_error(build, message):
+    with pytest.raises(flow.JobBuildError) as e:
+        predict(build, np.array([-3, 0, 5], np.int8))
+    assert message in str(e.value) and "int8 output (range [-128, 127])" in str(e.value)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda v: flow.pad(v, [(1, 1)], constant_value=float("inf")), "flow.pad: argument 'constant_value' inf"),
+    (lambda v: flow.one_hot(flow.cast(v, flow.int32), depth=3, on_value=float("nan"), dtype=flow.int32),
+     "flow.one_hot: argument 'on_value' nan"),
+])
+def test_a_non_finite_fill_for_an_integer_blob_is_an_argument_error(build, message):
+    # int(inf) raised OverflowError inside graphfront
+    with pytest.raises(flow.ArgumentError, match=re.escape(message) + " cannot be an element of the int"):
+        predict(build, np.array([-3, 0, 5], np.int8))
+
+
+@pytest.mark.parametrize("build, op_type", [(lambda x, y: flow.math.divide(x, y), "broadcast_div"),
+                                            (lambda x, y: flow.math.mod(x, y), "broadcast_floor_mod")])
+def test_an_integer_division_by_zero_names_the_op_and_index_and_the_session_goes_on(build, op_type):
+    # torch's bare "RuntimeError: ZeroDivisionError" on the CPU
+    x, y = np.array([7, -7, 9], np.int32), np.array([2, 0, 4], np.int32)
+    with pytest.raises(flow.OpRunError, match=rf"\({op_type}\): input 'y' holds 0 at index \(1,\), an integer"):
+        predict(build, x, y)
+    flow.clear_default_session()
+    y[1] = 3
+    want = np.trunc(x / y) if op_type == "broadcast_div" else np.mod(x, y)
+    np.testing.assert_array_equal(predict(build, x, y), want.astype(np.int32))
 
 
 def test_clip_refuses_a_nan_bound():

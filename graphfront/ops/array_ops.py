@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework.errors import OpRunError
-from graphfront.ops.common import at_least_1d, integer_input, like, norm_axis, numel, same_dtype
+from graphfront.ops.common import at_least_1d, fill_fits, integer_input, like, norm_axis, numel, same_dtype
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, np_dtype
 from graphfront.ops.registry import op
@@ -865,6 +865,7 @@ def _pad_lists_of(ctx):
 def _pad_infer(ctx):
     x = ctx.input("x")
     before, after = _pad_lists(ctx, len(x.shape), f"input 'x' {x.shape}")
+    fill_fits(ctx, ctx.attr("integral_constant_value"), x.dtype, "attr 'integral_constant_value'")
     ctx.set_output("y", tuple(s + b + a for s, b, a in zip(x.shape, before, after)), x.dtype)
 
 
@@ -1347,6 +1348,8 @@ def _constant_infer(ctx):
     dtype = _dtype_attr(ctx)
     shape = ctx.attr("shape")
     ctx.check(all(s >= 0 for s in shape), f"attr 'shape' {tuple(shape)} has a negative dim")
+    value_attr = "floating_value" if ctx.attr("is_floating_value") else "integer_value"
+    fill_fits(ctx, ctx.attr(value_attr), dtype, f"attr '{value_attr}'")
     ctx.set_output("out", shape, dtype)
 
 
@@ -1401,6 +1404,8 @@ def _one_hot_infer(ctx):
     idx = integer_input(ctx, "indices")
     depth = ctx.attr("depth")
     ctx.check(depth >= 1, f"attr 'depth' must be >= 1, received {depth}")
+    for value_attr in ("integer_on_value", "integer_off_value"):
+        fill_fits(ctx, ctx.attr(value_attr), _dtype_attr(ctx), f"attr '{value_attr}'")
     ctx.set_output("out", idx.shape + (depth,), _dtype_attr(ctx))
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import types
 import warnings
@@ -55,6 +56,21 @@ def same_dtype(ctx, *args):
         ctx.check(d.dtype is first.dtype,
                   f"input '{a}' expected dtype {first.dtype.name} (as '{first_arg}'), received {d.dtype.name}")
     return first.dtype
+
+
+def fill_fits(ctx, value, dtype, what, wraps=False):
+    """Check that ``value``, a fill value or scalar operand, is an element of ``dtype``: for an
+    integer dtype a finite number (a float is truncated, as OneFlow's kernels cast it) within
+    the dtype's range, or any finite one when ``wraps`` (an operand of arithmetic, which wraps
+    around as in C++); torch refuses the others at run time.
+
+    ``what`` names the attr in the JobBuildError. Returns nothing; a float dtype takes anything.
+    """
+    if dtype.is_floating_point or dtype.torch is torch.bool:
+        return
+    info = torch.iinfo(dtype.torch)
+    ctx.check(math.isfinite(value) and (wraps or info.min <= value <= info.max),
+              f"{what} {value!r} does not fit the {dtype.name} output (range [{info.min}, {info.max}])")
 
 
 def at_least_1d(shape) -> tuple:
@@ -177,6 +193,26 @@ def raising_bad_ids(checks, pos, fn):
                 return run(*args)
             except (RuntimeError, IndexError) as e:
                 bad_ids(args[pos], size, error, e)
+        return checked
+    return make
+
+
+def raising_zero_divisor(op_type, divisor, fn):
+    """A kernel factory for an op dividing by its input ``divisor`` (positional argument 1 of
+    ``fn``): torch's error for an integer division by zero (it raises on the CPU; on a GPU the
+    quotient is undefined, as in OneFlow's C++ kernels) becomes the op's OpRunError naming the
+    index of the first 0. Correct divisors pay nothing."""
+    def make(k):
+        def checked(x, y):
+            try:
+                return fn(x, y)
+            except RuntimeError as e:
+                zeros = (y == 0).nonzero()
+                if not len(zeros):
+                    raise
+                at = tuple(zeros[0].tolist())
+                raise OpRunError(f"op '{k.op_name}' ({op_type}): input '{divisor}' holds 0 at index {at}, an integer "
+                                 f"division by zero") from e
         return checked
     return make
 

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import (broadcast_shape, float_input, gelu_grad, like, numel, reduce_to, same_dtype,
-                                   same_shape, vjp)
+from graphfront.ops.common import (broadcast_shape, fill_fits, float_input, gelu_grad, like, numel,
+                                   raising_zero_divisor, reduce_to, same_dtype, same_shape, vjp)
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, nonzero
 from graphfront.ops.registry import op
@@ -150,11 +150,18 @@ def _scalar_attrs_of(g):
     return {k: g.attr(k) for k in SCALAR_ATTRS}
 
 
-def _scalar_infer(out_dtype=None, float_only=False):
+def _scalar_infer(out_dtype=None, float_only=False, divides=False):
+    """Shape inference of a ``scalar_*`` op; ``divides``: the scalar is a divisor, which an
+    integer input refuses to be 0 (torch raises on the CPU; the quotient is undefined on a GPU)."""
     def infer(ctx):
         d = float_input(ctx, "in") if float_only else ctx.input("in")
         ctx.check(ctx.attr("has_int_operand") or ctx.attr("has_float_operand"),
                   "one of attrs 'has_int_operand' / 'has_float_operand' must be true")
+        if ctx.attr("has_float_operand") and not ctx.attr("has_int_operand"):
+            fill_fits(ctx, ctx.attr("float_operand"), d.dtype, "attr 'float_operand'", wraps=True)
+        if divides and not d.dtype.is_floating_point:
+            s = ctx.attr("int_operand") if ctx.attr("has_int_operand") else int(ctx.attr("float_operand"))
+            ctx.check(s != 0, f"the scalar divisor is 0 for the integer input 'in' ({d.dtype.name})")
         ctx.set_output("out", d.shape, out_dtype or d.dtype)
     return infer
 
@@ -178,10 +185,10 @@ def _scalar_xla(name):
     return make
 
 
-op("scalar_add", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=like("in"),
+op("scalar_add", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
    kernel=_scalar_kernel(torch.add), sbp=_sbp.elementwise(), onnx=_scalar_onnx("Add"), xla=_scalar_xla("add"),
    grad=lambda g: g.needs("in") and g.set_grad("in", g.dout("out")), amp="gray")
-op("scalar_mul", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=like("in"),
+op("scalar_mul", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
    kernel=_scalar_kernel(torch.mul), sbp=_sbp.elementwise(p_all=True), onnx=_scalar_onnx("Mul"),
    xla=_scalar_xla("multiply"),
    grad=lambda g: g.needs("in") and g.set_grad(
@@ -261,7 +268,7 @@ def _floor_div_onnx(c, x, y, out, d):
 
 
 # no grad function (as OneFlow): autograd fails if it reaches them
-op("scalar_floordiv", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
+op("scalar_floordiv", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(divides=True),
    kernel=_scalar_kernel(lambda x, s: torch.div(x, s, rounding_mode="floor").to(x.dtype)),
    onnx=_scalar_binary_onnx(_floor_div_onnx), xla=_scalar_xla("floor_divide"), sbp=_sbp.elementwise())
 
@@ -271,7 +278,7 @@ def _fmod_onnx(c, x, y, out, d):
     c.node("Mod", [x, y], [out], fmod=1)
 
 
-op("scalar_fmod", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(),
+op("scalar_fmod", inputs=["in"], outputs=["out"], attrs=SCALAR_ATTRS, infer=_scalar_infer(divides=True),
    kernel=_scalar_kernel(torch.fmod), onnx=_scalar_binary_onnx(_fmod_onnx), xla=_scalar_xla("fmod"),
    sbp=_sbp.elementwise())
 
@@ -347,8 +354,10 @@ def _by_tensor_infer(ctx):
     ctx.set_output("y", x.shape, x.dtype)
 
 
-def _by_tensor_kernel(fn):
-    return lambda k: (lambda x, s: fn(x, s.reshape(())))
+def _by_tensor_kernel(kind, fn):
+    def run(x, s):
+        return fn(x, s.reshape(()))
+    return raising_zero_divisor(f"scalar_{kind}_by_tensor", "scalar", run) if kind == "div" else (lambda k: run)
 
 
 def _sum_all_like(g, t, like_lbn, name):
@@ -411,7 +420,7 @@ def _by_tensor_onnx(onnx_type):
 
 for _kind, _fn in (("add", torch.add), ("sub", torch.sub), ("mul", torch.mul), ("div", divide)):
     op(f"scalar_{_kind}_by_tensor", inputs=["x", "scalar"], outputs=["y"], infer=_by_tensor_infer,
-       kernel=_by_tensor_kernel(_fn), grad=_by_tensor_grad(_kind), onnx=_by_tensor_onnx(_kind.capitalize()),
+       kernel=_by_tensor_kernel(_kind, _fn), grad=_by_tensor_grad(_kind), onnx=_by_tensor_onnx(_kind.capitalize()),
        xla=_by_tensor_xla(_kind),
        sbp=_sbp.elementwise(p_each=("x",) if _kind in ("mul", "div") else (), p_int=_kind != "div"))
 
@@ -539,6 +548,8 @@ def _floor_mod_onnx(c, x, y, out, d):
     c.node("Where", [off, c.node("Add", [r, y]), r], [out])
 
 
+_DIVIDING = ("broadcast_div", "broadcast_floor_mod", "broadcast_fmod")  # (an integer 0 in y raises)
+
 for _name, _fn, _grad, _onnx, _xla in (
         ("broadcast_add", torch.add, _bgrad_add, "Add", "add"),
         ("broadcast_sub", torch.sub, _bgrad_sub, "Sub", "subtract"),
@@ -550,7 +561,8 @@ for _name, _fn, _grad, _onnx, _xla in (
         ("broadcast_maximum", torch.maximum, None, "Max", "maximum"),
         ("broadcast_minimum", torch.minimum, None, "Min", "minimum")):
     op(_name, inputs=["x", "y"], outputs=["z"], infer=_binary_infer,
-       kernel=lambda k, f=_fn: f, grad=_grad, onnx=onnx_rules.same(_onnx) if isinstance(_onnx, str) else _onnx,
+       kernel=raising_zero_divisor(_name, "y", _fn) if _name in _DIVIDING else (lambda k, f=_fn: f), grad=_grad,
+       onnx=onnx_rules.same(_onnx) if isinstance(_onnx, str) else _onnx,
        xla=_same_xla(_xla) if _xla else _divide_xla,
        sbp=_sbp.elementwise(p_all=_name in ("broadcast_add", "broadcast_sub"),
                             p_each={"broadcast_mul": ("x", "y"), "broadcast_div": ("x",)}.get(_name, ()),

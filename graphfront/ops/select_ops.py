@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import broadcast_shape, reduce_to, same_dtype
+from graphfront.ops.common import broadcast_shape, fill_fits, reduce_to, same_dtype
 from graphfront.ops import xla_rules
 from graphfront.ops.math_ops import SCALAR_ATTRS
 from graphfront.ops.onnx_rules import const_as, nonzero, np_dtype
@@ -69,6 +69,7 @@ def _where_scalar_infer(blob):
     def infer(ctx):
         c = _condition(ctx)
         d = ctx.input(blob)
+        _operand_fits(ctx, "", d.dtype)
         ctx.set_output("out", broadcast_shape(c.shape, d.shape, f"input 'condition' and '{blob}'"), d.dtype)
     return infer
 
@@ -176,8 +177,15 @@ op("where_scalar_xy", inputs=["condition"], outputs=["out"], attrs=WHERE_XY_ATTR
    kernel=_where_xy_kernel, no_grad=True, onnx=_where_scalar_xy_onnx, xla=_where_xy_xla, sbp=_sbp.elementwise())
 
 
+def _operand_fits(ctx, prefix, dtype):
+    """The scalar operand ``<prefix>int_operand`` / ``<prefix>float_operand`` fits ``dtype``."""
+    kind = "int" if ctx.attr(f"has_{prefix}int_operand") else "float"
+    fill_fits(ctx, ctx.attr(f"{prefix}{kind}_operand"), dtype, f"attr '{prefix}{kind}_operand'")
+
+
 def _masked_fill_infer(ctx):
     x = ctx.input("x")
+    _operand_fits(ctx, "", x.dtype)
     m = _condition(ctx, "mask")
     ctx.set_output("out", broadcast_shape(x.shape, m.shape, "input 'x' and 'mask'"), x.dtype)
 
@@ -210,6 +218,10 @@ FUSED_SCALE_TRIL_ATTRS = dict(TRIL_ATTRS, floating_scale_value=("double", 1.0), 
 def _matrix_infer(ctx):
     d = ctx.input("in")
     ctx.check(len(d.shape) >= 2, f"input 'in' must have rank >= 2, received shape {d.shape}")
+    for kind in ("fill", "scale"):  # (tril's fill value, fused_scale_tril's fill and scale)
+        if f"is_floating_{kind}_value" in ctx.attrs:
+            value_attr = f"floating_{kind}_value" if ctx.attr(f"is_floating_{kind}_value") else f"integer_{kind}_value"
+            fill_fits(ctx, ctx.attr(value_attr), d.dtype, f"attr '{value_attr}'", wraps=kind == "scale")
     ctx.set_output("out", d.shape, d.dtype)
 
 

@@ -16,7 +16,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpCheckError
-from graphfront.ops.common import like, reads_host
+from graphfront.ops.common import fill_fits, like, reads_host
 from graphfront.ops.lr_schedule import PlainConf, learning_rate_at
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -72,6 +72,7 @@ system_op("identity_conf", ("in",), infer=like("in"), kernel=lambda k: (lambda x
 def _constant_like_infer(ctx):
     conf = ctx.conf
     dtype = _dt.from_proto(conf.data_type) if conf.HasField("data_type") else ctx.input("like").dtype
+    fill_fits(ctx, _constant_like_value(conf), dtype, f"the {conf.WhichOneof('scalar_operand') or 'value'}")
     ctx.set_output("out", ctx.input("like").shape, dtype)
 
 

@@ -273,6 +273,26 @@ def test_bce_loss_is_finite_at_0_and_1():
     assert np.isfinite(outs[0]).all()
 
 
+def test_bce_loss_of_an_input_outside_0_1_is_nan_as_in_oneflow():
+    # torch's kernel refused it (a RuntimeError on the CPU, a device-side assert on a GPU that leaves
+    # the process unusable); OneFlow's formula gives NaN where a log's argument is negative
+    x = np.array([-0.5, 1.5, np.nan, 0.25], np.float32)
+    t = np.array([1.0, 0.0, 1.0, 1.0], np.float32)
+    outs, _, _ = run(lambda x, t: flow.nn.BCELoss(x, t, reduction="none"), feeds=[x, t], train=False)
+    with np.errstate(invalid="ignore"):
+        want = -(t * np.maximum(np.log(x.astype(np.float64)), -100)
+                 + (1 - t) * np.maximum(np.log(1 - x.astype(np.float64)), -100))
+    np.testing.assert_array_equal(np.isnan(outs[0]), [True, True, True, False])
+    close(outs[0][3:], want[3:])
+
+
+def test_bernoulli_of_a_probability_outside_0_1_is_0_or_1_as_in_oneflow():
+    # OneFlow's kernel draws u < p; torch.bernoulli asserted 0 <= p <= 1 (on a GPU a device-side assert)
+    p = np.array([-1.0, 0.0, 1.0, 2.0, np.nan], np.float32)
+    outs, _, _ = run(lambda p: flow.random.bernoulli(p, seed=3), feeds=[p], train=False)
+    np.testing.assert_array_equal(outs[0], [0, 0, 1, 1, 0])
+
+
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_bce_with_logits_loss(reduction):
     x, t = rand(3, 4, low=-4, high=4), rand(3, 4, low=0, high=1)

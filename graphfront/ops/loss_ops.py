@@ -363,7 +363,10 @@ def _bce_infer(ctx):
 
 
 def _bce(x, t, w):
-    out = F.binary_cross_entropy(x, t, reduction="none")
+    """OneFlow's formula, each log clamped at -100 as torch's kernel does, without that
+    kernel's check that x is in [0, 1] (a device-side assert on a GPU, which would leave the
+    process unusable): an x outside [0, 1] gives NaN, as in OneFlow."""
+    out = -(t * torch.clamp(torch.log(x), min=-100.0) + (1 - t) * torch.clamp(torch.log(1 - x), min=-100.0))
     return out if w is None else out * w
 
 

@@ -28,7 +28,9 @@ def _bernoulli_kernel(k):
     gen = k.generator(k.attr("seed")) if k.attr("has_seed") else None
 
     def bernoulli(x):
-        return torch.bernoulli(x, generator=gen).to(dtype)
+        # OneFlow's kernel: 1 where a uniform draw is below p; torch.bernoulli asserts 0 <= p <= 1
+        # on the device, which would leave a GPU process unusable (p outside gives all 0 or 1 here)
+        return (torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype) < x).to(dtype)
     return bernoulli
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 
+from graphfront.framework.blob_desc import expect_path
+from graphfront.framework.errors import ArgumentError
 from graphfront.framework.session import GlobalFunction
 from graphfront.runtime.onnx_export import (DEFAULT_OPSET, MIN_OPSET, OnnxCtx, OnnxExportError,  # noqa: F401
                                             convertible_op_types, export_job, job_to_onnx, missing_converters)
@@ -39,10 +41,12 @@ def export(job_func_or_saved_model, path, opset=DEFAULT_OPSET, model_version=Non
     Returns:
         The written ``onnx.ModelProto``.
     Raises:
-        OnnxExportError: see :func:`job_to_onnx`; TypeError for another kind of source;
-        the saved model's loading errors (FileNotFoundError, ValueError, CheckpointError).
+        OnnxExportError: see :func:`job_to_onnx`; ArgumentError (a TypeError) for another kind
+        of source or path; the saved model's loading errors (FileNotFoundError, ValueError,
+        CheckpointError).
     """
     import onnx
+    path = expect_path(path, "flow.onnx.export", "path")
     if isinstance(job_func_or_saved_model, GlobalFunction):
         compiled = job_func_or_saved_model.compiled_job
         store = compiled.session.variables
@@ -59,10 +63,10 @@ def export(job_func_or_saved_model, path, opset=DEFAULT_OPSET, model_version=Non
         compiled, store = sess.job(), sess.session.variables
         input_names = None
     else:
-        raise TypeError(f"flow.onnx.export: expects a predict job function (@flow.global_function) or a saved model "
-                        f"directory, received {type(job_func_or_saved_model).__name__}")
+        raise ArgumentError(f"flow.onnx.export: expects a predict job function (@flow.global_function) or a saved "
+                            f"model directory, received {type(job_func_or_saved_model).__name__}")
     job = export_job(compiled.user_job)
     values = {name: t.detach().cpu().numpy() for name, t in store.tensors.items()}
     model = job_to_onnx(job, values, opset, input_names)
-    onnx.save(model, os.fspath(path))
+    onnx.save(model, path)
     return model

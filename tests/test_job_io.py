@@ -68,6 +68,11 @@ def test_save_replaces_atomically_and_validates(tmp_path):
     assert flow.experimental.load_job(path) == job.compiled_job.job  # untouched by the failed saves
     with pytest.raises(TypeError, match="expects a Job proto, a @flow.global_function or a CompiledJob"):
         flow.experimental.save_job("job", path)
+    # a path of another type: os.fspath's bare TypeError before
+    with pytest.raises(flow.ArgumentError, match="save_job: argument 'path' expects a str or an os.PathLike"):
+        flow.experimental.save_job(job, 3)
+    with pytest.raises(flow.ArgumentError, match="load_job: argument 'path' expects a str or an os.PathLike"):
+        flow.experimental.load_job(None)
 
 
 def test_bad_files_are_reported(tmp_path):

@@ -1097,6 +1097,9 @@ def test_train_job_and_op_without_converter_are_refused(tmp_path):
     assert not os.path.exists(tmp_path / "p.onnx")
     with pytest.raises(TypeError, match="expects a predict job function"):
         flow.onnx.export(42, tmp_path / "x.onnx")
+    with pytest.raises(flow.ArgumentError, match="flow.onnx.export: argument 'path' expects a str"):
+        flow.onnx.export(predict, 3)
+    assert issubclass(OnnxExportError, flow.GraphfrontError)
 
 
 def test_cambricon_min_max_observer_exports_an_exact_floor_log2(tmp_path):

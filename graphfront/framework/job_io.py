@@ -40,7 +40,8 @@ from google.protobuf import text_format
 from graphfront.core import job_pb2
 from graphfront.framework import tempfiles
 from graphfront.framework.checkpoint_io import _fsync_dir
-from graphfront.framework.errors import GraphfrontError, printable
+from graphfront.framework.blob_desc import expect_path
+from graphfront.framework.errors import ArgumentError, GraphfrontError, printable
 from graphfront.framework.names import InvalidNameError, check_job_names, check_strings
 
 __all__ = ["JobFileError", "load_job", "save_job", "job_from_bytes", "job_to_bytes"]
@@ -64,14 +65,14 @@ def _as_job(job, completed=True) -> job_pb2.Job:
     proto = getattr(job, "proto", None)  # a job graph view (``job_fn.graph``)
     if isinstance(proto, job_pb2.Job):
         return proto
-    raise TypeError(f"save_job expects a Job proto, a @flow.global_function or a CompiledJob, "
-                    f"received {type(job).__name__}")
+    raise ArgumentError(f"save_job expects a Job proto, a @flow.global_function or a CompiledJob, "
+                        f"received {type(job).__name__}")
 
 
 def job_to_bytes(job, format="binary") -> bytes:  # noqa: A002 - mirrors save_job
     """Serialize ``job`` (a Job proto) as ``format`` ("binary" or "text")."""
     if format not in FORMATS:
-        raise ValueError(f"save_job: format must be 'binary' or 'text', received {format!r}")
+        raise ArgumentError(f"save_job: format must be 'binary' or 'text', received {format!r}")
     if not job.IsInitialized():
         raise JobFileError(f"job '{job.job_conf.job_name}' misses required fields: "
                            f"{', '.join(job.FindInitializationErrors())}")
@@ -92,10 +93,11 @@ def save_job(job, path: str | os.PathLike, format: str = "binary", completed: bo
         completed: for functions/compiled jobs, write the completed job (True) or the
             job as built, before the completion passes (False).
     Raises:
-        ValueError: unknown ``format``; JobFileError: the job misses required fields.
+        ArgumentError: (a TypeError and a ValueError) unknown ``format``, a ``job`` or ``path``
+            of another type; JobFileError: the job misses required fields.
     """
     data = job_to_bytes(_as_job(job, completed), format)
-    path = os.path.abspath(os.fspath(path))
+    path = os.path.abspath(expect_path(path, "save_job", "path"))
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     if os.path.isdir(path):
@@ -161,7 +163,7 @@ def load_job(path: str | os.PathLike, allow_unknown_field: bool = False) -> job_
     Raises:
         FileNotFoundError: no file; JobFileError: neither a valid binary nor text Job.
     """
-    path = os.fspath(path)
+    path = expect_path(path, "load_job", "path")
     with open(path, "rb") as f:
         data = f.read()
     return job_from_bytes(data, repr(path), allow_unknown_field=allow_unknown_field)

@@ -22,6 +22,7 @@ import copy
 import numpy as np
 
 from graphfront.framework import job_builder as jb
+from graphfront.framework.errors import GraphfrontError
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops import registry
@@ -34,7 +35,7 @@ DEFAULT_OPSET = 17
 MIN_OPSET = 13
 
 
-class OnnxExportError(ValueError):
+class OnnxExportError(GraphfrontError, ValueError):
     """A job cannot be written as ONNX: an op has no converter, or an attr value that
     its converter cannot express (the message names the op, its type and the reason)."""
 

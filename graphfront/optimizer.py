@@ -16,6 +16,7 @@ job that holds the learning rate of every step instead.
 """
 from __future__ import annotations
 
+import collections.abc
 import math
 import numbers
 import re
@@ -722,6 +723,9 @@ class Optimizer:
                                 f"or dynamic_loss_scale(...), received {loss_scale_policy!r}")
         if isinstance(train_step_lbn, BlobDesc):
             train_step_lbn = train_step_lbn.lbn
+        if train_step_lbn is not None and not isinstance(train_step_lbn, str):
+            raise ArgumentError(f"{where}: train_step_lbn expects a blob or its logical blob name, received "
+                                f"{type(train_step_lbn).__name__} {train_step_lbn!r}")
         self.train_step_lbn = train_step_lbn
         self.loss_scale_policy = loss_scale_policy
 
@@ -760,8 +764,8 @@ class Optimizer:
             loss lbns, and the train-step / loss-scale fields when set.
 
         Raises:
-            JobBuildError: outside a job, a loss that is not a blob, unknown variable
-                names, or variables already given to another optimizer.
+            JobBuildError: outside a job, a loss that is not a floating blob, unknown
+                variable names, or variables already given to another optimizer.
         """
         loc = user_frame()
         where = f"{type(self).__name__}.minimize"
@@ -775,6 +779,9 @@ class Optimizer:
         for blob in losses:
             if not isinstance(blob, BlobDesc):
                 raise JobBuildError(f"{where} expects a loss blob, received {type(blob).__name__}"
+                                    f"{format_location(loc)}")
+            if not blob.dtype.is_floating_point:  # (no gradient flows from it: training would change nothing)
+                raise JobBuildError(f"{where}: the loss '{blob.lbn}' is {blob.dtype.name}; a loss is a floating blob"
                                     f"{format_location(loc)}")
         new = self.train_conf
         tc = builder.job.job_conf.train_conf
@@ -814,6 +821,13 @@ class _SingleOptimizer(Optimizer):
         if grad_clipping is not None and not isinstance(grad_clipping, (_ClipByGlobalNorm, job_conf_pb2.ClipConf)):
             raise ArgumentError(f"{where}: grad_clipping expects "
                                 f"flow.optimizer.grad_clipping.by_global_norm(clip_norm), received {grad_clipping!r}")
+        if not callable(variables):
+            names = ([variables] if isinstance(variables, str)
+                     else list(variables) if isinstance(variables, collections.abc.Iterable) else [None])
+            if not all(isinstance(v, str) for v in names):
+                raise ArgumentError(f"{where}: variables expects variable names (a str or an iterable of str) or a "
+                                    f"function returning them, received {variables!r}")
+            variables = names
         self.lr_scheduler = lr_scheduler
         self.grad_clipping = grad_clipping
         self.variables = variables
@@ -1356,6 +1370,9 @@ class CombinedOptimizer(Optimizer):
 
     def __init__(self, optimizers, loss_scale_factor=None, train_step_lbn=None, loss_scale_policy=None):
         super().__init__(loss_scale_factor, train_step_lbn, loss_scale_policy)
+        if not isinstance(optimizers, (list, tuple)):
+            raise ArgumentError(f"CombinedOptimizer: optimizers expects a list of optimizers, received "
+                                f"{type(optimizers).__name__} {optimizers!r}")
         optimizers = list(optimizers)
         for i, o in enumerate(optimizers):
             if not isinstance(o, _SingleOptimizer):

@@ -640,6 +640,11 @@ def test_api_errors():
      "AdamW: weight_decay_includes expects a str or a list of str, received 3"),
     (lambda lr: flow.optimizer.AdamW(lr, weight_decay=0.1, weight_decay_excludes=["bias("]),
      "AdamW: weight_decay_excludes entry 'bias(' is not a regular expression"),
+    # list() / protobuf's TypeError when the job was built
+    (lambda lr: flow.optimizer.SGD(lr, variables=3), "SGD: variables expects variable names"),
+    (lambda lr: flow.optimizer.SGD(lr, train_step_lbn=3), "SGD: train_step_lbn expects a blob or its logical blob"),
+    (lambda lr: flow.optimizer.CombinedOptimizer(flow.optimizer.SGD(lr)),
+     "CombinedOptimizer: optimizers expects a list of optimizers, received SGD"),
 ])
 def test_optimizer_and_scheduler_arguments_are_checked_at_the_user_line(make, message):
     lr = flow.optimizer.PiecewiseConstantScheduler([], [0.1])
@@ -648,6 +653,19 @@ def test_optimizer_and_scheduler_arguments_are_checked_at_the_user_line(make, me
     assert isinstance(e.value, TypeError) and isinstance(e.value, ValueError)  # (ArgumentError: both)
     assert message in str(e.value)
     assert f"\n  at {__file__}:" in str(e.value)
+
+
+def test_an_integer_loss_is_refused():
+    # no gradient flows from it: the job trained and changed nothing
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 2), initializer=flow.ones_initializer())
+        loss = flow.cast(flow.matmul(x, w), flow.int32)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    with pytest.raises(flow.JobBuildError, match=r"SGD.minimize: the loss '.*' is int32; a loss is a floating blob"):
+        job(np.ones((4, 3), np.float32))
 
 
 def test_minimize_errors():

@@ -1146,9 +1146,8 @@ def l2_normalize(input, axis=None, epsilon=1e-12, name=None) -> BlobDesc:  # noq
     ndim = len(input.shape)
     if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
         raise ArgumentError(f"flow.math.l2_normalize: axis must be an int in [{-ndim}, {ndim}), received {axis!r}")
-    y, _square_x_sum = build_op("l2_normalize", {"x": input}, {"axis": axis % ndim,
-                                                                "epsilon": expect_number(epsilon, "flow.math.l2_normalize",
-                                                                                         "epsilon")},
+    epsilon = expect_number(epsilon, "flow.math.l2_normalize", "epsilon")
+    y, _square_x_sum = build_op("l2_normalize", {"x": input}, {"axis": axis % ndim, "epsilon": epsilon},
                                 outputs=("y", "square_x_sum"), name=name, prefix="L2Normalize_")
     return y
 

@@ -72,12 +72,12 @@ def broadcast() -> Distribute:
 def split(axis) -> Distribute:
     """Each device holds one slice of the blob along ``axis`` (an int >= 0).
 
-    Raises TypeError for a non-int ``axis`` and ValueError for a negative one.
+    Raises ArgumentError (a TypeError and a ValueError) for an ``axis`` that is not an int >= 0.
     """
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
-        raise TypeError(f"flow.distribute.split: axis expects an int, received {axis!r}")
+        raise ArgumentError(f"flow.distribute.split: axis expects an int, received {axis!r}")
     if axis < 0:
-        raise ValueError(f"flow.distribute.split: axis must be >= 0, received {axis}")
+        raise ArgumentError(f"flow.distribute.split: axis must be >= 0, received {axis}")
     return Distribute("split", int(axis))
 
 

@@ -225,3 +225,19 @@ def test_a_cast_whose_layout_does_not_fit_the_grid_is_refused_naming_the_users_l
                                                  r"one entry per axis of the placement's hierarchy \(2, 2\)"
                                                  r"(?s:.*)test_distributed_api.py:\d+ in job"):
         job(np.zeros((4, 3), np.float32))
+
+
+def test_a_split_beyond_the_blobs_rank_is_refused_naming_the_axis():
+    # "no SBP signature fits its inputs' layouts {'in': 'S(0)'}" did not say what was asked for
+    _session(2)
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-1"):
+            return flow.parallel_cast(x, distribute=flow.distribute.split(5), name="cast")
+
+    with pytest.raises(flow.JobBuildError, match=r"op 'cast' \(parallel_cast\): attr 'sbp_parallel' S\(5\) splits "
+                                                 r"axis 5, which input 'in' of shape \(4, 3\) does not have"):
+        job(np.zeros((4, 3), np.float32))
+    with pytest.raises(flow.ArgumentError, match="flow.distribute.split: axis must be >= 0, received -1"):
+        flow.distribute.split(-1)

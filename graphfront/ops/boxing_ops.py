@@ -396,6 +396,15 @@ def _check_sbp(value):
     return None
 
 
+def _parallel_cast_infer(ctx):
+    x = ctx.input("in")
+    for attr in ("sbp_parallel", "grad_sbp_parallel"):
+        axis = _sbp.split_axis(ctx.attr(attr)) if ctx.attr(attr) else None
+        ctx.check(axis is None or axis < len(x.shape), f"attr '{attr}' {ctx.attr(attr)} splits axis {axis}, "
+                                                      f"which input 'in' of shape {x.shape} does not have")
+    ctx.set_output("out", x.shape, x.dtype)
+
+
 def _parallel_cast_grad(g):
     if not g.needs("in"):
         return
@@ -425,7 +434,8 @@ _identity = lambda k: (lambda x, *like: x)  # noqa: E731
 
 op("parallel_cast", inputs=["in"], outputs=["out"],
    attrs={"sbp_parallel": ("string", "", _check_sbp), "grad_sbp_parallel": ("string", "", _check_sbp)},
-   infer=like("in"), kernel=_identity, grad=_parallel_cast_grad, sbp=_cast_rule("sbp_parallel"), view=True,
+   infer=_parallel_cast_infer, kernel=_identity, grad=_parallel_cast_grad, sbp=_cast_rule("sbp_parallel"),
+   view=True,
    xla=_identity,
    onnx=onnx_rules.same("Identity"),
    doc="identity; lays its output out as sbp_parallel ('B', 'S(k)', 'P'; '' = inferred) and its gradient "

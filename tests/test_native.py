@@ -332,3 +332,31 @@ def test_resnet50_example_with_one_pixel_maps_trains_in_one_graph(tmp_path, monk
     # ln(1000) (label smoothing 0.1 over 1000 classes) and both fall
     for mode, got in losses.items():
         assert np.all(np.isfinite(got)) and abs(got[0] - np.log(1000)) < 1.0 and got[2] < got[0], (mode, got)
+
+
+_INT_DIVISION_CHILD = textwrap.dedent("""
+    import numpy as np
+    import graphfront as flow
+    from graphfront import typing as tp
+    config = flow.FunctionConfig()
+    config.compile_mode("native")
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.Numpy.Placeholder((4,), dtype=flow.int32),
+            y: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+        return flow.math.divide(x, y) + flow.math.mod(x, y)
+
+    x = np.array([7, -7, 9, 3], np.int32)
+    job(x, np.array([2, 0, 4, 5], np.int32))  # (the quotient by 0 is undefined: only the process matters)
+    print(job(x, np.array([2, 3, 4, 5], np.int32)).tolist())
+""")
+
+
+def test_an_integer_division_by_zero_does_not_end_a_native_process(tmp_path):
+    """Inductor's C++ code trapped on it: SIGFPE ended the process (exit code -8)."""
+    env = dict(os.environ, GRAPHFRONT_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-c", _INT_DIVISION_CHILD], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
+    x, y = np.array([7, -7, 9, 3]), np.array([2, 3, 4, 5])
+    assert out.stdout.strip().splitlines()[-1] == str((np.trunc(x / y) + np.mod(x, y)).astype(int).tolist())

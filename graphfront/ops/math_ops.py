@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from graphfront.framework import dtypes as _dt
-from graphfront.ops.common import (broadcast_shape, fill_fits, float_input, gelu_grad, like, numel,
-                                   raising_zero_divisor, reduce_to, same_dtype, same_shape, vjp)
+from graphfront.ops.common import (broadcast_shape, fill_fits, float_input, gelu_grad, like, nonzero_divisor_native,
+                                   numel, raising_zero_divisor, reduce_to, same_dtype, same_shape, vjp)
 from graphfront.ops import onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import const_as, int64s, nonzero
 from graphfront.ops.registry import op
@@ -354,9 +354,14 @@ def _by_tensor_infer(ctx):
     ctx.set_output("y", x.shape, x.dtype)
 
 
-def _by_tensor_kernel(kind, fn):
+def _by_tensor_run(fn):
     def run(x, s):
         return fn(x, s.reshape(()))
+    return run
+
+
+def _by_tensor_kernel(kind, fn):
+    run = _by_tensor_run(fn)
     return raising_zero_divisor(f"scalar_{kind}_by_tensor", "scalar", run) if kind == "div" else (lambda k: run)
 
 
@@ -421,6 +426,7 @@ def _by_tensor_onnx(onnx_type):
 for _kind, _fn in (("add", torch.add), ("sub", torch.sub), ("mul", torch.mul), ("div", divide)):
     op(f"scalar_{_kind}_by_tensor", inputs=["x", "scalar"], outputs=["y"], infer=_by_tensor_infer,
        kernel=_by_tensor_kernel(_kind, _fn), grad=_by_tensor_grad(_kind), onnx=_by_tensor_onnx(_kind.capitalize()),
+       native=nonzero_divisor_native(_by_tensor_run(_fn)) if _kind == "div" else None,
        xla=_by_tensor_xla(_kind),
        sbp=_sbp.elementwise(p_each=("x",) if _kind in ("mul", "div") else (), p_int=_kind != "div"))
 
@@ -562,6 +568,7 @@ for _name, _fn, _grad, _onnx, _xla in (
         ("broadcast_minimum", torch.minimum, None, "Min", "minimum")):
     op(_name, inputs=["x", "y"], outputs=["z"], infer=_binary_infer,
        kernel=raising_zero_divisor(_name, "y", _fn) if _name in _DIVIDING else (lambda k, f=_fn: f), grad=_grad,
+       native=nonzero_divisor_native(_fn) if _name in _DIVIDING else None,
        onnx=onnx_rules.same(_onnx) if isinstance(_onnx, str) else _onnx,
        xla=_same_xla(_xla) if _xla else _divide_xla,
        sbp=_sbp.elementwise(p_all=_name in ("broadcast_add", "broadcast_sub"),

@@ -594,6 +594,13 @@ def test_an_integer_division_by_zero_names_the_op_and_index_and_the_session_goes
     np.testing.assert_array_equal(predict(build, x, y), want.astype(np.int32))
 
 
+def test_the_integer_minimum_divided_by_minus_one_wraps_and_the_process_lives():
+    # torch's truncating division of an int32 minimum by -1 traps: SIGFPE ended the process
+    x, y = np.array([-2 ** 31, 7, -7, 9], np.int32), np.array([-1, -1, 2, -4], np.int32)
+    out = predict(lambda a, b: flow.math.divide(a, b), x, y)
+    np.testing.assert_array_equal(out, [-2 ** 31, -7, -3, -2])
+
+
 def test_clip_refuses_a_nan_bound():
     with pytest.raises(flow.ArgumentError, match="min_value expects a Python number \\(not NaN\\) or None"):
         predict(lambda v: flow.math.clip_by_value(v, float("nan"), 1.0), rand(3))

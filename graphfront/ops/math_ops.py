@@ -402,10 +402,14 @@ def _by_tensor_grad(kind):
 
 def divide(x, y):
     """x / y; integers divide to an integer truncated toward zero (C++ division, as
-    OneFlow's ``BinaryFuncDiv`` in ``oneflow/core/ndarray/binary_func.h``)."""
+    OneFlow's ``BinaryFuncDiv`` in ``oneflow/core/ndarray/binary_func.h``). A division by
+    -1 is a negation, which wraps the dtype's minimum onto itself: torch's truncating
+    division of an int32 or int64 minimum by -1 traps (SIGFPE ends the process)."""
     if x.dtype.is_floating_point:
         return torch.div(x, y)
-    return torch.div(x, y, rounding_mode="trunc")
+    minus_one = y == -1
+    quotient = torch.div(x, torch.where(minus_one, torch.ones_like(y), y), rounding_mode="trunc")
+    return torch.where(minus_one, -x, quotient)
 
 
 def _by_tensor_xla(kind):

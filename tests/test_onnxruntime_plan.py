@@ -326,3 +326,19 @@ def test_watch_ops_are_refused():
     with pytest.raises(JobBuildError, match=r"job 'watched' cannot use compile_mode\('onnxruntime'\): flow.watch "
                                             r"op\(s\) \['.*'\] have no ONNX form"):
         watched(np.ones((2, 3), np.float32))
+
+
+def test_a_value_onnxruntime_refuses_at_run_time_is_the_ops_error_and_the_session_goes_on():
+    # onnxruntime's bare RuntimeError ("Integer division by zero") before
+    config = flow.FunctionConfig()
+    config.compile_mode("onnxruntime")
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.Numpy.Placeholder((3,), dtype=flow.int32), y: tp.Numpy.Placeholder((3,), dtype=flow.int32)) \
+            -> tp.Numpy:
+        return flow.math.divide(x, y, name="quotient")
+
+    x = np.array([7, -7, 9], np.int32)
+    with pytest.raises(flow.OpRunError, match=r"op 'quotient' \(onnxruntime lowering\): .*[Dd]ivision by zero"):
+        job(x, np.array([2, 0, 4], np.int32))
+    np.testing.assert_array_equal(job(x, np.array([2, 3, 4], np.int32)), [3, -2, 2])

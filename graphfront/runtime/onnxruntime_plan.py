@@ -52,11 +52,12 @@ execution provider runs the model), dynamic (``ListNumpy``) inputs, and a missin
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 
 from graphfront.framework import job_builder as jb
-from graphfront.framework.errors import JobBuildError
+from graphfront.framework.errors import JobBuildError, OpRunError
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.onnx_export import OnnxExportError, job_to_onnx, missing_converters
 from graphfront.runtime.walk import ScheduleWalk
@@ -258,5 +259,10 @@ class OrtPlan(Lowering):
             self._start()
         for buf, a in zip(self._inputs, feeds):
             np.copyto(buf, a)
-        self._session.run_with_iobinding(self._binding)
+        try:
+            self._session.run_with_iobinding(self._binding)
+        except RuntimeError as e:  # a kernel refusing the values fed (an integer division by zero ...)
+            node = re.search(r"Name:'([^'/]+)", str(e))
+            raise OpRunError(f"op '{node.group(1) if node else '?'}' (onnxruntime lowering): "
+                             f"{str(e).splitlines()[0]}") from e
         return [a.copy() for a in self._outputs]

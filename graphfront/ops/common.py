@@ -217,18 +217,14 @@ def raising_zero_divisor(op_type, divisor, fn):
     return make
 
 
-def nonzero_divisor_native(fn, divisor_pos=1):
-    """The native lowering's kernel factory for an op dividing by positional argument
-    ``divisor_pos`` of ``fn``: an integer 0 there is taken as 1, since Inductor's C++ code
-    traps on it (SIGFPE ends the process). The quotient is undefined there, as on a GPU and
-    in OneFlow's kernels; the plan's CPU kernel raises the op's error instead
-    (:func:`raising_zero_divisor`)."""
+def nonzero_divisor_native(fn):
+    """The native lowering's kernel factory for an op computing ``fn(x, y)``, a division by
+    ``y``: an integer 0 in ``y`` is taken as 1, since Inductor's C++ code traps on it (SIGFPE
+    ends the process). The quotient is undefined there, as on a GPU and in OneFlow's kernels;
+    the plan's CPU kernel raises the op's error instead (:func:`raising_zero_divisor`)."""
     def make(k):
-        def run(*args):
-            y = args[divisor_pos]
-            if not y.dtype.is_floating_point:
-                args = args[:divisor_pos] + (torch.where(y == 0, torch.ones_like(y), y),) + args[divisor_pos + 1:]
-            return fn(*args)
+        def run(x, y):
+            return fn(x, y if y.dtype.is_floating_point else torch.where(y == 0, torch.ones_like(y), y))
         return run
     return make
 

@@ -764,8 +764,8 @@ class Optimizer:
             loss lbns, and the train-step / loss-scale fields when set.
 
         Raises:
-            JobBuildError: outside a job, a loss that is not a floating blob, unknown
-                variable names, or variables already given to another optimizer.
+            JobBuildError: outside a job, a loss that is not a blob, unknown variable
+                names, or variables already given to another optimizer.
         """
         loc = user_frame()
         where = f"{type(self).__name__}.minimize"
@@ -779,9 +779,6 @@ class Optimizer:
         for blob in losses:
             if not isinstance(blob, BlobDesc):
                 raise JobBuildError(f"{where} expects a loss blob, received {type(blob).__name__}"
-                                    f"{format_location(loc)}")
-            if not blob.dtype.is_floating_point:  # (no gradient flows from it: training would change nothing)
-                raise JobBuildError(f"{where}: the loss '{blob.lbn}' is {blob.dtype.name}; a loss is a floating blob"
                                     f"{format_location(loc)}")
         new = self.train_conf
         tc = builder.job.job_conf.train_conf

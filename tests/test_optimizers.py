@@ -655,19 +655,6 @@ def test_optimizer_and_scheduler_arguments_are_checked_at_the_user_line(make, me
     assert f"\n  at {__file__}:" in str(e.value)
 
 
-def test_an_integer_loss_is_refused():
-    # no gradient flows from it: the job trained and changed nothing
-    @flow.global_function(type="train")
-    def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
-        w = flow.get_variable("w", (3, 2), initializer=flow.ones_initializer())
-        loss = flow.cast(flow.matmul(x, w), flow.int32)
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
-        return loss
-
-    with pytest.raises(flow.JobBuildError, match=r"SGD.minimize: the loss '.*' is int32; a loss is a floating blob"):
-        job(np.ones((4, 3), np.float32))
-
-
 def test_minimize_errors():
     lr = flow.optimizer.PiecewiseConstantScheduler([], [0.1])
 

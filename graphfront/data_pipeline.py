@@ -38,7 +38,7 @@ from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_key
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.tensor_buffer import tensor_buffer_to_tensor
 from graphfront.core import op_conf_pb2
-from graphfront.initializers import constant_initializer, random_uniform_initializer
+from graphfront.initializers import InitializerConf, constant_initializer, random_uniform_initializer
 
 __all__ = ["ofrecord_reader", "ofrecord_loader", "OFRecordRawDecoder", "ofrecord_raw_decoder", "OFRecordBytesDecoder",
            "ofrecord_bytes_decoder", "OFRecordImageDecoder", "ofrecord_image_decoder",
@@ -352,12 +352,25 @@ OFRecordImageDecoderRandomCrop = ofrecord_image_decoder_random_crop
 def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=None):
     """A blob ``(batch_size, *shape)`` of ``dtype`` drawn anew from ``initializer`` (default
     uniform in [0, 1)) on every run. OneFlow: the ``decode_random_conf`` system op. Unlike
-    the readers it runs on the current placement (a job's GPU), drawing there."""
+    the readers it runs on the current placement (a job's GPU), drawing there.
+
+    Raises ArgumentError for a ``shape`` that is not a list or tuple of ints >= 0, a
+    ``batch_size`` that is not an int >= 1, a ``dtype`` or ``initializer`` of another type."""
+    api = "flow.data.decode_random"
+    shape = [expect_int(d, api, "shape") for d in _shape(shape, "data.decode_random")]
+    batch_size = expect_int(batch_size, api, "batch_size")
+    if batch_size < 1 or any(d < 0 for d in shape):
+        raise ArgumentError(f"{api}: batch_size must be >= 1 and shape's dims >= 0, received batch_size={batch_size}"
+                            f", shape={shape}")
+    if not isinstance(dtype, _dt.dtype):
+        raise ArgumentError(f"{api}: argument 'dtype' expects a graphfront dtype, received {dtype!r}")
+    if initializer is not None and not isinstance(initializer, InitializerConf):
+        raise ArgumentError(f"{api}: argument 'initializer' expects an InitializerConf, received {initializer!r}")
     builder = _jb.current()
     conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("DecodeRandom_")))
     dr = conf.decode_random_conf
     dr.out = "out"
-    dr.shape.dim.extend(int(d) for d in shape)
+    dr.shape.dim.extend(shape)
     dr.data_type = dtype.proto
     dr.batch_size = batch_size
     dr.data_initializer.CopyFrom(initializer if initializer is not None else random_uniform_initializer())

@@ -234,6 +234,13 @@ def test_list_int32_attr_out_of_range():
     (lambda x: flow.global_function()(3), ["global_function decorates a function, received int 3"]),
     (lambda x: flow.math.l2_normalize(x, axis=1, epsilon="1e-12"),
      ["flow.math.l2_normalize: argument 'epsilon' expects a number", "received str '1e-12'"]),
+    # list()'s and range()'s TypeErrors; a str shape or a float dim was read digit by digit or truncated
+    (lambda x: flow.data.decode_random(3, flow.float32, batch_size=2),
+     ["flow.data.decode_random: argument 'shape' expects a list or tuple of ints", "received int 3"]),
+    (lambda x: flow.data.decode_random((2.5,), flow.float32, batch_size=2),
+     ["flow.data.decode_random: argument 'shape' expects an int", "received float 2.5"]),
+    (lambda x: flow.data.decode_random((3,), flow.float32, batch_size="2"),
+     ["flow.data.decode_random: argument 'batch_size' expects an int", "received str '2'"]),
 ])
 def test_api_wrapper_argument_errors_point_at_the_user(body, parts):
     with pytest.raises(flow.JobBuildError) as e:

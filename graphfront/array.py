@@ -22,7 +22,8 @@ from graphfront.framework.errors import ArgumentError
 from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_int, expect_ints, expect_number
+from graphfront.framework.blob_desc import (BlobDesc, expect_blob, expect_dtype, expect_int, expect_ints,
+                                             expect_number)
 from graphfront.ops.builder import build_op, placed_blob, unique_str
 from graphfront.ops import registry
 from graphfront.ops.common import balanced_range
@@ -70,10 +71,7 @@ def _axis(axis, ndim, fn, arg="axis"):
 
 
 def _dtype(dtype, fn, arg="dtype"):
-    if not isinstance(dtype, _dt.dtype):
-        raise ArgumentError(f"flow.{fn}: argument '{arg}' expects a graphfront dtype such as flow.float32, "
-                            f"received {dtype!r}")
-    return dtype
+    return expect_dtype(dtype, f"flow.{fn}", arg)
 
 
 def _number(v, fn, arg):
@@ -117,10 +115,7 @@ def reshape(x, shape, name=None) -> BlobDesc:
         JobBuildError: the element counts differ.
     """
     _blob(x, "reshape")
-    if not isinstance(shape, (list, tuple)):
-        raise ArgumentError(f"flow.reshape: argument 'shape' expects a list or tuple of ints, received "
-                            f"{type(shape).__name__} {shape!r}")
-    shape = [_int(s, "reshape", "shape") for s in shape]
+    shape = expect_ints(shape, "flow.reshape", "shape", scalar=False)
     if shape.count(-1) > 1:
         raise ArgumentError(f"flow.reshape: shape {tuple(shape)} may contain at most one -1")
     if -1 in shape:

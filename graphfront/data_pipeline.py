@@ -32,7 +32,7 @@ from graphfront.array import reshape as _reshape
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as _jb
 from graphfront.framework import session as _session
-from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_int
+from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_dtype, expect_int, expect_ints
 from graphfront.framework.errors import ArgumentError, JobBuildError, format_location, user_frame
 from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
 from graphfront.ops.builder import build_op, unique_str
@@ -59,13 +59,6 @@ def _on_host():
 
 def _fail(fn, msg):
     raise JobBuildError(f"flow.{fn}: {msg}" + format_location(user_frame()))
-
-
-def _shape(shape, fn, arg="shape"):
-    if not isinstance(shape, (list, tuple)):
-        raise ArgumentError(f"flow.{fn}: argument '{arg}' expects a list or tuple of ints, received "
-                            f"{type(shape).__name__} {shape!r}")
-    return tuple(shape)  # (the op builder checks the entries)
 
 
 def _blob(fn, arg, x):
@@ -197,8 +190,9 @@ def ofrecord_raw_decoder(input_blob, blob_name, shape, dtype, dim1_varying_lengt
     are cut; ``dim1_varying_length``: fewer are zero-padded); a ``bytes_list`` feature is
     read as raw bytes for int8/uint8. Raises at run time naming the op and the feature
     when a record does not fit. OneFlow: ``ofrecord_raw_decoder`` op."""
+    shape = expect_ints(shape, "flow.data.OFRecordRawDecoder", "shape", scalar=False)
     return build_op("ofrecord_raw_decoder", {"in": _blob("data.OFRecordRawDecoder", "input_blob", input_blob)},
-                    {"name": blob_name, "shape": _shape(shape, "data.OFRecordRawDecoder"), "data_type": dtype,
+                    {"name": blob_name, "shape": tuple(shape), "data_type": dtype,
                      "dim1_varying_length": bool(dim1_varying_length or auto_zero_padding), "truncate": truncate},
                     name=name or unique_str("OFRecordRawDecoder_"))
 
@@ -357,13 +351,12 @@ def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=
     Raises ArgumentError for a ``shape`` that is not a list or tuple of ints >= 0, a
     ``batch_size`` that is not an int >= 1, a ``dtype`` or ``initializer`` of another type."""
     api = "flow.data.decode_random"
-    shape = [expect_int(d, api, "shape") for d in _shape(shape, "data.decode_random")]
+    shape = expect_ints(shape, api, "shape", scalar=False)
     batch_size = expect_int(batch_size, api, "batch_size")
     if batch_size < 1 or any(d < 0 for d in shape):
         raise ArgumentError(f"{api}: batch_size must be >= 1 and shape's dims >= 0, received batch_size={batch_size}"
                             f", shape={shape}")
-    if not isinstance(dtype, _dt.dtype):
-        raise ArgumentError(f"{api}: argument 'dtype' expects a graphfront dtype, received {dtype!r}")
+    expect_dtype(dtype, api)
     if initializer is not None and not isinstance(initializer, InitializerConf):
         raise ArgumentError(f"{api}: argument 'initializer' expects an InitializerConf, received {initializer!r}")
     builder = _jb.current()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from graphfront.framework.blob_desc import expect_number
+from graphfront.framework.blob_desc import expect_dtype, expect_number
 from graphfront.framework.errors import ArgumentError
 from graphfront.framework import dtypes as _dt
 from graphfront.core import initializer_conf_pb2 as _pb
@@ -25,13 +25,6 @@ def _finite(value, fn, arg, low=None):
         raise ArgumentError(f"{fn}: argument '{arg}' expects a finite number{f' >= {low}' if low is not None else ''}, "
                             f"received {value!r}")
     return value
-
-
-def _dtype(dtype, fn):
-    if not isinstance(dtype, _dt.dtype):
-        raise ArgumentError(f"{fn}: argument 'dtype' expects a graphfront dtype such as flow.float32, received "
-                            f"{type(dtype).__name__} {dtype!r}")
-    return dtype
 
 
 def _data_format(fmt: str) -> str:
@@ -62,7 +55,7 @@ def constant_initializer(value=0, dtype=_dt.float32) -> InitializerConf:
     """
     value = _finite(value, "constant_initializer", "value")
     init = InitializerConf()
-    if _dtype(dtype, "constant_initializer").is_floating_point:
+    if expect_dtype(dtype, "constant_initializer").is_floating_point:
         init.constant_conf.value = value
     else:
         init.constant_int_conf.value = int(value)
@@ -125,7 +118,7 @@ def random_uniform_initializer(minval=0, maxval=1, dtype=_dt.float32) -> Initial
     """
     fn = "random_uniform_initializer"
     minval, maxval = _finite(minval, fn, "minval"), _finite(maxval, fn, "maxval")
-    floating = _dtype(dtype, fn).is_floating_point
+    floating = expect_dtype(dtype, fn).is_floating_point
     if minval > maxval or not floating and int(minval) >= int(maxval):
         raise ArgumentError(f"{fn}: minval must be below maxval, received minval={minval} and maxval={maxval}")
     init = InitializerConf()

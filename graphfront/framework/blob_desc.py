@@ -11,6 +11,7 @@ import numbers
 import os
 
 from graphfront.core import logical_blob_id_pb2
+from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import ArgumentError
 
 INVALID_SPLIT_AXIS = -22
@@ -163,17 +164,17 @@ def expect_int(v, api: str, arg: str) -> int:
     return int(v)
 
 
-def expect_ints(v, api: str, arg: str) -> list:
-    """``v`` (an int, or a list or tuple of ints) as a list of ints.
+def expect_ints(v, api: str, arg: str, scalar: bool = True) -> list:
+    """``v`` (a list or tuple of ints, or when ``scalar`` one int) as a list of ints.
 
     Raises:
         ArgumentError: naming ``api`` and ``arg``, with what was received.
     """
-    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+    if scalar and isinstance(v, numbers.Integral) and not isinstance(v, bool):
         return [int(v)]
     if not isinstance(v, (list, tuple)):
-        raise ArgumentError(f"{api}: argument '{arg}' expects an int or a list of ints, "
-                            f"received {type(v).__name__} {v!r}")
+        raise ArgumentError(f"{api}: argument '{arg}' expects {'an int or a list' if scalar else 'a list or tuple'} "
+                            f"of ints, received {type(v).__name__} {v!r}")
     return [expect_int(e, api, arg) for e in v]
 
 
@@ -186,6 +187,17 @@ def expect_number(v, api: str, arg: str) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise ArgumentError(f"{api}: argument '{arg}' expects a number, received {type(v).__name__} {v!r}")
     return float(v)
+
+
+def expect_dtype(v, api: str, arg: str = "dtype"):
+    """``v`` when it is a graphfront dtype (``flow.float32`` ...).
+
+    Raises:
+        ArgumentError: naming ``api`` and ``arg``, with what was received.
+    """
+    if not isinstance(v, _dt.dtype):
+        raise ArgumentError(f"{api}: argument '{arg}' expects a graphfront dtype such as flow.float32, received {v!r}")
+    return v
 
 
 def expect_path(v, api: str, arg: str) -> str:

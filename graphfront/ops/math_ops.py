@@ -160,8 +160,7 @@ def _scalar_infer(out_dtype=None, float_only=False, divides=False):
         if ctx.attr("has_float_operand") and not ctx.attr("has_int_operand"):
             fill_fits(ctx, ctx.attr("float_operand"), d.dtype, "attr 'float_operand'", wraps=True)
         if divides and not d.dtype.is_floating_point:
-            s = ctx.attr("int_operand") if ctx.attr("has_int_operand") else int(ctx.attr("float_operand"))
-            ctx.check(s != 0, f"the scalar divisor is 0 for the integer input 'in' ({d.dtype.name})")
+            ctx.check(scalar_operand(ctx) != 0, f"the scalar divisor is 0 for the integer input 'in' ({d.dtype.name})")
         ctx.set_output("out", d.shape, out_dtype or d.dtype)
     return infer
 

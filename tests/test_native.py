@@ -225,6 +225,32 @@ def test_native_random_ops_draw_from_torchs_generator(tmp_path, monkeypatch):
     assert abs(d.mean() - 0.75) < 5 * np.sqrt(0.75 * 0.25 / n)
 
 
+def test_each_native_job_traces_its_own_generated_function(tmp_path, monkeypatch):
+    """torch.compile traces each job's generated step itself, not a frame shared by all of them:
+    torch releases before 2.13 wrapped a function without a source file in one shared frame, so
+    the ninth native job of a process failed on Dynamo's recompile limit. With that limit at 1,
+    two jobs still compile; each plan's source is readable by ``inspect`` (and tracebacks)."""
+    import inspect
+
+    import torch._dynamo
+
+    monkeypatch.setenv("GRAPHFRONT_CACHE_DIR", str(tmp_path))
+    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+    steps = (("relu_step", flow.math.relu, np.maximum(x, 0)), ("square_step", flow.math.square, x * x))
+    for name, fn, ref in steps:
+        def job(x: tp.Numpy.Placeholder((2, 3), dtype=flow.float)) -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0"):
+                return fn(x)
+        job.__name__ = name
+        with torch._dynamo.config.patch(recompile_limit=1):
+            out = flow.global_function(type="predict", function_config=_config("native"))(job)(x)
+        np.testing.assert_array_equal(out, ref)
+        plan = default_session().jobs[name].plan
+        assert isinstance(plan, NativePlan)
+        source = inspect.getsource(plan._fn)
+        assert source.startswith("def plan(feeds):") and source in plan.source
+
+
 _CHILD = textwrap.dedent("""
     import json, numpy as np
     import graphfront as flow

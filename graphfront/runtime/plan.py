@@ -59,9 +59,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import itertools
+import linecache
 import os
 import platform
 import warnings
+import weakref
 
 import torch
 
@@ -272,6 +275,23 @@ def _hoistable(order, aliased, exclude=()):
     return set(hoisted)
 
 
+_source_ids = itertools.count(1)
+
+
+def _register_source(owner, what: str, source: str) -> str:
+    """A file name for generated ``source``, its lines kept in :mod:`linecache` while ``owner`` lives.
+
+    Tracebacks, debuggers and ``inspect.getsource`` then show the generated lines, and
+    ``torch.compile`` traces the generated function itself: torch releases before 2.13 wrap a
+    function without a source file in one shared frame, whose recompile limit (8) a process then
+    reaches at its ninth compiled job.
+    """
+    filename = f"<{what} #{next(_source_ids)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    weakref.finalize(owner, linecache.cache.pop, filename, None)
+    return filename
+
+
 class Plan(ScheduleWalk, Lowering):
     """The executable form of a completed Job (see module docstring).
 
@@ -430,8 +450,8 @@ class Plan(ScheduleWalk, Lowering):
         ret = "(" + "".join(r + ", " for r in returned) + ")"
         src.append(f"def plan(feeds):\n{body}\n    return {ret}\n")
         self.source = "\n".join(src)
-        code = compile(self.source, f"<graphfront plan {job.job_conf.job_name!r}>", "exec")
-        exec(code, self.env)
+        filename = _register_source(self, f"graphfront plan {job.job_conf.job_name!r}", self.source)
+        exec(compile(self.source, filename, "exec"), self.env)
         self._fn = self.env["plan"]
         self._drain = self.env.get("drain")
         self.cudnn_flags = cudnn_flags(job.job_conf)

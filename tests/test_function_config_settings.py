@@ -270,3 +270,93 @@ def test_a_bad_setting_raises_argument_error_at_the_user_line(setting, message):
     assert isinstance(e.value, TypeError) and isinstance(e.value, ValueError)  # (ArgumentError: both)
     assert message in str(e.value)
     assert f"\n  at {__file__}:" in str(e.value)
+
+
+#: every setting of OneFlow v0.6.0's FunctionConfig (``python/oneflow/compatible/single_client/
+#: framework/function_util.py``), dotted for the attribute chains, with a value it takes
+_ONEFLOW_SETTINGS = {
+    "default_data_type": flow.float, "default_initializer_conf": {"constant_conf": {"value": 0.0}},
+    "enable_cudnn": True, "cudnn_buf_limit_mbyte": 1024, "cudnn_conv_force_fwd_algo": 0,
+    "cudnn_conv_force_bwd_data_algo": 0, "cudnn_conv_force_bwd_filter_algo": 0,
+    "cudnn_conv_heuristic_search_algo": True, "enable_cudnn_fused_normalization_add_relu": True,
+    "enable_fuse_add_to_output": True, "enable_fuse_cast_scale": True, "cudnn_conv_use_deterministic_algo_only": True,
+    "enable_reused_mem": True, "enable_inplace": True, "do_parallel_cast_before_widening_type_cast": True,
+    "optimizer_placement_optimization_mode": "distributed_split",
+    "train.optimizer_placement_optimization_mode": "distributed_split",
+    "optimizer_placement_optimization_threshold": 2048, "train.optimizer_placement_optimization_threshold": 2048,
+    "enable_non_distributed_optimizer": True, "prune_parallel_cast_ops": True,
+    "prune_cast_to_static_shape_ops": True, "prune_amp_white_identity_ops": True,
+    "enable_true_half_config_when_conv": True, "cudnn_conv_enable_true_half": True,
+    "cudnn_conv_enable_pseudo_half": False, "enable_cudnn_conv_pseudo_half": False,
+    "enable_quantization_aware_training": True, "enable_qat": True, "qat.per_channel_weight_quantization": True,
+    "qat.symmetric": True, "qat.moving_min_max_momentum": 0.9, "qat.moving_min_max_stop_update_after_iters": 10,
+    "qat.target_backend": "cambricon", "enable_auto_mixed_precision": True, "concurrency_width": 64,
+    "train.model_update_conf": {"naive_conf": {}}, "enable_fuse_model_update_ops": True,
+    "enable_gradients_stats_aggregation": True, "train.loss_scale_factor": 2.0, "train.primary_lr": 0.1,
+    "train.secondary_lr": 0.1, "train.num_gradient_accumulation_steps": 2, "use_xla_jit": False,
+    "use_tensorrt": False, "use_openvino": True, "tensorrt.int8_calibration": "table", "default_logical_view": flow.scope.consistent_view(),
+    "default_distribute_strategy": flow.scope.consistent_view(), "allow_cpu_return_op": True,
+    "enable_ssp": False,
+}
+_DEPRECATED_NO_OPS = ["enable_inplace_in_reduce_struct", "enable_nccl", "use_nccl_inter_node_communication",
+                      "use_boxing_v2", "enable_all_reduce_group", "all_reduce_group_num", "all_reduce_lazy_ratio",
+                      "all_reduce_group_min_mbyte", "all_reduce_group_size_warmup", "all_reduce_fp16",
+                      "disable_all_reduce_sequence", "non_distributed_optimizer_group_size_mbyte",
+                      "enable_keep_header_only", "enable_float_compute_for_half_gemm"]
+
+
+def _setting(cfg, dotted):
+    target = cfg
+    for part in dotted.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def test_every_oneflow_setting_is_there():
+    # fourteen deprecated no-ops, the true-half switches, train.optimizer_placement_* and the
+    # memory planner's policy lists were AttributeErrors
+    cfg = flow.FunctionConfig()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, value in _ONEFLOW_SETTINGS.items():
+            _setting(cfg, name)(value)
+        before = cfg.job_config_proto.SerializeToString()
+        for name in _DEPRECATED_NO_OPS:
+            with pytest.warns(DeprecationWarning, match=f"FunctionConfig.{name} has been deprecated"):
+                _setting(cfg, name)(True)
+    assert cfg.job_config_proto.SerializeToString() == before  # (the no-ops record nothing)
+    conf = cfg.job_config_proto
+    assert conf.optimizer_placement_optimization_threshold == 2048 and conf.concurrency_width == 64
+
+
+def test_true_half_is_the_inverse_of_pseudo_half_and_train_placement_settings_are_not_a_train_conf():
+    cfg = flow.FunctionConfig()
+    with pytest.warns(UserWarning, match=r"cudnn_conv_enable_pseudo_half = False\); graphfront's runtime"):
+        cfg.cudnn_conv_enable_true_half()
+    assert cfg.job_config_proto.cudnn_conv_enable_pseudo_half is False
+    with pytest.warns(UserWarning):
+        cfg.enable_true_half_config_when_conv(False)
+    assert cfg.job_config_proto.cudnn_conv_enable_pseudo_half is True
+    with pytest.raises(flow.ArgumentError, match="cudnn_conv_enable_true_half expects a bool, received 'yes'"):
+        cfg.cudnn_conv_enable_true_half("yes")
+    with pytest.warns(UserWarning):
+        cfg.train.optimizer_placement_optimization_mode("non_distributed")
+    assert cfg.job_config_proto.optimizer_placement_optimization_mode == "non_distributed"
+    assert not cfg.job_config_proto.HasField("train_conf")  # (OneFlow sets only the field)
+
+
+def test_memory_allocation_policies_are_recorded_in_the_job_config():
+    cfg = flow.FunctionConfig()
+    policies = cfg.static_mem_alloc_policy_white_list
+    assert cfg.static_mem_alloc_algo_white_list.show() == [policies.policy_mem_size_first(),
+                                                          policies.policy_mutual_exclusion_first(),
+                                                          policies.policy_time_line()]
+    # the proto's defaults: the first two policies on, the time line off
+    assert [policies.has(p) for p in policies.show()] == [True, True, False]
+    with pytest.warns(UserWarning, match="recorded in the job config"):
+        policies.add(policies.policy_time_line())
+        policies.remove(policies.policy_mem_size_first())
+    assert [policies.has(p) for p in policies.show()] == [False, True, True]
+    assert cfg.job_config_proto.memory_allocation_algorithm_conf.use_time_line_algo
+    with pytest.raises(flow.ArgumentError, match="expects one of .*, received 'fastest'"):
+        policies.add("fastest")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 from google.protobuf import json_format
 
@@ -49,6 +50,18 @@ class TrainConfig:
         gradients divided by it."""
         self._proto.train_conf.loss_scale_factor = _number("train.loss_scale_factor", value)
 
+    def optimizer_placement_optimization_mode(self, mode):
+        """``FunctionConfig().optimizer_placement_optimization_mode`` under the other name OneFlow
+        registers for it; recorded only, and it does not make the job a train job."""
+        record_setting(self._proto, "train.optimizer_placement_optimization_mode",
+                       "optimizer_placement_optimization_mode", mode)
+
+    def optimizer_placement_optimization_threshold(self, value):
+        """``FunctionConfig().optimizer_placement_optimization_threshold`` under the other name
+        OneFlow registers for it; recorded only, and it does not make the job a train job."""
+        record_setting(self._proto, "train.optimizer_placement_optimization_threshold",
+                       "optimizer_placement_optimization_threshold", value)
+
     def num_gradient_accumulation_steps(self, value):
         """Split every fed batch into ``value`` micro-batches along dim 0: forward and
         backward run per micro-batch, the gradients are summed and one update is applied
@@ -82,6 +95,70 @@ class FunctionDescView:
         if field not in job_conf_pb2.JobConfigProto.DESCRIPTOR.fields_by_name:
             raise AttributeError(f"FunctionConfig.function_desc has no setting {name!r}")
         return getattr(self.job_config_proto, field)
+
+
+class StaticMemAllocPolicies:
+    """``FunctionConfig().static_mem_alloc_policy_white_list`` (and ``.static_mem_alloc_algo_white_list``):
+    the static memory-allocation policies of OneFlow's memory planner, recorded in
+    ``JobConfigProto.memory_allocation_algorithm_conf`` (OneFlow v0.6.0
+    ``python/oneflow/compatible/single_client/framework/function_util.py``).
+
+    graphfront's runtime allocates through PyTorch's caching allocator and does not act on
+    them (``add`` and ``remove`` warn so). A policy is one of the strings the ``policy_*``
+    methods return; another raises ArgumentError.
+    """
+
+    POLICIES = ("use_mem_size_first_algo", "use_mutual_exclusion_first_algo", "use_time_line_algo")
+
+    def __init__(self, proto: job_conf_pb2.JobConfigProto):
+        self._proto = proto
+
+    def policy_mem_size_first(self) -> str:
+        return "use_mem_size_first_algo"
+
+    def policy_mutual_exclusion_first(self) -> str:
+        return "use_mutual_exclusion_first_algo"
+
+    def policy_time_line(self) -> str:
+        return "use_time_line_algo"
+
+    def show(self) -> list:
+        """The three policy names."""
+        return list(self.POLICIES)
+
+    def has(self, policy) -> bool:
+        """Whether ``policy`` is on (the proto's defaults: the first two)."""
+        return getattr(self._proto.memory_allocation_algorithm_conf, self._checked(policy))
+
+    def add(self, policy) -> None:
+        record_setting(self._proto.memory_allocation_algorithm_conf, "static_mem_alloc_policy_white_list.add",
+                       self._checked(policy), True)
+
+    def remove(self, policy) -> None:
+        record_setting(self._proto.memory_allocation_algorithm_conf, "static_mem_alloc_policy_white_list.remove",
+                       self._checked(policy), False)
+
+    def _checked(self, policy):
+        if policy not in self.POLICIES:
+            raise ArgumentError(f"FunctionConfig.static_mem_alloc_policy_white_list expects one of {self.POLICIES}, "
+                                f"received {policy!r}")
+        return policy
+
+
+def record_setting(proto, name: str, field: str, value) -> None:
+    """Write ``value`` into ``proto``'s field ``field`` for the setting ``FunctionConfig.<name>``,
+    which graphfront's runtime does not act on: it shows in the Job proto, and a UserWarning
+    (pointing at the caller's caller) says so.
+
+    Raises:
+        ArgumentError: ``value`` is of a type the field cannot hold (protobuf's message quoted).
+    """
+    try:
+        setattr(proto, field, value)
+    except (TypeError, ValueError) as e:
+        raise ArgumentError(f"FunctionConfig.{name}: {e}") from None
+    warnings.warn(f"FunctionConfig.{name} is recorded in the job config ({field} = {value!r}); graphfront's "
+                  "runtime does not act on it", UserWarning, stacklevel=3)
 
 
 def message_arg(value, message_type, where):

@@ -17,6 +17,7 @@ from typing import Callable
 import inspect
 import itertools
 import math
+import numbers
 import re
 import threading
 import typing
@@ -32,8 +33,8 @@ from graphfront.core.descriptor_compat import is_repeated
 from graphfront.framework import eager
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope_symbols as scope_mod
-from graphfront.framework.blob_desc import BlobDesc
-from graphfront.framework.function_desc import message_arg
+from graphfront.framework.blob_desc import BlobDesc, is_int
+from graphfront.framework.function_desc import StaticMemAllocPolicies, message_arg, record_setting
 from graphfront.framework.placement_scope import LogicalView, PlacementScope
 from graphfront.framework.errors import (ArgumentError, DeviceMemoryError, FeedError, GraphfrontError, JobBuildError,
                                         format_location, user_frame)
@@ -425,6 +426,19 @@ class FunctionConfig:
         """
         self._xrt_switch("use_tensorrt", value)
 
+    def use_openvino(self, value=True) -> None:
+        """Recorded in ``JobConfigProto.xrt_config.use_openvino`` (OneFlow's OpenVINO inference
+        engine). graphfront has no OpenVINO lowering: the job runs as it would without the
+        setting, and a UserWarning says so (on a CPU OpenVINO measured no faster than
+        onnxruntime, which ``use_tensorrt`` runs).
+
+        Raises:
+            ArgumentError: ``value`` is not a bool.
+        """
+        if not isinstance(value, bool):
+            raise ArgumentError(f"FunctionConfig.use_openvino expects a bool, received {value!r}")
+        record_setting(self.job_config_proto.xrt_config, "use_openvino", "use_openvino", value)
+
     def enable_non_distributed_optimizer(self, value=True) -> None:
         """Older switch of the optimizer placement: ``True`` sets
         ``JobConfigProto.optimizer_placement_optimization_mode`` to ``"non_distributed"``,
@@ -441,6 +455,27 @@ class FunctionConfig:
         if value:
             self.optimizer_placement_optimization_mode("non_distributed")
 
+    def cudnn_conv_enable_true_half(self, value=True) -> None:
+        """OneFlow's inverse name of ``cudnn_conv_enable_pseudo_half``: records
+        ``cudnn_conv_enable_pseudo_half = not value`` (also spelled
+        ``enable_true_half_config_when_conv``). Recorded only (a UserWarning says so).
+
+        Raises:
+            ArgumentError: ``value`` is not a bool.
+        """
+        if not isinstance(value, bool):
+            raise ArgumentError(f"FunctionConfig.cudnn_conv_enable_true_half expects a bool, received {value!r}")
+        record_setting(self.job_config_proto, "cudnn_conv_enable_true_half", "cudnn_conv_enable_pseudo_half", not value)
+
+    enable_true_half_config_when_conv = cudnn_conv_enable_true_half
+
+    @property
+    def static_mem_alloc_policy_white_list(self) -> StaticMemAllocPolicies:
+        """The memory planner's policies, recorded only (:class:`~graphfront.framework.function_desc.StaticMemAllocPolicies`)."""
+        return StaticMemAllocPolicies(self.job_config_proto)
+
+    static_mem_alloc_algo_white_list = static_mem_alloc_policy_white_list
+
     def _xrt_switch(self, name, value):
         if not isinstance(value, bool):
             raise ArgumentError(f"FunctionConfig.{name} expects a bool, received {value!r}")
@@ -456,6 +491,11 @@ class FunctionConfig:
         settings, which a UserWarning says when a setter is used."""
         if name.startswith("__"):
             raise AttributeError(name)
+        if name in _DEPRECATED_NO_OPS:
+            def deprecated(value=True):
+                warnings.warn(f"FunctionConfig.{name} has been deprecated and has no effect (as in OneFlow v0.6.0)",
+                              DeprecationWarning, stacklevel=2)
+            return deprecated
         field = self._FIELD_ALIASES.get(name, name)
         desc = job_conf_pb2.JobConfigProto.DESCRIPTOR.fields_by_name.get(field)
         if desc is None or desc.message_type is not None or is_repeated(desc):
@@ -465,14 +505,16 @@ class FunctionConfig:
                                  "and the scalar JobConfigProto fields (recorded only)")
 
         def setter(value=True):
-            try:
-                setattr(self.job_config_proto, field, value)
-            except (TypeError, ValueError) as e:
-                raise ArgumentError(f"FunctionConfig.{name}: {e}") from None
-            warnings.warn(f"FunctionConfig.{name}({value!r}) is recorded in the job config; graphfront's "
-                          "runtime does not act on it", UserWarning, stacklevel=2)
+            record_setting(self.job_config_proto, name, field, value)
         return setter
 
+
+#: OneFlow v0.6.0's settings that only say they are deprecated and do nothing
+_DEPRECATED_NO_OPS = frozenset({
+    "enable_nccl", "use_nccl_inter_node_communication", "use_boxing_v2", "enable_all_reduce_group",
+    "all_reduce_group_num", "all_reduce_lazy_ratio", "all_reduce_group_min_mbyte", "all_reduce_group_size_warmup",
+    "all_reduce_fp16", "disable_all_reduce_sequence", "non_distributed_optimizer_group_size_mbyte",
+    "enable_keep_header_only", "enable_float_compute_for_half_gemm", "enable_inplace_in_reduce_struct"})
 
 _WARNED = set()
 
@@ -519,11 +561,11 @@ class QatSettings:
         self._set("symmetric", value, (bool,))
 
     def moving_min_max_momentum(self, value) -> None:
-        self._set("moving_min_max_momentum", float(value) if isinstance(value, int) and not isinstance(value, bool)
-                  else value, (float,))
+        self._set("moving_min_max_momentum", float(value) if isinstance(value, numbers.Real) and not
+                  isinstance(value, bool) else value, (float,))
 
     def moving_min_max_stop_update_after_iters(self, value) -> None:
-        self._set("moving_min_max_stop_update_after_iters", value, (int,))
+        self._set("moving_min_max_stop_update_after_iters", int(value) if is_int(value) else value, (int,))
 
     def target_backend(self, value) -> None:
         self._set("target_backend", value, (str,))

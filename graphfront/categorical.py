@@ -5,7 +5,7 @@ at v0.6.0); the op is ``CategoricalOrdinalEncode`` in :mod:`graphfront.ops.categ
 from __future__ import annotations
 
 from graphfront import initializers, scope
-from graphfront.framework.blob_desc import expect_blob
+from graphfront.framework.blob_desc import expect_blob, is_int
 from graphfront.ops.builder import build_op
 from graphfront.variables import get_variable
 
@@ -34,7 +34,7 @@ def categorical_ordinal_encoder(input_tensor, capacity, hash_precomputed=True, n
     variables ``<name>-Table`` (2 * capacity,) and ``<name>-Size`` (1,) (dtype of
     ``input_tensor``, zero-initialized); the op is ``<name>-Encode``."""
     _blob(input_tensor, "layers.categorical_ordinal_encoder", "input_tensor")
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
+    if not is_int(capacity) or capacity <= 0:
         raise ValueError(f"flow.layers.categorical_ordinal_encoder: capacity must be a positive int, "
                          f"received {capacity!r}")
     dtype = input_tensor.dtype

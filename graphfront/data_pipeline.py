@@ -32,7 +32,7 @@ from graphfront.array import reshape as _reshape
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as _jb
 from graphfront.framework import session as _session
-from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_dtype, expect_int, expect_ints
+from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_dtype, expect_int, expect_ints, is_int
 from graphfront.framework.errors import ArgumentError, JobBuildError, format_location, user_frame
 from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
 from graphfront.ops.builder import build_op, unique_str
@@ -278,9 +278,9 @@ def image_decoder_random_crop_resize(input_blob, target_width, target_height, nu
 ImageDecoderRandomCropResize = image_decoder_random_crop_resize
 def _shape_arg(fn, arg, value):
     if isinstance(value, bool) or not isinstance(value, (list, tuple)) or \
-            not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+            not all(is_int(d) for d in value):
         raise ArgumentError(f"flow.{fn}: argument '{arg}' expects a list or tuple of ints, received {value!r}")
-    return tuple(value)
+    return tuple(int(d) for d in value)
 
 
 def onerec_decoder(input_blob, key, dtype, shape, is_dynamic=False, reshape=None, batch_padding=None,
@@ -434,7 +434,7 @@ def image_resize(image, target_size=None, min_size=None, max_size=None, keep_asp
         _fail(fn, "target_size is required: an int with keep_aspect_ratio=True, else (width, height)")
     name = name or unique_str("ImageResize_")
     if keep_aspect_ratio:
-        if isinstance(target_size, bool) or not isinstance(target_size, int):
+        if not is_int(target_size):
             _fail(fn, f"target_size must be an int when keep_aspect_ratio is True, received {target_size!r}")
         if resize_side not in ("shorter", "longer"):
             _fail(fn, f"resize_side must be 'shorter' or 'longer', received {resize_side!r}")
@@ -445,7 +445,7 @@ def image_resize(image, target_size=None, min_size=None, max_size=None, keep_asp
         scale = tensor_buffer_to_tensor(scale, _dt.float32, (2,))
         new_size = tensor_buffer_to_tensor(size, _dt.int32, (2,))
         return out if deprecated else (out, scale, new_size)
-    if isinstance(target_size, int):
+    if is_int(target_size):
         target_size = (target_size, target_size)
     if len(target_size) != 2:
         _fail(fn, f"target_size must be (width, height), received {target_size!r}")
@@ -546,10 +546,10 @@ class ImageResizePreprocessor:
 
     def __init__(self, width, height):
         for arg, value in (("width", width), ("height", height)):
-            if isinstance(value, bool) or not isinstance(value, int):
+            if not is_int(value):
                 raise TypeError(f"flow.data.ImageResizePreprocessor: {arg} must be an int, received {value!r}")
-        self.width = width
-        self.height = height
+        self.width = int(width)
+        self.height = int(height)
 
 
 class ImageCodec:

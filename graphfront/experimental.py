@@ -36,7 +36,7 @@ from graphfront.custom_op_module import CustomOpModule as custom_op_module
 from graphfront.deprecated import variable_scope as name_scope
 from graphfront.dynamic import indexed_slices_reduce_sum, unique_with_counts
 from graphfront.framework import job_builder as _jb
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import BlobDesc, is_int
 from graphfront.framework.job_io import JobFileError, load_job, save_job
 from graphfront.math import square_sum
 from graphfront.ops.builder import build_op as _build_op
@@ -48,7 +48,7 @@ def ssp_variable_proxy(var, buffer_size=1, name=None):
     snapshots; the first ``buffer_size`` runs read the initial value)."""
     if not isinstance(var, BlobDesc):
         raise TypeError(f"flow.experimental.ssp_variable_proxy: argument 'var' expects a blob, received {var!r}")
-    if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
+    if not is_int(buffer_size) or buffer_size < 1:
         raise ValueError(f"flow.experimental.ssp_variable_proxy: buffer_size must be an int >= 1, received "
                          f"{buffer_size!r}")
     return _build_op("ssp_variable_proxy", {"var": var}, {"buffer_size": int(buffer_size)}, outputs=("ref", "value"),

@@ -8,8 +8,9 @@ values are drawn when the session initializes its variables
 from __future__ import annotations
 
 import math
+import numbers
 
-from graphfront.framework.blob_desc import expect_dtype, expect_number
+from graphfront.framework.blob_desc import expect_dtype, expect_number, is_int
 from graphfront.framework.errors import ArgumentError
 from graphfront.framework import dtypes as _dt
 from graphfront.core import initializer_conf_pb2 as _pb
@@ -212,7 +213,7 @@ def variance_scaling_initializer(scale=1.0, mode="fan_in", distribution="truncat
         ArgumentError: for a ``scale`` that is not a positive finite number, an unknown
             ``mode``, ``distribution`` or ``data_format``.
     """
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
         raise ArgumentError(f"variance_scaling_initializer: scale expects a positive finite number, received {scale!r}")
     if mode not in _MODES:
         raise ArgumentError(f"variance_scaling_initializer: mode must be one of {list(_MODES)}, received {mode!r}")
@@ -288,7 +289,7 @@ def kaiming_initializer(shape, distribution="random_normal", mode="fan_in", nonl
             ``nonlinearity``, ``distribution`` or ``data_format``.
     """
     if not isinstance(shape, (list, tuple)) or not shape or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+            is_int(d) and d > 0 for d in shape):
         raise ArgumentError(f"kaiming_initializer: argument 'shape' expects a non-empty list or tuple of positive "
                             f"ints, received {shape!r}")
     if mode not in _MODES:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 
 from graphfront import distribute, initializers, nn, scope
-from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_number
+from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_number, is_int
 from graphfront.categorical import categorical_ordinal_encoder  # noqa: F401 - flow.layers.*
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.ops.builder import build_op
@@ -168,9 +168,10 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
     if len(inputs.shape) < 2:
         raise JobBuildError(f"layers.dense '{name}': input expects rank >= 2 (batch, features), received shape "
                             f"{inputs.shape}{format_location(loc)}")
-    if not isinstance(units, int) or units <= 0:
+    if not is_int(units) or units <= 0:
         raise JobBuildError(f"layers.dense '{name}': units must be a positive int, received {units!r}"
                             f"{format_location(loc)}")
+    units = int(units)
     in_features = inputs.shape[-1]
     x = inputs
     if len(inputs.shape) > 2:
@@ -226,9 +227,9 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
     outside [0, 1] or epsilon <= 0.
     """
     ndim = len(inputs.shape)
-    if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
+    if not is_int(axis) or not -ndim <= axis < ndim:
         _fail(f"layers.batch_normalization '{name}': axis {axis!r} is out of range for inputs of shape {inputs.shape}")
-    axis %= ndim
+    axis = int(axis) % ndim
     momentum = expect_number(momentum, f"layers.batch_normalization '{name}'", "momentum")
     epsilon = expect_number(epsilon, f"layers.batch_normalization '{name}'", "epsilon")
     if not 0.0 <= momentum <= 1.0:
@@ -317,8 +318,9 @@ def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=
     """
     ndim = len(inputs.shape)
     for what, a in (("begin_norm_axis", begin_norm_axis), ("begin_params_axis", begin_params_axis)):
-        if isinstance(a, bool) or not isinstance(a, int) or not -ndim <= a < ndim:
+        if not is_int(a) or not -ndim <= a < ndim:
             _fail(f"layers.layer_norm '{name}': {what} {a!r} is out of range for inputs of shape {inputs.shape}")
+    begin_norm_axis, begin_params_axis = int(begin_norm_axis), int(begin_params_axis)
     pshape = list(inputs.shape[begin_params_axis % ndim:])
     with scope.namespace(name):
         beta = get_variable("beta", pshape, inputs.dtype, initializers.zeros_initializer(),
@@ -369,7 +371,7 @@ def prelu(inputs, alpha_initializer=None, alpha_regularizer=None, shared_axes=No
     if shared_axes is not None and not isinstance(shared_axes, (list, tuple)):
         _fail(f"layers.prelu '{name}': shared_axes must be a list of axes 1..{ndim - 1}, received {shared_axes!r}")
     for a in shared_axes or ():
-        if isinstance(a, bool) or not isinstance(a, int) or not 1 <= a < ndim:
+        if not is_int(a) or not 1 <= a < ndim:
             _fail(f"layers.prelu '{name}': shared_axes entries must be axes 1..{ndim - 1} of inputs "
                   f"{inputs.shape}, received {shared_axes!r}")
         shape[a - 1] = 1
@@ -384,10 +386,10 @@ def upsample_2d(x, size=(2, 2), align_corners=False, data_format="NCHW", interpo
     """Upsample a rank-4 blob by integer factors ``size`` = (h_scale, w_scale) (or one int):
     output (N, C, H*h, W*w) for NCHW, (N, H*h, W*w, C) for NHWC. ``interpolation``: "nearest"
     or "bilinear" (``align_corners`` applies to bilinear). Op ``upsample`` named ``name``."""
-    if isinstance(size, int):
+    if is_int(size):
         size = (size, size)
     size = tuple(size) if isinstance(size, (list, tuple)) else (size,)
-    if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size):
+    if len(size) != 2 or not all(is_int(s) and s > 0 for s in size):
         _fail(f"layers.upsample_2d '{name}': size must be a positive int or two positive ints, received {size!r}")
     if interpolation not in ("nearest", "bilinear"):
         _fail(f"layers.upsample_2d '{name}': interpolation must be 'nearest' or 'bilinear', "

@@ -22,7 +22,7 @@ from graphfront.array import (broadcast_to_compatible_with, unsorted_batch_segme
                               unsorted_segment_sum, unsorted_segment_sum_like)
 from graphfront.framework import job_builder as jb
 from graphfront.fused import fused_scale_tril_softmax_dropout  # noqa: F401 - alias of flow.nn's
-from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_int, expect_ints, expect_number
+from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_int, expect_ints, expect_number, is_int
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.builder import build_op, unique_str
 from graphfront.dynamic import argwhere
@@ -656,7 +656,7 @@ def _axes(x, axis, fn="reduce"):
         return list(range(ndim))
     axes = expect_ints(axis, f"flow.math.{fn}", "axis")
     for a in axes:
-        if isinstance(a, bool) or not isinstance(a, int) or not -ndim <= a < builtins.max(ndim, 1):
+        if not -ndim <= a < builtins.max(ndim, 1):
             raise ArgumentError(f"flow.math.{fn}: axis {a!r} is out of range for input of shape {x.shape}")
     return [a % ndim if ndim else 0 for a in axes]
 
@@ -925,9 +925,9 @@ def reduce_euclidean_norm(input_tensor, axis=None, keepdims=False, name=None) ->
 def _to_last(x, axis, fn, name):
     """(blob with ``axis`` moved last, perm used or None)."""
     ndim = len(x.shape)
-    if not isinstance(axis, int) or isinstance(axis, bool) or not -ndim <= axis < ndim:
+    if not is_int(axis) or not -ndim <= axis < ndim:
         raise ArgumentError(f"flow.math.{fn}: axis {axis!r} is out of range for input of shape {x.shape}")
-    axis %= ndim
+    axis = int(axis) % ndim
     if axis == ndim - 1:
         return x, None
     perm = [i for i in range(ndim) if i != axis] + [axis]
@@ -986,10 +986,10 @@ def top_k(input, axis=-1, k=1, sorted=True, name=None) -> BlobDesc:  # noqa: A00
         ArgumentError: ``input`` is not a blob, ``k`` is not a positive int or ``axis`` is out of range.
     """
     _check_blob(input, "top_k", "input")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    if not is_int(k) or k < 1:
         raise ArgumentError(f"flow.math.top_k: k must be a positive int, received {k!r}")
     x, perm = _to_last(input, axis, "top_k", name)
-    out = build_op("top_k", {"in": x}, {"k": k, "sorted": bool(sorted)}, name=name, prefix="TopK_")
+    out = build_op("top_k", {"in": x}, {"k": int(k), "sorted": bool(sorted)}, name=name, prefix="TopK_")
     return _from_last(out, perm, name)
 
 
@@ -1015,9 +1015,9 @@ def in_top_k(targets, predictions, k, name=None) -> BlobDesc:
         JobBuildError: the shapes or dtypes do not fit.
     """
     _blob_pair("in_top_k", targets, predictions)
-    if isinstance(k, bool) or not isinstance(k, int):
+    if not is_int(k):
         raise ArgumentError(f"flow.math.in_top_k: k must be an int, received {k!r}")
-    return build_op("in_top_k", {"targets": targets, "predictions": predictions}, {"k": k}, name=name,
+    return build_op("in_top_k", {"targets": targets, "predictions": predictions}, {"k": int(k)}, name=name,
                     prefix="InTopK_")
 
 
@@ -1144,10 +1144,10 @@ def l2_normalize(input, axis=None, epsilon=1e-12, name=None) -> BlobDesc:  # noq
     """
     _check_blob(input, "l2_normalize", "input")
     ndim = len(input.shape)
-    if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
+    if not is_int(axis) or not -ndim <= axis < ndim:
         raise ArgumentError(f"flow.math.l2_normalize: axis must be an int in [{-ndim}, {ndim}), received {axis!r}")
     epsilon = expect_number(epsilon, "flow.math.l2_normalize", "epsilon")
-    y, _square_x_sum = build_op("l2_normalize", {"x": input}, {"axis": axis % ndim, "epsilon": epsilon},
+    y, _square_x_sum = build_op("l2_normalize", {"x": input}, {"axis": int(axis) % ndim, "epsilon": epsilon},
                                 outputs=("y", "square_x_sum"), name=name, prefix="L2Normalize_")
     return y
 
@@ -1296,7 +1296,7 @@ def masked_fill(x, mask, value, name=None) -> BlobDesc:
 def _fill_attrs(value, kind, attrs):
     if not _is_number(value):
         raise ArgumentError(f"{kind}_value expects a Python number, received {value!r}")
-    is_float = isinstance(value, float)
+    is_float = not is_int(value)  # (numpy floats too: they are not Python floats)
     attrs.update({f"is_floating_{kind}_value": is_float,
                   f"floating_{kind}_value": float(value) if is_float else 0.0,
                   f"integer_{kind}_value": 0 if is_float else int(value)})

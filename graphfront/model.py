@@ -37,6 +37,7 @@ from graphfront import checkpoint as _checkpoint
 from graphfront import optimizer as _optimizer
 from graphfront import typing as _tp
 from graphfront.framework import dtypes as _dt
+from graphfront.framework.blob_desc import is_int
 from graphfront.framework.session import FunctionConfig, clear_default_session, global_function
 
 __all__ = ["Callback", "CheckpointConfig", "DataModule", "Model", "NumpyDataModule", "TrainingConfig",
@@ -148,7 +149,7 @@ class ValidationConfig(_Config):
 
     def _problems(self) -> list:
         problems = super()._problems()
-        if isinstance(self.step_interval, bool) or not isinstance(self.step_interval, int) or self.step_interval <= 0:
+        if not is_int(self.step_interval) or self.step_interval <= 0:
             problems.append(f"step_interval must be a positive int, received {self.step_interval!r}")
         return problems
 
@@ -184,12 +185,12 @@ class CheckpointConfig:
         """
         if dirpath is None:
             raise ValueError("model.CheckpointConfig.config_save: dirpath must be a directory, received None")
-        if isinstance(step_interval, bool) or not isinstance(step_interval, int) or step_interval <= 0:
+        if not is_int(step_interval) or step_interval <= 0:
             raise ValueError(f"model.CheckpointConfig.config_save: step_interval must be a positive int, received "
                              f"{step_interval!r}")
         self.need_save = True
         self.save_dirpath = dirpath
-        self.save_step_interval = step_interval
+        self.save_step_interval = int(step_interval)
 
     def check_valid(self) -> bool:
         """Always True (every setting is checked when it is set)."""

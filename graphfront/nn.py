@@ -10,7 +10,7 @@ import re
 
 from graphfront.framework.errors import ArgumentError
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_number
+from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_number, is_int
 from graphfront.framework.scope_symbols import device_count
 from graphfront.math import fused_scale_tril, relu, tril  # noqa: F401 - flow.nn.* aliases (same objects)
 from graphfront.ctc import ctc_greedy_decoder  # noqa: F401 - flow.nn.ctc_greedy_decoder
@@ -578,8 +578,9 @@ def softmax_grad(y, dy, axis=None, name=None):
     ndim = len(y.shape)
     if axis is None or axis in (-1, ndim - 1):
         return build_op("softmax_grad", {"y": y, "dy": dy}, outputs=("dx",), name=name, prefix="Softmax_")
-    if not isinstance(axis, int) or not -ndim <= axis < ndim:
+    if not is_int(axis) or not -ndim <= axis < ndim:
         raise ArgumentError(f"flow.nn.softmax_grad: axis {axis!r} is out of range for a rank-{ndim} input")
+    axis = int(axis)
     perm = list(range(ndim))
     perm[axis % ndim], perm[-1] = perm[-1], perm[axis % ndim]
     sub = (lambda s: None) if name is None else (lambda s: f"{name}_{s}")
@@ -922,9 +923,10 @@ def _last_axis(fn, x, axis, body, name):
     ndim = len(x.shape)
     if axis is None or axis in (-1, ndim - 1):
         return body(x)
-    if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
+    if not is_int(axis) or not -ndim <= axis < ndim:
         raise ArgumentError(f"flow.nn.{fn}: axis expects an int in [{-ndim}, {ndim}) for a rank-{ndim} input, "
                             f"received {axis!r}")
+    axis = int(axis)
     perm = list(range(ndim))
     perm[axis % ndim], perm[-1] = perm[-1], perm[axis % ndim]
     t = array.transpose(x, perm, name=None if name is None else f"{name}_transpose_in")
@@ -1465,7 +1467,7 @@ def moments(x, axes, keepdims=False, name=None):
             out of range.
     """
     _check_blob(x, "moments")
-    if not isinstance(axes, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
+    if not isinstance(axes, (list, tuple)) or not all(is_int(a) for a in axes):
         raise ArgumentError(f"flow.nn.moments: axes expects a list of ints, received {axes!r}")
     with _scope.namespace(name or unique_str("Moments_")):
         mean = _math.reduce_mean(x, list(axes), keepdims, name="mean")
@@ -1502,9 +1504,9 @@ def batch_normalization(x, mean, variance, offset=None, scale=None, variance_eps
     fn = "batch_normalization"
     _check_blob(x, fn)
     ndim = len(x.shape)
-    if not isinstance(axis, int) or not -ndim <= axis < ndim:
+    if not is_int(axis) or not -ndim <= axis < ndim:
         raise ArgumentError(f"flow.nn.{fn}: axis {axis!r} is out of range for x of shape {x.shape}")
-    axis %= ndim
+    axis = int(axis) % ndim
     c = x.shape[axis]
     name = name or unique_str("BatchNorm_")
     view = [1] * ndim
@@ -1607,7 +1609,7 @@ def GroupNorm(x, num_groups=32, eps=1e-05, affine=True, name=None):  # noqa: N80
     if len(x.shape) < 3:
         raise ArgumentError(f"flow.nn.{fn}: x must have rank >= 3 (N, C, ...), received shape {x.shape}")
     c = x.shape[1]
-    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups <= 0 or c % num_groups:
+    if not is_int(num_groups) or num_groups <= 0 or c % num_groups:
         raise ArgumentError(f"flow.nn.{fn}: the {c} channels of x {x.shape} must divide into num_groups groups, "
                             f"received num_groups={num_groups!r}")
     name = name or unique_str("GroupNorm_")
@@ -1722,7 +1724,7 @@ def PixelShufflev2(input, h_upscale_factor, w_upscale_factor, name=None):  # noq
     fn = "PixelShufflev2"
     _check_blob(input, fn, "input")
     for arg, f in (("h_upscale_factor", h_upscale_factor), ("w_upscale_factor", w_upscale_factor)):
-        if isinstance(f, bool) or not isinstance(f, int) or f <= 0:
+        if not is_int(f) or f <= 0:
             raise ArgumentError(f"flow.nn.{fn}: {arg} must be a positive int, received {f!r}")
     if len(input.shape) != 4 or input.shape[1] % (h_upscale_factor * w_upscale_factor):
         raise ArgumentError(f"flow.nn.{fn}: input must be (N, C*{h_upscale_factor}*{w_upscale_factor}, H, W), "

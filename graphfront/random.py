@@ -9,7 +9,7 @@ import random as _random
 from graphfront import toplevel as _toplevel
 from graphfront.array import gather as _gather
 from graphfront.framework import dtypes as _dt
-from graphfront.framework.blob_desc import expect_blob
+from graphfront.framework.blob_desc import expect_blob, is_int
 from graphfront.framework.errors import ArgumentError
 from graphfront.ops.builder import build_op, unique_str
 
@@ -25,9 +25,9 @@ def _blob(x, fn, arg):
 def _seed(seed, fn):
     if seed is None:
         return _random.randint(-2 ** 63 + 1, 2 ** 63 - 1)
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not is_int(seed):
         raise ArgumentError(f"flow.random.{fn}: seed expects an int or None, received {seed!r}")
-    return seed
+    return int(seed)
 
 
 def bernoulli(x, seed=None, dtype=None, name="Bernoulli"):

@@ -42,6 +42,7 @@ from graphfront.core import job_conf_pb2, saved_model_pb2
 from graphfront.framework import checkpoint_io
 from graphfront.framework import job_builder as jb
 from graphfront.framework import tempfiles
+from graphfront.framework.blob_desc import is_int
 from graphfront.framework.checkpoint_io import _fsync_dir
 from graphfront.framework.errors import ArgumentError
 from graphfront.framework.session import GlobalFunction
@@ -90,10 +91,9 @@ class ModelBuilder:
         Raises:
             ValueError: ``version`` is not a non-negative int.
         """
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        if not is_int(version) or version < 0:
             raise ArgumentError(f"ModelBuilder.Version expects a non-negative int, received {version!r}")
-        self._version = version
-        self.proto_.version = version
+        self._version = self.proto_.version = int(version)
         return self
 
     def AddFunction(self, func) -> GraphBuilder:  # noqa: N802

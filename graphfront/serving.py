@@ -52,7 +52,7 @@ from google.protobuf import text_format
 from graphfront.core import job_conf_pb2, job_pb2
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope_symbols as scope_mod
-from graphfront.framework.blob_desc import expect_path
+from graphfront.framework.blob_desc import expect_path, is_int
 from graphfront.framework.errors import ArgumentError, FeedError, format_location, user_frame
 from graphfront.framework.served_jobs import (Building, ModelVersionPolicy, SavedModelError, build_served_job,
                                               checkpoint_dir, pick_version, read_saved_model)
@@ -116,7 +116,7 @@ def _check_option(option):
         raise ArgumentError("SessionOption.device_tag is 'gpu' but CUDA is not available on this machine "
                             "(torch.cuda.is_available() is False); set option.device_tag = 'cpu'")
     check_mode(option.compile_mode, "SessionOption.compile_mode")
-    if not isinstance(option.device_num, int) or isinstance(option.device_num, bool) or option.device_num != 1:
+    if not is_int(option.device_num) or option.device_num != 1:
         raise ArgumentError(f"SessionOption.device_num: graphfront serves on one device, so it must be 1; "
                             f"received {option.device_num!r}")
 
@@ -190,9 +190,9 @@ class InferenceSession:
     def set_job_batch_size(self, job_name, batch_size):
         """Overwrite dim 0 of every signature input shape of job ``job_name``."""
         self._check_status(self.SessionStatus.OPEN, what="set_job_batch_size")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+        if not is_int(batch_size) or batch_size <= 0:
             raise ArgumentError(f"set_job_batch_size expects a positive int, received {batch_size!r}")
-        self.job_name2batch_size_[job_name] = batch_size
+        self.job_name2batch_size_[job_name] = int(batch_size)
 
     # ------------------------------------------------------------------ building
     @contextlib.contextmanager

@@ -7,7 +7,7 @@ graphfront unrolls it (see :mod:`graphfront.ops.time_shape_ops`), e.g.
 """
 from __future__ import annotations
 
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import BlobDesc, is_int
 from graphfront.ops.builder import build_op
 
 __all__ = ["acc", "pack", "repeat", "unpack"]
@@ -16,9 +16,9 @@ __all__ = ["acc", "pack", "repeat", "unpack"]
 def _build(op_type, attr, x, num, name, prefix):
     if not isinstance(x, BlobDesc):
         raise TypeError(f"flow.{op_type}: expects a blob, received {type(x).__name__} {x!r}")
-    if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+    if not is_int(num) or num < 1:
         raise ValueError(f"flow.{op_type}: {attr} must be an int >= 1, received {num!r}")
-    return build_op(op_type, {"in": x}, {attr: num}, name=name, prefix=prefix)
+    return build_op(op_type, {"in": x}, {attr: int(num)}, name=name, prefix=prefix)
 
 
 def repeat(input, repeat_num, name=None):  # noqa: A002 - OneFlow's signature

@@ -14,7 +14,7 @@ from graphfront import scope as _scope
 from graphfront.framework import eager as _eager
 from graphfront.framework import job_builder as jb
 from graphfront.framework import session as _session
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import BlobDesc, is_int
 from graphfront.framework.errors import format_location, user_frame
 
 __all__ = ["FunctionDesc", "Size", "cast_to_current_logical_view", "current_global_function_desc",
@@ -29,9 +29,9 @@ class Size(tuple):
 
     def __new__(cls, dims=()):
         dims = tuple(dims)
-        for d in dims:
-            if isinstance(d, bool) or not isinstance(d, int):
-                raise TypeError(f"flow.Size expects ints, received {dims!r}")
+        if not all(is_int(d) for d in dims):
+            raise TypeError(f"flow.Size expects ints, received {dims!r}")
+        dims = tuple(int(d) for d in dims)
         return super().__new__(cls, dims)
 
     def numel(self) -> int:

@@ -9,7 +9,9 @@ The sweep: a function whose required arguments this file knows how to fill (``_T
 take a (2, 3, 6, 6) float32 placeholder, ``_PLAUSIBLE`` the others) is first called with
 those values, which must build and run; then once for each (argument, bad value) pair, every
 other argument as in that first call. The bad values are a string, a negative int, a float,
-a long tuple, None, NaN, a huge int, a bool and an object.
+a long tuple, None, NaN, a huge int, a bool and an object. A second sweep gives each numeric
+argument as a numpy scalar of the same value (``np.int64``, ``np.float32``), which must give
+the Python number's results, as OneFlow's wrappers, doing arithmetic with them, did.
 """
 import inspect
 import math
@@ -38,6 +40,9 @@ _MODULES = {"flow": flow, "flow.math": flow.math, "flow.nn": flow.nn, "flow.laye
 #: the functions each module's sweep reaches today (so that it cannot pass vacuously)
 _LEAST_SWEPT = {"flow": 31, "flow.math": 85, "flow.nn": 38, "flow.layers": 8, "flow.random": 3,
                 "flow.quantization": 2}
+#: the arguments whose numpy twins each module's sweep compares today
+_LEAST_COMPARED = {"flow": 23, "flow.math": 26, "flow.nn": 36, "flow.layers": 11, "flow.random": 3,
+                   "flow.quantization": 2}
 
 
 def _sweepable(module_name):
@@ -101,6 +106,71 @@ def test_a_bad_argument_raises_a_graphfront_error_or_is_accepted(module_name):
                     stray.append(f"{module_name}.{name}({param}={tag}): {type(error).__name__}: {error}")
     assert not stray, f"{len(stray)} calls raised errors that are not graphfront's:\n" + "\n".join(stray[:40])
     assert swept >= _LEAST_SWEPT[module_name], f"the sweep reached only {swept} functions of {module_name}"
+
+
+def _numpy_twin(v):
+    """``v`` with its Python ints as ``np.int64`` and its floats as ``np.float32`` (where that
+    holds the same value), or None when it has neither."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return np.int64(v)
+    if isinstance(v, float):
+        return np.float32(v) if np.isfinite(v) and float(np.float32(v)) == v else None
+    if isinstance(v, (list, tuple)):
+        twins = [_numpy_twin(e) for e in v]
+        if any(t is not None for t in twins):
+            return type(v)(e if t is None else t for e, t in zip(v, twins))
+    return None
+
+
+def _outputs(module_name, fn, tensors, kwargs):
+    """The results of a predict job calling ``fn(**kwargs)`` on placeholder tensors, as numpy arrays."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3, 6, 6))):
+        args = dict(kwargs)
+        for t in tensors:
+            args[t] = [x, x] if t == "inputs" and module_name != "flow.layers" else x
+        return fn(**args)
+
+    future = job(np.random.default_rng(0).random((2, 3, 6, 6), np.float32))
+    got = future.get() if future is not None else ()
+    return [b.numpy() for b in (got if isinstance(got, (tuple, list)) else (got,))]
+
+
+@pytest.mark.parametrize("module_name", sorted(_MODULES))
+def test_numpy_scalars_are_taken_as_the_python_numbers_they_equal(module_name):
+    # np.int64 units, axes and sizes were refused where OneFlow takes them (isinstance(v, int)); a
+    # np.float32 fill value of tril was taken as an integer fill and truncated (0.5 filled 0)
+    wrong, compared = [], 0
+    for name, fn, tensors, base, params in _sweepable(module_name):
+        defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()}
+        for param in params:
+            value = base.get(param, defaults.get(param))
+            value = _PLAUSIBLE.get(param) if value is None else value
+            twin = _numpy_twin(value)
+            if twin is None:
+                continue
+            try:
+                want = _outputs(module_name, fn, tensors, {**base, param: value})
+            except flow.GraphfrontError:
+                continue  # (the value does not fit this function: the sweep above checks its error)
+            again = _outputs(module_name, fn, tensors, {**base, param: value})
+            deterministic = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(want, again))
+            compared += 1
+            try:
+                got = _outputs(module_name, fn, tensors, {**base, param: twin})
+            except Exception as e:  # noqa: BLE001 - every refusal of an equal value is reported
+                wrong.append(f"{module_name}.{name}({param}={twin!r}): {type(e).__name__}: {e}")
+                continue
+            same = [(a.shape, a.dtype) == (b.shape, b.dtype)
+                    and (not deterministic or np.array_equal(a, b, equal_nan=True)) for a, b in zip(want, got)]
+            if len(got) != len(want) or not all(same):
+                wrong.append(f"{module_name}.{name}({param}={twin!r}): results differ from {value!r}'s")
+    assert not wrong, f"{len(wrong)} numpy scalars were not taken as the numbers they equal:\n" + "\n".join(wrong[:40])
+    assert compared >= _LEAST_COMPARED[module_name], f"only {compared} arguments of {module_name} were compared"
 
 
 def _train_step(make_optimizer, initializer=None):
@@ -186,3 +256,26 @@ def test_optimizers_and_schedulers_refuse_a_bad_argument_or_train_a_finite_step(
                 if error is not None and not isinstance(error, flow.GraphfrontError):
                     stray.append(f"a step of {what}({param}={tag}): {type(error).__name__}: {error}")
     assert not stray, "\n".join(stray)
+
+
+def test_numpy_integers_are_taken_beyond_the_op_functions(tmp_path):
+    # placeholder shapes, flow.Size, flow.profile's runs, the ONNX opset, a placement's hierarchy
+    # and QAT's settings refused numpy scalars (isinstance(v, int)) where OneFlow's wrappers take them
+    i = np.int64
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((i(2), i(3)))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0", hierarchy=(i(1),)):
+            return flow.math.relu(x)
+
+    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(job(x), np.maximum(x, 0))
+    assert flow.Size((i(2), 3)) == flow.Size((2, 3)) and all(type(d) is int for d in flow.Size((i(2), 3)))
+    assert flow.profile(job, x, runs=i(2), print_table=False).runs == 2
+    flow.onnx.export(job, str(tmp_path / "relu.onnx"), opset=i(13))
+    assert (tmp_path / "relu.onnx").stat().st_size > 0
+    qat = flow.FunctionConfig().qat
+    qat.moving_min_max_stop_update_after_iters(i(3))
+    qat.moving_min_max_momentum(np.float32(0.5))
+    assert (qat._conf.moving_min_max_stop_update_after_iters, qat._conf.moving_min_max_momentum) == (3, 0.5)

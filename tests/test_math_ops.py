@@ -820,6 +820,16 @@ def test_tril_triu_fused_scale_tril(diagonal):
           np.where(np.tril(np.ones((4, 5)), diagonal) != 0, x, 7))
 
 
+def test_tril_fill_and_scale_given_as_numpy_floats_are_not_truncated():
+    # a np.float32 fill value was taken as an integer fill: 0.5 filled 0
+    x = rand(4, 5)
+    keep = np.tril(np.ones((4, 5))) != 0
+    close(predict(lambda v: flow.math.tril(v, fill_value=np.float32(0.5)), x), np.where(keep, x, 0.5))
+    flow.clear_default_session()
+    close(predict(lambda v: flow.math.fused_scale_tril(v, fill_value=np.float32(-1.5), scale=np.float32(2.5)), x),
+          np.where(keep, 2.5 * x, -1.5))
+
+
 def test_tril_rank_error():
     with pytest.raises(flow.JobBuildError, match=r"input 'in' must have rank >= 2, received shape \(3,\)"):
         predict(lambda v: flow.math.tril(v), rand(3))

@@ -10,6 +10,7 @@ import typing as _t
 
 import numpy as np
 
+from graphfront.framework.blob_desc import is_int
 from graphfront.framework.errors import ArgumentError
 from graphfront.framework import dtypes as _dt
 
@@ -33,13 +34,13 @@ class PlaceholderDef:
 
     def __init__(self, shape, dtype=_dt.float32):
         if not isinstance(shape, tuple) or not shape or not all(
-                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+                is_int(d) and d > 0 for d in shape):
             raise ArgumentError(f"{type(self).__qualname__}: shape must be a non-empty tuple of positive ints, "
                                 f"received {shape!r}")
         if not isinstance(dtype, _dt.dtype):
             raise ArgumentError(f"{type(self).__qualname__}: dtype must be a graphfront dtype such as flow.float32, "
                                 f"received {dtype!r}")
-        self.shape = shape
+        self.shape = tuple(int(d) for d in shape)
         self.dtype = dtype
 
     def __repr__(self):

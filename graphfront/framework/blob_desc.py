@@ -153,13 +153,18 @@ def expect_blob(x, api: str, arg: str = "x") -> "BlobDesc":
     return x
 
 
+def is_int(v) -> bool:
+    """Whether ``v`` is a Python or numpy integer (a bool is not)."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
 def expect_int(v, api: str, arg: str) -> int:
     """``v`` as an int when it is a Python or numpy integer (not a bool).
 
     Raises:
         ArgumentError: naming ``api`` and ``arg``, with what was received.
     """
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+    if not is_int(v):
         raise ArgumentError(f"{api}: argument '{arg}' expects an int, received {type(v).__name__} {v!r}")
     return int(v)
 

@@ -13,6 +13,7 @@ import torch
 
 from graphfront.framework import job_builder as jb
 from graphfront.framework import scope_symbols as _scope
+from graphfront.framework.blob_desc import is_int
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.parallel.placement import resolve_device_tag
 
@@ -24,11 +25,11 @@ def _hierarchy(hierarchy, ids, loc) -> tuple:
         return ()
     n = _scope.device_count(ids)
     dims = tuple(hierarchy) if isinstance(hierarchy, (tuple, list)) else None
-    if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims) \
+    if not dims or not all(is_int(d) and d > 0 for d in dims) \
             or math.prod(dims) != n:
         raise JobBuildError(f"flow.scope.placement: hierarchy must be a tuple of positive ints whose product is the "
                             f"number of devices ({n}), received {hierarchy!r}{format_location(loc)}")
-    return dims
+    return tuple(int(d) for d in dims)
 
 
 class PlacementScope:

@@ -20,6 +20,7 @@ from google.protobuf import text_format
 from graphfront.core import op_conf_pb2, saved_model_pb2
 from graphfront.framework import annotations as tp
 from graphfront.framework import dtypes as _dt
+from graphfront.framework.blob_desc import is_int
 from graphfront.framework import job_builder as jb
 from graphfront.framework.errors import GraphfrontError, JobBuildError, format_location, printable, user_frame
 from graphfront.framework.names import (InvalidNameError, check_name, shown, check_op_names, check_signature_names,
@@ -103,13 +104,13 @@ def pick_version(root, model_version):
             raise FileNotFoundError(f"saved model directory {root!r} holds no version (no integer-named "
                                     "subdirectory)")
         return versions[-1]
-    if not isinstance(model_version, int) or isinstance(model_version, bool):
+    if not is_int(model_version):
         raise TypeError(f"load_saved_model: model_version must be an int or ModelVersionPolicy.LATEST, received "
                         f"{model_version!r}")
     if model_version not in versions:
         raise FileNotFoundError(f"saved model directory {root!r} has no version {model_version}; versions: "
                                 f"{versions}")
-    return model_version
+    return int(model_version)
 
 
 def read_saved_model(version_dir, basename):

@@ -13,7 +13,7 @@ import itertools
 
 from graphfront.core import op_conf_pb2
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import BlobDesc
+from graphfront.framework.blob_desc import BlobDesc, is_int
 from graphfront.framework.errors import JobBuildError, OpCheckError, format_location, user_frame
 from graphfront.ops import registry
 
@@ -79,7 +79,7 @@ class UserOpConfBuilder:
         return self
 
     def Output(self, output_name, num=1):  # noqa: N802
-        if not isinstance(num, int) or num < 1:
+        if not is_int(num) or num < 1:
             raise JobBuildError(f"op '{self.op_conf.name}': Output('{output_name}', num) expects num >= 1, "
                                 f"received {num!r}" + format_location(user_frame()))
         self.user_conf.output[output_name].s.extend(

@@ -22,6 +22,7 @@ import copy
 import numpy as np
 
 from graphfront.framework import job_builder as jb
+from graphfront.framework.blob_desc import is_int
 from graphfront.framework.errors import GraphfrontError
 from graphfront.framework.job_builder import TensorDesc
 from graphfront.framework.scope_symbols import device_count
@@ -221,8 +222,9 @@ def job_to_onnx(job, variables, opset=DEFAULT_OPSET, input_names=None, check=Tru
     from onnx import helper
     if job.job_conf.HasField("train_conf"):
         raise OnnxExportError(f"job '{job.job_conf.job_name}' is a train job; only predict jobs can be exported")
-    if not isinstance(opset, int) or opset < MIN_OPSET:
+    if not is_int(opset) or opset < MIN_OPSET:
         raise OnnxExportError(f"opset must be an int >= {MIN_OPSET}, received {opset!r}")
+    opset = int(opset)
     w = _OnnxWalk(job, variables, opset, input_names)
     _check_converters(w.order)
     w.walk()

@@ -17,6 +17,7 @@ import torch
 from tabulate import tabulate
 
 from graphfront.framework import job_builder as jb
+from graphfront.framework.blob_desc import is_int
 from graphfront.framework.errors import FeedError
 from graphfront.runtime.plan import Plan
 
@@ -107,7 +108,7 @@ def profile(job_func, *feeds, runs=10, warmup=1, print_table=True, limit=None):
     Raises:
         ValueError: ``runs`` < 1; FeedError: feeds that do not match the placeholders.
     """
-    if not isinstance(runs, int) or runs < 1:
+    if not is_int(runs) or runs < 1:
         raise ValueError(f"flow.profile: runs must be an int >= 1, received {runs!r}")
     compiled = job_func.compiled_job
     session = compiled.session

@@ -30,7 +30,7 @@ from graphfront.checkpoint import get_all_variables, load, load_variables
 from graphfront.categorical import categorical_ordinal_encode
 from graphfront.ctc import ctc_loss
 from graphfront.deprecated import consistent_user_op_module_builder, user_op_module_builder
-from graphfront.dynamic import argwhere, cast_to_static_shape, sync_dynamic_resize
+from graphfront.dynamic import argwhere, cast_to_static_shape, dynamic_reshape, elem_cnt, sync_dynamic_resize
 from graphfront.checkpoint import save_dict as save
 from graphfront.distribute import hierarchical_parallel_cast, parallel_cast
 from graphfront.framework.dtypes import (bfloat16, bool, char, convert_oneflow_dtype_to_numpy_dtype, double,

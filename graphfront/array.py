@@ -24,12 +24,13 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import (BlobDesc, expect_blob, expect_dtype, expect_int, expect_ints,
                                              expect_number)
+from graphfront.dynamic import argwhere, dynamic_reshape
 from graphfront.ops.builder import build_op, placed_blob, unique_str
 from graphfront.ops import registry
 from graphfront.ops.common import balanced_range
 
 __all__ = [
-    "reshape", "reshape_like", "flatten", "identity", "identity_n", "cast", "transpose", "concat", "split",
+    "reshape", "reshape_like", "nonzero", "flatten", "identity", "identity_n", "cast", "transpose", "concat", "split",
     "stack", "slice", "slice_v2", "slice_update", "reverse", "gather", "batch_gather", "gather_nd", "scatter_nd",
     "tensor_scatter_nd_add", "tensor_scatter_nd_update", "unsorted_segment_sum", "unsorted_segment_sum_like",
     "unsorted_batch_segment_sum", "dim_gather", "dim_scatter_add", "dim_scatter_update", "dim_scatter_add_like", "squeeze", "expand_dims", "expand", "broadcast_like", "pad",
@@ -116,6 +117,8 @@ def reshape(x, shape, name=None) -> BlobDesc:
     """
     _blob(x, "reshape")
     shape = expect_ints(shape, "flow.reshape", "shape", scalar=False)
+    if x.is_dynamic:  # (as OneFlow: the -1 is resolved at run time)
+        return dynamic_reshape(x, shape, name=name)
     if shape.count(-1) > 1:
         raise ArgumentError(f"flow.reshape: shape {tuple(shape)} may contain at most one -1")
     if -1 in shape:
@@ -125,6 +128,28 @@ def reshape(x, shape, name=None) -> BlobDesc:
             raise ArgumentError(f"flow.reshape: cannot reshape {x.shape} into {tuple(shape)}")
         shape[shape.index(-1)] = total // rest
     return build_op("reshape", {"in": x}, {"shape": tuple(shape)}, name=name, prefix="Reshape_")
+
+
+def nonzero(a, name=None):
+    """Coordinates of the non-zero elements of ``a``, one column per element: ``argwhere``
+    then ``transpose`` (perm (1, 0)), as OneFlow v0.6.0's ``flow.nonzero``
+    (``python/oneflow/compatible/single_client/ops/array_ops.py``).
+
+    Args:
+        a: blob of any shape and numeric or bool dtype.
+        name: op-name stem: ops ``<name>_ArgWhere`` and ``<name>_Transpose``; default
+            ``Nonzero_ArgWhere_<n>`` and ``Nonzero_Transpose_<n>``.
+
+    Returns:
+        BlobDesc: int32 (rank of ``a``, number of non-zeros), dynamic in its second dim.
+
+    Raises:
+        ArgumentError: ``a`` is not a blob.
+    """
+    _blob(a, "nonzero", "a")
+    where, turn = ((f"{name}_ArgWhere", f"{name}_Transpose") if name is not None else
+                   (unique_str("Nonzero_ArgWhere_"), unique_str("Nonzero_Transpose_")))
+    return transpose(argwhere(a, name=where), perm=(1, 0), name=turn)
 
 
 def reshape_like(x, like, name=None) -> BlobDesc:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import expect_blob
+from graphfront.framework.blob_desc import expect_blob, expect_dtype, expect_ints
 from graphfront.framework.errors import ArgumentError
 from graphfront.ops.builder import build_op, placed_blob, unique_str
 
-__all__ = ["argwhere", "cast_to_static_shape", "sync_dynamic_resize"]
+__all__ = ["argwhere", "cast_to_static_shape", "dynamic_reshape", "elem_cnt", "sync_dynamic_resize"]
 
 
 def _blob(x, fn, arg):
@@ -44,6 +44,81 @@ def sync_dynamic_resize(inputs, size, name=None):
     c.axis = 0
     added = builder.add_op(conf)
     return placed_blob(f"{added.name}/out", added.device_tag)
+
+
+def dynamic_reshape(x, shape, name=None):
+    """``x`` reshaped at run time: the system op ``dynamic_reshape_conf`` (``in``, ``out``,
+    ``shape``), as OneFlow v0.6.0's ``flow.dynamic_reshape`` and ``flow.reshape`` of a dynamic
+    blob build it (``python/oneflow/compatible/single_client/ops/array_ops.py``).
+
+    The -1 of ``shape`` (at most one) is resolved at run time from the blob's actual element
+    count, so a dynamic blob keeps its run-time rows: (N, 4) to (-1, 2) gives (2N, 2).
+
+    Args:
+        x: blob of any shape and dtype, static or dynamic.
+        shape: list or tuple of ints > 0 and at most one -1.
+        name: op name; default ``DynamicReshape_<n>``.
+
+    Returns:
+        BlobDesc: ``shape`` with the -1 resolved against ``x``'s static (maximum) shape,
+        dynamic when ``x`` is.
+
+    Raises:
+        ArgumentError: ``x`` is not a blob, or ``shape`` is not such a list.
+        JobBuildError: ``x``'s static shape cannot take ``shape``.
+        OpRunError: at run time, the blob's actual element count cannot take ``shape``.
+    """
+    _blob(x, "dynamic_reshape", "x")
+    shape = expect_ints(shape, "flow.dynamic_reshape", "shape", scalar=False)
+    if shape.count(-1) > 1 or any(d == 0 or d < -1 for d in shape):
+        raise ArgumentError(f"flow.dynamic_reshape: shape expects dims > 0 and at most one -1, received {shape}")
+    builder = jb.current()
+    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("DynamicReshape_")))
+    c = conf.dynamic_reshape_conf
+    setattr(c, "in", x.lbn)  # "in" is a Python keyword
+    c.shape.dim.extend(shape)
+    c.out = "out"
+    added = builder.add_op(conf)
+    return placed_blob(f"{added.name}/out", added.device_tag)
+
+
+def shape_elem_cnt(x, fn, prefix, axis=None, dtype=None, name=None):
+    """The system op ``shape_elem_cnt_conf`` counting ``x``'s run-time elements over ``axis``
+    (a list of axes; None: all, as ``exclude_axis_conf`` with none excluded) in ``dtype``
+    (default int32); ``fn`` names the calling function in errors."""
+    _blob(x, fn, "x")
+    builder = jb.current()
+    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str(prefix)))
+    c = conf.shape_elem_cnt_conf
+    c.x, c.y = x.lbn, "y"
+    if axis is None:
+        c.exclude_axis_conf.SetInParent()
+    else:
+        c.include_axis_conf.axis.extend(expect_ints(axis, f"flow.{fn}", "axis", scalar=False))
+    if dtype is not None:
+        c.data_type = expect_dtype(dtype, f"flow.{fn}").proto
+    added = builder.add_op(conf)
+    return placed_blob(f"{added.name}/y", added.device_tag)
+
+
+def elem_cnt(inputs, dtype=None, name=None):
+    """The number of elements of ``inputs`` at run time, as a (1,) blob: the system op
+    ``shape_elem_cnt_conf`` over all axes, as OneFlow v0.6.0's ``flow.elem_cnt``
+    (``python/oneflow/compatible/single_client/ops/array_ops.py``).
+
+    Args:
+        inputs: blob of any shape and dtype; for a dynamic blob the count is of its run-time shape.
+        dtype: flow.int32 (default), flow.int64, flow.float32 or flow.float64.
+        name: op name; default ``ElemCnt_<n>``.
+
+    Returns:
+        BlobDesc: (1,) in ``dtype``.
+
+    Raises:
+        ArgumentError: ``inputs`` is not a blob or ``dtype`` not a graphfront dtype.
+        JobBuildError: another ``dtype``.
+    """
+    return shape_elem_cnt(inputs, "elem_cnt", "ElemCnt_", None, dtype, name)
 
 
 def argwhere(condition, dtype=None, name=None):

@@ -25,7 +25,7 @@ from graphfront.fused import fused_scale_tril_softmax_dropout  # noqa: F401 - al
 from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_int, expect_ints, expect_number, is_int
 from graphfront.framework.scope_symbols import device_count
 from graphfront.ops.builder import build_op, unique_str
-from graphfront.dynamic import argwhere
+from graphfront.dynamic import argwhere, shape_elem_cnt
 
 
 def _is_number(v) -> bool:
@@ -809,8 +809,33 @@ def reduce_mean(input_blob, axis=None, keepdims=False, name=None) -> BlobDesc:
     if not axes:
         return input_blob
     total = reduce_sum(input_blob, axes, keepdims, name=name)
+    if input_blob.is_dynamic:  # (as OneFlow: divided by the run-time count)
+        return divide(total, reduced_shape_elem_cnt(input_blob, axes, dtype=input_blob.dtype))
     count = _count(input_blob, axes)
     return _scalar_op("scalar_mul", total, 1.0 / count if count else 0.0, _sub_name(name, "mean"), "ScalarMul_")
+
+
+def reduced_shape_elem_cnt(input_blob, axis=None, dtype=None, name=None) -> BlobDesc:
+    """The number of elements of ``input_blob`` over ``axis`` at run time, as a (1,) blob: the
+    system op ``shape_elem_cnt_conf`` (OneFlow v0.6.0
+    ``python/oneflow/compatible/single_client/ops/reduce_ops.py``).
+
+    Args:
+        input_blob: blob of any shape and dtype; for a dynamic blob the count is of its
+            run-time shape.
+        axis: None (every axis) or a list/tuple of axes in [-rank, rank).
+        dtype: flow.int32 (default), flow.int64, flow.float32 or flow.float64.
+        name: op name; default ``ShapeElemCnt_<n>``.
+
+    Returns:
+        BlobDesc: (1,) in ``dtype``.
+
+    Raises:
+        ArgumentError: ``input_blob`` is not a blob, ``axis`` not a list of ints or ``dtype``
+            not a graphfront dtype.
+        JobBuildError: an axis out of range, or another ``dtype``.
+    """
+    return shape_elem_cnt(input_blob, "math.reduced_shape_elem_cnt", "ShapeElemCnt_", axis, dtype, name)
 
 
 def reduce_variance(input_tensor, axis=None, keepdims=False, name=None) -> BlobDesc:

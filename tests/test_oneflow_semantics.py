@@ -11,6 +11,7 @@ import torch
 import graphfront as flow
 from graphfront import typing as tp
 from graphfront.framework.errors import OpRunError
+from graphfront.framework.session import default_session
 
 RNG = np.random.RandomState(11)
 
@@ -72,6 +73,39 @@ def test_slice_v2_of_a_dynamic_blob_resolves_against_the_runtime_shape():
     (out,) = _dyn(lambda x: flow.slice_v2(x, [(None, None, None), (None, None, -1)]), [((2, 8), flow.float32)],
                   [(part,)])
     np.testing.assert_array_equal(out[0], part[:, ::-1])
+
+
+def test_reshape_and_reduce_mean_of_a_dynamic_blob_follow_its_runtime_rows():
+    # flow.reshape resolved the -1 against the static shape ((10, 4) -> (20, 2): torch's
+    # RuntimeError for 3 run-time rows), and reduce_mean divided by the static count (10 rows)
+    part = RNG.standard_normal((3, 4)).astype(np.float32)
+    outs = _dyn(lambda x: (flow.reshape(x, (-1, 2)), flow.math.reduce_mean(x, axis=0), flow.math.reduce_mean(x),
+                           flow.elem_cnt(x), flow.math.reduced_shape_elem_cnt(x, [0], dtype=flow.int64)),
+                [((10, 4), flow.float32)], [(part,), (part[:1],)], n_out=5)
+    for out, rows in zip(outs, (part, part[:1])):
+        np.testing.assert_array_equal(out[0][0], rows.reshape(-1, 2))
+        np.testing.assert_allclose(out[1][0], rows.mean(0), rtol=1e-6)
+        np.testing.assert_allclose(out[2][0], [rows.mean()], rtol=1e-6)
+        assert out[3][0].tolist() == [rows.size] and out[3][0].dtype == np.int32
+        assert out[4][0].tolist() == [len(rows)] and out[4][0].dtype == np.int64
+    kinds = [op.WhichOneof("op_type") for op in default_session().jobs["dyn_job"].job.net.op]
+    assert kinds.count("dynamic_reshape_conf") == 1  # (OneFlow's ops: elem_cnt, reduced_shape_elem_cnt, the means)
+    assert kinds.count("shape_elem_cnt_conf") == 4
+
+
+def test_a_dynamic_reshape_that_does_not_fit_the_runtime_rows_is_the_ops_error():
+    with pytest.raises(OpRunError, match=r"op 'DynamicReshape_\d+' \(dynamic_reshape_conf\): input 'in' of run-time "
+                                         r"shape \(3, 4\) cannot take the shape \(-1, 8\)"):
+        _dyn(lambda x: flow.reshape(x, (-1, 8)), [((10, 4), flow.float32)],
+             [(np.zeros((3, 4), np.float32),)])
+    with pytest.raises(flow.JobBuildError, match=r"input 'in' of shape \(10, 4\) cannot take the shape \(-1, 3\)"):
+        _dyn(lambda x: flow.reshape(x, (-1, 3)), [((10, 4), flow.float32)], [(np.zeros((3, 4), np.float32),)])
+
+
+def test_nonzero_is_argwhere_transposed():
+    a = np.array([[0, 1.5, 0], [2, 0, -3]], np.float32)
+    (out,) = _dyn(lambda x: flow.nonzero(x), [((2, 3), flow.float32)], [(a,)])
+    np.testing.assert_array_equal(out[0], np.array(np.nonzero(a)))
 
 
 def test_dynamic_gather_nd_scatter_nd_expand_in_top_k_use_runtime_shapes():

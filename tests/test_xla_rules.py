@@ -812,18 +812,30 @@ def test_system_op_rules_match_their_kernels():
 
     kinds = registry.system_kinds()
     assert sorted(k for k in kinds if registry.op_def(_system_conf(k)).xla) == [
-        "constant_like_conf", "decode_random_conf", "identity_conf", "learning_rate_schedule_conf"]
+        "constant_like_conf", "decode_random_conf", "dynamic_reshape_conf", "dynamic_reshape_like_conf",
+        "identity_conf", "learning_rate_schedule_conf", "shape_elem_cnt_conf"]
     like = np.arange(6, dtype=np.float32).reshape(2, 3)
 
     def int_seven(conf):
         conf.int_operand = 7
         conf.data_type = flow.int64.proto
-    for kind, fill in (("identity_conf", lambda conf: None), ("constant_like_conf", int_seven)):
+    def rows_of_two(conf):
+        conf.shape.dim.extend([-1, 2])
+
+    def first_axis_int64(conf):
+        conf.include_axis_conf.axis.append(0)
+        conf.data_type = flow.int64.proto
+    for kind, fill in (("identity_conf", lambda conf: None), ("constant_like_conf", int_seven),
+                       ("dynamic_reshape_conf", rows_of_two), ("shape_elem_cnt_conf", first_axis_int64)):
         kernel, xla = rules(kind, fill)
         want = kernel(torch.from_numpy(like)).numpy()
         got = np.asarray(jax.jit(xla)(like))
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+    kernel, xla = rules("dynamic_reshape_like_conf")
+    flat = like.reshape(-1)
+    np.testing.assert_array_equal(np.asarray(jax.jit(xla)(flat, like)), kernel(torch.from_numpy(flat),
+                                                                              torch.from_numpy(like)).numpy())
 
     def schedule(lr):
         lr.learning_rate = 0.5

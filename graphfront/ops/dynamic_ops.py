@@ -25,6 +25,17 @@ y_values, num_unique)                  distinct indices (ascending), ``y_values[
 output)                                run-time blob is zero-padded to the static shape (one
                                        larger in some dim: its elements in order, then zeros).
                                        Grad: ``identity`` (as OneFlow).
+system ``dynamic_reshape_conf``        ``in`` reshaped at run time to ``shape``, whose one -1
+(in -> out)                            takes what the run-time element count leaves; dynamic
+                                       when ``in`` is. Grad: ``dynamic_reshape_like_conf``.
+                                       (OneFlow's ``DynamicReshapeOp``.)
+system ``dynamic_reshape_like_conf``   ``x`` reshaped to ``like``'s run-time shape. (OneFlow's
+(x, like -> y)                         ``DynamicReshapeLikeOp``.)
+system ``shape_elem_cnt_conf``         the product of ``x``'s run-time dims over the axes of
+(x -> y)                               ``include_axis_conf``, ``range_axis_conf`` [begin, end],
+                                       or all but ``exclude_axis_conf``'s: ``y`` (1,) in
+                                       ``data_type`` (int32 default). NoGrad. (OneFlow's
+                                       ``ShapeElemCntOp``.)
 system ``sync_dynamic_resize_conf``    ``out`` = ``in`` narrowed along ``axis`` to
 (in, size -> out)                      ``size[0]`` elements; dynamic. (OneFlow's
                                        ``SyncDynamicResizeOp``.)
@@ -40,8 +51,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+import math
+
+from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
-from graphfront.framework.errors import OpCheckError
+from graphfront.framework.errors import OpCheckError, OpRunError
 from graphfront.ops import xla_rules
 from graphfront.ops.common import broadcast_shape, numel, reduce_to
 from graphfront.ops.onnx_rules import int64s, nonzero
@@ -247,6 +261,102 @@ def _sync_dynamic_resize_kernel(k):
 
 system_op("sync_dynamic_resize_conf", ("in", "size"), infer=_sync_dynamic_resize_infer,
           kernel=_sync_dynamic_resize_kernel, view=True, no_grad=True)
+
+
+# ------------------------------------------------------------------ dynamic_reshape (system ops)
+
+def _dynamic_reshape_infer(ctx):
+    x, shape = ctx.input("in"), [int(d) for d in ctx.conf.shape.dim]
+    if shape.count(-1) > 1 or any(d == 0 or d < -1 for d in shape):
+        raise OpCheckError(f"shape {tuple(shape)} expects dims > 0 and at most one -1")
+    rest = numel(d for d in shape if d != -1)
+    if (numel(x.shape) % rest) if -1 in shape else (numel(x.shape) != rest):
+        raise OpCheckError(f"input 'in' of shape {x.shape} cannot take the shape {tuple(shape)}")
+    if -1 in shape:
+        shape[shape.index(-1)] = numel(x.shape) // rest
+    ctx.set_output("out", tuple(shape), x.dtype, is_dynamic=x.is_dynamic)
+
+
+def _dynamic_reshape_kernel(k):
+    shape = tuple(int(d) for d in k.conf.shape.dim)
+    rest = math.prod(d for d in shape if d != -1)
+
+    def dynamic_reshape(x):
+        if (x.numel() % rest) if -1 in shape else (x.numel() != rest):
+            raise OpRunError(f"op '{k.op_name}' (dynamic_reshape_conf): input 'in' of run-time shape "
+                             f"{tuple(x.shape)} cannot take the shape {shape}")
+        return x.reshape(shape)
+    return dynamic_reshape
+
+
+def _dynamic_reshape_grad(g):
+    """``dynamic_reshape_like_conf`` of the output's gradient to the input (OneFlow's grad)."""
+    conf = op_conf_pb2.OperatorConf(name=g.builder.unique_op_name(f"{g.op_name}_grad"))
+    c = conf.dynamic_reshape_like_conf
+    c.x, c.like, c.y = g.dout("out"), g.input("in"), "y"
+    added = g.builder.add_op(conf, location=g.builder.locations.get(g.op_name))
+    g.set_grad("in", f"{added.name}/y")
+
+
+def _dynamic_reshape_like_infer(ctx):
+    x, like_ = ctx.input("x"), ctx.input("like")
+    if numel(x.shape) != numel(like_.shape):
+        raise OpCheckError(f"input 'x' of shape {x.shape} cannot take the shape "
+                           f"{like_.shape} of input 'like'")
+    ctx.set_output("y", like_.shape, x.dtype, is_dynamic=like_.is_dynamic)
+
+
+def _shape_elem_cnt_axes(conf, ndim):
+    which = conf.WhichOneof("axis_conf")
+    if which is None:
+        raise OpCheckError("sets none of include_axis_conf, exclude_axis_conf, range_axis_conf")
+    if which == "range_axis_conf":
+        r = conf.range_axis_conf
+        listed = [r.begin_axis, r.end_axis]
+    else:
+        listed = list(getattr(conf, which).axis)
+    if any(not -ndim <= a < ndim for a in listed) and ndim:
+        raise OpCheckError(f"{which} axes {listed} are out of range for input 'x' of rank {ndim}")
+    listed = [a % ndim if ndim else 0 for a in listed]
+    if which == "range_axis_conf":
+        return list(range(listed[0], listed[1] + 1))
+    return listed if which == "include_axis_conf" else [a for a in range(ndim) if a not in listed]
+
+
+def _shape_elem_cnt_infer(ctx):
+    x, conf = ctx.input("x"), ctx.conf
+    _shape_elem_cnt_axes(conf, len(x.shape))
+    dtype = _dt.from_proto(conf.data_type)
+    if dtype not in (_dt.int32, _dt.int64, _dt.float32, _dt.float64):
+        raise OpCheckError(f"data_type expects int32, int64, float32 or float64, received {dtype.name}")
+    ctx.set_output("y", (1,), dtype)
+
+
+def _shape_elem_cnt_kernel(k):
+    dtype = _dt.from_proto(k.conf.data_type).torch
+
+    def shape_elem_cnt(x):  # (a fill from the host's shape: nothing is read back)
+        count = math.prod(x.shape[a] for a in _shape_elem_cnt_axes(k.conf, x.dim()))
+        return torch.full((1,), count, dtype=dtype, device=x.device)
+    return shape_elem_cnt
+
+
+def _shape_elem_cnt_xla(k):
+    """The count of the traced (fixed) shape, a constant of the lowered step."""
+    dtype = _dt.from_proto(k.conf.data_type).np
+    return lambda x: xla_rules.jnp().full((1,), math.prod(x.shape[a] for a in _shape_elem_cnt_axes(k.conf, x.ndim)),
+                                          dtype=dtype)
+
+
+# (the lowered step fixes every shape: XLA's reshapes resolve the -1 from the traced shape)
+system_op("shape_elem_cnt_conf", ("x",), ("y",), infer=_shape_elem_cnt_infer, kernel=_shape_elem_cnt_kernel,
+          xla=_shape_elem_cnt_xla, no_grad=True)
+system_op("dynamic_reshape_conf", ("in",), infer=_dynamic_reshape_infer, kernel=_dynamic_reshape_kernel,
+          xla=lambda k: (lambda x, s=tuple(int(d) for d in k.conf.shape.dim): x.reshape(s)),
+          grad=_dynamic_reshape_grad, view=True)
+system_op("dynamic_reshape_like_conf", ("x", "like"), ("y",), infer=_dynamic_reshape_like_infer,
+          kernel=lambda k: (lambda x, like: x.reshape(like.shape)), xla=lambda k: (lambda x, like: x.reshape(like.shape)),
+          view=True, no_grad=True)
 
 
 # ------------------------------------------------------------------ broadcast_to_compatible_with (system op)

@@ -1,7 +1,7 @@
 """AutoTest of the dynamic-shape ops (graphfront/ops/dynamic_ops.py) against PyTorch eager:
 argwhere (+ the sync_dynamic_resize system op), unique_with_counts,
-indexed_slices_reduce_sum, cast_to_static_shape and the broadcast_to_compatible_with
-system op."""
+indexed_slices_reduce_sum, cast_to_static_shape, and the broadcast_to_compatible_with,
+dynamic_reshape (+ dynamic_reshape_like) and shape_elem_cnt system ops."""
 import numpy as np
 
 from graphfront.testing import autotest, constant, random_tensor
@@ -121,3 +121,51 @@ def test_broadcast_to_compatible_with_dynamic(check):
 
     check(graphfront=gf, torch=lambda torch, x, v: v.expand(torch.nonzero(x).shape[0], len(shape)),
           x=sparse(check, shape), v=random_tensor(ndim=2, dim0=1, dim1=len(shape), low=-2, high=2))
+
+
+def nonempty(check, n):
+    """A 1-D int32 condition with at least one non-zero element."""
+    x = check.rng.integers(-2, 3, size=n).astype(np.int32)
+    x[int(check.rng.integers(0, n))] = 1
+    return constant(x)
+
+
+@autotest(n=N)
+def test_dynamic_reshape_takes_its_minus_one_at_run_time(check):
+    """flow.reshape of a dynamic blob is dynamic_reshape_conf: (k, 1) rows of argwhere to (-1,)
+    keeps the k run-time rows; its gradient (dynamic_reshape_like_conf) reaches w through a sum
+    (AutoTest draws cotangents of static outputs only)."""
+    n = int(check.rng.integers(2, 8))
+    shape = [-1] if check.rng.random() < 0.5 else [-1, 1, 1]
+
+    def gf(flow, c, w):
+        flat = flow.reshape(flow.cast(flow.argwhere(c), flow.float32) * w, shape)
+        return flow.cast_to_static_shape(flow.math.reduce_sum(flat * flat, axis=list(range(len(shape)))))
+
+    def th(torch, c, w):
+        flat = (torch.nonzero(c).float() * w).reshape(shape)
+        return (flat * flat).sum().reshape(1)
+
+    check(graphfront=gf, torch=th, c=nonempty(check, n), w=random_tensor(ndim=2, dim0=1, dim1=1, low=-2, high=2))
+
+
+@autotest(n=N, auto_backward=False)
+def test_run_time_element_counts(check):
+    """elem_cnt / reduced_shape_elem_cnt (shape_elem_cnt_conf) count a dynamic blob's run-time
+    elements, reduce_mean of a dynamic blob divides by them (as OneFlow), and nonzero is
+    argwhere transposed."""
+    n = int(check.rng.integers(2, 8))
+    dtype = check.rng.choice(["int32", "int64", "float32"])
+
+    def gf(flow, c, v):
+        rows = flow.cast(flow.argwhere(c), flow.float32) * v
+        return [flow.elem_cnt(rows, dtype=getattr(flow, dtype)), flow.math.reduced_shape_elem_cnt(rows, [0]),
+                flow.math.reduce_mean(rows, axis=0), flow.math.reduce_mean(rows), flow.nonzero(c),
+                flow.reshape(rows, (-1, 1))]
+
+    def th(torch, c, v):
+        rows = torch.nonzero(c).float() * v
+        return [torch.tensor([rows.numel()], dtype=getattr(torch, dtype)), torch.tensor([rows.shape[0]], dtype=torch.int32),
+                rows.mean(0), rows.mean().reshape(1), torch.nonzero(c).T.to(torch.int32), rows.reshape(-1, 1)]
+
+    check(graphfront=gf, torch=th, c=nonempty(check, n), v=random_tensor(ndim=2, dim0=1, dim1=3, low=-2, high=2))

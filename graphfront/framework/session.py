@@ -787,9 +787,20 @@ def check_arguments(job_name, placeholders, args, kwargs):
 
 
 def checked_array(job_name, ph, value) -> np.ndarray:
-    """``value``, the ndarray fed to placeholder ``ph``, after checking its type, shape (a
-    ``ListNumpy`` placeholder: its rank, and at most the elements of the declared shape) and dtype; FeedError
-    names the argument, expected vs received, and the caller's line."""
+    """``value``, the ndarray fed to placeholder ``ph``, after checking its type and shape (a
+    ``ListNumpy`` placeholder: its rank, and at most the elements of the declared shape), in
+    the placeholder's dtype.
+
+    A numeric or bool array of another dtype is cast, as OneFlow's feed copy casts it
+    (``OfBlob_CopyFromBuffer`` takes a pybind11 ``array_t`` of the blob's type, which
+    force-casts): int64 labels fit an int32 placeholder, float64 images a float32 one. Where
+    an integer or bool placeholder cannot hold a value exactly (a fraction, NaN, a value out
+    of its range), which OneFlow would truncate or wrap silently, the feed is refused.
+
+    Raises:
+        FeedError: naming the argument, expected vs received (the first value that does not
+            fit, with its index), and the caller's line.
+    """
     name = ph.param_name
     if not isinstance(value, np.ndarray):
         raise FeedError(f"job '{job_name}' argument '{name}' expects a numpy.ndarray of shape {ph.shape} and "
@@ -803,10 +814,22 @@ def checked_array(job_name, ph, value) -> np.ndarray:
                     f"{ph.shape})") if ph.list_input else ph.shape
         raise FeedError(f"job '{job_name}' argument '{name}': expected shape {expected}, received "
                         f"{tuple(value.shape)}{format_location(user_frame())}")
-    if value.dtype != ph.dtype.np:
-        raise FeedError(f"job '{job_name}' argument '{name}': expected dtype {ph.dtype.np} ({ph.dtype.name}), "
-                        f"received {value.dtype}; convert with .astype(np.{ph.dtype.np}){format_location(user_frame())}")
-    return value
+    if value.dtype == ph.dtype.np:
+        return value
+    target = np.dtype(ph.dtype.np)
+    if value.dtype.kind not in "biuf" or target.kind not in "biuf":
+        raise FeedError(f"job '{job_name}' argument '{name}': expected dtype {target} ({ph.dtype.name}), "
+                        f"received {value.dtype}; convert with .astype(np.{target}){format_location(user_frame())}")
+    with np.errstate(all="ignore"):  # (a float64 beyond float32's range becomes inf, as OneFlow's cast)
+        cast = value.astype(target)
+    if target.kind in "biu":
+        inexact = cast != value  # (NaN differs from every integer)
+        if inexact.any():
+            at = tuple(int(i) for i in np.argwhere(inexact)[0])
+            raise FeedError(f"job '{job_name}' argument '{name}': expected dtype {target} ({ph.dtype.name}); the "
+                            f"{value.dtype} value {value[at].item()!r} at index {at} has no equal in {target}"
+                            f"{format_location(user_frame())}")
+    return cast
 
 
 def results(return_structure, ann, outs):

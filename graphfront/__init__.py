@@ -22,7 +22,7 @@ _logging.getLogger("graphfront").addHandler(_logging.NullHandler())
 from graphfront.ops import families as _families  # noqa: F401 - registers every op type
 from graphfront import config, data, initializers, layers, math, nn, optimizer, quantization, regularizers, scope, typing
 from graphfront import advanced, checkpoint, deprecated, distribute, env, experimental, keras, linalg, losses, saved_model
-from graphfront import model, profiler, random, serving, sysconfig, tensorrt, train, unittest, util
+from graphfront import distributed, model, profiler, random, serving, sysconfig, tensorrt, train, unittest, util
 from graphfront.amp import amp_white_identity
 from graphfront import onnx  # flow.onnx.export (imports the onnx package only when called)
 from graphfront.array import *  # noqa: F401,F403 - flow.reshape, flow.concat, ...

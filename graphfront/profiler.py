@@ -5,10 +5,12 @@
 """
 from __future__ import annotations
 
+import torch
+
 from graphfront.framework.blob_desc import BlobDesc
 from graphfront.ops.builder import build_op
 
-__all__ = ["nvtx_end", "nvtx_start"]
+__all__ = ["nvtx_end", "nvtx_start", "range_pop", "range_push"]
 
 
 def _check(x, mark_prefix, fn):
@@ -16,6 +18,25 @@ def _check(x, mark_prefix, fn):
         raise TypeError(f"flow.profiler.{fn}: argument 'x' expects a blob, received {type(x).__name__} {x!r}")
     if not isinstance(mark_prefix, str):
         raise TypeError(f"flow.profiler.{fn}: mark_prefix expects a str, received {mark_prefix!r}")
+
+
+def range_push(range_name) -> None:
+    """Open the NVTX range ``range_name`` now, on the host (``torch.cuda.nvtx.range_push``);
+    nothing where CUDA is not available. Closed by :func:`range_pop`.
+
+    Raises:
+        TypeError: ``range_name`` is not a str.
+    """
+    if not isinstance(range_name, str):
+        raise TypeError(f"flow.profiler.range_push: range_name expects a str, received {range_name!r}")
+    if torch.cuda.is_available():
+        torch.cuda.nvtx.range_push(range_name)
+
+
+def range_pop() -> None:
+    """Close the innermost NVTX range :func:`range_push` opened; nothing without CUDA."""
+    if torch.cuda.is_available():
+        torch.cuda.nvtx.range_pop()
 
 
 def nvtx_start(x, mark_prefix, name=None):

@@ -5,17 +5,19 @@ ops/random_ops.py`` and ``random_util.py`` at v0.6.0); the ops are in
 from __future__ import annotations
 
 import random as _random
+import sys
 
 from graphfront import toplevel as _toplevel
 from graphfront.array import gather as _gather
 from graphfront.framework import dtypes as _dt
+from graphfront.framework import job_builder as _jb
 from graphfront.framework.blob_desc import expect_blob, is_int
 from graphfront.framework.errors import ArgumentError
 from graphfront.ops.builder import build_op, unique_str
 
 from graphfront.data_pipeline import CoinFlip, coin_flip  # noqa: F401 - flow.random.CoinFlip
 
-__all__ = ["CoinFlip", "bernoulli", "coin_flip", "generate_random_batch_permutation_indices", "shuffle"]
+__all__ = ["CoinFlip", "bernoulli", "coin_flip", "gen_seed", "generate_random_batch_permutation_indices", "shuffle"]
 
 
 def _blob(x, fn, arg):
@@ -28,6 +30,23 @@ def _seed(seed, fn):
     if not is_int(seed):
         raise ArgumentError(f"flow.random.{fn}: seed expects an int or None, received {seed!r}")
     return int(seed)
+
+
+def gen_seed(seed=None) -> tuple:
+    """``(seed, has_seed)`` for a random op's attrs, as OneFlow v0.6.0's ``flow.random.gen_seed``
+    (``python/oneflow/compatible/single_client/ops/random_util.py``): in the consistent view
+    (the default) a None ``seed`` becomes a random int and ``has_seed`` True, so every device
+    draws the same; in the mirrored view it stays -1 with ``has_seed`` False (each device draws
+    its own). A given ``seed`` is returned with True.
+
+    Raises:
+        ArgumentError: ``seed`` is neither None nor an int.
+    """
+    if seed is not None:
+        return _seed(seed, "gen_seed"), True
+    if _jb.is_building() and _jb.current().scope.is_mirrored:
+        return -1, False
+    return _random.randint(-sys.maxsize, sys.maxsize), True
 
 
 def bernoulli(x, seed=None, dtype=None, name="Bernoulli"):

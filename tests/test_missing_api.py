@@ -270,3 +270,30 @@ def test_gradient_accumulation_with_unpack_acc_matches_the_full_batch_gradient()
     np.testing.assert_allclose(loss, sum(np.mean((p @ np.ones((3, 1))) ** 2) for p in pieces), rtol=1e-5)
     expected = sum(2 * p.T @ (p @ np.ones((3, 1))) / p.shape[0] for p in pieces)
     np.testing.assert_allclose(grads["w"], expected, rtol=1e-5)
+
+
+def test_distributed_ranks_gen_seed_and_host_nvtx_ranges():
+    # flow.distributed, flow.random.gen_seed and flow.profiler.range_push / range_pop were missing
+    assert (flow.distributed.get_rank(), flow.distributed.get_local_rank()) == (0, 0)
+    assert flow.distributed.get_world_size() == 1 and flow.distributed.is_multi_client() is False
+    # OneFlow's random_util: consistent view, a random seed that every device shares; mirrored
+    # view, -1 and has_seed False (each device draws its own); a given seed as it is
+    seed, has_seed = flow.random.gen_seed()
+    assert isinstance(seed, int) and has_seed is True and flow.random.gen_seed(7) == (7, True)
+    cfg = flow.FunctionConfig()
+    cfg.default_logical_view(flow.scope.mirrored_view())
+    seen = []
+
+    @flow.global_function(function_config=cfg)
+    def job(x: tp.ListNumpy.Placeholder((2,))) -> tp.ListNumpy:
+        seen.append((flow.random.gen_seed(), flow.random.gen_seed(np.int64(3))))
+        return x
+
+    job([np.zeros(2, np.float32)])
+    assert seen == [((-1, False), (3, True))]
+    with pytest.raises(flow.ArgumentError, match="seed expects an int or None, received 'x'"):
+        flow.random.gen_seed("x")
+    flow.profiler.range_push("step")  # (NVTX on CUDA; nothing here)
+    flow.profiler.range_pop()
+    with pytest.raises(TypeError, match="range_name expects a str, received 3"):
+        flow.profiler.range_push(3)

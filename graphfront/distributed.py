@@ -1,0 +1,33 @@
+"""``flow.distributed``: where this process stands among the processes of a run (OneFlow
+v0.6.0 ``python/oneflow/compatible/single_client/framework/distribute.py``'s
+``get_rank`` / ``get_world_size`` / ``get_local_rank`` / ``is_multi_client``).
+
+graphfront's single-client process is the only client of its machine: the workers it
+starts for several devices (``flow.config.gpu_device_num``) are its own, not clients.
+"""
+from __future__ import annotations
+
+from graphfront.env import current_env
+from graphfront.toplevel import current_machine_id
+
+__all__ = ["get_local_rank", "get_rank", "get_world_size", "is_multi_client"]
+
+
+def get_rank() -> int:
+    """This client's rank among the machines of the run: ``flow.current_machine_id()``."""
+    return current_machine_id()
+
+
+def get_world_size() -> int:
+    """The number of machines of the run: those ``flow.env.machine(...)`` lists, else 1."""
+    return max(len(current_env().get("machine") or ()), 1)
+
+
+def get_local_rank() -> int:
+    """This client's rank among the clients of its machine: 0 (one client a machine)."""
+    return 0
+
+
+def is_multi_client() -> bool:
+    """False: this is OneFlow's single-client interface."""
+    return False

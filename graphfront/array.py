@@ -34,7 +34,7 @@ __all__ = [
     "stack", "slice", "slice_v2", "slice_update", "reverse", "gather", "batch_gather", "gather_nd", "scatter_nd",
     "tensor_scatter_nd_add", "tensor_scatter_nd_update", "unsorted_segment_sum", "unsorted_segment_sum_like",
     "unsorted_batch_segment_sum", "dim_gather", "dim_scatter_add", "dim_scatter_update", "dim_scatter_add_like", "squeeze", "expand_dims", "expand", "broadcast_like", "pad",
-    "pad_grad", "constant_pad1d", "constant_pad2d", "constant_pad3d", "zero_pad2d", "reflection_pad2d",
+    "pad_grad", "same_padding", "constant_pad1d", "constant_pad2d", "constant_pad3d", "zero_pad2d", "reflection_pad2d",
     "replication_pad2d", "one_hot", "constant", "zeros", "ones", "constant_like", "ones_like", "zeros_like",
     "range", "eye", "diag", "roll", "flip", "narrow", "assign", "constant_scalar",
     "broadcast_to_compatible_with",
@@ -1097,6 +1097,52 @@ def _pairs(paddings, n, fn):
             raise ArgumentError(f"flow.{fn}: each padding must be a (before, after) pair, received {p!r}")
         out.append((_int(p[0], fn, "paddings"), _int(p[1], fn, "paddings")))
     return out
+
+
+def same_padding(x, padding, data_format, kernel_size, strides, dilation_rate, name=None) -> BlobDesc:
+    """Zero-pad the spatial dims of ``x`` so that a window op (convolution, pooling) of
+    ``kernel_size`` / ``strides`` / ``dilation_rate`` gives ceil(size / stride) outputs: op
+    ``same_padding`` (OneFlow v0.6.0 ``python/oneflow/compatible/single_client/ops/pad.py``,
+    ``oneflow/user/ops/same_padding_op.cpp``). The pads come from the run-time shape, so a
+    dynamic blob is padded for its actual size.
+
+    Per spatial dim: total = max((ceil(size / stride) - 1) * stride + (kernel - 1) * dilation
+    + 1 - size, 0); ``"SAME_LOWER"`` puts the odd element before, ``"SAME_UPPER"`` after.
+
+    Args:
+        x: blob (N, C, *spatial) or (N, *spatial, C), any dtype.
+        padding: ``"SAME_LOWER"`` or ``"SAME_UPPER"`` (any case).
+        data_format: ``"NCHW"``-style (channels first, ``NCW``/``NCDHW`` too) or ``"NHWC"``-style.
+        kernel_size, strides, dilation_rate: an int for every spatial dim, or one int each.
+        name: op name; default ``SamePadding_<n>``.
+
+    Returns:
+        BlobDesc: ``x`` with the pads added to its spatial dims, its dtype, dynamic when ``x`` is.
+
+    Raises:
+        ArgumentError: ``x`` is not a blob, a rank below 3, an unknown ``padding`` or
+            ``data_format``, or a size list of the wrong length.
+        JobBuildError: a size below 1.
+    """
+    _blob(x, "same_padding")
+    n = len(x.shape) - 2
+    if n < 1:
+        raise ArgumentError(f"flow.same_padding: x expects rank >= 3 (N, C, *spatial), received shape {x.shape}")
+    if not isinstance(padding, str) or padding.upper() not in ("SAME_LOWER", "SAME_UPPER"):
+        raise ArgumentError(f"flow.same_padding: padding expects 'SAME_LOWER' or 'SAME_UPPER', received {padding!r}")
+    fmt = data_format.upper() if isinstance(data_format, str) else None
+    if fmt not in ("NCW", "NCHW", "NCDHW", "NWC", "NHWC", "NDHWC", "CHANNELS_FIRST", "CHANNELS_LAST"):
+        raise ArgumentError(f"flow.same_padding: data_format expects 'NCHW'- or 'NHWC'-style, received {data_format!r}")
+    sizes = {}
+    for arg, v in (("kernel_size", kernel_size), ("strides", strides), ("dilation_rate", dilation_rate)):
+        v = expect_ints(v, "flow.same_padding", arg)
+        sizes[arg] = v * n if len(v) == 1 else v
+        if len(sizes[arg]) != n:
+            raise ArgumentError(f"flow.same_padding: {arg} expects {n} ints for the {n} spatial dims of x "
+                                f"{x.shape}, received {v}")
+    channels = "channels_first" if fmt.startswith("NC") or fmt == "CHANNELS_FIRST" else "channels_last"
+    return build_op("same_padding", {"x": x}, {"padding": padding.lower(), "data_format": channels, **sizes},
+                    outputs=("y",), name=name, prefix="SamePadding_")
 
 
 def pad(x, paddings, constant_value=0, name=None) -> BlobDesc:

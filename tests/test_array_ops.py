@@ -437,6 +437,26 @@ def test_flow_nn_pad_as_conv_same_padding_uses_it():
           lambda x, w: F.conv2d(F.pad(x, [2, 1, 2, 1]), w), x, w, rtol=1e-4, atol=1e-5)
 
 
+def test_same_padding_pads_a_dynamic_blob_for_its_runtime_size():
+    # OneFlow's reason for the op: a window op's SAME padding of a blob whose size is known at run time
+    cfg = flow.FunctionConfig()
+    cfg.default_logical_view(flow.scope.mirrored_view())
+
+    @flow.global_function(function_config=cfg)
+    def job(x: tp.ListNumpy.Placeholder((1, 8, 2))) -> tp.ListNumpy:
+        return flow.same_padding(x, "SAME_UPPER", "NWC", 3, 2, 1)
+
+    for width in (8, 5):  # a 3-window of stride 2: totals 1 (8) and 2 (5), the odd one after
+        x = np.arange(width * 2, dtype=np.float32).reshape(1, width, 2)
+        pads = {8: (0, 1), 5: (1, 1)}[width]
+        np.testing.assert_array_equal(job([x])[0], np.pad(x, [(0, 0), pads, (0, 0)]))
+    for args, message in ((("SAME", "NCHW", 3, 1, 1), "padding expects 'SAME_LOWER' or 'SAME_UPPER', received 'SAME'"),
+                          (("SAME_LOWER", "HWC", 3, 1, 1), "data_format expects 'NCHW'- or 'NHWC'-style"),
+                          (("SAME_LOWER", "NCHW", [3, 3, 3], 1, 1), "kernel_size expects 2 ints for the 2 spatial")):
+        with pytest.raises(flow.ArgumentError, match=re.escape(message)):
+            run(lambda v: flow.same_padding(v, *args), np.zeros((1, 1, 4, 4), np.float32), train=False)
+
+
 def test_flow_nn_pad_is_flow_pad_an_int_constant_fills_a_float_blob():
     # flow.nn.pad once put an int constant in integral_constant_value, which a float blob ignores: it padded with 0
     x = rand(2, 3)

@@ -652,6 +652,13 @@ CASES.update({
                     lambda: ({"in": t(3, 4)}, {"logical_out_shape": oneof([3, 1], [1, 4]),
                                                "logical_expand_shape": [3, 4]}),
                     lambda: ({"in": t(2, 3, 4)}, {"logical_out_shape": [3, 4], "logical_expand_shape": [2, -1, 4]})),
+    # (5 and 6 by a 3-window of stride 2: totals 2 and 1, to 7 and 7)
+    "same_padding": lambda: ({"x": t(1, 2, 5, 6)}, {"padding": oneof("same_lower", "same_upper"),
+                                                    "data_format": "channels_first", "kernel_size": [3, 3],
+                                                    "strides": [2, 2], "dilation_rate": [1, 1]}),
+    "same_padding_grad": lambda: ({"x_like": t(1, 5, 6, 2), "dy": t(1, 7, 7, 2)},
+                                  {"padding": oneof("same_lower", "same_upper"), "data_format": "channels_last",
+                                   "kernel_size": [3, 3], "strides": [2, 2], "dilation_rate": [1, 1]}),
     "pad_grad": lambda: ({"dy": oneof(t(5, 6), _int(5, 6, low=-3, high=3))},
                          {"padding_before": oneof([0, 1], [2, 0]), "padding_after": oneof([1, 1], [0, 2])}),
     "constant_pad1d_grad": lambda: ({"dy": t(2, 3, 8)}, {"padding": oneof([1, 2], [0, 3])}),

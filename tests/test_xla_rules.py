@@ -310,6 +310,8 @@ CASES.update({
 })
 _SLICE = {"start": [1, -1, 0], "stop": [3, -5, 4], "step": [1, -2, 3]}  # negative steps and strides
 _NARROW = {"dim": 1, "start": -3, "length": 2}
+_SAME = {"padding": "same_lower", "data_format": "channels_first", "kernel_size": [3, 3], "strides": [2, 2],
+         "dilation_rate": [1, 1]}
 _PAD = {"padding_before": [1, 0, 2], "padding_after": [0, 2, 1], "floating_constant_value": -1.5,
         "integral_constant_value": 0}
 CASES.update({
@@ -324,6 +326,9 @@ CASES.update({
     "expand_grad": ({"in": _any((2, 3, 4))}, {"logical_out_shape": [3, 1], "logical_expand_shape": [2, 3, 4]}),
     "pad": ({"x": _any((2, 3, 4))}, _PAD),
     "pad_grad": ({"dy": _any((3, 5, 7))}, _PAD),
+    # (5 and 6 by a 3-window of stride 2: totals 2 and 1, to 7 and 7)
+    "same_padding": ({"x": _any((2, 5, 6, 3))}, {**_SAME, "data_format": "channels_last"}),
+    "same_padding_grad": ({"x_like": _any((2, 3, 5, 6)), "dy": _any((2, 3, 7, 7))}, _SAME),
 })
 def _with_zeros(shape):
     return lambda r: (r.uniform(-2.0, 2.0, shape) * r.integers(0, 2, shape)).astype(np.float64)  # half zeros

@@ -937,6 +937,98 @@ op("pad_grad", inputs=["dy"], outputs=["dx"], attrs=PAD_ATTRS, infer=_pad_grad_i
    view=True)
 
 
+# ---------------------------------------------------------------- same_padding (OneFlow's same_padding_op.cpp)
+#
+# The zero padding that makes a window op of ``kernel_size`` / ``strides`` / ``dilation_rate``
+# give ceil(size / stride) outputs per spatial dim: total = max((out - 1) * stride +
+# (kernel - 1) * dilation + 1 - size, 0), the odd element before ("same_lower") or after
+# ("same_upper"). Computed from the run-time shape, so it pads dynamic blobs right.
+
+SAME_PADDING_ATTRS = {"padding": "string", "data_format": "string", "kernel_size": "list_int32",
+                      "strides": "list_int32", "dilation_rate": "list_int32"}
+
+
+def same_padding_pairs(attr, shape):
+    """Per-dim (before, after) zero pads of a blob of ``shape`` (``attr``: the op's attr getter)."""
+    first = attr("data_format") == "channels_first"
+    spatial = shape[2:] if first else shape[1:-1]
+    pairs = []
+    for size, k, s, d in zip(spatial, attr("kernel_size"), attr("strides"), attr("dilation_rate")):
+        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        before = (total + 1) // 2 if attr("padding") == "same_lower" else total // 2
+        pairs.append((before, total - before))
+    return [(0, 0), (0, 0)] + pairs if first else [(0, 0)] + pairs + [(0, 0)]
+
+
+def _same_padding_check(ctx, x):
+    n = len(ctx.attr("kernel_size"))
+    ctx.check(ctx.attr("padding") in ("same_lower", "same_upper"),
+              f"attr 'padding' expects 'same_lower' or 'same_upper', received {ctx.attr('padding')!r}")
+    ctx.check(ctx.attr("data_format") in ("channels_first", "channels_last"),
+              f"attr 'data_format' expects 'channels_first' or 'channels_last', received {ctx.attr('data_format')!r}")
+    ctx.check(n >= 1 and len(x.shape) == n + 2,
+              f"input of shape {x.shape} expects rank len(kernel_size) + 2 = {n + 2}")
+    ctx.check(len(ctx.attr("strides")) == n and len(ctx.attr("dilation_rate")) == n,
+              f"attrs 'strides' {ctx.attr('strides')} and 'dilation_rate' {ctx.attr('dilation_rate')} expect "
+              f"{n} entries, as 'kernel_size'")
+    ctx.check(all(v >= 1 for v in list(ctx.attr("kernel_size")) + list(ctx.attr("strides"))
+                  + list(ctx.attr("dilation_rate"))), "attrs 'kernel_size', 'strides', 'dilation_rate' expect values >= 1")
+
+
+def _same_padding_infer(ctx):
+    x = ctx.input("x")
+    _same_padding_check(ctx, x)
+    pairs = same_padding_pairs(ctx.attr, x.shape)
+    ctx.set_output("y", tuple(s + b + a for s, (b, a) in zip(x.shape, pairs)), x.dtype, is_dynamic=x.is_dynamic)
+
+
+def _same_padding_kernel(k):
+    def same_padding(x):
+        pairs = same_padding_pairs(k.attr, x.shape)
+        return F.pad(x, _torch_pads([b for b, _ in pairs], [a for _, a in pairs]))
+    return same_padding
+
+
+def _same_padding_xla(k):
+    return lambda x: xla_rules.jnp().pad(x, same_padding_pairs(k.attr, x.shape))
+
+
+def _same_padding_onnx(c):
+    pairs = same_padding_pairs(c.attr, c.input_desc("x").shape)
+    _pad_node_onnx(c, c.input("x"), c.output("y"), [b for b, _ in pairs], [a for _, a in pairs])
+
+
+def _same_padding_grad_onnx(c):
+    pairs = same_padding_pairs(c.attr, c.input_desc("x_like").shape)
+    _crop_onnx(c, [b for b, _ in pairs], [a for _, a in pairs])
+
+
+def _same_padding_grad_infer(ctx):
+    x, dy = ctx.input("x_like"), ctx.input("dy")
+    _same_padding_check(ctx, x)
+    pairs = same_padding_pairs(ctx.attr, x.shape)
+    ctx.check(tuple(dy.shape) == tuple(s + b + a for s, (b, a) in zip(x.shape, pairs)),
+              f"input 'dy' of shape {dy.shape} is not input 'x_like' {x.shape} padded")
+    ctx.set_output("dx", x.shape, dy.dtype, is_dynamic=x.is_dynamic)
+
+
+def _same_padding_grad_kernel(k):
+    def same_padding_grad(x_like, dy):
+        pairs = same_padding_pairs(k.attr, x_like.shape)
+        return dy[tuple(slice(b, b + s) for s, (b, _) in zip(x_like.shape, pairs))]
+    return same_padding_grad
+
+
+op("same_padding", inputs=["x"], outputs=["y"], attrs=SAME_PADDING_ATTRS, infer=_same_padding_infer,
+   kernel=_same_padding_kernel, xla=_same_padding_xla, onnx=_same_padding_onnx, amp="clear",
+   grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("same_padding_grad", {"x_like": g.input("x"),
+                                                                                "dy": g.dout("y")},
+                                                             {a: g.attr(a) for a in SAME_PADDING_ATTRS})))
+op("same_padding_grad", inputs=["x_like", "dy"], outputs=["dx"], attrs=SAME_PADDING_ATTRS,
+   infer=_same_padding_grad_infer, kernel=_same_padding_grad_kernel, xla=_same_padding_grad_kernel,
+   onnx=_same_padding_grad_onnx, view=True)
+
+
 # ---------------------------------------------------------------- constant/reflection/replication padNd
 #
 # ``padding`` follows torch.nn.functional.pad: [left, right] for 1d (N, C, W);

@@ -403,6 +403,27 @@ def test_pad_and_pad_grad(check):
 
 
 @autotest(n=N)
+def test_same_padding(check):
+    """same_padding (and same_padding_grad through auto_backward) against TensorFlow's SAME
+    rule written out here: out = ceil(size / stride), the odd pad before for SAME_LOWER."""
+    n = int(check.rng.integers(1, 4))
+    first = bool(check.rng.random() < 0.5)
+    spatial = dims(check, n, 1, 9)
+    kernel, strides, dilation = dims(check, n, 1, 4), dims(check, n, 1, 4), dims(check, n, 1, 3)
+    mode = str(check.rng.choice(["SAME_LOWER", "SAME_UPPER"]))
+    pads = []
+    for size, k, s, d in zip(spatial, kernel, strides, dilation):
+        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        pads.append(((total + 1) // 2, total // 2) if mode == "SAME_LOWER" else (total // 2, (total + 1) // 2))
+    shape = [2, 3] + spatial if first else [2] + spatial + [3]
+    every = [(0, 0)] * 2 + pads if first else [(0, 0)] + pads + [(0, 0)]
+    flat = [p for b, a in reversed(every) for p in (b, a)]
+    fmt = ("NCW", "NCHW", "NCDHW")[n - 1] if first else ("NWC", "NHWC", "NDHWC")[n - 1]
+    check(graphfront=lambda flow, x: flow.same_padding(x, mode, fmt, kernel, strides, dilation),
+          torch=lambda torch, x: torch.nn.functional.pad(x, flat), x=tensor(shape))
+
+
+@autotest(n=N)
 def test_constant_padnd(check):
     # every draw exercises constant_pad1d, 2d (+ zero_pad2d) and 3d
     shapes = {n: dims(check, n + 2) for n in (1, 2, 3)}

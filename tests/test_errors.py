@@ -1,5 +1,6 @@
 """Build-time and run-time errors name the op/argument, expected vs received, and the user's line."""
 import inspect
+import warnings
 
 import numpy as np
 import pytest
@@ -7,6 +8,7 @@ import torch
 
 import graphfront as flow
 from graphfront import typing as tp
+from graphfront.framework import dtypes
 
 
 def _line_of(marker):
@@ -123,6 +125,21 @@ def test_a_feed_of_another_numeric_dtype_is_cast_as_oneflow_casts_it_or_refused_
                            r" has no equal in int32\n  at "):
             job(bad, np.zeros(4, np.float32))
     np.testing.assert_array_equal(job(labels, np.full(4, 0.25, np.float32)), want)
+
+
+def test_a_read_only_feed_runs_without_torchs_warning():
+    # torch.from_numpy of a read-only array (np.frombuffer, a memory-mapped data set) warned
+    # "The given NumPy array is not writable" from inside graphfront
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.math.relu(x)
+
+    x = np.frombuffer(np.arange(-3, 3, dtype=np.float32).tobytes(), np.float32).reshape(2, 3)
+    assert not x.flags.writeable
+    assert dtypes.numpy_to_tensor(x).numpy().flags.writeable  # (a copy: torch warns only once a process)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(job(x), np.maximum(x, 0))
 
 
 def test_feed_errors_name_argument_and_keep_the_session_usable():

@@ -130,10 +130,11 @@ def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def numpy_to_tensor(arr: np.ndarray) -> torch.Tensor:
-    """A CPU tensor sharing ``arr``'s memory (made contiguous); ``ml_dtypes.bfloat16``
-    arrays become ``torch.bfloat16`` bit-exactly."""
-    if not arr.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
-        arr = np.ascontiguousarray(arr)
+    """A CPU tensor sharing ``arr``'s memory (made contiguous; a read-only array, such as a
+    memory-mapped data set, is copied: torch warns of tensors over memory it cannot write);
+    ``ml_dtypes.bfloat16`` arrays become ``torch.bfloat16`` bit-exactly."""
+    if not arr.flags.c_contiguous or not arr.flags.writeable:  # (np.ascontiguousarray makes a 0-d array 1-d)
+        arr = arr.copy(order="C")
     if arr.dtype == bfloat16.np:
         return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(arr)

@@ -70,9 +70,8 @@ def _sweepable(module_name):
         yield name, fn, tensors, base, swept
 
 
-def _call(module_name, fn, tensors, kwargs):
-    """Build and run a predict job calling ``fn(**kwargs)`` on placeholder tensors; return
-    None when it ran, else the exception raised."""
+def _outputs(module_name, fn, tensors, kwargs):
+    """The results of a predict job calling ``fn(**kwargs)`` on placeholder tensors, as numpy arrays."""
     flow.clear_default_session()
 
     @flow.global_function()
@@ -82,8 +81,15 @@ def _call(module_name, fn, tensors, kwargs):
             args[t] = [x, x] if t == "inputs" and module_name != "flow.layers" else x
         return fn(**args)
 
+    future = job(np.random.default_rng(0).random((2, 3, 6, 6), np.float32))
+    got = future.get() if future is not None else ()
+    return [b.numpy() for b in (got if isinstance(got, (tuple, list)) else (got,))]
+
+
+def _call(module_name, fn, tensors, kwargs):
+    """None when :func:`_outputs` ran, else the exception raised."""
     try:
-        job(np.random.default_rng(0).random((2, 3, 6, 6), np.float32))
+        _outputs(module_name, fn, tensors, kwargs)
     except Exception as e:  # noqa: BLE001 - the point of the sweep is to classify every exception
         return e
     return None
@@ -122,22 +128,6 @@ def _numpy_twin(v):
         if any(t is not None for t in twins):
             return type(v)(e if t is None else t for e, t in zip(v, twins))
     return None
-
-
-def _outputs(module_name, fn, tensors, kwargs):
-    """The results of a predict job calling ``fn(**kwargs)`` on placeholder tensors, as numpy arrays."""
-    flow.clear_default_session()
-
-    @flow.global_function()
-    def job(x: tp.Numpy.Placeholder((2, 3, 6, 6))):
-        args = dict(kwargs)
-        for t in tensors:
-            args[t] = [x, x] if t == "inputs" and module_name != "flow.layers" else x
-        return fn(**args)
-
-    future = job(np.random.default_rng(0).random((2, 3, 6, 6), np.float32))
-    got = future.get() if future is not None else ()
-    return [b.numpy() for b in (got if isinstance(got, (tuple, list)) else (got,))]
 
 
 @pytest.mark.parametrize("module_name", sorted(_MODULES))

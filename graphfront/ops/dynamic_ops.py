@@ -48,10 +48,10 @@ system                                 ``x`` broadcast (numpy rules) to the run-
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
-
-import math
 
 from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
@@ -265,24 +265,28 @@ system_op("sync_dynamic_resize_conf", ("in", "size"), infer=_sync_dynamic_resize
 
 # ------------------------------------------------------------------ dynamic_reshape (system ops)
 
+def _takes(count, shape) -> bool:
+    """Whether ``count`` elements fit ``shape`` (dims > 0, at most one -1)."""
+    rest = math.prod(d for d in shape if d != -1)
+    return count % rest == 0 if -1 in shape else count == rest
+
+
 def _dynamic_reshape_infer(ctx):
     x, shape = ctx.input("in"), [int(d) for d in ctx.conf.shape.dim]
     if shape.count(-1) > 1 or any(d == 0 or d < -1 for d in shape):
         raise OpCheckError(f"shape {tuple(shape)} expects dims > 0 and at most one -1")
-    rest = numel(d for d in shape if d != -1)
-    if (numel(x.shape) % rest) if -1 in shape else (numel(x.shape) != rest):
+    if not _takes(numel(x.shape), shape):
         raise OpCheckError(f"input 'in' of shape {x.shape} cannot take the shape {tuple(shape)}")
     if -1 in shape:
-        shape[shape.index(-1)] = numel(x.shape) // rest
+        shape[shape.index(-1)] = numel(x.shape) // math.prod(d for d in shape if d != -1)
     ctx.set_output("out", tuple(shape), x.dtype, is_dynamic=x.is_dynamic)
 
 
 def _dynamic_reshape_kernel(k):
     shape = tuple(int(d) for d in k.conf.shape.dim)
-    rest = math.prod(d for d in shape if d != -1)
 
     def dynamic_reshape(x):
-        if (x.numel() % rest) if -1 in shape else (x.numel() != rest):
+        if not _takes(x.numel(), shape):
             raise OpRunError(f"op '{k.op_name}' (dynamic_reshape_conf): input 'in' of run-time shape "
                              f"{tuple(x.shape)} cannot take the shape {shape}")
         return x.reshape(shape)

@@ -993,6 +993,15 @@ def _same_padding_xla(k):
     return lambda x: xla_rules.jnp().pad(x, same_padding_pairs(k.attr, x.shape))
 
 
+def _same_padding_sbp(linear_in):
+    """Split on the batch or the channel axis, which are not padded (OneFlow's rule); the zero
+    padding is linear in ``linear_in``, so a partial sum passes through it."""
+    def rule(ctx):
+        axes = (0, 1) if ctx.attr("data_format") == "channels_first" else (0, ctx.ndim(ctx.args[0]) - 1)
+        return [_sbp.signature(ctx, _sbp.split(k)) for k in axes] + [_sbp.partial_in(ctx, linear_in)]
+    return rule
+
+
 def _same_padding_onnx(c):
     pairs = same_padding_pairs(c.attr, c.input_desc("x").shape)
     _pad_node_onnx(c, c.input("x"), c.output("y"), [b for b, _ in pairs], [a for _, a in pairs])
@@ -1020,13 +1029,13 @@ def _same_padding_grad_kernel(k):
 
 
 op("same_padding", inputs=["x"], outputs=["y"], attrs=SAME_PADDING_ATTRS, infer=_same_padding_infer,
-   kernel=_same_padding_kernel, xla=_same_padding_xla, onnx=_same_padding_onnx, amp="clear",
+   kernel=_same_padding_kernel, xla=_same_padding_xla, onnx=_same_padding_onnx, sbp=_same_padding_sbp("x"), amp="clear",
    grad=lambda g: g.needs("x") and g.set_grad("x", g.emit("same_padding_grad", {"x_like": g.input("x"),
                                                                                 "dy": g.dout("y")},
                                                              {a: g.attr(a) for a in SAME_PADDING_ATTRS})))
 op("same_padding_grad", inputs=["x_like", "dy"], outputs=["dx"], attrs=SAME_PADDING_ATTRS,
    infer=_same_padding_grad_infer, kernel=_same_padding_grad_kernel, xla=_same_padding_grad_kernel,
-   onnx=_same_padding_grad_onnx, view=True)
+   onnx=_same_padding_grad_onnx, sbp=_same_padding_sbp("dy"), view=True)
 
 
 # ---------------------------------------------------------------- constant/reflection/replication padNd

@@ -244,8 +244,8 @@ def get_interface_blob_value(op_name: str) -> np.ndarray:
         return _dt.tensor_to_numpy(s.variables.tensors[op_name]).copy()
 
 
-def set_interface_blob_value(op_name: str, value) -> None:
-    """``flow.experimental.set_interface_blob_value``: write ``value`` (a numpy array of
+def set_interface_blob_value(op_name: str, ndarray) -> None:
+    """``flow.experimental.set_interface_blob_value``: write ``ndarray`` (a numpy array of
     the variable's whole shape and dtype) into variable ``op_name`` of the default session
     (starting it first); on several devices each device receives its part.
 
@@ -255,7 +255,7 @@ def set_interface_blob_value(op_name: str, value) -> None:
     """
     s = _started_session()
     _check_interface_op(s, op_name, "set_interface_blob_value")
-    staged = stage_values(s.variables, {op_name: value}, ignore_mismatch=False,
+    staged = stage_values(s.variables, {op_name: ndarray}, ignore_mismatch=False,
                           what="flow.experimental.set_interface_blob_value")
     with s.lock:
         s.variables.assign(op_name, staged[op_name])

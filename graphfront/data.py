@@ -50,8 +50,10 @@ The files are found and read by :mod:`graphfront.framework.datasets`.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import warnings
 
 import numpy as np
 
@@ -96,19 +98,33 @@ def load_mnist(
     train_batch_size: int = 100,
     test_batch_size: int = 100,
     data_format: str = "NCHW",
+    url: str | None = None,
+    hash_check: str | None = None,
+    out_dir: str | os.PathLike | None = None,
+    *,
     data_dir: str | os.PathLike | None = None,
     dataset: str = "mnist",
     verbose: bool = True,
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """Load MNIST (or Fashion-MNIST) from local files as arrays of batches.
 
+    The first six parameters are OneFlow's (``flow.data.load_mnist(train_batch_size,
+    test_batch_size, data_format, url, hash_check, out_dir)``, which downloads ``mnist.npz``
+    from ``url`` into ``out_dir``); graphfront downloads nothing.
+
     Args:
         train_batch_size: positive int, samples per training batch.
         test_batch_size: positive int, samples per test batch.
         data_format: ``"NCHW"`` (images ``(B, 1, 28, 28)``) or ``"NHWC"``
             (images ``(B, 28, 28, 1)``).
+        url: OneFlow's download address; nothing is downloaded (a UserWarning says so
+            when one is given).
+        hash_check: the MD5 (hex) that an ``mnist.npz`` read must have, as OneFlow checks
+            its download; other sources are not checked.
+        out_dir: OneFlow's download directory: where ``mnist.npz`` (or the IDX files) is
+            looked for when ``data_dir`` is not given.
         data_dir: optional directory (str or os.PathLike, ``~`` expanded)
-            holding the data; takes precedence over the ``GRAPHFRONT_DATA_DIR``
+            holding the data; takes precedence over ``out_dir`` and the ``GRAPHFRONT_DATA_DIR``
             environment variable.
         dataset: ``"mnist"`` or ``"fashion"`` (Fashion-MNIST).
         verbose: if true, log (INFO, logger ``graphfront.data``) one line naming
@@ -145,8 +161,9 @@ def load_mnist(
 
     Raises:
         ValueError: ``data_format``, ``dataset`` or a batch size is invalid;
-            a batch size exceeds the samples available; or a data file is
-            malformed (the message names the file).
+            a batch size exceeds the samples available; a data file is
+            malformed (the message names the file); or an ``mnist.npz`` read
+            differs from ``hash_check``.
         FileNotFoundError: no source was found (the message lists every place
             searched and how to get the data), or a directory holds only some
             of the four IDX files.
@@ -160,7 +177,15 @@ def load_mnist(
     train_batch_size = _batch_size(train_batch_size, "train_batch_size")
     test_batch_size = _batch_size(test_batch_size, "test_batch_size")
 
-    pairs, info = find_dataset(dataset, data_dir)
+    if url is not None:
+        warnings.warn(f"flow.data.load_mnist: graphfront downloads nothing; {url!r} is not read, the data "
+                      "comes from local files (see graphfront.data)", UserWarning, stacklevel=2)
+    pairs, info = find_dataset(dataset, data_dir if data_dir is not None else out_dir)
+    if hash_check is not None and str(info).endswith(".npz") and os.path.isfile(info):
+        with open(info, "rb") as f:
+            digest = hashlib.file_digest(f, "md5").hexdigest()
+        if digest != hash_check:
+            raise ValueError(f"flow.data.load_mnist: {info} has MD5 {digest}, hash_check expects {hash_check}")
     title = "MNIST" if dataset == "mnist" else "Fashion-MNIST"
     (tr_x, tr_y), (te_x, te_y) = pairs
     logger.log(logging.INFO if verbose else logging.DEBUG, "%s from %s (%d train / %d test samples)",

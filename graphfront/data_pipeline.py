@@ -73,7 +73,7 @@ def _seed(seed, fn):
 
 def ofrecord_reader(ofrecord_dir, batch_size=1, data_part_num=1, part_name_prefix="part-",
                     part_name_suffix_length=-1, random_shuffle=False, shuffle_buffer_size=1024,
-                    shuffle_after_epoch=False, seed=None, name=None):
+                    shuffle_after_epoch=False, name=None, seed=None):
     """Read batches of ``OFRecord`` s from the shards ``<ofrecord_dir>/<part_name_prefix><i>``,
     ``i < data_part_num`` (``i`` zero-padded to ``part_name_suffix_length`` digits unless -1).
 
@@ -104,7 +104,7 @@ def ofrecord_image_classification_reader(ofrecord_dir, image_feature_name, label
                                          data_part_num=1, part_name_prefix="part-", part_name_suffix_length=-1,
                                          random_shuffle=False, shuffle_buffer_size=1024, shuffle_after_epoch=False,
                                          color_space="BGR", decode_buffer_size_per_thread=32,
-                                         num_decode_threads_per_machine=None, seed=None, name=None):
+                                         num_decode_threads_per_machine=None, name=None, seed=None):
     """Reader and image decoder in one op, decoding on the background thread.
 
     Returns ``(image, label)``: ``image`` a ``tensor_buffer`` blob of ``batch_size``
@@ -126,7 +126,7 @@ def ofrecord_image_classification_reader(ofrecord_dir, image_feature_name, label
 
 
 def onerec_reader(files, batch_size=1, random_shuffle=False, shuffle_mode="instance", shuffle_buffer_size=1024,
-                  shuffle_after_epoch=False, verify_example=True, seed=None, name=None) -> BlobDesc:
+                  shuffle_after_epoch=False, verify_example=True, name=None, seed=None) -> BlobDesc:
     """Read batches of OneRec records from the OneRec files ``files`` (OneFlow v0.6.0
     ``flow.data.onerec_reader``, op ``OneRecReader``; the file format of
     ``oneflow/user/data/onerec_dataset.h``, see :mod:`graphfront.ofrecord.onerec`).

@@ -91,20 +91,20 @@ def logical_slice(x, slice_tup_list, name=None) -> BlobDesc:
     return _slice_v2(x, slice_tup_list, name=name)
 
 
-def logical_slice_assign(ref, value, slice_tup_list, name=None) -> None:
+def logical_slice_assign(x, value, slice_tup_list, name=None) -> None:
     """Write ``value`` into the region ``slice_tup_list`` (as :func:`logical_slice`) of the
-    logical (whole) variable ``ref`` when the job runs; ``ref`` may be split over several
-    devices, each keeps its part. Built as ``assign(ref, slice_update(ref, value))``.
+    logical (whole) variable ``x`` when the job runs; ``x`` may be split over several
+    devices, each keeps its part. Built as ``assign(x, slice_update(x, value))``.
 
     Returns:
         None.
 
     Raises:
-        ArgumentError: ``ref`` is not a variable blob, or a tuple is malformed.
+        ArgumentError: ``x`` is not a variable blob, or a tuple is malformed.
         JobBuildError: ``value``'s shape or dtype differs from the region's.
     """
-    update = _slice_update(ref, value, slice_tup_list, name=None if name is None else f"{name}-SliceUpdate")
-    _assign(ref, update, name=name)
+    update = _slice_update(x, value, slice_tup_list, name=None if name is None else f"{name}-SliceUpdate")
+    _assign(x, update, name=name)
 
 
 __all__ = ["JobFileError", "custom_op_module", "get_interface_blob_value", "indexed_slices_reduce_sum", "load_job",

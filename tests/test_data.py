@@ -232,6 +232,23 @@ def test_npz(tmp_path, caplog):
     np.testing.assert_array_equal(vy[0], y_te)
 
 
+def test_oneflows_positional_url_hash_check_and_out_dir(tmp_path):
+    # OneFlow's signature (train_batch_size, test_batch_size, data_format, url, hash_check,
+    # out_dir): its programs passing out_dir (where it downloads mnist.npz) read it from there
+    import hashlib
+    x_tr, y_tr, x_te, y_te = synthetic(4, 2, seed=6)
+    d = tmp_path / "out"
+    d.mkdir()
+    np.savez(d / "mnist.npz", x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te)
+    md5 = hashlib.md5((d / "mnist.npz").read_bytes()).hexdigest()
+    (tx, ty), _ = data.load_mnist(2, 2, "NCHW", None, md5, str(d), verbose=False)
+    np.testing.assert_array_equal(all_of(ty), y_tr)
+    with pytest.raises(ValueError, match=f"mnist.npz has MD5 {md5}, hash_check expects 0123"):
+        data.load_mnist(2, 2, out_dir=d, hash_check="0123", verbose=False)
+    with pytest.warns(UserWarning, match="downloads nothing; 'https://example.com/mnist.npz' is not read"):
+        data.load_mnist(2, 2, url="https://example.com/mnist.npz", out_dir=d, verbose=False)
+
+
 def test_npz_missing_key_and_garbage(tmp_path):
     d = tmp_path / "npzdir"
     d.mkdir()

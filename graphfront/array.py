@@ -1113,7 +1113,9 @@ def same_padding(x, padding, data_format, kernel_size, strides, dilation_rate, n
         x: blob (N, C, *spatial) or (N, *spatial, C), any dtype.
         padding: ``"SAME_LOWER"`` or ``"SAME_UPPER"`` (any case).
         data_format: ``"NCHW"``-style (channels first, ``NCW``/``NCDHW`` too) or ``"NHWC"``-style.
-        kernel_size, strides, dilation_rate: an int for every spatial dim, or one int each.
+        kernel_size: the window's size, an int for every spatial dim (or one int for all).
+        strides: the window's strides, the same way.
+        dilation_rate: the window's dilations, the same way.
         name: op name; default ``SamePadding_<n>``.
 
     Returns:

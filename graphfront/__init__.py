@@ -39,6 +39,9 @@ from graphfront.framework.dtypes import (bfloat16, bool, char, convert_oneflow_d
 from graphfront.framework.dtypes import record, tensor_buffer
 from graphfront import image, random, summary
 from graphfront.data_pipeline import image_resize, image_target_resize, tensor_buffer_to_tensor
+from graphfront.image import (image_batch_align, image_decode, image_flip, image_normalize, image_random_crop,
+                              object_bbox_flip, object_bbox_scale, object_segmentation_polygon_flip,
+                              object_segmentation_polygon_scale, object_segmentation_polygon_to_mask)
 from graphfront.tensor_buffer import gen_tensor_buffer, tensor_buffer_to_list_of_tensors, tensor_to_tensor_buffer
 from graphfront.framework.blob_desc import INVALID_SPLIT_AXIS, BlobDesc
 from graphfront.framework.errors import (ArgumentError, DeviceMemoryError, FeedError, GraphfrontError, JobBuildError,

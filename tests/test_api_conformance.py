@@ -242,6 +242,12 @@ def test_signature_matches_reference(path, sig):
     ("math.broadcast_to_compatible_with", "broadcast_to_compatible_with"),
     ("consistent_user_op_builder", "user_op_builder"), ("linalg.matmul", "matmul"),
     ("math.clip_by_value", "clamp"), ("math.in_top_k", "in_top_k"),
+    ("detection.object_bbox_flip", "object_bbox_flip"), ("detection.object_bbox_scale", "object_bbox_scale"),
+    ("detection.object_segmentation_polygon_flip", "object_segmentation_polygon_flip"),
+    ("detection.object_segmentation_polygon_scale", "object_segmentation_polygon_scale"),
+    ("detection.object_segmentation_polygon_to_mask", "object_segmentation_polygon_to_mask"),
+    ("image.flip", "image_flip"), ("image.normalize", "image_normalize"), ("image.decode", "image_decode"),
+    ("image.batch_align", "image_batch_align"), ("image.random_crop", "image_random_crop"),
 ])
 def test_aliases_are_the_same_objects(alias, target):
     assert _resolve(alias) is _resolve(target)

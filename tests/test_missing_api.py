@@ -297,3 +297,29 @@ def test_distributed_ranks_gen_seed_and_host_nvtx_ranges():
     flow.profiler.range_pop()
     with pytest.raises(TypeError, match="range_name expects a str, received 3"):
         flow.profiler.range_push(3)
+
+
+@pytest.mark.parametrize("mode", ["plan", "xla"])
+def test_system_assign_is_the_legacy_assign_conf_op(mode):
+    # flow.system.assign was missing: OneFlow's legacy system op assign_conf, returning ref
+    cfg = flow.FunctionConfig()
+    cfg.compile_mode(mode)
+
+    @flow.global_function(function_config=cfg)
+    def job(x: tp.Numpy.Placeholder((3,))):
+        with flow.scope.placement("cpu", "0:0"):
+            w = flow.get_variable("w", (3,), initializer=flow.zeros_initializer())
+            assert flow.system.assign(w, x * 2 + w) is w
+
+    for _ in range(2):
+        job(np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(flow.get_all_variables()["w"].numpy(), [0.0, 4.0, 8.0])
+    kinds = [op.WhichOneof("op_type") for op in job.compiled_job.job.net.op]
+    assert "assign_conf" in kinds and job.compiled_job.compile_mode == mode
+
+    @flow.global_function()
+    def bad(x: tp.Numpy.Placeholder((3,))):
+        flow.system.assign(flow.math.relu(x), x)
+
+    with pytest.raises(flow.ArgumentError, match="argument 'ref' must be a variable blob"):
+        bad(np.zeros(3, np.float32))

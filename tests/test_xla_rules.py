@@ -817,7 +817,7 @@ def test_system_op_rules_match_their_kernels():
 
     kinds = registry.system_kinds()
     assert sorted(k for k in kinds if registry.op_def(_system_conf(k)).xla) == [
-        "constant_like_conf", "decode_random_conf", "dynamic_reshape_conf", "dynamic_reshape_like_conf",
+        "assign_conf", "constant_like_conf", "decode_random_conf", "dynamic_reshape_conf", "dynamic_reshape_like_conf",
         "identity_conf", "learning_rate_schedule_conf", "shape_elem_cnt_conf"]
     like = np.arange(6, dtype=np.float32).reshape(2, 3)
 

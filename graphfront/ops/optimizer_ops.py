@@ -544,6 +544,9 @@ def _assign_infer(ctx):
 
 op("assign", inputs=["ref", "value"], outputs=[], infer=_assign_infer,
    kernel=lambda k: _assign, no_grad=True, mutates=("ref",), xla=lambda k: (lambda ref, value: (None, (value,))))
+# OneFlow's legacy system op of the same meaning (``flow.system.assign``)
+op("assign_conf", conf="assign_conf", inputs=["ref", "value"], outputs=[], infer=_assign_infer,
+   kernel=lambda k: _assign, no_grad=True, mutates=("ref",), xla=lambda k: (lambda ref, value: (None, (value,))))
 
 
 def _assign_cond_infer(ctx):

@@ -114,7 +114,8 @@ from graphfront.ops.lr_schedule import learning_rate_at
 from graphfront.runtime.native import cache_root, job_digest
 from graphfront.runtime.lowering import Lowering
 from graphfront.runtime.plan import KernelCtx, Plan
-from graphfront.runtime.walk import INTERFACE_KINDS, ScheduleWalk, call_layout, mutated_args, schedule, watcher
+from graphfront.runtime.walk import (INTERFACE_KINDS, ScheduleWalk, call_layout, mutated_args, mutated_lbns, schedule,
+                                     watcher)
 
 _CACHE_EVENTS = {"hits": 0}
 
@@ -437,13 +438,11 @@ def _mutated_variables(order):
     var_of = _aliases(order)
     names = set()
     for op in order:
-        uc = op.user_conf
-        for arg in mutated_args(op):
-            for lbn in (uc.input[arg].s if arg in uc.input else ()):
-                if lbn not in var_of:
-                    raise JobBuildError(f"op '{op.name}' updates blob '{lbn}' in place, which is not a variable "
-                                        "(or an identity of one); compile_mode('xla') cannot lower that update")
-                names.add(var_of[lbn])
+        for lbn in mutated_lbns(op):  # (a user op's or a system op's, as assign_conf)
+            if lbn not in var_of:
+                raise JobBuildError(f"op '{op.name}' updates blob '{lbn}' in place, which is not a variable "
+                                    "(or an identity of one); compile_mode('xla') cannot lower that update")
+            names.add(var_of[lbn])
     return names
 
 

@@ -206,3 +206,4 @@ from graphfront.data_pipeline import (BlobConf, ImageCodec, ImagePreprocessor, I
                                       ofrecord_bytes_decoder, ofrecord_image_classification_reader,
                                       ofrecord_image_decoder, ofrecord_image_decoder_random_crop, ofrecord_loader,
                                       ofrecord_raw_decoder, ofrecord_reader)
+from graphfront.coco import coco_reader  # noqa: E402,F401 - OneFlow's COCO reader (flow.data.coco_reader)

@@ -66,7 +66,7 @@ def _onnx(why):
 
 NO_XLA = {
     "CategoricalOrdinalEncode": _xla(_HASH_TABLE),
-    "OFRecordReader": _xla(_FILES),
+    "OFRecordReader": _xla(_FILES), "COCOReader": _xla(_FILES),
     "OneRecReader": _xla(_FILES), "onerec_decoder": _xla(_BUFFERS),
     "acc": _xla(_TIME_SHAPE), "pack": _xla(_TIME_SHAPE), "repeat": _xla(_TIME_SHAPE), "unpack": _xla(_TIME_SHAPE),
     "ssp_variable_proxy": _xla(_RING), "indexed_slices_reduce_sum": _xla(_VALUE_SHAPED),
@@ -125,7 +125,7 @@ NO_XLA = {
 
 NO_ONNX = {
     "CategoricalOrdinalEncode": _onnx(_HASH_TABLE),
-    "OFRecordReader": _onnx(_FILES),
+    "OFRecordReader": _onnx(_FILES), "COCOReader": _onnx(_FILES),
     "OneRecReader": _onnx(_FILES), "onerec_decoder": _onnx(_BUFFERS),
     "maxpool_1d_grad": _onnx(_FIRST_MAX),
     "maxpool_2d_grad": _onnx(_FIRST_MAX),

@@ -8,6 +8,7 @@ from graphfront.ops import indexed_slices_ops  # noqa: F401
 from graphfront.ops import amp_ops  # noqa: F401
 from graphfront.ops import boxing_ops  # noqa: F401
 from graphfront.ops import data_ops, image_ops  # noqa: F401
+from graphfront.ops import coco_ops  # noqa: F401
 from graphfront.ops import summary_ops  # noqa: F401
 from graphfront.ops import fused_attention_ops, attention_ops  # noqa: F401
 from graphfront.ops import dynamic_ops  # noqa: F401

@@ -205,7 +205,7 @@ def _build(ann, image_dir, **kw):
     return job()
 
 
-@pytest.mark.parametrize("name", ["../outside.png", "sub/../../outside.png", "/etc/hostname"])
+@pytest.mark.parametrize("name", ["../outside.png", "sub/../../outside.png", "/etc/hostname", "a\x00b.png"])
 def test_a_file_name_escaping_image_dir_is_refused(tmp_path, name):
     ann, image_dir, _ = write_dataset(tmp_path)
     doc = json.loads(open(ann).read())

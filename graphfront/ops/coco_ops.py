@@ -139,8 +139,8 @@ class COCOIndex:
             name = image.get("file_name")
             if not isinstance(name, str) or not name:
                 raise self._error(where, f"field 'file_name' must be a non-empty string, received {name!r}")
-            path = os.path.realpath(os.path.join(root, name))
-            if "\x00" in name or os.path.commonpath([root, path]) != root or path == root:
+            path = None if "\x00" in name else os.path.realpath(os.path.join(root, name))  # (a NUL: ValueError)
+            if path is None or os.path.commonpath([root, path]) != root or path == root:
                 raise self._error(where, f"field 'file_name' {name!r} names a file outside image_dir "
                                          f"{image_dir!r}; the reader opens files inside image_dir only")
             by_id[image_id] = (height, width, path, name, where)

@@ -70,6 +70,7 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
+from graphfront.framework.blob_desc import is_int
 from graphfront.framework.errors import JobBuildError
 from graphfront.ops.data_ops import SourceKernel
 from graphfront.ops.registry import op
@@ -84,10 +85,6 @@ MIN_KEYPOINTS_PER_IMAGE = 10
 
 class COCOError(ValueError):
     """A malformed annotation file (the message names the file, the entry and the field)."""
-
-
-def _is_int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _is_number(v):
@@ -222,7 +219,7 @@ class COCOIndex:
 
     def _int(self, entry, key, where):
         v = entry.get(key)
-        if not _is_int(v):
+        if not is_int(v):
             raise self._error(where, f"field {key!r} must be an integer, received {v!r}")
         return v
 
@@ -249,7 +246,7 @@ class COCOIndex:
                                          f"numbers (OneFlow's check), received {len(poly)}")
         if "keypoints" in anno:
             kp = anno["keypoints"]
-            if not isinstance(kp, list) or len(kp) % 3 or not all(_is_int(v) for v in kp[2::3]):
+            if not isinstance(kp, list) or len(kp) % 3 or not all(is_int(v) for v in kp[2::3]):
                 raise self._error(where, "field 'keypoints' must be a list of (x, y, visibility) triples, "
                                          "visibility an integer")
         return [float(v) for v in bbox], contiguous[cat], segm, anno.get("keypoints")

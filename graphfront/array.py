@@ -19,13 +19,12 @@ import math
 import numbers
 
 from graphfront.framework.errors import ArgumentError
-from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import (BlobDesc, expect_blob, expect_dtype, expect_int, expect_ints,
                                              expect_number)
 from graphfront.dynamic import argwhere, dynamic_reshape
-from graphfront.ops.builder import build_op, placed_blob, unique_str
+from graphfront.ops.builder import add_system_op, build_op, new_system_op, unique_str
 from graphfront.ops import registry
 from graphfront.ops.common import balanced_range
 
@@ -314,14 +313,11 @@ def broadcast_to_compatible_with(x, compatible, name=None) -> BlobDesc:
     if not builtins.any(c.is_dynamic for c in blobs):
         return build_op("expand", {"in": x}, {"logical_in_shape": list(x.shape), "logical_expand_shape": out},
                         name=name, prefix="BroadcastToCompatibleWith_")
-    builder = jb.current()
-    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("BroadcastToCompatibleWith_")))
-    c = conf.broadcast_to_compatible_with_conf
+    conf, c = new_system_op("broadcast_to_compatible_with_conf", name, "BroadcastToCompatibleWith_")
     c.x = x.lbn
     c.compatible.extend(b.lbn for b in blobs)
     c.y = "y"
-    added = builder.add_op(conf)
-    return placed_blob(f"{added.name}/y", added.device_tag)
+    return add_system_op(conf, "y")
 
 
 def broadcast_like(x, like, broadcast_axes=None, name=None) -> BlobDesc:
@@ -1466,8 +1462,7 @@ def constant_like(like, value, dtype=None, name=None) -> BlobDesc:
     if dtype is not None:
         _dtype(dtype, "constant_like")
     builder = jb.current()
-    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("ConstantLike_")))
-    c = conf.constant_like_conf
+    conf, c = new_system_op("constant_like_conf", name, "ConstantLike_")
     c.like = like.lbn
     c.out = "out"
     if dtype is not None:
@@ -1649,6 +1644,19 @@ def _is_variable_or_alias(builder, op_name):
     return len(inputs) == 1 and _is_variable_or_alias(builder, inputs[0][2].split("/", 1)[0])
 
 
+def check_assign(ref, value, fn):
+    """The checks of ``flow.<fn>`` (an assign): both blobs, ``ref`` a variable or its alias.
+
+    Raises:
+        ArgumentError: naming ``flow.<fn>`` and the argument.
+    """
+    _blob(ref, fn, "ref")
+    _blob(value, fn, "value")
+    if not _is_variable_or_alias(jb.current(), ref.op_name):
+        raise ArgumentError(f"flow.{fn}: argument 'ref' must be a variable blob (flow.get_variable) or its alias "
+                            f"(e.g. the ref of flow.experimental.ssp_variable_proxy), received '{ref.lbn}'")
+
+
 def assign(ref, value, dtype=None, name=None) -> None:
     """Write ``value`` into the variable ``ref`` when the job runs.
 
@@ -1670,12 +1678,7 @@ def assign(ref, value, dtype=None, name=None) -> None:
         ArgumentError: ``ref``/``value`` is not a blob, or ``ref`` is not a variable or its alias.
         JobBuildError: ``value``'s shape or dtype differs from ``ref``'s.
     """
-    _blob(ref, "assign", "ref")
-    _blob(value, "assign", "value")
-    builder = jb.current()
-    if not _is_variable_or_alias(builder, ref.op_name):
-        raise ArgumentError(f"flow.assign: argument 'ref' must be a variable blob (flow.get_variable) or its alias "
-                            f"(e.g. the ref of flow.experimental.ssp_variable_proxy), received '{ref.lbn}'")
+    check_assign(ref, value, "assign")
     build_op("assign", {"ref": ref, "value": value}, outputs=(), name=name, prefix="Assign_")
     return None
 

@@ -35,9 +35,8 @@ from graphfront.framework import session as _session
 from graphfront.framework.blob_desc import BlobDesc, expect_blob, expect_dtype, expect_int, expect_ints, is_int
 from graphfront.framework.errors import ArgumentError, JobBuildError, format_location, user_frame
 from graphfront.framework.renamed_args import PARALLEL_DISTRIBUTION, renamed_keywords
-from graphfront.ops.builder import build_op, unique_str
+from graphfront.ops.builder import build_op, new_system_op, unique_str
 from graphfront.tensor_buffer import tensor_buffer_to_tensor
-from graphfront.core import op_conf_pb2
 from graphfront.initializers import InitializerConf, constant_initializer, random_uniform_initializer
 
 __all__ = ["ofrecord_reader", "ofrecord_loader", "OFRecordRawDecoder", "ofrecord_raw_decoder", "OFRecordBytesDecoder",
@@ -255,8 +254,7 @@ def image_decoder_random_crop_resize(input_blob, target_width, target_height, nu
     fn = "data.ImageDecoderRandomCropResize"
     x = _blob(fn, "input_blob", input_blob)
     builder = _jb.current()
-    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("ImageDecoderRandomCropResize_")))
-    c = conf.image_decoder_random_crop_resize_conf
+    conf, c = new_system_op("image_decoder_random_crop_resize_conf", name, "ImageDecoderRandomCropResize_")
     setattr(c, "in", x.lbn)
     c.out = "out"
     c.target_width, c.target_height = int(target_width), int(target_height)
@@ -360,8 +358,7 @@ def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=
     if initializer is not None and not isinstance(initializer, InitializerConf):
         raise ArgumentError(f"{api}: argument 'initializer' expects an InitializerConf, received {initializer!r}")
     builder = _jb.current()
-    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("DecodeRandom_")))
-    dr = conf.decode_random_conf
+    conf, dr = new_system_op("decode_random_conf", name, "DecodeRandom_")
     dr.out = "out"
     dr.shape.dim.extend(shape)
     dr.data_type = dtype.proto

@@ -6,12 +6,10 @@
 """
 from __future__ import annotations
 
-from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
-from graphfront.framework import job_builder as jb
 from graphfront.framework.blob_desc import expect_blob, expect_dtype, expect_ints
 from graphfront.framework.errors import ArgumentError
-from graphfront.ops.builder import build_op, placed_blob, unique_str
+from graphfront.ops.builder import add_system_op, build_op, new_system_op, unique_str
 
 __all__ = ["argwhere", "cast_to_static_shape", "dynamic_reshape", "elem_cnt", "sync_dynamic_resize"]
 
@@ -35,15 +33,12 @@ def sync_dynamic_resize(inputs, size, name=None):
     """
     _blob(inputs, "sync_dynamic_resize", "inputs")
     _blob(size, "sync_dynamic_resize", "size")
-    builder = jb.current()
-    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("SyncDynamicResize_")))
-    c = conf.sync_dynamic_resize_conf
+    conf, c = new_system_op("sync_dynamic_resize_conf", name, "SyncDynamicResize_")
     setattr(c, "in", inputs.lbn)  # "in" is a Python keyword
     c.size = size.lbn
     c.out = "out"
     c.axis = 0
-    added = builder.add_op(conf)
-    return placed_blob(f"{added.name}/out", added.device_tag)
+    return add_system_op(conf, "out")
 
 
 def dynamic_reshape(x, shape, name=None):
@@ -72,14 +67,11 @@ def dynamic_reshape(x, shape, name=None):
     shape = expect_ints(shape, "flow.dynamic_reshape", "shape", scalar=False)
     if shape.count(-1) > 1 or any(d == 0 or d < -1 for d in shape):
         raise ArgumentError(f"flow.dynamic_reshape: shape expects dims > 0 and at most one -1, received {shape}")
-    builder = jb.current()
-    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("DynamicReshape_")))
-    c = conf.dynamic_reshape_conf
+    conf, c = new_system_op("dynamic_reshape_conf", name, "DynamicReshape_")
     setattr(c, "in", x.lbn)  # "in" is a Python keyword
     c.shape.dim.extend(shape)
     c.out = "out"
-    added = builder.add_op(conf)
-    return placed_blob(f"{added.name}/out", added.device_tag)
+    return add_system_op(conf, "out")
 
 
 def shape_elem_cnt(x, fn, prefix, axis=None, dtype=None, name=None):
@@ -87,9 +79,7 @@ def shape_elem_cnt(x, fn, prefix, axis=None, dtype=None, name=None):
     (a list of axes; None: all, as ``exclude_axis_conf`` with none excluded) in ``dtype``
     (default int32); ``fn`` names the calling function in errors."""
     _blob(x, fn, "x")
-    builder = jb.current()
-    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str(prefix)))
-    c = conf.shape_elem_cnt_conf
+    conf, c = new_system_op("shape_elem_cnt_conf", name, prefix)
     c.x, c.y = x.lbn, "y"
     if axis is None:
         c.exclude_axis_conf.SetInParent()
@@ -97,8 +87,7 @@ def shape_elem_cnt(x, fn, prefix, axis=None, dtype=None, name=None):
         c.include_axis_conf.axis.extend(expect_ints(axis, f"flow.{fn}", "axis", scalar=False))
     if dtype is not None:
         c.data_type = expect_dtype(dtype, f"flow.{fn}").proto
-    added = builder.add_op(conf)
-    return placed_blob(f"{added.name}/y", added.device_tag)
+    return add_system_op(conf, "y")
 
 
 def elem_cnt(inputs, dtype=None, name=None):

@@ -2,12 +2,9 @@
 (``python/oneflow/compatible/single_client/ops/assign_op.py``)."""
 from __future__ import annotations
 
-from graphfront.array import _is_variable_or_alias
-from graphfront.core import op_conf_pb2
-from graphfront.framework import job_builder as jb
-from graphfront.framework.blob_desc import BlobDesc, expect_blob
-from graphfront.framework.errors import ArgumentError
-from graphfront.ops.builder import unique_str
+from graphfront.array import check_assign
+from graphfront.framework.blob_desc import BlobDesc
+from graphfront.ops.builder import add_system_op, new_system_op
 
 __all__ = ["assign"]
 
@@ -29,13 +26,8 @@ def assign(ref, value, validate_shape=None, use_locking=None, name=None) -> Blob
         ArgumentError: ``ref``/``value`` is not a blob, or ``ref`` is not a variable or its alias.
         JobBuildError: ``value``'s shape or dtype differs from ``ref``'s.
     """
-    expect_blob(ref, "flow.system.assign", "ref")
-    expect_blob(value, "flow.system.assign", "value")
-    builder = jb.current()
-    if not _is_variable_or_alias(builder, ref.op_name):
-        raise ArgumentError(f"flow.system.assign: argument 'ref' must be a variable blob (flow.get_variable) or its "
-                            f"alias, received '{ref.lbn}'")
-    conf = op_conf_pb2.OperatorConf(name=builder.scope.prefix + (name or unique_str("Assign_")))
-    conf.assign_conf.ref, conf.assign_conf.value = ref.lbn, value.lbn
-    builder.add_op(conf)
+    check_assign(ref, value, "system.assign")
+    conf, c = new_system_op("assign_conf", name, "Assign_")
+    c.ref, c.value = ref.lbn, value.lbn
+    add_system_op(conf)
     return ref

@@ -45,6 +45,23 @@ def placed_blob(lbn, device_tag) -> BlobDesc:
     return BlobDesc(lbn, d.shape, d.dtype, parallel_conf, builder.job_name, d.is_dynamic)
 
 
+def new_system_op(kind: str, name, prefix: str):
+    """A new ``OperatorConf`` of the system op ``kind`` (its oneof field, e.g.
+    ``"sync_dynamic_resize_conf"``) for the job being built, named ``name`` (default
+    ``<prefix><n>``) under the scope's namespace. Returns ``(conf, member)``: the member is
+    the ``kind`` message to fill before :func:`add_system_op`."""
+    conf = op_conf_pb2.OperatorConf(name=jb.current().scope.prefix + (name or unique_str(prefix)))
+    return conf, getattr(conf, kind)
+
+
+def add_system_op(conf, output=None):
+    """Add the system op ``conf`` (from :func:`new_system_op`, filled) to the job being built.
+    Returns the BlobDesc of its output blob named ``output`` (:func:`placed_blob`), or None
+    without one."""
+    added = jb.current().add_op(conf)
+    return placed_blob(f"{added.name}/{output}", added.device_tag) if output else None
+
+
 class UserOpConfBuilder:
     """Fluent builder of one user op (see module docstring). Methods return ``self``."""
 

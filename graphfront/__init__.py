@@ -37,7 +37,7 @@ from graphfront.framework.dtypes import (bfloat16, bool, char, convert_oneflow_d
                                         dtype, dtypes, float, float16, float32, float64, half, int, int8, int16,
                                         int32, int64, long, uint8)
 from graphfront.framework.dtypes import record, tensor_buffer
-from graphfront import detection, image, random, summary, system
+from graphfront import detection, image, random, sbp, summary, system
 from graphfront.data_pipeline import image_resize, image_target_resize, tensor_buffer_to_tensor
 from graphfront.image import (image_batch_align, image_decode, image_flip, image_normalize, image_random_crop,
                               object_bbox_flip, object_bbox_scale, object_segmentation_polygon_flip,

@@ -30,10 +30,12 @@ __all__ = ["Distribute", "assert_is_valid_distribute", "auto", "broadcast", "con
 
 
 class Distribute:
-    """A distribute policy: ``kind`` is "auto", "broadcast" or "split" (then ``axis`` is set).
+    """A distribute policy: ``kind`` is "auto", "broadcast", "split" (then ``axis`` is set)
+    or "partial_sum" (``flow.sbp.partial_sum``, taken only as a layout of
+    :func:`hierarchical_parallel_cast`).
 
     Policies compare equal by kind and axis; ``str()`` gives OneFlow's SBP spelling
-    ("S(0)", "B") used in ``unique_name`` suffixes.
+    ("S(0)", "B", "P") used in ``unique_name`` suffixes and SBP strings.
     """
 
     __slots__ = ("kind", "axis")
@@ -49,14 +51,17 @@ class Distribute:
         return hash((self.kind, self.axis))
 
     def __repr__(self):
+        if self.kind == "partial_sum":
+            return "flow.sbp.partial_sum"
         return f"flow.distribute.split({self.axis})" if self.kind == "split" else f"flow.distribute.{self.kind}()"
 
     def __str__(self):
-        return {"auto": "A", "broadcast": "B"}.get(self.kind, f"S({self.axis})")
+        return {"auto": "A", "broadcast": "B", "partial_sum": "P"}.get(self.kind, f"S({self.axis})")
 
 
 _AUTO = Distribute("auto")
 _BROADCAST = Distribute("broadcast")
+PARTIAL_SUM = Distribute("partial_sum")  # flow.sbp.partial_sum
 
 
 def auto() -> Distribute:
@@ -74,10 +79,15 @@ def split(axis) -> Distribute:
 
     Raises ArgumentError (a TypeError and a ValueError) for an ``axis`` that is not an int >= 0.
     """
+    return split_policy(axis, "flow.distribute.split")
+
+
+def split_policy(axis, fn) -> Distribute:
+    """The split policy of ``axis``; errors name ``fn`` (``flow.distribute.split``, ``flow.sbp.split``)."""
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
-        raise ArgumentError(f"flow.distribute.split: axis expects an int, received {axis!r}")
+        raise ArgumentError(f"{fn}: axis expects an int, received {axis!r}")
     if axis < 0:
-        raise ArgumentError(f"flow.distribute.split: axis must be >= 0, received {axis}")
+        raise ArgumentError(f"{fn}: axis must be >= 0, received {axis}")
     return Distribute("split", int(axis))
 
 
@@ -87,9 +97,11 @@ def assert_is_valid_distribute(distribute):
 
 
 def _check_distribute(distribute, what):
-    if not isinstance(distribute, Distribute):
+    if not isinstance(distribute, Distribute) or distribute.kind == "partial_sum":
         raise ArgumentError(f"{what} expects a distribute policy (flow.distribute.split(axis), broadcast() or "
-                            f"auto()), received {type(distribute).__name__} {distribute!r}")
+                            f"auto()), received {type(distribute).__name__} {distribute!r}"
+                            + (" (a partial sum is a layout of flow.hierarchical_parallel_cast only)"
+                               if distribute is PARTIAL_SUM else ""))
 
 
 def _deprecated(old, new):
@@ -140,10 +152,18 @@ def parallel_cast(input, name=None, distribute=None, gradient_distribute=None): 
                     name=name, prefix="ParallelCast_")
 
 
+def sbp_strings(nd_sbp) -> list:
+    """``nd_sbp`` (an SBP string, a ``flow.sbp`` / ``flow.distribute`` policy, or a list of
+    them) as a list of SBP strings ("S(0)", "B", "P")."""
+    items = [nd_sbp] if isinstance(nd_sbp, (str, Distribute)) else list(nd_sbp)
+    return [str(s) if isinstance(s, Distribute) else s for s in items]
+
+
 @renamed_keywords(PARALLEL_DISTRIBUTION)
 def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, name=None):  # noqa: A002
     """``flow.hierarchical_parallel_cast``: the same values laid out as ``nd_sbp`` (a list of
-    SBP strings such as ``["S(0)"]``, ``["B"]``, ``["P"]``, one per axis of the placement's
+    SBP strings such as ``["S(0)"]``, ``["B"]``, ``["P"]``, or of ``flow.sbp`` objects such as
+    ``[flow.sbp.split(0)]``, ``[flow.sbp.partial_sum]``, one per axis of the placement's
     hierarchy; on a grid with one axis of several devices recorded as that axis's layout,
     on a grid of two or more such axes as one string per such axis, see
     :func:`graphfront.parallel.sbp.flatten_nd_sbp`);
@@ -154,7 +174,7 @@ def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, 
 
     Raises ValueError for a malformed SBP string or an unknown ``grad_mode``, JobBuildError (a
     ValueError naming the user's line) for a list whose length is not the hierarchy's."""
-    nd_sbp = [nd_sbp] if isinstance(nd_sbp, str) else list(nd_sbp)
+    nd_sbp = sbp_strings(nd_sbp)
     grad_mode = grad_mode or "identity"
     if grad_mode not in ("identity", "manual", "restore"):
         raise ValueError(f'hierarchical_parallel_cast: grad_mode expects "identity", "manual" or "restore", '
@@ -169,7 +189,7 @@ def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, 
             raise JobBuildError(f"hierarchical_parallel_cast: {e}{format_location(user_frame())}") from None
     return build_op("hierarchical_parallel_cast", {"in": input},
                     {"nd_sbp": one_axis(nd_sbp), "grad_mode": grad_mode,
-                     "grad_nd_sbp": one_axis(list(grad_nd_sbp or []))},
+                     "grad_nd_sbp": one_axis(sbp_strings(grad_nd_sbp or []))},
                     name=name, prefix="HierarchicalParallelCast_")
 
 

@@ -14,11 +14,14 @@ import logging
 import numbers
 import warnings
 
+from graphfront.core import placement_pb2
 from graphfront.framework import env_settings as _settings
 from graphfront.framework.env_settings import current_env
+from graphfront.framework.errors import ArgumentError
+from graphfront.toplevel import current_resource
 
-__all__ = ["ctrl_port", "current_env", "data_port", "grpc_use_no_signal", "init", "log_dir", "logbuflevel",
-           "logtostderr", "machine"]
+__all__ = ["all_device_placement", "ctrl_port", "current_env", "current_resource", "data_port", "grpc_use_no_signal",
+           "init", "log_dir", "logbuflevel", "logtostderr", "machine"]
 
 logger = logging.getLogger(__name__)
 _NOTICE = "Environment has been initialized, this env init will do nothing."
@@ -87,3 +90,29 @@ def machine(*val):
 def grpc_use_no_signal(val=True):
     """Deprecated no-op (as in OneFlow)."""
     warnings.warn("flow.env.grpc_use_no_signal is deprecated and does nothing", DeprecationWarning, stacklevel=2)
+
+
+def all_device_placement(device_type) -> placement_pb2.ParallelConf:
+    """A ``ParallelConf`` of every ``device_type`` device of every machine: ``device_name``
+    ``"m:0-(n-1)"`` (``"m:0"`` for one device) for machines ``m`` of
+    :func:`current_resource`'s ``machine_num``, ``n`` its ``gpu_device_num`` (``"gpu"``)
+    or ``cpu_device_num`` (``"cpu"``). ``flow.scope.placement(conf.device_tag,
+    list(conf.device_name))`` places ops on them.
+
+    OneFlow v0.6.0 ``python/oneflow/compatible/single_client/framework/placement_util.py``
+    (``api_all_device_placement``).
+
+    Raises:
+        ArgumentError: ``device_type`` is not "gpu" or "cpu", or the resource has no
+            such device.
+    """
+    if device_type not in ("gpu", "cpu"):
+        raise ArgumentError(f"flow.env.all_device_placement: device_type expects 'gpu' or 'cpu', received "
+                            f"{device_type!r}")
+    res = current_resource()
+    n = res.gpu_device_num if device_type == "gpu" else res.cpu_device_num
+    if n < 1:
+        raise ArgumentError(f"flow.env.all_device_placement: the resource has no {device_type} device "
+                            f"({device_type}_device_num is {n})")
+    names = [f"{m}:0-{n - 1}" if n > 1 else f"{m}:0" for m in range(res.machine_num)]
+    return placement_pb2.ParallelConf(device_tag=device_type, device_name=names)

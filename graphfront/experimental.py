@@ -11,6 +11,9 @@
   slicing of the whole (logical) blob however it is split over devices.
 * OneFlow's ``flow.experimental`` ops: ``unique_with_counts``, ``indexed_slices_reduce_sum``,
   ``square_sum``, ``ssp_variable_proxy``.
+* ``get_job_set()``: the compiled jobs as a ``JobSet`` proto; ``enable_typing_check(val)``:
+  annotations required on global functions and watch handlers; ``eager_assign_121(ref,
+  value)``: an assign run at once in eager execution.
 * ``name_scope(name)``: the deprecated spelling of ``flow.scope.namespace`` (as
   ``flow.deprecated.variable_scope``).
 * ``custom_op_module(op_module_name, module_path)``: OneFlow's user-op modules with Python
@@ -30,6 +33,7 @@ import types as _types
 from graphfront.array import assign as _assign
 from graphfront.array import slice_update as _slice_update
 from graphfront.array import slice_v2 as _slice_v2
+from graphfront.array import check_assign
 from graphfront.checkpoint import get_interface_blob_value, set_interface_blob_value
 from graphfront import unittest
 from graphfront.custom_op_module import CustomOpModule as custom_op_module
@@ -39,7 +43,37 @@ from graphfront.framework import job_builder as _jb
 from graphfront.framework.blob_desc import BlobDesc, is_int
 from graphfront.framework.job_io import JobFileError, load_job, save_job
 from graphfront.math import square_sum
+from graphfront.framework.errors import ArgumentError, format_location, user_frame
 from graphfront.ops.builder import build_op as _build_op
+from graphfront.framework.scope_symbols import device_count
+from graphfront.toplevel import eager_execution_enabled, enable_typing_check, get_job_set
+
+
+def eager_assign_121(ref, value):
+    """Write ``value`` into the variable ``ref`` at once, device by device (each device's
+    part of ``value`` into the same device's part of ``ref``), in a job function running
+    eagerly (``flow.enable_eager_execution()``). Returns ``ref``.
+
+    OneFlow v0.6.0 ``python/oneflow/compatible/single_client/ops/assign_op.py``
+    (``api_one_to_one_assign``).
+
+    Raises:
+        RuntimeError: eager execution is off (a lazy job uses ``flow.assign``).
+        ArgumentError: ``ref`` is not a variable (or its alias) or ``value`` not a blob, or
+            their placements hold different numbers of devices.
+        JobBuildError: ``value``'s shape or dtype differs from ``ref``'s.
+    """
+    if not eager_execution_enabled():
+        raise RuntimeError("flow.experimental.eager_assign_121 runs only in eager execution "
+                           "(flow.enable_eager_execution()); a lazy job assigns with flow.assign"
+                           + format_location(user_frame()))
+    check_assign(ref, value, "experimental.eager_assign_121")
+    if device_count(ref.parallel_conf.device_name) != device_count(value.parallel_conf.device_name):
+        raise ArgumentError(f"flow.experimental.eager_assign_121: 'ref' and 'value' must be placed on as many "
+                            f"devices (one to one), received {list(ref.parallel_conf.device_name)} and "
+                            f"{list(value.parallel_conf.device_name)}")
+    _assign(ref, value)
+    return ref
 
 
 def ssp_variable_proxy(var, buffer_size=1, name=None):
@@ -107,6 +141,6 @@ def logical_slice_assign(x, value, slice_tup_list, name=None) -> None:
     _assign(x, update, name=name)
 
 
-__all__ = ["JobFileError", "custom_op_module", "get_interface_blob_value", "indexed_slices_reduce_sum", "load_job",
-           "logical_slice", "logical_slice_assign", "name_scope", "save_job", "scope", "set_interface_blob_value", "square_sum",
+__all__ = ["JobFileError", "custom_op_module", "eager_assign_121", "enable_typing_check", "get_interface_blob_value",
+           "get_job_set", "indexed_slices_reduce_sum", "load_job", "logical_slice", "logical_slice_assign", "name_scope", "save_job", "scope", "set_interface_blob_value", "square_sum",
            "ssp_variable_proxy", "unique_with_counts", "unittest"]

@@ -126,7 +126,7 @@ def conv3d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_form
 
 
 def _check_distribute(layer, name, model_distribute):
-    if not isinstance(model_distribute, distribute.Distribute):
+    if not isinstance(model_distribute, distribute.Distribute) or model_distribute is distribute.PARTIAL_SUM:
         _fail(f"layers.{layer} '{name}': model_distribute expects a flow.distribute policy (broadcast(), split(0) "
               f"or auto()), received {model_distribute!r}")
 

@@ -15,12 +15,15 @@ from graphfront.framework import eager as _eager
 from graphfront.framework import job_builder as jb
 from graphfront.framework import session as _session
 from graphfront.framework.blob_desc import BlobDesc, is_int
-from graphfront.framework.errors import format_location, user_frame
+from graphfront.core import job_set_pb2, resource_pb2
+from graphfront.framework.annotations import TypingCheck
+from graphfront.framework.errors import ArgumentError, format_location, user_frame
+from graphfront.parallel.placement import machine_count
 
 __all__ = ["FunctionDesc", "Size", "cast_to_current_logical_view", "current_global_function_desc",
-           "current_machine_id", "current_scope",
+           "current_machine_id", "current_resource", "current_scope",
            "device_prior_placement", "eager_execution_enabled", "enable_eager_execution", "find_or_create_module",
-           "fixed_placement", "name_scope", "sync_default_session"]
+           "fixed_placement", "inter_job_reuse_mem_strategy", "name_scope", "sync_default_session"]
 
 
 class Size(tuple):
@@ -154,6 +157,115 @@ def sync_default_session():
     import torch
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+
+
+def current_resource() -> resource_pb2.Resource:
+    """The default session's resources as OneFlow's ``Resource`` proto.
+
+    ``machine_num`` (``flow.config.machine_num``, else ``WORLD_SIZE``, else 1),
+    ``gpu_device_num`` and ``cpu_device_num`` (devices per machine, ``flow.config.*``), and
+    the settings ``flow.config.*`` recorded: ``comm_net_worker_num``,
+    ``compute_thread_pool_size``, ``max_mdsave_worker_num``, ``reserved_host_mem_mbyte``,
+    ``reserved_device_mem_mbyte``, ``enable_debug_mode`` and
+    ``flow.config.collective_boxing.*`` (in ``collective_boxing_conf``); a setting never
+    made keeps the proto's default. A copy: changing it changes nothing.
+
+    OneFlow v0.6.0 ``python/oneflow/compatible/single_client/framework/env_util.py``
+    (``api_get_current_resource``; ``oneflow/core/job/resource.proto``). OneFlow asks
+    for an initialized environment first; graphfront's is always ready.
+    """
+    session = _session.default_session()
+    res = resource_pb2.Resource(machine_num=machine_count(session), gpu_device_num=session.gpu_device_num,
+                                cpu_device_num=session.cpu_device_num)
+    for name, value in session.resource.items():
+        target, _, field = name.rpartition(".")
+        msg = res.collective_boxing_conf if target == "collective_boxing" else res if not target else None
+        if msg is not None and field in msg.DESCRIPTOR.fields_by_name:
+            setattr(msg, field, value)
+    return res
+
+
+_STRATEGIES = ("reuse_mem_priority", "parallelism_priority", "custom_parallelism")
+
+
+def inter_job_reuse_mem_strategy(strategy_str, job_set=None, **kwargs) -> None:
+    """How the jobs of a session share memory: OneFlow's ``InterJobReuseMemStrategy``.
+
+    ``"reuse_mem_priority"`` (jobs may reuse each other's memory and never run at once),
+    ``"parallelism_priority"`` (jobs may run at once, each with its own memory) or
+    ``"custom_parallelism"`` with ``job_name_groups=[["job_a", "job_b"], ...]`` (the jobs of
+    a group never run at once). Recorded in ``job_set`` (a ``JobSet`` proto) or, by
+    default, in the default session, where ``flow.experimental.get_job_set()`` returns it.
+    graphfront runs one job of a session at a time, and PyTorch's caching allocator hands
+    the memory one job frees to the next, so every strategy runs as
+    ``"reuse_mem_priority"``.
+
+    OneFlow v0.6.0 ``python/oneflow/compatible/single_client/framework/job_set_util.py``.
+
+    Raises:
+        ArgumentError: ``strategy_str`` is not one of the three names, ``job_set`` is not a
+            ``JobSet``, ``job_name_groups`` is missing for ``"custom_parallelism"`` or not
+            a list of lists of job names, or another keyword is given.
+    """
+    fn = "flow.inter_job_reuse_mem_strategy"
+    if strategy_str not in _STRATEGIES:
+        raise ArgumentError(f"{fn}: strategy_str expects one of {', '.join(map(repr, _STRATEGIES))}, received "
+                            f"{strategy_str!r}")
+    if job_set is not None and not isinstance(job_set, job_set_pb2.JobSet):
+        raise ArgumentError(f"{fn}: job_set expects a JobSet proto or None, received {type(job_set).__name__}")
+    unknown = sorted(set(kwargs) - ({"job_name_groups"} if strategy_str == "custom_parallelism" else set()))
+    if unknown:
+        raise ArgumentError(f"{fn}: unexpected keyword argument(s) {unknown} for {strategy_str!r}")
+    strategy = job_set_pb2.InterJobReuseMemStrategy()
+    if strategy_str == "custom_parallelism":
+        groups = kwargs.get("job_name_groups")
+        if isinstance(groups, (str, bytes)) or not isinstance(groups, (list, tuple)) or not all(
+                isinstance(g, (list, tuple)) and all(isinstance(n, str) for n in g) for g in groups):
+            raise ArgumentError(f"{fn}: 'custom_parallelism' needs job_name_groups, a list of lists of job names, "
+                                f"received {groups!r}")
+        strategy.custom_parallelism.SetInParent()
+        for g in groups:
+            strategy.custom_parallelism.nonparallel_group.add(job_name=list(g))
+    else:
+        getattr(strategy, strategy_str).SetInParent()
+    target = job_set.inter_job_reuse_mem_strategy if job_set is not None else \
+        _session.default_session().inter_job_reuse_mem_strategy
+    target.CopyFrom(strategy)
+
+
+def get_job_set() -> job_set_pb2.JobSet:
+    """The jobs the default session has compiled, as OneFlow's ``JobSet`` proto: each
+    ``Job`` as it runs (after the passes), and the ``inter_job_reuse_mem_strategy`` set.
+    Empty before the first call of a job compiles them. A copy.
+
+    OneFlow v0.6.0 ``python/oneflow/compatible/single_client/framework/c_api_util.py``
+    (``GetJobSet``; ``oneflow/core/job/job_set.proto``).
+    """
+    session = _session.default_session()
+    job_set = job_set_pb2.JobSet(job=[compiled.job for compiled in session.jobs.values()])
+    if session.inter_job_reuse_mem_strategy.WhichOneof("strategy_case"):
+        job_set.inter_job_reuse_mem_strategy.CopyFrom(session.inter_job_reuse_mem_strategy)
+    return job_set
+
+
+def enable_typing_check(val=True) -> None:
+    """Require annotations (``val=True``) on every parameter and the return of each global
+    function defined afterwards, and on the parameter of each ``flow.watch`` handler; an
+    unannotated one is an ``ArgumentError`` (a ``JobBuildError`` for a watch handler) when
+    it is defined. A process-wide switch, as OneFlow's ``typing_check_enabled``.
+
+    OneFlow v0.6.0 ``python/oneflow/compatible/single_client/experimental/typing_check.py``.
+
+    Raises:
+        RuntimeError: a global function is already defined in the default session (OneFlow
+            allows the switch only before the first one).
+    """
+    session = _session.default_session()
+    if session.job_funcs:
+        raise RuntimeError(f"flow.experimental.enable_typing_check must be called before any global function is "
+                           f"defined; the default session already has {sorted(session.job_funcs)}"
+                           f"{format_location(user_frame())}")
+    TypingCheck.enabled = bool(val)
 
 
 class FunctionDesc:

@@ -2,7 +2,8 @@
 
 ``flow.unittest.TestCase`` is a ``unittest.TestCase`` whose ``setUp`` calls
 ``flow.clear_default_session()``, so every test builds its jobs in a fresh session, and
-turns eager execution on when ``ONEFLOW_TEST_ENABLE_EAGER=1``.
+turns eager execution on when ``ONEFLOW_TEST_ENABLE_EAGER=1`` (the typing check when
+``ONEFLOW_TEST_ENABLE_TYPING_CHECK=1``).
 ``flow.unittest.skip_unless_<N>n<D>d()`` skips a test unless the environment has N
 nodes of D devices each (``ONEFLOW_TEST_NODE_LIST`` / ``ONEFLOW_TEST_DEVICE_NUM``, one
 node of one device when unset, so only the
@@ -23,7 +24,7 @@ import unittest as _unittest
 
 from graphfront.ops import test_ops as _test_ops  # noqa: F401 - registers OneFlow's framework test ops
 from graphfront.framework.session import clear_default_session
-from graphfront.toplevel import enable_eager_execution
+from graphfront.toplevel import enable_eager_execution, enable_typing_check
 
 __all__ = ["TestCase", "env", "num_nodes_required", "register_test_cases", "skip_unless_1n1d", "skip_unless_1n2d",
            "skip_unless_1n4d", "skip_unless_2n1d", "skip_unless_2n2d", "skip_unless_2n4d"]
@@ -81,13 +82,16 @@ for _name, _fn in vars(env).items():
 
 class TestCase(_unittest.TestCase):
     """``unittest.TestCase`` that starts every test with ``flow.clear_default_session()``,
-    then ``flow.enable_eager_execution(flow.unittest.env.eager_execution_enabled())``:
-    with ``ONEFLOW_TEST_ENABLE_EAGER=1`` the tests' jobs run eagerly.
+    then ``flow.enable_eager_execution(flow.unittest.env.eager_execution_enabled())`` and
+    ``flow.experimental.enable_typing_check(flow.unittest.env.typing_check_enabled())``:
+    with ``ONEFLOW_TEST_ENABLE_EAGER=1`` the tests' jobs run eagerly, with
+    ``ONEFLOW_TEST_ENABLE_TYPING_CHECK=1`` their global functions must be annotated.
     """
 
     def setUp(self):
         clear_default_session()
         enable_eager_execution(_eager_execution_enabled())
+        enable_typing_check(_typing_check_enabled())
 
 
 def _skip_unless(num_nodes, num_devices):

@@ -104,6 +104,9 @@ def get_variable(name: str, shape: Sequence[int] | None = None, dtype: _dt.dtype
         except ValueError as e:
             raise JobBuildError(f"get_variable '{full}': {e}{format_location(loc)}") from None
         vc.nd_sbp.extend(nd_sbp)
+    elif getattr(distribute, "kind", None) == "partial_sum":
+        raise ArgumentError(f"get_variable '{full}': distribute cannot be a partial sum (flow.sbp.partial_sum); "
+                            "a variable is split(axis) or broadcast")
     elif distribute is not None and getattr(distribute, "kind", None) == "split":
         vc.nd_sbp.append(f"S({distribute.axis})")  # the layout over a multi-device placement
     if builder.session is not None and full in builder.session.variables:

@@ -10,6 +10,7 @@ from graphfront import typing as tp
 from graphfront.core import op_conf_pb2
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import job_builder as jb
+from graphfront.framework.annotations import TypingCheck
 from graphfront.framework.blob_desc import WATCH_SCOPES, BlobDesc
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
 from graphfront.ops.builder import unique_str
@@ -30,6 +31,10 @@ def _handler(handler_or_prompt, blob):
         raise JobBuildError(f"flow.watch: handler must take exactly one parameter, "
                             f"{handler_or_prompt.__name__} takes {len(params)}{format_location(user_frame())}")
     ann = params[0].annotation
+    if ann is inspect.Parameter.empty and TypingCheck.enabled:
+        raise JobBuildError(f"flow.watch: the parameter of handler {handler_or_prompt.__name__} is not annotated; "
+                            f"with flow.experimental.enable_typing_check() it needs tp.Numpy or tp.ListNumpy"
+                            f"{format_location(user_frame())}")
     if ann is tp.Numpy:
         return handler_or_prompt
     if ann is tp.ListNumpy:

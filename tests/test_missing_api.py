@@ -2,7 +2,8 @@
 ssp_variable_proxy's ring of snapshots (OneFlow's own test expectations), the
 categorical ordinal encoder's persistent table, dynamic blobs fed as ListNumpy,
 framework test ops inside flow.unittest.TestCase, blob.parallel_conf.device_tag(),
-ops.transpose_util, and the build-time errors of the new wrappers."""
+ops.transpose_util, the build-time errors of the new wrappers, flow.sbp, the Resource and
+JobSet protos (current_resource, get_job_set), the typing check and eager_assign_121."""
 import typing
 
 import numpy as np
@@ -323,3 +324,185 @@ def test_system_assign_is_the_legacy_assign_conf_op(mode):
 
     with pytest.raises(flow.ArgumentError, match="argument 'ref' must be a variable blob"):
         bad(np.zeros(3, np.float32))
+
+
+def test_sbp_objects_are_the_distribute_policies_and_lay_out_hierarchical_parallel_cast():
+    assert flow.sbp.split(1) == flow.distribute.split(1) and flow.sbp.broadcast == flow.distribute.broadcast()
+    assert [str(s) for s in (flow.sbp.split(1), flow.sbp.broadcast, flow.sbp.partial_sum)] == ["S(1)", "B", "P"]
+    with pytest.raises(flow.ArgumentError, match=r"flow.sbp.split: axis must be >= 0, received -1"):
+        flow.sbp.split(-1)
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((4, 6))) -> tp.Numpy:
+        y = flow.hierarchical_parallel_cast(x, [flow.sbp.split(1)], grad_mode="manual",
+                                            grad_nd_sbp=flow.sbp.partial_sum, name="cast")
+        return flow.hierarchical_parallel_cast(y, nd_sbp=["B"], name="cast_b")
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    np.testing.assert_array_equal(job(x), x)
+    ops = {op.name: op for op in job.graph.proto.net.op}
+    attrs = ops["cast"].user_conf.attr
+    assert list(attrs["nd_sbp"].at_list_string.val) == ["S(1)"]
+    assert list(attrs["grad_nd_sbp"].at_list_string.val) == ["P"]
+
+
+def test_partial_sum_is_refused_where_a_distribute_policy_is_taken():
+    @flow.global_function()
+    def cast(x: tp.Numpy.Placeholder((4, 6))) -> tp.Numpy:
+        return flow.parallel_cast(x, distribute=flow.sbp.partial_sum)
+    with pytest.raises(flow.ArgumentError, match=r"flow.parallel_cast: argument 'distribute' expects a distribute "
+                                                 r"policy .* received Distribute flow.sbp.partial_sum \(a partial"):
+        cast(np.zeros((4, 6), np.float32))
+
+    @flow.global_function()
+    def var() -> tp.Numpy:
+        return flow.get_variable("w", shape=(2,), distribute=flow.sbp.partial_sum)
+    with pytest.raises(flow.ArgumentError, match=r"get_variable 'w': distribute cannot be a partial sum"):
+        var()
+
+    @flow.global_function()
+    def dense(x: tp.Numpy.Placeholder((4, 6))) -> tp.Numpy:
+        return flow.layers.dense(x, 3, model_distribute=flow.sbp.partial_sum, name="fc")
+    with pytest.raises(flow.JobBuildError, match=r"layers.dense 'fc': model_distribute expects a flow.distribute"):
+        dense(np.zeros((4, 6), np.float32))
+
+
+def test_current_resource_and_all_device_placement_follow_flow_config():
+    from graphfront.core import resource_pb2
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(3)
+    flow.config.comm_net_worker_num(8)
+    flow.config.collective_boxing.nccl_fusion_threshold_mb(32)
+    res = flow.current_resource()
+    assert isinstance(res, resource_pb2.Resource) and res is not flow.current_resource()
+    assert (res.machine_num, res.gpu_device_num, res.cpu_device_num, res.comm_net_worker_num) == (1, 0, 3, 8)
+    assert res.collective_boxing_conf.nccl_fusion_threshold_mb == 32
+    assert not res.HasField("max_mdsave_worker_num") and res.max_mdsave_worker_num == 64  # OneFlow's default
+    assert flow.env.current_resource is flow.current_resource
+    conf = flow.env.all_device_placement("cpu")
+    assert (conf.device_tag, list(conf.device_name)) == ("cpu", ["0:0-2"])
+    with pytest.raises(flow.ArgumentError, match=r"all_device_placement: the resource has no gpu device "
+                                                 r"\(gpu_device_num is 0\)"):
+        flow.env.all_device_placement("gpu")
+    with pytest.raises(flow.ArgumentError, match=r"device_type expects 'gpu' or 'cpu', received 'tpu'"):
+        flow.env.all_device_placement("tpu")
+
+
+def test_get_job_set_holds_the_compiled_jobs_and_the_memory_strategy():
+    from graphfront.core import job_set_pb2
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        loss = flow.math.reduce_mean(flow.layers.dense(x, 1, name="fc"))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    @flow.global_function()
+    def predict(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.layers.dense(x, 1, name="fc")
+    assert len(flow.experimental.get_job_set().job) == 0  # nothing compiled yet
+    flow.inter_job_reuse_mem_strategy("custom_parallelism", job_name_groups=[["train", "predict"]])
+    predict(np.ones((2, 3), np.float32))  # the first call compiles both jobs
+    job_set = flow.experimental.get_job_set()
+    assert isinstance(job_set, job_set_pb2.JobSet)
+    assert sorted(j.job_conf.job_name for j in job_set.job) == ["predict", "train"]
+    train_job = next(j for j in job_set.job if j.job_conf.job_name == "train")
+    assert any(op.user_conf.op_type_name.endswith("_update") for op in train_job.net.op)  # completed: the optimizer
+    assert list(job_set.inter_job_reuse_mem_strategy.custom_parallelism.nonparallel_group[0].job_name) == \
+        ["train", "predict"]
+    job_set.job[0].job_conf.job_name = "changed"  # a copy
+    assert "changed" not in [j.job_conf.job_name for j in flow.experimental.get_job_set().job]
+
+    other = job_set_pb2.JobSet()
+    flow.inter_job_reuse_mem_strategy("parallelism_priority", job_set=other)
+    assert other.inter_job_reuse_mem_strategy.WhichOneof("strategy_case") == "parallelism_priority"
+    for args, kwargs, match in [(("mem_sharing_priority",), {}, r"strategy_str expects one of 'reuse_mem_priority'"),
+                                (("custom_parallelism",), {}, r"needs job_name_groups, a list of lists of job names"),
+                                (("custom_parallelism",), {"job_name_groups": ["ab"]}, r"received \['ab'\]"),
+                                (("reuse_mem_priority",), {"job_name_groups": []}, r"unexpected keyword"),
+                                (("reuse_mem_priority", {}), {}, r"job_set expects a JobSet proto")]:
+        with pytest.raises(flow.ArgumentError, match=match):
+            flow.inter_job_reuse_mem_strategy(*args, **kwargs)
+
+
+@pytest.fixture
+def typing_check():
+    from graphfront.framework.annotations import TypingCheck
+    flow.experimental.enable_typing_check()
+    yield
+    TypingCheck.enabled = False
+
+
+def test_typing_check_requires_annotated_global_functions_and_watch_handlers(typing_check):
+    with pytest.raises(flow.ArgumentError, match=r"global function 'job': parameter 'x' is not annotated"):
+        @flow.global_function()
+        def job(x=flow.FixedTensorDef((2,))) -> tp.Numpy:
+            return x
+    with pytest.raises(flow.ArgumentError, match=r"global function 'unreturned': no return annotation"):
+        @flow.global_function()
+        def unreturned(x: tp.Numpy.Placeholder((2,))):
+            return x
+
+    @flow.global_function()
+    def watched(x: tp.Numpy.Placeholder((2,))) -> None:
+        flow.watch(x, lambda value: None)
+    with pytest.raises(flow.JobBuildError, match=r"flow.watch: the parameter of handler <lambda> is not annotated"):
+        watched(np.zeros(2, np.float32))
+    with pytest.raises(RuntimeError, match=r"enable_typing_check must be called before any global function is "
+                                           r"defined; the default session already has \['watched'\]"):
+        flow.experimental.enable_typing_check(False)
+
+    flow.clear_default_session()  # a process-wide switch: still on in the next session
+    seen = []
+
+    @flow.global_function()
+    def annotated(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        flow.watch(x, lambda value: seen.append(value))
+        return x + 1
+    with pytest.raises(flow.JobBuildError, match=r"not annotated"):
+        annotated(np.zeros(2, np.float32))
+
+
+def test_unittest_testcase_sets_the_typing_check_from_the_environment(monkeypatch):
+    from graphfront.framework.annotations import TypingCheck
+    monkeypatch.setenv("ONEFLOW_TEST_ENABLE_TYPING_CHECK", "1")
+    try:
+        flow.unittest.TestCase("run").setUp()
+        assert TypingCheck.enabled
+        monkeypatch.setenv("ONEFLOW_TEST_ENABLE_TYPING_CHECK", "0")
+        flow.unittest.TestCase("run").setUp()
+        assert not TypingCheck.enabled
+    finally:
+        TypingCheck.enabled = False
+
+
+def test_eager_assign_121_writes_the_variable_at_once_in_eager_execution():
+    @flow.global_function()
+    def lazy(value: tp.Numpy.Placeholder((3, 4))) -> None:
+        var = flow.get_variable("var", shape=(3, 4), initializer=flow.constant_initializer(0))
+        flow.experimental.eager_assign_121(var, value)
+    with pytest.raises(RuntimeError, match=r"eager_assign_121 runs only in eager execution"):
+        lazy(np.zeros((3, 4), np.float32))
+
+    flow.clear_default_session()
+    flow.enable_eager_execution(True)
+
+    @flow.global_function()
+    def assign(value: tp.Numpy.Placeholder((3, 4))) -> tp.Numpy:
+        var = flow.get_variable("var", shape=(3, 4), initializer=flow.constant_initializer(0))
+        before = var.numpy()
+        ref = flow.experimental.eager_assign_121(var, value)
+        assert ref is var and np.array_equal(before, np.zeros((3, 4), np.float32))
+        return flow.nn.relu(var)
+
+    @flow.global_function()
+    def read() -> tp.Numpy:
+        return flow.get_variable("var", shape=(3, 4), initializer=flow.constant_initializer(0))
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(assign(x), np.maximum(x, 0))  # read after the assign in the same call
+    np.testing.assert_array_equal(read(), x)
+
+    @flow.global_function()
+    def bad(value: tp.Numpy.Placeholder((3, 4))) -> None:
+        flow.experimental.eager_assign_121(value, value)
+    with pytest.raises(flow.ArgumentError, match=r"experimental.eager_assign_121: argument 'ref' must be a variable"):
+        bad(x)

@@ -21,7 +21,9 @@ from graphfront.core import (  # noqa: E402
     initializer_conf_pb2,
     job_conf_pb2,
     job_pb2,
+    job_set_pb2,
     op_conf_pb2,
+    resource_pb2,
     user_op_attr_pb2,
     variable_meta_info_pb2,
 )
@@ -29,8 +31,8 @@ from graphfront.core.descriptor_compat import is_repeated, is_required  # noqa: 
 
 EXPECTED_MODULES = [
     "blob_desc", "data_type", "initializer_conf", "interface_blob_conf",
-    "job", "job_conf", "learning_rate_schedule_conf", "logical_blob_id",
-    "op_conf", "placement", "record", "regularizer_conf", "saved_model",
+    "job", "job_conf", "job_set", "learning_rate_schedule_conf", "logical_blob_id",
+    "op_conf", "placement", "record", "regularizer_conf", "resource", "saved_model",
     "sbp_parallel", "scope", "shape", "user_op_attr", "user_op_conf",
     "variable_meta_info",
 ]
@@ -118,8 +120,8 @@ def test_module_imports_with_oneflow_package(stem):
 ONEFLOW_PATHS = [
     "common/data_type", "common/shape",
     "framework/user_op_attr", "framework/user_op_conf", "framework/variable_meta_info",
-    "job/initializer_conf", "job/job", "job/job_conf", "job/learning_rate_schedule_conf",
-    "job/placement", "job/regularizer_conf", "job/sbp_parallel", "job/scope",
+    "job/initializer_conf", "job/job", "job/job_conf", "job/job_set", "job/learning_rate_schedule_conf",
+    "job/placement", "job/regularizer_conf", "job/resource", "job/sbp_parallel", "job/scope",
     "operator/interface_blob_conf", "operator/op_conf",
     "record/record",
     "register/blob_desc", "register/logical_blob_id",
@@ -241,6 +243,15 @@ def test_misc_numbers_and_defaults():
     assert job_conf_pb2.TrainConf().loss_scale_factor == 1.0
     assert job_conf_pb2.AdamModelUpdateConf().do_bias_correction is True
     assert _field(job_conf_pb2.OptimizerConf, "adam_conf").number == 1004
+
+    R = resource_pb2.Resource
+    assert [_field(R, n).number for n in ("machine_num", "gpu_device_num", "cpu_device_num",
+                                          "reserved_device_mem_mbyte", "collective_boxing_conf")] == [1, 4, 5, 13, 19]
+    assert R().comm_net_worker_num == 4 and R().max_mdsave_worker_num == 64
+    assert resource_pb2.CollectiveBoxingConf().nccl_fusion_threshold_mb == 16
+    assert _field(resource_pb2.CollectiveBoxingConf, "nccl_fusion_all_reduce_use_buffer").number == 108
+    assert _field(job_set_pb2.JobSet, "inter_job_reuse_mem_strategy").number == 5
+    assert _field(job_set_pb2.InterJobReuseMemStrategy, "custom_parallelism").number == 3
 
 
 def test_unknown_fields_survive_round_trip():

@@ -14,8 +14,8 @@ import types
 ONEFLOW_LAYOUT = {
     "common": ("data_type", "shape"),
     "framework": ("user_op_attr", "user_op_conf", "variable_meta_info"),
-    "job": ("initializer_conf", "job", "job_conf", "learning_rate_schedule_conf",
-            "placement", "regularizer_conf", "sbp_parallel", "scope"),
+    "job": ("initializer_conf", "job", "job_conf", "job_set", "learning_rate_schedule_conf",
+            "placement", "regularizer_conf", "resource", "sbp_parallel", "scope"),
     "operator": ("interface_blob_conf", "op_conf"),
     "record": ("record",),
     "register": ("blob_desc", "logical_blob_id"),

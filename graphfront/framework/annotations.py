@@ -15,6 +15,14 @@ from graphfront.framework.errors import ArgumentError
 from graphfront.framework import dtypes as _dt
 
 
+class TypingCheck:
+    """``flow.experimental.enable_typing_check``'s switch (process-wide, as OneFlow's
+    ``typing_check_enabled``): when on, every parameter and the return value of a global
+    function, and the parameter of a ``flow.watch`` handler, must be annotated."""
+
+    enabled = False
+
+
 class PlaceholderDef:
     """A parameter annotation of a global function: the shape and dtype of one input.
 

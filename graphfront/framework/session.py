@@ -28,7 +28,7 @@ import torch
 
 from graphfront.framework import dtypes as _dt
 from graphfront.framework import annotations as tp
-from graphfront.core import job_conf_pb2, job_pb2, op_conf_pb2
+from graphfront.core import job_conf_pb2, job_pb2, job_set_pb2, op_conf_pb2
 from graphfront.core.descriptor_compat import is_repeated
 from graphfront.framework import eager
 from graphfront.framework import job_builder as jb
@@ -944,6 +944,8 @@ class Session:
         self.gpu_device_num = 1
         self.cpu_device_num = 1
         self.resource = {}  # the resource settings flow.config.* recorded: name -> value
+        # flow.inter_job_reuse_mem_strategy's choice, returned in flow.experimental.get_job_set()
+        self.inter_job_reuse_mem_strategy = job_set_pb2.InterJobReuseMemStrategy()
         # Held while a job is compiled, a plan runs, or variables are read or written as a
         # whole (checkpoint save/load), so none of these sees another half done.
         self.lock = threading.RLock()
@@ -1052,6 +1054,20 @@ def clear_default_session():
     _default_session = Session()
 
 
+def _check_annotated(name, sig):
+    """Under ``flow.experimental.enable_typing_check()``: ArgumentError for a parameter or a
+    return of global function ``name`` without an annotation."""
+    for p in sig.parameters.values():
+        if p.annotation is p.empty:
+            raise ArgumentError(f"global function '{name}': parameter '{p.name}' is not annotated; with "
+                                f"flow.experimental.enable_typing_check() every parameter needs an annotation such "
+                                f"as tp.Numpy.Placeholder(shape, dtype)")
+    if sig.return_annotation is sig.empty:
+        raise ArgumentError(f"global function '{name}': no return annotation; with "
+                            f"flow.experimental.enable_typing_check() the return needs one (tp.Numpy, tp.ListNumpy, "
+                            f"tp.Callback[...], None ...)")
+
+
 class GlobalFunction:
     """The callable that ``@flow.global_function`` returns (see module docstring)."""
 
@@ -1065,6 +1081,8 @@ class GlobalFunction:
         sig = inspect.signature(func)
         self.placeholders = []
         self.arity = []  # per parameter: None (one placeholder) or n (a tuple of n placeholders)
+        if tp.TypingCheck.enabled:
+            _check_annotated(self.name, sig)
         for p in sig.parameters.values():
             ann = p.annotation
             if ann is p.empty and isinstance(p.default, tp.PlaceholderDef):

@@ -7,7 +7,8 @@ starts for several devices (``flow.config.gpu_device_num``) are its own, not cli
 """
 from __future__ import annotations
 
-from graphfront.env import current_env
+from graphfront.framework import session as _session
+from graphfront.parallel.placement import machine_count
 from graphfront.toplevel import current_machine_id
 
 __all__ = ["get_local_rank", "get_rank", "get_world_size", "is_multi_client"]
@@ -19,8 +20,9 @@ def get_rank() -> int:
 
 
 def get_world_size() -> int:
-    """The number of machines of the run: those ``flow.env.machine(...)`` lists, else 1."""
-    return max(len(current_env().get("machine") or ()), 1)
+    """The number of machines of the run, as the runtime counts them:
+    ``flow.config.machine_num``, else ``WORLD_SIZE`` (``torchrun``), else 1."""
+    return machine_count(_session.default_session())
 
 
 def get_local_rank() -> int:

@@ -18,7 +18,7 @@ from graphfront.framework.blob_desc import BlobDesc, is_int
 from graphfront.core import job_set_pb2, resource_pb2
 from graphfront.framework.annotations import TypingCheck
 from graphfront.framework.errors import ArgumentError, format_location, user_frame
-from graphfront.parallel.placement import machine_count
+from graphfront.parallel.placement import machine_count, machine_rank
 
 __all__ = ["FunctionDesc", "Size", "cast_to_current_logical_view", "current_global_function_desc",
            "current_machine_id", "current_resource", "current_scope",
@@ -147,8 +147,11 @@ def device_prior_placement(*args, **kwargs):
 # ------------------------------------------------------------------ session helpers
 
 def current_machine_id() -> int:
-    """The id of this machine: 0 (graphfront runs on one machine)."""
-    return 0
+    """This process's machine among the machines of the run (0 to machine count - 1):
+    ``GRAPHFRONT_MACHINE_RANK``, else ``RANK`` (``torchrun --nproc_per_node 1``) when the
+    default session has several machines (``flow.config.machine_num``, else
+    ``WORLD_SIZE``); 0 on one machine."""
+    return machine_rank(_session.default_session())
 
 
 def sync_default_session():

@@ -273,10 +273,20 @@ def test_gradient_accumulation_with_unpack_acc_matches_the_full_batch_gradient()
     np.testing.assert_allclose(grads["w"], expected, rtol=1e-5)
 
 
-def test_distributed_ranks_gen_seed_and_host_nvtx_ranges():
+def test_distributed_ranks_gen_seed_and_host_nvtx_ranges(monkeypatch):
     # flow.distributed, flow.random.gen_seed and flow.profiler.range_push / range_pop were missing
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("RANK", "1")  # (a rank of one machine is no machine rank)
     assert (flow.distributed.get_rank(), flow.distributed.get_local_rank()) == (0, 0)
     assert flow.distributed.get_world_size() == 1 and flow.distributed.is_multi_client() is False
+    # one process a machine under torchrun: the machine rank and count the runtime rendezvouses with
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert (flow.current_machine_id(), flow.distributed.get_rank(), flow.distributed.get_world_size()) == (1, 1, 2)
+    monkeypatch.setenv("GRAPHFRONT_MACHINE_RANK", "0")
+    flow.config.machine_num(3)
+    assert (flow.current_machine_id(), flow.distributed.get_world_size()) == (0, 3)
+    monkeypatch.delenv("WORLD_SIZE")
+    flow.clear_default_session()
     # OneFlow's random_util: consistent view, a random seed that every device shares; mirrored
     # view, -1 and has_seed False (each device draws its own); a given seed as it is
     seed, has_seed = flow.random.gen_seed()

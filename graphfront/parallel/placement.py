@@ -54,3 +54,12 @@ def machine_count(session) -> int:
     ``torchrun --nproc_per_node 1``), else 1."""
     import os
     return getattr(session, "machine_num", None) or int(os.environ.get("WORLD_SIZE", 1))
+
+
+def machine_rank(session) -> int:
+    """This process's machine, 0 to ``machine_count(session) - 1``: ``GRAPHFRONT_MACHINE_RANK``,
+    else ``RANK`` (``torchrun --nproc_per_node 1``); 0 on one machine."""
+    import os
+    if machine_count(session) == 1:
+        return 0
+    return int(os.environ.get("GRAPHFRONT_MACHINE_RANK", os.environ.get("RANK", 0)))

@@ -80,7 +80,7 @@ from graphfront.framework.env_settings import current_env
 from graphfront.framework.errors import JobBuildError, OpRunError
 from graphfront.framework.scope_symbols import calculation_pass_of
 from graphfront.parallel import sbp as _sbp
-from graphfront.parallel.placement import machine_count
+from graphfront.parallel.placement import machine_count, machine_rank
 from graphfront.ops.boxing_ops import grid_groups
 from graphfront.ops.registry import load_origin, op_def
 from graphfront.ops.boxing_ops import involved_ranks, placement_ranks, subgroup
@@ -518,7 +518,7 @@ def rendezvous(session):
     """``(master address, port, machine rank, machine count)`` for the session's workers;
     the port is None on one machine where none was set (the client then hosts the store)."""
     machines = machine_count(session)
-    machine_rank = int(os.environ.get("GRAPHFRONT_MACHINE_RANK", os.environ.get("RANK", 0)) if machines > 1 else 0)
+    rank = machine_rank(session)
     addr = os.environ.get("MASTER_ADDR")
     port = os.environ.get("MASTER_PORT")
     conf = current_env()
@@ -535,7 +535,7 @@ def rendezvous(session):
         if machines > 1:
             raise RuntimeError("several machines need a rendezvous port: set MASTER_PORT (torchrun does) or "
                                "flow.env.ctrl_port(port)")
-    return addr, (int(port) if port else None), machine_rank, machines
+    return addr, (int(port) if port else None), rank, machines
 
 
 @contextlib.contextmanager

@@ -282,13 +282,48 @@ def _bernoulli_draws(eager):
     return [draw(p) for _ in range(3)]
 
 
-def test_a_kernel_keeps_its_state_across_eager_calls():
-    """A seeded random op continues its stream from one call to the next, as its lazy
-    job's kernel does (a fresh kernel per call would draw the same numbers each call)."""
+def test_a_seeded_random_op_draws_the_same_numbers_at_every_eager_call():
+    """OneFlow's eager mode runs each op as a stateless call (a new kernel): a seeded op
+    draws the first numbers of its stream at every call, where a lazy job's kernel goes on
+    (OneFlow v0.6.0's test_TestRandomSource expects both, with its literal values)."""
     lazy, eager = _bernoulli_draws(False), _bernoulli_draws(True)
     assert not np.array_equal(lazy[0], lazy[1])
-    for e, l in zip(eager, lazy):
-        np.testing.assert_array_equal(e, l)
+    for e in eager:
+        np.testing.assert_array_equal(e, lazy[0])
+
+    def source_draws(eager):
+        flow.clear_default_session()
+        flow.enable_eager_execution(eager)
+
+        @flow.global_function()
+        def job() -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0"):
+                return (flow.user_op_builder("src").Op("TestRandomSource").Output("out").Attr("seed", 0).Build()
+                        .InferAndTryRun().RemoteBlobList()[0])
+        return [job(), job()]
+    rand_0_4 = [0.5488136, 0.59284467, 0.7151894, 0.8442659, 0.6027634]  # OneFlow's test values
+    rand_5_9 = [0.85794574, 0.54488325, 0.84725183, 0.42365485, 0.62356377]
+    np.testing.assert_allclose(source_draws(False), [rand_0_4, rand_5_9], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(source_draws(True), [rand_0_4, rand_0_4], rtol=1e-5, atol=1e-5)
+
+
+def test_a_data_reader_goes_on_across_eager_calls(tmp_path):
+    """A reader's kernel keeps its place in the files from one eager call to the next, as
+    in a lazy job (graphfront's choice: OneFlow's single-client eager mode had no readers)."""
+    from graphfront.ofrecord import OFRecord, int32_feature, write_records
+    write_records(str(tmp_path / "part-0"), [OFRecord(feature={"id": int32_feature(r)}) for r in range(6)])
+
+    def read(eager):
+        flow.clear_default_session()
+        flow.enable_eager_execution(eager)
+
+        @flow.global_function(type="predict")
+        def job() -> tp.Numpy:
+            rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=2, data_part_num=1)
+            return flow.data.OFRecordRawDecoder(rec, "id", shape=(), dtype=flow.int32)
+        return np.concatenate([job() for _ in range(4)])
+    np.testing.assert_array_equal(read(True), read(False))
+    np.testing.assert_array_equal(read(True), [0, 1, 2, 3, 4, 5, 0, 1])
 
 
 def test_watch_diff_and_callback_results_in_eager_calls_equal_lazy():

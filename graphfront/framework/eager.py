@@ -6,10 +6,14 @@ checked and inferred exactly as in a lazy build (``add_op``) and then run at onc
 its registered kernel on concrete tensors, kept per lbn in ``builder.values``. So a blob's
 value is known inside the job function (``blob.numpy()``, ``flow.watch`` handlers run at
 once), variables are created and initialized on first use and keep their values in the
-session's VariableStore across calls. The kernel an op runs is kept from one call to the
-next (by the op's position in the job function and checked against its type, attrs and
-blob shapes), so a kernel with state, a data reader or a random op's generator, goes on
-where the previous call left it, as the kernel of a lazy job does.
+session's VariableStore across calls. OneFlow's eager mode runs each op as a stateless
+call, with a new kernel: so does graphfront for a random op (``random=True`` in the
+registry), whose draws restart at every call (a seeded op draws the same numbers each time,
+where a lazy job's kernel goes on; OneFlow's ``test_TestRandomSource`` expects both). The
+kernel of any other op is kept from one call to the next (by the op's position in the job
+function and checked against its type, attrs and blob shapes), which changes nothing for a
+pure op and lets a data reader go on where the previous call left it, as the kernel of a
+lazy job does (``keeps_state=True``; OneFlow's single-client eager mode had no readers).
 
 A job placed on several devices runs in the consistent view as on one: each op computes its
 logical blob once, on the first device of its placement, so its values are those the lazy
@@ -116,8 +120,10 @@ class EagerJobBuilder(jb.JobBuilder):
 
     def _kernel(self, op, device):
         """The kernel of a user op: the one the op at this position ran in the previous
-        call when type, attrs, blob shapes and device are the same, else a new one."""
-        if jb.op_kind(op) != "user_conf":
+        call when type, attrs, blob shapes and device are the same, else a new one; always
+        a new one for a random op (OneFlow's stateless eager call) unless it keeps state."""
+        opdef = registry.op_def(op)
+        if jb.op_kind(op) != "user_conf" or (opdef.random and not opdef.keeps_state):
             return make_kernel(op, self.descs, device)
         ins, outs = jb.op_args(op)
         signature = (op.user_conf.op_type_name, str(device),

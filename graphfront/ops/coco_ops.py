@@ -464,5 +464,5 @@ def _coco_kernel(k):
 
 
 op("COCOReader", outputs=list(OUTPUTS), attrs=ATTRS, infer=_coco_infer, kernel=_coco_kernel, sbp=_coco_sbp,
-   no_grad=True, random=True, cpu_only=True,
+   no_grad=True, random=True, keeps_state=True, cpu_only=True,
    doc="batches of a COCO data set: encoded images, ids, sizes, boxes, labels and polygons")

@@ -200,7 +200,8 @@ _split_outputs = _split_over("data_part_num")
 
 
 op("OFRecordReader", outputs=["out"], attrs=dict(READER_ATTRS, nd_sbp="list_string"),
-   infer=_reader_infer, kernel=_reader_kernel, sbp=_split_outputs, no_grad=True, random=True, cpu_only=True)
+   infer=_reader_infer, kernel=_reader_kernel, sbp=_split_outputs, no_grad=True, random=True, keeps_state=True,
+   cpu_only=True)
 
 
 def _check_color_space(ctx):
@@ -712,7 +713,8 @@ def _onerec_reader_kernel(k):
 
 
 op("OneRecReader", outputs=["out"], attrs=ONEREC_READER_ATTRS, infer=_onerec_reader_infer,
-   kernel=_onerec_reader_kernel, sbp=_split_over("files"), no_grad=True, random=True, cpu_only=True,
+   kernel=_onerec_reader_kernel, sbp=_split_over("files"), no_grad=True, random=True, keeps_state=True,
+   cpu_only=True,
    doc="batches of OneRec records (frame payloads) from a list of files, as a tensor_buffer")
 
 #: the dtypes onerec_decoder reads and the OneRec list each is stored as (OneFlow's kernel has no others)
@@ -939,5 +941,6 @@ def _gpt_loader_kernel(k):
 
 
 op("megatron_gpt_mmap_data_loader", inputs=["iteration?"], outputs=["out"], attrs=GPT_LOADER_ATTRS,
-   infer=_gpt_loader_infer, kernel=_gpt_loader_kernel, no_grad=True, random=True, mutates=("iteration",),
+   infer=_gpt_loader_infer, kernel=_gpt_loader_kernel, no_grad=True, random=True, keeps_state=True,
+   mutates=("iteration",),
    host_reads=True, doc="batches of seq_length + 1 tokens from a Megatron-LM indexed data set")

@@ -144,6 +144,7 @@ class OpDef:
     fused: Optional[Callable] = None    # kernel factory running several of the op's instances at once
     boxing: bool = False                # a boxing op: the workers run those they share in one order
     origin: Optional[tuple] = None      # how another process registers the op type: see :func:`load_origin`
+    keeps_state: bool = False           # eager calls keep the kernel's state too (a reader's position)
 
     def mutated_args(self, attrs) -> tuple:
         """Input args the kernel updates in place, for an op with these attrs."""
@@ -190,7 +191,7 @@ QAT_ROLES = ("int8", "int8_google", "transparent")
 def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
        no_grad=False, mutates=(), view=False, random=False, doc="", sbp=None, native=None, onnx=None,
        xla=None, amp=None, amp_no_cast=(), qat=None, conf="user_conf", interface=False, checks=None,
-       host_reads=False, cpu_only=False, fused=None, boxing=False, origin=None):
+       host_reads=False, cpu_only=False, fused=None, boxing=False, origin=None, keeps_state=False):
     """Register an op type. Returns its :class:`OpDef`.
 
     ``attrs`` maps attr name to a type name (implicit zero default, as OneFlow), a
@@ -199,7 +200,11 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
     in place (or is a function of the attrs returning them); ``view=True`` marks ops
     whose outputs may alias their inputs (the runtime orders in-place updates after every
     reader of such aliases); ``random=True`` marks ops whose results differ between runs
-    on equal inputs (never folded or hoisted). ``sbp(ctx)`` lists the op's candidate SBP
+    on equal inputs (never folded or hoisted); in eager execution such an op gets a new
+    kernel at every call, as OneFlow's eager mode runs each op as a stateless call (a
+    seeded op draws the same numbers at each call), unless ``keeps_state=True``: a kernel
+    whose state eager calls keep as a lazy job's runs do (a data reader's position in its
+    files, ``ssp_variable_proxy``'s snapshots). ``sbp(ctx)`` lists the op's candidate SBP
     signatures for multi-device jobs (see :mod:`graphfront.parallel.sbp`). ``native``,
     ``onnx`` and ``xla`` are the optional lowering rules described in the module docstring.
     ``amp`` puts the op on one of the auto mixed precision lists of
@@ -265,7 +270,7 @@ def op(op_type, *, inputs=(), outputs=(), attrs=None, infer, kernel, grad=None,
                   attr_defs, infer, kernel, grad, no_grad, mutates if callable(mutates) else tuple(mutates),
                   view, random, doc, sbp, native, onnx, xla, amp, tuple(amp_no_cast), qat, conf, interface,
                   checks, host_reads, cpu_only, fused, boxing,
-                  origin if origin is not None else _importing_module())
+                  origin if origin is not None else _importing_module(), keeps_state)
     _REGISTRY[conf, op_type] = opdef
     return opdef
 

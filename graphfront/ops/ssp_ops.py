@@ -36,5 +36,5 @@ def _ssp_kernel(k):
 
 
 op("ssp_variable_proxy", inputs=["var"], outputs=["ref", "value"], attrs={"buffer_size": ("int64", 1)},
-   infer=_ssp_infer, kernel=_ssp_kernel, no_grad=True, view=True, random=True,
+   infer=_ssp_infer, kernel=_ssp_kernel, no_grad=True, view=True, random=True, keeps_state=True,
    doc="the variable (ref) and a copy of it buffer_size runs old (value)")

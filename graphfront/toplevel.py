@@ -71,7 +71,9 @@ def enable_eager_execution(val=True):
     (``blob.numpy()``, ``flow.watch`` handlers are called at once), variables are
     created on first use and keep their values across calls, and a train job computes
     its gradients and updates its variables at the end of each call. Calls take and
-    return what a lazy call does. ``flow.clear_default_session()`` turns it off again.
+    return what a lazy call does. The mode outlives ``flow.clear_default_session()``, as
+    OneFlow's environment-wide switch (v0.6.0
+    ``python/oneflow/compatible/single_client/framework/env_util.py``) does.
 
     Raises:
         RuntimeError: the mode would change after a global function was defined in the

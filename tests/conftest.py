@@ -22,10 +22,13 @@ torch.backends.cudnn.allow_tf32 = False
 
 @pytest.fixture(autouse=True)
 def fresh_session():
-    """Every test starts with a new default session (as flow.unittest.TestCase does)."""
+    """Every test starts with a new default session in lazy mode (as flow.unittest.TestCase
+    does; the eager switch outlives a session)."""
     flow.clear_default_session()
+    flow.enable_eager_execution(False)
     yield
     flow.clear_default_session()
+    flow.enable_eager_execution(False)
 
 
 def _cpu_default(session):

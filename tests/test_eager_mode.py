@@ -200,7 +200,7 @@ def test_blob_numpy_in_a_lazy_job_is_refused():
         job(np.zeros(2, np.float32))
 
 
-def test_the_switch_is_set_before_jobs_are_defined_and_cleared_with_the_session():
+def test_the_switch_is_set_before_jobs_are_defined_and_outlives_the_session():
     assert flow.eager_execution_enabled() is False
     flow.enable_eager_execution(True)
     assert flow.eager_execution_enabled() is True
@@ -215,8 +215,9 @@ def test_the_switch_is_set_before_jobs_are_defined_and_cleared_with_the_session(
         flow.enable_eager_execution(False)
     flow.enable_eager_execution(True)  # (no change: accepted)
 
-    flow.clear_default_session()  # back to lazy, as OneFlow's clear_default_session
-    assert flow.eager_execution_enabled() is False
+    flow.clear_default_session()  # the mode is the environment's (OneFlow's EnableEagerEnvironment)
+    assert flow.eager_execution_enabled() is True
+    flow.enable_eager_execution(False)  # (a new session, no job yet: accepted)
 
     @flow.global_function(type="predict")
     def lazy_job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
@@ -434,3 +435,30 @@ def test_eager_execution_on_several_devices_in_the_mirrored_view_is_refused():
     with pytest.raises(flow.JobBuildError, match=r"placed on devices \['0:0-1'\] in the mirrored view: eager "
                                                  r"execution computes logical \(consistent\) blobs"):
         job(np.zeros((2, 3), np.float32))
+
+
+def test_auto_mixed_precision_does_not_apply_in_eager_calls_and_accumulation_is_refused():
+    """AMP is a job pass, which OneFlow's eager calls do not run: the eager job computes in
+    float32 (with a warning) what the lazy job without AMP computes."""
+    def job_with(eager, amp=False, accumulate=1):
+        flow.clear_default_session()
+        flow.enable_eager_execution(eager)
+        cfg = _config()
+        cfg.enable_auto_mixed_precision(amp)
+        if accumulate > 1:
+            cfg.train.num_gradient_accumulation_steps(accumulate)
+
+        @flow.global_function(type="predict", function_config=cfg)
+        def predict(x: tp.Numpy.Placeholder((B, 1, 8, 8))) -> tp.Numpy:
+            flow.manual_seed(3)
+            return flow.nn.softmax(_net(x, bn=False))
+        return predict
+    x = _data(0)[0]
+    lazy = job_with(False)(x)
+    with pytest.warns(UserWarning, match=r"job 'predict': FunctionConfig\(\).enable_auto_mixed_precision does not "
+                                         r"apply in eager execution"):
+        eager = job_with(True, amp=True)(x)
+    assert eager.dtype == np.float32
+    np.testing.assert_allclose(eager, lazy, rtol=1e-6, atol=1e-7)
+    with pytest.raises(flow.JobBuildError, match=r"num_gradient_accumulation_steps is not supported in eager"):
+        job_with(True, accumulate=2)(x)

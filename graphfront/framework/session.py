@@ -1046,12 +1046,16 @@ def default_session() -> Session:
 
 
 def clear_default_session():
-    """Close the default session (drop jobs and variables) and open a fresh one."""
+    """Close the default session (drop jobs and variables) and open a fresh one. The eager
+    or lazy mode (``flow.enable_eager_execution``) carries over: OneFlow keeps it in the
+    environment (``EnableEagerEnvironment``), which outlives its sessions."""
     global _default_session
     if jb.is_building():
         raise RuntimeError("flow.clear_default_session() cannot be called inside a job function")
     _default_session.close()
+    eager = _default_session.eager
     _default_session = Session()
+    _default_session.eager = eager
 
 
 def _check_annotated(name, sig):
@@ -1131,11 +1135,13 @@ class GlobalFunction:
         session = self.session
         check_arguments(self.name, self.placeholders, args, kwargs)
         conf = self.config.job_config_proto
-        for setting, on in (("num_gradient_accumulation_steps", conf.num_gradient_accumulation_steps > 1),
-                            ("enable_auto_mixed_precision", conf.enable_auto_mixed_precision)):
-            if on:
-                raise JobBuildError(f"job '{self.name}': FunctionConfig().{setting} is not supported in eager "
-                                    f"execution{format_location(user_frame())}")
+        if conf.num_gradient_accumulation_steps > 1:
+            raise JobBuildError(f"job '{self.name}': FunctionConfig().num_gradient_accumulation_steps is not supported "
+                                f"in eager execution{format_location(user_frame())}")
+        if conf.enable_auto_mixed_precision:  # a job pass, which OneFlow's eager calls do not run either
+            warnings.warn(f"job '{self.name}': FunctionConfig().enable_auto_mixed_precision does not apply in eager "
+                          f"execution (as in OneFlow): the job runs in the dtypes it was written with",
+                          UserWarning, stacklevel=3)
         feeds = [_dt.numpy_to_tensor(checked_array(self.name, ph, _one_part(self.name, ph, a)))
                  for ph, a in zip(self.placeholders, args)]
         with session.lock:

@@ -42,10 +42,10 @@ from graphfront.dynamic import indexed_slices_reduce_sum, unique_with_counts
 from graphfront.framework import job_builder as _jb
 from graphfront.framework.blob_desc import BlobDesc, is_int
 from graphfront.framework.job_io import JobFileError, load_job, save_job
-from graphfront.math import square_sum
 from graphfront.framework.errors import ArgumentError, format_location, user_frame
-from graphfront.ops.builder import build_op as _build_op
 from graphfront.framework.scope_symbols import device_count
+from graphfront.math import square_sum
+from graphfront.ops.builder import build_op as _build_op
 from graphfront.toplevel import eager_execution_enabled, enable_typing_check, get_job_set
 
 
@@ -142,5 +142,6 @@ def logical_slice_assign(x, value, slice_tup_list, name=None) -> None:
 
 
 __all__ = ["JobFileError", "custom_op_module", "eager_assign_121", "enable_typing_check", "get_interface_blob_value",
-           "get_job_set", "indexed_slices_reduce_sum", "load_job", "logical_slice", "logical_slice_assign", "name_scope", "save_job", "scope", "set_interface_blob_value", "square_sum",
-           "ssp_variable_proxy", "unique_with_counts", "unittest"]
+           "get_job_set", "indexed_slices_reduce_sum", "load_job", "logical_slice", "logical_slice_assign", "name_scope",
+           "save_job", "scope", "set_interface_blob_value", "square_sum", "ssp_variable_proxy", "unique_with_counts",
+           "unittest"]

@@ -25,13 +25,6 @@ COUNTER = "System-Train-DynamicLossScale-train-GoodStepCounter"
 STEP = "System-Train-TrainStep-train"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_session():
-    flow.clear_default_session()
-    yield
-    flow.clear_default_session()
-
-
 def _data(seed=0):
     rng = np.random.RandomState(seed)
     return rng.randn(B, D).astype(np.float32), rng.randint(0, C, B).astype(np.int32)

@@ -394,7 +394,7 @@ def _conv_job(amp, fmt="NCHW", optimizer="momentum"):
             y = flow.layers.dense(flow.reshape(h, (2, -1)), 3, name="d",
                                   kernel_initializer=flow.random_normal_initializer(stddev=0.5))
             loss = flow.math.reduce_mean(y * y)
-        schedule = flow.optimizer.PiecewiseConstantScheduler([], [0.1])
+        schedule = flow.optimizer.PiecewiseConstantScheduler([], [0.01])
         (flow.optimizer.SGD(schedule, momentum=0.9) if optimizer == "momentum" else
          flow.optimizer.Adam(schedule)).minimize(loss)
         return loss
@@ -430,8 +430,13 @@ def test_cpu_conv_weights_and_their_optimizer_state_are_stored_channels_last(amp
     monkeypatch.setattr(session_mod, "cpu_memory_formats", lambda job: {})
     stored_plain, plain = _conv_job(amp, optimizer=optimizer)
     assert all(t.is_contiguous() for t in stored_plain.values())
+    # The layouts differ only in the order oneDNN sums the filter gradient's K = 2 * 6 * 6
+    # products (which differs between CPUs): at most K * u relative to the sum's norm per
+    # step, u = 2**-24, over the 3 steps of a trajectory that does not blow up (learning
+    # rate 0.01; elementwise the bound fails on entries near zero)
+    bound = 3 * (2 * 6 * 6) * 2.0 ** -24
     for name, value in plain.items():
-        np.testing.assert_allclose(values[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+        assert np.linalg.norm(values[name] - value) <= bound * np.linalg.norm(value), name
 
 
 def test_an_nhwc_conv_weight_stays_as_declared():

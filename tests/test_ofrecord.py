@@ -18,13 +18,6 @@ from graphfront.ofrecord.records import OFRecordFileError, iter_raw_records, rea
 from graphfront.tools import ofrecord as tool
 
 
-@pytest.fixture(autouse=True)
-def fresh_session():
-    flow.clear_default_session()
-    yield
-    flow.clear_default_session()
-
-
 def _records(n, offset=0):
     return [OFRecord(feature={"id": int64_feature(i + offset), "x": float_feature([i * 0.5, -i]),
                               "b": bytes_feature(bytes([i % 256]) * 3)}) for i in range(n)]

@@ -25,13 +25,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_DIR = os.path.join(os.path.dirname(HERE), "graphfront", "ofrecord")
 
 
-@pytest.fixture(autouse=True)
-def fresh_session():
-    flow.clear_default_session()
-    yield
-    flow.clear_default_session()
-
-
 def _write(path, examples):
     onerec.write_examples(str(path), examples)
     return str(path)

@@ -7,13 +7,6 @@ import graphfront as flow
 from graphfront import typing as tp
 
 
-@pytest.fixture(autouse=True)
-def fresh_session():
-    flow.clear_default_session()
-    yield
-    flow.clear_default_session()
-
-
 def test_values_and_gradients_of_the_blobs_made_inside_the_scope():
     values, diffs, calls = {}, {}, []
     rng = np.random.default_rng(0)

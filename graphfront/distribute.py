@@ -97,11 +97,11 @@ def assert_is_valid_distribute(distribute):
 
 
 def _check_distribute(distribute, what):
-    if not isinstance(distribute, Distribute) or distribute.kind == "partial_sum":
+    partial = distribute is PARTIAL_SUM
+    if partial or not isinstance(distribute, Distribute):
         raise ArgumentError(f"{what} expects a distribute policy (flow.distribute.split(axis), broadcast() or "
                             f"auto()), received {type(distribute).__name__} {distribute!r}"
-                            + (" (a partial sum is a layout of flow.hierarchical_parallel_cast only)"
-                               if distribute is PARTIAL_SUM else ""))
+                            + (" (a partial sum is a layout of flow.hierarchical_parallel_cast only)" if partial else ""))
 
 
 def _deprecated(old, new):

@@ -27,12 +27,13 @@ def _handler(handler_or_prompt, blob):
         raise JobBuildError(f"flow.watch: handler must be callable or a prompt string, received "
                             f"{handler_or_prompt!r}{format_location(user_frame())}")
     params = list(inspect.signature(handler_or_prompt).parameters.values())
+    name = getattr(handler_or_prompt, "__name__", repr(handler_or_prompt))  # (a functools.partial has none)
     if len(params) != 1:
         raise JobBuildError(f"flow.watch: handler must take exactly one parameter, "
-                            f"{handler_or_prompt.__name__} takes {len(params)}{format_location(user_frame())}")
+                            f"{name} takes {len(params)}{format_location(user_frame())}")
     ann = params[0].annotation
     if ann is inspect.Parameter.empty and TypingCheck.enabled:
-        raise JobBuildError(f"flow.watch: the parameter of handler {handler_or_prompt.__name__} is not annotated; "
+        raise JobBuildError(f"flow.watch: the parameter of handler {name} is not annotated; "
                             f"with flow.experimental.enable_typing_check() it needs tp.Numpy or tp.ListNumpy"
                             f"{format_location(user_frame())}")
     if ann is tp.Numpy:

@@ -503,34 +503,30 @@ def test_bad_arguments_raise_argument_errors_naming_the_function_and_argument(ca
         job(np.zeros((2, 3, 3, 3), np.float32))
 
 
-def test_default_op_name_prefixes_are_oneflows():
+def _flip_and_scale_op_names(last_dim, flip, scale):
+    """The default op names of ``flip(b, size, code)`` and ``scale(b, factors)`` applied to a
+    tensor_buffer of (3, last_dim) elements (boxes: 4, polygon points: 2)."""
     flow.clear_default_session()
-    names = {}
+    names = []
 
     @flow.global_function()
-    def job(x: tp.Numpy.Placeholder((2, 3, 4), dtype=flow.float32),
+    def job(x: tp.Numpy.Placeholder((2, 3, last_dim), dtype=flow.float32),
             s: tp.Numpy.Placeholder((2, 2), dtype=flow.int32),
             c: tp.Numpy.Placeholder((2,), dtype=flow.int8),
             k: tp.Numpy.Placeholder((2, 2), dtype=flow.float32)) -> tp.Numpy:
         b = flow.tensor_to_tensor_buffer(x, instance_dims=2)
-        names["bbox_flip"] = flow.object_bbox_flip(b, s, c).op_name
-        names["bbox_scale"] = flow.object_bbox_scale(b, k).op_name
+        names.extend([flip(b, s, c).op_name, scale(b, k).op_name])
         return x
 
-    job(np.zeros((2, 3, 4), np.float32), np.ones((2, 2), np.int32), np.zeros(2, np.int8), np.ones((2, 2), np.float32))
-    assert names["bbox_flip"].startswith("ObjectBboxFlip_") and names["bbox_scale"].startswith("ObjectBboxScale_")
-    flow.clear_default_session()
+    job(np.zeros((2, 3, last_dim), np.float32), np.ones((2, 2), np.int32), np.zeros(2, np.int8),
+        np.ones((2, 2), np.float32))
+    return names
 
-    @flow.global_function()
-    def job2(x: tp.Numpy.Placeholder((2, 3, 2), dtype=flow.float32),
-             s: tp.Numpy.Placeholder((2, 2), dtype=flow.int32),
-             c: tp.Numpy.Placeholder((2,), dtype=flow.int8),
-             k: tp.Numpy.Placeholder((2, 2), dtype=flow.float32)) -> tp.Numpy:
-        p = flow.tensor_to_tensor_buffer(x, instance_dims=2)
-        # OneFlow names both polygon ops with the flip op's (misspelt) prefix
-        names["poly_flip"] = flow.object_segmentation_polygon_flip(p, s, c).op_name
-        names["poly_scale"] = flow.object_segmentation_polygon_scale(p, k).op_name
-        return x
 
-    job2(np.zeros((2, 3, 2), np.float32), np.ones((2, 2), np.int32), np.zeros(2, np.int8), np.ones((2, 2), np.float32))
-    assert names["poly_flip"].startswith("ObjectSegmPolyFilp_") and names["poly_scale"].startswith("ObjectSegmPolyFilp_")
+def test_default_op_name_prefixes_are_oneflows():
+    bbox_flip, bbox_scale = _flip_and_scale_op_names(4, flow.object_bbox_flip, flow.object_bbox_scale)
+    assert bbox_flip.startswith("ObjectBboxFlip_") and bbox_scale.startswith("ObjectBboxScale_")
+    # OneFlow names both polygon ops with the flip op's (misspelt) prefix
+    poly_flip, poly_scale = _flip_and_scale_op_names(2, flow.object_segmentation_polygon_flip,
+                                                     flow.object_segmentation_polygon_scale)
+    assert poly_flip.startswith("ObjectSegmPolyFilp_") and poly_scale.startswith("ObjectSegmPolyFilp_")

@@ -5,8 +5,10 @@ TensorBuffer API (v0.6.0 ``python/oneflow/compatible/single_client/ops/tensor_bu
 A ``flow.tensor_buffer`` blob holds one variable-size tensor per element (decoded
 images of different sizes, for example); the ops are in
 :mod:`graphfront.ops.tensor_buffer_ops`. As in OneFlow they have CPU kernels only: each
-function places its op on ``cpu:0`` whatever the enclosing placement (consumers on a GPU
-receive the outputs copied).
+op runs on the CPU devices of the enclosing placement (``"gpu", "0:0-1"`` puts it on
+``"cpu", "0:0-1"``; consumers on a GPU receive the outputs copied), and on several devices
+``tensor_to_tensor_buffer`` and ``tensor_buffer_to_tensor`` work on each device's part of
+the batch.
 
 Example (OneFlow's own docstring example)::
 
@@ -17,7 +19,6 @@ Example (OneFlow's own docstring example)::
 """
 from __future__ import annotations
 
-from graphfront import scope as _scope
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.blob_desc import expect_blob
 from graphfront.framework.errors import JobBuildError, format_location, user_frame
@@ -50,9 +51,8 @@ def tensor_to_tensor_buffer(x, instance_dims, name=None):
     dynamic when ``x`` is. Raises JobBuildError otherwise. No gradient.
     OneFlow: ``tensor_to_tensor_buffer`` op (``oneflow/user/ops/tensor_buffer_ops.cpp``).
     """
-    with _scope.placement("cpu", "0:0"):
-        return build_op("tensor_to_tensor_buffer", {"in": _blob("tensor_to_tensor_buffer", x)},
-                        {"instance_dims": instance_dims}, name=name)
+    return build_op("tensor_to_tensor_buffer", {"in": _blob("tensor_to_tensor_buffer", x)},
+                    {"instance_dims": instance_dims}, name=name)
 
 
 def tensor_buffer_to_tensor(x, dtype, instance_shape, name=None):
@@ -63,10 +63,9 @@ def tensor_buffer_to_tensor(x, dtype, instance_shape, name=None):
     and the element at run time otherwise). No gradient.
     OneFlow: ``tensor_buffer_to_tensor`` op (``oneflow/user/kernels/tensor_buffer_kernels.cpp``).
     """
-    with _scope.placement("cpu", "0:0"):
-        return build_op("tensor_buffer_to_tensor", {"in": _blob("tensor_buffer_to_tensor", x)},
-                        {"instance_shape": tuple(instance_shape),
-                         "dtype": _dtype("tensor_buffer_to_tensor", "dtype", dtype)}, name=name)
+    return build_op("tensor_buffer_to_tensor", {"in": _blob("tensor_buffer_to_tensor", x)},
+                    {"instance_shape": tuple(instance_shape),
+                     "dtype": _dtype("tensor_buffer_to_tensor", "dtype", dtype)}, name=name)
 
 
 def gen_tensor_buffer(shape, shape_list, value_list, data_type=_dt.float32, dynamic_out=False, name=None):
@@ -78,12 +77,11 @@ def gen_tensor_buffer(shape, shape_list, value_list, data_type=_dt.float32, dyna
     (JobBuildError otherwise); ``dynamic_out`` marks the blob dynamic. No gradient.
     OneFlow: ``gen_tensor_buffer`` op.
     """
-    with _scope.placement("cpu", "0:0"):
-        return build_op("gen_tensor_buffer", attrs={
-            "shape": tuple(shape), "shape_list": [tuple(s) for s in shape_list],
-            "value_list": [float(v) for v in value_list],
-            "data_type": _dtype("gen_tensor_buffer", "data_type", data_type), "dynamic_out": bool(dynamic_out)},
-            name=name)
+    return build_op("gen_tensor_buffer", attrs={
+        "shape": tuple(shape), "shape_list": [tuple(s) for s in shape_list],
+        "value_list": [float(v) for v in value_list],
+        "data_type": _dtype("gen_tensor_buffer", "data_type", data_type), "dynamic_out": bool(dynamic_out)},
+        name=name)
 
 
 def tensor_buffer_to_list_of_tensors(x, out_shape, out_dtype, dynamic_out=False, name=None):
@@ -101,10 +99,9 @@ def tensor_buffer_to_list_of_tensors(x, out_shape, out_dtype, dynamic_out=False,
     count = 1
     for d in x.shape:
         count *= d
-    with _scope.placement("cpu", "0:0"):
-        return list(UserOpConfBuilder(name or unique_str("TensorBufferToListOfTensors_"))
-                .Op("tensor_buffer_to_list_of_tensors").Input("in", [x]).Output("out", count)
-                .Attr("out_shape", tuple(out_shape))
-                .Attr("out_dtype", _dtype("tensor_buffer_to_list_of_tensors", "out_dtype", out_dtype))
-                .Attr("dynamic_out", bool(dynamic_out))
-                .Build().InferAndTryRun().RemoteBlobList())
+    return list(UserOpConfBuilder(name or unique_str("TensorBufferToListOfTensors_"))
+        .Op("tensor_buffer_to_list_of_tensors").Input("in", [x]).Output("out", count)
+        .Attr("out_shape", tuple(out_shape))
+        .Attr("out_dtype", _dtype("tensor_buffer_to_list_of_tensors", "out_dtype", out_dtype))
+        .Attr("dynamic_out", bool(dynamic_out))
+        .Build().InferAndTryRun().RemoteBlobList())

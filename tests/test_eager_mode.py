@@ -308,11 +308,32 @@ def test_a_seeded_random_op_draws_the_same_numbers_at_every_eager_call():
     np.testing.assert_allclose(source_draws(True), [rand_0_4, rand_0_4], rtol=1e-5, atol=1e-5)
 
 
-def test_a_data_reader_goes_on_across_eager_calls(tmp_path):
+def _write_ids(path, ids):
+    """Records of an int32 feature ``id`` and a 2x2 PNG ``encoded``, one per id."""
+    import io
+    from PIL import Image
+    from graphfront.ofrecord import OFRecord, bytes_feature, int32_feature, write_records
+    png = io.BytesIO()
+    Image.fromarray(np.zeros((2, 2, 3), np.uint8)).save(png, format="PNG")
+    write_records(str(path), [OFRecord(feature={"id": int32_feature(i), "encoded": bytes_feature(png.getvalue())})
+                              for i in ids])
+
+
+def _read_ids(reader, path, batch_size, data_part_num):
+    """The ``id`` (OFRecordReader: an int32 feature) or ``class/label``
+    (ofrecord_image_classification_reader) of a batch of records at ``path``."""
+    if reader == "OFRecordReader":
+        rec = flow.data.ofrecord_reader(path, batch_size=batch_size, data_part_num=data_part_num)
+        return flow.data.OFRecordRawDecoder(rec, "id", shape=(), dtype=flow.int32)
+    return flow.data.ofrecord_image_classification_reader(path, "encoded", "id", batch_size=batch_size,
+                                                          data_part_num=data_part_num)[1]
+
+
+@pytest.mark.parametrize("reader", ["OFRecordReader", "ofrecord_image_classification_reader"])
+def test_a_data_reader_goes_on_across_eager_calls(tmp_path, reader):
     """A reader's kernel keeps its place in the files from one eager call to the next, as
     in a lazy job (graphfront's choice: OneFlow's single-client eager mode had no readers)."""
-    from graphfront.ofrecord import OFRecord, int32_feature, write_records
-    write_records(str(tmp_path / "part-0"), [OFRecord(feature={"id": int32_feature(r)}) for r in range(6)])
+    _write_ids(tmp_path / "part-0", range(6))
 
     def read(eager):
         flow.clear_default_session()
@@ -320,11 +341,35 @@ def test_a_data_reader_goes_on_across_eager_calls(tmp_path):
 
         @flow.global_function(type="predict")
         def job() -> tp.Numpy:
-            rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=2, data_part_num=1)
-            return flow.data.OFRecordRawDecoder(rec, "id", shape=(), dtype=flow.int32)
+            return _read_ids(reader, str(tmp_path), 2, 1)
         return np.concatenate([job() for _ in range(4)])
     np.testing.assert_array_equal(read(True), read(False))
     np.testing.assert_array_equal(read(True), [0, 1, 2, 3, 4, 5, 0, 1])
+
+
+@pytest.mark.parametrize("reader", ["OFRecordReader", "ofrecord_image_classification_reader"])
+def test_a_data_reader_on_two_devices_reads_each_devices_shards_in_eager_calls(tmp_path, reader):
+    """A reader placed on two devices: in an eager call too each device reads its own shard
+    (OneFlow's split of ``data_part_num`` over the devices), and the blob is the two
+    parts, as the lazy job's two workers give it."""
+    for part in range(2):
+        _write_ids(tmp_path / f"part-{part}", range(100 * part, 100 * part + 4))
+
+    def read(eager):
+        flow.clear_default_session()
+        flow.enable_eager_execution(eager)
+        flow.config.cpu_device_num(2)
+        config = flow.FunctionConfig()
+        config.default_logical_view(flow.scope.consistent_view())
+
+        @flow.global_function(type="predict", function_config=config)
+        def job() -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0-1"):
+                return _read_ids(reader, str(tmp_path), 4, 2)
+        return np.stack([job() for _ in range(3)])
+    expected = [[0, 1, 100, 101], [2, 3, 102, 103], [0, 1, 100, 101]]
+    np.testing.assert_array_equal(read(False), expected)
+    np.testing.assert_array_equal(read(True), expected)
 
 
 def test_watch_diff_and_callback_results_in_eager_calls_equal_lazy():

@@ -59,7 +59,12 @@ def test_random_source_draws_oneflows_mt19937_stream_across_runs():
     np.testing.assert_allclose(first, [0.5488136, 0.59284467, 0.7151894, 0.8442659, 0.6027634], atol=1e-5)
 
 
-def test_fixed_out_num_source_gives_each_device_its_share():
+@pytest.mark.parametrize("eager", [False, True])
+def test_fixed_out_num_source_gives_each_device_its_share(eager):
+    """OneFlow's test_TestSourceMultiGpuFixedOutNum, which OneFlow's CI ran in both modes:
+    in an eager call too each device makes its own part, and the blob is the two parts."""
+    flow.enable_eager_execution(eager)
+    flow.config.cpu_device_num(2)
     y = _source_job("TestSourceMultiGpuFixedOutNum", devices="0:0-1", out_num=10)().get().numpy()
     np.testing.assert_array_equal(y, np.append(np.arange(5.0), np.arange(5.0)))
 

@@ -1,6 +1,8 @@
 """flow.tensor_to_tensor_buffer / tensor_buffer_to_tensor / gen_tensor_buffer /
 tensor_buffer_to_list_of_tensors: OneFlow's own programs, round trips against numpy,
-dynamic blobs, OFRecord byte strings, constant folding and the errors."""
+dynamic blobs, OFRecord byte strings, constant folding, several devices and the errors."""
+import typing
+
 import numpy as np
 import pytest
 
@@ -152,3 +154,53 @@ def test_run_time_errors_name_the_op_and_buffer(body, message):
     with pytest.raises(ValueError, match=message) as info:
         job(np.zeros((2, 3), np.float32))
     assert "op 'Tensor" in str(info.value)
+
+
+def _consistent_on_two_devices(eager):
+    flow.clear_default_session()
+    flow.enable_eager_execution(eager)
+    flow.config.cpu_device_num(2)
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.consistent_view())
+    return config
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_buffers_on_two_devices_follow_the_placement_and_are_gathered_whole(eager):
+    """On "0:0-1" the buffers of a (4, 2) tensor_buffer blob are split by rows over the two
+    devices (the ops follow the enclosing placement, as in OneFlow); the list of tensors,
+    one blob per buffer, needs them whole: the devices' rows are gathered back in order."""
+    config = _consistent_on_two_devices(eager)
+    placed = {}
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.Numpy.Placeholder((4, 2, 3))) -> typing.Tuple[(tp.Numpy,) * 8 + (tp.Numpy,)]:
+        with flow.scope.placement("cpu", "0:0-1"):
+            buf = flow.tensor_to_tensor_buffer(x, instance_dims=1)
+            placed["devices"] = list(buf.parallel_conf.device_name)
+            parts = flow.tensor_buffer_to_list_of_tensors(buf, (3,), flow.float)
+            return tuple(parts) + (flow.tensor_buffer_to_tensor(buf, flow.float, (3,)),)
+
+    x = np.arange(24, dtype=np.float32).reshape(4, 2, 3)
+    *parts, whole = job(x)
+    assert placed["devices"] == ["0:0-1"]
+    np.testing.assert_array_equal(np.stack(parts), x.reshape(8, 3))
+    np.testing.assert_array_equal(whole, x)
+
+
+def test_records_move_between_placements_as_host_values(tmp_path):
+    """A reader's records split over "0:0-1", decoded on "0:0": the records cross the
+    placements as objects (gathered in device order), not as tensors."""
+    with ShardWriter(str(tmp_path), num_records=4, data_part_num=2) as w:
+        for i in (0, 1, 10, 11):
+            w.write(OFRecord(feature={"id": bytes_feature(bytes([i]))}))
+    config = _consistent_on_two_devices(False)
+
+    @flow.global_function(function_config=config)
+    def job() -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-1"):
+            rec = flow.data.ofrecord_reader(str(tmp_path), batch_size=4, data_part_num=2)
+        with flow.scope.placement("cpu", "0:0"):
+            return flow.data.OFRecordRawDecoder(rec, "id", shape=(1,), dtype=flow.uint8)
+
+    np.testing.assert_array_equal(job().reshape(-1), [0, 1, 10, 11])

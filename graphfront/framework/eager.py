@@ -19,7 +19,11 @@ A job placed on several devices runs in the consistent view as on one: each op c
 logical blob once, on the first device of its placement, so its values are those the lazy
 job's workers compute together (the work is not spread over the devices), and
 ``blob.numpy()`` is the logical blob, as OneFlow's eager ``numpy()`` boxes a consistent blob
-to device 0. The mirrored view on several devices, whose ops see one device's part each, is
+to device 0. A source op whose devices each make their own part (a data reader splitting
+the batch over its devices, each reading its own shards) runs once per device, each kernel
+seeing its part and its ``parallel_id`` as in a lazy job's worker, and its blob is the
+parts joined (:func:`graphfront.parallel.sbp.source_signature` gives the
+layout). The mirrored view on several devices, whose ops see one device's part each, is
 refused.
 
 A train job then runs its backward and update part (:func:`train_step`): the Job built
@@ -41,6 +45,8 @@ from graphfront.framework import job_builder as jb
 from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import GraphfrontError, JobBuildError, format_location, user_frame
 from graphfront.ops import registry
+from graphfront.ops.common import host_concat
+from graphfront.parallel import sbp as _sbp
 from graphfront.passes import DISABLED_PASSES, complete, pass_names
 from graphfront.passes.boxing import device_count
 from graphfront.runtime.plan import Plan, make_kernel, run_op
@@ -115,25 +121,70 @@ class EagerJobBuilder(jb.JobBuilder):
             self.watched.add(op.name)
         elif kind != "return_conf":
             ins = {lbn: _on(self.values[lbn], device) for _, _, lbn in jb.op_inputs(op)}
-            self.values.update(run_op(op, self.descs, device, ins, self._kernel(op, device)))
+            layout = self._device_parts(op, ids)
+            kernels = self._kernels_of(op, device, layout, device_count(ids))
+            if layout is None:
+                self.values.update(run_op(op, self.descs, device, ins, kernels[0]))
+            else:
+                parts = [run_op(op, self.descs, device, ins, k) for k in kernels]
+                for a, i, lbn in jb.op_outputs(op):
+                    self.values[lbn] = _joined([p[lbn] for p in parts], layout[_sbp.bn_in_op(op, a, i)])
             self.executed[op.name] = copy.deepcopy(op)
 
-    def _kernel(self, op, device):
-        """The kernel of a user op: the one the op at this position ran in the previous
-        call when type, attrs, blob shapes and device are the same, else a new one; always
-        a new one for a random op (OneFlow's stateless eager call) unless it keeps state."""
+    def _device_parts(self, op, ids):
+        """The SBP signature of an op whose devices each make their own part of its outputs,
+        or None: a data reader or another source op on several devices whose rule splits
+        an output (each device reads its own files), not a random op that draws the whole
+        blob and keeps its part (``decode_random``: one draw is the logical blob)."""
+        opdef = registry.op_def(op)
+        n = device_count(ids)
+        if n == 1 or jb.op_inputs(op) or opdef.sbp is None or (opdef.random and not opdef.keeps_state):
+            return None
+        layout = _sbp.source_signature(op, self.descs, n)
+        return layout if any(_sbp.split_axis(s) is not None for s in layout.values()) else None
+
+    def _kernels_of(self, op, device, layout, n):
+        """The kernels of an op, one per device part (one kernel without ``layout``): those
+        the op at this position ran in the previous call when type, attrs, blob shapes and
+        devices are the same, else new ones; always new ones for a system op and for a
+        random op (OneFlow's stateless eager call) unless it keeps state."""
+        def made():
+            if layout is None:
+                return [make_kernel(op, self.descs, device)]
+            return [make_kernel(op, _local_descs(op, self.descs, layout, n, i), device, signature=layout,
+                                parallel_ctx=(i, n), logical_descs=self.descs) for i in range(n)]
+
         opdef = registry.op_def(op)
         if jb.op_kind(op) != "user_conf" or (opdef.random and not opdef.keeps_state):
-            return make_kernel(op, self.descs, device)
+            return made()
         ins, outs = jb.op_args(op)
-        signature = (op.user_conf.op_type_name, str(device),
+        signature = (op.user_conf.op_type_name, str(device), n if layout else 1,
                      sorted((k, v.SerializeToString(deterministic=True)) for k, v in op.user_conf.attr.items()),
                      [(a, [self.descs[lbn] for lbn in lbns]) for a, lbns in list(ins.items()) + list(outs.items())])
         position = len(self.executed)
         kept = self._kernels.get(position)
         if kept is None or kept[0] != signature:
-            kept = self._kernels[position] = (signature, make_kernel(op, self.descs, device))
+            kept = self._kernels[position] = (signature, made())
         return kept[1]
+
+
+def _local_descs(op, descs, layout, n, index):
+    """``descs`` with the outputs of ``op`` cut to device ``index``'s part of ``layout``."""
+    local = dict(descs)
+    for a, i, lbn in jb.op_outputs(op):
+        d = descs[lbn]
+        local[lbn] = d._replace(shape=_sbp.local_shape(d.shape, layout[_sbp.bn_in_op(op, a, i)], n, index))
+    return local
+
+
+def _joined(parts, sbp):
+    """The logical blob of the devices' ``parts`` laid out as ``sbp``: the parts
+    concatenated along a split axis (host values, such as records, along axis 0),
+    their sum for a partial sum, one of them for broadcast."""
+    axis = _sbp.split_axis(sbp)
+    if axis is None:
+        return sum(parts[1:], parts[0]) if sbp == _sbp.P else parts[0]
+    return torch.cat(parts, axis) if isinstance(parts[0], torch.Tensor) else host_concat(parts)
 
 
 def _on(value, device):

@@ -55,6 +55,11 @@ A split axis that the device count does not divide is cut as OneFlow's
 the longest for the collective and cut them back (NCCL and gloo gather equal tensors), and
 the reduce-scatter is an all-reduce and a slice. On a device grid splits are even.
 
+A blob of host values (records, tensor buffers: a list per device) is split along axis 0
+only; the all-gather, the slice and the move between placements take it as objects
+(``all_gather_object``, a list sliced or concatenated); a split along another axis is
+refused, naming the op.
+
 Outside a process group (one device) every kernel is the identity. The ops have no grad
 (they are inserted after autograd).
 """
@@ -64,7 +69,7 @@ import itertools
 
 import torch
 
-from graphfront.ops.common import balanced_range, like
+from graphfront.ops.common import balanced_range, host_concat, host_part, like
 from graphfront.ops import onnx_rules
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
@@ -202,10 +207,30 @@ def _reduce_scatter_kernel(k):
     return reduce_scatter
 
 
+def _on_host(k, arg="in", *axes):
+    """Whether the blob a boxing kernel ``k`` converts holds host values (records, tensor
+    buffers: a list per device), moved with the object collectives (``all_gather_object``)
+    instead of the tensor ones. Raises ValueError naming the op when such a blob is split
+    along another axis than 0 (one of ``axes``)."""
+    host = (k.input(arg) or k.output("out")).dtype.torch is None
+    if host and any(axes):
+        raise ValueError(f"boxing op '{k.op_name}': a blob of host values ({k.output('out').dtype.name}) is split "
+                         f"along axis 0 only, received the split axes {[a for a in axes if a is not None]}")
+    return host
+
+
+def _gathered_objects(dist, x, count, pg=None):
+    parts = [None] * count
+    dist.all_gather_object(parts, x, group=pg)
+    return parts
+
+
 def _all_gather_kernel(axis_attr=None):
     def make(k):
         dist, _, n, pg = _collective_group(k)
         axis = k.attr(axis_attr) if axis_attr else 0
+        if _on_host(k, "in", axis):
+            return lambda x: x if dist is None else host_concat(_gathered_objects(dist, x, n, pg))
         lengths = None if dist is None else _part_lengths(k, axis, n)
 
         def all_gather(x):
@@ -217,6 +242,7 @@ def _all_gather_kernel(axis_attr=None):
 def _s2s_kernel(k):
     dist, rank, n, pg = _collective_group(k)
     a, b = k.attr("in_split_axis"), k.attr("out_split_axis")
+    _on_host(k, "in", a, b)
     lengths = None if dist is None else _part_lengths(k, a, n)
 
     def s2s(x):
@@ -229,6 +255,8 @@ def _s2s_kernel(k):
 def _b_to_s_kernel(k):
     _, rank, n, _ = _collective_group(k)
     axis = k.attr("out_split_axis")
+    if _on_host(k, "in", axis):
+        return lambda x: host_part(x, n, rank)
     return lambda x: x.tensor_split(n, axis)[rank].contiguous()
 
 
@@ -248,6 +276,8 @@ def _across_placements_kernel(k):
         members = involved_ranks(k.attrs)
         pg = subgroup(members)
     out = k.output("out")
+    if _on_host(k, "out", src_axis, dst_axis):
+        return _host_across_placements(dist, rank, src, dst, src_ranks, dst_ranks, members, pg)
     if dist is not None and is_pairwise(k.attrs):
         return _copy_parts_kernel(dist, rank, src_ranks, dst_ranks, tuple(out.shape), out.dtype.torch, k.device)
     logical = tuple(k.logical("out").shape)
@@ -275,6 +305,20 @@ def _across_placements_kernel(k):
         if dst == _sbp.P and r:
             return torch.zeros_like(whole)
         return whole
+    return across_placements
+
+
+def _host_across_placements(dist, rank, src, dst, src_ranks, dst_ranks, members, pg):
+    """``_boxing_across_placements`` of a blob of host values (:func:`_on_host`): every
+    device of both placements gathers the source parts as objects (a device outside the
+    source sends None) and keeps its part of the logical blob."""
+    def across_placements(x=None):
+        parts = [x] if dist is None else _gathered_objects(dist, x, len(members), pg)
+        parts = parts if dist is None else [parts[members.index(r)] for r in src_ranks]
+        whole = host_concat(parts) if _sbp.split_axis(src) is not None else parts[0]
+        if _sbp.split_axis(dst) is None:
+            return whole
+        return host_part(whole, len(dst_ranks), dst_ranks.index(rank) if rank in dst_ranks else 0)
     return across_placements
 
 

@@ -267,6 +267,35 @@ def balanced_range(total, parts, index) -> range:
     return range(begin, begin + base + (index < extra))
 
 
+class BufferList(list):
+    """The run-time value of a ``tensor_buffer`` blob: its buffers in row-major order and
+    the shape of the array of buffers (``shape``)."""
+
+    def __init__(self, buffers, shape):
+        super().__init__(buffers)
+        self.shape = tuple(shape)
+
+
+def host_part(value, parts, index):
+    """Part ``index`` of ``parts`` of a host value (a blob whose elements live on the host: a
+    list of records, a :class:`BufferList`) split along axis 0 as :func:`balanced_range`
+    cuts it; a :class:`BufferList` keeps its other axes."""
+    rows = balanced_range(len(value) if not isinstance(value, BufferList) else value.shape[0], parts, index)
+    if not isinstance(value, BufferList):
+        return list(value[rows.start:rows.stop])
+    per_row = math.prod(value.shape[1:])
+    return BufferList(value[rows.start * per_row:rows.stop * per_row], (len(rows),) + value.shape[1:])
+
+
+def host_concat(parts):
+    """The host values ``parts`` (lists, or :class:`BufferList` s of equal trailing axes)
+    concatenated along axis 0: the inverse of :func:`host_part`."""
+    items = [item for part in parts for item in part]
+    if not isinstance(parts[0], BufferList):
+        return items
+    return BufferList(items, (sum(p.shape[0] for p in parts),) + parts[0].shape[1:])
+
+
 def host_skipped(skip_if) -> bool:
     """True when ``skip_if`` holds a nonzero and :func:`reads_host` allows reading it; False
     for None and for a tensor the host does not read (the skip then happens on the device)."""

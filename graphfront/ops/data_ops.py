@@ -236,7 +236,7 @@ op("ofrecord_image_classification_reader", outputs=["image", "label"],
               label_feature_name=("string", "class/label"), decode_buffer_size_per_thread=("int32", 8),
               num_decode_threads_per_machine=("int32", 0)),
    infer=_classification_infer, kernel=_classification_kernel, sbp=_split_outputs,
-   no_grad=True, random=True, cpu_only=True)
+   no_grad=True, random=True, keeps_state=True, cpu_only=True)
 
 
 # ============================================================== decoders

@@ -63,7 +63,8 @@ from graphfront.framework import dtypes as _dt
 from graphfront.framework.errors import OpRunError
 from graphfront.ofrecord import images as _img
 from graphfront.ops.registry import op
-from graphfront.ops.tensor_buffer_ops import BufferList, runtime_shape
+from graphfront.ops.common import BufferList
+from graphfront.ops.tensor_buffer_ops import runtime_shape
 from graphfront.parallel import sbp as _sbp
 
 #: OneFlow's ``FlipCode``: bit 0x01 flips left-right, bit 0x10 upside down

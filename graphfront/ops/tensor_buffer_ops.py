@@ -47,19 +47,11 @@ import numpy as np
 import torch
 
 from graphfront.framework import dtypes as _dt
+from graphfront.ops.common import BufferList
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
 GEN_DTYPES = (_dt.int32, _dt.int64, _dt.float32, _dt.float64)
-
-
-class BufferList(list):
-    """The run-time value of a ``tensor_buffer`` blob: its buffers in row-major order and
-    the shape of the array of buffers (``shape``)."""
-
-    def __init__(self, buffers, shape):
-        super().__init__(buffers)
-        self.shape = tuple(shape)
 
 
 def runtime_shape(buffers, desc):
@@ -180,7 +172,7 @@ def _gen_kernel(k):
 op("gen_tensor_buffer", outputs=["out"],
    attrs={"shape": "shape", "shape_list": "list_shape", "value_list": "list_float",
           "data_type": ("dtype", _dt.float32), "dynamic_out": ("bool", False)},
-   infer=_gen_infer, kernel=_gen_kernel, no_grad=True,
+   infer=_gen_infer, kernel=_gen_kernel, no_grad=True, cpu_only=True,
    doc="a tensor_buffer blob of constant-filled tensors of given shapes")
 
 
@@ -218,11 +210,11 @@ def _v1_lists(attrs, n):
 op("tensor_buffer_to_list_of_tensors", inputs=["in"], outputs=["out*"],
    attrs={"out_shape": "shape", "out_dtype": "dtype", "dynamic_out": ("bool", False)},
    infer=lambda ctx: _list_infer(ctx, *_v1_lists(ctx.attrs, ctx.output_count("out"))),
-   kernel=lambda k: _list_kernel(k, *_v1_lists(k.attrs, k.output_count("out"))), no_grad=True,
+   kernel=lambda k: _list_kernel(k, *_v1_lists(k.attrs, k.output_count("out"))), no_grad=True, cpu_only=True,
    doc="one blob per buffer of a tensor_buffer blob (one shape and dtype for all)")
 
 op("tensor_buffer_to_list_of_tensors_v2", inputs=["in"], outputs=["out*"],
    attrs={"out_shapes": "list_shape", "out_dtypes": "list_dtype", "dynamic_out": ("bool", False)},
    infer=lambda ctx: _list_infer(ctx, ctx.attr("out_shapes"), ctx.attr("out_dtypes")),
-   kernel=lambda k: _list_kernel(k, k.attr("out_shapes"), k.attr("out_dtypes")), no_grad=True,
+   kernel=lambda k: _list_kernel(k, k.attr("out_shapes"), k.attr("out_dtypes")), no_grad=True, cpu_only=True,
    doc="one blob per buffer of a tensor_buffer blob (a shape and dtype per output)")

@@ -581,6 +581,19 @@ def _cheapest(ctx, cands, devices, converted, whole=frozenset()):
     return best
 
 
+def source_signature(op, descs, parallel_num) -> dict:
+    """The SBP signature :func:`infer_job_sbp` chooses for ``op``, an op without inputs
+    (a data reader, a source), on ``parallel_num`` devices of a line: ``{bn: sbp}`` of its
+    outputs (``bn`` as in :func:`bn_in_op`); ``descs``: lbn -> its logical TensorDesc.
+    Raises JobBuildError naming the op when no candidate of its rule is valid."""
+    ctx = SbpCtx(op, descs, {}, parallel_num)
+    best = _cheapest(ctx, _candidates(ctx, op, (), False), parallel_num, set())
+    if best is None:
+        raise JobBuildError(f"op '{op.name}' ({jb.op_type_name(op)}): no SBP signature of its rule fits its outputs "
+                            f"on {parallel_num} devices")
+    return {bn_in_op(op, a, i): best.get(f"{a}_{i}", best.get(a, B)) for a, i, _ in ctx._outs}
+
+
 def infer_job_sbp(job, parallel_num, replicated=(), gather_returns=False, counts=None) -> dict:
     """Choose an SBP signature for every op of ``job`` (see module docstring).
 

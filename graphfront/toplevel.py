@@ -92,18 +92,17 @@ def _blob_numpy(self, rank=None):
     """The blob's value as a numpy array (its shape and dtype), inside a job function
     running eagerly (``flow.enable_eager_execution(True)``).
 
-    ``rank`` is ``None`` or ``0``: both give the logical blob, as OneFlow's eager
-    ``numpy()`` boxes a consistent blob to device 0 whatever its placement
-    (``python/oneflow/compatible/single_client/framework/remote_blob.py`` at v0.6.0).
+    ``rank``: for a consistent blob ``None`` or ``0``, both of which give the logical blob,
+    as OneFlow's eager ``numpy()`` boxes a consistent blob to device 0 whatever its
+    placement (``python/oneflow/compatible/single_client/framework/remote_blob.py`` at
+    v0.6.0); for a mirrored blob on several devices the index of a device, whose part it
+    gives (``None``: the parts concatenated along axis 0).
 
     Raises:
         RuntimeError: in a lazy job, whose blobs hold no value while it is built.
-        ValueError: ``rank`` is neither None nor 0.
+        ValueError: ``rank`` is not one of the blob's devices.
     """
-    if rank is not None and (isinstance(rank, bool) or rank != 0):
-        raise ValueError(f"blob.numpy(rank={rank!r}): rank must be None or 0, both of which give the logical "
-                         "blob (OneFlow's eager numpy() boxes it to device 0)")
-    return _eager.numpy_of(self)
+    return _eager.numpy_of(self, rank)
 
 
 BlobDesc.numpy = _blob_numpy  # (OneFlow's eager blobs' method; the engine's BlobDesc imports no API)

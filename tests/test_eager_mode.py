@@ -27,7 +27,7 @@ def _net(x, bn=True):
     if bn:
         h = flow.layers.batch_normalization(h, axis=1, name="bn1")
     h = flow.nn.max_pool2d(h, ksize=2, strides=2, padding="VALID", name="pool1")
-    h = flow.reshape(h, [B, -1])
+    h = flow.reshape(h, [h.shape[0], -1])
     return flow.layers.dense(h, 5, kernel_initializer=init, name="dense1")
 
 
@@ -410,36 +410,47 @@ def test_an_op_error_in_an_eager_call_names_the_op_and_the_users_line():
         job(np.zeros((2, 3), np.float32), np.array([0, 7], np.int32))
 
 
-def _run_train_on_two_devices(eager, steps=3):
+def _run_train_on_two_devices(eager, view, steps=3):
     flow.clear_default_session()
     flow.enable_eager_execution(eager)
     flow.config.cpu_device_num(2)
     flow.manual_seed(7)
     config = flow.FunctionConfig()
     config.default_placement_scope(flow.scope.placement("cpu", "0:0-1"))
-    config.default_logical_view(flow.scope.consistent_view())
+    config.default_logical_view(view)
+    grads = []
 
     @flow.global_function(type="train", function_config=config)
     def train(x: tp.Numpy.Placeholder((B, 1, 8, 8)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
-        # (no batch norm: on several devices the lazy job normalizes each device's part of the
-        # batch with its own statistics, as OneFlow does, where eager computes the logical blob)
+        # (no batch norm: on several devices the lazy consistent job normalizes each device's
+        # part of the batch with its own statistics, as OneFlow does, where eager computes the
+        # logical blob)
         logits = _net(x, bn=False)
-        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits, name="xent"))
+        flow.watch_diff(logits, grads.append)
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits, name="xent")
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
         return loss
 
     losses = [train(*_data(0)) for _ in range(steps)]
-    return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    return losses, grads, {k: v.numpy() for k, v in flow.get_all_variables().items()}
 
 
-def test_eager_execution_on_several_devices_equals_the_lazy_consistent_job():
-    """A consistent job on two devices computes logical blobs: eager (op by op, each logical
-    blob on the placement's first device) gives what the lazy job's two workers give."""
-    lazy_losses, lazy_vars = _run_train_on_two_devices(False)
-    eager_losses, eager_vars = _run_train_on_two_devices(True)
-    assert lazy_losses[2] < lazy_losses[0]
+@pytest.mark.parametrize("view", ["consistent", "mirrored"])
+def test_eager_execution_on_several_devices_equals_the_lazy_job(view):
+    """A train job on two devices. Consistent view: eager computes logical blobs (op by op,
+    each on the placement's first device). Mirrored view: eager runs each op once per
+    device on that device's half of the batch, sums the devices' gradients as the lazy
+    job's all-reduce does and updates once. Both give what the lazy job's two workers give:
+    losses (per sample, the devices' halves in order), the logits' gradients and the
+    variables."""
+    view = getattr(flow.scope, f"{view}_view")()
+    lazy_losses, lazy_grads, lazy_vars = _run_train_on_two_devices(False, view)
+    eager_losses, eager_grads, eager_vars = _run_train_on_two_devices(True, view)
+    assert lazy_losses[2].mean() < lazy_losses[0].mean()
+    assert [g.shape for g in eager_grads] == [g.shape for g in lazy_grads] == [(B, 5)] * 3
     # the lazy workers sum the batch's halves and all-reduce them: a few float32 roundings apart
     np.testing.assert_allclose(eager_losses, lazy_losses, rtol=64 * EPS32, atol=0)
+    np.testing.assert_allclose(eager_grads, lazy_grads, rtol=1e-5, atol=1e-7)
     assert sorted(eager_vars) == sorted(lazy_vars)
     for k in lazy_vars:
         np.testing.assert_allclose(eager_vars[k], lazy_vars[k], rtol=1e-5, atol=1e-6, err_msg=k)
@@ -466,20 +477,41 @@ def test_blob_numpy_on_several_devices_is_the_logical_blob():
     np.testing.assert_array_equal(out, np.maximum(x, 0).sum(axis=0))
 
 
-def test_eager_execution_on_several_devices_in_the_mirrored_view_is_refused():
-    flow.enable_eager_execution(True)
+@pytest.mark.parametrize("eager", [False, True])
+def test_the_mirrored_view_on_two_devices_takes_one_array_per_device(eager):
+    """A ListNumpy argument takes one array per device (here of different lengths), each
+    device's ops see only its own: a per-device sum, returned (as OneFlow returns a
+    mirrored blob) as the devices' parts concatenated along axis 0. Inside an eager call
+    ``numpy(rank)`` is device ``rank``'s part."""
+    flow.clear_default_session()
+    flow.enable_eager_execution(eager)
     flow.config.cpu_device_num(2)
     config = flow.FunctionConfig()
     config.default_logical_view(flow.scope.mirrored_view())
+    seen = {}
 
     @flow.global_function(type="predict", function_config=config)
-    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+    def job(x: tp.ListNumpy.Placeholder((4, 3))) -> tp.ListNumpy:
         with flow.scope.placement("cpu", "0:0-1"):
-            return flow.math.relu(x)
+            total = flow.math.reduce_sum(flow.math.relu(x), axis=0, keepdims=True)
+            if eager:
+                seen.update(parts=[total.numpy(0), total.numpy(1)], whole=total.numpy())
+                with pytest.raises(ValueError, match=r"rank must be None or a device index in \[0, 2\) \(a "
+                                                     r"mirrored blob on 2 devices\)"):
+                    total.numpy(2)
+            return total
 
-    with pytest.raises(flow.JobBuildError, match=r"placed on devices \['0:0-1'\] in the mirrored view: eager "
-                                                 r"execution computes logical \(consistent\) blobs"):
-        job(np.zeros((2, 3), np.float32))
+    a, b = np.arange(-6, 6, dtype=np.float32).reshape(4, 3), np.arange(6, dtype=np.float32).reshape(2, 3)
+    (out,) = job([a, b])
+    sums = [np.maximum(a, 0).sum(0, keepdims=True), np.maximum(b, 0).sum(0, keepdims=True)]
+    np.testing.assert_array_equal(out, np.concatenate(sums))
+    if eager:
+        np.testing.assert_array_equal(seen["parts"][0], sums[0])
+        np.testing.assert_array_equal(seen["parts"][1], sums[1])
+        np.testing.assert_array_equal(seen["whole"], out)
+    with pytest.raises(flow.FeedError, match=r"argument 'x' \(ListNumpy.Placeholder\) expects a list with 2 "
+                                             r"ndarray\(s\), one per device, received a list of 1"):
+        job([a])
 
 
 def test_auto_mixed_precision_does_not_apply_in_eager_calls_and_accumulation_is_refused():

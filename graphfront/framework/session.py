@@ -849,16 +849,20 @@ def results(return_structure, ann, outs):
     return tp.convert(ann, value())
 
 
-def _one_part(job_name, ph, value):
-    """The array of a ``ListNumpy`` argument (a list of one array: eager execution runs on
-    one device), else ``value``."""
+def _eager_feed(job_name, ph, value, parts):
+    """The tensors an eager call feeds placeholder ``ph`` on ``parts`` devices (more than one
+    in the mirrored view): a ``ListNumpy`` argument is a list of one array per device, a
+    ``Numpy`` argument one array split along axis 0 into ``parts`` (as a lazy call does).
+
+    Raises FeedError naming the argument for a list of another length or a bad array."""
     if not ph.list_input:
-        return value
-    if not isinstance(value, (list, tuple)) or len(value) != 1:
+        t = _dt.numpy_to_tensor(checked_array(job_name, ph, value))
+        return list(t.tensor_split(parts)) if parts > 1 else [t]
+    if not isinstance(value, (list, tuple)) or len(value) != parts:
         got = f"a list of {len(value)}" if isinstance(value, (list, tuple)) else type(value).__name__
         raise FeedError(f"job '{job_name}' argument '{ph.param_name}' (ListNumpy.Placeholder) expects a list with "
-                        f"1 ndarray, received {got}{format_location(user_frame())}")
-    return value[0]
+                        f"{parts} ndarray(s), one per device, received {got}{format_location(user_frame())}")
+    return [_dt.numpy_to_tensor(checked_array(job_name, ph, v)) for v in value]
 
 
 def _returned_lbns(job):
@@ -1142,8 +1146,7 @@ class GlobalFunction:
             warnings.warn(f"job '{self.name}': FunctionConfig().enable_auto_mixed_precision does not apply in eager "
                           f"execution (as in OneFlow): the job runs in the dtypes it was written with",
                           UserWarning, stacklevel=3)
-        feeds = [_dt.numpy_to_tensor(checked_array(self.name, ph, _one_part(self.name, ph, a)))
-                 for ph, a in zip(self.placeholders, args)]
+        feeds = [functools.partial(_eager_feed, self.name, ph, a) for ph, a in zip(self.placeholders, args)]
         with session.lock:
             session.try_init()
             session.variables.flush()
@@ -1156,7 +1159,7 @@ class GlobalFunction:
                 if builder.is_train:
                     outs = eager.train_step(builder)
                 else:
-                    outs = [eager.copied(builder.values[lbn]) for lbn in _returned_lbns(builder.job)]
+                    outs = [eager.copied(eager.whole(builder.values[lbn])) for lbn in _returned_lbns(builder.job)]
                 return results(ret, self.return_annotation, outs)
             except torch.cuda.OutOfMemoryError as e:
                 error = _memory_error(self.name, e)

@@ -481,8 +481,9 @@ def test_blob_numpy_on_several_devices_is_the_logical_blob():
 def test_the_mirrored_view_on_two_devices_takes_one_array_per_device(eager):
     """A ListNumpy argument takes one array per device (here of different lengths), each
     device's ops see only its own: a per-device sum, returned (as OneFlow returns a
-    mirrored blob) as the devices' parts concatenated along axis 0. Inside an eager call
-    ``numpy(rank)`` is device ``rank``'s part."""
+    mirrored blob) as the devices' parts concatenated along axis 0. An op placed on one
+    device that reads a mirrored blob runs on each of its devices, in both modes. Inside
+    an eager call ``numpy(rank)`` is device ``rank``'s part."""
     flow.clear_default_session()
     flow.enable_eager_execution(eager)
     flow.config.cpu_device_num(2)
@@ -491,18 +492,21 @@ def test_the_mirrored_view_on_two_devices_takes_one_array_per_device(eager):
     seen = {}
 
     @flow.global_function(type="predict", function_config=config)
-    def job(x: tp.ListNumpy.Placeholder((4, 3))) -> tp.ListNumpy:
+    def job(x: tp.ListNumpy.Placeholder((4, 3))) -> tp.Bundle[tp.ListNumpy]:
         with flow.scope.placement("cpu", "0:0-1"):
-            total = flow.math.reduce_sum(flow.math.relu(x), axis=0, keepdims=True)
+            y = flow.math.relu(x)
+        with flow.scope.placement("cpu", "0:0"):  # (reading a mirrored blob: runs on each of its devices)
+            total = flow.math.reduce_sum(y, axis=0, keepdims=True)
             if eager:
                 seen.update(parts=[total.numpy(0), total.numpy(1)], whole=total.numpy())
                 with pytest.raises(ValueError, match=r"rank must be None or a device index in \[0, 2\) \(a "
                                                      r"mirrored blob on 2 devices\)"):
                     total.numpy(2)
-            return total
+        return total, y
 
     a, b = np.arange(-6, 6, dtype=np.float32).reshape(4, 3), np.arange(6, dtype=np.float32).reshape(2, 3)
-    (out,) = job([a, b])
+    (out,), (y,) = job([a, b])
+    np.testing.assert_array_equal(y, np.maximum(np.concatenate([a, b]), 0))
     sums = [np.maximum(a, 0).sum(0, keepdims=True), np.maximum(b, 0).sum(0, keepdims=True)]
     np.testing.assert_array_equal(out, np.concatenate(sums))
     if eager:

@@ -91,9 +91,9 @@ class EagerJobBuilder(jb.JobBuilder):
     def add_op(self, op_conf, location=None):
         """Check, infer and append ``op_conf`` (as a lazy build does), then run it.
 
-        Raises JobBuildError for a bad op conf or an op placed on several devices in the
-        mirrored view; a kernel's own error (OpRunError for a bad value) propagates, a
-        note naming the op and the user's line added where it names neither.
+        Raises JobBuildError for a bad op conf or an op without a kernel; a kernel's own
+        error (OpRunError for a bad value) propagates, a note naming the op and the user's
+        line added where it names neither.
         """
         location = location or user_frame()
         added = super().add_op(op_conf, location)
@@ -109,8 +109,7 @@ class EagerJobBuilder(jb.JobBuilder):
 
     def _run(self, op, location):
         ids = self.device_ids_of(op.name)
-        n = device_count(ids)
-        mirrored = n if n > 1 and self.logical_view == "mirrored" else 0
+        mirrored = self._mirrored_count(op, device_count(ids))
         device = device_of(op, ids)
         kind = jb.op_kind(op)
         if kind not in INTERFACE_KINDS and registry.op_def(op).kernel is None:
@@ -132,13 +131,25 @@ class EagerJobBuilder(jb.JobBuilder):
             self._compute(op, device, ids, mirrored)
             self.executed[op.name] = copy.deepcopy(op)
 
+    def _mirrored_count(self, op, n):
+        """In the mirrored view, the number of devices an op runs on, once per device: those
+        of its placement or of the mirrored blobs it reads (a lazy mirrored job runs every
+        op on each of its devices); 0 outside the mirrored view or on one device."""
+        if self.logical_view != "mirrored":
+            return 0
+        count = max([n] + [len(v) for _, _, lbn in jb.op_inputs(op)
+                           if isinstance(v := self.values.get(lbn), DeviceParts)])
+        return count if count > 1 else 0
+
     def _compute(self, op, device, ids, mirrored):
         """Run a compute op: once (on logical blobs), once per device part of a source op
-        (:meth:`_device_parts`), or in the mirrored view once per device on its values."""
+        (:meth:`_device_parts`), or in the mirrored view once per device (``mirrored``
+        devices) on its values."""
         n = device_count(ids)
         layout = None if mirrored else self._device_parts(op, ids)
         if mirrored:
-            kernels = self._kernels_of(op, device, n, lambda i: make_kernel(op, self.descs, device, parallel_ctx=(i, n)))
+            kernels = self._kernels_of(op, device, mirrored, lambda i: make_kernel(
+                op, self.descs, device, parallel_ctx=(i, mirrored)))
         elif layout is not None:
             kernels = self._kernels_of(op, device, n, lambda i: make_kernel(
                 op, _local_descs(op, self.descs, layout, n, i), device, signature=layout, parallel_ctx=(i, n),

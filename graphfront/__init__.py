@@ -78,6 +78,7 @@ def _register_oneflow_python_layout():
     ``graphfront.python.framework.distribute`` *is* :mod:`graphfront.distribute` (the same module
     object); any other name under ``graphfront.python`` fails as "No module named ...".
     """
+    import importlib.machinery
     import sys
     import types
     python = types.ModuleType(__name__ + ".python", "OneFlow's oneflow/python/ module path (an alias)")
@@ -85,6 +86,8 @@ def _register_oneflow_python_layout():
     for package in (python, framework):
         package.__path__ = []  # a package: an unknown name below it is "No module named ..."
         package.__package__ = package.__name__
+        package.__spec__ = importlib.machinery.ModuleSpec(package.__name__, None, is_package=True)
+        package.__spec__.submodule_search_locations = []  # (so importlib.util.find_spec answers None)
         sys.modules[package.__name__] = package
     python.framework, framework.distribute = framework, distribute
     sys.modules[framework.__name__ + ".distribute"] = distribute

@@ -267,6 +267,25 @@ def test_image_buffer_crop_needs_a_crop_size(tmp_path):
         job()
 
 
+def test_decode_batches_share_the_threads_only_for_large_items():
+    """The decode ops map a batch on the caller's thread when its items are small (Python's
+    per-image work holds the GIL), on the decode threads in runs of consecutive items when
+    they are large; either way the results keep the batch's order."""
+    import threading
+    from graphfront.ops import data_ops
+
+    def where(item):
+        return threading.current_thread().name, item[0]
+
+    small = [bytes([i]) * 100 for i in range(8)]
+    large = [bytes([i]) * data_ops.THREADED_ITEM_BYTES for i in range(8)]
+    caller = threading.current_thread().name
+    assert data_ops._map(where, small) == [(caller, i) for i in range(8)]
+    names, firsts = zip(*data_ops._map(where, large))
+    assert list(firsts) == list(range(8))
+    assert all(n.startswith("graphfront-decode") for n in names) == (data_ops._DECODE_THREADS > 1)
+
+
 def test_prefetcher_hands_items_in_order_and_stops_its_process():
     from graphfront.ofrecord.reader import Prefetcher
     pf = Prefetcher(lambda: iter(range(100)), depth=2)

@@ -1369,7 +1369,10 @@ def combined_margin_loss(x, label, m1=1, m2=0, m3=0, name=None):
     (op ``combined_margin_loss``, attrs m1, m2, m3 and depth = ``x.shape[1]``). Multiply by
     the scale ``s`` and apply softmax cross entropy to get the loss. A label outside
     ``[0, depth)`` leaves its row unchanged. Gradient: ``dy`` except at the label,
-    ``dy * sin(m1 * theta + m2) * m1 / sin(theta)`` with ``theta = acos(x)`` there.
+    ``dy * sin(m1 * theta + m2) * m1 / sin(theta)`` with ``theta = acos(x)`` there. On
+    several devices a 2-D ``x`` split on its class axis (a class weight distributed with
+    ``split(0)``, as in InsightFace) stays split: each device applies the margin to the
+    labels of its classes.
     OneFlow v0.6.0 ``python/oneflow/compatible/single_client/ops/combined_margin_loss.py``,
     ``oneflow/user/ops/combined_margin_loss_op.cpp``.
 

@@ -76,3 +76,51 @@ def test_bad_inputs_are_refused():
         def job2(x: tp.Numpy.Placeholder((N, C)), label: tp.Numpy.Placeholder((N,), dtype=flow.int32)) -> tp.Numpy:
             return flow.combined_margin_loss(x, label, 1.0, "0.5")
         job2(np.zeros((N, C), np.float32), np.zeros(N, np.int32))
+
+
+def _face_head(devices, steps=3):
+    """InsightFace's model-parallel head (OneFlow's ``insightface`` training): normalized
+    embeddings times the normalized class weights, split by classes over ``devices``
+    (``distribute=split(0)``), the margin, the scale 64 and the distributed softmax cross
+    entropy."""
+    flow.clear_default_session()
+    flow.config.gpu_device_num(0)
+    flow.config.cpu_device_num(devices)
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.consistent_view())
+    config.default_placement_scope(flow.scope.placement("cpu", f"0:0-{devices - 1}"))
+    flow.manual_seed(1)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(emb: tp.Numpy.Placeholder((N, 4)), label: tp.Numpy.Placeholder((N,), dtype=flow.int32)) -> tp.Numpy:
+        w = flow.get_variable("fc7-weight", shape=(C + 2, 4), dtype=flow.float,
+                              initializer=flow.random_normal_initializer(),
+                              distribute=flow.distribute.split(0))
+        cos = flow.matmul(flow.math.l2_normalize(emb, axis=1), flow.math.l2_normalize(w, axis=1), transpose_b=True)
+        logits = flow.combined_margin_loss(cos, label, 1.0, 0.5, 0.0) * 64.0
+        loss = flow.nn.distributed_sparse_softmax_cross_entropy_with_logits(label, logits)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.01]), momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(3)
+    emb = rng.standard_normal((N, 4)).astype(np.float32)
+    label = np.array([0, 6, 3, 1, 5, 2], np.int32)  # the classes of both halves (0-3 and 4-6)
+    losses = [job(emb, label) for _ in range(steps)]
+    return losses, flow.get_all_variables()["fc7-weight"].numpy(), job
+
+
+def test_model_parallel_head_on_two_devices_equals_one_device():
+    """On two devices the margin runs model parallel, as in OneFlow: its input split by
+    classes (S(1)), the labels whole, theta a partial sum (the softmax cross entropy after
+    it then takes the logits split by samples); losses and the class weights after three
+    steps equal the one-device job's."""
+    from graphfront.parallel.sbp import op_signatures
+    one_losses, one_w, _ = _face_head(1)
+    two_losses, two_w, job = _face_head(2)
+    signatures = op_signatures(job.compiled_job.job)
+    margin = next(sig for name, sig in signatures.items() if name.startswith("CombinedMarginLoss") and "grad" not in name)
+    assert margin == {"x_0": "S(1)", "label_0": "B", "y_0": "S(1)", "theta_0": "P"}
+    assert two_losses[-1].mean() < two_losses[0].mean()
+    # (the devices' partial sums of the softmax's normalizer and the weight's norms: float32 roundings)
+    np.testing.assert_allclose(two_losses, one_losses, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(two_w, one_w, rtol=1e-5, atol=1e-6)

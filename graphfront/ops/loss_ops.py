@@ -811,9 +811,10 @@ op("nll_grad", inputs=["input", "target", "total_weight", "weight?", "dy"], outp
 # margins combined): each row of ``x`` (cosines, the classes over the axes after the first)
 # keeps its values except at its label's class, where cos(theta) becomes
 # cos(m1 * theta + m2) - m3 with theta = acos(x[row, label]); ``theta`` (one per row) keeps
-# that angle for the grad. A label outside [0, classes) leaves its row unchanged, theta 0
-# (a model-parallel shard holds only some classes). Grad: dx = dy, except
-# dy * sin(m1 * theta + m2) * m1 / sin(theta) at the label.
+# that angle for the grad. A label outside [0, classes) leaves its row unchanged, theta 0.
+# Grad: dx = dy, except dy * sin(m1 * theta + m2) * m1 / sin(theta) at the label. Model
+# parallel (x split on its class axis, :func:`_margin_sbp`): each device holds some classes,
+# labels are shifted by its first class, and theta is the partial sum of the devices'.
 
 _MARGIN_ATTRS = {"m1": "float", "m2": "float", "m3": "float", "depth": "int64"}
 
@@ -849,11 +850,33 @@ def _rows_at_label(t, label):
     return rows, torch.where(valid, lab, 0).unsqueeze(1), valid
 
 
+def _margin_sbp(data, out, theta):
+    """Per sample (every blob split on axis 0), or model parallel on a 2-D ``data``: split on
+    its class axis 1 with ``out``, the labels whole, ``theta`` laid out as given (OneFlow's
+    second signature: the device holding a row's label class alone computes its angle)."""
+    def rule(ctx):
+        cands = _sbp.batch()(ctx)
+        if ctx.ndim(data) == 2:
+            cands.append(_sbp.signature(ctx, _sbp.B, **{data: _sbp.split(1), out: _sbp.split(1), "theta": theta}))
+        return cands
+    return rule
+
+
+def _margin_offset(k, data):
+    """The first class of this device's columns of ``data`` where the job splits it on its
+    class axis (model parallel; OneFlow's ``BalancedSplitter`` of the classes), else 0: the
+    labels of the other devices' classes then fall outside its columns."""
+    if k.sbp(data) != _sbp.split(1):
+        return 0
+    return balanced_range(k.logical(data).shape[1], k.parallel_num, k.parallel_id).start
+
+
 def _combined_margin_kernel(k):
     m1, m2, m3 = k.attr("m1"), k.attr("m2"), k.attr("m3")
+    offset = _margin_offset(k, "x")
 
     def run(x, label):
-        rows, idx, valid = _rows_at_label(x, label)
+        rows, idx, valid = _rows_at_label(x, label - offset if offset else label)
         picked = rows.gather(1, idx).squeeze(1)
         theta = torch.where(valid, torch.acos(picked), torch.zeros((), dtype=x.dtype, device=x.device))
         value = torch.where(valid, torch.cos(theta * m1 + m2) - m3, picked)
@@ -863,9 +886,10 @@ def _combined_margin_kernel(k):
 
 def _combined_margin_grad_kernel(k):
     m1, m2 = k.attr("m1"), k.attr("m2")
+    offset = _margin_offset(k, "dy")
 
     def run(dy, label, theta):
-        rows, idx, valid = _rows_at_label(dy, label)
+        rows, idx, valid = _rows_at_label(dy, label - offset if offset else label)
         picked, th = rows.gather(1, idx).squeeze(1), theta.reshape(-1)
         value = torch.where(valid, picked * torch.sin(th * m1 + m2) * m1 / torch.sin(th), picked)
         return rows.scatter(1, idx, value.unsqueeze(1)).reshape(dy.shape)
@@ -950,7 +974,7 @@ def _combined_margin_grad(g):
 
 op("combined_margin_loss", inputs=["x", "label"], outputs=["y", "theta"], attrs=_MARGIN_ATTRS,
    infer=_combined_margin_infer, kernel=_combined_margin_kernel, grad=_combined_margin_grad,
-   sbp=_sbp.batch(), xla=_combined_margin_xla, onnx=_combined_margin_onnx)
+   sbp=_margin_sbp("x", "y", _sbp.P), xla=_combined_margin_xla, onnx=_combined_margin_onnx)
 op("combined_margin_loss_grad", inputs=["dy", "label", "theta"], outputs=["dx"], attrs=_MARGIN_ATTRS,
-   infer=_combined_margin_grad_infer, kernel=_combined_margin_grad_kernel, sbp=_sbp.batch(),
+   infer=_combined_margin_grad_infer, kernel=_combined_margin_grad_kernel, sbp=_margin_sbp("dy", "dx", _sbp.B),
    xla=_combined_margin_grad_xla, onnx=_combined_margin_grad_onnx)

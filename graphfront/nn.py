@@ -602,9 +602,14 @@ def _sparse_labels(fn, labels, logits):
 
 def distributed_sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
     """Per-example softmax cross entropy with integer labels for logits split over devices on
-    the class axis (op ``sparse_softmax_cross_entropy_ms``). On graphfront's one device the
-    values equal :func:`sparse_softmax_cross_entropy_with_logits`: ``logits`` (N, C) float,
-    ``labels`` (N,) integer (or (N, 1)); returns the (N,) losses.
+    the class axis (op ``sparse_softmax_cross_entropy_ms``), the values of
+    :func:`sparse_softmax_cross_entropy_with_logits`: ``logits`` (N, C) float, ``labels``
+    (N,) integer (or (N, 1)); returns the (N,) losses. On several devices of one line, logits
+    split by classes (a matmul with a class weight distributed ``split(0)``) stay split:
+    each device computes the softmax of its classes, the rows' maximum, normalizer and logit
+    at the label all-reduced over the devices (OneFlow v0.6.0
+    ``oneflow/core/job_rewriter/split_sparse_softmax_cross_entropy_op_pass.cpp`` computes the
+    same with reduce ops), and the gradient comes out split as the logits.
 
     Args:
         labels: integer blob (N,) or (N, 1) of class indices in [0, C).

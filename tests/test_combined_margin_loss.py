@@ -10,7 +10,7 @@ import torch
 
 import graphfront as flow
 from graphfront import typing as tp
-from graphfront.framework.errors import ArgumentError, JobBuildError
+from graphfront.framework.errors import ArgumentError, JobBuildError, OpRunError
 
 N, C = 6, 5
 
@@ -110,17 +110,30 @@ def _face_head(devices, steps=3):
 
 
 def test_model_parallel_head_on_two_devices_equals_one_device():
-    """On two devices the margin runs model parallel, as in OneFlow: its input split by
-    classes (S(1)), the labels whole, theta a partial sum (the softmax cross entropy after
-    it then takes the logits split by samples); losses and the class weights after three
-    steps equal the one-device job's."""
+    """On two devices the head runs model parallel, as in OneFlow: the logits stay split by
+    classes (S(1)) through the margin (the labels whole, theta a partial sum) and the
+    distributed softmax cross entropy (the rows' maximum, normalizer and logit at the label
+    all-reduced), and so do their gradients; losses and the class weights after three
+    steps equal the one-device job's. A label out of range is refused naming the op, and
+    the job goes on."""
     from graphfront.parallel.sbp import op_signatures
     one_losses, one_w, _ = _face_head(1)
     two_losses, two_w, job = _face_head(2)
     signatures = op_signatures(job.compiled_job.job)
-    margin = next(sig for name, sig in signatures.items() if name.startswith("CombinedMarginLoss") and "grad" not in name)
-    assert margin == {"x_0": "S(1)", "label_0": "B", "y_0": "S(1)", "theta_0": "P"}
+    layouts = {name.split("_")[0] + ("_grad" if name.endswith("_grad") else ""): sig
+               for name, sig in signatures.items() if name.startswith(("CombinedMargin", "DistributedSparse"))}
+    assert layouts == {
+        "CombinedMarginLoss": {"x_0": "S(1)", "label_0": "B", "y_0": "S(1)", "theta_0": "P"},
+        "CombinedMarginLoss_grad": {"dy_0": "S(1)", "label_0": "B", "theta_0": "B", "dx_0": "S(1)"},
+        "DistributedSparseSoftmaxCrossEntropy": {"prediction_0": "S(1)", "label_0": "B", "prob_0": "S(1)",
+                                                 "out_0": "B"},
+        "DistributedSparseSoftmaxCrossEntropy_grad": {"prob_0": "S(1)", "label_0": "B", "dy_0": "B",
+                                                      "prediction_diff_0": "S(1)"}}
     assert two_losses[-1].mean() < two_losses[0].mean()
     # (the devices' partial sums of the softmax's normalizer and the weight's norms: float32 roundings)
     np.testing.assert_allclose(two_losses, one_losses, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(two_w, one_w, rtol=1e-5, atol=1e-6)
+    emb = np.random.default_rng(3).standard_normal((N, 4)).astype(np.float32)
+    with pytest.raises(OpRunError, match=r"DistributedSparseSoftmaxCrossEntropy.*7"):
+        job(emb, np.array([0, 6, 3, 1, 5, 7], np.int32))  # (7 classes: 0 .. 6)
+    assert np.isfinite(job(emb, np.array([0, 6, 3, 1, 5, 2], np.int32))).all()

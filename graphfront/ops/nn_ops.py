@@ -1158,8 +1158,53 @@ def _sce_infer(ctx):
     ctx.set_output("out", label.shape, pred.dtype)
 
 
+def _class_split(k, arg):
+    """Whether the job splits ``arg`` of this kernel's op on its class (last) axis over its
+    devices (the ``_ms`` op's model-parallel layout)."""
+    return k.sbp(arg) == _sbp.split(len(k.input(arg).shape) - 1)
+
+
+def _class_range(k):
+    """The classes of this device's part (OneFlow's ``BalancedSplitter`` of ``depth``)."""
+    return common.balanced_range(k.attr("depth"), k.parallel_num, k.parallel_id)
+
+
+def _sce_model_parallel_kernel(k):
+    """``sparse_softmax_cross_entropy_ms`` with ``prediction`` split on its class axis (OneFlow's
+    ``SplitSparseSoftmaxCrossEntropyOpPass``, v0.6.0
+    ``oneflow/core/job_rewriter/split_sparse_softmax_cross_entropy_op_pass.cpp``): each device
+    holds the logits of its classes; the rows' maximum and the sum of their exponentials are
+    all-reduced (max, then sum) over the job's devices, and so is each row's logit at its
+    label, which one device holds. ``prob`` comes out split as the logits, ``out`` whole on
+    every device. Raises RuntimeError naming the op when its devices are not all of the
+    job's (the collectives run over the job's process group)."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() != k.parallel_num:
+        raise RuntimeError(f"op '{k.op_name}' (sparse_softmax_cross_entropy_ms): its logits split by classes need "
+                           f"all of the job's devices, received {k.parallel_num} of them")
+    first = _class_range(k).start
+
+    def sce(pred, label):
+        m = pred.amax(-1, keepdim=True)
+        dist.all_reduce(m, op=dist.ReduceOp.MAX)
+        shifted = pred - m
+        e = shifted.exp()
+        s = e.sum(-1, keepdim=True)
+        dist.all_reduce(s)
+        ids = label.long() - first
+        hit = (ids >= 0) & (ids < pred.shape[-1])
+        at_label = shifted.gather(-1, torch.where(hit, ids, 0).unsqueeze(-1)).squeeze(-1)
+        at_label = torch.where(hit, at_label, torch.zeros((), dtype=pred.dtype, device=pred.device))
+        dist.all_reduce(at_label)
+        return e / s, s.squeeze(-1).log() - at_label
+    return sce
+
+
 def _sce_kernel(op_type):
     def make(k):
+        if op_type.endswith("_ms") and _class_split(k, "prediction"):
+            return _sce_model_parallel_kernel(k)
+
         def sce(pred, label):
             logp = torch.log_softmax(pred, -1)
             try:
@@ -1173,6 +1218,17 @@ def _sce_kernel(op_type):
 
 def _sce_grad_kernel(op_type):
     def make(k):
+        if op_type.endswith("_ms_grad") and _class_split(k, "prob"):
+            first = _class_range(k).start
+
+            def class_split_grad(label, dy, prob):  # prob * dy, minus dy at the labels of this part's classes
+                ids = label.long() - first
+                hit = (ids >= 0) & (ids < prob.shape[-1])
+                at_label = torch.where(hit, -dy, torch.zeros((), dtype=dy.dtype, device=dy.device))
+                return (prob * dy.unsqueeze(-1)).scatter_add_(-1, torch.where(hit, ids, 0).unsqueeze(-1),
+                                                              at_label.unsqueeze(-1))
+            return class_split_grad
+
         def sce_grad(label, dy, prob):
             d = prob * dy.unsqueeze(-1)
             try:
@@ -1241,17 +1297,33 @@ def _sparse_softmax_cross_entropy_grad_onnx(c, out=None):
                      scaled], [out or c.output("prediction_diff")])
 
 
+def _sce_sbp(grad, ms):
+    """Per sample (split on axis 0); the ``_ms`` ops on a line of devices also split the
+    prediction (forward) or ``prob`` (grad) on the class axis with the labels, the losses
+    and their gradient whole: :func:`_sce_model_parallel_kernel`."""
+    base = _sbp.batch(min_ndim_arg="prob" if grad else "prediction")
+
+    def rule(ctx):
+        cands = base(ctx)
+        if ms and ctx.grid_axis is None:
+            c = _sbp.split(ctx.ndim("prob" if grad else "prediction") - 1)
+            cands.append(_sbp.signature(ctx, _sbp.B, prob=c, prediction_diff=c) if grad else
+                         _sbp.signature(ctx, _sbp.B, prediction=c, prob=c))
+        return cands
+    return rule
+
+
 for _t in ("sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy_ms"):
     op(_t, inputs=["prediction", "label"], outputs=["prob", "out"], attrs={"depth": ("int64", 0)},
-       infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sbp.batch(min_ndim_arg="prediction"), xla=_sce_xla(_t),
-       checks=label_checks(_t),
+       infer=_sce_infer, kernel=_sce_kernel(_t), sbp=_sce_sbp(False, _t.endswith("_ms")), xla=_sce_xla(_t),
+       checks=label_checks(_t), boxing=_t.endswith("_ms"),
        onnx=_sparse_softmax_cross_entropy_onnx,
        grad=lambda g, t=_t: g.needs("prediction") and g.set_grad("prediction", g.emit(
            f"{t}_grad", {"label": g.input("label"), "dy": g.dout("out"), "prob": g.output("prob")},
            {"depth": g.attr("depth")})),
        amp="gray" if _t == "sparse_softmax_cross_entropy" else None)
     op(f"{_t}_grad", inputs=["label", "dy", "prob"], outputs=["prediction_diff"], attrs={"depth": ("int64", 0)},
-       infer=_sce_grad_infer, kernel=_sce_grad_kernel(f"{_t}_grad"), sbp=_sbp.batch(min_ndim_arg="prob"),
+       infer=_sce_grad_infer, kernel=_sce_grad_kernel(f"{_t}_grad"), sbp=_sce_sbp(True, _t.endswith("_ms")),
        checks=label_checks(f"{_t}_grad"),
        xla=_sce_grad_xla(f"{_t}_grad"), onnx=_sparse_softmax_cross_entropy_grad_onnx)
 

@@ -648,6 +648,7 @@ class Plan(ScheduleWalk, Lowering):
         if opdef.boxing and self._agree is not None and op.name not in self.hoisted:
             zeros = [("[" + ", ".join(self._zeros(l, device) for l in lbns) + "]") if rep else
                      (self._zeros(lbns[0], device) if lbns else "None") for lbns, rep in ins]
+            self._lines.extend(guard_lines)  # (a collective's checked inputs: computed before it)
             self._collective(line, f"{assign}{key}({', '.join(zeros)})")
             return
         if op.name in self.hoisted:

@@ -422,10 +422,10 @@ def _run_train_on_two_devices(eager, view, steps=3):
 
     @flow.global_function(type="train", function_config=config)
     def train(x: tp.Numpy.Placeholder((B, 1, 8, 8)), y: tp.Numpy.Placeholder((B,), dtype=flow.int32)) -> tp.Numpy:
-        # (no batch norm: on several devices the lazy consistent job normalizes each device's
-        # part of the batch with its own statistics, as OneFlow does, where eager computes the
-        # logical blob)
-        logits = _net(x, bn=False)
+        # (batch norm in the mirrored view only: on several devices the lazy consistent job
+        # normalizes each device's part of the batch with its own statistics, as OneFlow does,
+        # where eager computes the logical blob)
+        logits = _net(x, bn=view.kind == "mirrored")
         flow.watch_diff(logits, grads.append)
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits, name="xent")
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
@@ -440,7 +440,8 @@ def test_eager_execution_on_several_devices_equals_the_lazy_job(view):
     """A train job on two devices. Consistent view: eager computes logical blobs (op by op,
     each on the placement's first device). Mirrored view: eager runs each op once per
     device on that device's half of the batch, sums the devices' gradients as the lazy
-    job's all-reduce does and updates once. Both give what the lazy job's two workers give:
+    job's all-reduce does and updates once; its batch norm's moving statistics are the first
+    device's, as the lazy job keeps them. Both give what the lazy job's two workers give:
     losses (per sample, the devices' halves in order), the logits' gradients and the
     variables."""
     view = getattr(flow.scope, f"{view}_view")()

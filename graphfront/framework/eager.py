@@ -31,8 +31,9 @@ is split along axis 0, a ``ListNumpy`` argument takes one array per device, vari
 shared, and returned and watched blobs are the devices' parts concatenated along axis 0
 (``blob.numpy(rank)``: device ``rank``'s part). A train step sums the devices' gradients
 where the lazy job all-reduces them (:func:`_mirrored_update`). An op that updates a
-variable in the forward (batch normalization's moving statistics) updates it once per
-device in turn, where each worker of a lazy job updates its own copy.
+variable in the forward (batch normalization's moving statistics) updates it from the first
+device's values; the others update a copy, as each worker of a lazy job updates its own
+and the first device's is the one the session keeps.
 
 A train job then runs its backward and update part (:func:`train_step`): the Job built
 during the call is completed by the passes a lazy job needs (autograd, optimizer) and
@@ -60,7 +61,7 @@ from graphfront.passes.boxing import device_count
 from graphfront.passes.mirrored import mirror
 from graphfront.runtime.plan import Plan, make_kernel, run_op
 from graphfront.runtime.variable_store import default_initializer
-from graphfront.runtime.walk import INTERFACE_KINDS, device_of, watcher
+from graphfront.runtime.walk import INTERFACE_KINDS, device_of, mutated_lbns, watcher
 
 
 class EagerJobBuilder(jb.JobBuilder):
@@ -157,7 +158,9 @@ class EagerJobBuilder(jb.JobBuilder):
         else:
             kernels = self._kernels_of(op, device, 1, lambda i: make_kernel(op, self.descs, device))
         ins = [lbn for _, _, lbn in jb.op_inputs(op)]
-        parts = [run_op(op, self.descs, device, {lbn: _on(_part(self.values[lbn], i), device) for lbn in ins}, k)
+        own = set(mutated_lbns(op)) if mirrored else set()  # (device 0 updates the variable, the others a copy)
+        parts = [run_op(op, self.descs, device, {lbn: _on(_copy_if(i and lbn in own, _part(self.values[lbn], i)), device)
+                                                 for lbn in ins}, k)
                  for i, k in enumerate(kernels)]
         for a, i, lbn in jb.op_outputs(op):
             values = [p[lbn] for p in parts]
@@ -230,6 +233,10 @@ def _joined(parts, sbp):
     if axis is None:
         return sum(parts[1:], parts[0]) if sbp == _sbp.P else parts[0]
     return torch.cat(parts, axis) if isinstance(parts[0], torch.Tensor) else host_concat(parts)
+
+
+def _copy_if(copy_it, value):
+    return value.clone() if copy_it else value
 
 
 def _on(value, device):

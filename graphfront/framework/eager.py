@@ -159,9 +159,11 @@ class EagerJobBuilder(jb.JobBuilder):
             kernels = self._kernels_of(op, device, 1, lambda i: make_kernel(op, self.descs, device))
         ins = [lbn for _, _, lbn in jb.op_inputs(op)]
         own = set(mutated_lbns(op)) if mirrored else set()  # (device 0 updates the variable, the others a copy)
-        parts = [run_op(op, self.descs, device, {lbn: _on(_copy_if(i and lbn in own, _part(self.values[lbn], i)), device)
-                                                 for lbn in ins}, k)
-                 for i, k in enumerate(kernels)]
+
+        def inputs(i):
+            values = {lbn: _part(self.values[lbn], i) for lbn in ins}
+            return {lbn: _on(v.clone() if i and lbn in own else v, device) for lbn, v in values.items()}
+        parts = [run_op(op, self.descs, device, inputs(i), k) for i, k in enumerate(kernels)]
         for a, i, lbn in jb.op_outputs(op):
             values = [p[lbn] for p in parts]
             if mirrored:
@@ -233,10 +235,6 @@ def _joined(parts, sbp):
     if axis is None:
         return sum(parts[1:], parts[0]) if sbp == _sbp.P else parts[0]
     return torch.cat(parts, axis) if isinstance(parts[0], torch.Tensor) else host_concat(parts)
-
-
-def _copy_if(copy_it, value):
-    return value.clone() if copy_it else value
 
 
 def _on(value, device):

@@ -330,6 +330,7 @@ def _mirrored_update(builder, job, ran, bound, n):
     session = builder.session
     producer = {lbn: op for op in job.net.op for _, _, lbn in jb.op_outputs(op)}
     reduces = [op for op in job.net.op if jb.op_type_name(op) == "_nccl_logical_all_reduce"]
+    reducing = {op.name for op in reduces}
     watches = [op for op in job.net.op if jb.op_kind(op) == "foreign_watch_conf"]
     local, todo = set(), [lbn for op in reduces + watches for _, _, lbn in jb.op_inputs(op)]
     while todo:  # the backward ops the reduced blobs and the watched gradients need
@@ -339,7 +340,7 @@ def _mirrored_update(builder, job, ran, bound, n):
             todo.extend(lbn for _, _, lbn in jb.op_inputs(op))
     rest = {op.name for op in job.net.op if op.name not in local and op.name not in ran}
     reduced = [lbn for op in reduces for _, _, lbn in jb.op_inputs(op)]
-    crossing = sorted({lbn for op in job.net.op if op.name in rest and jb.op_type_name(op) != "_nccl_logical_all_reduce"
+    crossing = sorted({lbn for op in job.net.op if op.name in rest and op.name not in reducing
                        for _, _, lbn in jb.op_inputs(op) if producer[lbn].name in local})
     collected = {uuid: [] for uuid in session.watchers}
     plan = Plan(job, session.variables, {uuid: parts.append for uuid, parts in collected.items()}, cuda_graph=False,
@@ -351,7 +352,7 @@ def _mirrored_update(builder, job, ran, bound, n):
         if parts:
             watcher(session.watchers, uuid)(whole(DeviceParts(parts)))
     sums = [sum(values[k] for values in per_device) for k in range(len(reduced))]
-    results = [copied(whole(builder.values[lbn])) for lbn in _returned(job)]  # (before the update)
+    results = [copied(whole(builder.values[lbn])) for lbn in plan.result_lbns]  # (before the update)
     update_job = copy.deepcopy(job)
     jb.JobBuilder(update_job).remove_ops([op.name for op in watches])
     out_of_reduces = [lbn for op in reduces for _, _, lbn in jb.op_outputs(op)]
@@ -360,7 +361,3 @@ def _mirrored_update(builder, job, ran, bound, n):
     update([_part(builder.values[lbn], 0) for lbn in update.input_lbns + bound] + sums
            + list(per_device[0][len(reduced):]))
     return results
-
-
-def _returned(job):
-    return [getattr(op.return_conf, "in") for op in job.net.op if jb.op_kind(op) == "return_conf"]

@@ -216,31 +216,38 @@ def _sparse_ce_infer(ctx):
     ctx.set_output("out", label.shape, pred.dtype)
 
 
-def _class_offset(k):
-    """The first class of this device's part of ``prediction`` where the job splits it on its
-    class axis (the ``_ms`` ops' model-parallel layout), else None: each device then holds
-    the classes of its part, and the labels of the others fall outside it (OneFlow's
-    ``lower_bound`` of the ``_ms`` kernels)."""
-    if k.sbp("prediction") != _sbp.split(len(k.input("prediction").shape) - 1):
+def class_offset(k, arg="prediction"):
+    """The first class of this device's part of ``arg`` where the job splits it on its class
+    (last) axis (the model-parallel layouts of the ``_ms`` ops and of
+    ``combined_margin_loss``), else None: each device then holds the classes of its part
+    (OneFlow's ``BalancedSplitter``), and the labels of the others fall outside it (OneFlow's
+    ``lower_bound`` of those kernels)."""
+    if k.sbp(arg) != _sbp.split(len(k.input(arg).shape) - 1):
         return None
-    return balanced_range(k.attr("depth"), k.parallel_num, k.parallel_id).start
+    return balanced_range(k.logical(arg).shape[-1], k.parallel_num, k.parallel_id).start
 
 
-def _at_local_class(p, label, offset):
-    """``(ids, hit, p[..., ids])``: the labels as ids of this part's classes from ``offset``
-    (0 where outside them), whether inside, and the probabilities at those ids."""
+def local_class_ids(label, offset, classes):
+    """``(ids, hit)``: the labels as ids of a part's ``classes`` classes from ``offset`` (0
+    where outside them), and whether inside."""
     ids = label.long() - offset
-    hit = (ids >= 0) & (ids < p.shape[-1])
-    ids = torch.where(hit, ids, 0)
+    hit = (ids >= 0) & (ids < classes)
+    return torch.where(hit, ids, 0), hit
+
+
+def at_local_class(p, label, offset):
+    """``(ids, hit, p[..., ids])``: :func:`local_class_ids` of ``p``'s classes and the
+    probabilities at those ids."""
+    ids, hit = local_class_ids(label, offset, p.shape[-1])
     return ids, hit, p.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 
 
 def _sparse_ce_kernel(op_type):
     def make(k):
-        offset = _class_offset(k)
+        offset = class_offset(k)
 
         def local_ce(p, label):  # -log p at the labels of this part's classes, 0 at the others'
-            _, hit, picked = _at_local_class(p, label, offset)
+            _, hit, picked = at_local_class(p, label, offset)
             return torch.where(hit, -torch.log(picked), torch.zeros((), dtype=p.dtype, device=p.device))
 
         def sparse_ce(p, label):
@@ -260,10 +267,10 @@ def _sparse_ce_grad_infer(ctx):
 
 def _sparse_ce_grad_kernel(op_type):
     def make(k):
-        offset = _class_offset(k)
+        offset = class_offset(k)
 
         def local_ce_grad(p, label, dy):
-            ids, hit, picked = _at_local_class(p, label, offset)
+            ids, hit, picked = at_local_class(p, label, offset)
             value = torch.where(hit, -dy / picked, torch.zeros((), dtype=p.dtype, device=p.device))
             return torch.zeros_like(p).scatter_(-1, ids.unsqueeze(-1), value.unsqueeze(-1))
 
@@ -842,12 +849,12 @@ def _combined_margin_grad_infer(ctx):
     ctx.set_output("dx", dy.shape, dy.dtype)
 
 
-def _rows_at_label(t, label):
-    """``(t as rows, label column ids (0 where out of range) shaped (rows, 1), in-range flags)``."""
+def _rows_at_label(t, label, offset):
+    """``(t as rows, label column ids from ``offset`` (0 where out of its columns) shaped
+    (rows, 1), in-range flags)``."""
     rows = t.reshape(t.shape[0], -1)
-    lab = label.reshape(-1).long()
-    valid = (lab >= 0) & (lab < rows.shape[1])
-    return rows, torch.where(valid, lab, 0).unsqueeze(1), valid
+    ids, valid = local_class_ids(label.reshape(-1), offset, rows.shape[1])
+    return rows, ids.unsqueeze(1), valid
 
 
 def _margin_sbp(data, out, theta):
@@ -862,21 +869,12 @@ def _margin_sbp(data, out, theta):
     return rule
 
 
-def _margin_offset(k, data):
-    """The first class of this device's columns of ``data`` where the job splits it on its
-    class axis (model parallel; OneFlow's ``BalancedSplitter`` of the classes), else 0: the
-    labels of the other devices' classes then fall outside its columns."""
-    if k.sbp(data) != _sbp.split(1):
-        return 0
-    return balanced_range(k.logical(data).shape[1], k.parallel_num, k.parallel_id).start
-
-
 def _combined_margin_kernel(k):
     m1, m2, m3 = k.attr("m1"), k.attr("m2"), k.attr("m3")
-    offset = _margin_offset(k, "x")
+    offset = class_offset(k, "x") or 0
 
     def run(x, label):
-        rows, idx, valid = _rows_at_label(x, label - offset if offset else label)
+        rows, idx, valid = _rows_at_label(x, label, offset)
         picked = rows.gather(1, idx).squeeze(1)
         theta = torch.where(valid, torch.acos(picked), torch.zeros((), dtype=x.dtype, device=x.device))
         value = torch.where(valid, torch.cos(theta * m1 + m2) - m3, picked)
@@ -886,10 +884,10 @@ def _combined_margin_kernel(k):
 
 def _combined_margin_grad_kernel(k):
     m1, m2 = k.attr("m1"), k.attr("m2")
-    offset = _margin_offset(k, "dy")
+    offset = class_offset(k, "dy") or 0
 
     def run(dy, label, theta):
-        rows, idx, valid = _rows_at_label(dy, label - offset if offset else label)
+        rows, idx, valid = _rows_at_label(dy, label, offset)
         picked, th = rows.gather(1, idx).squeeze(1), theta.reshape(-1)
         value = torch.where(valid, picked * torch.sin(th * m1 + m2) * m1 / torch.sin(th), picked)
         return rows.scatter(1, idx, value.unsqueeze(1)).reshape(dy.shape)

@@ -16,6 +16,7 @@ from graphfront.ops.common import (bad_labels, label_checks, label_error, like, 
                                    vjp)
 from graphfront.ops import common, onnx_rules, xla_rules
 from graphfront.ops.onnx_rules import int64s, neg, pick_last
+from graphfront.ops.loss_ops import at_local_class, class_offset, local_class_ids
 from graphfront.ops.registry import op
 from graphfront.parallel import sbp as _sbp
 
@@ -1158,31 +1159,20 @@ def _sce_infer(ctx):
     ctx.set_output("out", label.shape, pred.dtype)
 
 
-def _class_split(k, arg):
-    """Whether the job splits ``arg`` of this kernel's op on its class (last) axis over its
-    devices (the ``_ms`` op's model-parallel layout)."""
-    return k.sbp(arg) == _sbp.split(len(k.input(arg).shape) - 1)
-
-
-def _class_range(k):
-    """The classes of this device's part (OneFlow's ``BalancedSplitter`` of ``depth``)."""
-    return common.balanced_range(k.attr("depth"), k.parallel_num, k.parallel_id)
-
-
-def _sce_model_parallel_kernel(k):
+def _sce_model_parallel_kernel(k, first):
     """``sparse_softmax_cross_entropy_ms`` with ``prediction`` split on its class axis (OneFlow's
     ``SplitSparseSoftmaxCrossEntropyOpPass``, v0.6.0
     ``oneflow/core/job_rewriter/split_sparse_softmax_cross_entropy_op_pass.cpp``): each device
     holds the logits of its classes; the rows' maximum and the sum of their exponentials are
     all-reduced (max, then sum) over the job's devices, and so is each row's logit at its
     label, which one device holds. ``prob`` comes out split as the logits, ``out`` whole on
-    every device. Raises RuntimeError naming the op when its devices are not all of the
-    job's (the collectives run over the job's process group)."""
+    every device; ``first``: its first class (:func:`~graphfront.ops.loss_ops.class_offset`).
+    Raises RuntimeError naming the op when its devices are not all of the job's (the
+    collectives run over the job's process group)."""
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() != k.parallel_num:
         raise RuntimeError(f"op '{k.op_name}' (sparse_softmax_cross_entropy_ms): its logits split by classes need "
                            f"all of the job's devices, received {k.parallel_num} of them")
-    first = _class_range(k).start
 
     def sce(pred, label):
         m = pred.amax(-1, keepdim=True)
@@ -1191,9 +1181,7 @@ def _sce_model_parallel_kernel(k):
         e = shifted.exp()
         s = e.sum(-1, keepdim=True)
         dist.all_reduce(s)
-        ids = label.long() - first
-        hit = (ids >= 0) & (ids < pred.shape[-1])
-        at_label = shifted.gather(-1, torch.where(hit, ids, 0).unsqueeze(-1)).squeeze(-1)
+        _, hit, at_label = at_local_class(shifted, label, first)
         at_label = torch.where(hit, at_label, torch.zeros((), dtype=pred.dtype, device=pred.device))
         dist.all_reduce(at_label)
         return e / s, s.squeeze(-1).log() - at_label
@@ -1202,8 +1190,9 @@ def _sce_model_parallel_kernel(k):
 
 def _sce_kernel(op_type):
     def make(k):
-        if op_type.endswith("_ms") and _class_split(k, "prediction"):
-            return _sce_model_parallel_kernel(k)
+        first = class_offset(k) if op_type.endswith("_ms") else None
+        if first is not None:
+            return _sce_model_parallel_kernel(k, first)
 
         def sce(pred, label):
             logp = torch.log_softmax(pred, -1)
@@ -1218,15 +1207,12 @@ def _sce_kernel(op_type):
 
 def _sce_grad_kernel(op_type):
     def make(k):
-        if op_type.endswith("_ms_grad") and _class_split(k, "prob"):
-            first = _class_range(k).start
-
+        first = class_offset(k, "prob") if op_type.endswith("_ms_grad") else None
+        if first is not None:
             def class_split_grad(label, dy, prob):  # prob * dy, minus dy at the labels of this part's classes
-                ids = label.long() - first
-                hit = (ids >= 0) & (ids < prob.shape[-1])
+                ids, hit = local_class_ids(label, first, prob.shape[-1])
                 at_label = torch.where(hit, -dy, torch.zeros((), dtype=dy.dtype, device=dy.device))
-                return (prob * dy.unsqueeze(-1)).scatter_add_(-1, torch.where(hit, ids, 0).unsqueeze(-1),
-                                                              at_label.unsqueeze(-1))
+                return (prob * dy.unsqueeze(-1)).scatter_add_(-1, ids.unsqueeze(-1), at_label.unsqueeze(-1))
             return class_split_grad
 
         def sce_grad(label, dy, prob):

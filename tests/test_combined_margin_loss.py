@@ -106,7 +106,7 @@ def _face_head(devices, steps=3):
     emb = rng.standard_normal((N, 4)).astype(np.float32)
     label = np.array([0, 6, 3, 1, 5, 2], np.int32)  # the classes of both halves (0-3 and 4-6)
     losses = [job(emb, label) for _ in range(steps)]
-    return losses, flow.get_all_variables()["fc7-weight"].numpy(), job
+    return losses, flow.get_all_variables()["fc7-weight"].numpy(), job, emb
 
 
 def test_model_parallel_head_on_two_devices_equals_one_device():
@@ -117,8 +117,8 @@ def test_model_parallel_head_on_two_devices_equals_one_device():
     steps equal the one-device job's. A label out of range is refused naming the op, and
     the job goes on."""
     from graphfront.parallel.sbp import op_signatures
-    one_losses, one_w, _ = _face_head(1)
-    two_losses, two_w, job = _face_head(2)
+    one_losses, one_w, _, _ = _face_head(1)
+    two_losses, two_w, job, emb = _face_head(2)
     signatures = op_signatures(job.compiled_job.job)
     layouts = {name.split("_")[0] + ("_grad" if name.endswith("_grad") else ""): sig
                for name, sig in signatures.items() if name.startswith(("CombinedMargin", "DistributedSparse"))}
@@ -133,7 +133,6 @@ def test_model_parallel_head_on_two_devices_equals_one_device():
     # (the devices' partial sums of the softmax's normalizer and the weight's norms: float32 roundings)
     np.testing.assert_allclose(two_losses, one_losses, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(two_w, one_w, rtol=1e-5, atol=1e-6)
-    emb = np.random.default_rng(3).standard_normal((N, 4)).astype(np.float32)
     with pytest.raises(OpRunError, match=r"DistributedSparseSoftmaxCrossEntropy.*7"):
         job(emb, np.array([0, 6, 3, 1, 5, 7], np.int32))  # (7 classes: 0 .. 6)
     assert np.isfinite(job(emb, np.array([0, 6, 3, 1, 5, 2], np.int32))).all()
